@@ -1,0 +1,1 @@
+//! Criterion benchmarks of the proxy engine and the baselines they compare against.

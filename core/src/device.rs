@@ -1,0 +1,76 @@
+//! The device side as the progress half sees it: the `nec_*` reverse edge (semaphore
+//! increments) and the host-memory words it reads (host indices).
+//!
+//! Seed: `nec_inc_semaphore` (the libnccom → libnrt reverse import), §1 and §5; DESIGN.md §5.
+
+use crate::sync::{AtomicU32, Ordering};
+
+/// The callbacks a proxy op uses to talk to the device, all through 32-bit host-memory words.
+///
+/// Addresses are the `*_addr` values of [`NetOpInfo`](crate::desc::NetOpInfo): 4-byte-aligned
+/// `u32` words in host memory the device reaches. The ops never write a semaphore other than
+/// through [`DeviceCallbacks::inc_semaphore`].
+///
+/// Implementations must be callable from the worker thread while the device (or its emulator)
+/// reads and writes the same words from another thread or process.
+pub trait DeviceCallbacks: Send + Sync {
+    /// Adds `val` to the semaphore increment register at `addr` (wrapping). Release ordering:
+    /// everything the proxy wrote before (received payload bytes) is visible to a device that
+    /// reads the new value with acquire.
+    ///
+    /// Seed: `nec_inc_semaphore(volatile uint32_t *addr, uint32_t val)`.
+    fn inc_semaphore(&self, addr: u64, val: u32);
+
+    /// Reads the host index (or any handshake word) at `addr` with acquire ordering.
+    fn load_host_index(&self, addr: u64) -> u32;
+
+    /// Writes `val` to the host index (or any handshake word) at `addr` with release ordering.
+    fn store_host_index(&self, addr: u64, val: u32);
+}
+
+/// [`DeviceCallbacks`] on plain host memory in this address space: each address is accessed
+/// as an `AtomicU32`.
+///
+/// This is what the in-process engine and the device emulator use; the C ABI's callback table
+/// (`nec_inc_semaphore` from the embedding runtime) replaces it at the binary boundary.
+#[derive(Debug)]
+pub struct DirectHostWords {
+    _private: (),
+}
+
+impl DirectHostWords {
+    /// Creates the accessor.
+    ///
+    /// # Safety
+    /// Every address later passed to its methods must be the address of a live, 4-byte-aligned
+    /// `u32` that is only ever accessed atomically, valid for as long as this value is used.
+    /// [`Comm::start`](crate::comm::Comm::start) checks each address against the comm's
+    /// registered host memory before any op can use it.
+    pub const unsafe fn new() -> Self {
+        Self { _private: () }
+    }
+
+    fn word(addr: u64) -> &'static AtomicU32 {
+        debug_assert!(addr != 0 && addr.is_multiple_of(4), "host word address {addr:#x}");
+        // SAFETY: the constructor's contract: `addr` is a live, aligned u32 that is only accessed
+        // atomically for as long as this accessor is in use (the 'static lifetime never escapes
+        // the calling method).
+        unsafe { &*(addr as usize as *const AtomicU32) }
+    }
+}
+
+impl DeviceCallbacks for DirectHostWords {
+    fn inc_semaphore(&self, addr: u64, val: u32) {
+        // Release: the payload the proxy wrote (received bytes) happens-before the device's
+        // acquire read of the incremented count.
+        Self::word(addr).fetch_add(val, Ordering::Release);
+    }
+
+    fn load_host_index(&self, addr: u64) -> u32 {
+        Self::word(addr).load(Ordering::Acquire)
+    }
+
+    fn store_host_index(&self, addr: u64, val: u32) {
+        Self::word(addr).store(val, Ordering::Release);
+    }
+}

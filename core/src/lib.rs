@@ -1,0 +1,28 @@
+//! `proxy-core`: the logic of a host-thread-driven proxy & progress engine for collective
+//! communication, `no_std` + `alloc`.
+//!
+//! Two halves meet at one seam (DESIGN.md §1):
+//! * the **progress half** (the seed's libnccom role): per [`comm::Comm`], four streams, each an
+//!   op-FIFO of 352-byte [`op::ProxyOp`]s kept in pool blocks of 128, three lists plus the
+//!   deferred-by-basic-block map; passive, one tick per `progress` call;
+//! * the **driver half** (the seed's libnrt role): proxy tasks, proxy queues, rings and the
+//!   registry; the threads themselves live in `proxy-platform-linux`.
+//!
+//! The crate never names a thread, a clock, a file or a socket: the platform hands those in
+//! through small traits. Every cross-thread handoff is written against [`sync`], which switches
+//! to loom's types under `--cfg loom`.
+//!
+//! Seed: "Proxy & Progress Engine (and the libnrt Bridge)", all units.
+#![no_std]
+#![deny(unsafe_op_in_unsafe_fn)]
+#![warn(missing_docs)]
+
+extern crate alloc;
+
+pub mod desc;
+pub mod device;
+pub mod net;
+pub mod status;
+pub mod sync;
+
+pub use status::NrtStatus;

@@ -1,0 +1,215 @@
+//! The transport trait the send/recv proxy ops drive, shaped after NCCL's net plugin
+//! (`ncclNet_t`: connect, isend, irecv, test, iflush, regMr) and the matching tag layout.
+//!
+//! Seed: `ncclNet->{isend,irecv,iread,iflush,test}`, §1 and §4 (the calls the per-op state
+//! machine makes); DESIGN.md §5 (tags) and §8 (poll once per tick per comm).
+
+use alloc::string::String;
+use core::fmt;
+
+use crate::status::NrtStatus;
+
+/// A transport-chosen handle for one posted send or receive, valid until [`Transport::test`]
+/// reports it finished ([`TestOutcome::Done`] or [`TestOutcome::Cancelled`]).
+pub type RequestId = u64;
+
+/// What a successful post returns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Posted {
+    /// The request to test.
+    pub request: RequestId,
+    /// `true` when the transport has already copied the payload (sends only): the source buffer
+    /// may be reused and, with `early_send_completion`, the entry counts as complete now.
+    pub payload_copied: bool,
+}
+
+/// The answer of [`Transport::test`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TestOutcome {
+    /// Still in flight; test again later.
+    Pending,
+    /// Finished; `size` bytes were sent or received. The request id is released.
+    Done {
+        /// Bytes transferred.
+        size: u64,
+    },
+    /// Finished by [`Transport::cancel`]; no more access to the buffer. The request id is released.
+    Cancelled,
+}
+
+/// A transport failure, with the provider's own message for the log line (DESIGN.md §6).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NetError {
+    /// The status the failure maps to (usually [`NrtStatus::NetworkProxyFailure`], or
+    /// [`NrtStatus::Invalid`] for a request the transport cannot take).
+    pub status: NrtStatus,
+    /// The peer involved, if any.
+    pub peer: Option<u32>,
+    /// Human-readable detail (for libfabric: `fi_cq_strerror`'s text).
+    pub message: String,
+}
+
+impl NetError {
+    /// A failure with status [`NrtStatus::NetworkProxyFailure`].
+    pub fn failure(peer: Option<u32>, message: impl Into<String>) -> Self {
+        Self { status: NrtStatus::NetworkProxyFailure, peer, message: message.into() }
+    }
+
+    /// A rejected request with status [`NrtStatus::Invalid`].
+    pub fn invalid(peer: Option<u32>, message: impl Into<String>) -> Self {
+        Self { status: NrtStatus::Invalid, peer, message: message.into() }
+    }
+}
+
+impl fmt::Display for NetError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.peer {
+            Some(p) => write!(f, "{} (peer {}): {}", self.status, p, self.message),
+            None => write!(f, "{}: {}", self.status, self.message),
+        }
+    }
+}
+
+/// A memory registration handle (opaque to `core`).
+pub type MrHandle = u64;
+
+/// The network a comm's proxy ops drive: one instance per comm (per rank), used by one thread
+/// at a time (the worker of the comm's group, DESIGN.md §8).
+///
+/// Matching is by `(peer, tag)`: entry *i* of a send op meets entry *i* of its partner recv op
+/// on the peer whatever order the two sides post in. Sizes must match exactly: a receive smaller
+/// than the message is a truncation error (a `NetError` from `test`), never a short receive.
+///
+/// "Cannot start now" (`Ok(None)` from a post) is back-pressure: the op keeps the entry and
+/// retries on a later tick; nothing is lost.
+pub trait Transport: Send {
+    /// Short name for logs and headers (`"mem"`, `"libfabric/tcp;ofi_rxm"`).
+    fn name(&self) -> &str;
+
+    /// Largest message in bytes a single post may carry; `start` rejects larger entries.
+    fn max_msg_size(&self) -> u64;
+
+    /// Moves the transport's own progress (reads the completion queue). Called once per tick per
+    /// comm before the op walk (manual-progress providers move nothing otherwise).
+    ///
+    /// # Errors
+    /// A failure of the transport as a whole (the comm then fails, sticky).
+    fn poll(&mut self) -> Result<(), NetError>;
+
+    /// Posts a send of `size` bytes at `buf` to `peer` with `tag`.
+    ///
+    /// Returns `Ok(None)` when the transport cannot take it now (retry later).
+    ///
+    /// # Errors
+    /// `peer` out of range, `size` over [`Transport::max_msg_size`], or a transport failure.
+    ///
+    /// # Safety
+    /// `buf..buf+size` must be readable and stay valid and unmodified until the request is
+    /// finished ([`TestOutcome::Done`] or [`TestOutcome::Cancelled`]), or, if the post answered
+    /// `payload_copied`, until this call returns.
+    unsafe fn isend(
+        &mut self,
+        peer: u32,
+        buf: *const u8,
+        size: u64,
+        tag: u64,
+    ) -> Result<Option<Posted>, NetError>;
+
+    /// Posts a receive of exactly `size` bytes into `buf` from `peer` with `tag`.
+    ///
+    /// Returns `Ok(None)` when the transport cannot take it now (retry later).
+    ///
+    /// # Errors
+    /// `peer` out of range, `size` over the maximum, or a transport failure.
+    ///
+    /// # Safety
+    /// `buf..buf+size` must be writable, not otherwise accessed, and stay valid until the
+    /// request is finished ([`TestOutcome::Done`] or [`TestOutcome::Cancelled`]).
+    unsafe fn irecv(
+        &mut self,
+        peer: u32,
+        buf: *mut u8,
+        size: u64,
+        tag: u64,
+    ) -> Result<Option<Posted>, NetError>;
+
+    /// Tests one request. `Done` and `Cancelled` release the request id.
+    ///
+    /// # Errors
+    /// The request failed (truncation, peer gone, provider error); the request id is released.
+    fn test(&mut self, request: RequestId) -> Result<TestOutcome, NetError>;
+
+    /// Asks the transport to cancel a request. The request still has to be tested until it
+    /// reports `Done` or `Cancelled`: only then is its buffer free.
+    ///
+    /// # Errors
+    /// A transport failure; the caller then stops relying on the request.
+    fn cancel(&mut self, request: RequestId) -> Result<(), NetError>;
+
+    /// Makes received data visible to the device (GPUDirect-style flush). Host memory needs
+    /// none: the default returns `Ok(())`.
+    ///
+    /// # Errors
+    /// A transport failure.
+    fn iflush(&mut self, _buf: *mut u8, _size: u64) -> Result<(), NetError> {
+        Ok(())
+    }
+
+    /// Registers `addr..addr+len` for use by later posts (providers whose `mr_mode` asks for
+    /// it). The default needs no registration and returns handle 0.
+    ///
+    /// # Errors
+    /// The range cannot be registered (the message names it).
+    fn register(&mut self, _addr: u64, _len: u64) -> Result<MrHandle, NetError> {
+        Ok(0)
+    }
+
+    /// Releases a registration made by [`Transport::register`].
+    ///
+    /// # Errors
+    /// A transport failure.
+    fn deregister(&mut self, _mr: MrHandle) -> Result<(), NetError> {
+        Ok(())
+    }
+
+    /// Closes the transport: after it every post fails. Requests still in flight must have been
+    /// cancelled and drained first.
+    ///
+    /// # Errors
+    /// A transport failure while closing.
+    fn close(&mut self) -> Result<(), NetError> {
+        Ok(())
+    }
+}
+
+/// Builds the 64-bit transport tag of entry `index` of an op (DESIGN.md §5): bit 63 reserved
+/// (0), 15 bits `comm_id`, 16 bits source rank, 2 bits `stream`, 14 bits op `tag`, 16 bits
+/// `index`. Inputs are masked to their widths (`start` has validated them).
+pub const fn make_tag(comm_id: u32, src_rank: u32, stream: u32, op_tag: u32, index: u32) -> u64 {
+    ((comm_id as u64 & 0x7FFF) << 48)
+        | ((src_rank as u64 & 0xFFFF) << 32)
+        | ((stream as u64 & 0x3) << 30)
+        | ((op_tag as u64 & 0x3FFF) << 16)
+        | (index as u64 & 0xFFFF)
+}
+
+/// Largest comm id + 1 that fits the tag (15 bits).
+pub const MAX_COMM_ID: u32 = 1 << 15;
+/// Largest nranks that fits the tag's 16-bit source rank.
+pub const MAX_NRANKS: u32 = 1 << 16;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tag_fields_do_not_overlap() {
+        let t = make_tag(0x7FFF, 0xFFFF, 3, 0x3FFF, 0xFFFF);
+        assert_eq!(t, 0x7FFF_FFFF_FFFF_FFFF);
+        assert_eq!(make_tag(1, 0, 0, 0, 0), 1 << 48);
+        assert_eq!(make_tag(0, 1, 0, 0, 0), 1 << 32);
+        assert_eq!(make_tag(0, 0, 1, 0, 0), 1 << 30);
+        assert_eq!(make_tag(0, 0, 0, 1, 0), 1 << 16);
+        assert_eq!(make_tag(0, 0, 0, 0, 1), 1);
+    }
+}

@@ -1,0 +1,97 @@
+//! The one place in `proxy-core` that names atomics, fences, `UnsafeCell`, `Arc` and the
+//! spin hint.
+//!
+//! Under `--cfg loom` every name resolves to loom's model-checked twin, so the rings, the
+//! slot states, the wake protocol, the registry refcount and the in-memory transport's
+//! mailboxes are checked by the models in `loom-tests/` exactly as they ship. Nothing else in
+//! the crate may import `core::sync::atomic` or `core::cell::UnsafeCell` (the test command
+//! greps `core/src` for them and fails).
+//!
+//! No 64-bit atomics: `thumbv7em-none-eabihf` has 8/16/32-bit atomics with CAS only, so every
+//! state word, index and counter shared between threads is a `u32` or `usize`.
+//!
+//! Loom models `SeqCst` loads and stores as `AcqRel` (loom#108); protocols that need a
+//! store→load order (the park/wake Dekker pattern) use an explicit [`fence`] with `SeqCst`,
+//! which loom does model.
+
+#[cfg(not(loom))]
+pub use core::sync::atomic::{fence, AtomicBool, AtomicPtr, AtomicU32, AtomicU8, AtomicUsize, Ordering};
+#[cfg(loom)]
+pub use loom::sync::atomic::{fence, AtomicBool, AtomicPtr, AtomicU32, AtomicU8, AtomicUsize, Ordering};
+
+#[cfg(not(loom))]
+pub use alloc::sync::Arc;
+#[cfg(loom)]
+pub use loom::sync::Arc;
+
+/// Hint to the CPU that the caller is in a spin-wait loop.
+///
+/// Under loom this is `loom::thread::yield_now`, so a spinning model thread lets the others run
+/// instead of exhausting the model's branch budget.
+#[inline]
+pub fn spin_loop() {
+    #[cfg(not(loom))]
+    core::hint::spin_loop();
+    #[cfg(loom)]
+    loom::thread::yield_now();
+}
+
+/// An `UnsafeCell` with loom's closure API (`with` / `with_mut`), so loom can track every
+/// access to data that is handed between threads.
+///
+/// Seed: none (infrastructure; the shape follows tokio's and crossbeam's loom facades).
+#[derive(Debug)]
+pub struct UnsafeCell<T>(
+    #[cfg(not(loom))] core::cell::UnsafeCell<T>,
+    #[cfg(loom)] loom::cell::UnsafeCell<T>,
+);
+
+impl<T> UnsafeCell<T> {
+    /// Wraps `value`.
+    #[cfg(not(loom))]
+    pub const fn new(value: T) -> Self {
+        Self(core::cell::UnsafeCell::new(value))
+    }
+
+    /// Wraps `value`.
+    #[cfg(loom)]
+    pub fn new(value: T) -> Self {
+        Self(loom::cell::UnsafeCell::new(value))
+    }
+
+    /// Runs `f` with a shared raw pointer to the contents.
+    ///
+    /// The caller's protocol must guarantee no concurrent `with_mut` on the same cell while `f`
+    /// dereferences the pointer; under loom a violation is reported as a data race.
+    #[inline]
+    pub fn with<R>(&self, f: impl FnOnce(*const T) -> R) -> R {
+        #[cfg(not(loom))]
+        {
+            f(self.0.get())
+        }
+        #[cfg(loom)]
+        {
+            self.0.with(f)
+        }
+    }
+
+    /// Runs `f` with a unique raw pointer to the contents.
+    ///
+    /// The caller's protocol must guarantee that no other access to the cell overlaps `f`; under
+    /// loom a violation is reported as a data race.
+    #[inline]
+    pub fn with_mut<R>(&self, f: impl FnOnce(*mut T) -> R) -> R {
+        #[cfg(not(loom))]
+        {
+            f(self.0.get())
+        }
+        #[cfg(loom)]
+        {
+            self.0.with_mut(f)
+        }
+    }
+}
+
+/// Pads and aligns a value to a cache line (128 bytes on x86_64 for the adjacent-line
+/// prefetcher), so the producer's and consumer's hot indices never share a line.
+pub use crossbeam_utils::CachePadded;

@@ -1,0 +1,1 @@
+//! The C ABI of the progress half: seam entry points, init half and `nec_*` callbacks.

@@ -1,0 +1,1 @@
+//! Loom models of every cross-thread handoff in `proxy-core` (run with `RUSTFLAGS="--cfg loom"`).

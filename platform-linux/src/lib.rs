@@ -1,0 +1,1 @@
+//! Linux platform of the proxy engine: worker threads, host memory, transports, the device emulator and `proxy-perf`.
