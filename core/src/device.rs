@@ -51,7 +51,10 @@ impl DirectHostWords {
     }
 
     fn word(addr: u64) -> &'static AtomicU32 {
-        debug_assert!(addr != 0 && addr.is_multiple_of(4), "host word address {addr:#x}");
+        debug_assert!(
+            addr != 0 && addr.is_multiple_of(4),
+            "host word address {addr:#x}"
+        );
         // SAFETY: the constructor's contract: `addr` is a live, aligned u32 that is only accessed
         // atomically for as long as this accessor is in use (the 'static lifetime never escapes
         // the calling method).

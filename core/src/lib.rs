@@ -22,7 +22,10 @@ extern crate alloc;
 pub mod desc;
 pub mod device;
 pub mod net;
+pub mod ring;
+pub mod seam;
 pub mod status;
 pub mod sync;
+pub mod time;
 
 pub use status::NrtStatus;

@@ -52,12 +52,20 @@ pub struct NetError {
 impl NetError {
     /// A failure with status [`NrtStatus::NetworkProxyFailure`].
     pub fn failure(peer: Option<u32>, message: impl Into<String>) -> Self {
-        Self { status: NrtStatus::NetworkProxyFailure, peer, message: message.into() }
+        Self {
+            status: NrtStatus::NetworkProxyFailure,
+            peer,
+            message: message.into(),
+        }
     }
 
     /// A rejected request with status [`NrtStatus::Invalid`].
     pub fn invalid(peer: Option<u32>, message: impl Into<String>) -> Self {
-        Self { status: NrtStatus::Invalid, peer, message: message.into() }
+        Self {
+            status: NrtStatus::Invalid,
+            peer,
+            message: message.into(),
+        }
     }
 }
 
