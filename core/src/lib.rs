@@ -19,13 +19,18 @@
 
 extern crate alloc;
 
+pub mod comm;
 pub mod desc;
 pub mod device;
 pub mod net;
+pub mod op;
 pub mod ring;
+pub mod scripted;
 pub mod seam;
+pub mod sendrecv;
 pub mod status;
 pub mod sync;
+pub mod testing;
 pub mod time;
 
 pub use status::NrtStatus;

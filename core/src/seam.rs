@@ -10,6 +10,7 @@
 
 use core::ffi::{c_int, c_void};
 
+use crate::comm::Comm;
 use crate::desc::{NetDestAddr, NetOpInfo, NetSrcAddr};
 use crate::status::NrtStatus;
 
@@ -138,5 +139,110 @@ impl SeamTable {
     pub unsafe fn stop(&self, comm: *mut c_void, stream: u32) -> Result<(), NrtStatus> {
         // SAFETY: per this function's contract.
         status(unsafe { (self.stop)(comm, stream) })
+    }
+}
+
+/// Builds a slice from a C pointer and length: NULL with length 0 is the empty slice; NULL with a
+/// non-zero length is `Invalid`.
+///
+/// # Safety
+/// A non-null `ptr` must be valid for `len` reads of `T` for the returned lifetime.
+pub unsafe fn slice_from_c<'a, T>(ptr: *const T, len: usize) -> Result<&'a [T], NrtStatus> {
+    if len == 0 {
+        return Ok(&[]);
+    }
+    if ptr.is_null() {
+        log::error!("NULL FIFO pointer with length {len}");
+        return Err(NrtStatus::Invalid);
+    }
+    // SAFETY: non-null and valid for `len` reads per the caller's contract.
+    Ok(unsafe { core::slice::from_raw_parts(ptr, len) })
+}
+
+/// `neuronStartNetworkProxy` over this crate's own [`Comm`] (the in-process seam).
+///
+/// # Safety
+/// `comm` must be null or a live `*mut Comm` used by no other thread; the FIFO pointers must be
+/// valid for their lengths.
+pub unsafe extern "C" fn in_process_start(
+    comm: *mut c_void,
+    stream: u32,
+    bb: u32,
+    ops: *const NetOpInfo,
+    n_ops: usize,
+    src: *const NetSrcAddr,
+    n_src: usize,
+    dst: *const NetDestAddr,
+    n_dst: usize,
+) -> u32 {
+    // SAFETY: per this function's contract.
+    let Some(comm) = (unsafe { (comm as *mut Comm).as_mut() }) else {
+        return NrtStatus::InvalidHandle.code();
+    };
+    // SAFETY: per this function's contract.
+    let slices = unsafe {
+        (
+            slice_from_c(ops, n_ops),
+            slice_from_c(src, n_src),
+            slice_from_c(dst, n_dst),
+        )
+    };
+    let r = match slices {
+        (Ok(o), Ok(s), Ok(d)) => comm.start(stream, bb, o, s, d),
+        _ => Err(NrtStatus::Invalid),
+    };
+    NrtStatus::from_result(r).code()
+}
+
+/// `neuronNetworkProxyProgress` over this crate's own [`Comm`]: ANDs into `*idle` / `*done`;
+/// any failure of the comm maps to `NRT_NETWORK_PROXY_FAILURE`.
+///
+/// # Safety
+/// As [`in_process_start`]; `idle` and `done` must be null or valid for reads and writes.
+pub unsafe extern "C" fn in_process_progress(
+    comm: *mut c_void,
+    stream: u32,
+    bb: u32,
+    idle: *mut c_int,
+    done: *mut c_int,
+) -> u32 {
+    // SAFETY: per this function's contract.
+    let Some(comm) = (unsafe { (comm as *mut Comm).as_mut() }) else {
+        return NrtStatus::InvalidHandle.code();
+    };
+    if idle.is_null() || done.is_null() {
+        return NrtStatus::Invalid.code();
+    }
+    let (mut i, mut d) = (true, true);
+    let r = comm.progress(stream, bb, &mut i, &mut d);
+    // SAFETY: both non-null and valid per the contract.
+    unsafe {
+        *idle = c_int::from(*idle != 0 && i);
+        *done = c_int::from(*done != 0 && d);
+    }
+    NrtStatus::from_result(r).code()
+}
+
+/// `neuronStopNetworkProxy` over this crate's own [`Comm`].
+///
+/// # Safety
+/// As [`in_process_start`].
+pub unsafe extern "C" fn in_process_stop(comm: *mut c_void, stream: u32) -> u32 {
+    // SAFETY: per this function's contract.
+    let Some(comm) = (unsafe { (comm as *mut Comm).as_mut() }) else {
+        return NrtStatus::InvalidHandle.code();
+    };
+    NrtStatus::from_result(comm.stop(stream)).code()
+}
+
+impl SeamTable {
+    /// The in-process seam: the table filled with this crate's own progress half; the comm
+    /// handle is a `*mut Comm`.
+    pub const fn in_process() -> Self {
+        Self {
+            start: in_process_start,
+            progress: in_process_progress,
+            stop: in_process_stop,
+        }
     }
 }

@@ -1,0 +1,366 @@
+//! The send and recv proxy ops: the per-op transport state machines on the `nec.h` host-memory
+//! handshake (DESIGN.md §5).
+//!
+//! ```text
+//!            (1) host index reads 0xFFFF_FFFF:            (3) last entry completed
+//!                write 0, +1 handshake semaphore              at the transport
+//!  HANDSHAKE(1) ──────────────────────────────► TRANSFER(2) ─────────────────────► DONE(0)
+//!       ▲                                        │  (2) each tick: post entries the device
+//!       │                                        │      posted (host index, mod loop size),
+//!       │                                        │      test outstanding requests in order,
+//!       │                                        │      +n complete semaphore
+//!       └──────────── (4) recycle (`ProxyOp::rearm`, by the op-FIFO loop) ◄──────┘
+//! ```
+//! Edge 1 and 2: [`send_progress`] / [`recv_progress`] (through `step`); edge 3: `step`;
+//! edge 4: `Comm::progress` (the seed's `recycleOp`).
+//!
+//! Seed: `netNeuronSendProxy` (nccom:0x4e510), `netNeuronRecvProxy` (nccom:0x4fe20), the
+//! requestTracker 128-rings, §1/§4 (owned by send-recv-prims in the seed).
+
+use crate::desc::{NetOpInfo, NO_PEER};
+use crate::net::make_tag;
+use crate::net::TestOutcome;
+use crate::op::{
+    OpCtx, OpKind, ProxyOp, Slot8, TrackedRequest, FLAG_EARLY_RECV_POSTING,
+    FLAG_EARLY_SEND_COMPLETION, OP_STATE_DONE, OP_STATE_HANDSHAKE, OP_STATE_TRANSFER,
+    REQUEST_TRACKER_SIZE,
+};
+use crate::status::NrtStatus;
+
+/// Value of a host index (or trigger word) that says "device ready / not yet triggered".
+pub const HOST_WORD_READY: u32 = 0xFFFF_FFFF;
+
+/// The send op kind (`netNeuronSendProxy`).
+pub static SEND_OP: OpKind = OpKind {
+    name: "send",
+    progress: send_progress,
+};
+/// The recv op kind (`netNeuronRecvProxy`).
+pub static RECV_OP: OpKind = OpKind {
+    name: "recv",
+    progress: recv_progress,
+};
+
+/// The state of a send or recv proxy op (the numbers are the op's `state` field).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u32)]
+pub enum NetOpState {
+    /// Every request completed; the loop recycles the op.
+    Done = OP_STATE_DONE,
+    /// Waiting for the device's `-1` on the host index.
+    Handshake = OP_STATE_HANDSHAKE,
+    /// Posting and testing entries.
+    Transfer = OP_STATE_TRANSFER,
+}
+
+impl NetOpState {
+    fn of(op: &ProxyOp) -> Option<Self> {
+        match op.state {
+            OP_STATE_DONE => Some(Self::Done),
+            OP_STATE_HANDSHAKE => Some(Self::Handshake),
+            OP_STATE_TRANSFER => Some(Self::Transfer),
+            _ => None,
+        }
+    }
+}
+
+/// The one transition function of the send/recv machine: logs `state=A=>B` at trace level.
+fn transition(op: &mut ProxyOp, to: NetOpState) {
+    if let Some(from) = NetOpState::of(op) {
+        log::trace!(
+            "{} op {} block {} peer {}: state={from:?}=>{to:?}",
+            op.kind_name(),
+            op.net_op_idx,
+            op.basic_block_id,
+            op.peer
+        );
+    }
+    op.state = to as u32;
+}
+
+fn init_common(op: &mut ProxyOp, info: &NetOpInfo, index: u32, entry_base: u32) {
+    op.net_op_idx = index;
+    op.tag = info.tag;
+    op.entry_base = entry_base;
+    op.loop_size = info.net_idx_loop_size;
+    op.data_type_sz = info.data_type_sz;
+    op.early_credits = info.ending_recv_credits;
+    op.flags = 0;
+}
+
+/// Builds a send proxy op for op info `info` (index `index` in its `start` call) whose source
+/// entries start at `entry_base` of the block.
+pub(crate) fn init_send(op: &mut ProxyOp, info: &NetOpInfo, index: u32, entry_base: u32) {
+    op.progress = Slot8(Some(SEND_OP.progress));
+    op.transport_comm = Slot8(Some(&SEND_OP));
+    init_common(op, info, index, entry_base);
+    op.peer = info.send_peer;
+    op.n_entries = info.tx_entry_cnt;
+    op.max_outstanding = match info.initial_send_credits {
+        0 => REQUEST_TRACKER_SIZE as u32,
+        c => c,
+    };
+    if info.early_send_completion != 0 {
+        op.flags |= FLAG_EARLY_SEND_COMPLETION;
+    }
+    op.host_idx_addr = info.post_send_idx_addr;
+    op.handshake_sem_addr = info.send_handshake_sem_addr;
+    op.complete_sem_addr = info.send_complete_sem_addr;
+}
+
+/// Builds a recv proxy op for op info `info` whose destination entries start at `entry_base`.
+pub(crate) fn init_recv(op: &mut ProxyOp, info: &NetOpInfo, index: u32, entry_base: u32) {
+    op.progress = Slot8(Some(RECV_OP.progress));
+    op.transport_comm = Slot8(Some(&RECV_OP));
+    init_common(op, info, index, entry_base);
+    op.peer = info.recv_peer;
+    op.n_entries = info.rx_entry_cnt;
+    op.max_outstanding = REQUEST_TRACKER_SIZE as u32;
+    if info.early_recv_posting != 0 {
+        op.flags |= FLAG_EARLY_RECV_POSTING;
+    }
+    op.host_idx_addr = info.post_recv_idx_addr;
+    op.handshake_sem_addr = info.recv_handshake_sem_addr;
+    op.complete_sem_addr = info.recv_complete_sem_addr;
+}
+
+/// Progress of a send proxy op (the seed's `netNeuronSendProxy`).
+///
+/// # Errors
+/// A transport error (`NetworkProxyFailure` or the transport's status), a request cancelled
+/// behind the op's back, or a device that posted more entries than the op has (`HwError`).
+pub fn send_progress(op: &mut ProxyOp, ctx: &mut OpCtx<'_>) -> Result<(), NrtStatus> {
+    step(op, ctx, true)
+}
+
+/// Progress of a recv proxy op (the seed's `netNeuronRecvProxy`).
+///
+/// # Errors
+/// As [`send_progress`], plus a received size different from the entry's size (truncation).
+pub fn recv_progress(op: &mut ProxyOp, ctx: &mut OpCtx<'_>) -> Result<(), NrtStatus> {
+    step(op, ctx, false)
+}
+
+/// Entries posted by the device since the last read, from a host index that counts posted
+/// entries modulo `loop_size` (0 = 2^32).
+fn host_delta(raw: u32, last: u32, loop_size: u32) -> u32 {
+    if loop_size == 0 {
+        raw.wrapping_sub(last)
+    } else {
+        let l = u64::from(loop_size);
+        ((u64::from(raw) % l + l - u64::from(last) % l) % l) as u32
+    }
+}
+
+fn step(op: &mut ProxyOp, ctx: &mut OpCtx<'_>, send: bool) -> Result<(), NrtStatus> {
+    op.idle = 1;
+    op.ticks = op.ticks.wrapping_add(1);
+    match NetOpState::of(op) {
+        Some(NetOpState::Handshake) => {
+            if ctx.device.load_host_index(op.host_idx_addr) != HOST_WORD_READY {
+                return Ok(());
+            }
+            // Device ready: take the index back to 0, then tell the device (it starts posting
+            // only after it sees the handshake semaphore, so the 0 is in place first).
+            ctx.device.store_host_index(op.host_idx_addr, 0);
+            op.last_host_idx = 0;
+            op.pre_post_fifo_idx = 0;
+            ctx.device.inc_semaphore(op.handshake_sem_addr, 1);
+            op.idle = 0;
+            transition(op, NetOpState::Transfer);
+            Ok(())
+        }
+        Some(NetOpState::Transfer) => transfer(op, ctx, send),
+        Some(NetOpState::Done) => Ok(()),
+        None => {
+            log::error!(
+                "{} op {}: invalid state {}",
+                op.kind_name(),
+                op.net_op_idx,
+                op.state
+            );
+            Err(NrtStatus::NetworkProxyFailure)
+        }
+    }
+}
+
+fn transfer(op: &mut ProxyOp, ctx: &mut OpCtx<'_>, send: bool) -> Result<(), NrtStatus> {
+    let n = op.n_entries;
+    // Entries the device has posted so far (the host index, modulo the loop size).
+    let raw = ctx.device.load_host_index(op.host_idx_addr);
+    // Once every entry is posted, a `-1` is the device's handshake for the next execution
+    // (possible with early completion before the transport finished): no new entries.
+    let delta = if raw == HOST_WORD_READY && op.pre_post_fifo_idx == n {
+        0
+    } else {
+        host_delta(raw, op.last_host_idx, op.loop_size)
+    };
+    if delta != 0 {
+        if delta > n - op.pre_post_fifo_idx {
+            log::error!(
+                "{} op {} block {}: host index {raw} says {delta} new entries, only {} left",
+                op.kind_name(),
+                op.net_op_idx,
+                op.basic_block_id,
+                n - op.pre_post_fifo_idx
+            );
+            return Err(NrtStatus::HwError);
+        }
+        op.pre_post_fifo_idx += delta;
+        op.last_host_idx = raw;
+    }
+    let mut avail = op.pre_post_fifo_idx;
+    if !send && op.flags & FLAG_EARLY_RECV_POSTING != 0 {
+        avail = avail.saturating_add(op.early_credits).min(n);
+    }
+
+    // Post (isend / irecv) every available entry, up to the credit limit.
+    while op.posted < avail {
+        let outstanding = op.tracker().map_or(0, |t| t.len()) as u32;
+        if outstanding >= op.max_outstanding {
+            break;
+        }
+        let i = (op.entry_base + op.posted) as usize;
+        let (addr, size, rank) = if send {
+            let e = &ctx.src[i];
+            (e.addr, e.size, e.dest_rank)
+        } else {
+            let e = &ctx.dst[i];
+            (e.addr, e.size, e.src_rank)
+        };
+        let peer = if rank == NO_PEER { op.peer } else { rank } as u32;
+        let src_rank = if send { ctx.rank } else { peer };
+        let tag = make_tag(ctx.comm_id, src_rank, ctx.stream, op.tag, op.posted);
+        // SAFETY: `start` checked that `addr..addr+size` lies in memory registered with the
+        // comm (or the caller vouched for it), which stays valid, and owned by this entry,
+        // until the device sees the entry completed through the complete semaphore — which
+        // happens only after the transport reports the request finished.
+        let posted = unsafe {
+            if send {
+                ctx.transport
+                    .isend(peer, addr as usize as *const u8, size, tag)
+            } else {
+                ctx.transport
+                    .irecv(peer, addr as usize as *mut u8, size, tag)
+            }
+        };
+        let posted = match posted {
+            Ok(Some(p)) => p,
+            Ok(None) => break, // back-pressure: retry this entry next tick
+            Err(e) => {
+                log::error!(
+                    "{} op {} entry {}: post failed: {e}",
+                    op.kind_name(),
+                    op.net_op_idx,
+                    op.posted
+                );
+                return Err(e.status);
+            }
+        };
+        let r = TrackedRequest {
+            id: posted.request,
+            entry: op.posted,
+            payload_copied: send && posted.payload_copied,
+            cancel_requested: false,
+        };
+        match op.tracker_mut().map(|t| t.push(r)) {
+            Some(Ok(())) => {}
+            _ => {
+                log::error!(
+                    "{} op {}: request tracker missing or full",
+                    op.kind_name(),
+                    op.net_op_idx
+                );
+                return Err(NrtStatus::NetworkProxyFailure);
+            }
+        }
+        op.posted += 1;
+        op.idle = 0;
+    }
+
+    // Test outstanding requests in order.
+    loop {
+        let Some(front) = op.tracker().and_then(|t| t.front().copied()) else {
+            break;
+        };
+        match ctx.transport.test(front.id) {
+            Ok(TestOutcome::Pending) => break,
+            Ok(TestOutcome::Done { size }) => {
+                let i = (op.entry_base + front.entry) as usize;
+                let expected = if send {
+                    ctx.src[i].size
+                } else {
+                    ctx.dst[i].size
+                };
+                if size != expected {
+                    log::error!(
+                        "{} op {} entry {}: transferred {size} bytes, entry size {expected}",
+                        op.kind_name(),
+                        op.net_op_idx,
+                        front.entry
+                    );
+                    return Err(NrtStatus::NetworkProxyFailure);
+                }
+                if let Some(t) = op.tracker_mut() {
+                    t.pop_front();
+                }
+                op.completed += 1;
+                op.idle = 0;
+            }
+            Ok(TestOutcome::Cancelled) => {
+                log::error!(
+                    "{} op {} entry {}: request cancelled while in use",
+                    op.kind_name(),
+                    op.net_op_idx,
+                    front.entry
+                );
+                return Err(NrtStatus::NetworkProxyFailure);
+            }
+            Err(e) => {
+                log::error!(
+                    "{} op {} entry {}: {e}",
+                    op.kind_name(),
+                    op.net_op_idx,
+                    front.entry
+                );
+                return Err(e.status);
+            }
+        }
+    }
+
+    // Tell the device how many entries are complete. With early send completion an entry
+    // whose payload the transport copied counts as soon as every entry before it counts.
+    let mut countable = op.completed;
+    if send && op.flags & FLAG_EARLY_SEND_COMPLETION != 0 {
+        countable += op
+            .tracker()
+            .map_or(0, |t| t.iter().take_while(|r| r.payload_copied).count())
+            as u32;
+    }
+    if countable > op.credited {
+        ctx.device
+            .inc_semaphore(op.complete_sem_addr, countable - op.credited);
+        op.credited = countable;
+        op.idle = 0;
+    }
+    // State 0 only when every request has completed at the transport.
+    if op.completed == n {
+        transition(op, NetOpState::Done);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::host_delta;
+
+    #[test]
+    fn host_delta_wraps_modulo_loop_size() {
+        assert_eq!(host_delta(5, 3, 0), 2);
+        assert_eq!(host_delta(1, u32::MAX, 0), 2);
+        assert_eq!(host_delta(2, 6, 8), 4);
+        assert_eq!(host_delta(0, 0, 8), 0);
+        assert_eq!(host_delta(7, 7, 128), 0);
+        assert_eq!(host_delta(3, 125, 128), 6);
+    }
+}
