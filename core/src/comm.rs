@@ -363,7 +363,7 @@ impl Comm {
     }
 
     fn check_word(&self, what: &str, addr: u64) -> Result<(), NrtStatus> {
-        if addr == 0 || addr % 4 != 0 {
+        if addr == 0 || !addr.is_multiple_of(4) {
             reject!("{what}: host word address {addr:#x} is null or not 4-byte aligned");
         }
         self.check_range(what, addr, 4)
@@ -509,7 +509,7 @@ impl Comm {
             if peer != NO_PEER {
                 self.check_peer("start: entry peer", peer)?;
             }
-            if size % u64::from(op.data_type_sz) != 0 {
+            if !size.is_multiple_of(u64::from(op.data_type_sz)) {
                 reject!(
                     "start: {side} entry {i}: size {size} is not a multiple of data_type_sz {}",
                     op.data_type_sz

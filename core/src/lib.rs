@@ -20,6 +20,8 @@
 extern crate alloc;
 
 pub mod comm;
+#[cfg(all(test, not(loom)))]
+mod comm_tests;
 pub mod desc;
 pub mod device;
 pub mod net;

@@ -279,10 +279,7 @@ fn transfer(op: &mut ProxyOp, ctx: &mut OpCtx<'_>, send: bool) -> Result<(), Nrt
     }
 
     // Test outstanding requests in order.
-    loop {
-        let Some(front) = op.tracker().and_then(|t| t.front().copied()) else {
-            break;
-        };
+    while let Some(front) = op.tracker().and_then(|t| t.front().copied()) {
         match ctx.transport.test(front.id) {
             Ok(TestOutcome::Pending) => break,
             Ok(TestOutcome::Done { size }) => {

@@ -1,0 +1,735 @@
+//! Tests of the op-FIFO contract (DESIGN.md §3), one per invariant, and a model-based test
+//! against a plain reference model.
+
+extern crate std;
+
+use alloc::boxed::Box;
+use alloc::sync::Arc;
+use alloc::vec;
+use alloc::vec::Vec;
+use core::ffi::c_int;
+
+use crate::comm::{Comm, CommConfig, BB_NONE, NUM_STREAMS};
+use crate::desc::{NetOpInfo, NetSrcAddr, NET_OP_COMPLETE, NET_TRANSFER};
+use crate::op::{OPS_PER_POOL_BLOCK, OP_STATE_HANDSHAKE};
+use crate::scripted::Script;
+use crate::seam::SeamTable;
+use crate::status::NrtStatus;
+use crate::testing::{NullTransport, RecordingDevice};
+use crate::time::NoClock;
+
+fn comm() -> Comm {
+    Comm::new(
+        CommConfig::new(0, 2, 7),
+        Box::new(NullTransport::default()),
+        Arc::new(RecordingDevice::default()),
+        Arc::new(NoClock),
+    )
+    .unwrap()
+}
+
+fn after(n: u32) -> Script {
+    Script {
+        complete_after: n,
+        idle_mask: 0,
+        fail_tick: 0,
+    }
+}
+
+/// One progress call with idle/done seeded true; returns (idle, done).
+fn tick(c: &mut Comm, stream: u32, bb: u32) -> (bool, bool) {
+    let (mut idle, mut done) = (true, true);
+    c.progress(stream, bb, &mut idle, &mut done).unwrap();
+    (idle, done)
+}
+
+fn active_counts(c: &Comm, s: usize) -> Vec<u64> {
+    // SAFETY: ops on the list are live while the comm is borrowed.
+    c.stream(s)
+        .active
+        .iter()
+        .map(|p| unsafe { (*p).op_count })
+        .collect()
+}
+
+fn filed_counts(c: &Comm, s: usize, bb: u32) -> Vec<u64> {
+    c.stream(s)
+        .blocks
+        .get(&bb)
+        // SAFETY: as above.
+        .map(|f| f.ops.iter().map(|p| unsafe { (*p).op_count }).collect())
+        .unwrap_or_default()
+}
+
+// ---------------------------------------------------------------- recycling
+
+#[test]
+fn recycle_keeps_pool_count_and_refiles_under_block_with_fresh_requests() {
+    let mut c = comm();
+    c.start_scripted(0, 5, &[after(1), after(2)]).unwrap();
+    let free_before = c.stream(0).pool.len();
+    assert_eq!(free_before, OPS_PER_POOL_BLOCK as u32 - 2);
+    let first = c.stream(0).blocks[&5].ops.head();
+    // SAFETY: live op of the comm's pool.
+    let tracker_before = unsafe { (*first).requests[0].0 };
+    assert!(!tracker_before.is_null());
+
+    assert_eq!(tick(&mut c, 0, 5), (false, false));
+    // Op 0 completed on tick 1: recycled under block 5, op 1 still active.
+    assert_eq!(active_counts(&c, 0), vec![1]);
+    assert_eq!(filed_counts(&c, 0, 5), vec![0]);
+    assert_eq!(
+        c.stream(0).pool.len(),
+        free_before,
+        "a recycle does not touch the pool"
+    );
+    // SAFETY: as above.
+    unsafe {
+        assert_eq!((*first).state, OP_STATE_HANDSHAKE);
+        assert_eq!((*first).posted, 0);
+        assert_eq!((*first).pre_post_fifo_idx, 0);
+        assert_eq!((*first).ticks, 0);
+        assert_eq!((*first).executions, 1);
+        let t = (*first).tracker().expect("fresh tracker");
+        assert!(t.is_empty());
+    }
+    assert_eq!(tick(&mut c, 0, 5), (false, true));
+    assert_eq!(filed_counts(&c, 0, 5), vec![0, 1]);
+    assert_eq!(c.stream(0).current_bb, 5);
+    assert_eq!(c.stream(0).pool.len(), free_before);
+}
+
+#[test]
+fn a_block_runs_again_when_reloaded() {
+    let mut c = comm();
+    c.start_scripted(1, 3, &[after(2)]).unwrap();
+    for execution in 1..=3u32 {
+        assert_eq!(
+            tick(&mut c, 1, 3),
+            (false, false),
+            "execution {execution} tick 1"
+        );
+        assert_eq!(
+            tick(&mut c, 1, 3),
+            (false, true),
+            "execution {execution} tick 2"
+        );
+        let op = c.stream(1).blocks[&3].ops.head();
+        // SAFETY: live op.
+        assert_eq!(unsafe { (*op).executions }, execution);
+    }
+}
+
+// ---------------------------------------------------------------- blocks and pending
+
+#[test]
+fn pending_block_suppresses_done_then_loads_next_tick() {
+    let mut c = comm();
+    c.start_scripted(0, 1, &[after(2)]).unwrap();
+    c.start_scripted(0, 2, &[after(1), after(1)]).unwrap();
+    assert_eq!(tick(&mut c, 0, 1), (false, false));
+    assert_eq!(c.stream(0).current_bb, 1);
+    // Block 1 still active: asking for 2 makes it pending; block 1 drains on this tick.
+    assert_eq!(
+        tick(&mut c, 0, 2),
+        (false, false),
+        "done suppressed while 2 is pending"
+    );
+    assert_eq!(c.stream(0).pending_bb, 2);
+    assert!(c.stream(0).active.is_empty());
+    // Next tick loads the pending block whatever bb the caller passes.
+    assert_eq!(tick(&mut c, 0, 1), (false, true));
+    assert_eq!(c.stream(0).current_bb, 2);
+    assert_eq!(c.stream(0).pending_bb, BB_NONE);
+    assert_eq!(filed_counts(&c, 0, 2), vec![1, 2]);
+}
+
+#[test]
+fn idle_is_the_and_over_ops() {
+    let mut c = comm();
+    // Op 0 idle on ticks 1 and 2, op 1 idle on tick 2 only.
+    c.start_scripted(
+        2,
+        9,
+        &[
+            Script {
+                complete_after: 4,
+                idle_mask: 0b011,
+                fail_tick: 0,
+            },
+            Script {
+                complete_after: 4,
+                idle_mask: 0b010,
+                fail_tick: 0,
+            },
+        ],
+    )
+    .unwrap();
+    assert_eq!(tick(&mut c, 2, 9), (false, false));
+    assert_eq!(tick(&mut c, 2, 9), (true, false));
+    assert_eq!(tick(&mut c, 2, 9), (false, false));
+}
+
+#[test]
+fn wrapper_ands_into_caller_seeded_values_across_four_streams() {
+    let mut c = comm();
+    c.start_scripted(0, 1, &[after(1)]).unwrap();
+    c.start_scripted(
+        1,
+        1,
+        &[Script {
+            complete_after: 3,
+            idle_mask: !0,
+            fail_tick: 0,
+        }],
+    )
+    .unwrap();
+    c.start_scripted(
+        2,
+        1,
+        &[Script {
+            complete_after: 1,
+            idle_mask: !0,
+            fail_tick: 0,
+        }],
+    )
+    .unwrap();
+    // Stream 3 has nothing filed: idle and done.
+    let seam = SeamTable::in_process();
+    let h = &mut c as *mut Comm as *mut core::ffi::c_void;
+    let round = |h| {
+        let (mut idle, mut done): (c_int, c_int) = (1, 1);
+        for s in 0..NUM_STREAMS as u32 {
+            // SAFETY: `h` is a live comm used only here.
+            let r = unsafe { (seam.progress)(h, s, 1, &mut idle, &mut done) };
+            assert_eq!(r, 0);
+        }
+        (idle, done)
+    };
+    // Stream 0 works (not idle) and finishes; stream 1 idle, not done; stream 2 done.
+    assert_eq!(round(h), (0, 0));
+    // Stream 0 reloads block 1 (a loop) and finishes again; stream 1 still idle.
+    assert_eq!(round(h), (0, 0));
+    let (mut idle, mut done): (c_int, c_int) = (1, 1);
+    for s in [1u32, 3] {
+        // SAFETY: as above.
+        assert_eq!(unsafe { (seam.progress)(h, s, 1, &mut idle, &mut done) }, 0);
+    }
+    assert_eq!(
+        (idle, done),
+        (1, 1),
+        "stream 1 finished on its idle tick 3, stream 3 empty"
+    );
+    // A caller seeding 0 gets 0 back whatever the streams say.
+    let (mut idle, mut done): (c_int, c_int) = (0, 0);
+    // SAFETY: as above.
+    assert_eq!(unsafe { (seam.progress)(h, 3, 1, &mut idle, &mut done) }, 0);
+    assert_eq!((idle, done), (0, 0));
+    // NULL out-parameters are rejected.
+    // SAFETY: as above.
+    let r = unsafe { (seam.progress)(h, 3, 1, core::ptr::null_mut(), &mut done) };
+    assert_eq!(r, NrtStatus::Invalid.code());
+}
+
+// ---------------------------------------------------------------- stop
+
+#[test]
+fn stop_returns_every_op_to_the_pool_and_clears_blocks() {
+    let mut c = comm();
+    let scripts: Vec<Script> = (0..100).map(|_| after(3)).collect();
+    c.start_scripted(0, 1, &scripts).unwrap();
+    c.start_scripted(0, 2, &scripts).unwrap();
+    assert_eq!(
+        c.stream(0).pool_block_count(),
+        2,
+        "200 ops need two 128-op blocks"
+    );
+    tick(&mut c, 0, 1);
+    tick(&mut c, 0, 2);
+    assert_eq!(c.stream(0).active.len(), 100);
+    assert_eq!(c.stream(0).pending_bb, 2);
+    c.stop(0).unwrap();
+    let st = c.stream(0);
+    assert_eq!(st.pool.len(), st.capacity());
+    assert_eq!(st.capacity(), 256);
+    assert!(st.active.is_empty() && st.next_ops.is_empty() && st.blocks.is_empty());
+    assert_eq!((st.current_bb, st.pending_bb), (BB_NONE, BB_NONE));
+    // The stream is reusable; progress on it is idle and done.
+    assert_eq!(tick(&mut c, 0, 1), (true, true));
+    c.start_scripted(0, 1, &[after(1)]).unwrap();
+    assert_eq!(tick(&mut c, 0, 1), (false, true));
+    assert_eq!(
+        c.stream(0).pool_block_count(),
+        2,
+        "pool blocks are kept until destroy"
+    );
+}
+
+// ---------------------------------------------------------------- failure
+
+#[test]
+fn an_error_is_sticky_and_maps_to_1206() {
+    let mut c = comm();
+    c.start_scripted(
+        0,
+        1,
+        &[Script {
+            complete_after: 5,
+            idle_mask: 0,
+            fail_tick: 2,
+        }],
+    )
+    .unwrap();
+    c.start_scripted(1, 1, &[after(5)]).unwrap();
+    assert_eq!(tick(&mut c, 0, 1), (false, false));
+    let (mut i, mut d) = (true, true);
+    assert_eq!(
+        c.progress(0, 1, &mut i, &mut d),
+        Err(NrtStatus::NetworkProxyFailure)
+    );
+    assert_eq!(c.fatal_error(), Some(NrtStatus::NetworkProxyFailure));
+    // Every later progress, on any stream, fails at once; start is rejected with the error.
+    assert_eq!(
+        c.progress(1, 1, &mut i, &mut d),
+        Err(NrtStatus::NetworkProxyFailure)
+    );
+    assert_eq!(
+        c.start_scripted(2, 1, &[after(1)]),
+        Err(NrtStatus::NetworkProxyFailure)
+    );
+    let info = one_op_info();
+    assert_eq!(
+        c.start(2, 1, &[info], &[src_entry(NET_OP_COMPLETE)], &[]),
+        Err(NrtStatus::NetworkProxyFailure)
+    );
+    // Through the C-shaped seam the code is 1206.
+    let seam = SeamTable::in_process();
+    let h = &mut c as *mut Comm as *mut core::ffi::c_void;
+    let (mut ci, mut cd): (c_int, c_int) = (1, 1);
+    // SAFETY: live comm.
+    assert_eq!(unsafe { (seam.progress)(h, 1, 1, &mut ci, &mut cd) }, 1206);
+    // stop always works on a failed comm.
+    for s in 0..4 {
+        c.stop(s).unwrap();
+    }
+    assert_eq!(c.stream(0).pool.len(), c.stream(0).capacity());
+}
+
+#[test]
+fn op_count_assert_fails_cleanly_naming_the_op() {
+    let mut c = comm();
+    c.start_scripted(0, 1, &[after(3)]).unwrap();
+    let op = c.stream(0).blocks[&1].ops.head();
+    // SAFETY: live op; no reference to it is held.
+    unsafe { (*op).op_count = c.last_op_count() + 10 };
+    let (mut i, mut d) = (true, true);
+    assert_eq!(
+        c.progress(0, 1, &mut i, &mut d),
+        Err(NrtStatus::NetworkProxyFailure)
+    );
+    assert_eq!(c.fatal_error(), Some(NrtStatus::NetworkProxyFailure));
+    c.stop(0).unwrap();
+}
+
+#[test]
+fn block_assert_fails_cleanly_naming_the_op() {
+    let mut c = comm();
+    c.start_scripted(0, 1, &[after(3), after(3)]).unwrap();
+    tick(&mut c, 0, 1);
+    let second = c.stream(0).active.iter().nth(1).unwrap();
+    // SAFETY: live op; no reference to it is held.
+    unsafe { (*second).basic_block_id = 42 };
+    let (mut i, mut d) = (true, true);
+    assert_eq!(
+        c.progress(0, 1, &mut i, &mut d),
+        Err(NrtStatus::NetworkProxyFailure)
+    );
+    c.stop(0).unwrap();
+    assert_eq!(c.stream(0).pool.len(), c.stream(0).capacity());
+}
+
+// ---------------------------------------------------------------- validation
+
+fn one_op_info() -> NetOpInfo {
+    NetOpInfo {
+        send_peer: 1,
+        recv_peer: -1,
+        tx_entry_cnt: 1,
+        data_type_sz: 4,
+        post_send_idx_addr: 0x1000,
+        send_handshake_sem_addr: 0x1080,
+        send_complete_sem_addr: 0x1100,
+        ..NetOpInfo::default()
+    }
+}
+
+fn src_entry(mark: u32) -> NetSrcAddr {
+    NetSrcAddr {
+        net_op_idx: 0,
+        mark,
+        addr: 0x2000,
+        size: 64,
+        dest_rank: -1,
+        reserved: 0,
+    }
+}
+
+#[test]
+fn start_validation_rejects_and_files_nothing() {
+    let mut c = comm();
+    let info = one_op_info();
+    let ok_src = [src_entry(NET_OP_COMPLETE)];
+    // Addresses are checked against registered memory: nothing registered yet.
+    assert_eq!(
+        c.start(0, 1, &[info], &ok_src, &[]),
+        Err(NrtStatus::Invalid)
+    );
+    // SAFETY: these tests never run the ops, so the fake addresses are never dereferenced.
+    unsafe { c.register_memory(0x1000, 0x2000).unwrap() };
+    type Case = (&'static str, u32, u32, Vec<NetOpInfo>, Vec<NetSrcAddr>);
+    let bad: [Case; 9] = [
+        ("stream 4", 4, 1, vec![info], ok_src.to_vec()),
+        ("bb none", 0, BB_NONE, vec![info], ok_src.to_vec()),
+        ("empty ops", 0, 1, vec![], vec![]),
+        (
+            "length mismatch",
+            0,
+            1,
+            vec![info],
+            vec![src_entry(NET_TRANSFER), src_entry(NET_OP_COMPLETE)],
+        ),
+        (
+            "last not marked",
+            0,
+            1,
+            vec![info],
+            vec![src_entry(NET_TRANSFER)],
+        ),
+        ("unknown mark", 0, 1, vec![info], vec![src_entry(9)]),
+        (
+            "op idx",
+            0,
+            1,
+            vec![info],
+            vec![NetSrcAddr {
+                net_op_idx: 1,
+                ..src_entry(NET_OP_COMPLETE)
+            }],
+        ),
+        (
+            "peer",
+            0,
+            1,
+            vec![NetOpInfo {
+                send_peer: 2,
+                ..info
+            }],
+            ok_src.to_vec(),
+        ),
+        (
+            "size multiple",
+            0,
+            1,
+            vec![info],
+            vec![NetSrcAddr {
+                size: 6,
+                ..src_entry(NET_OP_COMPLETE)
+            }],
+        ),
+    ];
+    for (what, stream, bb, ops, src) in bad {
+        assert_eq!(
+            c.start(stream, bb, &ops, &src, &[]),
+            Err(NrtStatus::Invalid),
+            "{what}"
+        );
+    }
+    let unregistered = NetSrcAddr {
+        addr: 0x2F00,
+        size: 0x200,
+        ..src_entry(NET_OP_COMPLETE)
+    };
+    assert_eq!(
+        c.start(0, 1, &[info], &[unregistered], &[]),
+        Err(NrtStatus::Invalid)
+    );
+    let missing_word = NetOpInfo {
+        send_complete_sem_addr: 0,
+        ..info
+    };
+    assert_eq!(
+        c.start(0, 1, &[missing_word], &ok_src, &[]),
+        Err(NrtStatus::Invalid)
+    );
+    for s in 0..4 {
+        assert!(
+            c.stream(s).blocks.is_empty(),
+            "a rejected start files nothing"
+        );
+        assert_eq!(c.stream(s).pool.len(), c.stream(s).capacity());
+    }
+    assert_eq!(c.last_op_count(), 0);
+    // And the valid call files one send op.
+    c.start(0, 1, &[info], &ok_src, &[]).unwrap();
+    assert_eq!(c.stream(0).filed(1), 1);
+    assert_eq!(c.last_op_count(), 1);
+}
+
+#[test]
+fn progress_on_empty_or_bad_stream() {
+    let mut c = comm();
+    assert_eq!(tick(&mut c, 3, 0), (true, true));
+    let (mut i, mut d) = (true, true);
+    assert_eq!(c.progress(4, 0, &mut i, &mut d), Err(NrtStatus::Invalid));
+    assert_eq!(c.stop(4), Err(NrtStatus::Invalid));
+    assert_eq!(
+        c.fatal_error(),
+        None,
+        "validation errors do not fail the comm"
+    );
+}
+
+#[test]
+fn comm_creation_is_validated() {
+    let mk = |rank, nranks, id| {
+        Comm::new(
+            CommConfig::new(rank, nranks, id),
+            Box::new(NullTransport::default()),
+            Arc::new(RecordingDevice::default()),
+            Arc::new(NoClock),
+        )
+        .map(|_| ())
+    };
+    assert_eq!(mk(0, 0, 0), Err(NrtStatus::Invalid));
+    assert_eq!(mk(2, 2, 0), Err(NrtStatus::Invalid));
+    assert_eq!(mk(0, 2, 1 << 15), Err(NrtStatus::Invalid));
+    assert_eq!(mk(1, 2, (1 << 15) - 1), Ok(()));
+}
+
+// ---------------------------------------------------------------- model-based test
+
+mod model {
+    use super::*;
+    use alloc::collections::BTreeMap;
+    use proptest::prelude::*;
+
+    #[derive(Clone, Debug)]
+    struct MOp {
+        count: u64,
+        bb: u32,
+        script: Script,
+        ticks: u32,
+    }
+
+    #[derive(Clone, Debug, Default)]
+    struct MStream {
+        active: Vec<MOp>,
+        blocks: BTreeMap<u32, Vec<MOp>>,
+        current: Option<u32>,
+        pending: Option<u32>,
+        capacity: u32,
+        free: u32,
+    }
+
+    #[derive(Debug, Default)]
+    struct Model {
+        streams: [MStream; 4],
+        next_count: u64,
+        failed: bool,
+    }
+
+    #[derive(Clone, Debug)]
+    enum Cmd {
+        Start {
+            stream: u32,
+            bb: u32,
+            scripts: Vec<Script>,
+        },
+        Progress {
+            stream: u32,
+            bb: u32,
+        },
+        Stop {
+            stream: u32,
+        },
+    }
+
+    impl Model {
+        fn start(&mut self, stream: u32, bb: u32, scripts: &[Script]) -> Result<(), NrtStatus> {
+            if self.failed {
+                return Err(NrtStatus::NetworkProxyFailure);
+            }
+            let st = &mut self.streams[stream as usize];
+            while st.free < scripts.len() as u32 {
+                st.capacity += OPS_PER_POOL_BLOCK as u32;
+                st.free += OPS_PER_POOL_BLOCK as u32;
+            }
+            st.free -= scripts.len() as u32;
+            for s in scripts {
+                st.blocks.entry(bb).or_default().push(MOp {
+                    count: self.next_count,
+                    bb,
+                    script: *s,
+                    ticks: 0,
+                });
+                self.next_count += 1;
+            }
+            Ok(())
+        }
+
+        fn progress(&mut self, stream: u32, bb: u32) -> Result<(bool, bool), NrtStatus> {
+            if self.failed {
+                return Err(NrtStatus::NetworkProxyFailure);
+            }
+            let st = &mut self.streams[stream as usize];
+            if st.active.is_empty() {
+                let load = st.pending.take().unwrap_or(bb);
+                st.current = None;
+                if let Some(ops) = st.blocks.get_mut(&load) {
+                    if !ops.is_empty() {
+                        st.active = core::mem::take(ops);
+                        st.current = Some(load);
+                    }
+                }
+            } else if Some(bb) != st.current {
+                st.pending = Some(bb);
+            }
+            if st.current.is_none() {
+                return Ok((true, true));
+            }
+            let mut all_idle = true;
+            let mut keep = Vec::new();
+            let active = core::mem::take(&mut st.active);
+            let mut iter = active.into_iter();
+            while let Some(mut op) = iter.next() {
+                op.ticks += 1;
+                let t = op.ticks;
+                if op.script.fail_tick != 0 && t == op.script.fail_tick {
+                    self.failed = true;
+                    keep.push(op);
+                    keep.extend(iter);
+                    st.active = keep;
+                    return Err(NrtStatus::NetworkProxyFailure);
+                }
+                all_idle &= t <= 64 && op.script.idle_mask & (1 << (t - 1)) != 0;
+                if t >= op.script.complete_after.max(1) {
+                    op.ticks = 0;
+                    st.blocks.entry(op.bb).or_default().push(op);
+                } else {
+                    keep.push(op);
+                }
+            }
+            st.active = keep;
+            let done = st.active.is_empty();
+            if done && st.pending.is_some() {
+                Ok((false, false))
+            } else {
+                Ok((all_idle, done))
+            }
+        }
+
+        fn stop(&mut self, stream: u32) {
+            let st = &mut self.streams[stream as usize];
+            st.active.clear();
+            st.blocks.clear();
+            st.current = None;
+            st.pending = None;
+            st.free = st.capacity;
+        }
+    }
+
+    fn check(c: &Comm, m: &Model) {
+        for s in 0..4 {
+            let st = c.stream(s);
+            let ms = &m.streams[s];
+            let ma: Vec<u64> = ms.active.iter().map(|o| o.count).collect();
+            assert_eq!(active_counts(c, s), ma, "active of stream {s}");
+            for (bb, ops) in &ms.blocks {
+                let mb: Vec<u64> = ops.iter().map(|o| o.count).collect();
+                assert_eq!(
+                    filed_counts(c, s, *bb),
+                    mb,
+                    "filed of stream {s} block {bb}"
+                );
+            }
+            let real_nonempty = st.blocks.iter().filter(|(_, f)| !f.ops.is_empty()).count();
+            let model_nonempty = ms.blocks.values().filter(|v| !v.is_empty()).count();
+            assert_eq!(
+                real_nonempty, model_nonempty,
+                "non-empty blocks of stream {s}"
+            );
+            assert_eq!(
+                st.current_bb,
+                ms.current.unwrap_or(BB_NONE),
+                "current of stream {s}"
+            );
+            assert_eq!(
+                st.pending_bb,
+                ms.pending.unwrap_or(BB_NONE),
+                "pending of stream {s}"
+            );
+            assert_eq!(st.pool.len(), ms.free, "free ops of stream {s}");
+            assert_eq!(st.capacity(), ms.capacity, "capacity of stream {s}");
+        }
+        assert_eq!(c.last_op_count(), m.next_count);
+    }
+
+    fn script() -> impl Strategy<Value = Script> {
+        (
+            1u32..5,
+            any::<u8>(),
+            prop_oneof![9 => Just(0u32), 1 => 1u32..5],
+        )
+            .prop_map(|(complete_after, mask, fail_tick)| Script {
+                complete_after,
+                idle_mask: u64::from(mask),
+                fail_tick,
+            })
+    }
+
+    fn cmd() -> impl Strategy<Value = Cmd> {
+        prop_oneof![
+            3 => (0u32..4, 0u32..3, proptest::collection::vec(script(), 1..6))
+                .prop_map(|(stream, bb, scripts)| Cmd::Start { stream, bb, scripts }),
+            6 => (0u32..4, 0u32..3).prop_map(|(stream, bb)| Cmd::Progress { stream, bb }),
+            1 => (0u32..4).prop_map(|stream| Cmd::Stop { stream }),
+        ]
+    }
+
+    fn config() -> ProptestConfig {
+        let cases = std::env::var("PROPTEST_CASES")
+            .ok()
+            .and_then(|v| v.parse().ok());
+        ProptestConfig {
+            cases: cases.unwrap_or(if cfg!(miri) { 4 } else { 256 }),
+            failure_persistence: None,
+            ..ProptestConfig::default()
+        }
+    }
+
+    proptest! {
+        #![proptest_config(config())]
+        #[test]
+        fn op_fifo_matches_reference_model(cmds in proptest::collection::vec(cmd(), 1..60)) {
+            let mut c = comm();
+            let mut m = Model::default();
+            for cmd in cmds {
+                match cmd {
+                    Cmd::Start { stream, bb, scripts } => {
+                        prop_assert_eq!(c.start_scripted(stream, bb, &scripts), m.start(stream, bb, &scripts));
+                    }
+                    Cmd::Progress { stream, bb } => {
+                        let (mut i, mut d) = (true, true);
+                        let r = c.progress(stream, bb, &mut i, &mut d).map(|()| (i, d));
+                        prop_assert_eq!(r, m.progress(stream, bb));
+                    }
+                    Cmd::Stop { stream } => {
+                        prop_assert_eq!(c.stop(stream), Ok(()));
+                        m.stop(stream);
+                    }
+                }
+                check(&c, &m);
+            }
+        }
+    }
+}
