@@ -606,9 +606,11 @@ impl Comm {
                 op.basic_block_id = bb;
                 op.op_count = self.last_op_count;
                 self.last_op_count += 1;
+                let armed = op.rearm();
+                // `op` is not used past this point: the list links are written through `opp`.
                 // SAFETY: `opp` is live and on no list.
                 unsafe { st.next_ops.push_back(opp) };
-                if let Err(e) = op.rearm() {
+                if let Err(e) = armed {
                     failed = Some(e);
                     break;
                 }
@@ -668,9 +670,10 @@ impl Comm {
             op.basic_block_id = bb;
             op.op_count = self.last_op_count;
             self.last_op_count += 1;
-            // SAFETY: live, on no list.
+            let armed = op.rearm();
+            // SAFETY: live, on no list; `op` is not used past this point.
             unsafe { st.next_ops.push_back(opp) };
-            if let Err(e) = op.rearm() {
+            if let Err(e) = armed {
                 let mut built = core::mem::take(&mut st.next_ops);
                 StreamState::release_list(&mut st.pool, &mut built);
                 return Err(e);
@@ -812,26 +815,21 @@ impl Comm {
             all_idle &= op.idle != 0;
             let next = op.next.0;
             if op.state == OP_STATE_DONE {
-                // Recycle: unlink, re-arm, file again under its own block.
+                // Recycle: re-arm, unlink, file again under its own block. `op` is last used
+                // here; the list links are then written through raw pointers only.
+                op.executions += 1;
+                let armed = op.rearm();
+                let bb_of_op = op.basic_block_id;
                 // SAFETY: `prev` is null or the op before `cur` on `active`.
                 let unlinked = unsafe { st.active.unlink_after(prev) };
                 debug_assert_eq!(unlinked, cur);
-                op.executions += 1;
-                if let Err(e) = op.rearm() {
-                    failure = Some(e);
-                    // Keep the op owned by the stream so stop/destroy find it.
-                    // SAFETY: `cur` is live and was just unlinked.
-                    unsafe {
-                        st.blocks
-                            .get_mut(&op.basic_block_id)
-                            .map(|f| f.ops.push_back(cur))
-                    };
-                    break;
-                }
-                let bb_of_op = op.basic_block_id;
                 if let Some(files) = st.blocks.get_mut(&bb_of_op) {
                     // SAFETY: `cur` is live and on no list.
                     unsafe { files.ops.push_back(cur) };
+                }
+                if let Err(e) = armed {
+                    failure = Some(e);
+                    break;
                 }
             } else {
                 prev = cur;
