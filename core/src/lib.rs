@@ -21,6 +21,7 @@ extern crate alloc;
 
 pub mod desc;
 pub mod device;
+pub mod mem_transport;
 pub mod net;
 pub mod ring;
 pub mod seam;
