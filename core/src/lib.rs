@@ -24,6 +24,7 @@ pub mod comm;
 mod comm_tests;
 pub mod desc;
 pub mod device;
+pub mod mem_transport;
 pub mod net;
 pub mod op;
 pub mod ring;
