@@ -31,6 +31,8 @@ pub mod ring;
 pub mod scripted;
 pub mod seam;
 pub mod sendrecv;
+#[cfg(all(test, not(loom)))]
+mod sendrecv_tests;
 pub mod status;
 pub mod sync;
 pub mod testing;

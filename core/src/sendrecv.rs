@@ -327,7 +327,9 @@ fn transfer(op: &mut ProxyOp, ctx: &mut OpCtx<'_>, send: bool) -> Result<(), Nrt
 
     // Tell the device how many entries are complete. With early send completion an entry
     // whose payload the transport copied counts as soon as every entry before it counts.
-    let mut countable = op.completed;
+    // A receive posted early (ahead of the device) counts only once the device has posted its
+    // entry: the device never sees more completions than entries it handed out.
+    let mut countable = op.completed.min(op.pre_post_fifo_idx);
     if send && op.flags & FLAG_EARLY_SEND_COMPLETION != 0 {
         countable += op
             .tracker()
@@ -341,7 +343,7 @@ fn transfer(op: &mut ProxyOp, ctx: &mut OpCtx<'_>, send: bool) -> Result<(), Nrt
         op.idle = 0;
     }
     // State 0 only when every request has completed at the transport.
-    if op.completed == n {
+    if op.completed == n && op.credited == n {
         transition(op, NetOpState::Done);
     }
     Ok(())

@@ -1,0 +1,601 @@
+//! Send/recv proxy ops through the full `nec.h` protocol: two comms over the in-memory
+//! transport in one process, each op driven by a small in-test device that writes `-1`, posts
+//! entries by raising the host index and reads the semaphores (DESIGN.md §5).
+
+extern crate std;
+
+use alloc::boxed::Box;
+use alloc::sync::Arc;
+use alloc::vec;
+use alloc::vec::Vec;
+
+use crate::comm::{Comm, CommConfig};
+use crate::desc::{
+    NetDestAddr, NetOpInfo, NetSrcAddr, EXEC_COMPLETE, NET_OP_COMPLETE, NET_TRANSFER,
+};
+use crate::device::DirectHostWords;
+use crate::mem_transport::MemFabric;
+use crate::status::NrtStatus;
+use crate::sync::{AtomicU32, Ordering};
+use crate::time::NoClock;
+
+const POISON: u8 = 0xFF;
+
+fn pattern(op: usize, entry: usize, exec: u32, i: usize) -> u8 {
+    ((op * 31 + entry * 7 + exec as usize * 13 + i) % 251) as u8
+}
+
+/// One op pair: rank 0 sends `sizes` to rank 1 on `stream`.
+#[derive(Clone, Debug)]
+struct Spec {
+    stream: u32,
+    sizes: Vec<u64>,
+    loop_size: u32,
+    send_credits: u32,
+    early_send: bool,
+    early_recv: bool,
+    recv_credits: u32,
+    /// Entries the sending / receiving device posts per step at most.
+    send_rate: u32,
+    recv_rate: u32,
+    /// Bytes the receive entries are shorter than the sends (0 = exact; > 0 = truncation).
+    recv_shrink: u64,
+}
+
+impl Spec {
+    fn new(stream: u32, sizes: Vec<u64>) -> Self {
+        Self {
+            stream,
+            sizes,
+            loop_size: 0,
+            send_credits: 0,
+            early_send: false,
+            early_recv: false,
+            recv_credits: 0,
+            send_rate: u32::MAX,
+            recv_rate: u32::MAX,
+            recv_shrink: 0,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    Arm,
+    WaitHandshake,
+    Post,
+    Finished,
+}
+
+/// The device side of one op: the host index and the two semaphores of one side.
+struct DevOp {
+    send: bool,
+    spec: usize,
+    idx: usize,
+    hs: usize,
+    cpl: usize,
+    n: u32,
+    loop_size: u32,
+    rate: u32,
+    posted: u32,
+    exec: u32,
+    phase: Phase,
+    /// Highest semaphore count seen (must never exceed the entries posted).
+    max_seen_cpl: u32,
+}
+
+struct World {
+    comms: [Comm; 2],
+    /// Host words (host indices and semaphores) of both ranks.
+    words: Box<[AtomicU32]>,
+    /// Per spec: source buffers (rank 0) and destination buffers (rank 1), one per entry.
+    src: Vec<Vec<Vec<u8>>>,
+    dst: Vec<Vec<Vec<u8>>>,
+    devs: Vec<DevOp>,
+    specs: Vec<Spec>,
+}
+
+impl World {
+    fn word_addr(&self, i: usize) -> u64 {
+        &self.words[i] as *const AtomicU32 as usize as u64
+    }
+
+    fn load(&self, i: usize) -> u32 {
+        self.words[i].load(Ordering::Acquire)
+    }
+
+    fn store(&self, i: usize, v: u32) {
+        self.words[i].store(v, Ordering::Release)
+    }
+
+    fn new(specs: Vec<Spec>) -> Self {
+        let fabric = MemFabric::new(2).unwrap();
+        let mk = |rank: u32| {
+            let t = fabric.endpoint(rank).unwrap();
+            // SAFETY: every address the ops use is registered below and lives in `World`, which
+            // outlives the comms (`comms` is the first field, so it is dropped first).
+            let dev = unsafe { DirectHostWords::new() };
+            Comm::new(
+                CommConfig::new(rank, 2, 3),
+                Box::new(t),
+                Arc::new(dev),
+                Arc::new(NoClock),
+            )
+            .unwrap()
+        };
+        let comms = [mk(0), mk(1)];
+        let words: Box<[AtomicU32]> = (0..specs.len() * 6).map(|_| AtomicU32::new(0)).collect();
+        let mut src = Vec::new();
+        let mut dst = Vec::new();
+        let mut devs = Vec::new();
+        for (k, s) in specs.iter().enumerate() {
+            src.push(
+                s.sizes
+                    .iter()
+                    .map(|&n| vec![0u8; n as usize])
+                    .collect::<Vec<_>>(),
+            );
+            dst.push(
+                s.sizes
+                    .iter()
+                    .map(|&n| vec![POISON; (n - s.recv_shrink) as usize])
+                    .collect::<Vec<_>>(),
+            );
+            for send in [true, false] {
+                let base = k * 6 + if send { 0 } else { 3 };
+                devs.push(DevOp {
+                    send,
+                    spec: k,
+                    idx: base,
+                    hs: base + 1,
+                    cpl: base + 2,
+                    n: s.sizes.len() as u32,
+                    loop_size: s.loop_size,
+                    rate: if send { s.send_rate } else { s.recv_rate },
+                    posted: 0,
+                    exec: 0,
+                    phase: Phase::Arm,
+                    max_seen_cpl: 0,
+                });
+            }
+        }
+        let mut w = World {
+            comms,
+            words,
+            src,
+            dst,
+            devs,
+            specs,
+        };
+        w.register_and_start();
+        w
+    }
+
+    fn register_and_start(&mut self) {
+        let wlen = (self.words.len() * 4) as u64;
+        let wbase = self.word_addr(0);
+        for rank in 0..2 {
+            // SAFETY: the words live as long as the world; the comms are dropped before them.
+            unsafe { self.comms[rank].register_memory(wbase, wlen).unwrap() };
+        }
+        for k in 0..self.specs.len() {
+            for (e, b) in self.src[k].iter().enumerate() {
+                if !b.is_empty() {
+                    // SAFETY: as above; the vectors are never reallocated.
+                    unsafe {
+                        self.comms[0]
+                            .register_memory(b.as_ptr() as usize as u64, b.len() as u64)
+                            .unwrap()
+                    };
+                }
+                let d = &self.dst[k][e];
+                if !d.is_empty() {
+                    // SAFETY: as above.
+                    unsafe {
+                        self.comms[1]
+                            .register_memory(d.as_ptr() as usize as u64, d.len() as u64)
+                            .unwrap()
+                    };
+                }
+            }
+        }
+        // One start call per stream per rank, every spec of the stream one op info.
+        for stream in 0..4u32 {
+            let ks: Vec<usize> = (0..self.specs.len())
+                .filter(|&k| self.specs[k].stream == stream)
+                .collect();
+            if ks.is_empty() {
+                continue;
+            }
+            let mut send_ops = Vec::new();
+            let mut recv_ops = Vec::new();
+            let mut src_fifo = Vec::new();
+            let mut dst_fifo = Vec::new();
+            for (j, &k) in ks.iter().enumerate() {
+                let s = &self.specs[k];
+                let n = s.sizes.len() as u32;
+                let base = NetOpInfo {
+                    tag: k as u32,
+                    net_idx_loop_size: s.loop_size,
+                    data_type_sz: 1,
+                    send_peer: -1,
+                    recv_peer: -1,
+                    ..NetOpInfo::default()
+                };
+                send_ops.push(NetOpInfo {
+                    send_peer: 1,
+                    tx_entry_cnt: n,
+                    initial_send_credits: s.send_credits,
+                    early_send_completion: u8::from(s.early_send),
+                    post_send_idx_addr: self.word_addr(k * 6),
+                    send_handshake_sem_addr: self.word_addr(k * 6 + 1),
+                    send_complete_sem_addr: self.word_addr(k * 6 + 2),
+                    ..base
+                });
+                recv_ops.push(NetOpInfo {
+                    recv_peer: 0,
+                    rx_entry_cnt: n,
+                    early_recv_posting: u8::from(s.early_recv),
+                    ending_recv_credits: s.recv_credits,
+                    post_recv_idx_addr: self.word_addr(k * 6 + 3),
+                    recv_handshake_sem_addr: self.word_addr(k * 6 + 4),
+                    recv_complete_sem_addr: self.word_addr(k * 6 + 5),
+                    ..base
+                });
+                let last_op = j + 1 == ks.len();
+                for e in 0..n as usize {
+                    let mark = match (e + 1 == n as usize, last_op) {
+                        (false, _) => NET_TRANSFER,
+                        (true, false) => NET_OP_COMPLETE,
+                        (true, true) => EXEC_COMPLETE,
+                    };
+                    let size = s.sizes[e];
+                    src_fifo.push(NetSrcAddr {
+                        net_op_idx: j as u32,
+                        mark,
+                        addr: self.src[k][e].as_ptr() as usize as u64,
+                        size,
+                        dest_rank: -1,
+                        reserved: 0,
+                    });
+                    dst_fifo.push(NetDestAddr {
+                        net_op_idx: j as u32,
+                        mark,
+                        addr: self.dst[k][e].as_mut_ptr() as usize as u64,
+                        size: size - s.recv_shrink,
+                        src_rank: -1,
+                        reserved: 0,
+                    });
+                }
+            }
+            // Interleave the FIFOs in reverse op order on one side to show grouping by op.
+            self.comms[0]
+                .start(stream, 1, &send_ops, &src_fifo, &[])
+                .unwrap();
+            self.comms[1]
+                .start(stream, 1, &recv_ops, &[], &dst_fifo)
+                .unwrap();
+        }
+    }
+
+    /// One device step of op side `d`; the checks that a proxy never runs ahead of the device.
+    fn device_step(&mut self, d: usize) {
+        let dev = &self.devs[d];
+        let (idx, hs, cpl, n, exec) = (dev.idx, dev.hs, dev.cpl, dev.n, dev.exec);
+        match dev.phase {
+            Phase::Arm => {
+                if dev.send {
+                    // The data of an entry is written just before the device posts it.
+                } else {
+                    for b in &mut self.dst[dev.spec] {
+                        b.fill(POISON);
+                    }
+                }
+                self.store(idx, 0xFFFF_FFFF);
+                self.devs[d].phase = Phase::WaitHandshake;
+            }
+            Phase::WaitHandshake => {
+                let h = self.load(hs);
+                assert!(
+                    h <= exec + 1,
+                    "handshake semaphore {h} above executions {}",
+                    exec + 1
+                );
+                if h == exec + 1 {
+                    assert_eq!(
+                        self.load(idx),
+                        0,
+                        "the proxy writes 0 before the handshake increment"
+                    );
+                    self.devs[d].phase = Phase::Post;
+                }
+            }
+            Phase::Post => {
+                let total = self.load(cpl);
+                let done = total - exec * n;
+                let dev = &mut self.devs[d];
+                assert!(
+                    done <= dev.posted,
+                    "complete semaphore {done} above posted {}",
+                    dev.posted
+                );
+                dev.max_seen_cpl = dev.max_seen_cpl.max(done);
+                if done == n {
+                    dev.phase = Phase::Finished;
+                    return;
+                }
+                // Never L or more entries posted and not completed.
+                let window = if dev.loop_size == 0 {
+                    u32::MAX
+                } else {
+                    dev.loop_size - 1
+                };
+                let (send, spec, rate, loop_size) = (dev.send, dev.spec, dev.rate, dev.loop_size);
+                let mut k = 0;
+                while self.devs[d].posted < n && self.devs[d].posted - done < window && k < rate {
+                    let e = self.devs[d].posted as usize;
+                    if send {
+                        for (i, b) in self.src[spec][e].iter_mut().enumerate() {
+                            *b = pattern(spec, e, exec, i);
+                        }
+                    }
+                    let posted = e as u32 + 1;
+                    self.devs[d].posted = posted;
+                    k += 1;
+                    self.store(
+                        idx,
+                        if loop_size == 0 {
+                            posted
+                        } else {
+                            posted % loop_size
+                        },
+                    );
+                }
+            }
+            Phase::Finished => {}
+        }
+        // Receive buffers the device has not handed out yet stay untouched.
+        let dev = &self.devs[d];
+        if !dev.send && matches!(dev.phase, Phase::Post | Phase::WaitHandshake) {
+            let s = &self.specs[dev.spec];
+            let ahead = if s.early_recv { s.recv_credits } else { 0 };
+            let first_untouchable = dev.posted.saturating_add(ahead) as usize;
+            for (e, b) in self.dst[dev.spec]
+                .iter()
+                .enumerate()
+                .skip(first_untouchable)
+            {
+                assert!(
+                    b.iter().all(|&x| x == POISON),
+                    "recv entry {e} touched before the device posted it"
+                );
+            }
+        }
+    }
+
+    fn check_and_rearm(&mut self, exec: u32) {
+        for k in 0..self.specs.len() {
+            for (e, b) in self.dst[k].iter().enumerate() {
+                for (i, &x) in b.iter().enumerate() {
+                    assert_eq!(
+                        x,
+                        pattern(k, e, exec, i),
+                        "spec {k} entry {e} byte {i} execution {exec}"
+                    );
+                }
+            }
+        }
+        for d in 0..self.devs.len() {
+            let dev = &mut self.devs[d];
+            assert_eq!(dev.phase, Phase::Finished);
+            dev.exec += 1;
+            dev.posted = 0;
+            dev.phase = Phase::Arm;
+            let (hs, cpl, n, ex) = (dev.hs, dev.cpl, dev.n, dev.exec);
+            assert_eq!(self.load(hs), ex, "one handshake per execution");
+            assert_eq!(self.load(cpl), ex * n, "complete = entries");
+        }
+    }
+
+    /// Runs `executions` executions of every spec; `order` picks which device side moves first.
+    fn run(&mut self, executions: u32, recv_side_first: bool) {
+        for exec in 0..executions {
+            let mut steps = 0u64;
+            while self.devs.iter().any(|d| d.phase != Phase::Finished) {
+                steps += 1;
+                assert!(steps < 2_000_000, "no completion after {steps} steps");
+                let n = self.devs.len();
+                for j in 0..n {
+                    let d = if recv_side_first { n - 1 - j } else { j };
+                    self.device_step(d);
+                }
+                for rank in 0..2 {
+                    for stream in 0..4 {
+                        let (mut i, mut dn) = (true, true);
+                        self.comms[rank]
+                            .progress(stream, 1, &mut i, &mut dn)
+                            .unwrap();
+                    }
+                }
+            }
+            self.check_and_rearm(exec);
+        }
+    }
+}
+
+fn run_one(spec: Spec, executions: u32) {
+    let mut w = World::new(vec![spec]);
+    w.run(executions, false);
+}
+
+fn big(n: u64) -> u64 {
+    if cfg!(miri) {
+        n.min(4097)
+    } else {
+        n
+    }
+}
+
+#[test]
+fn sizes_through_the_full_protocol() {
+    let sizes = vec![0, 1, 4095, 4096, big((1 << 20) + 3), big(4 << 20)];
+    for (early_send, early_recv) in [(false, false), (true, true), (true, false), (false, true)] {
+        let mut s = Spec::new(0, sizes.clone());
+        s.early_send = early_send;
+        s.early_recv = early_recv;
+        s.recv_credits = 2;
+        run_one(s, 1);
+    }
+}
+
+#[test]
+fn entry_counts_the_128_cap_and_index_wraparound() {
+    let counts: &[u32] = if cfg!(miri) {
+        &[1, 129]
+    } else {
+        &[1, 127, 128, 129, 1000]
+    };
+    for &n in counts {
+        for loop_size in [0u32, 64] {
+            let mut s = Spec::new(1, vec![8; n as usize]);
+            s.loop_size = loop_size;
+            s.send_rate = 7;
+            run_one(s, 1);
+        }
+    }
+}
+
+#[test]
+fn send_credits_limit_outstanding_requests() {
+    let mut s = Spec::new(2, vec![5000; 40]);
+    s.send_credits = 3;
+    run_one(s, 1);
+}
+
+#[test]
+fn recycled_ops_handshake_again_and_move_data_again() {
+    let mut w = World::new(vec![
+        Spec::new(0, vec![16, 5000, 3]),
+        Spec::new(0, vec![100; 4]),
+    ]);
+    w.run(3, false);
+    let st = w.comms[0].stream(0);
+    let ops: Vec<_> = st.active.iter().chain(st.blocks[&1].ops.iter()).collect();
+    assert_eq!(ops.len(), 2);
+    for op in ops {
+        // SAFETY: live ops of the comm.
+        assert_eq!(unsafe { (*op).executions }, 3);
+    }
+}
+
+#[test]
+fn send_first_and_recv_first() {
+    for recv_first in [false, true] {
+        let mut s = Spec::new(3, vec![64, 9000, 1]);
+        if recv_first {
+            s.send_rate = 1;
+        } else {
+            s.recv_rate = 1;
+        }
+        let mut w = World::new(vec![s]);
+        w.run(1, recv_first);
+    }
+}
+
+#[test]
+fn many_ops_on_four_streams_never_cross() {
+    let mut specs = Vec::new();
+    for k in 0..12u32 {
+        let mut s = Spec::new(k % 4, vec![(k as u64 + 1) * 37, 4096 + k as u64, 3]);
+        // Different posting speeds on the two sides so ops post in different orders.
+        s.send_rate = 1 + k % 3;
+        s.recv_rate = 1 + (k * 5) % 4;
+        specs.push(s);
+    }
+    let mut w = World::new(specs);
+    w.run(2, true);
+}
+
+#[test]
+fn early_recv_posting_stays_within_credits() {
+    let mut s = Spec::new(0, vec![32; 20]);
+    s.early_recv = true;
+    s.recv_credits = 3;
+    s.recv_rate = 1;
+    run_one(s, 1);
+    let mut s = Spec::new(0, vec![32; 20]);
+    s.recv_rate = 1;
+    run_one(s, 1);
+}
+
+#[test]
+fn size_above_transport_maximum_is_rejected() {
+    let fabric = MemFabric::new(2).unwrap();
+    // SAFETY: the comm's ops never run in this test.
+    let dev = unsafe { DirectHostWords::new() };
+    let mut c = Comm::new(
+        CommConfig::new(0, 2, 1),
+        Box::new(fabric.endpoint(0).unwrap()),
+        Arc::new(dev),
+        Arc::new(NoClock),
+    )
+    .unwrap();
+    // SAFETY: never dereferenced (start is rejected before any op exists).
+    unsafe {
+        c.trust_all_addresses();
+    }
+    let max = c.transport().max_msg_size();
+    let info = NetOpInfo {
+        send_peer: 1,
+        recv_peer: -1,
+        tx_entry_cnt: 1,
+        data_type_sz: 1,
+        post_send_idx_addr: 0x100,
+        send_handshake_sem_addr: 0x104,
+        send_complete_sem_addr: 0x108,
+        ..NetOpInfo::default()
+    };
+    let e = NetSrcAddr {
+        net_op_idx: 0,
+        mark: NET_OP_COMPLETE,
+        addr: 0x1000,
+        size: max + 1,
+        dest_rank: -1,
+        reserved: 0,
+    };
+    assert_eq!(c.start(0, 1, &[info], &[e], &[]), Err(NrtStatus::Invalid));
+    assert!(c.stream(0).blocks.is_empty());
+}
+
+#[test]
+fn truncation_fails_the_receiving_comm_sticky() {
+    let mut s = Spec::new(0, vec![64, 8192]);
+    s.recv_shrink = 8;
+    let mut w = World::new(vec![s]);
+    let mut failed = None;
+    for _ in 0..10_000 {
+        for d in 0..w.devs.len() {
+            w.device_step(d);
+        }
+        let _ = w.comms[0].progress(0, 1, &mut true, &mut true);
+        let (mut i, mut dn) = (true, true);
+        if let Err(e) = w.comms[1].progress(0, 1, &mut i, &mut dn) {
+            failed = Some(e);
+            break;
+        }
+    }
+    assert_eq!(failed, Some(NrtStatus::NetworkProxyFailure));
+    assert_eq!(
+        w.comms[1].fatal_error(),
+        Some(NrtStatus::NetworkProxyFailure)
+    );
+    assert_eq!(
+        w.comms[1].progress(0, 1, &mut true, &mut true),
+        Err(NrtStatus::NetworkProxyFailure)
+    );
+    for rank in 0..2 {
+        for stream in 0..4 {
+            let _ = w.comms[rank].stop(stream);
+        }
+    }
+}
