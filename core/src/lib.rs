@@ -27,6 +27,7 @@ pub mod device;
 pub mod mem_transport;
 pub mod net;
 pub mod op;
+pub mod planner;
 pub mod ring;
 pub mod scripted;
 pub mod seam;
