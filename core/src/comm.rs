@@ -348,7 +348,7 @@ impl Comm {
                 st.blocks.len()
             )?;
             let lists = core::iter::once(("active", &st.active))
-                .chain(st.blocks.iter().map(|(_, f)| ("filed", &f.ops)));
+                .chain(st.blocks.values().map(|f| ("filed", &f.ops)));
             for (what, list) in lists {
                 for opp in list.iter() {
                     // SAFETY: ops on the stream's lists are live; `&self` excludes mutation.
