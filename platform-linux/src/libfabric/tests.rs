@@ -257,10 +257,10 @@ fn tcp_exchange_with_forced_registration() {
 
 /// Thousands of sends posted before the receiver polls: back-pressure (`Ok(None)`) is hit, and
 /// nothing is lost or reordered (one tag for all: order alone decides the matching).
-fn backpressure(provider: &str) {
+fn backpressure(provider: &str, opts: Options) {
     const N: usize = 5000;
     const LEN: usize = 64;
-    let mut ts = pair(provider, Options::default());
+    let mut ts = pair(provider, opts);
     // Warm-up: connection setup (tcp answers -FI_EAGAIN until it is done).
     let mut warm = [0u8; 1];
     let r = recv(&mut ts, 1, 0, warm.as_mut_ptr(), 1, make_tag(1, 0, 0, 0, 0));
@@ -365,12 +365,27 @@ fn backpressure(provider: &str) {
 
 #[test]
 fn tcp_backpressure_loses_nothing_and_keeps_order() {
-    backpressure(TCP);
+    backpressure(TCP, Options::default());
 }
 
 #[test]
 fn shm_backpressure_loses_nothing_and_keeps_order() {
-    backpressure(SHM);
+    backpressure(SHM, Options::default());
+}
+
+/// The retry storm of issue 7: tiny queues (provider attributes) push back every few posts.
+#[test]
+fn tiny_queues_retry_storm_loses_nothing() {
+    for p in [TCP, SHM] {
+        backpressure(
+            p,
+            Options {
+                tx_size: Some(8),
+                rx_size: Some(8),
+                ..Options::default()
+            },
+        );
+    }
 }
 
 /// A receive smaller than the message fails (never a short receive) with the provider's text.
@@ -674,4 +689,33 @@ fn registrations_sharing_a_start_are_all_released() {
     assert_eq!(ts[0].invalidate(base, buf.len() as u64), Ok(2));
     assert_eq!(ts[0].registrations(), 0);
     close(&mut ts);
+}
+
+#[test]
+fn attributes_come_from_the_chosen_entry() {
+    let tcp = pair(TCP, Options::default());
+    let a = tcp[0].attrs();
+    eprintln!("{a:?} name {:?}", tcp[0].local_name());
+    assert_eq!(a.provider, TCP);
+    assert_eq!(
+        a.addr_format,
+        libfabric_sys::FI_SOCKADDR_IN,
+        "tcp on lo: IPv4 addresses"
+    );
+    assert!(
+        !tcp[0].registers_memory(),
+        "tcp;ofi_rxm asks for no registration here"
+    );
+    assert!(a.tx_size > 0 && a.rx_size > 0);
+    let shm = pair(SHM, Options::default());
+    let a = shm[0].attrs();
+    eprintln!(
+        "{a:?} name {:?}",
+        String::from_utf8_lossy(&shm[0].local_name())
+    );
+    assert_eq!(a.provider, SHM);
+    assert_eq!(a.addr_format, libfabric_sys::FI_ADDR_STR);
+    assert_ne!(a.mr_mode & libfabric_sys::FI_MR_VIRT_ADDR, 0);
+    assert!(shm[0].registers_memory());
+    assert_eq!(tcp[0].name(), "libfabric/tcp;ofi_rxm");
 }
