@@ -719,3 +719,28 @@ fn attributes_come_from_the_chosen_entry() {
     assert!(shm[0].registers_memory());
     assert_eq!(tcp[0].name(), "libfabric/tcp;ofi_rxm");
 }
+
+/// A message shorter than its receive completes with the message's size (the caller, which
+/// knows the expected size, decides; `Done.size` is what arrived).
+#[test]
+fn shorter_message_reports_its_size() {
+    for p in [TCP, SHM] {
+        let mut ts = pair(p, Options::default());
+        let mut dst = vec![0u8; 64];
+        let src = pattern(9, 32);
+        let r = recv(&mut ts, 1, 0, dst.as_mut_ptr(), 64, 77);
+        let s = send(&mut ts, 0, 1, &src, 77);
+        assert_eq!(
+            wait(&mut ts, 0, s),
+            Ok(TestOutcome::Done { size: 32 }),
+            "{p}"
+        );
+        assert_eq!(
+            wait(&mut ts, 1, r),
+            Ok(TestOutcome::Done { size: 32 }),
+            "{p}"
+        );
+        assert_eq!(&dst[..32], &src[..], "{p}");
+        close(&mut ts);
+    }
+}
