@@ -298,7 +298,10 @@ pub(super) fn choose<'a>(
     offered.sort();
     offered.dedup();
     let env = match (request, std::env::var("FI_PROVIDER")) {
-        (Request::Env(_), _) | (_, Err(_)) => String::new(),
+        (_, Err(_)) => String::new(),
+        (Request::Env(_), _) => {
+            "; libfabric itself loads only the providers FI_PROVIDER names".into()
+        }
         (_, Ok(v)) => format!("; FI_PROVIDER={v} also restricts what libfabric offers"),
     };
     Err(NetError::invalid(

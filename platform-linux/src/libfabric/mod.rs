@@ -244,7 +244,8 @@ pub struct LibfabricTransport {
 
 // SAFETY: the libfabric objects are opened with FI_THREAD_DOMAIN: any thread may use them as
 // long as calls are serialized, which `&mut self` guarantees (the type is not Sync); no object
-// is tied to the opening thread.
+// is tied to the opening thread. The raw pointers inside (objects, registrations, request
+// contexts) are owned by the transport and only touched through such calls.
 unsafe impl Send for LibfabricTransport {}
 
 /// `fi_strerror` of a libfabric return value (either sign).

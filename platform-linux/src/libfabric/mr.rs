@@ -68,10 +68,6 @@ pub(super) struct MrCache {
     next_handle: MrHandle,
 }
 
-// SAFETY: the MR pointers are owned by the cache and only used by libfabric calls the
-// transport's owner makes, one thread at a time through `&mut`.
-unsafe impl Send for MrCache {}
-
 impl Default for MrCache {
     fn default() -> Self {
         Self {

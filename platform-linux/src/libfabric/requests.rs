@@ -126,11 +126,6 @@ impl Drop for Requests {
     }
 }
 
-// SAFETY: the context allocations are owned by the slab; they (and the provider scratch space in
-// them) are only touched by libfabric calls that the transport's owner makes, one thread at a
-// time through `&mut`.
-unsafe impl Send for Requests {}
-
 impl Requests {
     /// Reserves a slot for a post and returns its number and context pointer.
     pub(super) fn reserve(
