@@ -67,9 +67,16 @@ no_std() {
   cargo build -p proxy-core --target x86_64-unknown-none
 }
 
-clippy() { cargo clippy --workspace --all-targets -- -D warnings; }
+# The libfabric backend is a cargo feature of proxy-platform-linux; CI builds and tests with it on.
+FEATURES=(--features proxy-platform-linux/libfabric)
 
-test() { cargo test --workspace; }
+clippy() {
+  cargo clippy --workspace --all-targets "${FEATURES[@]}" -- -D warnings
+  RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom \
+    cargo clippy -p proxy-core -p loom-tests --all-targets --release -- -D warnings
+}
+
+test() { cargo test --workspace "${FEATURES[@]}"; }
 
 loom() {
   RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=3 CARGO_TARGET_DIR=target/loom \

@@ -320,6 +320,61 @@ impl Comm {
         &*self.transport
     }
 
+    /// Writes the comm's state (every stream, block and op) to `out`, one line per item: the
+    /// on-demand dump of DESIGN.md §6, also logged when a task times out.
+    ///
+    /// # Errors
+    /// Whatever `out` returns.
+    pub fn dump(&self, out: &mut dyn core::fmt::Write) -> core::fmt::Result {
+        writeln!(
+            out,
+            "comm {} rank {}/{} transport {} last_op_count {} fatal {:?}",
+            self.config.comm_id,
+            self.config.rank,
+            self.config.nranks,
+            self.transport.name(),
+            self.last_op_count,
+            self.fatal
+        )?;
+        for (s, st) in self.streams.iter().enumerate() {
+            writeln!(
+                out,
+                "  stream {s}: current {:#x} pending {:#x} active {} free {}/{} blocks {}",
+                st.current_bb,
+                st.pending_bb,
+                st.active.len(),
+                st.pool.len(),
+                st.capacity(),
+                st.blocks.len()
+            )?;
+            let lists = core::iter::once(("active", &st.active))
+                .chain(st.blocks.values().map(|f| ("filed", &f.ops)));
+            for (what, list) in lists {
+                for opp in list.iter() {
+                    // SAFETY: ops on the stream's lists are live; `&self` excludes mutation.
+                    let op = unsafe { &*opp };
+                    writeln!(
+                        out,
+                        "    {what} {} op {} bb {} count {} state {} peer {} posted {}/{} device {} completed {} credited {} outstanding {}",
+                        op.kind_name(),
+                        op.net_op_idx,
+                        op.basic_block_id,
+                        op.op_count,
+                        op.state,
+                        op.peer,
+                        op.posted,
+                        op.n_entries,
+                        op.pre_post_fifo_idx,
+                        op.completed,
+                        op.credited,
+                        op.tracker().map_or(0, |t| t.len())
+                    )?;
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Declares `base .. base + len` as memory the device and the transport may use: every
     /// buffer and host-word address given to [`Comm::start`] must lie inside a registered range.
     ///

@@ -733,3 +733,21 @@ mod model {
         }
     }
 }
+
+#[test]
+fn dump_names_streams_blocks_and_ops() {
+    let mut c = comm();
+    c.start_scripted(2, 4, &[after(2), after(2)]).unwrap();
+    tick(&mut c, 2, 4);
+    let mut out = alloc::string::String::new();
+    c.dump(&mut out).unwrap();
+    assert!(
+        out.starts_with("comm 7 rank 0/2 transport null last_op_count 2"),
+        "{out}"
+    );
+    assert!(
+        out.contains("stream 2: current 0x4 pending 0xffffffff active 2 free 126/128 blocks 1"),
+        "{out}"
+    );
+    assert_eq!(out.matches("active scripted op").count(), 2, "{out}");
+}

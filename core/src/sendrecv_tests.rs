@@ -86,8 +86,10 @@ struct DevOp {
 
 struct World {
     comms: [Comm; 2],
-    /// Host words (host indices and semaphores) of both ranks.
-    words: Box<[AtomicU32]>,
+    /// Host words (host indices and semaphores) of both ranks. An `Arc`, not a `Box`: moving a
+    /// `Box` re-asserts unique ownership (Stacked Borrows) and would invalidate the addresses the
+    /// comms hold.
+    words: Arc<[AtomicU32]>,
     /// Per spec: source buffers (rank 0) and destination buffers (rank 1), one per entry.
     src: Vec<Vec<Vec<u8>>>,
     dst: Vec<Vec<Vec<u8>>>,
@@ -124,7 +126,7 @@ impl World {
             .unwrap()
         };
         let comms = [mk(0), mk(1)];
-        let words: Box<[AtomicU32]> = (0..specs.len() * 6).map(|_| AtomicU32::new(0)).collect();
+        let words: Arc<[AtomicU32]> = (0..specs.len() * 6).map(|_| AtomicU32::new(0)).collect();
         let mut src = Vec::new();
         let mut dst = Vec::new();
         let mut devs = Vec::new();

@@ -1,1 +1,4 @@
 //! Linux platform of the proxy engine: worker threads, host memory, transports, the device emulator and `proxy-perf`.
+
+#[cfg(feature = "libfabric")]
+pub mod libfabric;

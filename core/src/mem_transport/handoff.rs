@@ -262,11 +262,13 @@ impl SendShared {
     /// final (`DONE`, `CANCELLED` or `REJECTED`), withdrawing the message first if it is still
     /// `PENDING`. `false` means `COPYING`: ask again (the copy is one `memcpy` away from done).
     pub(super) fn withdraw(&self) -> bool {
-        match self.transition(Edge::Withdraw) {
-            Ok(()) => true,
-            Err(SendState::Copying) => false,
-            Err(_) => true,
-        }
+        !matches!(self.try_withdraw(), Err(SendState::Copying))
+    }
+
+    /// Sender side: takes edge (4) if the word is still `PENDING`; `Err(actual)` otherwise
+    /// (`DONE` read this way is acquired, see [`Edge::Withdraw`]).
+    pub(super) fn try_withdraw(&self) -> Result<(), SendState> {
+        self.transition(Edge::Withdraw)
     }
 
     /// `true` once the sender withdrew it (a relaxed peek, used to prune the unexpected list:
