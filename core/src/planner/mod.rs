@@ -545,8 +545,11 @@ pub struct Addresses {
     pub output: u64,
     /// Scratch area (unused when [`Layout::scratch_bytes`] is 0).
     pub scratch: u64,
-    /// First host word; word `i` is at `words + 4i` (4-byte aligned `u32`s).
+    /// First host word; word `i` is at `words + word_stride × i` (4-byte aligned `u32`s).
     pub words: u64,
+    /// Bytes between consecutive host words: 4 packs them; 64 gives each its own cache line
+    /// (no false sharing between the device's and the proxy's writes). A multiple of 4.
+    pub word_stride: u64,
 }
 
 impl Addresses {
@@ -562,7 +565,7 @@ impl Addresses {
 
     /// The address of host word `index`.
     pub const fn word(&self, index: u32) -> u64 {
-        self.words + 4 * index as u64
+        self.words + self.word_stride * index as u64
     }
 }
 

@@ -76,6 +76,7 @@ impl RankSim {
             output,
             scratch,
             words: 0x1000,
+            word_stride: 4,
         };
         // SAFETY: `input` points at `input_bytes` bytes of a live allocation in `mem`.
         let inb = unsafe {
