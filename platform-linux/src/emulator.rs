@@ -92,7 +92,7 @@ impl WaitPolicy {
                 thread::park_timeout(self.nap);
             }
             // A clock read every few rounds keeps the yield loop cheap.
-            if rounds % 16 == 0 || rounds >= self.yields {
+            if rounds.is_multiple_of(16) || rounds >= self.yields {
                 let e = start.elapsed();
                 if e > self.timeout {
                     return if cond() { Ok(()) } else { Err(e) };
@@ -313,8 +313,10 @@ impl Device {
         let a = &job.addrs;
         let n = plan.ops.len();
         let w = |op: u32, hw: HostWord| a.word(hw.index(op));
-        // SAFETY (every `word(..)` below): the job's host words are live (execute's contract).
-        let load = |addr: u64| unsafe { word(addr) }.load(Ordering::Acquire);
+        let load = |addr: u64| {
+            // SAFETY: the job's host words are live (execute's contract).
+            unsafe { word(addr) }.load(Ordering::Acquire)
+        };
         let mut hs_base = vec![[0u32; 2]; n];
         let mut cpl_base = vec![[0u32; 2]; n];
         let mut posted = vec![[0u32; 2]; n];
