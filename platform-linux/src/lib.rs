@@ -3,3 +3,4 @@
 pub mod emulator;
 #[cfg(feature = "libfabric")]
 pub mod libfabric;
+pub mod perf;

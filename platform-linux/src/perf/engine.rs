@@ -1,0 +1,340 @@
+//! The proxy side of `proxy-perf` behind one small trait, [`Engine`], so the tool can run on the
+//! full driver (proxy queues, worker threads, network and barrier tasks, status rings) or, until
+//! that is available, on [`DirectEngine`]: one thread per rank that plays the network task and
+//! the barrier task of DESIGN.md §4 directly over the rank's [`Comm`] through the seam.
+//!
+//! Both go through [`counting_seam`]: the in-process seam with a counter on `start`, so tests can
+//! check that `--loop` files each block once per stream for the whole run.
+
+use std::ffi::c_void;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::{self, JoinHandle};
+
+use proxy_core::comm::Comm;
+use proxy_core::desc::{NetDestAddr, NetOpInfo, NetSrcAddr};
+use proxy_core::planner::Fifos;
+use proxy_core::seam::{in_process_progress, in_process_start, in_process_stop, SeamTable};
+
+use crate::emulator::WaitPolicy;
+
+/// `start` calls made through [`counting_seam`] in this process.
+static SEAM_STARTS: AtomicU64 = AtomicU64::new(0);
+
+/// `start` calls made through [`counting_seam`] so far in this process.
+pub fn seam_starts() -> u64 {
+    SEAM_STARTS.load(Ordering::Relaxed)
+}
+
+/// `neuronStartNetworkProxy` of the in-process seam, counted.
+///
+/// # Safety
+/// As [`in_process_start`].
+unsafe extern "C" fn counting_start(
+    comm: *mut c_void,
+    stream: u32,
+    bb: u32,
+    ops: *const NetOpInfo,
+    n_ops: usize,
+    src: *const NetSrcAddr,
+    n_src: usize,
+    dst: *const NetDestAddr,
+    n_dst: usize,
+) -> u32 {
+    SEAM_STARTS.fetch_add(1, Ordering::Relaxed);
+    // SAFETY: forwarded under this function's contract.
+    unsafe { in_process_start(comm, stream, bb, ops, n_ops, src, n_src, dst, n_dst) }
+}
+
+/// The in-process seam with a counter on `start` ([`seam_starts`]).
+///
+/// Seed: the neuron-slot table, §1 (here filled in-process, wrapped).
+pub const fn counting_seam() -> SeamTable {
+    SeamTable {
+        start: counting_start,
+        progress: in_process_progress,
+        stop: in_process_stop,
+    }
+}
+
+/// One execution of one rank as the runtime submits it: the network task's blocks and block
+/// schedule, and the barrier task.
+#[derive(Clone, Debug, Default)]
+pub struct Execution {
+    /// Producer's id of the execution (task ids derive from it).
+    pub id: u32,
+    /// `(stream, block id, FIFOs)` filed at the network task's INIT.
+    pub blocks: Vec<(u32, u32, Fifos)>,
+    /// The block schedule (a block repeated `n` times is a loop over it).
+    pub schedule: Vec<u32>,
+    /// The network task's trigger words (armed by the producer before submitting).
+    pub net_triggers: Vec<u64>,
+    /// The barrier task's trigger words (armed by the producer before submitting).
+    pub barrier_triggers: Vec<u64>,
+    /// Leader only: the barrier-done semaphore of every rank of the comm in this process.
+    pub barrier_done: Vec<u64>,
+    /// This rank leads the barrier (lowest rank of the comm in this process).
+    pub leader: bool,
+}
+
+/// The proxy side of the tool: takes each rank's executions and reports their completion.
+pub trait Engine {
+    /// One line for the output header (what runs the proxy).
+    fn describe(&self) -> String;
+
+    /// Submits `exec` for `rank` (its network task and barrier task).
+    ///
+    /// # Errors
+    /// A message when the engine cannot take it.
+    ///
+    /// # Safety
+    /// Every address in `exec` (buffers, host words) must stay valid until [`Engine::wait`]
+    /// for this rank has returned.
+    unsafe fn submit(&mut self, rank: u32, exec: Execution) -> Result<(), String>;
+
+    /// Waits until `rank`'s last submitted execution is complete (both tasks DONE) and returns
+    /// its status.
+    ///
+    /// # Errors
+    /// A message naming the failed task and its status.
+    fn wait(&mut self, rank: u32) -> Result<(), String>;
+}
+
+/// A sense-reversing barrier for the ranks of one comm in this process (the barrier task's
+/// shared-memory channel).
+#[derive(Debug)]
+struct SpinBarrier {
+    n: u32,
+    arrived: AtomicU32,
+    generation: AtomicU32,
+}
+
+impl SpinBarrier {
+    fn wait(&self, policy: &WaitPolicy) -> Result<(), String> {
+        let gen = self.generation.load(Ordering::Acquire);
+        if self.arrived.fetch_add(1, Ordering::AcqRel) + 1 == self.n {
+            self.arrived.store(0, Ordering::Relaxed);
+            self.generation.fetch_add(1, Ordering::AcqRel);
+            return Ok(());
+        }
+        policy
+            .wait(|| self.generation.load(Ordering::Acquire) != gen)
+            .map_err(|_| "barrier timed out".to_string())
+    }
+}
+
+struct Slot {
+    exec: Mutex<Option<Execution>>,
+    doorbell: AtomicU64,
+    finished: AtomicU64,
+    result: Mutex<Option<Result<(), String>>>,
+    stop: AtomicBool,
+}
+
+struct RankThread {
+    slot: Arc<Slot>,
+    handle: Option<JoinHandle<()>>,
+    submitted: u64,
+}
+
+/// The fallback engine: per rank, one thread (`proxy-<rank>`) that steps the rank's comm through
+/// the seam as the network task does (INIT: `start` every block; trigger gate; progress each
+/// stream through the block schedule; `stop` per stream) and then runs the barrier task
+/// (trigger gate; in-process barrier; the leader increments every barrier-done semaphore).
+pub struct DirectEngine {
+    ranks: Vec<RankThread>,
+    wait: WaitPolicy,
+}
+
+/// Words compared with the trigger's armed value.
+const ARMED: u32 = 0xFFFF_FFFF;
+
+/// # Safety
+/// `addr` must be a live, aligned `u32` accessed only atomically (the [`Engine::submit`]
+/// contract).
+unsafe fn word<'a>(addr: u64) -> &'a AtomicU32 {
+    // SAFETY: the caller's contract.
+    unsafe { &*(addr as usize as *const AtomicU32) }
+}
+
+fn gate(triggers: &[u64], policy: &WaitPolicy, what: &str) -> Result<(), String> {
+    for &t in triggers {
+        // SAFETY: per Engine::submit's contract.
+        let w = unsafe { word(t) };
+        policy
+            .wait(|| w.load(Ordering::Acquire) != ARMED)
+            .map_err(|_| format!("{what}: device trigger never came"))?;
+    }
+    for &t in triggers {
+        // SAFETY: as above.
+        unsafe { word(t) }.store(0, Ordering::Release);
+    }
+    Ok(())
+}
+
+fn run_execution(
+    comm: &mut Comm,
+    seam: &SeamTable,
+    exec: &Execution,
+    barrier: &SpinBarrier,
+    policy: &WaitPolicy,
+) -> Result<(), String> {
+    let handle = comm as *mut Comm as *mut c_void;
+    let mut streams: Vec<u32> = exec.blocks.iter().map(|b| b.0).collect();
+    streams.sort_unstable();
+    streams.dedup();
+    let net = (|| {
+        for (stream, bb, f) in &exec.blocks {
+            // SAFETY: `handle` is this thread's live comm.
+            unsafe { seam.start(handle, *stream, *bb, &f.ops, &f.src, &f.dst) }
+                .map_err(|e| format!("start(stream {stream}, block {bb}): {e}"))?;
+        }
+        gate(&exec.net_triggers, policy, "network task")?;
+        for &s in &streams {
+            for &bb in &exec.schedule {
+                let mut result = Ok(());
+                policy
+                    .wait(|| {
+                        let (mut idle, mut done) = (true, true);
+                        // SAFETY: as above.
+                        match unsafe { seam.progress(handle, s, bb, &mut idle, &mut done) } {
+                            Ok(()) => done,
+                            Err(e) => {
+                                result = Err(format!("progress(stream {s}, block {bb}): {e}"));
+                                true
+                            }
+                        }
+                    })
+                    .map_err(|_| format!("stream {s} block {bb}: no completion"))?;
+                result?;
+            }
+        }
+        Ok::<(), String>(())
+    })();
+    for &s in &streams {
+        // SAFETY: as above.
+        let _ = unsafe { seam.stop(handle, s) };
+    }
+    net?;
+    gate(&exec.barrier_triggers, policy, "barrier task")?;
+    if !exec.barrier_triggers.is_empty() {
+        barrier.wait(policy)?;
+        if exec.leader {
+            for &d in &exec.barrier_done {
+                // SAFETY: per Engine::submit's contract.
+                unsafe { word(d) }.fetch_add(1, Ordering::Release);
+            }
+        }
+    }
+    Ok(())
+}
+
+impl DirectEngine {
+    /// One thread per comm (`comms[r]` is rank `r`'s).
+    ///
+    /// # Errors
+    /// The OS refused a thread.
+    pub fn new(comms: Vec<Comm>, wait: WaitPolicy) -> std::io::Result<Self> {
+        let barrier = Arc::new(SpinBarrier {
+            n: comms.len() as u32,
+            arrived: AtomicU32::new(0),
+            generation: AtomicU32::new(0),
+        });
+        let mut ranks = Vec::new();
+        for (r, mut comm) in comms.into_iter().enumerate() {
+            let slot = Arc::new(Slot {
+                exec: Mutex::new(None),
+                doorbell: AtomicU64::new(0),
+                finished: AtomicU64::new(0),
+                result: Mutex::new(None),
+                stop: AtomicBool::new(false),
+            });
+            let (s, b) = (slot.clone(), barrier.clone());
+            let handle = thread::Builder::new()
+                .name(format!("proxy-{r}"))
+                .spawn(move || {
+                    let seam = counting_seam();
+                    let idle = WaitPolicy {
+                        timeout: std::time::Duration::MAX,
+                        ..wait
+                    };
+                    let mut handled = 0;
+                    loop {
+                        let _ = idle.wait(|| {
+                            s.stop.load(Ordering::Acquire)
+                                || s.doorbell.load(Ordering::Acquire) > handled
+                        });
+                        if s.stop.load(Ordering::Acquire) {
+                            return;
+                        }
+                        handled += 1;
+                        let exec = s.exec.lock().unwrap_or_else(|e| e.into_inner()).take();
+                        let r = match exec {
+                            Some(e) => run_execution(&mut comm, &seam, &e, &b, &wait),
+                            None => Ok(()),
+                        };
+                        *s.result.lock().unwrap_or_else(|e| e.into_inner()) = Some(r);
+                        s.finished.store(handled, Ordering::Release);
+                    }
+                })?;
+            ranks.push(RankThread {
+                slot,
+                handle: Some(handle),
+                submitted: 0,
+            });
+        }
+        Ok(Self { ranks, wait })
+    }
+}
+
+impl Engine for DirectEngine {
+    fn describe(&self) -> String {
+        "direct engine: one thread per rank steps its comm through the seam (no proxy queue)".into()
+    }
+
+    unsafe fn submit(&mut self, rank: u32, exec: Execution) -> Result<(), String> {
+        let t = self
+            .ranks
+            .get_mut(rank as usize)
+            .ok_or_else(|| format!("no rank {rank}"))?;
+        *t.slot.exec.lock().unwrap_or_else(|e| e.into_inner()) = Some(exec);
+        t.submitted += 1;
+        t.slot.doorbell.store(t.submitted, Ordering::Release);
+        if let Some(h) = &t.handle {
+            h.thread().unpark();
+        }
+        Ok(())
+    }
+
+    fn wait(&mut self, rank: u32) -> Result<(), String> {
+        let t = &self.ranks[rank as usize];
+        let target = t.submitted;
+        let policy = WaitPolicy {
+            timeout: self.wait.timeout * 4,
+            ..self.wait
+        };
+        policy
+            .wait(|| t.slot.finished.load(Ordering::Acquire) >= target)
+            .map_err(|_| format!("rank {rank}: execution did not finish"))?;
+        t.slot
+            .result
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+            .unwrap_or(Ok(()))
+    }
+}
+
+impl Drop for DirectEngine {
+    fn drop(&mut self) {
+        for t in &self.ranks {
+            t.slot.stop.store(true, Ordering::Release);
+        }
+        for t in &mut self.ranks {
+            if let Some(h) = t.handle.take() {
+                h.thread().unpark();
+                let _ = h.join();
+            }
+        }
+    }
+}

@@ -1,0 +1,439 @@
+//! The measurement: ranks, buffers, host words, device emulators and the proxy engine; per
+//! size, warm-up, timed iterations and checked runs, out of place and in place.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use proxy_core::comm::{Comm, CommConfig};
+use proxy_core::device::DirectHostWords;
+use proxy_core::mem_transport::MemFabric;
+use proxy_core::planner::data::{count_wrong, fill_input, POISON};
+use proxy_core::planner::{plan, Addresses, Collective, Fifos, PlanParams, RankPlan};
+
+use super::args::Args;
+use super::engine::{seam_starts, DirectEngine, Engine, Execution};
+use crate::emulator::{DeviceThread, Fault, Job, WaitPolicy};
+
+/// Block id every collective call uses (one block per call).
+pub const BLOCK: u32 = 1;
+/// Bytes between host words (each on its own cache line).
+const WORD_STRIDE: u64 = 64;
+const WORDS_PER_LINE: usize = (WORD_STRIDE / 4) as usize;
+
+/// One side (out of place or in place) of a row.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Measure {
+    /// Time per iteration in µs.
+    pub time_us: f64,
+    /// Bytes / time in GB/s (1e9).
+    pub algbw: f64,
+    /// algbw × the collective's factor.
+    pub busbw: f64,
+    /// Wrong elements over every rank and checked run; `None` without checks.
+    pub wrong: Option<u64>,
+    /// Seam `start` calls during the timed iterations (all ranks).
+    pub timed_starts: u64,
+    /// Program executions the devices ran during the timed iterations (all ranks).
+    pub timed_device_execs: u64,
+    /// Bytes the devices saw received during the timed iterations (all ranks).
+    pub timed_recv_bytes: u64,
+    /// Bytes all ranks receive in one execution of the block.
+    pub recv_bytes_per_exec: u64,
+}
+
+/// One row of the table.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Row {
+    /// Bytes of the larger buffer.
+    pub size: u64,
+    /// Elements of the larger buffer.
+    pub count: u64,
+    /// The algorithm used.
+    pub algorithm: &'static str,
+    /// Out of place.
+    pub oop: Measure,
+    /// In place.
+    pub ip: Measure,
+}
+
+/// Page-aligned-enough backing store (u64 words; the kernels need element alignment only).
+fn alloc_bytes(bytes: u64) -> Vec<u64> {
+    vec![u64::from_ne_bytes([POISON; 8]); (bytes as usize).div_ceil(8) + 1]
+}
+
+fn ptr(v: &mut [u64]) -> u64 {
+    v.as_mut_ptr() as usize as u64
+}
+
+/// A rank's memory for one size: out-of-place input/output, the in-place shared buffer,
+/// scratch and the plan's host words.
+struct RankMem {
+    input: Vec<u64>,
+    output: Vec<u64>,
+    shared: Vec<u64>,
+    scratch: Vec<u64>,
+    words: Box<[AtomicU32]>,
+}
+
+/// Per rank: the fixed words (trigger words of the network and barrier tasks, barrier-done).
+struct FixedWords {
+    words: Box<[AtomicU32]>,
+}
+
+impl FixedWords {
+    fn new() -> Self {
+        Self {
+            words: (0..3 * WORDS_PER_LINE).map(|_| AtomicU32::new(0)).collect(),
+        }
+    }
+    fn addr(&self, i: usize) -> u64 {
+        &self.words[i * WORDS_PER_LINE] as *const AtomicU32 as usize as u64
+    }
+    fn net_trigger(&self) -> u64 {
+        self.addr(0)
+    }
+    fn barrier_trigger(&self) -> u64 {
+        self.addr(1)
+    }
+    fn barrier_done(&self) -> u64 {
+        self.addr(2)
+    }
+}
+
+/// Everything of one run.
+pub struct World {
+    args: Args,
+    collective: Collective,
+    engine: Box<dyn Engine>,
+    devices: Vec<DeviceThread>,
+    fixed: Vec<FixedWords>,
+    next_exec: u32,
+}
+
+/// One measured mode's plans and placements.
+struct Prepared {
+    plans: Vec<Arc<RankPlan>>,
+    addrs: Vec<Addresses>,
+    fifos: Vec<Fifos>,
+}
+
+impl World {
+    /// Sets up `args.ranks` ranks on the in-process transport.
+    ///
+    /// # Errors
+    /// A message when a comm, thread or the transport cannot be set up.
+    pub fn new(args: &Args) -> Result<Self, String> {
+        let n = args.ranks;
+        let fabric = MemFabric::new(n).map_err(|e| format!("mem transport: {e}"))?;
+        let mut comms = Vec::new();
+        for r in 0..n {
+            let t = fabric
+                .endpoint(r)
+                .map_err(|e| format!("mem transport endpoint {r}: {e}"))?;
+            // SAFETY: every address handed to the comm is a host word of this World, which
+            // outlives the engine (the engine is dropped first, see Drop).
+            let dev = unsafe { DirectHostWords::new() };
+            let mut c = Comm::new(
+                CommConfig::new(r, n, 1),
+                Box::new(t),
+                Arc::new(dev),
+                Arc::new(crate::perf::MonotonicClock),
+            )
+            .map_err(|e| format!("comm {r}: {e}"))?;
+            // SAFETY: the tool owns every buffer and word it hands to `start`, and keeps them
+            // alive until the executions that use them are complete.
+            unsafe { c.trust_all_addresses() };
+            comms.push(c);
+        }
+        let wait = WaitPolicy::default();
+        let engine = DirectEngine::new(comms, wait).map_err(|e| format!("engine: {e}"))?;
+        let mut devices = Vec::new();
+        for r in 0..n {
+            let fault = (args.fault_inject && r == n - 1).then_some(Fault { entry: None });
+            devices.push(DeviceThread::spawn(r, fault, wait).map_err(|e| format!("device: {e}"))?);
+        }
+        Ok(Self {
+            args: args.clone(),
+            collective: args.collective.into(),
+            engine: Box::new(engine),
+            devices,
+            fixed: (0..n).map(|_| FixedWords::new()).collect(),
+            next_exec: 0,
+        })
+    }
+
+    /// What runs the proxy (for the header).
+    pub fn engine_name(&self) -> String {
+        self.engine.describe()
+    }
+
+    fn params(&self, size: u64, rank: u32, in_place: bool) -> PlanParams {
+        let a = &self.args;
+        let elt = a.dtype.size() as u64;
+        let n = u64::from(a.ranks);
+        let count = match self.collective {
+            Collective::AllGather | Collective::ReduceScatter | Collective::AllToAll => {
+                (size / elt / n).max(1)
+            }
+            _ => (size / elt).max(1),
+        };
+        let mut p = PlanParams::new(self.collective, count, a.dtype, rank, a.ranks);
+        p.algorithm = a.algo.into();
+        p.op = a.op;
+        p.root = a.root;
+        p.chunk_bytes = a.chunk;
+        p.in_place = in_place;
+        p
+    }
+
+    /// Runs one execution (`reps` program executions, schedule `[BLOCK; reps]`) on every rank.
+    fn execute(&mut self, prep: &Prepared, reps: u32) -> Result<(), String> {
+        let n = self.args.ranks as usize;
+        let done_words: Vec<u64> = self.fixed.iter().map(FixedWords::barrier_done).collect();
+        self.next_exec = self.next_exec.wrapping_add(1);
+        for r in 0..n {
+            let f = &self.fixed[r];
+            // Arm the triggers before the tasks are submitted (DESIGN.md §4).
+            for t in [f.net_trigger(), f.barrier_trigger()] {
+                // SAFETY: a live word of `self.fixed`.
+                unsafe { &*(t as usize as *const AtomicU32) }.store(0xFFFF_FFFF, Ordering::Release);
+            }
+            let blocks = if prep.plans[r].ops.is_empty() {
+                Vec::new()
+            } else {
+                vec![(0, BLOCK, prep.fifos[r].clone())]
+            };
+            let exec = Execution {
+                id: self.next_exec,
+                blocks,
+                schedule: vec![BLOCK; reps as usize],
+                net_triggers: vec![f.net_trigger()],
+                barrier_triggers: vec![f.barrier_trigger()],
+                barrier_done: if r == 0 {
+                    done_words.clone()
+                } else {
+                    Vec::new()
+                },
+                leader: r == 0,
+            };
+            // SAFETY: the buffers and words live in `self` / the caller's RankMem until the
+            // waits below return.
+            unsafe { self.engine.submit(r as u32, exec) }?;
+        }
+        for r in 0..n {
+            let f = &self.fixed[r];
+            let job = Job {
+                plan: prep.plans[r].clone(),
+                addrs: prep.addrs[r],
+                reps,
+                net_triggers: vec![f.net_trigger()],
+                barrier_triggers: vec![f.barrier_trigger()],
+                barrier_done: Some(f.barrier_done()),
+            };
+            // SAFETY: as above.
+            unsafe { self.devices[r].launch(job) };
+        }
+        let mut first_err = None;
+        for r in 0..n {
+            if let Err(e) = self.devices[r].wait() {
+                first_err.get_or_insert(e.to_string());
+            }
+            if let Err(e) = self.engine.wait(r as u32) {
+                first_err.get_or_insert(format!("rank {r}: {e}"));
+            }
+        }
+        first_err.map_or(Ok(()), Err)
+    }
+
+    fn prepare(&self, mems: &mut [RankMem], size: u64, in_place: bool) -> Result<Prepared, String> {
+        let mut prep = Prepared {
+            plans: Vec::new(),
+            addrs: Vec::new(),
+            fifos: Vec::new(),
+        };
+        for (r, m) in mems.iter_mut().enumerate() {
+            let p = plan(&self.params(size, r as u32, in_place)).map_err(|e| e.to_string())?;
+            let l = p.layout;
+            let (input, output) = if in_place {
+                let b = ptr(&mut m.shared);
+                (b + l.input_offset, b + l.output_offset)
+            } else {
+                (ptr(&mut m.input), ptr(&mut m.output))
+            };
+            let a = Addresses {
+                input,
+                output,
+                scratch: ptr(&mut m.scratch),
+                words: &m.words[0] as *const AtomicU32 as usize as u64,
+                word_stride: WORD_STRIDE,
+            };
+            prep.fifos.push(p.fifos(&a));
+            prep.addrs.push(a);
+            prep.plans.push(Arc::new(p));
+        }
+        Ok(prep)
+    }
+
+    fn fill_inputs(&self, prep: &Prepared) {
+        for (r, p) in prep.plans.iter().enumerate() {
+            // SAFETY: the input range lies in the rank's live buffer; nothing runs now.
+            let input = unsafe {
+                std::slice::from_raw_parts_mut(
+                    prep.addrs[r].input as usize as *mut u8,
+                    p.layout.input_bytes as usize,
+                )
+            };
+            fill_input(&p.params, r as u32, input);
+        }
+    }
+
+    fn poison_outputs(&self, prep: &Prepared) {
+        for (r, p) in prep.plans.iter().enumerate() {
+            // SAFETY: as above, the output range.
+            let out = unsafe {
+                std::slice::from_raw_parts_mut(
+                    prep.addrs[r].output as usize as *mut u8,
+                    p.layout.output_bytes as usize,
+                )
+            };
+            out.fill(POISON);
+        }
+    }
+
+    fn wrong(&self, prep: &Prepared) -> u64 {
+        prep.plans
+            .iter()
+            .enumerate()
+            .map(|(r, p)| {
+                // SAFETY: as above.
+                let out = unsafe {
+                    std::slice::from_raw_parts(
+                        prep.addrs[r].output as usize as *const u8,
+                        p.layout.output_bytes as usize,
+                    )
+                };
+                count_wrong(&p.params, r as u32, out)
+            })
+            .sum()
+    }
+
+    fn measure(
+        &mut self,
+        mems: &mut [RankMem],
+        size: u64,
+        in_place: bool,
+    ) -> Result<Measure, String> {
+        let prep = self.prepare(mems, size, in_place)?;
+        let (iters, warmup, checks) = (self.args.iters.max(1), self.args.warmup, self.args.check);
+        self.fill_inputs(&prep);
+        if self.args.loop_mode {
+            if warmup > 0 {
+                self.execute(&prep, warmup)?;
+            }
+        } else {
+            for _ in 0..warmup {
+                self.execute(&prep, 1)?;
+            }
+        }
+        let starts0 = seam_starts();
+        let stats0: Vec<(u64, u64)> = self
+            .devices
+            .iter()
+            .map(|d| {
+                let s = d.stats();
+                (
+                    s.executions.load(Ordering::Relaxed),
+                    s.recv_bytes.load(Ordering::Relaxed),
+                )
+            })
+            .collect();
+        let t0 = Instant::now();
+        if self.args.loop_mode {
+            self.execute(&prep, iters)?;
+        } else {
+            for _ in 0..iters {
+                self.execute(&prep, 1)?;
+            }
+        }
+        let elapsed = t0.elapsed();
+        let timed_starts = seam_starts() - starts0;
+        let (mut execs, mut bytes) = (0, 0);
+        for (d, (e0, b0)) in self.devices.iter().zip(stats0) {
+            let s = d.stats();
+            execs += s.executions.load(Ordering::Relaxed) - e0;
+            bytes += s.recv_bytes.load(Ordering::Relaxed) - b0;
+        }
+        let mut wrong = None;
+        for _ in 0..checks {
+            self.poison_outputs(&prep);
+            if in_place {
+                self.fill_inputs(&prep);
+            }
+            self.execute(&prep, 1)?;
+            *wrong.get_or_insert(0) += self.wrong(&prep);
+        }
+        let time = elapsed.as_secs_f64() / f64::from(iters);
+        let bytes_moved = size_of_row(&prep) as f64;
+        let algbw = if time > 0.0 {
+            bytes_moved / time / 1e9
+        } else {
+            0.0
+        };
+        Ok(Measure {
+            time_us: time * 1e6,
+            algbw,
+            busbw: algbw * self.collective.busbw_factor(self.args.ranks),
+            wrong,
+            timed_starts,
+            timed_device_execs: execs,
+            timed_recv_bytes: bytes,
+            recv_bytes_per_exec: prep
+                .plans
+                .iter()
+                .map(|p| p.dst.iter().map(|e| e.bytes).sum::<u64>())
+                .sum(),
+        })
+    }
+
+    /// Measures one size (out of place, then in place).
+    ///
+    /// # Errors
+    /// A message when planning, the proxy or a device fails.
+    pub fn row(&mut self, size: u64) -> Result<Row, String> {
+        let n = self.args.ranks;
+        let probe = plan(&self.params(size, 0, false)).map_err(|e| e.to_string())?;
+        let mut mems: Vec<RankMem> = (0..n)
+            .map(|r| {
+                let po = plan(&self.params(size, r, false)).expect("planned above");
+                let pi = plan(&self.params(size, r, true)).expect("planned above");
+                let lo = po.layout;
+                let words = po.host_words().max(pi.host_words()).max(1) as usize;
+                RankMem {
+                    input: alloc_bytes(lo.input_bytes),
+                    output: alloc_bytes(lo.output_bytes),
+                    shared: alloc_bytes(pi.layout.shared_bytes()),
+                    scratch: alloc_bytes(lo.scratch_bytes.max(pi.layout.scratch_bytes)),
+                    words: (0..words * WORDS_PER_LINE)
+                        .map(|_| AtomicU32::new(0))
+                        .collect(),
+                }
+            })
+            .collect();
+        let oop = self.measure(&mut mems, size, false)?;
+        let ip = self.measure(&mut mems, size, true)?;
+        let (i, o) = probe.params.collective.buffer_elems(probe.params.count, n);
+        Ok(Row {
+            size: i.max(o) * probe.params.dtype.size() as u64,
+            count: i.max(o),
+            algorithm: probe.params.algorithm.name(),
+            oop,
+            ip,
+        })
+    }
+}
+
+fn size_of_row(prep: &Prepared) -> u64 {
+    let l = prep.plans[0].layout;
+    l.input_bytes.max(l.output_bytes)
+}
