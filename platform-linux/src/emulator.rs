@@ -477,11 +477,17 @@ impl fmt::Debug for DeviceThread {
 }
 
 impl DeviceThread {
-    /// Starts the device thread of `rank`.
+    /// Starts the device thread of `rank`, pinned to `cpu` if given (a pin the OS refuses is
+    /// ignored).
     ///
     /// # Errors
     /// The OS refused the thread.
-    pub fn spawn(rank: u32, fault: Option<Fault>, wait: WaitPolicy) -> std::io::Result<Self> {
+    pub fn spawn(
+        rank: u32,
+        fault: Option<Fault>,
+        wait: WaitPolicy,
+        cpu: Option<usize>,
+    ) -> std::io::Result<Self> {
         let shared = Arc::new(Shared {
             job: Mutex::new(None),
             doorbell: AtomicU64::new(0),
@@ -496,6 +502,9 @@ impl DeviceThread {
         let handle = thread::Builder::new()
             .name(format!("device-{rank}"))
             .spawn(move || {
+                if let Some(id) = cpu {
+                    core_affinity::set_for_current(core_affinity::CoreId { id });
+                }
                 let mut handled = 0u64;
                 // Idle: spin briefly, yield, then nap until the doorbell (unpark) or stop.
                 let idle = WaitPolicy {

@@ -151,6 +151,9 @@ pub struct Args {
     /// Largest FIFO entry (pipeline chunk) in bytes.
     #[arg(long, default_value_t = DEFAULT_CHUNK_BYTES, value_parser = parse_size)]
     pub chunk: u64,
+    /// Pin rank r's device emulator and proxy thread to CPU r mod ncpus.
+    #[arg(long)]
+    pub pin: bool,
     /// Write every row as JSON to this file.
     #[arg(long, value_name = "FILE")]
     pub json: Option<std::path::PathBuf>,

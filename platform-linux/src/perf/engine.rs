@@ -230,11 +230,16 @@ fn run_execution(
 }
 
 impl DirectEngine {
-    /// One thread per comm (`comms[r]` is rank `r`'s).
+    /// One thread per comm (`comms[r]` is rank `r`'s), rank `r`'s pinned to `cpus[r]` when
+    /// given (a pin the OS refuses is ignored).
     ///
     /// # Errors
     /// The OS refused a thread.
-    pub fn new(comms: Vec<Comm>, wait: WaitPolicy) -> std::io::Result<Self> {
+    pub fn new(
+        comms: Vec<Comm>,
+        wait: WaitPolicy,
+        cpus: &[Option<usize>],
+    ) -> std::io::Result<Self> {
         let barrier = Arc::new(SpinBarrier {
             n: comms.len() as u32,
             arrived: AtomicU32::new(0),
@@ -250,9 +255,13 @@ impl DirectEngine {
                 stop: AtomicBool::new(false),
             });
             let (s, b) = (slot.clone(), barrier.clone());
+            let cpu = cpus.get(r).copied().flatten();
             let handle = thread::Builder::new()
                 .name(format!("proxy-{r}"))
                 .spawn(move || {
+                    if let Some(id) = cpu {
+                        core_affinity::set_for_current(core_affinity::CoreId { id });
+                    }
                     let seam = counting_seam();
                     let idle = WaitPolicy {
                         timeout: std::time::Duration::MAX,

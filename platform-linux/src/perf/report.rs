@@ -265,11 +265,11 @@ pub fn write_plot(path: &Path, args: &Args, rows: &[Row]) -> Result<(), String> 
 
 fn human_bytes(v: f64) -> String {
     let v = v.round() as u64;
-    if v >= 1 << 30 && v % (1 << 30) == 0 {
+    if v >= 1 << 30 && v.is_multiple_of(1 << 30) {
         format!("{}G", v >> 30)
-    } else if v >= 1 << 20 && v % (1 << 20) == 0 {
+    } else if v >= 1 << 20 && v.is_multiple_of(1 << 20) {
         format!("{}M", v >> 20)
-    } else if v >= 1 << 10 && v % (1 << 10) == 0 {
+    } else if v >= 1 << 10 && v.is_multiple_of(1 << 10) {
         format!("{}K", v >> 10)
     } else {
         format!("{v}")

@@ -146,12 +146,16 @@ impl World {
             unsafe { c.trust_all_addresses() };
             comms.push(c);
         }
-        let wait = WaitPolicy::default();
-        let engine = DirectEngine::new(comms, wait).map_err(|e| format!("engine: {e}"))?;
+        let wait = wait_policy_from_env();
+        let cpus = rank_cpus(n, args.pin);
+        let engine = DirectEngine::new(comms, wait, &cpus).map_err(|e| format!("engine: {e}"))?;
         let mut devices = Vec::new();
         for r in 0..n {
             let fault = (args.fault_inject && r == n - 1).then_some(Fault { entry: None });
-            devices.push(DeviceThread::spawn(r, fault, wait).map_err(|e| format!("device: {e}"))?);
+            devices.push(
+                DeviceThread::spawn(r, fault, wait, cpus[r as usize])
+                    .map_err(|e| format!("device: {e}"))?,
+            );
         }
         Ok(Self {
             args: args.clone(),
@@ -436,4 +440,35 @@ impl World {
 fn size_of_row(prep: &Prepared) -> u64 {
     let l = prep.plans[0].layout;
     l.input_bytes.max(l.output_bytes)
+}
+
+/// The wait policy of every waiting thread of the tool: [`WaitPolicy::default`], with
+/// `PROXY_PERF_SPINS` / `PROXY_PERF_YIELDS` / `PROXY_PERF_NAP_US` overriding its fields
+/// (tuning experiments; unset in normal use).
+pub fn wait_policy_from_env() -> WaitPolicy {
+    let get = |k: &str| std::env::var(k).ok().and_then(|v| v.parse::<u32>().ok());
+    let mut w = WaitPolicy::default();
+    if let Some(v) = get("PROXY_PERF_SPINS") {
+        w.spins = v;
+    }
+    if let Some(v) = get("PROXY_PERF_YIELDS") {
+        w.yields = v;
+    }
+    if let Some(v) = get("PROXY_PERF_NAP_US") {
+        w.nap = std::time::Duration::from_micros(u64::from(v));
+    }
+    w
+}
+
+/// With `pin`, rank `r`'s device and proxy thread share CPU `r mod ncpus` (the pairs that hand
+/// off most often then switch on one core instead of waiting for a remote one to be scheduled).
+pub fn rank_cpus(n: u32, pin: bool) -> Vec<Option<usize>> {
+    let ids = if pin {
+        core_affinity::get_core_ids().unwrap_or_default()
+    } else {
+        Vec::new()
+    };
+    (0..n as usize)
+        .map(|r| (!ids.is_empty()).then(|| ids[r % ids.len()].id))
+        .collect()
 }
