@@ -19,7 +19,9 @@ use alloc::vec::Vec;
 use crate::queue::{ProxyQueue, QueueConfig, SlotHandle, Worker};
 use crate::record::TaskRecord;
 use crate::status::NrtStatus;
-use crate::sync::{spin_loop, Arc, AtomicBool, Ordering, UnsafeCell};
+use crate::sync::{spin_loop, Arc};
+#[cfg(not(loom))]
+use crate::sync::{AtomicBool, Ordering, UnsafeCell};
 use crate::time::Clock;
 use crate::wake::Waiter;
 
@@ -99,14 +101,61 @@ impl Membership {
 pub struct Registry<S: Spawner> {
     spawner: S,
     cfg: RegistryConfig,
-    lock: AtomicBool,
-    groups: UnsafeCell<Vec<Group<S::Handle>>>,
+    groups: GroupLock<Vec<Group<S::Handle>>>,
 }
 
-// SAFETY: `groups` is accessed only under `lock` (acquire/release); its contents are Send.
-unsafe impl<S: Spawner> Sync for Registry<S> {}
+/// The group table's lock. A test-and-set lock whose waiters call [`Spawner::relax`] (a yield
+/// on Linux) between attempts; under loom, loom's `Mutex`, because loom cannot schedule a spin
+/// loop under its preemption bound (the models would report a livelock that is not there).
+struct GroupLock<T> {
+    #[cfg(not(loom))]
+    locked: AtomicBool,
+    #[cfg(not(loom))]
+    value: UnsafeCell<T>,
+    #[cfg(loom)]
+    value: loom::sync::Mutex<T>,
+}
+
+// SAFETY: `value` is accessed only while `locked` is held (acquire/release), so sharing the
+// lock only ever gives one thread at a time access to the `T`, which is Send.
+unsafe impl<T: Send> Sync for GroupLock<T> {}
 // SAFETY: as above.
-unsafe impl<S: Spawner> Send for Registry<S> {}
+unsafe impl<T: Send> Send for GroupLock<T> {}
+
+impl<T> GroupLock<T> {
+    fn new(value: T) -> Self {
+        Self {
+            #[cfg(not(loom))]
+            locked: AtomicBool::new(false),
+            #[cfg(not(loom))]
+            value: UnsafeCell::new(value),
+            #[cfg(loom)]
+            value: loom::sync::Mutex::new(value),
+        }
+    }
+
+    #[cfg(not(loom))]
+    fn with<R>(&self, relax: impl Fn(), f: impl FnOnce(&mut T) -> R) -> R {
+        // Acquire: the previous holder's changes to `value` are visible.
+        while self
+            .locked
+            .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            relax();
+        }
+        // SAFETY: we hold the lock: no other access to `value` overlaps.
+        let r = self.value.with_mut(|v| f(unsafe { &mut *v }));
+        // Release: our changes are visible to the next holder.
+        self.locked.store(false, Ordering::Release);
+        r
+    }
+
+    #[cfg(loom)]
+    fn with<R>(&self, _relax: impl Fn(), f: impl FnOnce(&mut T) -> R) -> R {
+        f(&mut self.value.lock().unwrap())
+    }
+}
 
 impl<S: Spawner> core::fmt::Debug for Registry<S> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
@@ -128,8 +177,7 @@ impl<S: Spawner> Registry<S> {
         Ok(Self {
             spawner,
             cfg,
-            lock: AtomicBool::new(false),
-            groups: UnsafeCell::new(Vec::new()),
+            groups: GroupLock::new(Vec::new()),
         })
     }
 
@@ -144,19 +192,7 @@ impl<S: Spawner> Registry<S> {
     }
 
     fn with_groups<R>(&self, f: impl FnOnce(&mut Vec<Group<S::Handle>>) -> R) -> R {
-        // Acquire: the previous holder's changes to `groups` are visible.
-        while self
-            .lock
-            .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
-            .is_err()
-        {
-            self.spawner.relax();
-        }
-        // SAFETY: we hold the lock: no other access to `groups` overlaps.
-        let r = self.groups.with_mut(|g| f(unsafe { &mut *g }));
-        // Release: our changes are visible to the next holder.
-        self.lock.store(false, Ordering::Release);
-        r
+        self.groups.with(|| self.spawner.relax(), f)
     }
 
     /// Joins `rank`'s group: takes a reference on its queue (creating the queue and starting

@@ -173,6 +173,9 @@ impl crate::wake::Unpark for StdUnpark {
     fn unpark(&self) {
         self.0.unpark();
     }
+    fn clone_box(&self) -> Box<dyn crate::wake::Unpark> {
+        Box::new(StdUnpark(self.0.clone()))
+    }
 }
 
 impl crate::wake::Park for StdPark {

@@ -2,29 +2,37 @@
 //! without losing a wakeup.
 //!
 //! The protocol is std's parker, on one state word changed only by read-modify-write
-//! (STYLE.md, "the lost-wakeup trap"): `EMPTY` / `PARKED` / `NOTIFIED`.
+//! (STYLE.md, "the lost-wakeup trap"), with one extra state so that the waiter's registration
+//! (how to wake it) needs no lock: `EMPTY` / `PARKED` / `NOTIFYING` / `NOTIFIED`.
 //!
-//! * The waiter ([`WaitCell::park`]) registers how to wake it, moves `EMPTY → PARKED` with a
-//!   compare-exchange (a pending `NOTIFIED` is consumed instead and the waiter returns at once),
-//!   re-checks its condition, and then blocks in the platform's [`Park::park`] until the word
-//!   reads `NOTIFIED`, which it moves back to `EMPTY`.
-//! * The notifier ([`WaitCell::notify`]) makes its change (a ring push, a state store) and then
-//!   swaps the word to `NOTIFIED`; only when the swap returns `PARKED` does it call the
-//!   waiter's [`Unpark::unpark`] (the syscall is skipped while the waiter is awake).
+//! * The waiter ([`WaitCell::park`]) writes its [`Unpark`] handle into the cell while the word
+//!   is `EMPTY`, moves `EMPTY → PARKED` (a pending `NOTIFIED` is consumed instead and it returns
+//!   at once), re-checks its condition (and, if it now holds, moves `PARKED → EMPTY` and
+//!   returns), then blocks in the platform's [`Park::park`] until it can move `NOTIFIED → EMPTY`.
+//! * A notifier ([`WaitCell::notify`]) makes its change (a ring push, a state store) and then
+//!   changes the word by RMW, always writing: `EMPTY → NOTIFIED`, `NOTIFIED → NOTIFIED`,
+//!   `NOTIFYING → NOTIFYING`, or `PARKED → NOTIFYING`; only in the last case does it read the
+//!   registration (a clone of the handle), store `NOTIFIED` by RMW and then unpark the waiter.
 //!
-//! Why no wakeup is lost: both sides change the one word by RMW, so they are totally ordered on
-//! it. If the notifier's swap comes first, the waiter's compare-exchange fails on `NOTIFIED`
-//! (acquire: it then sees the notifier's change) and the waiter does not block. If the waiter's
-//! compare-exchange comes first, the swap returns `PARKED` and the notifier unparks; the
-//! platform's park has token semantics, so an unpark that lands before the block still ends it.
-//! No store→load pattern is involved, so no `SeqCst` fence is needed (and loom, which models
-//! SeqCst accesses as AcqRel, checks exactly this code).
+//! Why no wakeup is lost: every change of the word is an RMW, so waiter and notifiers are
+//! totally ordered on it, and each notifier's RMW is a release in the chain the waiter's
+//! acquire consumption of `NOTIFIED` reads from, so every notifier's change is visible to the
+//! waiter once it returns. If a notifier comes before the waiter's `EMPTY → PARKED`, the waiter
+//! finds `NOTIFIED` and does not block. If it comes after, the word is `PARKED` or `NOTIFYING`;
+//! whoever took `PARKED → NOTIFYING` unparks after storing `NOTIFIED`, and the platform's park
+//! has token semantics, so an unpark that lands before the block still ends it.
+//!
+//! Why no lock: the registration is written only in `EMPTY` and read only in `NOTIFYING`; the
+//! waiter leaves `PARKED` only by `PARKED → EMPTY` (nobody is reading) or by consuming
+//! `NOTIFIED` (the reader is done), so the two never overlap. No spin-wait on another thread
+//! anywhere, which also keeps the loom models free of spin loops (loom cannot schedule those
+//! under a preemption bound). No store→load pattern is involved, so no `SeqCst` fence.
 //!
 //! Seed: `enc_proxy_queue::cv` (+0x080) `wait` / `append_task`'s `notify_all`, §2; DESIGN.md §4.
 
 use alloc::boxed::Box;
 
-use crate::sync::{spin_loop, AtomicBool, AtomicU32, Ordering, UnsafeCell};
+use crate::sync::{spin_loop, AtomicU32, Ordering, UnsafeCell};
 use crate::time::Clock;
 
 /// Wakes one particular thread (the platform's half of the protocol).
@@ -34,6 +42,9 @@ use crate::time::Clock;
 pub trait Unpark: Send + Sync {
     /// Makes the thread's token available and wakes it if it is blocked.
     fn unpark(&self);
+
+    /// A second handle on the same thread.
+    fn clone_box(&self) -> Box<dyn Unpark>;
 }
 
 /// Blocks the calling thread (the platform's half of the protocol).
@@ -48,23 +59,25 @@ pub trait Park {
 
 const EMPTY: u32 = 0;
 const PARKED: u32 = 1;
-const NOTIFIED: u32 = 2;
+const NOTIFYING: u32 = 2;
+const NOTIFIED: u32 = 3;
 
-/// One waiter's wake word: the `EMPTY / PARKED / NOTIFIED` protocol of this module.
+/// One waiter's wake word: the `EMPTY / PARKED / NOTIFYING / NOTIFIED` protocol of this
+/// module.
 ///
 /// At most one thread waits on a cell at a time (the worker on the queue's cell, a slot's owner
 /// on the slot's cell); any number of threads may notify.
 pub struct WaitCell {
-    /// `EMPTY`, `PARKED` or `NOTIFIED`; changed only by RMW.
+    /// `EMPTY`, `PARKED`, `NOTIFYING` or `NOTIFIED`; changed only by RMW.
     state: AtomicU32,
-    /// Guards `unparker` (held for a handful of instructions, or one unpark call).
-    lock: AtomicBool,
-    /// How to wake the current waiter; written by the waiter before it moves to `PARKED`.
+    /// How to wake the current waiter: written by the waiter in `EMPTY`, read by the notifier
+    /// that moved `PARKED → NOTIFYING`.
     unparker: UnsafeCell<Option<Box<dyn Unpark>>>,
 }
 
-// SAFETY: `unparker` is only accessed under `lock` (acquire/release), and `Box<dyn Unpark>` is
-// Send + Sync; the state word is atomic.
+// SAFETY: `unparker` is written only by the one waiter while the word is EMPTY and read only by
+// the one notifier that holds NOTIFYING (module docs), ordered by the AcqRel RMWs on `state`;
+// `Box<dyn Unpark>` is Send + Sync.
 unsafe impl Send for WaitCell {}
 // SAFETY: as above.
 unsafe impl Sync for WaitCell {}
@@ -88,35 +101,51 @@ impl WaitCell {
     pub fn new() -> Self {
         Self {
             state: AtomicU32::new(EMPTY),
-            lock: AtomicBool::new(false),
             unparker: UnsafeCell::new(None),
         }
     }
 
-    fn with_unparker<R>(&self, f: impl FnOnce(&mut Option<Box<dyn Unpark>>) -> R) -> R {
-        // Acquire: the previous holder's writes to `unparker` are visible to us.
-        while self.lock.swap(true, Ordering::Acquire) {
-            spin_loop();
-        }
-        // SAFETY: we hold `lock`, so no other access to `unparker` overlaps this one.
-        let r = self.unparker.with_mut(|p| f(unsafe { &mut *p }));
-        // Release: our writes to `unparker` happen-before the next holder's reads.
-        self.lock.store(false, Ordering::Release);
-        r
-    }
-
     /// Wakes the waiter: to be called after the change the waiter waits for is made.
     ///
-    /// Always one atomic swap; the platform's unpark only when the waiter is parked.
+    /// One RMW on the wake word (a CAS loop that retries only when the word changed under it);
+    /// the platform's unpark only when the waiter is parked.
     pub fn notify(&self) {
-        // AcqRel: Release publishes our change to a waiter that reads NOTIFIED; Acquire pairs
-        // with the waiter's release on PARKED, so its unparker registration is visible.
-        if self.state.swap(NOTIFIED, Ordering::AcqRel) == PARKED {
-            self.with_unparker(|u| {
-                if let Some(u) = u.as_ref() {
-                    u.unpark();
-                }
-            });
+        let mut cur = self.state.load(Ordering::Relaxed);
+        // The classic trap, planted for the loom models to catch: "nobody is parked, skip".
+        #[cfg(loom_planted_bug)]
+        if cur == EMPTY {
+            return;
+        }
+        loop {
+            let next = match cur {
+                PARKED => NOTIFYING,
+                EMPTY => NOTIFIED,
+                other => other, // NOTIFIED / NOTIFYING: write the same value (join the chain)
+            };
+            // AcqRel: Release publishes our change to the waiter (its acquire consumption of
+            // NOTIFIED reads this RMW chain); Acquire, for PARKED, makes the waiter's
+            // registration (released by its EMPTY → PARKED) visible to us.
+            match self
+                .state
+                .compare_exchange_weak(cur, next, Ordering::AcqRel, Ordering::Relaxed)
+            {
+                Ok(_) => break,
+                Err(actual) => cur = actual,
+            }
+        }
+        if cur != PARKED {
+            return;
+        }
+        // We hold NOTIFYING: the registration is ours to read until we leave it.
+        // SAFETY: module docs: the waiter writes `unparker` only in EMPTY, and cannot leave
+        // PARKED/NOTIFYING for EMPTY until we store NOTIFIED below.
+        let u = self
+            .unparker
+            .with(|p| unsafe { (*p).as_ref().map(|u| u.clone_box()) });
+        // AcqRel RMW (not a plain store), so the release chain to the waiter is unbroken.
+        self.state.swap(NOTIFIED, Ordering::AcqRel);
+        if let Some(u) = u {
+            u.unpark();
         }
     }
 
@@ -127,37 +156,46 @@ impl WaitCell {
     /// Returns after one notification (or `ready`); the caller re-checks its condition and calls
     /// again if needed (a notification may be for a change it has already seen).
     pub fn park(&self, park: &dyn Park, ready: impl FnOnce() -> bool) {
+        if self.try_consume() {
+            return;
+        }
         let me = park.unparker();
-        self.with_unparker(|u| *u = Some(me));
-        // AcqRel on success: Release publishes the registration to a notifier's swap. Acquire
-        // on failure: a pending NOTIFIED's change is visible to us.
+        // SAFETY: the word is EMPTY or NOTIFIED (we are the only waiter, every park returns in
+        // EMPTY, and notifiers move EMPTY only to NOTIFIED), so no notifier reads the
+        // registration now (that happens only in NOTIFYING).
+        self.unparker.with_mut(|p| unsafe { *p = Some(me) });
+        // AcqRel on success: Release publishes the registration to the notifier that takes
+        // PARKED → NOTIFYING. Acquire on failure: a NOTIFIED that raced in is consumed next.
         if self
             .state
             .compare_exchange(EMPTY, PARKED, Ordering::AcqRel, Ordering::Acquire)
             .is_err()
         {
-            // NOTIFIED: consume it and return.
-            self.state.swap(EMPTY, Ordering::Acquire);
+            // Only a notifier's EMPTY → NOTIFIED can have intervened.
+            let consumed = self.try_consume();
+            debug_assert!(consumed);
             return;
         }
-        if ready() {
-            // Leave PARKED; a notification that raced in is consumed (its change is already
-            // seen or will be by the caller's re-check).
-            self.state.swap(EMPTY, Ordering::Acquire);
-            return;
-        }
-        loop {
-            park.park();
-            // Acquire: the notifier's change is visible once we consume NOTIFIED.
-            if self
+        if ready()
+            && self
                 .state
-                .compare_exchange(NOTIFIED, EMPTY, Ordering::Acquire, Ordering::Relaxed)
+                .compare_exchange(PARKED, EMPTY, Ordering::Acquire, Ordering::Relaxed)
                 .is_ok()
-            {
-                return;
-            }
-            // Spurious return (or an old token): still PARKED, block again.
+        {
+            return;
         }
+        // PARKED, NOTIFYING or NOTIFIED: wait for NOTIFIED and consume it.
+        while !self.try_consume() {
+            park.park();
+        }
+    }
+
+    /// Moves `NOTIFIED → EMPTY` (acquire: every notifier's change is visible); `false` if the
+    /// word was something else.
+    fn try_consume(&self) -> bool {
+        self.state
+            .compare_exchange(NOTIFIED, EMPTY, Ordering::Acquire, Ordering::Relaxed)
+            .is_ok()
     }
 }
 
@@ -236,6 +274,10 @@ impl Unpark for LoomUnpark {
     fn unpark(&self) {
         self.0.unpark();
     }
+
+    fn clone_box(&self) -> Box<dyn Unpark> {
+        Box::new(LoomUnpark(self.0.clone()))
+    }
 }
 
 #[cfg(loom)]
@@ -252,6 +294,7 @@ impl Park for LoomPark {
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
+    use crate::sync::AtomicBool;
     use crate::time::NoClock;
     use core::cell::Cell;
 
@@ -264,6 +307,9 @@ mod tests {
     impl Unpark for TokenUnpark {
         fn unpark(&self) {
             self.0.store(true, Ordering::SeqCst);
+        }
+        fn clone_box(&self) -> Box<dyn Unpark> {
+            Box::new(TokenUnpark(self.0.clone()))
         }
     }
     impl Park for TokenPark {
@@ -285,6 +331,21 @@ mod tests {
         c.notify();
         c.park(&p, || false); // returns at once: NOTIFIED was pending
         assert_eq!(c.state.load(Ordering::SeqCst), EMPTY);
+    }
+
+    #[test]
+    fn notify_while_parked_unparks_and_leaves_notified() {
+        let c = WaitCell::new();
+        let p = TokenPark::default();
+        // Simulate the waiter's registration + PARKED, then a notifier.
+        c.unparker.with_mut(|u| unsafe { *u = Some(p.unparker()) });
+        c.state.store(PARKED, Ordering::SeqCst);
+        c.notify();
+        assert_eq!(c.state.load(Ordering::SeqCst), NOTIFIED);
+        assert!(p.token.load(Ordering::SeqCst));
+        c.notify();
+        assert_eq!(c.state.load(Ordering::SeqCst), NOTIFIED);
+        assert!(c.try_consume());
     }
 
     #[test]
