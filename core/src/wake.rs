@@ -338,6 +338,7 @@ mod tests {
         let c = WaitCell::new();
         let p = TokenPark::default();
         // Simulate the waiter's registration + PARKED, then a notifier.
+        // SAFETY: single-threaded test: no other access to the cell.
         c.unparker.with_mut(|u| unsafe { *u = Some(p.unparker()) });
         c.state.store(PARKED, Ordering::SeqCst);
         c.notify();
