@@ -262,6 +262,16 @@ impl<S: Spawner> Registry<S> {
         self.with_groups(|g| g.len())
     }
 
+    /// Calls `f` with every live group's id and worker handle (under the registry's lock: keep
+    /// `f` short).
+    pub fn for_each_worker(&self, mut f: impl FnMut(u32, &S::Handle)) {
+        self.with_groups(|groups| {
+            for g in groups.iter() {
+                f(g.id, &g.handle);
+            }
+        });
+    }
+
     /// Every live group with its worker's thread id.
     pub fn workers(&self) -> Vec<(u32, Option<u64>)> {
         self.with_groups(|groups| {
