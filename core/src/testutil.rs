@@ -146,6 +146,21 @@ unsafe extern "C" fn stop(comm: *mut c_void, stream: u32) -> u32 {
     0
 }
 
+/// Words for tests: owns the atomics, hands out `HostWord`s that must not outlive it.
+pub struct Words(Box<[AtomicU32]>);
+
+impl Words {
+    pub fn new(init: &[u32]) -> Self {
+        Self(init.iter().map(|&v| AtomicU32::new(v)).collect())
+    }
+
+    pub fn get(&self, i: usize) -> crate::trigger::HostWord {
+        // SAFETY: every test keeps its `Words` alive (declared first) until its handles and the
+        // tasks that carry them are gone.
+        unsafe { crate::trigger::HostWord::from_ref(&self.0[i]) }
+    }
+}
+
 /// The scripted seam.
 pub fn seam() -> SeamTable {
     SeamTable {

@@ -64,6 +64,16 @@ impl HostWord {
         }
     }
 
+    /// A handle on `word` (keeps its provenance; works under loom).
+    ///
+    /// # Safety
+    /// `word` must outlive every use of the handle and of its copies.
+    pub unsafe fn from_ref(word: &AtomicU32) -> Self {
+        Self {
+            ptr: NonNull::from(word),
+        }
+    }
+
     /// The word's address (what goes into an op info's `*_addr` field).
     pub fn addr(&self) -> u64 {
         self.ptr.as_ptr() as usize as u64
@@ -189,15 +199,12 @@ impl Default for TriggerWords {
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
-    use alloc::boxed::Box;
-
-    fn leak(v: u32) -> HostWord {
-        HostWord::from_static(Box::leak(Box::new(AtomicU32::new(v))))
-    }
+    use crate::testutil::Words;
 
     #[test]
     fn gate_opens_only_when_every_word_is_written() {
-        let (a, b) = (leak(7), leak(7));
+        let ws = Words::new(&[7, 7]);
+        let (a, b) = (ws.get(0), ws.get(1));
         let t = TriggerWords::new(&[a, b]).unwrap();
         t.arm();
         assert_eq!(a.load(), TRIGGER_ARMED);
@@ -212,10 +219,11 @@ mod tests {
 
     #[test]
     fn limits_and_addresses() {
-        let w = leak(0);
+        let ws = Words::new(&[0]);
+        let w = ws.get(0);
         assert!(TriggerWords::new(&[w; 5]).is_err());
         assert!(TriggerWords::none().can_start());
-        // SAFETY: the address comes from a leaked, live AtomicU32.
+        // SAFETY: the address comes from `ws`, which outlives the handle.
         let again = unsafe { HostWord::from_addr(w.addr()) }.unwrap();
         assert_eq!(again, w);
         // SAFETY: 0 and misaligned addresses are rejected before any access.

@@ -295,7 +295,6 @@ impl Park for LoomPark {
 mod tests {
     use super::*;
     use crate::sync::AtomicBool;
-    use crate::time::NoClock;
     use core::cell::Cell;
 
     /// A parker for single-threaded tests: `park` panics unless a token is present.
@@ -361,18 +360,23 @@ mod tests {
     fn waiter_spins_then_parks() {
         let c = WaitCell::new();
         let p = TokenPark::default();
-        let n = Cell::new(0);
+        let clock = crate::time::ManualClock::new(0);
+        let n = Cell::new(0u32);
         let w = Waiter {
             park: &p,
-            clock: &NoClock,
-            spin_ns: 1,
+            clock: &clock,
+            spin_ns: 100,
         };
-        // Notify up front so the park phase returns; the poll succeeds after the spin phase.
+        // Every poll moves the clock by 1 ns; the spin phase reads the clock every 64 polls, so
+        // it ends after 128. Park phase: poll 129, consume the pending notification, poll 130,
+        // register + PARKED, and poll 131 in the ready re-check succeeds (no block).
         c.notify();
         let v = w.wait_on(&c, || {
+            clock.advance(1);
             n.set(n.get() + 1);
-            (n.get() > Waiter::MAX_SPINS + 1).then_some(5)
+            (n.get() > 130).then_some(5)
         });
         assert_eq!(v, 5);
+        assert_eq!(n.get(), 131);
     }
 }

@@ -197,6 +197,15 @@ impl Config {
         }
     }
 
+    /// Applies [`Config::log_level`] (when set) as the `log` facade's maximum level. The logger
+    /// itself is the embedder's choice (`env_logger` in `proxy-perf`, with `RUST_LOG` for finer
+    /// filters).
+    pub fn apply_log_level(&self) {
+        if let Some(l) = self.log_level {
+            log::set_max_level(l);
+        }
+    }
+
     /// The task timeout in nanoseconds, as task specs take it.
     pub fn timeout_ns(&self) -> Option<u64> {
         self.exec_timeout

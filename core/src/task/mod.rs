@@ -79,6 +79,11 @@ pub trait ProxyTask: Send {
     /// The live status record, which any thread may read without a lock.
     fn status_record(&self) -> Arc<StatusRecord>;
 
+    /// The slot the task was submitted through (`u32::MAX` before submission).
+    fn slot(&self) -> u32 {
+        self.record().slot
+    }
+
     /// Records the queue slot the task is submitted through (called by the slot before the
     /// task is handed to the worker).
     fn bind_slot(&mut self, slot: u32);

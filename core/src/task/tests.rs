@@ -9,8 +9,7 @@ use alloc::vec::Vec;
 use super::*;
 use crate::record::RunState;
 use crate::status::NrtStatus;
-use crate::sync::AtomicU32;
-use crate::testutil::{block, seam, Call, Script};
+use crate::testutil::{block, seam, Call, Script, Words};
 use crate::trigger::{HostWord, TriggerWords, TRIGGER_ARMED};
 
 const GO: StepEnv = StepEnv {
@@ -25,9 +24,6 @@ fn at(now_ns: u64) -> StepEnv {
     }
 }
 
-fn word(v: u32) -> HostWord {
-    HostWord::from_static(Box::leak(Box::new(AtomicU32::new(v))))
-}
 
 fn spec(s: &Script, blocks: Vec<BlockFifos>) -> NetworkTaskSpec {
     NetworkTaskSpec {
@@ -143,8 +139,9 @@ fn bad_blocks_are_rejected_before_any_call() {
 
 #[test]
 fn armed_trigger_blocks_progress_until_a_device_thread_writes_it() {
+    let ws = Words::new(&[0, 0]);
     let s = Script::new(1);
-    let (w0, w1) = (word(0), word(0));
+    let (w0, w1) = (ws.get(0), ws.get(1));
     let triggers = TriggerWords::new(&[w0, w1]).unwrap();
     triggers.arm();
     let mut t = NetworkTask::new(NetworkTaskSpec {
@@ -174,8 +171,9 @@ fn armed_trigger_blocks_progress_until_a_device_thread_writes_it() {
 
 #[test]
 fn trigger_wait_times_out_and_stops_streams() {
+    let ws = Words::new(&[TRIGGER_ARMED]);
     let s = Script::new(1);
-    let w = word(TRIGGER_ARMED);
+    let w = ws.get(0);
     let mut t = NetworkTask::new(NetworkTaskSpec {
         triggers: TriggerWords::new(&[w]).unwrap(),
         wait_for_device: true,
@@ -330,9 +328,10 @@ fn barrier(
 
 #[test]
 fn barrier_gates_on_trigger_waits_for_every_rank_and_leader_increments() {
+    let ws = Words::new(&[TRIGGER_ARMED, TRIGGER_ARMED, 0, 0]);
     let b = SharedMemBarrier::new(2).unwrap();
-    let (t0, t1) = (word(TRIGGER_ARMED), word(TRIGGER_ARMED));
-    let sems = [word(0), word(0)];
+    let (t0, t1) = (ws.get(0), ws.get(1));
+    let sems = [ws.get(2), ws.get(3)];
     let mut r0 = barrier(&b, 0, t0, true, &sems);
     let mut r1 = barrier(&b, 1, t1, false, &sems);
     assert_eq!(r0.step(&GO), Step::Idle);
