@@ -24,7 +24,6 @@ fn at(now_ns: u64) -> StepEnv {
     }
 }
 
-
 fn spec(s: &Script, blocks: Vec<BlockFifos>) -> NetworkTaskSpec {
     NetworkTaskSpec {
         task_id: 1,
