@@ -19,6 +19,13 @@
 //! stream's progress call; `stop` is called once per stream when the task ends, never on a
 //! block switch; a stream whose schedule is exhausted is not called again.
 //!
+//! Choices this module makes where DESIGN.md is silent: a skipped task (edge 1) also waits its
+//! turn behind an earlier network task of its comm, so the network tasks of a slot complete in
+//! submission order even with the skip flag; "progress" for the timeout is a state change, a
+//! block switch or a progress round in which some stream was not idle (the driver cannot see
+//! single requests, and the progress half reports idle exactly when no op moved); a `start`
+//! failure part-way through INIT stops every stream of the task (some blocks were filed).
+//!
 //! Seed: `enc_network_proxy_task::step` (nrt:0x1d0620), `init_network_proxy` (nrt:0x1ce5b0),
 //! `proxy_progress` (nrt:0x1d03f0), `check_basic_block_switch` (nrt:0x1d01c0), §3.
 
