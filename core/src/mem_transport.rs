@@ -67,7 +67,8 @@
 //! here without a network; DESIGN.md §2 (the in-memory transport lives in `core`), §5 (tags,
 //! sizes, early send completion), §8 (one thread per endpoint, `poll` once per tick).
 
-mod handoff;
+#[doc(hidden)]
+pub mod handoff; // public for the loom models in `loom-tests` (model 7); not a stable API
 #[cfg(all(test, not(loom)))]
 mod tests;
 
