@@ -42,6 +42,16 @@ pub enum TransportArg {
     Libfabric,
 }
 
+/// What runs the proxy side.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum EngineArg {
+    /// The driver: proxy queues per group, worker threads, network + barrier tasks, status
+    /// rings.
+    Driver,
+    /// Diagnostic: one thread per rank steps its comm through the seam directly (no queue).
+    Direct,
+}
+
 /// The algorithm, as named on the command line.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum AlgoArg {
@@ -151,9 +161,16 @@ pub struct Args {
     /// Largest FIFO entry (pipeline chunk) in bytes.
     #[arg(long, default_value_t = DEFAULT_CHUNK_BYTES, value_parser = parse_size)]
     pub chunk: u64,
-    /// Pin rank r's device emulator and proxy thread to CPU r mod ncpus.
+    /// Pin rank r's device emulator (and, with `--engine direct`, its proxy thread) to CPU
+    /// r mod ncpus. Driver workers follow `NEURON_RT_LOW_LATENCY_TASKS_CPU_AFFINITY`.
     #[arg(long)]
     pub pin: bool,
+    /// What runs the proxy side: the driver (default) or, for diagnosis, a direct stepper.
+    #[arg(long, value_enum, default_value_t = EngineArg::Driver)]
+    pub engine: EngineArg,
+    /// Ranks per network proxy (overrides `NEURON_RT_RANKS_PER_NETWORK_PROXY`).
+    #[arg(long)]
+    pub ranks_per_proxy: Option<u32>,
     /// Write every row as JSON to this file.
     #[arg(long, value_name = "FILE")]
     pub json: Option<std::path::PathBuf>,

@@ -14,9 +14,19 @@ use std::thread::{self, JoinHandle};
 use proxy_core::comm::Comm;
 use proxy_core::desc::{NetDestAddr, NetOpInfo, NetSrcAddr};
 use proxy_core::planner::Fifos;
+use proxy_core::queue::TaskBox;
+use proxy_core::registry::Membership;
 use proxy_core::seam::{in_process_progress, in_process_start, in_process_stop, SeamTable};
+use proxy_core::status::NrtStatus;
+use proxy_core::task::{
+    BarrierChannel, BarrierTask, BarrierTaskSpec, BarrierTicket, BlockFifos, CommHandle,
+    NetworkTask, NetworkTaskSpec, SharedMemBarrier, SharedMemBarrierEndpoint,
+};
+use proxy_core::trigger::{HostWord, TriggerWords};
+use proxy_core::wake::Waiter;
 
 use crate::emulator::WaitPolicy;
+use crate::{Config, LinuxRegistry};
 
 /// `start` calls made through [`counting_seam`] in this process.
 static SEAM_STARTS: AtomicU64 = AtomicU64::new(0);
@@ -343,6 +353,193 @@ impl Drop for DirectEngine {
             if let Some(h) = t.handle.take() {
                 h.thread().unpark();
                 let _ = h.join();
+            }
+        }
+    }
+}
+
+/// A rank's barrier endpoint shared by its successive barrier tasks (the endpoint counts
+/// generations, and each task takes its channel by value). Only one barrier task of a rank is
+/// active at a time, so the lock is never contended.
+struct SharedEndpoint(Arc<Mutex<SharedMemBarrierEndpoint>>);
+
+impl BarrierChannel for SharedEndpoint {
+    fn arrive(&mut self) -> Result<BarrierTicket, NrtStatus> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).arrive()
+    }
+
+    fn poll(&mut self, ticket: BarrierTicket) -> Result<bool, NrtStatus> {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .poll(ticket)
+    }
+}
+
+struct DriverRank {
+    /// Boxed: the network tasks carry its address.
+    comm: Box<Comm>,
+    member: Option<Membership>,
+    barrier: Arc<Mutex<SharedMemBarrierEndpoint>>,
+    /// Tasks submitted and not yet reported.
+    pending: usize,
+}
+
+/// The real driver (DESIGN.md §4): every rank's comm joins the process registry's proxy queue
+/// of its group (`NEURON_RT_RANKS_PER_NETWORK_PROXY` ranks per group, one worker thread
+/// `proxy-<tid>` each); each execution is one network task and one barrier task submitted
+/// through the rank's slot, and completion is read from the slot's status ring.
+pub struct DriverEngine {
+    registry: LinuxRegistry,
+    ranks: Vec<DriverRank>,
+    spin: std::time::Duration,
+    timeout_ns: Option<u64>,
+    rpp: u32,
+}
+
+impl DriverEngine {
+    /// Joins every comm (`comms[r]` is rank `r`'s) to a registry built from `cfg`.
+    ///
+    /// # Errors
+    /// A message when the registry or a join fails (e.g. a worker CPU outside the allowed set).
+    pub fn new(comms: Vec<Comm>, cfg: &Config) -> Result<Self, String> {
+        let registry = crate::registry(cfg).map_err(|e| format!("registry: {e}"))?;
+        let barrier =
+            SharedMemBarrier::new(comms.len() as u32).map_err(|e| format!("barrier: {e}"))?;
+        let mut ranks = Vec::new();
+        for (r, comm) in comms.into_iter().enumerate() {
+            let member = registry
+                .join(r as u32)
+                .map_err(|e| format!("rank {r}: joining the proxy queue failed: {e}"))?;
+            let ep = barrier
+                .endpoint(r as u32)
+                .map_err(|e| format!("barrier endpoint {r}: {e}"))?;
+            ranks.push(DriverRank {
+                comm: Box::new(comm),
+                member: Some(member),
+                barrier: Arc::new(Mutex::new(ep)),
+                pending: 0,
+            });
+        }
+        Ok(Self {
+            registry,
+            ranks,
+            spin: cfg.spin,
+            timeout_ns: cfg.timeout_ns(),
+            rpp: cfg.ranks_per_network_proxy,
+        })
+    }
+
+    fn waiter(&self) -> Waiter<'static> {
+        crate::worker::waiter(self.spin)
+    }
+}
+
+fn host_words(addrs: &[u64]) -> Result<Vec<HostWord>, String> {
+    addrs
+        .iter()
+        .map(|&a| {
+            // SAFETY: Engine::submit's contract: the word is live until the execution is done.
+            unsafe { HostWord::from_addr(a) }.ok_or_else(|| format!("bad host word {a:#x}"))
+        })
+        .collect()
+}
+
+impl Engine for DriverEngine {
+    fn describe(&self) -> String {
+        format!(
+            "driver: {} proxy queue(s), {} rank(s) per network proxy, worker threads proxy-<tid>; \
+             network + barrier task per execution; completion from the status ring",
+            self.registry.group_count(),
+            self.rpp
+        )
+    }
+
+    unsafe fn submit(&mut self, rank: u32, exec: Execution) -> Result<(), String> {
+        let timeout_ns = self.timeout_ns;
+        let r = self
+            .ranks
+            .get_mut(rank as usize)
+            .ok_or_else(|| format!("no rank {rank}"))?;
+        let comm_ptr = &mut *r.comm as *mut Comm as *mut c_void;
+        // SAFETY: the comm is boxed and lives in `self` until after the membership left (Drop),
+        // which ends every task carrying the handle; only the queue's worker calls the seam on
+        // it while a task is submitted.
+        let handle = unsafe { CommHandle::new(comm_ptr) }.ok_or("null comm")?;
+        let net = NetworkTask::new(NetworkTaskSpec {
+            task_id: exec.id.wrapping_mul(2),
+            comm: handle,
+            comm_id: r.comm.config().comm_id,
+            seam: counting_seam(),
+            blocks: exec
+                .blocks
+                .into_iter()
+                .map(|(stream, bb, f)| BlockFifos {
+                    stream,
+                    bb,
+                    ops: f.ops,
+                    src: f.src,
+                    dst: f.dst,
+                })
+                .collect(),
+            schedule: Some(exec.schedule),
+            triggers: TriggerWords::new(&host_words(&exec.net_triggers)?)
+                .map_err(|e| format!("trigger words: {e}"))?,
+            wait_for_device: true,
+            skip: false,
+            timeout_ns,
+        })
+        .map_err(|e| format!("network task: {e}"))?;
+        let barrier = BarrierTask::new(BarrierTaskSpec {
+            task_id: exec.id.wrapping_mul(2).wrapping_add(1),
+            comm_id: r.comm.config().comm_id,
+            channel: Box::new(SharedEndpoint(r.barrier.clone())),
+            triggers: TriggerWords::new(&host_words(&exec.barrier_triggers)?)
+                .map_err(|e| format!("barrier trigger words: {e}"))?,
+            leader: exec.leader,
+            done_semaphores: host_words(&exec.barrier_done)?,
+            skip: false,
+            timeout_ns,
+        });
+        let slot = &mut r.member.as_mut().ok_or("rank left")?.slot;
+        for task in [Box::new(net) as TaskBox, Box::new(barrier)] {
+            slot.submit(task)
+                .map_err(|e| format!("rank {rank}: submit: {}", e.status))?;
+            r.pending += 1;
+        }
+        Ok(())
+    }
+
+    fn wait(&mut self, rank: u32) -> Result<(), String> {
+        let w = self.waiter();
+        let r = &mut self.ranks[rank as usize];
+        let slot = &mut r.member.as_mut().ok_or("rank left")?.slot;
+        let mut first_err = None;
+        while r.pending > 0 {
+            let Some(rec) = slot.wait_record(&w) else {
+                return Err(format!(
+                    "rank {rank}: no record although tasks are outstanding"
+                ));
+            };
+            r.pending -= 1;
+            if rec.status() != NrtStatus::Success {
+                first_err.get_or_insert(format!(
+                    "rank {rank}: task {} ended {}",
+                    rec.task_id,
+                    rec.status()
+                ));
+            }
+        }
+        first_err.map_or(Ok(()), Err)
+    }
+}
+
+impl Drop for DriverEngine {
+    fn drop(&mut self) {
+        let w = self.waiter();
+        for r in &mut self.ranks {
+            if let Some(m) = r.member.take() {
+                let _ = self.registry.leave(m, &w);
             }
         }
     }

@@ -6,20 +6,22 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use proxy_core::comm::{Comm, CommConfig};
-use proxy_core::device::DirectHostWords;
 use proxy_core::mem_transport::MemFabric;
 use proxy_core::planner::data::{count_wrong, fill_input, POISON};
 use proxy_core::planner::{plan, Addresses, Collective, Fifos, PlanParams, RankPlan};
 
-use super::args::Args;
-use super::engine::{seam_starts, DirectEngine, Engine, Execution};
+use super::args::{Args, EngineArg};
+use super::engine::{seam_starts, DirectEngine, DriverEngine, Engine, Execution};
 use crate::emulator::{DeviceThread, Fault, Job, WaitPolicy};
+use crate::hostmem::{HostMem, HostMemCallbacks, LINE};
+use crate::Config;
 
 /// Block id every collective call uses (one block per call).
 pub const BLOCK: u32 = 1;
-/// Bytes between host words (each on its own cache line).
-const WORD_STRIDE: u64 = 64;
-const WORDS_PER_LINE: usize = (WORD_STRIDE / 4) as usize;
+/// Bytes between host words (each alone on a host-memory line).
+const WORD_STRIDE: u64 = LINE as u64;
+/// Host-memory lines of the fixed words (network trigger, barrier trigger, barrier-done).
+const FIXED_LINES: usize = 3;
 
 /// One side (out of place or in place) of a row.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -66,29 +68,27 @@ fn ptr(v: &mut [u64]) -> u64 {
     v.as_mut_ptr() as usize as u64
 }
 
-/// A rank's memory for one size: out-of-place input/output, the in-place shared buffer,
-/// scratch and the plan's host words.
+/// A rank's buffers for one size: out-of-place input/output, the in-place shared buffer and
+/// scratch.
 struct RankMem {
     input: Vec<u64>,
     output: Vec<u64>,
     shared: Vec<u64>,
     scratch: Vec<u64>,
-    words: Box<[AtomicU32]>,
 }
 
-/// Per rank: the fixed words (trigger words of the network and barrier tasks, barrier-done).
+/// Per rank: its host-memory region: the fixed words (trigger words of the network and barrier
+/// tasks, barrier-done) on lines 0..3, then the plan's host words, one per line.
 struct FixedWords {
-    words: Box<[AtomicU32]>,
+    mem: Arc<HostMem>,
 }
 
 impl FixedWords {
-    fn new() -> Self {
-        Self {
-            words: (0..3 * WORDS_PER_LINE).map(|_| AtomicU32::new(0)).collect(),
-        }
+    fn addr(&self, line: usize) -> u64 {
+        self.mem.base_addr() + (line * LINE) as u64
     }
-    fn addr(&self, i: usize) -> u64 {
-        &self.words[i * WORDS_PER_LINE] as *const AtomicU32 as usize as u64
+    fn plan_words(&self) -> u64 {
+        self.addr(FIXED_LINES)
     }
     fn net_trigger(&self) -> u64 {
         self.addr(0)
@@ -125,19 +125,24 @@ impl World {
     /// A message when a comm, thread or the transport cannot be set up.
     pub fn new(args: &Args) -> Result<Self, String> {
         let n = args.ranks;
+        let mut cfg = Config::from_env().map_err(|e| e.to_string())?;
+        if let Some(rpp) = args.ranks_per_proxy {
+            cfg.ranks_per_network_proxy = rpp;
+        }
         let fabric = MemFabric::new(n).map_err(|e| format!("mem transport: {e}"))?;
+        // Plan words: 6 per op, at most 2(n − 1) ops (ring all-reduce).
+        let lines = FIXED_LINES + 12 * n as usize + 6;
+        let mut fixed = Vec::new();
         let mut comms = Vec::new();
         for r in 0..n {
             let t = fabric
                 .endpoint(r)
                 .map_err(|e| format!("mem transport endpoint {r}: {e}"))?;
-            // SAFETY: every address handed to the comm is a host word of this World, which
-            // outlives the engine (the engine is dropped first, see Drop).
-            let dev = unsafe { DirectHostWords::new() };
+            let mem = Arc::new(HostMem::new(lines).map_err(|e| format!("host memory: {e}"))?);
             let mut c = Comm::new(
                 CommConfig::new(r, n, 1),
                 Box::new(t),
-                Arc::new(dev),
+                Arc::new(HostMemCallbacks::new(mem.clone())),
                 Arc::new(crate::perf::MonotonicClock),
             )
             .map_err(|e| format!("comm {r}: {e}"))?;
@@ -145,10 +150,16 @@ impl World {
             // alive until the executions that use them are complete.
             unsafe { c.trust_all_addresses() };
             comms.push(c);
+            fixed.push(FixedWords { mem });
         }
         let wait = wait_policy_from_env();
         let cpus = rank_cpus(n, args.pin);
-        let engine = DirectEngine::new(comms, wait, &cpus).map_err(|e| format!("engine: {e}"))?;
+        let engine: Box<dyn Engine> = match args.engine {
+            EngineArg::Driver => Box::new(DriverEngine::new(comms, &cfg)?),
+            EngineArg::Direct => {
+                Box::new(DirectEngine::new(comms, wait, &cpus).map_err(|e| format!("engine: {e}"))?)
+            }
+        };
         let mut devices = Vec::new();
         for r in 0..n {
             let fault = (args.fault_inject && r == n - 1).then_some(Fault { entry: None });
@@ -160,9 +171,9 @@ impl World {
         Ok(Self {
             args: args.clone(),
             collective: args.collective.into(),
-            engine: Box::new(engine),
+            engine,
             devices,
-            fixed: (0..n).map(|_| FixedWords::new()).collect(),
+            fixed,
             next_exec: 0,
         })
     }
@@ -258,6 +269,10 @@ impl World {
         };
         for (r, m) in mems.iter_mut().enumerate() {
             let p = plan(&self.params(size, r as u32, in_place)).map_err(|e| e.to_string())?;
+            let lines = self.fixed[r].mem.lines();
+            if FIXED_LINES + p.host_words() as usize > lines {
+                return Err(format!("plan needs {} host words", p.host_words()));
+            }
             let l = p.layout;
             let (input, output) = if in_place {
                 let b = ptr(&mut m.shared);
@@ -269,7 +284,7 @@ impl World {
                 input,
                 output,
                 scratch: ptr(&mut m.scratch),
-                words: &m.words[0] as *const AtomicU32 as usize as u64,
+                words: self.fixed[r].plan_words(),
                 word_stride: WORD_STRIDE,
             };
             prep.fifos.push(p.fifos(&a));
@@ -412,15 +427,11 @@ impl World {
                 let po = plan(&self.params(size, r, false)).expect("planned above");
                 let pi = plan(&self.params(size, r, true)).expect("planned above");
                 let lo = po.layout;
-                let words = po.host_words().max(pi.host_words()).max(1) as usize;
                 RankMem {
                     input: alloc_bytes(lo.input_bytes),
                     output: alloc_bytes(lo.output_bytes),
                     shared: alloc_bytes(pi.layout.shared_bytes()),
                     scratch: alloc_bytes(lo.scratch_bytes.max(pi.layout.scratch_bytes)),
-                    words: (0..words * WORDS_PER_LINE)
-                        .map(|_| AtomicU32::new(0))
-                        .collect(),
                 }
             })
             .collect();
