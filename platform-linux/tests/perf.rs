@@ -312,3 +312,56 @@ fn plot_writes_svg() {
         &svg[..svg.len().min(200)]
     );
 }
+
+/// Ranks share proxy queues per `NEURON_RT_RANKS_PER_NETWORK_PROXY` (here 2 ranks per group:
+/// 4 ranks, 2 queues) and the results stay right, per execution and looped.
+#[test]
+fn ranks_share_proxy_queues_per_group() {
+    for extra in [&[][..], &["--loop"][..]] {
+        let mut v = vec![
+            "all-reduce",
+            "--ranks",
+            "4",
+            "-b",
+            "4",
+            "-e",
+            "256K",
+            "-f",
+            "64",
+            "-n",
+            "3",
+            "-w",
+            "1",
+        ];
+        v.extend_from_slice(extra);
+        let out = Command::new(BIN)
+            .args(&v)
+            .env("NEURON_RT_RANKS_PER_NETWORK_PROXY", "2")
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(out.status.code(), Some(0), "{text}");
+        assert!(text.contains("ranks per network proxy 2"), "{text}");
+        assert!(text.contains("driver: 2 proxy queue(s)"), "{text}");
+        assert!(text.contains("# Out of bounds values : 0 OK"), "{text}");
+    }
+}
+
+/// The diagnostic direct engine gives the same results.
+#[test]
+fn direct_engine_diagnostic() {
+    let a = args(&[
+        "reduce-scatter",
+        "--ranks",
+        "3",
+        "--engine",
+        "direct",
+        "-n",
+        "2",
+        "-w",
+        "0",
+        "-c",
+        "1",
+    ]);
+    check_sizes(&a, &[12, 3 * 40_000]);
+}

@@ -84,7 +84,10 @@ fn run_inner(args: &Args) -> Result<i32, String> {
             args.root, args.ranks
         ));
     }
-    let rpp = ranks_per_proxy_from_env()?;
+    let rpp = match args.ranks_per_proxy {
+        Some(r) => r,
+        None => ranks_per_proxy_from_env()?,
+    };
     let mut world = run::World::new(args)?;
     let engine = world.engine_name();
     let mut out = std::io::stdout().lock();
