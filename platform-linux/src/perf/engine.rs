@@ -15,6 +15,7 @@ use proxy_core::comm::Comm;
 use proxy_core::desc::{NetDestAddr, NetOpInfo, NetSrcAddr};
 use proxy_core::planner::Fifos;
 use proxy_core::queue::TaskBox;
+use proxy_core::record::TaskRecord;
 use proxy_core::registry::Membership;
 use proxy_core::seam::{in_process_progress, in_process_start, in_process_stop, SeamTable};
 use proxy_core::status::NrtStatus;
@@ -102,12 +103,17 @@ pub trait Engine {
     /// for this rank has returned.
     unsafe fn submit(&mut self, rank: u32, exec: Execution) -> Result<(), String>;
 
-    /// Waits until `rank`'s last submitted execution is complete (both tasks DONE) and returns
-    /// its status.
+    /// Waits until `rank`'s oldest outstanding execution is complete (both tasks DONE) and
+    /// returns its status.
     ///
     /// # Errors
     /// A message naming the failed task and its status.
     fn wait(&mut self, rank: u32) -> Result<(), String>;
+
+    /// Executions a rank may have submitted and not yet waited for.
+    fn max_in_flight(&self) -> usize {
+        1
+    }
 }
 
 /// A sense-reversing barrier for the ranks of one comm in this process (the barrier task's
@@ -381,8 +387,10 @@ struct DriverRank {
     comm: Box<Comm>,
     member: Option<Membership>,
     barrier: Arc<Mutex<SharedMemBarrierEndpoint>>,
-    /// Tasks submitted and not yet reported.
-    pending: usize,
+    /// Task ids of the executions submitted and not yet waited for, oldest first.
+    pending: std::collections::VecDeque<[u32; 2]>,
+    /// Final records popped ahead of their execution's turn.
+    early: Vec<TaskRecord>,
 }
 
 /// The real driver (DESIGN.md §4): every rank's comm joins the process registry's proxy queue
@@ -395,14 +403,17 @@ pub struct DriverEngine {
     spin: std::time::Duration,
     timeout_ns: Option<u64>,
     rpp: u32,
+    /// How the producer polls its status ring before parking.
+    poll: WaitPolicy,
 }
 
 impl DriverEngine {
-    /// Joins every comm (`comms[r]` is rank `r`'s) to a registry built from `cfg`.
+    /// Joins every comm (`comms[r]` is rank `r`'s) to a registry built from `cfg`; the
+    /// producer polls status rings with `poll` before it parks.
     ///
     /// # Errors
     /// A message when the registry or a join fails (e.g. a worker CPU outside the allowed set).
-    pub fn new(comms: Vec<Comm>, cfg: &Config) -> Result<Self, String> {
+    pub fn new(comms: Vec<Comm>, cfg: &Config, poll: WaitPolicy) -> Result<Self, String> {
         let registry = crate::registry(cfg).map_err(|e| format!("registry: {e}"))?;
         let barrier =
             SharedMemBarrier::new(comms.len() as u32).map_err(|e| format!("barrier: {e}"))?;
@@ -418,7 +429,8 @@ impl DriverEngine {
                 comm: Box::new(comm),
                 member: Some(member),
                 barrier: Arc::new(Mutex::new(ep)),
-                pending: 0,
+                pending: std::collections::VecDeque::new(),
+                early: Vec::new(),
             });
         }
         Ok(Self {
@@ -427,6 +439,7 @@ impl DriverEngine {
             spin: cfg.spin,
             timeout_ns: cfg.timeout_ns(),
             rpp: cfg.ranks_per_network_proxy,
+            poll,
         })
     }
 
@@ -501,27 +514,60 @@ impl Engine for DriverEngine {
             skip: false,
             timeout_ns,
         });
+        let ids = [
+            exec.id.wrapping_mul(2),
+            exec.id.wrapping_mul(2).wrapping_add(1),
+        ];
         let slot = &mut r.member.as_mut().ok_or("rank left")?.slot;
-        for task in [Box::new(net) as TaskBox, Box::new(barrier)] {
-            slot.submit(task)
-                .map_err(|e| format!("rank {rank}: submit: {}", e.status))?;
-            r.pending += 1;
+        slot.submit(Box::new(net) as TaskBox)
+            .map_err(|e| format!("rank {rank}: submit: {}", e.status))?;
+        if let Err(e) = slot.submit(Box::new(barrier) as TaskBox) {
+            // The network task is in: its record belongs to this execution's wait.
+            r.pending.push_back([ids[0], ids[0]]);
+            return Err(format!("rank {rank}: submit: {}", e.status));
         }
+        r.pending.push_back(ids);
         Ok(())
     }
 
     fn wait(&mut self, rank: u32) -> Result<(), String> {
         let w = self.waiter();
+        let poll = WaitPolicy {
+            timeout: std::time::Duration::from_millis(2),
+            ..self.poll
+        };
         let r = &mut self.ranks[rank as usize];
+        let Some(ids) = r.pending.pop_front() else {
+            return Ok(());
+        };
         let slot = &mut r.member.as_mut().ok_or("rank left")?.slot;
         let mut first_err = None;
-        while r.pending > 0 {
-            let Some(rec) = slot.wait_record(&w) else {
-                return Err(format!(
-                    "rank {rank}: no record although tasks are outstanding"
-                ));
+        let mut missing: Vec<u32> = ids.to_vec();
+        missing.dedup();
+        while !missing.is_empty() {
+            let rec = match r.early.iter().position(|e| missing.contains(&e.task_id)) {
+                Some(i) => r.early.swap_remove(i),
+                None => {
+                    // Yield-poll the status ring first (a parked consumer costs the worker a
+                    // wake-up syscall), then fall back to the driver's spin-then-park wait.
+                    let mut got = None;
+                    let _ = poll.wait(|| {
+                        got = slot.try_pop_record();
+                        got.is_some()
+                    });
+                    match got {
+                        Some(rec) => rec,
+                        None => slot.wait_record(&w).ok_or_else(|| {
+                            format!("rank {rank}: no record although tasks are outstanding")
+                        })?,
+                    }
+                }
             };
-            r.pending -= 1;
+            let Some(i) = missing.iter().position(|&id| id == rec.task_id) else {
+                r.early.push(rec);
+                continue;
+            };
+            missing.swap_remove(i);
             if rec.status() != NrtStatus::Success {
                 first_err.get_or_insert(format!(
                     "rank {rank}: task {} ended {}",
@@ -531,6 +577,10 @@ impl Engine for DriverEngine {
             }
         }
         first_err.map_or(Ok(()), Err)
+    }
+
+    fn max_in_flight(&self) -> usize {
+        2
     }
 }
 

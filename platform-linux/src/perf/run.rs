@@ -20,8 +20,11 @@ use crate::Config;
 pub const BLOCK: u32 = 1;
 /// Bytes between host words (each alone on a host-memory line).
 const WORD_STRIDE: u64 = LINE as u64;
-/// Host-memory lines of the fixed words (network trigger, barrier trigger, barrier-done).
-const FIXED_LINES: usize = 3;
+/// Trigger-word sets per rank (executions in flight at once).
+const TRIGGER_SETS: usize = 2;
+/// Host-memory lines of the fixed words: per set a network and a barrier trigger word, then
+/// the barrier-done semaphore.
+const FIXED_LINES: usize = 2 * TRIGGER_SETS + 1;
 
 /// One side (out of place or in place) of a row.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -90,20 +93,22 @@ impl FixedWords {
     fn plan_words(&self) -> u64 {
         self.addr(FIXED_LINES)
     }
-    fn net_trigger(&self) -> u64 {
-        self.addr(0)
+    fn net_trigger(&self, set: usize) -> u64 {
+        self.addr(2 * set)
     }
-    fn barrier_trigger(&self) -> u64 {
-        self.addr(1)
+    fn barrier_trigger(&self, set: usize) -> u64 {
+        self.addr(2 * set + 1)
     }
     fn barrier_done(&self) -> u64 {
-        self.addr(2)
+        self.addr(2 * TRIGGER_SETS)
     }
 }
 
 /// Everything of one run.
 pub struct World {
     args: Args,
+    /// (worker spin, device/producer spins) in use, for the header.
+    spin: (std::time::Duration, u32),
     collective: Collective,
     engine: Box<dyn Engine>,
     devices: Vec<DeviceThread>,
@@ -129,6 +134,12 @@ impl World {
         if let Some(rpp) = args.ranks_per_proxy {
             cfg.ranks_per_network_proxy = rpp;
         }
+        let oversubscribed = oversubscribed(n, cfg.ranks_per_network_proxy);
+        if oversubscribed && std::env::var_os("NEURON_RT_PROXY_SPIN_US").is_none() {
+            // More threads than cores: a spinning worker only keeps the thread it waits for
+            // off the core. Yield at once unless the user asked otherwise.
+            cfg.spin = std::time::Duration::ZERO;
+        }
         let fabric = MemFabric::new(n).map_err(|e| format!("mem transport: {e}"))?;
         // Plan words: 6 per op, at most 2(n − 1) ops (ring all-reduce).
         let lines = FIXED_LINES + 12 * n as usize + 6;
@@ -152,10 +163,10 @@ impl World {
             comms.push(c);
             fixed.push(FixedWords { mem });
         }
-        let wait = wait_policy_from_env();
+        let wait = wait_policy_from_env(oversubscribed);
         let cpus = rank_cpus(n, args.pin);
         let engine: Box<dyn Engine> = match args.engine {
-            EngineArg::Driver => Box::new(DriverEngine::new(comms, &cfg)?),
+            EngineArg::Driver => Box::new(DriverEngine::new(comms, &cfg, wait)?),
             EngineArg::Direct => {
                 Box::new(DirectEngine::new(comms, wait, &cpus).map_err(|e| format!("engine: {e}"))?)
             }
@@ -171,6 +182,7 @@ impl World {
         Ok(Self {
             args: args.clone(),
             collective: args.collective.into(),
+            spin: (cfg.spin, wait.spins),
             engine,
             devices,
             fixed,
@@ -180,7 +192,12 @@ impl World {
 
     /// What runs the proxy (for the header).
     pub fn engine_name(&self) -> String {
-        self.engine.describe()
+        format!(
+            "{}; worker spin {} us, device spins {}",
+            self.engine.describe(),
+            self.spin.0.as_micros(),
+            self.spin.1
+        )
     }
 
     fn params(&self, size: u64, rank: u32, in_place: bool) -> PlanParams {
@@ -202,16 +219,17 @@ impl World {
         p
     }
 
-    /// Runs one execution (`reps` program executions, schedule `[BLOCK; reps]`) on every rank.
-    fn execute(&mut self, prep: &Prepared, reps: u32) -> Result<(), String> {
+    /// Arms trigger set `set` and submits one execution (`reps` program executions, block
+    /// schedule `[BLOCK; reps]`) for every rank.
+    fn submit(&mut self, prep: &Prepared, reps: u32, set: usize) -> Result<(), String> {
         let n = self.args.ranks as usize;
         let done_words: Vec<u64> = self.fixed.iter().map(FixedWords::barrier_done).collect();
         self.next_exec = self.next_exec.wrapping_add(1);
         for r in 0..n {
             let f = &self.fixed[r];
             // Arm the triggers before the tasks are submitted (DESIGN.md §4).
-            for t in [f.net_trigger(), f.barrier_trigger()] {
-                // SAFETY: a live word of `self.fixed`.
+            for t in [f.net_trigger(set), f.barrier_trigger(set)] {
+                // SAFETY: a live word of the rank's host memory.
                 unsafe { &*(t as usize as *const AtomicU32) }.store(0xFFFF_FFFF, Ordering::Release);
             }
             let blocks = if prep.plans[r].ops.is_empty() {
@@ -223,8 +241,8 @@ impl World {
                 id: self.next_exec,
                 blocks,
                 schedule: vec![BLOCK; reps as usize],
-                net_triggers: vec![f.net_trigger()],
-                barrier_triggers: vec![f.barrier_trigger()],
+                net_triggers: vec![f.net_trigger(set)],
+                barrier_triggers: vec![f.barrier_trigger(set)],
                 barrier_done: if r == 0 {
                     done_words.clone()
                 } else {
@@ -233,20 +251,27 @@ impl World {
                 leader: r == 0,
             };
             // SAFETY: the buffers and words live in `self` / the caller's RankMem until the
-            // waits below return.
+            // execution has been waited for (`complete`, always called before they go).
             unsafe { self.engine.submit(r as u32, exec) }?;
         }
+        Ok(())
+    }
+
+    /// Launches every device on the oldest submitted execution (trigger set `set`) and waits
+    /// for the devices and for the execution's task records.
+    fn complete(&mut self, prep: &Prepared, reps: u32, set: usize) -> Result<(), String> {
+        let n = self.args.ranks as usize;
         for r in 0..n {
             let f = &self.fixed[r];
             let job = Job {
                 plan: prep.plans[r].clone(),
                 addrs: prep.addrs[r],
                 reps,
-                net_triggers: vec![f.net_trigger()],
-                barrier_triggers: vec![f.barrier_trigger()],
+                net_triggers: vec![f.net_trigger(set)],
+                barrier_triggers: vec![f.barrier_trigger(set)],
                 barrier_done: Some(f.barrier_done()),
             };
-            // SAFETY: as above.
+            // SAFETY: as in `submit`.
             unsafe { self.devices[r].launch(job) };
         }
         let mut first_err = None;
@@ -259,6 +284,39 @@ impl World {
             }
         }
         first_err.map_or(Ok(()), Err)
+    }
+
+    /// Runs `count` executions of `reps` program executions each. With an engine that takes
+    /// two executions in flight, execution `i + 1` is submitted before execution `i` is
+    /// launched on the devices (alternating trigger sets), as a runtime enqueues proxy tasks
+    /// ahead of the device: the worker never goes quiescent between iterations.
+    fn run_execs(&mut self, prep: &Prepared, count: u32, reps: u32) -> Result<(), String> {
+        let depth = self.engine.max_in_flight().clamp(1, TRIGGER_SETS) as u32;
+        let mut submitted = 0;
+        while submitted < count.min(depth) {
+            self.submit(prep, reps, submitted as usize % TRIGGER_SETS)?;
+            submitted += 1;
+        }
+        for i in 0..count {
+            let r = self.complete(prep, reps, i as usize % TRIGGER_SETS);
+            if r.is_err() {
+                // Drain what is still in flight before reporting (its memory must not go).
+                for j in i + 1..submitted {
+                    let _ = self.complete(prep, reps, j as usize % TRIGGER_SETS);
+                }
+                return r;
+            }
+            if submitted < count {
+                self.submit(prep, reps, submitted as usize % TRIGGER_SETS)?;
+                submitted += 1;
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs one execution (`reps` program executions) on every rank.
+    fn execute(&mut self, prep: &Prepared, reps: u32) -> Result<(), String> {
+        self.run_execs(prep, 1, reps)
     }
 
     fn prepare(&self, mems: &mut [RankMem], size: u64, in_place: bool) -> Result<Prepared, String> {
@@ -351,9 +409,7 @@ impl World {
                 self.execute(&prep, warmup)?;
             }
         } else {
-            for _ in 0..warmup {
-                self.execute(&prep, 1)?;
-            }
+            self.run_execs(&prep, warmup, 1)?;
         }
         let starts0 = seam_starts();
         let stats0: Vec<(u64, u64)> = self
@@ -371,9 +427,7 @@ impl World {
         if self.args.loop_mode {
             self.execute(&prep, iters)?;
         } else {
-            for _ in 0..iters {
-                self.execute(&prep, 1)?;
-            }
+            self.run_execs(&prep, iters, 1)?;
         }
         let elapsed = t0.elapsed();
         let timed_starts = seam_starts() - starts0;
@@ -453,12 +507,23 @@ fn size_of_row(prep: &Prepared) -> u64 {
     l.input_bytes.max(l.output_bytes)
 }
 
-/// The wait policy of every waiting thread of the tool: [`WaitPolicy::default`], with
-/// `PROXY_PERF_SPINS` / `PROXY_PERF_YIELDS` / `PROXY_PERF_NAP_US` overriding its fields
-/// (tuning experiments; unset in normal use).
-pub fn wait_policy_from_env() -> WaitPolicy {
+/// `true` when the tool's busy threads (a device per rank, a worker per group, the producer)
+/// outnumber the CPUs: then every wait should yield at once instead of spinning.
+pub fn oversubscribed(ranks: u32, ranks_per_proxy: u32) -> bool {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let threads = ranks as usize + ranks.div_ceil(ranks_per_proxy.max(1)) as usize + 1;
+    threads > cpus
+}
+
+/// The wait policy of every waiting thread of the tool: [`WaitPolicy::default`] (no spins
+/// when `oversubscribed`), with `PROXY_PERF_SPINS` / `PROXY_PERF_YIELDS` / `PROXY_PERF_NAP_US`
+/// overriding its fields (tuning experiments; unset in normal use).
+pub fn wait_policy_from_env(oversubscribed: bool) -> WaitPolicy {
     let get = |k: &str| std::env::var(k).ok().and_then(|v| v.parse::<u32>().ok());
     let mut w = WaitPolicy::default();
+    if oversubscribed {
+        w.spins = 0;
+    }
     if let Some(v) = get("PROXY_PERF_SPINS") {
         w.spins = v;
     }
