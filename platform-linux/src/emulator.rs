@@ -598,3 +598,155 @@ impl Drop for DeviceThread {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! The emulator is a real peer: without a proxy it must stall (and time out), never pass.
+
+    use super::*;
+    use proxy_core::planner::{plan, Collective, DataType, PlanParams};
+
+    struct Setup {
+        _buf: Vec<u64>,
+        words: Box<[AtomicU32]>,
+        job: Job,
+    }
+
+    fn setup() -> Setup {
+        let p = plan(&PlanParams::new(
+            Collective::AllReduce,
+            16,
+            DataType::F32,
+            0,
+            2,
+        ))
+        .unwrap();
+        let mut buf = vec![0u64; 64];
+        let base = buf.as_mut_ptr() as u64;
+        // 3 fixed words, then the plan's.
+        let words: Box<[AtomicU32]> = (0..3 + p.host_words()).map(|_| AtomicU32::new(0)).collect();
+        let w = |i: usize| &words[i] as *const AtomicU32 as u64;
+        let addrs = Addresses {
+            input: base,
+            output: base + 128,
+            scratch: base + 256,
+            words: w(3),
+            word_stride: 4,
+        };
+        let job = Job {
+            plan: Arc::new(p),
+            addrs,
+            reps: 1,
+            net_triggers: vec![w(0)],
+            barrier_triggers: vec![w(1)],
+            barrier_done: Some(w(2)),
+        };
+        Setup {
+            _buf: buf,
+            words,
+            job,
+        }
+    }
+
+    fn quick() -> WaitPolicy {
+        WaitPolicy {
+            spins: 0,
+            yields: 10,
+            nap: Duration::from_micros(100),
+            timeout: Duration::from_millis(50),
+        }
+    }
+
+    #[test]
+    fn without_a_proxy_the_trigger_is_never_consumed() {
+        let s = setup();
+        let mut d = Device::new(0, None, quick());
+        // SAFETY: every address of the job points into `s`, alive for the call.
+        let e = unsafe { d.execute(&s.job) }.unwrap_err();
+        assert!(
+            matches!(&e, DeviceError::Timeout { what, .. } if what.contains("net trigger")),
+            "{e}"
+        );
+        assert_eq!(
+            s.words[0].load(Ordering::Relaxed),
+            1,
+            "the device wrote its trigger"
+        );
+    }
+
+    #[test]
+    fn a_proxy_that_skips_the_handshake_stalls_the_device() {
+        let s = setup();
+        // The trigger is "consumed" up front, but nobody answers the -1 handshake.
+        let mut job = s.job.clone();
+        job.net_triggers.clear();
+        let mut d = Device::new(0, None, quick());
+        // SAFETY: as above.
+        let e = unsafe { d.execute(&job) }.unwrap_err();
+        assert!(
+            matches!(&e, DeviceError::Timeout { what, .. } if what.contains("handshake")),
+            "{e}"
+        );
+        // The device armed the host index with -1.
+        let post = s.job.addrs.word(HostWord::PostSend.index(0));
+        // SAFETY: a live word of `s`.
+        let v = unsafe { word(post) }.load(Ordering::Relaxed);
+        assert_eq!(v, HOST_INDEX_READY);
+    }
+
+    #[test]
+    fn a_semaphore_ahead_of_the_posts_is_a_protocol_error() {
+        let s = setup();
+        let mut job = s.job.clone();
+        job.net_triggers.clear();
+        let a = job.addrs;
+        let w = move |hw: HostWord| a.word(hw.index(0)) as usize;
+        // A broken proxy: answers both handshakes, then claims 5 receive completions although
+        // the device posts one entry.
+        let fake = std::thread::spawn(move || {
+            // SAFETY: the words live in `s`, which outlives this thread (joined below).
+            let word_at = |addr: usize| unsafe { word(addr as u64) };
+            let t0 = Instant::now();
+            for side in [Side::Send, Side::Recv] {
+                while word_at(w(HostWord::post(side))).load(Ordering::Acquire) != HOST_INDEX_READY {
+                    assert!(t0.elapsed() < Duration::from_secs(5), "device never armed");
+                    thread::yield_now();
+                }
+                word_at(w(HostWord::post(side))).store(0, Ordering::Release);
+                word_at(w(HostWord::handshake(side))).fetch_add(1, Ordering::Release);
+            }
+            word_at(w(HostWord::RecvComplete)).fetch_add(5, Ordering::Release);
+        });
+        let mut d = Device::new(0, None, quick());
+        // SAFETY: as above.
+        let e = unsafe { d.execute(&job) }.unwrap_err();
+        fake.join().unwrap();
+        assert!(
+            matches!(&e, DeviceError::Protocol { what, .. } if what.contains("only 1 posted")),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn device_thread_reports_errors_and_stops() {
+        let s = setup();
+        let mut t = DeviceThread::spawn(0, None, quick(), None).unwrap();
+        // SAFETY: `s` outlives the wait below.
+        unsafe { t.launch(s.job.clone()) };
+        assert!(t.wait().is_err());
+        drop(t);
+    }
+
+    #[test]
+    fn wait_policy_times_out_and_succeeds() {
+        let p = quick();
+        assert!(p.wait(|| false).is_err());
+        let mut n = 0;
+        assert!(p
+            .wait(|| {
+                n += 1;
+                n > 3
+            })
+            .is_ok());
+    }
+}
