@@ -413,17 +413,23 @@ const ALGOS: [Algorithm; 3] = [Algorithm::Ring, Algorithm::Direct, Algorithm::Au
 fn every_collective_small_counts_both_layouts() {
     // 1 element; counts that divide by neither nranks nor the chunk; a small chunk so that
     // segments have several chunks (and uneven, empty ones).
-    let (counts, ranks): (&[u64], &[u32]) = if cfg!(miri) {
-        (&[1, 7], &[1, 3])
+    // Under Miri (slow interpreter): one shape per collective and algorithm.
+    let (counts, ranks, types, algos): (&[u64], &[u32], &[DataType], &[Algorithm]) = if cfg!(miri) {
+        (&[7], &[3], &[DataType::F32], &ALGOS[..2])
     } else {
-        (&[1, 2, 7, 1001], &[1, 2, 3, 4])
+        (
+            &[1, 2, 7, 1001],
+            &[1, 2, 3, 4],
+            &[DataType::F32, DataType::I32],
+            &ALGOS,
+        )
     };
     let mut seed = 1;
     for c in Collective::ALL {
         for &n in ranks {
             for &count in counts {
-                for d in [DataType::F32, DataType::I32] {
-                    for algo in ALGOS {
+                for &d in types {
+                    for &algo in algos {
                         for in_place in [false, true] {
                             let mut p = params(c, n, count, d, algo);
                             p.chunk_bytes = 24; // 6 elements
@@ -472,9 +478,17 @@ fn every_collective_one_mib() {
 #[test]
 fn every_type_and_op_with_three_ranks() {
     let count = if cfg!(miri) { 5 } else { 777 };
-    for d in DataType::ALL {
+    let (types, colls): (&[DataType], &[Collective]) = if cfg!(miri) {
+        (&[DataType::F16], &[Collective::AllReduce])
+    } else {
+        (
+            &DataType::ALL,
+            &[Collective::AllReduce, Collective::ReduceScatter],
+        )
+    };
+    for &d in types {
         for op in RedOp::ALL {
-            for c in [Collective::AllReduce, Collective::ReduceScatter] {
+            for &c in colls {
                 for algo in [Algorithm::Ring, Algorithm::Direct] {
                     let mut p = params(c, 3, count, d, algo);
                     p.op = op;
@@ -489,7 +503,12 @@ fn every_type_and_op_with_three_ranks() {
 #[test]
 fn non_reducing_collectives_every_type() {
     let count = if cfg!(miri) { 3 } else { 301 };
-    for d in DataType::ALL {
+    let types: &[DataType] = if cfg!(miri) {
+        &[DataType::Bf16]
+    } else {
+        &DataType::ALL
+    };
+    for &d in types {
         for c in [
             Collective::AllGather,
             Collective::Broadcast,
@@ -590,8 +609,13 @@ fn fifos_pass_comm_start_validation() {
     use alloc::boxed::Box;
     use alloc::sync::Arc;
 
+    let algos: &[Algorithm] = if cfg!(miri) {
+        &[Algorithm::Ring]
+    } else {
+        &[Algorithm::Ring, Algorithm::Direct]
+    };
     for c in Collective::ALL {
-        for algo in [Algorithm::Ring, Algorithm::Direct] {
+        for &algo in algos {
             let n = 3;
             let fabric = MemFabric::new(n).unwrap();
             for r in 0..n {
