@@ -3,3 +3,5 @@
 pub mod bootstrap;
 #[cfg(feature = "libfabric")]
 pub mod libfabric;
+#[cfg(feature = "libfabric")]
+pub mod net_setup;

@@ -3,6 +3,7 @@
 
 use std::io::Write;
 use std::net::{SocketAddr, TcpStream};
+use std::sync::Mutex;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -430,4 +431,67 @@ fn the_root_address_in_use_is_a_clear_error() {
         e.to_string().contains("cannot listen on the root address"),
         "{e}"
     );
+}
+
+/// Every log line of this test binary (the lib's tests install no other logger).
+fn captured_logs() -> &'static Mutex<Vec<String>> {
+    struct Capture;
+    static LINES: Mutex<Vec<String>> = Mutex::new(Vec::new());
+    impl log::Log for Capture {
+        fn enabled(&self, m: &log::Metadata) -> bool {
+            m.level() <= log::Level::Warn
+        }
+        fn log(&self, r: &log::Record) {
+            if self.enabled(r.metadata()) {
+                LINES
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push(r.args().to_string());
+            }
+        }
+        fn flush(&self) {}
+    }
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        if log::set_logger(&Capture).is_ok() {
+            log::set_max_level(log::LevelFilter::Warn);
+        }
+    });
+    &LINES
+}
+
+#[test]
+fn waits_warn_every_interval_with_the_cumulative_wait() {
+    let logs = captured_logs();
+    let root = free_loopback_root().unwrap();
+    let c = BootstrapConfig {
+        warn_interval: Duration::from_millis(400),
+        ..cfg(0, 2, root, Duration::from_millis(1300))
+    };
+    let e = Bootstrap::init(&c).unwrap_err();
+    assert_eq!(e.status(), NrtStatus::Timeout);
+    let port = format!(":{}", root.port());
+    let mine: Vec<String> = logs
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|l| l.contains(&port) && l.contains("still waiting for ranks [1]"))
+        .cloned()
+        .collect();
+    assert_eq!(mine.len(), 3, "{mine:#?}");
+    for (k, l) in mine.iter().enumerate() {
+        // "... after X s (timeout 1.3 s)": the cumulative wait, at each multiple of the interval.
+        let after: f64 = l
+            .split("after ")
+            .nth(1)
+            .unwrap()
+            .split(' ')
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap();
+        let want = 0.4 * (k + 1) as f64;
+        assert!(after >= want - 0.05 && after < want + 0.35, "{l}");
+        assert!(l.contains("timeout 1.3 s"), "{l}");
+    }
 }
