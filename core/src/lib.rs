@@ -27,6 +27,9 @@ pub mod device;
 pub mod mem_transport;
 pub mod net;
 pub mod op;
+pub mod queue;
+pub mod record;
+pub mod registry;
 pub mod ring;
 pub mod scripted;
 pub mod seam;
@@ -35,7 +38,12 @@ pub mod sendrecv;
 mod sendrecv_tests;
 pub mod status;
 pub mod sync;
+pub mod task;
 pub mod testing;
+#[cfg(all(test, not(loom)))]
+mod testutil;
 pub mod time;
+pub mod trigger;
+pub mod wake;
 
 pub use status::NrtStatus;

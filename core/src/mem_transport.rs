@@ -38,6 +38,13 @@
 //! practice by what the peers post). The fabric makes `nranks²` mailboxes up front, so it is
 //! meant for small rank counts (at most [`MAX_FABRIC_RANKS`]).
 //!
+//! # Errors
+//! A size mismatch fails both requests (`test` → [`NetError`], the receive's message says
+//! "truncation" when the receive is the smaller). A request whose peer endpoint was dropped or
+//! closed fails at its next `test` (what the peer had already sent is still delivered first).
+//! Bad arguments (peer out of range, size over [`MAX_MSG_SIZE`], null buffer with a non-zero
+//! size, unknown request id) are [`NetError::invalid`].
+//!
 //! # Examples
 //! ```
 //! use proxy_core::mem_transport::MemFabric;
@@ -60,7 +67,8 @@
 //! here without a network; DESIGN.md §2 (the in-memory transport lives in `core`), §5 (tags,
 //! sizes, early send completion), §8 (one thread per endpoint, `poll` once per tick).
 
-mod handoff;
+#[doc(hidden)]
+pub mod handoff; // public for the loom models in `loom-tests` (model 7); not a stable API
 #[cfg(all(test, not(loom)))]
 mod tests;
 
@@ -72,7 +80,7 @@ use core::fmt;
 
 use crate::net::{NetError, Posted, RequestId, TestOutcome, Transport, MAX_NRANKS};
 use crate::ring::{self, Consumer, Producer};
-use crate::sync::{spin_loop, Arc, AtomicBool, Ordering, UnsafeCell};
+use crate::sync::{fence, spin_loop, Arc, AtomicBool, Ordering, UnsafeCell};
 use handoff::{Claim, LentBuf, Payload, SendShared, SendState};
 
 /// Largest message, in bytes, that `isend` copies into the mailbox at post (4 KiB, inclusive).
@@ -303,6 +311,9 @@ enum Request {
     Send {
         peer: u32,
         msg: Msg,
+        /// Withdrawn because the peer's endpoint is gone (reported as an error, not as
+        /// `Cancelled`).
+        peer_gone: bool,
     },
     Recv {
         peer: u32,
@@ -396,7 +407,8 @@ impl Slab {
 ///
 /// `Send`, not `Sync`: one thread at a time drives it (DESIGN.md §8). Dropping it (or
 /// [`Transport::close`]) withdraws every send still in flight, waiting out a copy the receiver
-/// may be in the middle of, so no peer touches this endpoint's buffers afterwards.
+/// may be in the middle of, so no peer touches this endpoint's buffers afterwards; the peers'
+/// requests with this rank then fail at their next `test` instead of staying pending.
 ///
 /// Seed: one comm's `ncclNet` instance (`isend` / `irecv` / `test`, §1 and §4).
 pub struct MemTransport {
@@ -580,6 +592,54 @@ impl MemTransport {
         self.unexpected_len = len;
     }
 
+    /// `test`'s progress for request `index`: drains the request's peer mailbox, and settles
+    /// the request if the peer's endpoint is gone (dropped or closed), so that it fails instead
+    /// of staying pending forever.
+    fn progress_request(&mut self, index: u32) {
+        let Some(req) = self.slab.get_mut(index) else {
+            return;
+        };
+        let peer = req.peer() as usize;
+        // The peer's end of the mailbox we depend on: it receives our sends, it sends to us.
+        let gone = match req {
+            Request::Send { .. } => self.tx[peer].is_abandoned(),
+            Request::Recv { .. } => self.rx[peer].is_abandoned(),
+        };
+        if gone {
+            // Acquire fence: `is_abandoned` read the ring's reference count (a relaxed load),
+            // which the peer's handle dropped with a release decrement after its last push.
+            // The fence makes that push's tail store visible to the drain below, so "still
+            // posted after the drain" really means "never sent".
+            fence(Ordering::Acquire);
+        }
+        self.drain(peer);
+        if !gone {
+            return;
+        }
+        match self.slab.get_mut(index) {
+            Some(Request::Send { msg, peer_gone, .. }) => {
+                // No receiver will ever claim it; withdraw it so the verdict rests on the
+                // state word (an RMW reads the latest value: a copy that did happen shows as
+                // `DONE`, acquired).
+                *peer_gone = msg.try_withdraw().is_ok();
+            }
+            Some(Request::Recv {
+                tag, buf, state, ..
+            }) if matches!(state, RecvState::Posted) => {
+                let (tag, len) = (*tag, buf.len);
+                *state = RecvState::Failed(NetError::failure(
+                    Some(peer as u32),
+                    format!(
+                        "mem: peer {peer} closed its endpoint without sending tag {tag:#x} \
+                         ({len}-byte receive)"
+                    ),
+                ));
+                remove_posted(&mut self.posted[peer], tag, index);
+            }
+            _ => {}
+        }
+    }
+
     /// Withdraws every send still in flight, waiting out copies in progress: afterwards no peer
     /// reads any of this endpoint's send buffers.
     fn withdraw_all_sends(&mut self) {
@@ -591,6 +651,17 @@ impl MemTransport {
                     spin_loop();
                 }
             }
+        }
+    }
+}
+
+/// Takes posted receive `index` out of its peer's posted list (keeping the list free of empty
+/// queues).
+fn remove_posted(map: &mut BTreeMap<u64, VecDeque<u32>>, tag: u64, index: u32) {
+    if let Some(queue) = map.get_mut(&tag) {
+        queue.retain(|&i| i != index);
+        if queue.is_empty() {
+            map.remove(&tag);
         }
     }
 }
@@ -667,7 +738,11 @@ impl Transport for MemTransport {
             // Not reachable (see above); answered as back-pressure, nothing is lost.
             return Ok(None);
         }
-        let (_, request) = self.slab.insert(Request::Send { peer, msg });
+        let (_, request) = self.slab.insert(Request::Send {
+            peer,
+            msg,
+            peer_gone: false,
+        });
         Ok(Some(Posted {
             request,
             payload_copied: eager,
@@ -722,17 +797,27 @@ impl Transport for MemTransport {
             ));
         };
         if !self.closed {
-            if let Some(req) = self.slab.get_mut(index) {
-                let peer = req.peer() as usize;
-                self.drain(peer);
-            }
+            self.progress_request(index);
         }
         let outcome = match self.slab.get_mut(index) {
-            Some(Request::Send { peer, msg }) => match msg.state() {
+            Some(Request::Send {
+                peer,
+                msg,
+                peer_gone,
+            }) => match msg.state() {
                 SendState::Pending | SendState::Copying => return Ok(TestOutcome::Pending),
                 SendState::Done => Ok(TestOutcome::Done {
                     size: msg.len() as u64,
                 }),
+                SendState::Cancelled if *peer_gone => Err(NetError::failure(
+                    Some(*peer),
+                    format!(
+                        "mem: peer {peer} closed its endpoint before receiving the {}-byte \
+                         message with tag {:#x}",
+                        msg.len(),
+                        msg.tag
+                    ),
+                )),
                 SendState::Cancelled => Ok(TestOutcome::Cancelled),
                 SendState::Rejected => Err(NetError::failure(
                     Some(*peer),
@@ -773,13 +858,7 @@ impl Transport for MemTransport {
             Some(Request::Recv {
                 peer, tag, state, ..
             }) if matches!(state, RecvState::Posted) => {
-                let map = &mut self.posted[*peer as usize];
-                if let Some(queue) = map.get_mut(tag) {
-                    queue.retain(|&i| i != index);
-                    if queue.is_empty() {
-                        map.remove(tag);
-                    }
-                }
+                remove_posted(&mut self.posted[*peer as usize], *tag, index);
                 *state = RecvState::Cancelled;
             }
             _ => {}
@@ -788,8 +867,9 @@ impl Transport for MemTransport {
     }
 
     /// Withdraws every send in flight (waiting out copies in progress) and every posted
-    /// receive, drops the unexpected list; later posts fail. Requests stay testable: each
-    /// reports `Done` or `Cancelled`.
+    /// receive, drops the unexpected list and the mailboxes; later posts fail. Requests stay
+    /// testable: each reports `Done` or `Cancelled`. Peers' requests with this rank then fail
+    /// at their next `test` ("closed its endpoint"), as after a drop.
     fn close(&mut self) -> Result<(), NetError> {
         self.closed = true;
         self.withdraw_all_sends();
@@ -807,6 +887,10 @@ impl Transport for MemTransport {
             map.clear();
         }
         self.unexpected_len = 0;
+        // Our sends are withdrawn (above), so dropping the ring handles is safe; peers then see
+        // this endpoint as gone and fail their requests with it instead of waiting forever.
+        self.tx.clear();
+        self.rx.clear();
         Ok(())
     }
 }

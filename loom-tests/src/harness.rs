@@ -157,10 +157,106 @@ mod tests {
     }
 
     #[test]
+    fn handoff_model_body_runs_on_real_threads() {
+        for _ in 0..100 {
+            handoff_cancel_vs_claim::<RealHandoff>();
+        }
+    }
+
+    #[test]
     fn semaphore_model_body_runs_on_real_threads() {
         // SAFETY: the model passes only addresses of live AtomicU32s it owns.
         semaphore_edge(RealSemaphore(unsafe {
             proxy_core::device::DirectHostWords::new()
         }));
     }
+}
+
+/// The in-memory transport's per-send handoff as the model sees it.
+pub trait SendHandoff: Send + Sync + 'static {
+    /// A pending send of `len` bytes lent from `ptr`.
+    fn lent(tag: u64, ptr: *const u8, len: usize) -> Self;
+    /// Receiver: claim and copy into `dst`; `Some(bytes)` when copied, `None` when withdrawn.
+    ///
+    /// # Safety
+    /// `dst` valid for `len` writes; one receiver.
+    unsafe fn claim(&self, dst: *mut u8, len: usize) -> Option<usize>;
+    /// Sender: `true` once the receiver can no longer touch the buffer.
+    fn withdraw(&self) -> bool;
+    /// Sender: `true` when the final state is "the receiver copied it".
+    fn copied(&self) -> bool;
+}
+
+/// The shipping handoff.
+pub struct RealHandoff(pub proxy_core::mem_transport::handoff::SendShared);
+
+impl SendHandoff for RealHandoff {
+    fn lent(tag: u64, ptr: *const u8, len: usize) -> Self {
+        use proxy_core::mem_transport::handoff::{LentBuf, Payload, SendShared};
+        Self(SendShared::new(tag, Payload::Lent(LentBuf { ptr, len })))
+    }
+    unsafe fn claim(&self, dst: *mut u8, len: usize) -> Option<usize> {
+        use proxy_core::mem_transport::handoff::Claim;
+        // SAFETY: forwarded contract.
+        match unsafe { self.0.claim_and_copy(dst, len) } {
+            Claim::Copied(n) => Some(n),
+            _ => None,
+        }
+    }
+    fn withdraw(&self) -> bool {
+        self.0.withdraw()
+    }
+    fn copied(&self) -> bool {
+        self.0.state() == proxy_core::mem_transport::handoff::SendState::Done
+    }
+}
+
+/// Model 7b — in-memory transport handoff: a sender cancels a large (lent) send while the
+/// receiver's worker claims it. Exactly one wins: either the bytes are copied whole and the
+/// sender sees "done", or the receiver never copies and the sender sees "cancelled"; the sender
+/// reuses its buffer only after `withdraw` says the receiver can no longer touch it.
+pub fn handoff_cancel_vs_claim<H: SendHandoff>() {
+    struct Bufs {
+        src: UnsafeCell<[u8; 4]>,
+    }
+    // SAFETY: `src` is read by the receiver (inside the claim) and rewritten by the sender only
+    // after the handoff says the receiver is done with it: the protocol under test.
+    unsafe impl Sync for Bufs {}
+    let bufs = Arc::new(Bufs {
+        src: UnsafeCell::new([1, 2, 3, 4]),
+    });
+    let src_ptr = bufs.src.with(|p| p as *const u8);
+    let h = Arc::new(H::lent(7, src_ptr, 4));
+    let receiver = {
+        let h = h.clone();
+        thread::spawn(move || {
+            let mut dst = [0u8; 4];
+            // SAFETY: `dst` is a live local of 4 bytes; this thread is the one receiver.
+            let r = unsafe { h.claim(dst.as_mut_ptr(), 4) };
+            if r.is_some() {
+                // Copied before the sender reused its buffer (a late copy would read 9s).
+                assert_eq!(dst, [1, 2, 3, 4], "bytes arrive whole, before reuse");
+            } else {
+                assert_eq!(dst, [0; 4], "a withdrawn message is never copied");
+            }
+            r.is_some()
+        })
+    };
+    let mut spins = 0;
+    while !h.withdraw() {
+        spins += 1;
+        assert!(spins < 100, "withdraw never finished");
+        thread::yield_now();
+    }
+    // The receiver can no longer touch the buffer: reuse it.
+    bufs.src.with_mut(|p| {
+        // SAFETY: `withdraw` returned true, so no receiver reads `src` any more.
+        unsafe { *p = [9; 4] }
+    });
+    let copied = receiver.join().unwrap();
+    assert_eq!(
+        copied,
+        h.copied(),
+        "sender and receiver agree on the outcome"
+    );
 }

@@ -34,7 +34,7 @@ use crate::sync::{AtomicU32, Ordering};
 /// The state of one posted send, as stored in [`SendShared::state`].
 #[repr(u32)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum SendState {
+pub enum SendState {
     /// Posted, not matched, not withdrawn: the sender's buffer is lent to the transport.
     Pending = 0,
     /// The receiver has claimed the message and is copying out of the sender's buffer.
@@ -90,9 +90,9 @@ impl Edge {
 /// Valid for reads of `len` bytes and unmodified until the send request is finished
 /// (the [`crate::net::Transport::isend`] contract); `ptr` may be dangling or null when `len == 0`.
 #[derive(Clone, Copy)]
-pub(super) struct LentBuf {
-    pub(super) ptr: *const u8,
-    pub(super) len: usize,
+pub struct LentBuf {
+    pub ptr: *const u8,
+    pub len: usize,
 }
 
 // SAFETY: the range is only read, by the one receiver that won edge (1), and the state machine
@@ -103,19 +103,19 @@ unsafe impl Send for LentBuf {}
 unsafe impl Sync for LentBuf {}
 
 /// Where the receiver copies from.
-pub(super) enum Payload {
-    /// Small message (≤ [`super::EAGER_MAX`]): copied at `isend`, owned by this object.
+pub enum Payload {
+    /// Small message (≤ `EAGER_MAX`): copied at `isend`, owned by this object.
     Copied(Box<[u8]>),
     /// Large message: still in the sender's buffer (single copy at match time).
     Lent(LentBuf),
 }
 
 /// The part of a posted send that both endpoints reach (through `crate::sync::Arc`).
-pub(super) struct SendShared {
+pub struct SendShared {
     /// A [`SendState`] as `u32` (32-bit word: `thumbv7em` has no 64-bit atomics).
     state: AtomicU32,
     /// The 64-bit matching tag (DESIGN.md §5). Immutable.
-    pub(super) tag: u64,
+    pub tag: u64,
     /// The bytes to deliver. Immutable.
     payload: Payload,
 }
@@ -133,7 +133,7 @@ impl fmt::Debug for SendShared {
 
 /// What the receiver's attempt to take a message ended in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Claim {
+pub enum Claim {
     /// The bytes are in the receive buffer (this many).
     Copied(usize),
     /// Sizes differ: both requests fail; nothing was read or written.
@@ -144,7 +144,7 @@ pub(super) enum Claim {
 
 impl SendShared {
     /// A new descriptor in state `PENDING`.
-    pub(super) fn new(tag: u64, payload: Payload) -> Self {
+    pub fn new(tag: u64, payload: Payload) -> Self {
         Self {
             state: AtomicU32::new(SendState::Pending as u32),
             tag,
@@ -152,8 +152,13 @@ impl SendShared {
         }
     }
 
+    /// `true` for a zero-byte message.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
     /// The message size in bytes.
-    pub(super) fn len(&self) -> usize {
+    pub fn len(&self) -> usize {
         match &self.payload {
             Payload::Copied(b) => b.len(),
             Payload::Lent(l) => l.len,
@@ -165,7 +170,7 @@ impl SendShared {
     /// Acquire pairs with the release store of edge (2): once the sender reads `DONE` here,
     /// every read the receiver made of the sender's buffer happens-before the sender's next
     /// write to it. (For `CANCELLED` and `REJECTED` the receiver never read the buffer.)
-    pub(super) fn state(&self) -> SendState {
+    pub fn state(&self) -> SendState {
         SendState::from_word(self.state.load(Ordering::Acquire))
     }
 
@@ -223,7 +228,7 @@ impl SendShared {
     /// `dst` must be valid for writes of `dst_len` bytes, not accessed by anything else during
     /// the call, and not overlap the message payload (the `irecv` contract). The caller must be
     /// the one receiver of this descriptor (it popped it from the mailbox).
-    pub(super) unsafe fn claim_and_copy(&self, dst: *mut u8, dst_len: usize) -> Claim {
+    pub unsafe fn claim_and_copy(&self, dst: *mut u8, dst_len: usize) -> Claim {
         let len = self.len();
         if len != dst_len {
             return match self.transition(Edge::Reject) {
@@ -261,17 +266,19 @@ impl SendShared {
     /// Sender side: `true` when the receiver can no longer touch the buffer, i.e. the word is
     /// final (`DONE`, `CANCELLED` or `REJECTED`), withdrawing the message first if it is still
     /// `PENDING`. `false` means `COPYING`: ask again (the copy is one `memcpy` away from done).
-    pub(super) fn withdraw(&self) -> bool {
-        match self.transition(Edge::Withdraw) {
-            Ok(()) => true,
-            Err(SendState::Copying) => false,
-            Err(_) => true,
-        }
+    pub fn withdraw(&self) -> bool {
+        !matches!(self.try_withdraw(), Err(SendState::Copying))
+    }
+
+    /// Sender side: takes edge (4) if the word is still `PENDING`; `Err(actual)` otherwise
+    /// (`DONE` read this way is acquired, see [`Edge::Withdraw`]).
+    pub fn try_withdraw(&self) -> Result<(), SendState> {
+        self.transition(Edge::Withdraw)
     }
 
     /// `true` once the sender withdrew it (a relaxed peek, used to prune the unexpected list:
     /// the caller only drops the descriptor, never reads the payload, after a `true`).
-    pub(super) fn is_withdrawn(&self) -> bool {
+    pub fn is_withdrawn(&self) -> bool {
         self.state.load(Ordering::Relaxed) == SendState::Cancelled as u32
     }
 }

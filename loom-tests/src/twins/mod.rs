@@ -3,5 +3,6 @@
 //! a failure). They live here, not behind a cargo feature, because features unify across a
 //! build and would swap the real code out of every model.
 
+pub mod handoff;
 pub mod ring;
 pub mod semaphore;

@@ -1,0 +1,257 @@
+//! Proxy-queue tests in one process: a worker thread driven by the test, scripted seams.
+
+extern crate std;
+
+use alloc::boxed::Box;
+use alloc::vec;
+use alloc::vec::Vec;
+use std::time::{Duration, Instant};
+
+use super::*;
+use crate::task::{
+    BarrierTask, BarrierTaskSpec, NetworkTask, NetworkTaskSpec, SharedMemBarrier, TaskKind,
+};
+use crate::testutil::{block, seam, waiter, Call, Script, StdClock, StdPark};
+use crate::time::NoClock;
+use crate::trigger::TriggerWords;
+
+fn net(s: &Script, id: u32, bb: u32) -> TaskBox {
+    Box::new(
+        NetworkTask::new(NetworkTaskSpec {
+            task_id: id,
+            comm: s.handle(),
+            comm_id: 7,
+            seam: seam(),
+            blocks: vec![block(0, bb), block(1, bb)],
+            schedule: None,
+            triggers: TriggerWords::none(),
+            wait_for_device: false,
+            skip: false,
+            timeout_ns: None,
+        })
+        .unwrap(),
+    )
+}
+
+fn small(slots: usize, cap: usize) -> (Arc<ProxyQueue>, Worker) {
+    ProxyQueue::new(
+        QueueConfig {
+            slots,
+            submit_capacity: cap,
+            status_capacity: cap,
+        },
+        Box::new(NoClock),
+    )
+    .unwrap()
+}
+
+/// Runs the worker loop on a thread until stop; returns the join handle.
+fn spawn_worker(mut w: Worker) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        while !w.stop_requested() {
+            match w.tick() {
+                Tick::Park => w.park(&StdPark),
+                Tick::NoProgress => std::thread::yield_now(),
+                Tick::Continue => {}
+            }
+        }
+    })
+}
+
+fn tick_until(w: &mut Worker, h: &mut SlotHandle, n: usize) -> Vec<TaskRecord> {
+    let mut out = Vec::new();
+    for _ in 0..10_000 {
+        w.tick();
+        while let Some(r) = h.try_pop_record() {
+            out.push(r);
+        }
+        if out.len() >= n {
+            return out;
+        }
+    }
+    panic!("only {} of {n} records", out.len());
+}
+
+#[test]
+fn network_tasks_of_one_comm_run_one_after_the_other() {
+    let s = Script::new(2);
+    let (q, mut w) = small(2, 8);
+    let mut h = ProxyQueue::join(&q).unwrap();
+    assert_eq!(w.tick(), Tick::Park);
+    for (id, bb) in [(1, 10), (2, 20), (3, 30)] {
+        h.submit(net(&s, id, bb)).unwrap();
+    }
+    let recs = tick_until(&mut w, &mut h, 3);
+    assert_eq!(
+        recs.iter().map(|r| r.task_id).collect::<Vec<_>>(),
+        [1, 2, 3]
+    );
+    assert!(recs.iter().all(|r| r.is_done() && r.slot == h.slot()));
+    // each task's starts come after the previous task's stops
+    let calls = s.calls();
+    let first_start = |bb| {
+        calls
+            .iter()
+            .position(|c| matches!(c, Call::Start { bb: b, .. } if *b == bb))
+            .unwrap()
+    };
+    let last_stop_before = |i: usize| {
+        calls[..i]
+            .iter()
+            .filter(|c| matches!(c, Call::Stop { .. }))
+            .count()
+    };
+    assert_eq!(last_stop_before(first_start(20)), 2);
+    assert_eq!(last_stop_before(first_start(30)), 4);
+    assert_eq!(s.counts(), (6, 12, 6));
+    assert_eq!(w.tick(), Tick::Park);
+}
+
+#[test]
+fn admission_limit_is_the_status_ring_capacity() {
+    let s = Script::new(1);
+    let (q, mut w) = small(1, 4);
+    let mut h = ProxyQueue::join(&q).unwrap();
+    for id in 0..4 {
+        h.submit(net(&s, id, 1)).unwrap();
+    }
+    let back = h.submit(net(&s, 4, 1)).unwrap_err();
+    assert_eq!(back.status, NrtStatus::QueueFull);
+    assert_eq!(back.task.record().task_id, 4);
+    // the worker finishing tasks is not enough: the records must be collected
+    for _ in 0..20 {
+        w.tick();
+    }
+    assert_eq!(
+        h.submit(back.task).unwrap_err().status,
+        NrtStatus::QueueFull
+    );
+    assert!(h.try_pop_record().is_some());
+    let again = net(&s, 4, 1);
+    h.submit(again).unwrap();
+    assert_eq!(h.outstanding(), 4);
+}
+
+#[test]
+fn barrier_runs_beside_a_network_task() {
+    let s = Script::new(0);
+    s.idle.store(true, crate::sync::Ordering::SeqCst);
+    let (q, mut w) = small(1, 8);
+    let mut h = ProxyQueue::join(&q).unwrap();
+    h.submit(net(&s, 1, 1)).unwrap();
+    let b = SharedMemBarrier::new(1).unwrap();
+    h.submit(Box::new(BarrierTask::new(BarrierTaskSpec {
+        task_id: 2,
+        comm_id: 7,
+        channel: Box::new(b.endpoint(0).unwrap()),
+        triggers: TriggerWords::none(),
+        leader: true,
+        done_semaphores: vec![],
+        skip: false,
+        timeout_ns: None,
+    })))
+    .unwrap();
+    let recs = tick_until(&mut w, &mut h, 1);
+    assert_eq!(
+        recs[0].task_id, 2,
+        "barrier completes while the network task idles"
+    );
+    assert_eq!(w.tick(), Tick::NoProgress);
+    assert_eq!(w.active_count(), 1);
+}
+
+#[test]
+fn leave_closes_queued_and_active_tasks_once() {
+    let s = Script::new(0); // never done
+    let (q, w) = small(2, 8);
+    let worker = spawn_worker(w);
+    let clock = StdClock(Instant::now());
+    let mut h = ProxyQueue::join(&q).unwrap();
+    let mut lives = Vec::new();
+    for id in 0..3 {
+        let t = net(&s, id, 1);
+        lives.push(t.status_record());
+        h.submit(t).unwrap();
+    }
+    // wait (bounded) until the first task is active at the seam
+    let t0 = Instant::now();
+    while s.progresses.load(crate::sync::Ordering::SeqCst) == 0 {
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "worker never progressed"
+        );
+        std::thread::yield_now();
+    }
+    let recs = h.leave(&waiter(&clock));
+    assert_eq!(recs.len(), 3);
+    let mut ids: Vec<u32> = recs.iter().map(|r| r.task_id).collect();
+    ids.sort();
+    assert_eq!(ids, [0, 1, 2]);
+    assert!(recs
+        .iter()
+        .all(|r| r.is_done() && r.status() == NrtStatus::Closed));
+    assert!(lives.iter().all(|l| l.load().is_done()));
+    // only the task that filed stops its two streams
+    assert_eq!(s.counts().0, 2);
+    assert_eq!(s.counts().2, 2);
+    assert_eq!(q.slot_state(0), SlotState::Free);
+    // the slot is reusable
+    let h2 = ProxyQueue::join(&q).unwrap();
+    assert_eq!(h2.slot(), 0);
+    assert!(h2.leave(&waiter(&clock)).is_empty());
+    q.request_stop();
+    worker.join().unwrap();
+    assert!(q.worker_exited());
+}
+
+#[test]
+fn slots_are_separate_and_exhaustible() {
+    let (q, mut w) = small(2, 2);
+    let a = ProxyQueue::join(&q).unwrap();
+    let b = ProxyQueue::join(&q).unwrap();
+    assert_ne!(a.slot(), b.slot());
+    assert_eq!(ProxyQueue::join(&q).unwrap_err(), NrtStatus::Resource);
+    drop(a); // abandoned: the worker frees it
+    assert_eq!(q.slot_state(0), SlotState::Abandoned);
+    w.tick();
+    assert_eq!(q.slot_state(0), SlotState::Free);
+    let c = ProxyQueue::join(&q).unwrap();
+    assert_eq!(c.slot(), 0);
+    q.request_stop();
+    assert_eq!(ProxyQueue::join(&q).unwrap_err(), NrtStatus::Closed);
+    drop(w);
+    drop((b, c));
+}
+
+#[test]
+fn worker_gone_means_leave_does_not_wait() {
+    let s = Script::new(0);
+    let (q, mut w) = small(1, 4);
+    let clock = StdClock(Instant::now());
+    let mut h = ProxyQueue::join(&q).unwrap();
+    h.submit(net(&s, 1, 1)).unwrap();
+    w.tick();
+    drop(w);
+    assert_eq!(
+        h.submit(net(&s, 2, 1)).unwrap_err().status,
+        NrtStatus::Closed
+    );
+    let recs = h.leave(&waiter(&clock));
+    assert_eq!(recs.len(), 1);
+    assert_eq!(recs[0].status(), NrtStatus::Closed);
+    assert_eq!(s.counts().2, 2);
+}
+
+#[test]
+fn kinds_and_dump_do_not_panic() {
+    let s = Script::new(0);
+    let (q, mut w) = small(1, 4);
+    let mut h = ProxyQueue::join(&q).unwrap();
+    h.submit(net(&s, 1, 1)).unwrap();
+    q.request_dump();
+    w.tick();
+    w.dump();
+    assert_eq!(w.active_count(), 1);
+    let t = net(&s, 2, 1);
+    assert_eq!(t.kind(), TaskKind::Network);
+}

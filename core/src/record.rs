@@ -1,0 +1,221 @@
+//! The published status of a proxy task: the run-state enum and the 24-byte status record.
+//!
+//! Two forms of one layout (DESIGN.md §4):
+//! * [`StatusRecord`]: the live record a task owns (behind an `Arc`) and a consumer may read at
+//!   any time without a lock: six `u32` atomics; the worker stores the other five fields first
+//!   and `run_state` (0x14) last with release, so a consumer that reads `run_state == DONE` with
+//!   acquire sees every other field final.
+//! * [`TaskRecord`]: a plain copy of the same 24 bytes, what goes to a slot's status ring when
+//!   the task ends.
+//!
+//! Seed: `enc_proxy_task_state` (24 B: `progress_status`, `run_state` @ +0x14) and
+//! `proxy_task_run_state_t`, §2 and §3.
+
+use core::fmt;
+
+use crate::status::NrtStatus;
+use crate::sync::{AtomicU32, Ordering};
+
+/// The run state of a proxy task. The numbers are ABI (they appear at offset 0x14 of the status
+/// record).
+///
+/// ```text
+///            (1) skip flag ───────────────────────────────────────────────┐
+///   INIT ──(2) filed, no device wait──► PROGRESSING ◄──(5)──► IDLE       │
+///     │                                  ▲      │               │        ▼
+///     └─(3) filed, wait for device─► WAITING_DEVICE_TRIGGER     └─(6)─► DONE
+///                                        (4) trigger seen ─┘   (6) done / failure / timeout / close
+/// ```
+/// Edges are taken by `NetworkTask::step` / `BarrierTask::step` (1–6) and by `close` (any state
+/// → DONE), always through the task's one transition function, which logs `state=A=>B`.
+///
+/// Seed: `proxy_task_run_state_t`, §3 (`INIT=0 .. DONE=4`).
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum RunState {
+    /// `PROXY_TASK_STATE_INIT` (0): not started (or waiting behind an earlier task of its comm).
+    Init = 0,
+    /// `PROXY_TASK_STATE_PROGRESSING` (1): the last step made progress.
+    Progressing = 1,
+    /// `PROXY_TASK_STATE_WAITING_DEVICE_TRIGGER` (2): blocks filed, waiting for the trigger words.
+    WaitingDeviceTrigger = 2,
+    /// `PROXY_TASK_STATE_IDLE` (3): in flight, the last step made no progress. Not terminal.
+    Idle = 3,
+    /// `PROXY_TASK_STATE_DONE` (4): finished (the record's status says how); removed by the queue.
+    Done = 4,
+}
+
+impl RunState {
+    /// The state with ABI value `v`.
+    pub fn from_u32(v: u32) -> Option<Self> {
+        Some(match v {
+            0 => Self::Init,
+            1 => Self::Progressing,
+            2 => Self::WaitingDeviceTrigger,
+            3 => Self::Idle,
+            4 => Self::Done,
+            _ => return None,
+        })
+    }
+}
+
+/// A plain copy of a task's 24-byte status record: what the status ring carries.
+///
+/// Layout: `task_id` @0x00, `slot` @0x04, `comm_id` @0x08, `streams` @0x0C (bit mask of the
+/// streams the task drives), `progress_status` @0x10 (an `NRT_STATUS` value), `run_state` @0x14
+/// (a [`RunState`] value).
+///
+/// Seed: `enc_proxy_task_state`, §2.
+#[repr(C)]
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct TaskRecord {
+    /// The producer's id for the task.
+    pub task_id: u32,
+    /// The queue slot the task was submitted through.
+    pub slot: u32,
+    /// The comm id (shared by every rank of the comm).
+    pub comm_id: u32,
+    /// Bit `s` set when the task drives stream `s` (0 for a barrier task).
+    pub streams: u32,
+    /// `NRT_STATUS` code: the last step's status, final once `run_state` is DONE.
+    pub progress_status: u32,
+    /// [`RunState`] code.
+    pub run_state: u32,
+}
+
+const _: () = assert!(core::mem::size_of::<TaskRecord>() == 24);
+const _: () = assert!(core::mem::offset_of!(TaskRecord, task_id) == 0x00);
+const _: () = assert!(core::mem::offset_of!(TaskRecord, slot) == 0x04);
+const _: () = assert!(core::mem::offset_of!(TaskRecord, comm_id) == 0x08);
+const _: () = assert!(core::mem::offset_of!(TaskRecord, streams) == 0x0C);
+const _: () = assert!(core::mem::offset_of!(TaskRecord, progress_status) == 0x10);
+const _: () = assert!(core::mem::offset_of!(TaskRecord, run_state) == 0x14);
+
+impl TaskRecord {
+    /// The run state (`None` for a value outside the enum, which a record never holds).
+    pub fn state(&self) -> Option<RunState> {
+        RunState::from_u32(self.run_state)
+    }
+
+    /// The status (`Failure` for an unknown code).
+    pub fn status(&self) -> NrtStatus {
+        NrtStatus::from_code(self.progress_status).unwrap_or(NrtStatus::Failure)
+    }
+
+    /// `true` when `run_state` is DONE.
+    pub fn is_done(&self) -> bool {
+        self.run_state == RunState::Done as u32
+    }
+}
+
+impl fmt::Debug for TaskRecord {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TaskRecord")
+            .field("task_id", &self.task_id)
+            .field("slot", &self.slot)
+            .field("comm_id", &self.comm_id)
+            .field("streams", &format_args!("{:#x}", self.streams))
+            .field("progress_status", &self.status())
+            .field("run_state", &self.state())
+            .finish()
+    }
+}
+
+/// The live 24-byte status record of a task, readable from any thread without a lock.
+///
+/// Same layout as [`TaskRecord`], each field an `AtomicU32` (offsets asserted at compile time
+/// with the real atomics; loom's atomics are larger). Written only by the thread that steps the
+/// task (the worker), through [`StatusRecord::publish`].
+///
+/// Seed: `enc_proxy_task_state` (`proxy_state`), §2: "the only shared surface" between the worker
+/// and the consumer.
+#[repr(C)]
+#[derive(Debug)]
+pub struct StatusRecord {
+    task_id: AtomicU32,
+    slot: AtomicU32,
+    comm_id: AtomicU32,
+    streams: AtomicU32,
+    progress_status: AtomicU32,
+    run_state: AtomicU32,
+}
+
+#[cfg(not(loom))]
+const _: () = {
+    assert!(core::mem::size_of::<StatusRecord>() == 24);
+    assert!(core::mem::offset_of!(StatusRecord, progress_status) == 0x10);
+    assert!(core::mem::offset_of!(StatusRecord, run_state) == 0x14);
+};
+
+impl StatusRecord {
+    /// A record holding `r`.
+    pub fn new(r: TaskRecord) -> Self {
+        Self {
+            task_id: AtomicU32::new(r.task_id),
+            slot: AtomicU32::new(r.slot),
+            comm_id: AtomicU32::new(r.comm_id),
+            streams: AtomicU32::new(r.streams),
+            progress_status: AtomicU32::new(r.progress_status),
+            run_state: AtomicU32::new(r.run_state),
+        }
+    }
+
+    /// Stores `r`: the first five fields relaxed, then `run_state` with release, so a reader
+    /// that acquires the new `run_state` sees the other fields of this or a later publish.
+    pub fn publish(&self, r: &TaskRecord) {
+        self.task_id.store(r.task_id, Ordering::Relaxed);
+        self.slot.store(r.slot, Ordering::Relaxed);
+        self.comm_id.store(r.comm_id, Ordering::Relaxed);
+        self.streams.store(r.streams, Ordering::Relaxed);
+        self.progress_status
+            .store(r.progress_status, Ordering::Relaxed);
+        // Release: publishes the stores above to a reader that acquires run_state.
+        self.run_state.store(r.run_state, Ordering::Release);
+    }
+
+    /// The run state (acquire).
+    pub fn run_state(&self) -> u32 {
+        self.run_state.load(Ordering::Acquire)
+    }
+
+    /// Reads the record: `run_state` first with acquire, then the rest. Once `run_state` reads
+    /// DONE the copy is final (the worker never publishes after DONE).
+    pub fn load(&self) -> TaskRecord {
+        let run_state = self.run_state.load(Ordering::Acquire);
+        TaskRecord {
+            task_id: self.task_id.load(Ordering::Relaxed),
+            slot: self.slot.load(Ordering::Relaxed),
+            comm_id: self.comm_id.load(Ordering::Relaxed),
+            streams: self.streams.load(Ordering::Relaxed),
+            progress_status: self.progress_status.load(Ordering::Relaxed),
+            run_state,
+        }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip() {
+        let r = TaskRecord {
+            task_id: 1,
+            slot: 2,
+            comm_id: 3,
+            streams: 0b101,
+            progress_status: NrtStatus::Closed.code(),
+            run_state: RunState::Done as u32,
+        };
+        let s = StatusRecord::new(TaskRecord::default());
+        assert_eq!(s.load().state(), Some(RunState::Init));
+        s.publish(&r);
+        assert_eq!(s.load(), r);
+        assert!(r.is_done());
+        assert_eq!(r.status(), NrtStatus::Closed);
+        for v in 0..5 {
+            assert_eq!(RunState::from_u32(v).unwrap() as u32, v);
+        }
+        assert_eq!(RunState::from_u32(5), None);
+    }
+}

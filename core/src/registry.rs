@@ -1,0 +1,301 @@
+//! The registry of shared proxy queues: one queue (and one worker thread) per shared-proxy
+//! group, refcounted by the comms that joined it.
+//!
+//! Group id = `global rank / ranks_per_network_proxy`. The first comm of a group creates the
+//! queue and starts its worker through the platform's [`Spawner`]; later ones take a reference
+//! and a slot; the last leave sets stop, wakes the worker and joins it. A spawn failure (e.g. a
+//! CPU outside the allowed set) fails that join and leaves nothing behind.
+//!
+//! The group table is guarded by a small lock (join and leave are cold paths; the hot path,
+//! submit and tick, never takes it); a waiter for the lock spins with [`Spawner::relax`].
+//!
+//! Seed: `g_shared_proxy_queues` (nrt:0xc91320) under `g_shared_proxy_queues_lock`
+//! (nrt:0xc912e0), `enc_setup_global_comm_internal` (nrt:0x10b050), `enc_free_global_comm`,
+//! `enc_proxy_queue::start` (nrt:0x1ce4d0), §2.
+
+use alloc::boxed::Box;
+use alloc::vec::Vec;
+
+use crate::queue::{ProxyQueue, QueueConfig, SlotHandle, Worker};
+use crate::record::TaskRecord;
+use crate::status::NrtStatus;
+use crate::sync::{spin_loop, Arc};
+#[cfg(not(loom))]
+use crate::sync::{AtomicBool, Ordering, UnsafeCell};
+use crate::time::Clock;
+use crate::wake::Waiter;
+
+/// The platform's part of the registry: start and join worker threads.
+pub trait Spawner: Send + Sync {
+    /// A running worker thread.
+    type Handle: Send;
+
+    /// Starts a thread that runs `worker`'s loop (tick; park / spin / yield) until its queue's
+    /// stop is requested. Returns once the thread is running, or with the reason it could not
+    /// start (then `worker` is dropped and the queue torn down).
+    ///
+    /// # Errors
+    /// The reason, e.g. [`NrtStatus::Invalid`] for a CPU outside the allowed set or
+    /// [`NrtStatus::Resource`] when no thread can be created.
+    fn spawn(&self, group: u32, worker: Worker) -> Result<Self::Handle, NrtStatus>;
+
+    /// Waits for a worker whose queue's stop has been requested to exit.
+    fn join(&self, handle: Self::Handle);
+
+    /// The worker's thread id (on Linux the kernel tid), if the platform knows it.
+    fn thread_id(&self, handle: &Self::Handle) -> Option<u64>;
+
+    /// A clock for a new queue's worker (read once per tick).
+    fn clock(&self) -> Box<dyn Clock>;
+
+    /// Called between attempts to take the registry's lock. Default: a spin hint.
+    fn relax(&self) {
+        spin_loop();
+    }
+}
+
+/// Sizes and grouping of a registry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RegistryConfig {
+    /// Ranks per shared proxy (group id = rank / this); ≥ 1.
+    /// (`NEURON_RT_RANKS_PER_NETWORK_PROXY`, default 1.)
+    pub ranks_per_network_proxy: u32,
+    /// Sizes of each queue.
+    pub queue: QueueConfig,
+}
+
+impl Default for RegistryConfig {
+    fn default() -> Self {
+        Self {
+            ranks_per_network_proxy: 1,
+            queue: QueueConfig::default(),
+        }
+    }
+}
+
+struct Group<H> {
+    id: u32,
+    queue: Arc<ProxyQueue>,
+    refs: u32,
+    handle: H,
+}
+
+/// A comm's membership of a group: its group id and its slot of the group's queue.
+#[derive(Debug)]
+pub struct Membership {
+    group: u32,
+    /// The comm's slot: submit tasks and collect records here.
+    pub slot: SlotHandle,
+}
+
+impl Membership {
+    /// The group id.
+    pub fn group(&self) -> u32 {
+        self.group
+    }
+}
+
+/// Process-wide (or, in tests, private) registry of shared proxy queues.
+///
+/// Seed: `g_shared_proxy_queues`, §2.
+pub struct Registry<S: Spawner> {
+    spawner: S,
+    cfg: RegistryConfig,
+    groups: GroupLock<Vec<Group<S::Handle>>>,
+}
+
+/// The group table's lock. A test-and-set lock whose waiters call [`Spawner::relax`] (a yield
+/// on Linux) between attempts; under loom, loom's `Mutex`, because loom cannot schedule a spin
+/// loop under its preemption bound (the models would report a livelock that is not there).
+struct GroupLock<T> {
+    #[cfg(not(loom))]
+    locked: AtomicBool,
+    #[cfg(not(loom))]
+    value: UnsafeCell<T>,
+    #[cfg(loom)]
+    value: loom::sync::Mutex<T>,
+}
+
+// SAFETY: `value` is accessed only while `locked` is held (acquire/release), so sharing the
+// lock only ever gives one thread at a time access to the `T`, which is Send.
+unsafe impl<T: Send> Sync for GroupLock<T> {}
+// SAFETY: as above.
+unsafe impl<T: Send> Send for GroupLock<T> {}
+
+impl<T> GroupLock<T> {
+    fn new(value: T) -> Self {
+        Self {
+            #[cfg(not(loom))]
+            locked: AtomicBool::new(false),
+            #[cfg(not(loom))]
+            value: UnsafeCell::new(value),
+            #[cfg(loom)]
+            value: loom::sync::Mutex::new(value),
+        }
+    }
+
+    #[cfg(not(loom))]
+    fn with<R>(&self, relax: impl Fn(), f: impl FnOnce(&mut T) -> R) -> R {
+        // Acquire: the previous holder's changes to `value` are visible.
+        while self
+            .locked
+            .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            relax();
+        }
+        // SAFETY: we hold the lock: no other access to `value` overlaps.
+        let r = self.value.with_mut(|v| f(unsafe { &mut *v }));
+        // Release: our changes are visible to the next holder.
+        self.locked.store(false, Ordering::Release);
+        r
+    }
+
+    #[cfg(loom)]
+    fn with<R>(&self, _relax: impl Fn(), f: impl FnOnce(&mut T) -> R) -> R {
+        f(&mut self.value.lock().unwrap())
+    }
+}
+
+impl<S: Spawner> core::fmt::Debug for Registry<S> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Registry").field("cfg", &self.cfg).finish()
+    }
+}
+
+impl<S: Spawner> Registry<S> {
+    /// An empty registry.
+    ///
+    /// # Errors
+    /// [`NrtStatus::Invalid`] when `ranks_per_network_proxy` is 0 or the queue sizes are
+    /// invalid.
+    pub fn new(spawner: S, cfg: RegistryConfig) -> Result<Self, NrtStatus> {
+        if cfg.ranks_per_network_proxy == 0 {
+            return Err(NrtStatus::Invalid);
+        }
+        cfg.queue.validate()?;
+        Ok(Self {
+            spawner,
+            cfg,
+            groups: GroupLock::new(Vec::new()),
+        })
+    }
+
+    /// The spawner.
+    pub fn spawner(&self) -> &S {
+        &self.spawner
+    }
+
+    /// The group id of `rank`.
+    pub fn group_of(&self, rank: u32) -> u32 {
+        rank / self.cfg.ranks_per_network_proxy
+    }
+
+    fn with_groups<R>(&self, f: impl FnOnce(&mut Vec<Group<S::Handle>>) -> R) -> R {
+        self.groups.with(|| self.spawner.relax(), f)
+    }
+
+    /// Joins `rank`'s group: takes a reference on its queue (creating the queue and starting
+    /// its worker when it is the first) and claims a slot.
+    ///
+    /// Seed: `enc_setup_global_comm_internal` (nrt:0x10b050), §2.
+    ///
+    /// # Errors
+    /// The spawner's error when the worker cannot start (nothing is left behind);
+    /// [`NrtStatus::Resource`] when the group's queue has no free slot.
+    pub fn join(&self, rank: u32) -> Result<Membership, NrtStatus> {
+        let group = self.group_of(rank);
+        self.with_groups(|groups| {
+            if let Some(g) = groups.iter_mut().find(|g| g.id == group) {
+                let slot = ProxyQueue::join(&g.queue)?;
+                g.refs += 1;
+                log::debug!("group {group}: rank {rank} joined (refs {})", g.refs);
+                return Ok(Membership { group, slot });
+            }
+            let (queue, worker) = ProxyQueue::new(self.cfg.queue, self.spawner.clock())?;
+            let handle = self.spawner.spawn(group, worker).inspect_err(|e| {
+                log::error!("group {group}: worker failed to start: {e}");
+            })?;
+            let slot = match ProxyQueue::join(&queue) {
+                Ok(s) => s,
+                Err(e) => {
+                    queue.request_stop();
+                    self.spawner.join(handle);
+                    return Err(e);
+                }
+            };
+            log::debug!("group {group}: rank {rank} created the queue");
+            groups.push(Group {
+                id: group,
+                queue,
+                refs: 1,
+                handle,
+            });
+            Ok(Membership { group, slot })
+        })
+    }
+
+    /// Leaves: gives the slot back ([`SlotHandle::leave`]: queued and active tasks end
+    /// `NRT_CLOSED`), drops the reference, and when it was the last, stops, wakes and joins the
+    /// worker. Returns the records the slot had not reported yet.
+    ///
+    /// Seed: `enc_free_global_comm` → `~enc_proxy_queue` (stop, notify, join), §2.
+    pub fn leave(&self, m: Membership, waiter: &Waiter<'_>) -> Vec<TaskRecord> {
+        let group = m.group;
+        let records = m.slot.leave(waiter);
+        let last = self.with_groups(|groups| {
+            let i = groups.iter().position(|g| g.id == group)?;
+            groups[i].refs -= 1;
+            log::debug!("group {group}: left (refs {})", groups[i].refs);
+            (groups[i].refs == 0).then(|| groups.swap_remove(i))
+        });
+        if let Some(g) = last {
+            g.queue.request_stop();
+            self.spawner.join(g.handle);
+            log::debug!("group {group}: worker joined");
+        }
+        records
+    }
+
+    /// Number of live groups (queues with a running worker).
+    pub fn group_count(&self) -> usize {
+        self.with_groups(|g| g.len())
+    }
+
+    /// Calls `f` with every live group's id and worker handle (under the registry's lock: keep
+    /// `f` short).
+    pub fn for_each_worker(&self, mut f: impl FnMut(u32, &S::Handle)) {
+        self.with_groups(|groups| {
+            for g in groups.iter() {
+                f(g.id, &g.handle);
+            }
+        });
+    }
+
+    /// Every live group with its worker's thread id.
+    pub fn workers(&self) -> Vec<(u32, Option<u64>)> {
+        self.with_groups(|groups| {
+            groups
+                .iter()
+                .map(|g| (g.id, self.spawner.thread_id(&g.handle)))
+                .collect()
+        })
+    }
+}
+
+impl<S: Spawner> Drop for Registry<S> {
+    /// Stops and joins the worker of every group still live (comms that never left: their
+    /// tasks end `NRT_CLOSED`, and their later `leave` returns without waiting).
+    fn drop(&mut self) {
+        let groups = self.with_groups(core::mem::take);
+        for g in groups {
+            log::warn!(
+                "registry dropped with group {} still joined ({} refs)",
+                g.id,
+                g.refs
+            );
+            g.queue.request_stop();
+            self.spawner.join(g.handle);
+        }
+    }
+}

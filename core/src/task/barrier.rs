@@ -1,0 +1,323 @@
+//! The barrier task: a host-side barrier among the ranks of a comm, gated on the device
+//! trigger, after which the leader increments every local rank's barrier-done semaphore.
+//! It never touches the progress half.
+//!
+//! ```text
+//!  INIT ──(1) skip flag─────────────────────────────────────► DONE (success)
+//!   │ (stays while a trigger word reads -1)
+//!   └─(2) trigger seen: write 0, arrive ─► PROGRESSING ◄─(3)─► IDLE (not everyone arrived)
+//!  (4) everyone arrived: the leader increments every barrier-done semaphore → DONE
+//!  (5) a channel error → DONE (that status); (6) no progress past the timeout → DONE (TIMEOUT)
+//!  (7) close (comm leaves) → DONE (CLOSED)
+//! ```
+//! Edges 1–2 are taken by `step_init`, 3–6 by `step_wait`, 7 by `close`.
+//!
+//! Seed: `enc_barrier_proxy_task::step` (nrt:0x1ce830), `inc_leader_sps_barrier_done_semas`
+//! (nrt:0x1ce7b0), §3 ("Considerations") and §5; DESIGN.md §4.
+
+use alloc::boxed::Box;
+use alloc::vec::Vec;
+
+use super::{ProxyTask, Step, StepEnv, TaskCore, TaskKind};
+use crate::record::{RunState, StatusRecord, TaskRecord};
+use crate::status::NrtStatus;
+use crate::sync::{Arc, AtomicU32, CachePadded, Ordering};
+use crate::trigger::{HostWord, TriggerWords};
+
+/// A barrier's generation ticket: what [`BarrierChannel::arrive`] hands out and
+/// [`BarrierChannel::poll`] checks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BarrierTicket(pub u32);
+
+/// The channel a barrier runs over, among the ranks of one comm. Non-blocking: `arrive` once,
+/// then `poll` on every step until it answers `true`.
+///
+/// One endpoint per (comm, rank); successive barriers of the endpoint are successive
+/// generations. Implementations: [`SharedMemBarrier`] (ranks in one process); the libfabric
+/// platform adds one over the bootstrap connections between processes.
+///
+/// Seed: `enc_barrier` send/recv, §3 ("Considerations").
+pub trait BarrierChannel: Send {
+    /// Announces this rank's arrival at its next barrier generation.
+    ///
+    /// # Errors
+    /// A channel failure (the task ends with it).
+    fn arrive(&mut self) -> Result<BarrierTicket, NrtStatus>;
+
+    /// `Ok(true)` once every rank has arrived at `ticket`'s generation (or later).
+    ///
+    /// # Errors
+    /// A channel failure (the task ends with it).
+    fn poll(&mut self, ticket: BarrierTicket) -> Result<bool, NrtStatus>;
+}
+
+/// An in-process barrier among `nranks` ranks over shared memory.
+///
+/// Each rank has its own arrival word (on its own cache line) holding the generation it last
+/// arrived at; a rank's barrier `g` has passed when every word is at `g` or later (wrapping
+/// compare). This is a generation-counting barrier rather than a sense-reversing counter: it
+/// needs no reset step and tolerates a rank that arrives at generation `g + 1` before a slower
+/// rank has polled `g` (its `g` stays passed).
+///
+/// `Clone` shares the barrier. Make one endpoint per rank with
+/// [`SharedMemBarrier::endpoint`].
+#[derive(Clone, Debug)]
+pub struct SharedMemBarrier {
+    inner: Arc<SharedInner>,
+}
+
+#[derive(Debug)]
+struct SharedInner {
+    /// Per rank: the last generation it arrived at (0 = none yet). Written by that rank's
+    /// worker with release, read by every rank's worker with acquire.
+    arrived: Box<[CachePadded<AtomicU32>]>,
+}
+
+impl SharedMemBarrier {
+    /// A barrier among `nranks` ranks.
+    ///
+    /// # Errors
+    /// [`NrtStatus::Invalid`] when `nranks` is 0.
+    pub fn new(nranks: u32) -> Result<Self, NrtStatus> {
+        if nranks == 0 {
+            return Err(NrtStatus::Invalid);
+        }
+        let arrived: Vec<CachePadded<AtomicU32>> = (0..nranks)
+            .map(|_| CachePadded::new(AtomicU32::new(0)))
+            .collect();
+        Ok(Self {
+            inner: Arc::new(SharedInner {
+                arrived: arrived.into_boxed_slice(),
+            }),
+        })
+    }
+
+    /// Number of ranks.
+    pub fn nranks(&self) -> u32 {
+        self.inner.arrived.len() as u32
+    }
+
+    /// The endpoint of `rank` (make exactly one per rank and reuse it for every barrier task of
+    /// that rank: it counts the generations).
+    ///
+    /// # Errors
+    /// [`NrtStatus::Invalid`] when `rank >= nranks`.
+    pub fn endpoint(&self, rank: u32) -> Result<SharedMemBarrierEndpoint, NrtStatus> {
+        if rank >= self.nranks() {
+            return Err(NrtStatus::Invalid);
+        }
+        Ok(SharedMemBarrierEndpoint {
+            inner: self.inner.clone(),
+            rank,
+            generation: 0,
+        })
+    }
+}
+
+/// One rank's end of a [`SharedMemBarrier`].
+#[derive(Debug)]
+pub struct SharedMemBarrierEndpoint {
+    inner: Arc<SharedInner>,
+    rank: u32,
+    /// The generation this rank last arrived at.
+    generation: u32,
+}
+
+impl BarrierChannel for SharedMemBarrierEndpoint {
+    fn arrive(&mut self) -> Result<BarrierTicket, NrtStatus> {
+        self.generation = self.generation.wrapping_add(1);
+        // Release: everything this rank did before the barrier happens-before the acquire load
+        // of a rank that sees it arrived.
+        self.inner.arrived[self.rank as usize].store(self.generation, Ordering::Release);
+        Ok(BarrierTicket(self.generation))
+    }
+
+    fn poll(&mut self, ticket: BarrierTicket) -> Result<bool, NrtStatus> {
+        Ok(self.inner.arrived.iter().all(|a| {
+            // Acquire: pairs with the arriving rank's release store.
+            a.load(Ordering::Acquire).wrapping_sub(ticket.0) as i32 >= 0
+        }))
+    }
+}
+
+/// Everything a barrier task is built from.
+pub struct BarrierTaskSpec {
+    /// The producer's id for the task.
+    pub task_id: u32,
+    /// The comm id (goes into the record).
+    pub comm_id: u32,
+    /// This rank's endpoint of the comm's barrier channel.
+    pub channel: Box<dyn BarrierChannel>,
+    /// Trigger words that gate INIT (armed by the producer).
+    pub triggers: TriggerWords,
+    /// `true` on the leader: the lowest rank of the comm in this process.
+    pub leader: bool,
+    /// The leader's job: the barrier-done semaphore of every rank of the comm in this process,
+    /// each incremented by 1 when the barrier passes (ignored on a non-leader).
+    pub done_semaphores: Vec<HostWord>,
+    /// Skip: INIT goes straight to DONE with success.
+    pub skip: bool,
+    /// No-progress limit in nanoseconds once the task has left INIT (`None`: none).
+    pub timeout_ns: Option<u64>,
+}
+
+/// A barrier task (see the module docs for its state machine).
+///
+/// Seed: `enc_barrier_proxy_task`, §3.
+pub struct BarrierTask {
+    core: TaskCore,
+    channel: Box<dyn BarrierChannel>,
+    triggers: TriggerWords,
+    leader: bool,
+    done_semaphores: Vec<HostWord>,
+    skip: bool,
+    ticket: Option<BarrierTicket>,
+}
+
+impl core::fmt::Debug for BarrierTask {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("BarrierTask")
+            .field("record", &self.core.record())
+            .field("leader", &self.leader)
+            .field("ticket", &self.ticket)
+            .finish()
+    }
+}
+
+impl BarrierTask {
+    /// Builds a task in INIT from `spec`.
+    pub fn new(spec: BarrierTaskSpec) -> Self {
+        Self {
+            core: TaskCore::new(
+                TaskKind::Barrier,
+                spec.task_id,
+                spec.comm_id,
+                0,
+                spec.timeout_ns,
+            ),
+            channel: spec.channel,
+            triggers: spec.triggers,
+            leader: spec.leader,
+            done_semaphores: spec.done_semaphores,
+            skip: spec.skip,
+            ticket: None,
+        }
+    }
+
+    /// The current run state.
+    pub fn state(&self) -> RunState {
+        self.core.state()
+    }
+
+    fn step_init(&mut self, env: &StepEnv) -> Step {
+        if self.skip {
+            self.core.transition(RunState::Done, NrtStatus::Success);
+            return Step::Done;
+        }
+        if !self.triggers.can_start() {
+            return Step::Idle;
+        }
+        self.triggers.consume();
+        match self.channel.arrive() {
+            Ok(t) => self.ticket = Some(t),
+            Err(e) => {
+                log::error!(
+                    "barrier task {} comm {}: arrive failed: {}",
+                    self.core.record().task_id,
+                    self.core.record().comm_id,
+                    e
+                );
+                self.core.transition(RunState::Done, e);
+                return Step::Done;
+            }
+        }
+        self.core.note_progress(env.now_ns);
+        self.core
+            .transition(RunState::Progressing, NrtStatus::Success);
+        Step::Progressed
+    }
+
+    fn step_wait(&mut self, env: &StepEnv) -> Step {
+        let Some(ticket) = self.ticket else {
+            // Unreachable by construction (PROGRESSING is entered only after arrive).
+            self.core.transition(RunState::Done, NrtStatus::Failure);
+            return Step::Done;
+        };
+        match self.channel.poll(ticket) {
+            Ok(true) => {
+                if self.leader {
+                    for s in &self.done_semaphores {
+                        s.fetch_add(1);
+                    }
+                }
+                self.core.transition(RunState::Done, NrtStatus::Success);
+                Step::Done
+            }
+            Ok(false) => {
+                if self.core.timed_out(env.now_ns) {
+                    log::error!(
+                        "barrier task {} comm {}: timed out waiting for the other ranks",
+                        self.core.record().task_id,
+                        self.core.record().comm_id
+                    );
+                    self.core.transition(RunState::Done, NrtStatus::Timeout);
+                    return Step::Done;
+                }
+                self.core.transition(RunState::Idle, NrtStatus::Success);
+                Step::Idle
+            }
+            Err(e) => {
+                log::error!(
+                    "barrier task {} comm {}: poll failed: {}",
+                    self.core.record().task_id,
+                    self.core.record().comm_id,
+                    e
+                );
+                self.core.transition(RunState::Done, e);
+                Step::Done
+            }
+        }
+    }
+}
+
+impl ProxyTask for BarrierTask {
+    /// Seed: `enc_barrier_proxy_task::step` (nrt:0x1ce830), §3.
+    fn step(&mut self, env: &StepEnv) -> Step {
+        match self.core.state() {
+            RunState::Init => self.step_init(env),
+            RunState::Progressing | RunState::Idle | RunState::WaitingDeviceTrigger => {
+                self.step_wait(env)
+            }
+            RunState::Done => {
+                self.core.polled_after_done();
+                Step::Done
+            }
+        }
+    }
+
+    fn close(&mut self, status: NrtStatus) {
+        if self.core.state() != RunState::Done {
+            self.core.transition(RunState::Done, status);
+        }
+    }
+
+    fn record(&self) -> TaskRecord {
+        self.core.record()
+    }
+
+    fn status_record(&self) -> Arc<StatusRecord> {
+        self.core.status_record()
+    }
+
+    fn bind_slot(&mut self, slot: u32) {
+        self.core.bind_slot(slot);
+    }
+
+    fn comm_key(&self) -> Option<usize> {
+        None
+    }
+
+    fn kind(&self) -> TaskKind {
+        TaskKind::Barrier
+    }
+}

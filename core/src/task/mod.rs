@@ -1,0 +1,230 @@
+//! Proxy tasks: what a proxy queue's worker steps.
+//!
+//! Two kinds (seed §2, §3): the [`NetworkTask`] drives the progress half through the seam, the
+//! [`BarrierTask`] runs a host-side barrier and never touches the progress half. Both share one
+//! run-state machine ([`RunState`]) whose every edge goes through [`TaskCore::transition`], which
+//! logs `state=A=>B` at trace level and publishes the task's [`StatusRecord`].
+//!
+//! Seed: `enc_proxy_task` and its virtual `step()` (vtable slot 0), §2 and §3.
+
+pub mod barrier;
+pub mod network;
+#[cfg(all(test, not(loom)))]
+mod tests;
+
+use core::fmt;
+
+pub use barrier::{
+    BarrierChannel, BarrierTask, BarrierTaskSpec, BarrierTicket, SharedMemBarrier,
+    SharedMemBarrierEndpoint,
+};
+pub use network::{BlockFifos, CommHandle, NetworkTask, NetworkTaskSpec};
+
+use crate::record::{RunState, StatusRecord, TaskRecord};
+use crate::status::NrtStatus;
+use crate::sync::Arc;
+
+/// What the queue tells a task for one step.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StepEnv {
+    /// Now, in nanoseconds of the queue's clock (read once per tick; the task never reads a
+    /// clock itself).
+    pub now_ns: u64,
+    /// `false` while an earlier network task of the same comm is not DONE: a network task in
+    /// INIT then stays in INIT (DESIGN.md §4, "one comm, one network task at a time").
+    pub may_begin: bool,
+}
+
+/// What one step did, as the queue's loop needs it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// The task moved: a state change, a filed block, a block switch, or a progress call that
+    /// was not idle.
+    Progressed,
+    /// Nothing moved: IDLE, waiting for a trigger, waiting behind an earlier task, a barrier
+    /// still waiting. The task stays active (IDLE is never a reason to drop a task).
+    Idle,
+    /// The task is DONE: the queue removes it and reports its final record.
+    Done,
+}
+
+/// The kind of a task, for logs and dumps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TaskKind {
+    /// [`NetworkTask`] (seed: `enc_network_proxy_task`).
+    Network,
+    /// [`BarrierTask`] (seed: `enc_barrier_proxy_task`).
+    Barrier,
+}
+
+/// A task a proxy queue's worker steps.
+///
+/// Implementations are moved to the worker thread at submission and stepped only there.
+///
+/// Seed: `enc_proxy_task` (abstract; `step()` is vtable slot 0), §2.
+pub trait ProxyTask: Send {
+    /// Advances the task by one tick. Never blocks. Stepping a DONE task logs once and changes
+    /// nothing (answers [`Step::Done`]).
+    ///
+    /// Seed: `enc_proxy_task::step`, §2/§3.
+    fn step(&mut self, env: &StepEnv) -> Step;
+
+    /// Ends the task now with `status` (DONE), as when its comm leaves the queue: a network
+    /// task that has filed its blocks calls `stop` per stream first. No effect on a DONE task.
+    fn close(&mut self, status: NrtStatus);
+
+    /// The current record (a copy).
+    fn record(&self) -> TaskRecord;
+
+    /// The live status record, which any thread may read without a lock.
+    fn status_record(&self) -> Arc<StatusRecord>;
+
+    /// The slot the task was submitted through (`u32::MAX` before submission).
+    fn slot(&self) -> u32 {
+        self.record().slot
+    }
+
+    /// Records the queue slot the task is submitted through (called by the slot before the
+    /// task is handed to the worker).
+    fn bind_slot(&mut self, slot: u32);
+
+    /// The key of the comm whose network tasks run one at a time (`None`: not serialised,
+    /// e.g. a barrier task).
+    fn comm_key(&self) -> Option<usize>;
+
+    /// The task's kind.
+    fn kind(&self) -> TaskKind;
+}
+
+impl fmt::Debug for dyn ProxyTask {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ProxyTask")
+            .field("kind", &self.kind())
+            .field("record", &self.record())
+            .finish()
+    }
+}
+
+/// The bookkeeping every task kind shares: its record, the one transition function, the
+/// no-progress timeout.
+///
+/// Timeout rule (DESIGN.md §4): measured only once the task has left INIT; any progress (a
+/// state change, a switch, a progress call that was not idle) restarts it.
+#[derive(Debug)]
+pub struct TaskCore {
+    rec: TaskRecord,
+    shared: Arc<StatusRecord>,
+    kind: TaskKind,
+    /// No-progress limit in ns (`None`: no limit).
+    timeout_ns: Option<u64>,
+    /// Clock value of the last progress, valid once the task has left INIT.
+    last_progress_ns: u64,
+    /// `true` once "polled after DONE" has been logged.
+    done_poll_logged: bool,
+}
+
+impl TaskCore {
+    /// A task in INIT with status success.
+    pub fn new(
+        kind: TaskKind,
+        task_id: u32,
+        comm_id: u32,
+        streams: u32,
+        timeout_ns: Option<u64>,
+    ) -> Self {
+        let rec = TaskRecord {
+            task_id,
+            slot: u32::MAX,
+            comm_id,
+            streams,
+            progress_status: NrtStatus::Success.code(),
+            run_state: RunState::Init as u32,
+        };
+        Self {
+            rec,
+            shared: Arc::new(StatusRecord::new(rec)),
+            kind,
+            timeout_ns,
+            last_progress_ns: 0,
+            done_poll_logged: false,
+        }
+    }
+
+    /// The current state.
+    pub fn state(&self) -> RunState {
+        RunState::from_u32(self.rec.run_state).unwrap_or(RunState::Done)
+    }
+
+    /// The current record.
+    pub fn record(&self) -> TaskRecord {
+        self.rec
+    }
+
+    /// The live status record.
+    pub fn status_record(&self) -> Arc<StatusRecord> {
+        self.shared.clone()
+    }
+
+    /// Sets the slot (before submission).
+    pub fn bind_slot(&mut self, slot: u32) {
+        self.rec.slot = slot;
+        self.shared.publish(&self.rec);
+    }
+
+    /// The one transition function of the run-state machine: logs `state=A=>B` at trace level
+    /// and publishes the record (status first, `run_state` last with release). A transition to
+    /// the current state only updates the status.
+    pub fn transition(&mut self, to: RunState, status: NrtStatus) {
+        let from = self.state();
+        debug_assert!(
+            from != RunState::Done,
+            "transition out of DONE ({from:?}=>{to:?})"
+        );
+        if from != to {
+            log::trace!(
+                "{:?} task={} slot={} comm={} state={:?}=>{:?} status={}",
+                self.kind,
+                self.rec.task_id,
+                self.rec.slot,
+                self.rec.comm_id,
+                from,
+                to,
+                status
+            );
+        }
+        let changed = from != to || self.rec.progress_status != status.code();
+        self.rec.run_state = to as u32;
+        self.rec.progress_status = status.code();
+        if changed {
+            self.shared.publish(&self.rec);
+        }
+    }
+
+    /// Marks progress at `now_ns` (restarts the timeout).
+    pub fn note_progress(&mut self, now_ns: u64) {
+        self.last_progress_ns = now_ns;
+    }
+
+    /// `true` when the no-progress limit has passed at `now_ns`.
+    pub fn timed_out(&self, now_ns: u64) -> bool {
+        match self.timeout_ns {
+            Some(t) => now_ns.saturating_sub(self.last_progress_ns) > t,
+            None => false,
+        }
+    }
+
+    /// Logs (once) that a DONE task was stepped again.
+    ///
+    /// Seed: "Task shouldn't be polled after it reached a done state" (nrt:0x7f81b8), §3.
+    pub fn polled_after_done(&mut self) {
+        if !self.done_poll_logged {
+            self.done_poll_logged = true;
+            log::warn!(
+                "{:?} task={} slot={}: task polled after it reached a done state",
+                self.kind,
+                self.rec.task_id,
+                self.rec.slot
+            );
+        }
+    }
+}

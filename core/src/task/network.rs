@@ -1,0 +1,427 @@
+//! The network task: the driver-side state machine that calls the progress half through the
+//! seam (DESIGN.md §4, the exact contract; seed §3).
+//!
+//! ```text
+//!  INIT ──(1) skip flag──────────────────────────────────────────────► DONE (success)
+//!   │  (stays while an earlier network task of its comm is not DONE)      ▲
+//!   ├─(2) start() every (stream, block); no device wait ─► PROGRESSING ◄──┼──(5)──► IDLE
+//!   └─(3) start() every (stream, block); wait for device ─► WAITING_DEVICE_TRIGGER
+//!                                 (4) every trigger word ≠ -1: write 0 ─► PROGRESSING
+//!  (6) PROGRESSING/IDLE: every stream finished its schedule → stop per stream → DONE
+//!  (7) a seam error / a start error → stop per stream → DONE (that status)
+//!  (8) no progress for longer than the timeout (after INIT) → stop per stream → DONE (TIMEOUT)
+//!  (9) close (comm leaves) → stop per stream if filed → DONE (CLOSED)
+//! ```
+//! Edges 1–3 are taken by `step_init`, 4 by `step_waiting`, 5–8 by `step_progress`, 9 by
+//! `close`, each through [`TaskCore::transition`].
+//!
+//! Deviations from the seed (DESIGN.md §3/§4): idle/done are seeded with `true` before each
+//! stream's progress call; `stop` is called once per stream when the task ends, never on a
+//! block switch; a stream whose schedule is exhausted is not called again.
+//!
+//! Choices this module makes where DESIGN.md is silent: a skipped task (edge 1) also waits its
+//! turn behind an earlier network task of its comm, so the network tasks of a slot complete in
+//! submission order even with the skip flag; "progress" for the timeout is a state change, a
+//! block switch or a progress round in which some stream was not idle (the driver cannot see
+//! single requests, and the progress half reports idle exactly when no op moved); a `start`
+//! failure part-way through INIT stops every stream of the task (some blocks were filed).
+//!
+//! Seed: `enc_network_proxy_task::step` (nrt:0x1d0620), `init_network_proxy` (nrt:0x1ce5b0),
+//! `proxy_progress` (nrt:0x1d03f0), `check_basic_block_switch` (nrt:0x1d01c0), §3.
+
+use alloc::vec::Vec;
+use core::ffi::c_void;
+use core::ptr::NonNull;
+
+use super::{ProxyTask, Step, StepEnv, TaskCore, TaskKind};
+use crate::desc::{NetDestAddr, NetOpInfo, NetSrcAddr};
+use crate::record::{RunState, StatusRecord, TaskRecord};
+use crate::seam::SeamTable;
+use crate::status::NrtStatus;
+use crate::sync::Arc;
+use crate::trigger::TriggerWords;
+
+/// Number of streams of a comm (stream ids are `0..4`).
+pub const MAX_STREAMS: u32 = 4;
+
+/// An opaque comm handle of the progress half (`nccom_comm_t *`), as the seam takes it.
+///
+/// Used only by the worker thread that steps the task that carries it.
+///
+/// Seed: `encd_get_global_comm()`'s result, passed to every trampoline, §3.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct CommHandle(NonNull<c_void>);
+
+// SAFETY: the handle is only dereferenced by the progress half, called from the one worker
+// thread that steps the task (the constructor's contract forbids concurrent use).
+unsafe impl Send for CommHandle {}
+
+impl CommHandle {
+    /// Wraps `comm`, or `None` for a null pointer.
+    ///
+    /// # Safety
+    /// `comm` must be a live comm of the library whose [`SeamTable`] the task carries, and must
+    /// stay live until every task carrying this handle is DONE (the comm leaves its queue, which
+    /// ends its tasks, before it is destroyed). While a task carrying it is submitted, no thread
+    /// other than the queue's worker may call the seam on this comm.
+    pub unsafe fn new(comm: *mut c_void) -> Option<Self> {
+        NonNull::new(comm).map(Self)
+    }
+
+    /// The raw pointer.
+    pub fn as_ptr(&self) -> *mut c_void {
+        self.0.as_ptr()
+    }
+}
+
+/// The three FIFOs of one basic block on one stream, as `start` takes them.
+///
+/// Seed: `enc_fifo_set` (`bb_map[bb]`), §3.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct BlockFifos {
+    /// Stream, `0..4`.
+    pub stream: u32,
+    /// Basic-block id (not `u32::MAX`, which means "none").
+    pub bb: u32,
+    /// Op infos (`net_ops_info_fifo`).
+    pub ops: Vec<NetOpInfo>,
+    /// Source entries (`src_addr_fifo`).
+    pub src: Vec<NetSrcAddr>,
+    /// Destination entries (`dest_addr_fifo`).
+    pub dst: Vec<NetDestAddr>,
+}
+
+/// Everything a network task is built from.
+pub struct NetworkTaskSpec {
+    /// The producer's id for the task (goes into the record).
+    pub task_id: u32,
+    /// The progress half's comm.
+    pub comm: CommHandle,
+    /// The comm id (goes into the record).
+    pub comm_id: u32,
+    /// The seam the task calls (in-process or from a loaded library).
+    pub seam: SeamTable,
+    /// Every (stream, block) FIFO set, filed in this order at INIT.
+    pub blocks: Vec<BlockFifos>,
+    /// Block schedule: `None` runs the distinct blocks of `blocks` in the order of first
+    /// appearance, each once; `Some` is an explicit order, repeats allowed (a loop).
+    pub schedule: Option<Vec<u32>>,
+    /// Trigger words (one per stream; the producer arms them before submitting).
+    pub triggers: TriggerWords,
+    /// Wait for the trigger words after INIT (seed: ctx `wait_for_device`).
+    pub wait_for_device: bool,
+    /// Skip the network stage: INIT goes straight to DONE with success (seed: the
+    /// early-completion debug path, `NEURON_RT_DBG_PROXY_EARLY_COMPLETION`).
+    pub skip: bool,
+    /// No-progress limit in nanoseconds once the task has left INIT (`None`: none;
+    /// `NEURON_RT_EXEC_TIMEOUT`).
+    pub timeout_ns: Option<u64>,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct StreamCursor {
+    stream: u32,
+    /// Index into the schedule of the block being run; `== schedule.len()` once finished.
+    cursor: usize,
+}
+
+/// A network task (see the module docs for its state machine).
+///
+/// Seed: `enc_network_proxy_task`, §3.
+pub struct NetworkTask {
+    core: TaskCore,
+    comm: CommHandle,
+    seam: SeamTable,
+    blocks: Vec<BlockFifos>,
+    schedule: Vec<u32>,
+    cursors: Vec<StreamCursor>,
+    triggers: TriggerWords,
+    wait_for_device: bool,
+    skip: bool,
+    /// `true` once INIT has called `start` (the task then stops its streams when it ends).
+    filed: bool,
+    /// `true` once `stop` has been called per stream.
+    stopped: bool,
+}
+
+impl core::fmt::Debug for NetworkTask {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("NetworkTask")
+            .field("record", &self.core.record())
+            .field("comm", &self.comm)
+            .field("schedule", &self.schedule)
+            .field("cursors", &self.cursors)
+            .field("filed", &self.filed)
+            .finish()
+    }
+}
+
+impl NetworkTask {
+    /// Builds a task in INIT from `spec`.
+    ///
+    /// # Errors
+    /// [`NrtStatus::Invalid`] when a block's stream is ≥ 4 or its id is `u32::MAX`, or an
+    /// explicit schedule names `u32::MAX`. Nothing is called on the seam.
+    pub fn new(spec: NetworkTaskSpec) -> Result<Self, NrtStatus> {
+        let mut streams_mask = 0u32;
+        let mut order: Vec<u32> = Vec::new();
+        for b in &spec.blocks {
+            if b.stream >= MAX_STREAMS || b.bb == u32::MAX {
+                log::error!(
+                    "network task {}: invalid block (stream {}, bb {:#x})",
+                    spec.task_id,
+                    b.stream,
+                    b.bb
+                );
+                return Err(NrtStatus::Invalid);
+            }
+            streams_mask |= 1 << b.stream;
+            if !order.contains(&b.bb) {
+                order.push(b.bb);
+            }
+        }
+        let schedule = match spec.schedule {
+            Some(s) => {
+                if s.contains(&u32::MAX) {
+                    return Err(NrtStatus::Invalid);
+                }
+                s
+            }
+            None => order,
+        };
+        let cursors = (0..MAX_STREAMS)
+            .filter(|s| streams_mask & (1 << s) != 0)
+            .map(|stream| StreamCursor { stream, cursor: 0 })
+            .collect();
+        Ok(Self {
+            core: TaskCore::new(
+                TaskKind::Network,
+                spec.task_id,
+                spec.comm_id,
+                streams_mask,
+                spec.timeout_ns,
+            ),
+            comm: spec.comm,
+            seam: spec.seam,
+            blocks: spec.blocks,
+            schedule,
+            cursors,
+            triggers: spec.triggers,
+            wait_for_device: spec.wait_for_device,
+            skip: spec.skip,
+            filed: false,
+            stopped: false,
+        })
+    }
+
+    /// The current run state.
+    pub fn state(&self) -> RunState {
+        self.core.state()
+    }
+
+    /// The block schedule in use.
+    pub fn schedule(&self) -> &[u32] {
+        &self.schedule
+    }
+
+    /// Ends the task with `status`: `stop` per stream once if it has filed its blocks (a stop
+    /// error replaces a success status), then DONE. Edges 6–9.
+    fn finish(&mut self, status: NrtStatus) {
+        let mut status = status;
+        if self.filed && !self.stopped {
+            self.stopped = true;
+            for c in &self.cursors {
+                // SAFETY: `comm` per CommHandle::new's contract; we are the worker thread.
+                if let Err(e) = unsafe { self.seam.stop(self.comm.as_ptr(), c.stream) } {
+                    log::error!(
+                        "network task {} comm {}: stop(stream {}) failed: {}",
+                        self.core.record().task_id,
+                        self.core.record().comm_id,
+                        c.stream,
+                        e
+                    );
+                    if status == NrtStatus::Success {
+                        status = e;
+                    }
+                }
+            }
+        }
+        self.core.transition(RunState::Done, status);
+    }
+
+    /// INIT: edges 1–3.
+    fn step_init(&mut self, env: &StepEnv) -> Step {
+        if !env.may_begin {
+            return Step::Idle;
+        }
+        if self.skip {
+            self.core.transition(RunState::Done, NrtStatus::Success);
+            return Step::Done;
+        }
+        self.filed = true;
+        for b in &self.blocks {
+            // SAFETY: `comm` per CommHandle::new's contract; we are the worker thread.
+            let r = unsafe {
+                self.seam
+                    .start(self.comm.as_ptr(), b.stream, b.bb, &b.ops, &b.src, &b.dst)
+            };
+            if let Err(e) = r {
+                log::error!(
+                    "network task {} comm {}: start(stream {}, bb {}) failed: {}",
+                    self.core.record().task_id,
+                    self.core.record().comm_id,
+                    b.stream,
+                    b.bb,
+                    e
+                );
+                self.finish(e);
+                return Step::Done;
+            }
+        }
+        self.core.note_progress(env.now_ns);
+        let next = if self.wait_for_device {
+            RunState::WaitingDeviceTrigger
+        } else {
+            RunState::Progressing
+        };
+        self.core.transition(next, NrtStatus::Success);
+        Step::Progressed
+    }
+
+    /// WAITING_DEVICE_TRIGGER: edge 4 (or 8).
+    fn step_waiting(&mut self, env: &StepEnv) -> Step {
+        if self.triggers.can_start() {
+            self.triggers.consume();
+            self.core.note_progress(env.now_ns);
+            self.core
+                .transition(RunState::Progressing, NrtStatus::Success);
+            return Step::Progressed;
+        }
+        if self.core.timed_out(env.now_ns) {
+            log::error!(
+                "network task {} comm {}: timed out waiting for the device trigger",
+                self.core.record().task_id,
+                self.core.record().comm_id
+            );
+            self.finish(NrtStatus::Timeout);
+            return Step::Done;
+        }
+        Step::Idle
+    }
+
+    /// PROGRESSING / IDLE: one round of progress calls, edges 5–8.
+    fn step_progress(&mut self, env: &StepEnv) -> Step {
+        let mut all_idle = true;
+        let mut switched = false;
+        let mut failure = None;
+        for c in self.cursors.iter_mut() {
+            if c.cursor >= self.schedule.len() {
+                continue; // finished: never called again in this task
+            }
+            let bb = self.schedule[c.cursor];
+            let (mut idle, mut done) = (true, true);
+            // SAFETY: `comm` per CommHandle::new's contract; we are the worker thread.
+            let r = unsafe {
+                self.seam
+                    .progress(self.comm.as_ptr(), c.stream, bb, &mut idle, &mut done)
+            };
+            if let Err(e) = r {
+                log::error!(
+                    "network task {} comm {}: progress(stream {}, bb {}) failed: {}",
+                    self.core.record().task_id,
+                    self.core.record().comm_id,
+                    c.stream,
+                    bb,
+                    e
+                );
+                failure = Some(e);
+                break;
+            }
+            all_idle &= idle;
+            if done {
+                c.cursor += 1;
+                switched = true;
+                log::trace!(
+                    "network task {} stream {}: block {} done ({} of {})",
+                    self.core.record().task_id,
+                    c.stream,
+                    bb,
+                    c.cursor,
+                    self.schedule.len()
+                );
+            }
+        }
+        if let Some(e) = failure {
+            self.finish(e);
+            return Step::Done;
+        }
+        if self.cursors.iter().all(|c| c.cursor >= self.schedule.len()) {
+            self.finish(NrtStatus::Success);
+            return Step::Done;
+        }
+        let progressed = switched || !all_idle;
+        if progressed {
+            self.core.note_progress(env.now_ns);
+        } else if self.core.timed_out(env.now_ns) {
+            log::error!(
+                "network task {} comm {}: no progress within the timeout",
+                self.core.record().task_id,
+                self.core.record().comm_id
+            );
+            self.finish(NrtStatus::Timeout);
+            return Step::Done;
+        }
+        let next = if all_idle {
+            RunState::Idle
+        } else {
+            RunState::Progressing
+        };
+        self.core.transition(next, NrtStatus::Success);
+        if progressed {
+            Step::Progressed
+        } else {
+            Step::Idle
+        }
+    }
+}
+
+impl ProxyTask for NetworkTask {
+    /// Seed: `enc_network_proxy_task::step` (nrt:0x1d0620), §3.
+    fn step(&mut self, env: &StepEnv) -> Step {
+        match self.core.state() {
+            RunState::Init => self.step_init(env),
+            RunState::WaitingDeviceTrigger => self.step_waiting(env),
+            RunState::Progressing | RunState::Idle => self.step_progress(env),
+            RunState::Done => {
+                self.core.polled_after_done();
+                Step::Done
+            }
+        }
+    }
+
+    fn close(&mut self, status: NrtStatus) {
+        if self.core.state() != RunState::Done {
+            self.finish(status);
+        }
+    }
+
+    fn record(&self) -> TaskRecord {
+        self.core.record()
+    }
+
+    fn status_record(&self) -> Arc<StatusRecord> {
+        self.core.status_record()
+    }
+
+    fn bind_slot(&mut self, slot: u32) {
+        self.core.bind_slot(slot);
+    }
+
+    fn comm_key(&self) -> Option<usize> {
+        Some(self.comm.as_ptr() as usize)
+    }
+
+    fn kind(&self) -> TaskKind {
+        TaskKind::Network
+    }
+}

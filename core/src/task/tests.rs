@@ -1,0 +1,409 @@
+//! State-machine tests of the network and barrier tasks, with a scripted seam.
+
+extern crate std;
+
+use alloc::boxed::Box;
+use alloc::vec;
+use alloc::vec::Vec;
+
+use super::*;
+use crate::record::RunState;
+use crate::status::NrtStatus;
+use crate::testutil::{block, seam, Call, Script, Words};
+use crate::trigger::{HostWord, TriggerWords, TRIGGER_ARMED};
+
+const GO: StepEnv = StepEnv {
+    now_ns: 0,
+    may_begin: true,
+};
+
+fn at(now_ns: u64) -> StepEnv {
+    StepEnv {
+        now_ns,
+        may_begin: true,
+    }
+}
+
+fn spec(s: &Script, blocks: Vec<BlockFifos>) -> NetworkTaskSpec {
+    NetworkTaskSpec {
+        task_id: 1,
+        comm: s.handle(),
+        comm_id: 9,
+        seam: seam(),
+        blocks,
+        schedule: None,
+        triggers: TriggerWords::none(),
+        wait_for_device: false,
+        skip: false,
+        timeout_ns: None,
+    }
+}
+
+/// Steps until DONE (at most `max` steps); returns the number of steps.
+fn run(t: &mut NetworkTask, max: usize) -> usize {
+    for i in 1..=max {
+        if t.step(&GO) == Step::Done {
+            return i;
+        }
+    }
+    panic!("task not DONE after {max} steps: {t:?}");
+}
+
+// ---- INIT ---------------------------------------------------------------------------------
+
+#[test]
+fn skip_flag_goes_done_without_touching_the_seam() {
+    let s = Script::new(1);
+    let mut t = NetworkTask::new(NetworkTaskSpec {
+        skip: true,
+        ..spec(&s, vec![block(0, 1)])
+    })
+    .unwrap();
+    assert_eq!(t.step(&GO), Step::Done);
+    assert_eq!(t.record().status(), NrtStatus::Success);
+    assert_eq!(s.counts(), (0, 0, 0));
+}
+
+#[test]
+fn init_files_every_block_of_every_stream_then_progresses() {
+    let s = Script::new(1);
+    let mut t = NetworkTask::new(spec(
+        &s,
+        vec![block(0, 10), block(1, 10), block(0, 20), block(1, 20)],
+    ))
+    .unwrap();
+    assert_eq!(t.record().streams, 0b11);
+    assert_eq!(t.step(&GO), Step::Progressed);
+    assert_eq!(t.state(), RunState::Progressing);
+    assert_eq!(s.counts(), (4, 0, 0));
+    assert_eq!(t.schedule(), &[10, 20]);
+    run(&mut t, 10);
+    assert_eq!(s.progress_bbs(0), [10, 20]);
+    assert_eq!(s.progress_bbs(1), [10, 20]);
+    // stop once per stream, at the end, never on a switch
+    let calls = s.calls();
+    assert_eq!(
+        &calls[calls.len() - 2..],
+        &[Call::Stop { stream: 0 }, Call::Stop { stream: 1 }]
+    );
+    assert_eq!(s.counts(), (4, 4, 2));
+    assert_eq!(t.record().status(), NrtStatus::Success);
+    assert!(t.record().is_done());
+}
+
+#[test]
+fn init_waits_behind_an_earlier_task_and_never_times_out_there() {
+    let s = Script::new(1);
+    let mut t = NetworkTask::new(NetworkTaskSpec {
+        timeout_ns: Some(10),
+        ..spec(&s, vec![block(0, 1)])
+    })
+    .unwrap();
+    let behind = StepEnv {
+        now_ns: 1_000_000,
+        may_begin: false,
+    };
+    for _ in 0..5 {
+        assert_eq!(t.step(&behind), Step::Idle);
+    }
+    assert_eq!(t.state(), RunState::Init);
+    assert_eq!(s.counts(), (0, 0, 0));
+}
+
+#[test]
+fn start_failure_stops_each_stream_and_ends_with_the_error() {
+    let s = Script::new(1);
+    s.fail_start.store(true, crate::sync::Ordering::SeqCst);
+    let mut t = NetworkTask::new(spec(&s, vec![block(0, 1), block(2, 1)])).unwrap();
+    assert_eq!(t.step(&GO), Step::Done);
+    assert_eq!(t.record().status(), NrtStatus::Invalid);
+    assert_eq!(s.counts(), (1, 0, 2));
+}
+
+#[test]
+fn bad_blocks_are_rejected_before_any_call() {
+    let s = Script::new(1);
+    assert_eq!(
+        NetworkTask::new(spec(&s, vec![block(4, 1)])).err(),
+        Some(NrtStatus::Invalid)
+    );
+    assert_eq!(
+        NetworkTask::new(spec(&s, vec![block(0, u32::MAX)])).err(),
+        Some(NrtStatus::Invalid)
+    );
+    assert_eq!(s.counts(), (0, 0, 0));
+}
+
+// ---- WAITING_DEVICE_TRIGGER ----------------------------------------------------------------
+
+#[test]
+fn armed_trigger_blocks_progress_until_a_device_thread_writes_it() {
+    let ws = Words::new(&[0, 0]);
+    let s = Script::new(1);
+    let (w0, w1) = (ws.get(0), ws.get(1));
+    let triggers = TriggerWords::new(&[w0, w1]).unwrap();
+    triggers.arm();
+    let mut t = NetworkTask::new(NetworkTaskSpec {
+        triggers,
+        wait_for_device: true,
+        ..spec(&s, vec![block(0, 1), block(1, 1)])
+    })
+    .unwrap();
+    assert_eq!(t.step(&GO), Step::Progressed);
+    assert_eq!(t.state(), RunState::WaitingDeviceTrigger);
+    for _ in 0..100 {
+        assert_eq!(t.step(&GO), Step::Idle);
+    }
+    assert_eq!(s.progresses.load(crate::sync::Ordering::SeqCst), 0);
+    // one word written is not enough
+    w0.store(1);
+    assert_eq!(t.step(&GO), Step::Idle);
+    assert_eq!(t.state(), RunState::WaitingDeviceTrigger);
+    std::thread::spawn(move || w1.store(1)).join().unwrap();
+    assert_eq!(t.step(&GO), Step::Progressed);
+    assert_eq!(t.state(), RunState::Progressing);
+    assert_eq!((w0.load(), w1.load()), (0, 0), "trigger consumed");
+    assert_eq!(s.progresses.load(crate::sync::Ordering::SeqCst), 0);
+    assert_eq!(t.step(&GO), Step::Done);
+    assert_eq!(s.counts(), (2, 2, 2));
+}
+
+#[test]
+fn trigger_wait_times_out_and_stops_streams() {
+    let ws = Words::new(&[TRIGGER_ARMED]);
+    let s = Script::new(1);
+    let w = ws.get(0);
+    let mut t = NetworkTask::new(NetworkTaskSpec {
+        triggers: TriggerWords::new(&[w]).unwrap(),
+        wait_for_device: true,
+        timeout_ns: Some(100),
+        ..spec(&s, vec![block(0, 1)])
+    })
+    .unwrap();
+    assert_eq!(t.step(&at(0)), Step::Progressed);
+    assert_eq!(t.step(&at(100)), Step::Idle);
+    assert_eq!(t.step(&at(101)), Step::Done);
+    assert_eq!(t.record().status(), NrtStatus::Timeout);
+    assert_eq!(s.counts(), (1, 0, 1));
+}
+
+// ---- PROGRESSING / IDLE --------------------------------------------------------------------
+
+#[test]
+fn schedule_with_repeats_runs_each_block_the_right_number_of_times() {
+    let s = Script::new(1);
+    // stream 1 needs 3 calls per block, stream 0 one: stream 0 finishes first.
+    s.needed[1].store(3, crate::sync::Ordering::SeqCst);
+    let mut t = NetworkTask::new(NetworkTaskSpec {
+        schedule: Some(vec![1, 2, 1]),
+        ..spec(&s, vec![block(0, 1), block(0, 2), block(1, 1), block(1, 2)])
+    })
+    .unwrap();
+    run(&mut t, 20);
+    assert_eq!(
+        s.progress_bbs(0),
+        [1, 2, 1],
+        "finished stream not called again"
+    );
+    assert_eq!(s.progress_bbs(1), [1, 1, 1, 2, 2, 2, 1, 1, 1]);
+    assert_eq!(s.counts().2, 2);
+}
+
+#[test]
+fn idle_rounds_report_idle_and_busy_rounds_progressing() {
+    let s = Script::new(3);
+    let mut t = NetworkTask::new(spec(&s, vec![block(0, 1)])).unwrap();
+    t.step(&GO);
+    assert_eq!(t.step(&GO), Step::Progressed);
+    assert_eq!(t.state(), RunState::Progressing);
+    s.idle.store(true, crate::sync::Ordering::SeqCst);
+    assert_eq!(t.step(&GO), Step::Idle);
+    assert_eq!(t.state(), RunState::Idle);
+    // IDLE is not terminal: the next call completes the block
+    assert_eq!(t.step(&GO), Step::Done);
+}
+
+#[test]
+fn progress_failure_stops_each_stream_once() {
+    let s = Script::new(0);
+    s.fail_progress_at.store(3, crate::sync::Ordering::SeqCst);
+    let mut t = NetworkTask::new(spec(&s, vec![block(0, 1), block(3, 1)])).unwrap();
+    t.step(&GO);
+    assert_eq!(t.step(&GO), Step::Progressed);
+    assert_eq!(t.step(&GO), Step::Done);
+    assert_eq!(t.record().status(), NrtStatus::NetworkProxyFailure);
+    assert_eq!(s.counts(), (2, 3, 2));
+    // DONE: stepping again changes nothing
+    assert_eq!(t.step(&GO), Step::Done);
+    assert_eq!(s.counts(), (2, 3, 2));
+}
+
+#[test]
+fn no_progress_past_the_timeout_ends_with_timeout() {
+    let s = Script::new(0);
+    s.idle.store(true, crate::sync::Ordering::SeqCst);
+    let mut t = NetworkTask::new(NetworkTaskSpec {
+        timeout_ns: Some(1_000),
+        ..spec(&s, vec![block(0, 1), block(1, 1)])
+    })
+    .unwrap();
+    assert_eq!(t.step(&at(5)), Step::Progressed);
+    assert_eq!(t.step(&at(500)), Step::Idle);
+    // a busy call restarts the clock
+    s.idle.store(false, crate::sync::Ordering::SeqCst);
+    assert_eq!(t.step(&at(900)), Step::Progressed);
+    s.idle.store(true, crate::sync::Ordering::SeqCst);
+    assert_eq!(t.step(&at(1_900)), Step::Idle);
+    assert_eq!(t.step(&at(1_901)), Step::Done);
+    assert_eq!(t.record().status(), NrtStatus::Timeout);
+    assert_eq!(s.counts().2, 2);
+}
+
+#[test]
+fn empty_schedule_finishes_with_stops_only() {
+    let s = Script::new(1);
+    let mut t = NetworkTask::new(NetworkTaskSpec {
+        schedule: Some(vec![]),
+        ..spec(&s, vec![block(2, 1)])
+    })
+    .unwrap();
+    run(&mut t, 3);
+    assert_eq!(s.counts(), (1, 0, 1));
+}
+
+// ---- close ---------------------------------------------------------------------------------
+
+#[test]
+fn close_stops_only_a_task_that_filed() {
+    let s = Script::new(0);
+    let mut a = NetworkTask::new(spec(&s, vec![block(0, 1)])).unwrap();
+    a.close(NrtStatus::Closed);
+    assert_eq!(a.record().status(), NrtStatus::Closed);
+    assert_eq!(s.counts(), (0, 0, 0));
+    let mut b = NetworkTask::new(spec(&s, vec![block(0, 1), block(1, 1)])).unwrap();
+    b.step(&GO);
+    b.step(&GO);
+    b.close(NrtStatus::Closed);
+    b.close(NrtStatus::Closed);
+    assert!(b.record().is_done());
+    assert_eq!(b.record().status(), NrtStatus::Closed);
+    assert_eq!(s.counts(), (2, 2, 2));
+}
+
+#[test]
+fn status_record_is_published_with_the_state() {
+    let s = Script::new(1);
+    let mut t = NetworkTask::new(spec(&s, vec![block(0, 1)])).unwrap();
+    t.bind_slot(5);
+    let live = t.status_record();
+    assert_eq!(live.load().slot, 5);
+    t.step(&GO);
+    assert_eq!(live.load().state(), Some(RunState::Progressing));
+    t.step(&GO);
+    assert_eq!(live.load(), t.record());
+    assert!(live.load().is_done());
+}
+
+// ---- barrier -------------------------------------------------------------------------------
+
+fn barrier(
+    b: &SharedMemBarrier,
+    rank: u32,
+    trig: HostWord,
+    leader: bool,
+    sems: &[HostWord],
+) -> BarrierTask {
+    BarrierTask::new(BarrierTaskSpec {
+        task_id: rank,
+        comm_id: 3,
+        channel: Box::new(b.endpoint(rank).unwrap()),
+        triggers: TriggerWords::new(&[trig]).unwrap(),
+        leader,
+        done_semaphores: sems.to_vec(),
+        skip: false,
+        timeout_ns: None,
+    })
+}
+
+#[test]
+fn barrier_gates_on_trigger_waits_for_every_rank_and_leader_increments() {
+    let ws = Words::new(&[TRIGGER_ARMED, TRIGGER_ARMED, 0, 0]);
+    let b = SharedMemBarrier::new(2).unwrap();
+    let (t0, t1) = (ws.get(0), ws.get(1));
+    let sems = [ws.get(2), ws.get(3)];
+    let mut r0 = barrier(&b, 0, t0, true, &sems);
+    let mut r1 = barrier(&b, 1, t1, false, &sems);
+    assert_eq!(r0.step(&GO), Step::Idle);
+    assert_eq!(r0.state(), RunState::Init);
+    t0.store(1);
+    assert_eq!(r0.step(&GO), Step::Progressed);
+    assert_eq!(t0.load(), 0);
+    for _ in 0..3 {
+        assert_eq!(r0.step(&GO), Step::Idle);
+    }
+    assert_eq!(r0.state(), RunState::Idle);
+    assert_eq!(sems[0].load(), 0);
+    t1.store(1);
+    assert_eq!(r1.step(&GO), Step::Progressed);
+    assert_eq!(r1.step(&GO), Step::Done);
+    assert_eq!(
+        sems[0].load() + sems[1].load(),
+        0,
+        "only the leader increments"
+    );
+    assert_eq!(r0.step(&GO), Step::Done);
+    assert_eq!((sems[0].load(), sems[1].load()), (1, 1));
+    assert_eq!(r0.step(&GO), Step::Done);
+    assert_eq!(sems[0].load(), 1);
+}
+
+#[test]
+fn barrier_generations_tolerate_a_rank_running_ahead() {
+    let b = SharedMemBarrier::new(2).unwrap();
+    let (mut e0, mut e1) = (b.endpoint(0).unwrap(), b.endpoint(1).unwrap());
+    let g0 = e0.arrive().unwrap();
+    let g1 = e1.arrive().unwrap();
+    let g1b = e1.arrive().unwrap(); // rank 1 runs into the next barrier
+    assert!(e0.poll(g0).unwrap());
+    assert!(e1.poll(g1).unwrap());
+    assert!(!e1.poll(g1b).unwrap());
+    let g0b = e0.arrive().unwrap();
+    assert!(e0.poll(g0b).unwrap() && e1.poll(g1b).unwrap());
+    assert!(SharedMemBarrier::new(0).is_err());
+    assert!(b.endpoint(2).is_err());
+}
+
+#[test]
+fn barrier_times_out_and_closes() {
+    let b = SharedMemBarrier::new(2).unwrap();
+    let mut t = BarrierTask::new(BarrierTaskSpec {
+        timeout_ns: Some(10),
+        ..BarrierTaskSpec {
+            task_id: 0,
+            comm_id: 0,
+            channel: Box::new(b.endpoint(0).unwrap()),
+            triggers: TriggerWords::none(),
+            leader: true,
+            done_semaphores: vec![],
+            skip: false,
+            timeout_ns: None,
+        }
+    });
+    assert_eq!(t.step(&at(0)), Step::Progressed);
+    assert_eq!(t.step(&at(10)), Step::Idle);
+    assert_eq!(t.step(&at(11)), Step::Done);
+    assert_eq!(t.record().status(), NrtStatus::Timeout);
+    let mut c = BarrierTask::new(BarrierTaskSpec {
+        task_id: 1,
+        comm_id: 0,
+        channel: Box::new(b.endpoint(1).unwrap()),
+        triggers: TriggerWords::none(),
+        leader: false,
+        done_semaphores: vec![],
+        skip: false,
+        timeout_ns: None,
+    });
+    c.close(NrtStatus::Closed);
+    assert_eq!(c.record().status(), NrtStatus::Closed);
+    assert_eq!(c.step(&GO), Step::Done);
+}

@@ -1,0 +1,237 @@
+//! Host-memory words and the device-trigger gate.
+//!
+//! A [`HostWord`] is a handle on one 32-bit word in host memory that the device (or its
+//! emulator, possibly in another process) reads and writes: trigger words, host indices,
+//! semaphores, barrier-done words. [`TriggerWords`] are the up to four per-task trigger words of
+//! seed §5: the producer arms them with [`TRIGGER_ARMED`] before it submits the task, the device
+//! writes another value when it reaches the net stage, and the task consumes them by writing 0.
+//!
+//! Seed: `enc_proxy_task::start_proxy_task_host_mem_addrs[]`, `can_start_proxy_task`
+//! (nrt:0x1ce7d0), `clear_start_proxy_task_flag` (nrt:0x1ce810), §5; DESIGN.md §4.
+
+use core::fmt;
+use core::ptr::NonNull;
+
+use crate::status::NrtStatus;
+use crate::sync::{AtomicU32, Ordering};
+
+/// Value of a trigger word while the device has not reached the net stage (`-1`).
+pub const TRIGGER_ARMED: u32 = 0xFFFF_FFFF;
+
+/// Most trigger words a task has: one per stream.
+pub const MAX_TRIGGER_WORDS: usize = 4;
+
+/// A handle on one 4-byte-aligned `u32` word in host memory, accessed only atomically.
+///
+/// `Copy`, `Send` and `Sync`: it is an address. Liveness is the platform's business: the
+/// host-memory region that holds the word (on Linux an mmap'd region, possibly shared with
+/// another process) must outlive every handle and every task that carries one; see
+/// [`HostWord::from_addr`].
+///
+/// Seed: the `volatile uint32_t *` host-memory words of §5 and `nec_inc_semaphore`'s target.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct HostWord {
+    ptr: NonNull<AtomicU32>,
+}
+
+// SAFETY: a HostWord is an address of a word that is only ever accessed atomically (the
+// constructors' contract), so using it from any thread is as safe as sharing `&AtomicU32`.
+unsafe impl Send for HostWord {}
+// SAFETY: as above.
+unsafe impl Sync for HostWord {}
+
+impl HostWord {
+    /// A handle on the word at `addr`, or `None` when `addr` is 0 or not 4-byte aligned.
+    ///
+    /// Under `--cfg loom` only handles made by [`HostWord::from_static`] may be used (a raw
+    /// address is not a loom atomic).
+    ///
+    /// # Safety
+    /// `addr` must be the address of a live `u32` in memory that stays mapped for as long as
+    /// this handle or any copy of it is used, and that is only ever accessed atomically (by this
+    /// process and by any other process or device sharing the memory).
+    pub unsafe fn from_addr(addr: u64) -> Option<Self> {
+        if addr == 0 || !addr.is_multiple_of(4) || addr > usize::MAX as u64 {
+            return None;
+        }
+        NonNull::new(addr as usize as *mut AtomicU32).map(|ptr| Self { ptr })
+    }
+
+    /// A handle on a word that lives for the rest of the program (tests, loom models, statics).
+    pub fn from_static(word: &'static AtomicU32) -> Self {
+        Self {
+            ptr: NonNull::from(word),
+        }
+    }
+
+    /// A handle on `word` (keeps its provenance; works under loom).
+    ///
+    /// # Safety
+    /// `word` must outlive every use of the handle and of its copies.
+    pub unsafe fn from_ref(word: &AtomicU32) -> Self {
+        Self {
+            ptr: NonNull::from(word),
+        }
+    }
+
+    /// The word's address (what goes into an op info's `*_addr` field).
+    pub fn addr(&self) -> u64 {
+        self.ptr.as_ptr() as usize as u64
+    }
+
+    fn word(&self) -> &AtomicU32 {
+        // SAFETY: the constructors' contract: the word is live and only accessed atomically
+        // while any handle is used.
+        unsafe { self.ptr.as_ref() }
+    }
+
+    /// Reads the word with acquire ordering: what the writer stored before its release store
+    /// (or RMW) is visible after this load.
+    pub fn load(&self) -> u32 {
+        self.word().load(Ordering::Acquire)
+    }
+
+    /// Writes `val` with release ordering.
+    pub fn store(&self, val: u32) {
+        self.word().store(val, Ordering::Release);
+    }
+
+    /// Adds `val` (wrapping) with release ordering and returns the previous value: a semaphore
+    /// increment (seed: `nec_inc_semaphore`).
+    pub fn fetch_add(&self, val: u32) -> u32 {
+        self.word().fetch_add(val, Ordering::Release)
+    }
+}
+
+impl fmt::Debug for HostWord {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "HostWord({:#x})", self.addr())
+    }
+}
+
+/// The trigger words of one task: up to [`MAX_TRIGGER_WORDS`], one per stream (a barrier task
+/// uses the same gate).
+///
+/// Protocol (DESIGN.md §4): the producer calls [`TriggerWords::arm`] before it submits the task;
+/// the device writes a value other than [`TRIGGER_ARMED`] (1) to each word when it reaches the
+/// net stage and then waits to read 0; the task checks [`TriggerWords::can_start`] on each step
+/// and, when it answers `true`, calls [`TriggerWords::consume`].
+///
+/// Seed: `start_proxy_task_host_mem_addrs[4]` + `streams_n` (enc_proxy_task +0x30 / +0x50), §5.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TriggerWords {
+    words: [Option<HostWord>; MAX_TRIGGER_WORDS],
+    len: usize,
+}
+
+impl TriggerWords {
+    /// No trigger words: [`TriggerWords::can_start`] is always `true`.
+    pub const fn none() -> Self {
+        Self {
+            words: [None; MAX_TRIGGER_WORDS],
+            len: 0,
+        }
+    }
+
+    /// The given words, in stream order.
+    ///
+    /// # Errors
+    /// [`NrtStatus::Invalid`] when more than [`MAX_TRIGGER_WORDS`] are given.
+    pub fn new(words: &[HostWord]) -> Result<Self, NrtStatus> {
+        if words.len() > MAX_TRIGGER_WORDS {
+            return Err(NrtStatus::Invalid);
+        }
+        let mut t = Self::none();
+        for (dst, w) in t.words.iter_mut().zip(words) {
+            *dst = Some(*w);
+        }
+        t.len = words.len();
+        Ok(t)
+    }
+
+    /// Number of words (`0..=4`).
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// `true` when the task has no trigger words.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The words, in stream order.
+    pub fn iter(&self) -> impl Iterator<Item = HostWord> + '_ {
+        self.words[..self.len].iter().flatten().copied()
+    }
+
+    /// Producer side: sets every word to [`TRIGGER_ARMED`] (release), before the task is
+    /// submitted.
+    pub fn arm(&self) {
+        for w in self.iter() {
+            w.store(TRIGGER_ARMED);
+        }
+    }
+
+    /// `true` when every word differs from [`TRIGGER_ARMED`] (acquire loads: what the device
+    /// wrote before its trigger is visible afterwards).
+    ///
+    /// Seed: `can_start_proxy_task` (nrt:0x1ce7d0), §5.
+    pub fn can_start(&self) -> bool {
+        self.iter().all(|w| w.load() != TRIGGER_ARMED)
+    }
+
+    /// Consumes the trigger: writes 0 to every word (release).
+    ///
+    /// Seed: `clear_start_proxy_task_flag` (nrt:0x1ce810), §5.
+    pub fn consume(&self) {
+        for w in self.iter() {
+            w.store(0);
+        }
+    }
+}
+
+impl Default for TriggerWords {
+    fn default() -> Self {
+        Self::none()
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::testutil::Words;
+
+    #[test]
+    fn gate_opens_only_when_every_word_is_written() {
+        let ws = Words::new(&[7, 7]);
+        let (a, b) = (ws.get(0), ws.get(1));
+        let t = TriggerWords::new(&[a, b]).unwrap();
+        t.arm();
+        assert_eq!(a.load(), TRIGGER_ARMED);
+        assert!(!t.can_start());
+        a.store(1);
+        assert!(!t.can_start());
+        b.store(1);
+        assert!(t.can_start());
+        t.consume();
+        assert_eq!((a.load(), b.load()), (0, 0));
+    }
+
+    #[test]
+    fn limits_and_addresses() {
+        let ws = Words::new(&[0]);
+        let w = ws.get(0);
+        assert!(TriggerWords::new(&[w; 5]).is_err());
+        assert!(TriggerWords::none().can_start());
+        // SAFETY: the address comes from `ws`, which outlives the handle.
+        let again = unsafe { HostWord::from_addr(w.addr()) }.unwrap();
+        assert_eq!(again, w);
+        // SAFETY: 0 and misaligned addresses are rejected before any access.
+        unsafe {
+            assert!(HostWord::from_addr(0).is_none());
+            assert!(HostWord::from_addr(w.addr() + 1).is_none());
+        }
+        assert_eq!(w.fetch_add(3), 0);
+        assert_eq!(w.load(), 3);
+    }
+}

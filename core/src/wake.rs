@@ -1,0 +1,382 @@
+//! Park / wake: how a quiescent worker (or a consumer waiting for a status record) sleeps
+//! without losing a wakeup.
+//!
+//! The protocol is std's parker, on one state word changed only by read-modify-write
+//! (STYLE.md, "the lost-wakeup trap"), with one extra state so that the waiter's registration
+//! (how to wake it) needs no lock: `EMPTY` / `PARKED` / `NOTIFYING` / `NOTIFIED`.
+//!
+//! * The waiter ([`WaitCell::park`]) writes its [`Unpark`] handle into the cell while the word
+//!   is `EMPTY`, moves `EMPTY → PARKED` (a pending `NOTIFIED` is consumed instead and it returns
+//!   at once), re-checks its condition (and, if it now holds, moves `PARKED → EMPTY` and
+//!   returns), then blocks in the platform's [`Park::park`] until it can move `NOTIFIED → EMPTY`.
+//! * A notifier ([`WaitCell::notify`]) makes its change (a ring push, a state store) and then
+//!   changes the word by RMW, always writing: `EMPTY → NOTIFIED`, `NOTIFIED → NOTIFIED`,
+//!   `NOTIFYING → NOTIFYING`, or `PARKED → NOTIFYING`; only in the last case does it read the
+//!   registration (a clone of the handle), store `NOTIFIED` by RMW and then unpark the waiter.
+//!
+//! Why no wakeup is lost: every change of the word is an RMW, so waiter and notifiers are
+//! totally ordered on it, and each notifier's RMW is a release in the chain the waiter's
+//! acquire consumption of `NOTIFIED` reads from, so every notifier's change is visible to the
+//! waiter once it returns. If a notifier comes before the waiter's `EMPTY → PARKED`, the waiter
+//! finds `NOTIFIED` and does not block. If it comes after, the word is `PARKED` or `NOTIFYING`;
+//! whoever took `PARKED → NOTIFYING` unparks after storing `NOTIFIED`, and the platform's park
+//! has token semantics, so an unpark that lands before the block still ends it.
+//!
+//! Why no lock: the registration is written only in `EMPTY` and read only in `NOTIFYING`; the
+//! waiter leaves `PARKED` only by `PARKED → EMPTY` (nobody is reading) or by consuming
+//! `NOTIFIED` (the reader is done), so the two never overlap. No spin-wait on another thread
+//! anywhere, which also keeps the loom models free of spin loops (loom cannot schedule those
+//! under a preemption bound). No store→load pattern is involved, so no `SeqCst` fence.
+//!
+//! Seed: `enc_proxy_queue::cv` (+0x080) `wait` / `append_task`'s `notify_all`, §2; DESIGN.md §4.
+
+use alloc::boxed::Box;
+
+use crate::sync::{spin_loop, AtomicU32, Ordering, UnsafeCell};
+use crate::time::Clock;
+
+/// Wakes one particular thread (the platform's half of the protocol).
+///
+/// Token semantics are required: an `unpark` that happens before the thread blocks makes its
+/// next [`Park::park`] return at once (as `std::thread::Thread::unpark` does).
+pub trait Unpark: Send + Sync {
+    /// Makes the thread's token available and wakes it if it is blocked.
+    fn unpark(&self);
+
+    /// A second handle on the same thread.
+    fn clone_box(&self) -> Box<dyn Unpark>;
+}
+
+/// Blocks the calling thread (the platform's half of the protocol).
+pub trait Park {
+    /// Blocks until the token is available, then consumes it. May return spuriously: callers
+    /// loop and re-check.
+    fn park(&self);
+
+    /// A handle that wakes the calling thread (the thread that will call [`Park::park`]).
+    fn unparker(&self) -> Box<dyn Unpark>;
+}
+
+const EMPTY: u32 = 0;
+const PARKED: u32 = 1;
+const NOTIFYING: u32 = 2;
+const NOTIFIED: u32 = 3;
+
+/// One waiter's wake word: the `EMPTY / PARKED / NOTIFYING / NOTIFIED` protocol of this
+/// module.
+///
+/// At most one thread waits on a cell at a time (the worker on the queue's cell, a slot's owner
+/// on the slot's cell); any number of threads may notify.
+pub struct WaitCell {
+    /// `EMPTY`, `PARKED`, `NOTIFYING` or `NOTIFIED`; changed only by RMW.
+    state: AtomicU32,
+    /// How to wake the current waiter: written by the waiter in `EMPTY`, read by the notifier
+    /// that moved `PARKED → NOTIFYING`.
+    unparker: UnsafeCell<Option<Box<dyn Unpark>>>,
+}
+
+// SAFETY: `unparker` is written only by the one waiter while the word is EMPTY and read only by
+// the one notifier that holds NOTIFYING (module docs), ordered by the AcqRel RMWs on `state`;
+// `Box<dyn Unpark>` is Send + Sync.
+unsafe impl Send for WaitCell {}
+// SAFETY: as above.
+unsafe impl Sync for WaitCell {}
+
+impl core::fmt::Debug for WaitCell {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("WaitCell")
+            .field("state", &self.state.load(Ordering::Relaxed))
+            .finish()
+    }
+}
+
+impl Default for WaitCell {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl WaitCell {
+    /// An empty cell (no waiter, no pending notification).
+    pub fn new() -> Self {
+        Self {
+            state: AtomicU32::new(EMPTY),
+            unparker: UnsafeCell::new(None),
+        }
+    }
+
+    /// Wakes the waiter: to be called after the change the waiter waits for is made.
+    ///
+    /// One RMW on the wake word (a CAS loop that retries only when the word changed under it);
+    /// the platform's unpark only when the waiter is parked.
+    pub fn notify(&self) {
+        let mut cur = self.state.load(Ordering::Relaxed);
+        // The classic trap, planted for the loom models to catch: "nobody is parked, skip".
+        #[cfg(loom_planted_bug)]
+        if cur == EMPTY {
+            return;
+        }
+        loop {
+            let next = match cur {
+                PARKED => NOTIFYING,
+                EMPTY => NOTIFIED,
+                other => other, // NOTIFIED / NOTIFYING: write the same value (join the chain)
+            };
+            // AcqRel: Release publishes our change to the waiter (its acquire consumption of
+            // NOTIFIED reads this RMW chain); Acquire, for PARKED, makes the waiter's
+            // registration (released by its EMPTY → PARKED) visible to us.
+            match self
+                .state
+                .compare_exchange_weak(cur, next, Ordering::AcqRel, Ordering::Relaxed)
+            {
+                Ok(_) => break,
+                Err(actual) => cur = actual,
+            }
+        }
+        if cur != PARKED {
+            return;
+        }
+        // We hold NOTIFYING: the registration is ours to read until we leave it.
+        // SAFETY: module docs: the waiter writes `unparker` only in EMPTY, and cannot leave
+        // PARKED/NOTIFYING for EMPTY until we store NOTIFIED below.
+        let u = self
+            .unparker
+            .with(|p| unsafe { (*p).as_ref().map(|u| u.clone_box()) });
+        // AcqRel RMW (not a plain store), so the release chain to the waiter is unbroken.
+        self.state.swap(NOTIFIED, Ordering::AcqRel);
+        if let Some(u) = u {
+            u.unpark();
+        }
+    }
+
+    /// Blocks the calling thread until [`WaitCell::notify`] is called (a notification that
+    /// came before this call counts), unless `ready` answers `true` after the cell is marked
+    /// parked (the last re-check of the waiter's condition).
+    ///
+    /// Returns after one notification (or `ready`); the caller re-checks its condition and calls
+    /// again if needed (a notification may be for a change it has already seen).
+    pub fn park(&self, park: &dyn Park, ready: impl FnOnce() -> bool) {
+        if self.try_consume() {
+            return;
+        }
+        let me = park.unparker();
+        // SAFETY: the word is EMPTY or NOTIFIED (we are the only waiter, every park returns in
+        // EMPTY, and notifiers move EMPTY only to NOTIFIED), so no notifier reads the
+        // registration now (that happens only in NOTIFYING).
+        self.unparker.with_mut(|p| unsafe { *p = Some(me) });
+        // AcqRel on success: Release publishes the registration to the notifier that takes
+        // PARKED → NOTIFYING. Acquire on failure: a NOTIFIED that raced in is consumed next.
+        if self
+            .state
+            .compare_exchange(EMPTY, PARKED, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+        {
+            // Only a notifier's EMPTY → NOTIFIED can have intervened.
+            let consumed = self.try_consume();
+            debug_assert!(consumed);
+            return;
+        }
+        if ready()
+            && self
+                .state
+                .compare_exchange(PARKED, EMPTY, Ordering::Acquire, Ordering::Relaxed)
+                .is_ok()
+        {
+            return;
+        }
+        // PARKED, NOTIFYING or NOTIFIED: wait for NOTIFIED and consume it.
+        while !self.try_consume() {
+            park.park();
+        }
+    }
+
+    /// Moves `NOTIFIED → EMPTY` (acquire: every notifier's change is visible); `false` if the
+    /// word was something else.
+    fn try_consume(&self) -> bool {
+        self.state
+            .compare_exchange(NOTIFIED, EMPTY, Ordering::Acquire, Ordering::Relaxed)
+            .is_ok()
+    }
+}
+
+/// How a consumer waits: spin for `spin_ns` (measured on `clock`, and at most
+/// [`Waiter::MAX_SPINS`] polls), then park on a [`WaitCell`] until notified.
+///
+/// DESIGN.md §4: "a consumer waiting for it spins for the spin budget and then parks".
+pub struct Waiter<'a> {
+    /// The calling thread's parker.
+    pub park: &'a dyn Park,
+    /// The clock that measures the spin budget.
+    pub clock: &'a dyn Clock,
+    /// Spin budget in nanoseconds (0: park at once).
+    pub spin_ns: u64,
+}
+
+impl core::fmt::Debug for Waiter<'_> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Waiter")
+            .field("spin_ns", &self.spin_ns)
+            .finish()
+    }
+}
+
+impl Waiter<'_> {
+    /// Upper bound on polls in the spin phase, whatever the clock says (a clock that does not
+    /// move cannot make a waiter spin forever).
+    pub const MAX_SPINS: u32 = 1 << 20;
+
+    /// Polls `poll` until it yields a value: spins first, then parks on `cell` between polls.
+    /// Whoever makes `poll` succeed must call [`WaitCell::notify`] on `cell` afterwards.
+    pub fn wait_on<T>(&self, cell: &WaitCell, mut poll: impl FnMut() -> Option<T>) -> T {
+        if self.spin_ns > 0 {
+            let start = self.clock.now_ns();
+            let mut spins = 0u32;
+            loop {
+                if let Some(v) = poll() {
+                    return v;
+                }
+                spins += 1;
+                if spins >= Self::MAX_SPINS
+                    || (spins.is_multiple_of(64)
+                        && self.clock.now_ns().saturating_sub(start) >= self.spin_ns)
+                {
+                    break;
+                }
+                spin_loop();
+            }
+        }
+        loop {
+            if let Some(v) = poll() {
+                return v;
+            }
+            let mut got = None;
+            cell.park(self.park, || {
+                got = poll();
+                got.is_some()
+            });
+            if let Some(v) = got {
+                return v;
+            }
+        }
+    }
+}
+
+/// loom's park/unpark as a [`Park`] (only under `--cfg loom`), for the loom models.
+#[cfg(loom)]
+#[derive(Debug, Default, Clone, Copy)]
+pub struct LoomPark;
+
+#[cfg(loom)]
+struct LoomUnpark(loom::thread::Thread);
+
+#[cfg(loom)]
+impl Unpark for LoomUnpark {
+    fn unpark(&self) {
+        self.0.unpark();
+    }
+
+    fn clone_box(&self) -> Box<dyn Unpark> {
+        Box::new(LoomUnpark(self.0.clone()))
+    }
+}
+
+#[cfg(loom)]
+impl Park for LoomPark {
+    fn park(&self) {
+        loom::thread::park();
+    }
+
+    fn unparker(&self) -> Box<dyn Unpark> {
+        Box::new(LoomUnpark(loom::thread::current()))
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::sync::AtomicBool;
+    use core::cell::Cell;
+
+    /// A parker for single-threaded tests: `park` panics unless a token is present.
+    #[derive(Default)]
+    struct TokenPark {
+        token: alloc::sync::Arc<AtomicBool>,
+    }
+    struct TokenUnpark(alloc::sync::Arc<AtomicBool>);
+    impl Unpark for TokenUnpark {
+        fn unpark(&self) {
+            self.0.store(true, Ordering::SeqCst);
+        }
+        fn clone_box(&self) -> Box<dyn Unpark> {
+            Box::new(TokenUnpark(self.0.clone()))
+        }
+    }
+    impl Park for TokenPark {
+        fn park(&self) {
+            assert!(
+                self.token.swap(false, Ordering::SeqCst),
+                "would block forever"
+            );
+        }
+        fn unparker(&self) -> Box<dyn Unpark> {
+            Box::new(TokenUnpark(self.token.clone()))
+        }
+    }
+
+    #[test]
+    fn notification_before_park_is_not_lost() {
+        let c = WaitCell::new();
+        let p = TokenPark::default();
+        c.notify();
+        c.park(&p, || false); // returns at once: NOTIFIED was pending
+        assert_eq!(c.state.load(Ordering::SeqCst), EMPTY);
+    }
+
+    #[test]
+    fn notify_while_parked_unparks_and_leaves_notified() {
+        let c = WaitCell::new();
+        let p = TokenPark::default();
+        // Simulate the waiter's registration + PARKED, then a notifier.
+        // SAFETY: single-threaded test: no other access to the cell.
+        c.unparker.with_mut(|u| unsafe { *u = Some(p.unparker()) });
+        c.state.store(PARKED, Ordering::SeqCst);
+        c.notify();
+        assert_eq!(c.state.load(Ordering::SeqCst), NOTIFIED);
+        assert!(p.token.load(Ordering::SeqCst));
+        c.notify();
+        assert_eq!(c.state.load(Ordering::SeqCst), NOTIFIED);
+        assert!(c.try_consume());
+    }
+
+    #[test]
+    fn ready_recheck_skips_the_block() {
+        let c = WaitCell::new();
+        let p = TokenPark::default();
+        c.park(&p, || true);
+        assert_eq!(c.state.load(Ordering::SeqCst), EMPTY);
+    }
+
+    #[test]
+    fn waiter_spins_then_parks() {
+        let c = WaitCell::new();
+        let p = TokenPark::default();
+        let clock = crate::time::ManualClock::new(0);
+        let n = Cell::new(0u32);
+        let w = Waiter {
+            park: &p,
+            clock: &clock,
+            spin_ns: 100,
+        };
+        // Every poll moves the clock by 1 ns; the spin phase reads the clock every 64 polls, so
+        // it ends after 128. Park phase: poll 129, consume the pending notification, poll 130,
+        // register + PARKED, and poll 131 in the ready re-check succeeds (no block).
+        c.notify();
+        let v = w.wait_on(&c, || {
+            clock.advance(1);
+            n.set(n.get() + 1);
+            (n.get() > 130).then_some(5)
+        });
+        assert_eq!(v, 5);
+        assert_eq!(n.get(), 131);
+    }
+}

@@ -1,0 +1,270 @@
+//! The engine's configuration: a plain struct handed to constructors, and [`Config::from_env`]
+//! for the edges (`proxy-perf`, the C ABI's init) that read it from the environment.
+//!
+//! Seed: `nrt_config` (`one_thread_per_core` +0x9c, `dbg_proxy_early_completion`), the
+//! `NEURON_RT_*` variables, §2 and §3; DESIGN.md §4.
+
+use std::fmt;
+use std::time::Duration;
+
+use proxy_core::queue::QueueConfig;
+use proxy_core::registry::RegistryConfig;
+
+use crate::affinity::{parse_cpu_list, CpuListError};
+use crate::worker::WorkerConfig;
+
+/// Default spin budget of an idle worker or a waiting consumer, in µs.
+pub const DEFAULT_SPIN_US: u64 = 50;
+/// Default no-progress limit of a task, in seconds (our choice; 0 disables it).
+pub const DEFAULT_EXEC_TIMEOUT_S: u64 = 30;
+
+/// Configuration of the driver half.
+///
+/// | variable | field | default | values |
+/// | --- | --- | --- | --- |
+/// | `NEURON_RT_RANKS_PER_NETWORK_PROXY` | [`ranks_per_network_proxy`](Self::ranks_per_network_proxy) | 1 | integer ≥ 1: ranks that share one proxy queue and worker (group id = rank / this) |
+/// | `NEURON_RT_ONE_THREAD_PER_CORE` | [`one_thread_per_core`](Self::one_thread_per_core) | 0 | `0`/`1`: an idle worker keeps spinning instead of yielding (it owns a core) |
+/// | `NEURON_RT_LOW_LATENCY_TASKS_CPU_AFFINITY` | [`cpu_affinity`](Self::cpu_affinity) | unset (no pinning) | CPU list like `0,2-3`: each new group's worker is pinned to the next CPU of the list (round robin) |
+/// | `NEURON_RT_PROXY_SPIN_US` | [`spin`](Self::spin) | 50 | µs an idle worker spins before it yields, and a waiting consumer before it parks |
+/// | `NEURON_RT_EXEC_TIMEOUT` | [`exec_timeout`](Self::exec_timeout) | 30 | seconds without progress before a task ends `NRT_TIMEOUT`; `0` = no limit |
+/// | `NEURON_RT_DBG_PROXY_EARLY_COMPLETION` | [`early_completion`](Self::early_completion) | 0 | `0`/`1`: debug; network tasks skip the network stage (DONE at INIT) |
+/// | `NEURON_RT_LOG_LEVEL` | [`log_level`](Self::log_level) | unset | `ERROR`, `WARN`/`WARNING`, `INFO`, `DEBUG`, `TRACE`, `OFF` (any case) |
+///
+/// Booleans accept `0`, `1`, `true`, `false` (any case). An empty or malformed value is an
+/// error naming the variable and the value ([`ConfigError`]), never a silent default.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Config {
+    /// Ranks per shared proxy queue (≥ 1).
+    pub ranks_per_network_proxy: u32,
+    /// Keep spinning when idle (the worker owns a core).
+    pub one_thread_per_core: bool,
+    /// CPUs for the workers, in order; empty = no pinning.
+    pub cpu_affinity: Vec<usize>,
+    /// Spin budget before yielding (worker) or parking (consumer).
+    pub spin: Duration,
+    /// No-progress limit per task (`None`: no limit).
+    pub exec_timeout: Option<Duration>,
+    /// Skip the network stage (debug).
+    pub early_completion: bool,
+    /// Log level, when set.
+    pub log_level: Option<log::LevelFilter>,
+    /// Queue sizes (not read from the environment).
+    pub queue: QueueConfig,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            ranks_per_network_proxy: 1,
+            one_thread_per_core: false,
+            cpu_affinity: Vec::new(),
+            spin: Duration::from_micros(DEFAULT_SPIN_US),
+            exec_timeout: Some(Duration::from_secs(DEFAULT_EXEC_TIMEOUT_S)),
+            early_completion: false,
+            log_level: None,
+            queue: QueueConfig::default(),
+        }
+    }
+}
+
+/// A bad environment value: names the variable and the value.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConfigError {
+    /// The variable.
+    pub var: &'static str,
+    /// Its value as found.
+    pub value: String,
+    /// What is wrong with it.
+    pub reason: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}={:?}: {}", self.var, self.value, self.reason)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+fn bad(var: &'static str, value: &str, reason: impl Into<String>) -> ConfigError {
+    ConfigError {
+        var,
+        value: value.to_owned(),
+        reason: reason.into(),
+    }
+}
+
+fn parse_u64(var: &'static str, value: &str) -> Result<u64, ConfigError> {
+    value
+        .trim()
+        .parse::<u64>()
+        .map_err(|e| bad(var, value, format!("not a non-negative integer ({e})")))
+}
+
+fn parse_bool(var: &'static str, value: &str) -> Result<bool, ConfigError> {
+    match value.trim().to_ascii_lowercase().as_str() {
+        "0" | "false" => Ok(false),
+        "1" | "true" => Ok(true),
+        _ => Err(bad(var, value, "expected 0 or 1")),
+    }
+}
+
+fn parse_level(var: &'static str, value: &str) -> Result<log::LevelFilter, ConfigError> {
+    Ok(match value.trim().to_ascii_uppercase().as_str() {
+        "OFF" => log::LevelFilter::Off,
+        "ERROR" | "FATAL" => log::LevelFilter::Error,
+        "WARN" | "WARNING" => log::LevelFilter::Warn,
+        "INFO" => log::LevelFilter::Info,
+        "DEBUG" => log::LevelFilter::Debug,
+        "TRACE" => log::LevelFilter::Trace,
+        _ => {
+            return Err(bad(
+                var,
+                value,
+                "expected ERROR, WARN, INFO, DEBUG, TRACE or OFF",
+            ))
+        }
+    })
+}
+
+impl Config {
+    /// Reads every variable of the table above from the process environment; unset variables
+    /// keep their defaults.
+    ///
+    /// # Errors
+    /// The first bad value ([`ConfigError`] names the variable and the value).
+    pub fn from_env() -> Result<Self, ConfigError> {
+        Self::from_lookup(|k| std::env::var(k).ok())
+    }
+
+    /// As [`Config::from_env`], with `lookup` standing in for the environment (tests).
+    ///
+    /// # Errors
+    /// The first bad value.
+    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+        let mut c = Self::default();
+        const RPNP: &str = "NEURON_RT_RANKS_PER_NETWORK_PROXY";
+        if let Some(v) = lookup(RPNP) {
+            let n = parse_u64(RPNP, &v)?;
+            if n == 0 || n > u64::from(u32::MAX) {
+                return Err(bad(RPNP, &v, "must be between 1 and 2^32-1"));
+            }
+            c.ranks_per_network_proxy = n as u32;
+        }
+        const OTPC: &str = "NEURON_RT_ONE_THREAD_PER_CORE";
+        if let Some(v) = lookup(OTPC) {
+            c.one_thread_per_core = parse_bool(OTPC, &v)?;
+        }
+        const AFF: &str = "NEURON_RT_LOW_LATENCY_TASKS_CPU_AFFINITY";
+        if let Some(v) = lookup(AFF) {
+            c.cpu_affinity =
+                parse_cpu_list(&v).map_err(|e: CpuListError| bad(AFF, &v, e.to_string()))?;
+        }
+        const SPIN: &str = "NEURON_RT_PROXY_SPIN_US";
+        if let Some(v) = lookup(SPIN) {
+            c.spin = Duration::from_micros(parse_u64(SPIN, &v)?);
+        }
+        const TIMEOUT: &str = "NEURON_RT_EXEC_TIMEOUT";
+        if let Some(v) = lookup(TIMEOUT) {
+            let s = parse_u64(TIMEOUT, &v)?;
+            c.exec_timeout = (s != 0).then(|| Duration::from_secs(s));
+        }
+        const EARLY: &str = "NEURON_RT_DBG_PROXY_EARLY_COMPLETION";
+        if let Some(v) = lookup(EARLY) {
+            c.early_completion = parse_bool(EARLY, &v)?;
+        }
+        const LOG: &str = "NEURON_RT_LOG_LEVEL";
+        if let Some(v) = lookup(LOG) {
+            c.log_level = Some(parse_level(LOG, &v)?);
+        }
+        Ok(c)
+    }
+
+    /// The registry part.
+    pub fn registry(&self) -> RegistryConfig {
+        RegistryConfig {
+            ranks_per_network_proxy: self.ranks_per_network_proxy,
+            queue: self.queue,
+        }
+    }
+
+    /// The worker-thread part.
+    pub fn worker(&self) -> WorkerConfig {
+        WorkerConfig {
+            spin: self.spin,
+            one_thread_per_core: self.one_thread_per_core,
+            cpus: self.cpu_affinity.clone(),
+        }
+    }
+
+    /// Applies [`Config::log_level`] (when set) as the `log` facade's maximum level. The logger
+    /// itself is the embedder's choice (`env_logger` in `proxy-perf`, with `RUST_LOG` for finer
+    /// filters).
+    pub fn apply_log_level(&self) {
+        if let Some(l) = self.log_level {
+            log::set_max_level(l);
+        }
+    }
+
+    /// The task timeout in nanoseconds, as task specs take it.
+    pub fn timeout_ns(&self) -> Option<u64> {
+        self.exec_timeout
+            .map(|d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn with(pairs: &[(&str, &str)]) -> Result<Config, ConfigError> {
+        let m: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        Config::from_lookup(|k| m.get(k).cloned())
+    }
+
+    #[test]
+    fn defaults_and_every_variable() {
+        assert_eq!(with(&[]).unwrap(), Config::default());
+        let c = with(&[
+            ("NEURON_RT_RANKS_PER_NETWORK_PROXY", "2"),
+            ("NEURON_RT_ONE_THREAD_PER_CORE", "1"),
+            ("NEURON_RT_LOW_LATENCY_TASKS_CPU_AFFINITY", "0,2-3"),
+            ("NEURON_RT_PROXY_SPIN_US", "7"),
+            ("NEURON_RT_EXEC_TIMEOUT", "0"),
+            ("NEURON_RT_DBG_PROXY_EARLY_COMPLETION", "true"),
+            ("NEURON_RT_LOG_LEVEL", "warning"),
+        ])
+        .unwrap();
+        assert_eq!(c.ranks_per_network_proxy, 2);
+        assert!(c.one_thread_per_core && c.early_completion);
+        assert_eq!(c.cpu_affinity, [0, 2, 3]);
+        assert_eq!(c.spin, Duration::from_micros(7));
+        assert_eq!(c.exec_timeout, None);
+        assert_eq!(c.timeout_ns(), None);
+        assert_eq!(c.log_level, Some(log::LevelFilter::Warn));
+        assert_eq!(Config::default().timeout_ns(), Some(30_000_000_000));
+    }
+
+    #[test]
+    fn bad_values_name_the_variable_and_the_value() {
+        for (k, v) in [
+            ("NEURON_RT_RANKS_PER_NETWORK_PROXY", "0"),
+            ("NEURON_RT_RANKS_PER_NETWORK_PROXY", "two"),
+            ("NEURON_RT_ONE_THREAD_PER_CORE", "yes"),
+            ("NEURON_RT_LOW_LATENCY_TASKS_CPU_AFFINITY", "3-1"),
+            ("NEURON_RT_PROXY_SPIN_US", "-1"),
+            ("NEURON_RT_EXEC_TIMEOUT", ""),
+            ("NEURON_RT_DBG_PROXY_EARLY_COMPLETION", "2"),
+            ("NEURON_RT_LOG_LEVEL", "loud"),
+        ] {
+            let e = with(&[(k, v)]).unwrap_err();
+            assert_eq!((e.var, e.value.as_str()), (k, v));
+            let msg = e.to_string();
+            assert!(msg.contains(k) && msg.contains(&format!("{v:?}")), "{msg}");
+        }
+    }
+}

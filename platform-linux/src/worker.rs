@@ -1,0 +1,331 @@
+//! Worker threads: one `proxy-<tid>` thread per proxy queue, running the driver loop; the
+//! std implementations of core's [`Park`] / [`Unpark`] / [`Clock`]; the [`Spawner`] the
+//! registry starts workers with.
+//!
+//! The loop (DESIGN.md §4): tick; then
+//! * [`Tick::Park`] (nothing active, nothing submitted): park until a submission, join, leave
+//!   or stop wakes the thread;
+//! * [`Tick::NoProgress`]: spin for the spin budget, then `sched_yield` between ticks (or keep
+//!   spinning with `one_thread_per_core`);
+//! * [`Tick::Continue`]: tick again at once.
+//!
+//! Seed: `enc_proxy_queue::start` (nrt:0x1ce4d0), `worker_thread` (nrt:0x1d0120, names the
+//! thread `proxy-<tid>`), `enc_proxy_queue::process` (nrt:0x1cf7c0), §2.
+
+use std::ffi::CString;
+use std::io;
+use std::os::unix::thread::JoinHandleExt;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc;
+use std::thread::{self, JoinHandle, Thread};
+use std::time::{Duration, Instant};
+
+use proxy_core::queue::{Tick, Worker};
+use proxy_core::registry::Spawner;
+use proxy_core::status::NrtStatus;
+use proxy_core::time::Clock;
+use proxy_core::wake::{Park, Unpark, Waiter};
+
+use crate::affinity;
+
+/// `std::thread::park` as core's [`Park`].
+#[derive(Clone, Copy, Debug, Default)]
+pub struct StdPark;
+
+/// Wakes a std thread (core's [`Unpark`]).
+#[derive(Clone, Debug)]
+pub struct StdUnpark(pub Thread);
+
+impl Unpark for StdUnpark {
+    fn unpark(&self) {
+        self.0.unpark();
+    }
+
+    fn clone_box(&self) -> Box<dyn Unpark> {
+        Box::new(self.clone())
+    }
+}
+
+impl Park for StdPark {
+    fn park(&self) {
+        thread::park();
+    }
+
+    fn unparker(&self) -> Box<dyn Unpark> {
+        Box::new(StdUnpark(thread::current()))
+    }
+}
+
+/// `CLOCK_MONOTONIC` as core's [`Clock`].
+#[derive(Clone, Copy, Debug, Default)]
+pub struct MonotonicClock;
+
+impl Clock for MonotonicClock {
+    fn now_ns(&self) -> u64 {
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: `ts` is a valid out-parameter; CLOCK_MONOTONIC always exists on Linux.
+        let rc = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+        debug_assert_eq!(rc, 0);
+        (ts.tv_sec as u64)
+            .saturating_mul(1_000_000_000)
+            .saturating_add(ts.tv_nsec as u64)
+    }
+}
+
+static STD_PARK: StdPark = StdPark;
+static MONOTONIC: MonotonicClock = MonotonicClock;
+
+/// A consumer-side [`Waiter`] for the calling thread: spin for `spin` on `CLOCK_MONOTONIC`,
+/// then `std::thread::park`.
+pub fn waiter(spin: Duration) -> Waiter<'static> {
+    Waiter {
+        park: &STD_PARK,
+        clock: &MONOTONIC,
+        spin_ns: u64::try_from(spin.as_nanos()).unwrap_or(u64::MAX),
+    }
+}
+
+/// The kernel thread id of the calling thread.
+pub fn current_tid() -> i32 {
+    // SAFETY: gettid has no preconditions.
+    unsafe { libc::gettid() }
+}
+
+/// How worker threads run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WorkerConfig {
+    /// How long an idle worker (no task made progress) spins before it yields.
+    pub spin: Duration,
+    /// Keep spinning when idle instead of yielding (the worker owns a core).
+    pub one_thread_per_core: bool,
+    /// CPUs to pin workers to, the next one per new worker (round robin); empty = no pinning.
+    pub cpus: Vec<usize>,
+}
+
+impl Default for WorkerConfig {
+    fn default() -> Self {
+        Self {
+            spin: Duration::from_micros(crate::config::DEFAULT_SPIN_US),
+            one_thread_per_core: false,
+            cpus: Vec::new(),
+        }
+    }
+}
+
+/// A running worker thread.
+#[derive(Debug)]
+pub struct WorkerThread {
+    join: JoinHandle<()>,
+    tid: i32,
+    cpu: Option<usize>,
+    group: u32,
+}
+
+impl WorkerThread {
+    /// The kernel thread id (the `<tid>` of `proxy-<tid>`).
+    pub fn tid(&self) -> i32 {
+        self.tid
+    }
+
+    /// The CPU the thread is pinned to, if any.
+    pub fn cpu(&self) -> Option<usize> {
+        self.cpu
+    }
+
+    /// The group the thread serves.
+    pub fn group(&self) -> u32 {
+        self.group
+    }
+
+    /// CPU time the thread has used so far (its `pthread_getcpuclockid` clock).
+    ///
+    /// # Errors
+    /// The OS error when the clock cannot be read (e.g. the thread has exited).
+    pub fn cpu_time(&self) -> io::Result<Duration> {
+        thread_cpu_time(self.join.as_pthread_t())
+    }
+}
+
+/// CPU time used by the thread `t` (its `pthread_getcpuclockid` clock).
+///
+/// # Errors
+/// The OS error when the clock cannot be read.
+pub fn thread_cpu_time(t: libc::pthread_t) -> io::Result<Duration> {
+    let mut clk: libc::clockid_t = 0;
+    // SAFETY: `t` is a pthread_t of a thread that has not been joined (the caller holds its
+    // JoinHandle or is the thread); `clk` is a valid out-parameter.
+    let rc = unsafe { libc::pthread_getcpuclockid(t, &mut clk) };
+    if rc != 0 {
+        return Err(io::Error::from_raw_os_error(rc));
+    }
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `clk` is a valid clock id; `ts` a valid out-parameter.
+    if unsafe { libc::clock_gettime(clk, &mut ts) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32))
+}
+
+fn set_thread_name(name: &str) {
+    let Ok(c) = CString::new(name) else { return };
+    // SAFETY: PR_SET_NAME reads a NUL-terminated string of at most 16 bytes (longer names are
+    // truncated by the kernel); `c` outlives the call.
+    let rc = unsafe { libc::prctl(libc::PR_SET_NAME, c.as_ptr() as libc::c_ulong, 0, 0, 0) };
+    if rc != 0 {
+        log::warn!(
+            "could not name thread {name}: {}",
+            io::Error::last_os_error()
+        );
+    }
+}
+
+/// The driver loop of one worker, until its queue's stop is requested.
+///
+/// Seed: `enc_proxy_queue::process` (nrt:0x1cf7c0), §2.
+pub fn run_worker(mut worker: Worker, cfg: &WorkerConfig) {
+    let mut idle_since: Option<Instant> = None;
+    while !worker.stop_requested() {
+        match worker.tick() {
+            Tick::Continue => idle_since = None,
+            Tick::NoProgress => {
+                if cfg.one_thread_per_core {
+                    std::hint::spin_loop();
+                    continue;
+                }
+                let now = Instant::now();
+                let since = *idle_since.get_or_insert(now);
+                if now.duration_since(since) < cfg.spin {
+                    std::hint::spin_loop();
+                } else {
+                    // SAFETY: sched_yield has no preconditions.
+                    unsafe { libc::sched_yield() };
+                }
+            }
+            Tick::Park => {
+                idle_since = None;
+                worker.park(&StdPark);
+            }
+        }
+    }
+}
+
+/// Starts worker threads for a [`Registry`](proxy_core::registry::Registry): names each
+/// `proxy-<tid>`, pins it to the next CPU of the list (checked against the process's allowed
+/// set first: a CPU outside it is an error at join, and nothing is left running).
+#[derive(Debug)]
+pub struct ThreadSpawner {
+    cfg: WorkerConfig,
+    next_cpu: AtomicUsize,
+}
+
+impl ThreadSpawner {
+    /// A spawner with `cfg`.
+    pub fn new(cfg: WorkerConfig) -> Self {
+        Self {
+            cfg,
+            next_cpu: AtomicUsize::new(0),
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &WorkerConfig {
+        &self.cfg
+    }
+}
+
+/// How long `spawn` waits for a new thread to report that it runs.
+const START_TIMEOUT: Duration = Duration::from_secs(10);
+
+impl Spawner for ThreadSpawner {
+    type Handle = WorkerThread;
+
+    fn spawn(&self, group: u32, worker: Worker) -> Result<WorkerThread, NrtStatus> {
+        let cpu = if self.cfg.cpus.is_empty() {
+            None
+        } else {
+            let i = self.next_cpu.fetch_add(1, Ordering::Relaxed);
+            Some(self.cfg.cpus[i % self.cfg.cpus.len()])
+        };
+        if let Some(cpu) = cpu {
+            let allowed = affinity::allowed_cpus().unwrap_or_default();
+            if !allowed.contains(&cpu) {
+                log::error!(
+                    "group {group}: CPU {cpu} is outside the allowed set {allowed:?} \
+                     (NEURON_RT_LOW_LATENCY_TASKS_CPU_AFFINITY)"
+                );
+                return Err(NrtStatus::Invalid);
+            }
+        }
+        let queue = worker.queue().clone();
+        let cfg = self.cfg.clone();
+        let (tx, rx) = mpsc::sync_channel::<Result<i32, NrtStatus>>(1);
+        let join = thread::Builder::new()
+            .name(format!("proxy-g{group}"))
+            .spawn(move || {
+                let tid = current_tid();
+                set_thread_name(&format!("proxy-{tid}"));
+                if let Some(cpu) = cpu {
+                    if !affinity::pin_current_thread(cpu) {
+                        log::error!("group {group}: could not pin worker {tid} to CPU {cpu}");
+                        let _ = tx.send(Err(NrtStatus::Invalid));
+                        return; // `worker` drops here: the queue is torn down
+                    }
+                }
+                let _ = tx.send(Ok(tid));
+                drop(tx);
+                log::debug!("group {group}: worker proxy-{tid} running (cpu {cpu:?})");
+                run_worker(worker, &cfg);
+                log::debug!("group {group}: worker proxy-{tid} stopped");
+            })
+            .map_err(|e| {
+                log::error!("group {group}: cannot create a worker thread: {e}");
+                NrtStatus::Resource
+            })?;
+        match rx.recv_timeout(START_TIMEOUT) {
+            Ok(Ok(tid)) => Ok(WorkerThread {
+                join,
+                tid,
+                cpu,
+                group,
+            }),
+            Ok(Err(e)) => {
+                let _ = join.join();
+                Err(e)
+            }
+            Err(_) => {
+                log::error!("group {group}: worker did not start within {START_TIMEOUT:?}");
+                queue.request_stop();
+                let _ = join.join();
+                Err(NrtStatus::Resource)
+            }
+        }
+    }
+
+    fn join(&self, handle: WorkerThread) {
+        if handle.join.join().is_err() {
+            log::error!(
+                "group {}: worker proxy-{} panicked",
+                handle.group,
+                handle.tid
+            );
+        }
+    }
+
+    fn thread_id(&self, handle: &WorkerThread) -> Option<u64> {
+        Some(handle.tid as u64)
+    }
+
+    fn clock(&self) -> Box<dyn Clock> {
+        Box::new(MonotonicClock)
+    }
+
+    fn relax(&self) {
+        thread::yield_now();
+    }
+}
