@@ -49,6 +49,10 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use proxy_core::net::MAX_COMM_ID;
+use proxy_core::task::BarrierChannel;
+/// A ticket for one barrier generation: what [`Bootstrap::barrier_start`] returns and
+/// [`Bootstrap::barrier_poll`] checks (the driver's ticket type).
+pub use proxy_core::task::BarrierTicket;
 use proxy_core::NrtStatus;
 
 use self::wire::{Frame, Preface};
@@ -600,11 +604,6 @@ enum Role {
         gathered: Option<(u32, Vec<Vec<u8>>)>,
     },
 }
-
-/// A ticket for one barrier generation: what [`Bootstrap::barrier_start`] returns and
-/// [`Bootstrap::barrier_poll`] checks.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct BarrierTicket(pub u32);
 
 /// A finished bootstrap: rank, size, comm id, every rank's host, and the connections (a star
 /// around rank 0) for all-gathers and barriers.
@@ -1816,6 +1815,18 @@ impl SharedBootstrap {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// The bootstrap back, when this is the last handle (every barrier channel dropped);
+    /// otherwise `self` again.
+    ///
+    /// # Errors
+    /// `Err(self)` while another handle or a barrier channel exists.
+    pub fn try_unwrap(self) -> Result<Bootstrap, Self> {
+        match Arc::try_unwrap(self.inner) {
+            Ok(m) => Ok(m.into_inner().unwrap_or_else(|p| p.into_inner())),
+            Err(inner) => Err(Self { inner }),
+        }
+    }
+
     /// A barrier endpoint over the bootstrap connections. Successive barriers of the process
     /// are generations of one sequence: make one endpoint per process and reuse it (two
     /// endpoints used at once would share generations).
@@ -1827,9 +1838,9 @@ impl SharedBootstrap {
     }
 }
 
-/// A non-blocking barrier between the processes of a bootstrap, in the shape of the barrier
-/// task's channel (`arrive` once, then `poll` each step); failures map to [`NrtStatus`] (and
-/// are logged once).
+/// A non-blocking barrier between the processes of a bootstrap: the driver's
+/// [`BarrierChannel`] over the bootstrap connections (`arrive` once, then `poll` each step);
+/// failures map to [`NrtStatus`] (and are logged once).
 ///
 /// Seed: `enc_barrier` between processes, §3 ("Considerations"); DESIGN.md §4.
 #[derive(Debug)]
@@ -1846,12 +1857,11 @@ impl BootstrapBarrier {
         }
         e.status()
     }
+}
 
+impl BarrierChannel for BootstrapBarrier {
     /// Announces this process's arrival at its next barrier generation.
-    ///
-    /// # Errors
-    /// The bootstrap's failure, as a status.
-    pub fn arrive(&mut self) -> Result<BarrierTicket, NrtStatus> {
+    fn arrive(&mut self) -> Result<BarrierTicket, NrtStatus> {
         let r = self
             .inner
             .lock()
@@ -1862,10 +1872,7 @@ impl BootstrapBarrier {
 
     /// `Ok(true)` once every process has arrived at `ticket`'s generation. Answers `Ok(false)`
     /// without waiting when another thread holds the bootstrap.
-    ///
-    /// # Errors
-    /// The bootstrap's failure, as a status.
-    pub fn poll(&mut self, ticket: BarrierTicket) -> Result<bool, NrtStatus> {
+    fn poll(&mut self, ticket: BarrierTicket) -> Result<bool, NrtStatus> {
         let r = match self.inner.try_lock() {
             Ok(mut b) => b.barrier_poll(ticket),
             Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner().barrier_poll(ticket),

@@ -11,14 +11,25 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
+use std::ffi::c_void;
+
 use proxy_core::comm::Comm;
 use proxy_core::desc::{NetDestAddr, NetOpInfo, NetSrcAddr, EXEC_COMPLETE, NET_TRANSFER};
 use proxy_core::device::DirectHostWords;
+use proxy_core::queue::TaskBox;
+use proxy_core::record::TaskRecord;
+use proxy_core::seam::SeamTable;
+use proxy_core::task::{
+    BarrierTask, BarrierTaskSpec, BlockFifos, CommHandle, NetworkTask, NetworkTaskSpec,
+};
 use proxy_core::time::Clock;
+use proxy_core::trigger::{HostWord, TriggerWords};
 use proxy_core::NrtStatus;
-use proxy_platform_linux::bootstrap::{Bootstrap, BootstrapConfig};
+use proxy_platform_linux::bootstrap::{Bootstrap, BootstrapConfig, SharedBootstrap};
 use proxy_platform_linux::libfabric::Options;
 use proxy_platform_linux::net_setup::{open_libfabric_comm, LibfabricCommConfig};
+use proxy_platform_linux::worker::waiter;
+use proxy_platform_linux::{registry, Config};
 
 use super::{PROVIDER_ENV, TASK_TIMEOUT_ENV, VICTIM_ENV};
 
@@ -33,6 +44,22 @@ const BB: u32 = 7;
 const POISON: u8 = 0xA5;
 /// Host words per stream: send idx / handshake / complete, recv idx / handshake / complete.
 const WORDS_PER_STREAM: usize = 6;
+/// Driver scenario: per execution one trigger word per stream (network task) and one for the
+/// barrier task, then the barrier-done semaphore.
+const GATE_BASE: usize = STREAMS * WORDS_PER_STREAM;
+const GATES_PER_EXEC: usize = STREAMS + 1;
+const BARRIER_DONE: usize = GATE_BASE + EXECUTIONS as usize * GATES_PER_EXEC;
+const WORDS: usize = BARRIER_DONE + 1;
+
+/// The trigger word of `stream`'s network task in execution `exec`.
+fn net_trigger(exec: u32, stream: usize) -> usize {
+    GATE_BASE + exec as usize * GATES_PER_EXEC + stream
+}
+
+/// The trigger word of the barrier task of execution `exec`.
+fn barrier_trigger(exec: u32) -> usize {
+    GATE_BASE + exec as usize * GATES_PER_EXEC + STREAMS
+}
 
 /// Bytes each rank checks in the send/recv scenario.
 pub fn expected_checked_bytes() -> u64 {
@@ -102,12 +129,17 @@ pub fn main(scenario: &str) -> ! {
     match scenario {
         "bootstrap" => bootstrap_only(),
         "sendrecv" => sendrecv(None),
-        "kill" => {
+        "driver" => driver(None),
+        "kill" | "driver_kill" => {
             let victim = std::env::var(VICTIM_ENV)
                 .ok()
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(1);
-            sendrecv(Some(victim))
+            if scenario == "kill" {
+                sendrecv(Some(victim))
+            } else {
+                driver(Some(victim))
+            }
         }
         s => panic!("unknown scenario {s}"),
     }
@@ -183,6 +215,9 @@ struct Device {
     sides: Vec<Side>,
     /// Victim mode: post only the first entry of each side, announce, and wait to be killed.
     victim: bool,
+    /// Driver mode: gate each execution on the network task's trigger words, and after it
+    /// raise the barrier task's trigger and wait for barrier-done.
+    gated: bool,
     stop: Arc<AtomicBool>,
 }
 
@@ -332,27 +367,65 @@ impl Device {
         Ok(bytes)
     }
 
+    /// Waits until `cond` holds (bounded by the stop flag and the deadline).
+    fn wait(
+        &self,
+        what: &str,
+        deadline: Instant,
+        cond: impl Fn(&Self) -> bool,
+    ) -> Result<(), String> {
+        let mut spins = 0u32;
+        while !cond(self) {
+            if self.stop.load(Ordering::Acquire) {
+                return Err("stopped".into());
+            }
+            if Instant::now() > deadline {
+                return Err(format!("{what}: not before the deadline"));
+            }
+            spins += 1;
+            if spins < 64 {
+                thread::yield_now();
+            } else {
+                thread::sleep(Duration::from_micros(50));
+            }
+        }
+        Ok(())
+    }
+
     fn run(mut self, deadline: Instant) -> Result<u64, String> {
         let mut checked = 0;
         for exec in 0..EXECUTIONS {
+            if self.gated {
+                // At the net stage: write 1, wait until the proxy consumed every trigger (0).
+                for s in 0..STREAMS {
+                    self.words[net_trigger(exec, s)].store(1, Ordering::Release);
+                }
+                self.wait("network trigger consumed", deadline, |d| {
+                    (0..STREAMS).all(|s| d.load(net_trigger(exec, s)) == 0)
+                })?;
+            }
             self.run_exec(exec, deadline)?;
             checked += self.check(exec)?;
+            if self.gated {
+                self.words[barrier_trigger(exec)].store(1, Ordering::Release);
+                self.wait("barrier done", deadline, |d| d.load(BARRIER_DONE) > exec)?;
+            }
         }
         Ok(checked)
     }
 }
 
-/// Files the block: per stream one op info (send to the stream's next rank, receive from its
-/// previous one), each side with the four entries.
-fn file_block(
-    comm: &mut Comm,
+/// The block of every stream: one op info (send to the stream's next rank, receive from its
+/// previous one), each side with the four entries; and the device's view of the op sides.
+fn build_blocks(
     rank: u32,
     nranks: u32,
     words: &[AtomicU32],
     src: &[Vec<Vec<u8>>],
     dst: &mut [Vec<Vec<u8>>],
-) -> Vec<Side> {
+) -> (Vec<BlockFifos>, Vec<Side>) {
     let addr = |i: usize| &words[i] as *const AtomicU32 as usize as u64;
+    let mut blocks = Vec::new();
     let mut sides = Vec::new();
     for s in 0..STREAMS {
         let (to, from) = if s == 0 {
@@ -408,8 +481,13 @@ fn file_block(
                 reserved: 0,
             })
             .collect();
-        comm.start(s as u32, BB, &[info], &src_fifo, &dst_fifo)
-            .expect("start");
+        blocks.push(BlockFifos {
+            stream: s as u32,
+            bb: BB,
+            ops: vec![info],
+            src: src_fifo,
+            dst: dst_fifo,
+        });
         sides.push(Side {
             send: true,
             stream: s,
@@ -427,7 +505,7 @@ fn file_block(
             phase: Phase::Finished,
         });
     }
-    sides
+    (blocks, sides)
 }
 
 /// The proxy side: progress every stream until each has finished the block, for every
@@ -492,9 +570,26 @@ fn drive(
     Ok(())
 }
 
-/// The send/recv scenario; with `victim`, that rank stalls after its first entries (to be
-/// killed) and the other one reports how its comm failed.
-fn sendrecv(victim: Option<u32>) -> ! {
+/// What both send/recv scenarios set up: bootstrap, host words, buffers, the libfabric comm
+/// with the memory registered, the blocks, and the (not yet started) device.
+struct Setup {
+    /// `None` while the driver scenario shares it with its barrier tasks.
+    boot: Option<Bootstrap>,
+    rank: u32,
+    provider: String,
+    task_timeout: Duration,
+    words: Arc<[AtomicU32]>,
+    /// Owned here, freed only after the comm is dropped.
+    src: Vec<Vec<Vec<u8>>>,
+    dst: Vec<Vec<Vec<u8>>>,
+    /// `None` once dropped (before the memory it uses).
+    comm: Option<Box<Comm>>,
+    blocks: Vec<BlockFifos>,
+    device: Option<Device>,
+    stop: Arc<AtomicBool>,
+}
+
+fn setup(victim: Option<u32>, gated: bool) -> Setup {
     let provider = std::env::var(PROVIDER_ENV).expect("provider");
     let task_timeout = Duration::from_millis(
         std::env::var(TASK_TIMEOUT_ENV)
@@ -506,9 +601,7 @@ fn sendrecv(victim: Option<u32>) -> ! {
     let mut boot = Bootstrap::init(&cfg).expect("bootstrap");
     let (rank, nranks) = (boot.rank(), boot.nranks());
 
-    let words: Arc<[AtomicU32]> = (0..STREAMS * WORDS_PER_STREAM)
-        .map(|_| AtomicU32::new(0))
-        .collect();
+    let words: Arc<[AtomicU32]> = (0..WORDS).map(|_| AtomicU32::new(0)).collect();
     let mut src: Vec<Vec<Vec<u8>>> = (0..STREAMS)
         .map(|_| SIZES.iter().map(|&n| vec![0u8; n]).collect())
         .collect();
@@ -517,7 +610,7 @@ fn sendrecv(victim: Option<u32>) -> ! {
         .collect();
 
     // SAFETY: every host-word address given to the comm is a word of `words`, which outlives
-    // the comm (the comm is dropped before `words` at the end of this function).
+    // the comm (the scenarios drop the comm before `words`).
     let device_cb = Arc::new(unsafe { DirectHostWords::new() });
     let lf = LibfabricCommConfig {
         transport: Options {
@@ -528,9 +621,10 @@ fn sendrecv(victim: Option<u32>) -> ! {
         ..LibfabricCommConfig::default()
     };
     let clock = Arc::new(InstantClock(Instant::now()));
-    let mut comm = open_libfabric_comm(&mut boot, &lf, device_cb, clock).expect("libfabric comm");
-    // SAFETY: the words and buffers stay allocated and unmoved until the comm is dropped (below,
-    // before they are); the words are only accessed atomically.
+    let mut comm =
+        Box::new(open_libfabric_comm(&mut boot, &lf, device_cb, clock).expect("libfabric comm"));
+    // SAFETY: the words and buffers stay allocated and unmoved until the comm is dropped (the
+    // scenarios drop it first); the words are only accessed atomically.
     unsafe {
         comm.register_memory(words.as_ptr() as usize as u64, (words.len() * 4) as u64)
             .unwrap();
@@ -539,7 +633,7 @@ fn sendrecv(victim: Option<u32>) -> ! {
                 .unwrap();
         }
     }
-    let sides = file_block(&mut comm, rank, nranks, &words, &src, &mut dst);
+    let (blocks, sides) = build_blocks(rank, nranks, &words, &src, &mut dst);
     let bufs = |v: &mut Vec<Vec<Vec<u8>>>| -> Vec<Vec<Buf>> {
         v.iter_mut()
             .map(|s| {
@@ -553,8 +647,6 @@ fn sendrecv(victim: Option<u32>) -> ! {
             .collect()
     };
     let stop = Arc::new(AtomicBool::new(false));
-    let device_failed = Arc::new(AtomicBool::new(false));
-    let failed_flag = device_failed.clone();
     let device = Device {
         rank,
         words: words.clone(),
@@ -562,32 +654,95 @@ fn sendrecv(victim: Option<u32>) -> ! {
         dst: bufs(&mut dst),
         sides,
         victim: victim == Some(rank),
+        gated,
         stop: stop.clone(),
     };
+    Setup {
+        boot: Some(boot),
+        rank,
+        provider,
+        task_timeout,
+        words,
+        src,
+        dst,
+        comm: Some(comm),
+        blocks,
+        device: Some(device),
+        stop,
+    }
+}
+
+/// Starts the device thread; the flag is raised when it ends with an error.
+fn spawn_device(st: &mut Setup) -> (thread::JoinHandle<Result<u64, String>>, Arc<AtomicBool>) {
+    let device = st.device.take().expect("device");
+    let failed = Arc::new(AtomicBool::new(false));
+    let flag = failed.clone();
     let deadline = Instant::now() + Duration::from_secs(200);
-    let dev = thread::Builder::new()
-        .name(format!("device-{rank}"))
+    let h = thread::Builder::new()
+        .name(format!("device-{}", st.rank))
         .spawn(move || {
             let r = device.run(deadline);
             if r.is_err() {
-                failed_flag.store(true, Ordering::Release);
+                flag.store(true, Ordering::Release);
             }
             r
         })
         .expect("device thread");
+    (h, failed)
+}
 
+/// The final part of both scenarios: a bootstrap barrier (passes when everyone is fine, fails
+/// when a peer was lost), close, free the memory, print the result.
+fn conclude(
+    mut st: Setup,
+    status: String,
+    device_result: &Result<u64, String>,
+    mut fields: Vec<(&str, String)>,
+) -> ! {
+    let mut boot = st.boot.take().expect("bootstrap");
+    let boot_result = match boot.barrier() {
+        Ok(()) => "ok".to_owned(),
+        Err(e) => {
+            eprintln!("bootstrap after the run: {e}");
+            e.status().as_str().to_owned()
+        }
+    };
+    boot.close();
+    assert!(st.comm.is_none(), "the comm is dropped before its memory");
+    drop((st.src, st.dst, st.words));
+    fields.insert(0, ("status", status));
+    fields.push(("provider", st.provider.replace(';', ",")));
+    fields.push((
+        "checked_bytes",
+        device_result.as_ref().map_or(0, |b| *b).to_string(),
+    ));
+    fields.push(("boot", boot_result));
+    finish(&fields)
+}
+
+/// Send/recv with the comm driven directly (start / progress / stop from this thread); with
+/// `victim`, that rank stalls after its first entries (to be killed) and the other one
+/// reports how its comm failed.
+fn sendrecv(victim: Option<u32>) -> ! {
+    let mut st = setup(victim, false);
+    let mut comm = st.comm.take().expect("comm");
+    for b in &st.blocks {
+        comm.start(b.stream, b.bb, &b.ops, &b.src, &b.dst)
+            .expect("start");
+    }
+    let (dev, device_failed) = spawn_device(&mut st);
     let start = Instant::now();
     let mut idle_ms = 0u128;
     let outcome = drive(
         &mut comm,
-        &words,
+        &st.words,
         &device_failed,
-        task_timeout,
+        st.task_timeout,
         &mut idle_ms,
     );
     let progress_ms = start.elapsed().as_millis();
     if outcome.is_err() {
-        stop.store(true, Ordering::Release);
+        st.stop.store(true, Ordering::Release);
     }
     // Stop every stream (bounded by the drain limit), then drop the comm (the transport's close
     // drain is bounded too).
@@ -605,15 +760,6 @@ fn sendrecv(victim: Option<u32>) -> ! {
     // On success the device finishes by itself (it may still be checking the last execution's
     // data); on failure it was told to stop above.
     let device_result = dev.join().expect("device thread panicked");
-    // The final barrier: passes when everyone is fine, fails when a peer was lost.
-    let boot_result = match boot.barrier() {
-        Ok(()) => "ok".to_owned(),
-        Err(e) => {
-            eprintln!("bootstrap after the run: {e}");
-            e.status().as_str().to_owned()
-        }
-    };
-    boot.close();
     let status = match (&outcome, &device_result) {
         (Ok(()), Ok(_)) => "ok".to_owned(),
         (Err(s), Err(e)) if *s == NrtStatus::Failure => {
@@ -626,19 +772,157 @@ fn sendrecv(victim: Option<u32>) -> ! {
             "DEVICE_ERROR".to_owned()
         }
     };
-    drop((src, dst));
-    finish(&[
-        ("status", status),
-        ("provider", provider.replace(';', ",")),
-        (
-            "checked_bytes",
-            device_result.as_ref().map_or(0, |b| *b).to_string(),
-        ),
-        ("progress_ms", progress_ms.to_string()),
-        ("idle_ms", idle_ms.to_string()),
-        ("stop", stops.join(",")),
-        ("stop_ms", stop_ms.to_string()),
-        ("drop_ms", drop_ms.to_string()),
-        ("boot", boot_result),
-    ])
+    conclude(
+        st,
+        status,
+        &device_result,
+        vec![
+            ("progress_ms", progress_ms.to_string()),
+            ("idle_ms", idle_ms.to_string()),
+            ("stop", stops.join(",")),
+            ("stop_ms", stop_ms.to_string()),
+            ("drop_ms", drop_ms.to_string()),
+        ],
+    )
+}
+
+/// Send/recv through the driver: per execution a network task (in-process seam onto the
+/// libfabric comm, gated on the device's trigger words) and a barrier task over the bootstrap
+/// connections (gated on its trigger; the leader raises barrier-done), all submitted up front
+/// through the rank's slot of a proxy queue and stepped by its worker thread. With `victim`, that
+/// rank stalls after its first entries; the survivor reports its network task's final status.
+fn driver(victim: Option<u32>) -> ! {
+    let mut st = setup(victim, true);
+    // Arm every trigger word before anything is submitted or the device runs.
+    for e in 0..EXECUTIONS {
+        for s in 0..STREAMS {
+            st.words[net_trigger(e, s)].store(0xFFFF_FFFF, Ordering::Release);
+        }
+        st.words[barrier_trigger(e)].store(0xFFFF_FFFF, Ordering::Release);
+    }
+    let word = |i: usize| {
+        // SAFETY: `st.words` outlives every task (the slot is left, which ends every task,
+        // before the words are freed in `conclude`).
+        unsafe { HostWord::from_ref(&st.words[i]) }
+    };
+    let mut comm = st.comm.take().expect("comm");
+    let comm_id = comm.config().comm_id;
+    // SAFETY: the comm stays alive and is used by no other thread until the slot is left
+    // (every task carrying the handle is DONE then); it is dropped after that.
+    let handle = unsafe { CommHandle::new(&mut *comm as *mut Comm as *mut c_void) }.unwrap();
+    let config = Config {
+        exec_timeout: Some(st.task_timeout),
+        ..Config::default()
+    };
+    let reg = registry(&config).expect("registry");
+    let mut m = reg.join(st.rank).expect("join");
+    let shared_boot = SharedBootstrap::new(st.boot.take().expect("bootstrap"));
+    let timeout_ns = Some(u64::try_from(st.task_timeout.as_nanos()).unwrap());
+    let mut tasks: Vec<TaskBox> = Vec::new();
+    for e in 0..EXECUTIONS {
+        let triggers: Vec<HostWord> = (0..STREAMS).map(|s| word(net_trigger(e, s))).collect();
+        tasks.push(Box::new(
+            NetworkTask::new(NetworkTaskSpec {
+                task_id: 2 * e,
+                comm: handle,
+                comm_id,
+                seam: SeamTable::in_process(),
+                blocks: st.blocks.clone(),
+                schedule: None,
+                triggers: TriggerWords::new(&triggers).unwrap(),
+                wait_for_device: true,
+                skip: false,
+                timeout_ns,
+            })
+            .expect("network task"),
+        ));
+        tasks.push(Box::new(BarrierTask::new(BarrierTaskSpec {
+            task_id: 2 * e + 1,
+            comm_id,
+            channel: Box::new(shared_boot.barrier_channel()),
+            triggers: TriggerWords::new(&[word(barrier_trigger(e))]).unwrap(),
+            leader: true,
+            done_semaphores: vec![word(BARRIER_DONE)],
+            skip: false,
+            timeout_ns,
+        })));
+    }
+    for t in tasks {
+        if let Err(r) = m.slot.submit(t) {
+            panic!("submit: {}", r.status);
+        }
+    }
+    let (dev, device_failed) = spawn_device(&mut st);
+    let start = Instant::now();
+    // Every record, or the first failure. Each wait is bounded by the tasks' own no-progress
+    // timeout (a barrier task still in INIT behind a failed execution is ended by the leave).
+    let mut records: Vec<TaskRecord> = Vec::new();
+    let mut failure = None;
+    while records.len() < tasks_len() && failure.is_none() {
+        let Some(rec) = m.slot.wait_record(&waiter(Duration::from_micros(50))) else {
+            break;
+        };
+        if rec.progress_status != 0 {
+            failure = Some(rec);
+        }
+        records.push(rec);
+        if device_failed.load(Ordering::Acquire) {
+            break;
+        }
+    }
+    let run_ms = start.elapsed().as_millis();
+    if failure.is_some() || records.len() < tasks_len() {
+        st.stop.store(true, Ordering::Release);
+    }
+    let t_leave = Instant::now();
+    let left = reg.leave(m, &waiter(Duration::from_micros(50)));
+    drop(reg);
+    let leave_ms = t_leave.elapsed().as_millis();
+    let t_drop = Instant::now();
+    drop(comm);
+    let drop_ms = t_drop.elapsed().as_millis();
+    let device_result = dev.join().expect("device thread panicked");
+    let status_of = |r: &TaskRecord| {
+        NrtStatus::from_code(r.progress_status)
+            .map_or_else(|| r.progress_status.to_string(), |s| s.as_str().to_owned())
+    };
+    let summary: Vec<String> = records
+        .iter()
+        .chain(left.iter())
+        .map(|r| format!("{}:{}", r.task_id, status_of(r)))
+        .collect();
+    let status = match (&failure, &device_result) {
+        (None, Ok(_)) if records.len() == tasks_len() => "ok".to_owned(),
+        (Some(r), _) => status_of(r),
+        (None, Err(e)) => {
+            eprintln!("device: {e}");
+            "DEVICE_ERROR".to_owned()
+        }
+        (None, Ok(_)) => "MISSING_RECORDS".to_owned(),
+    };
+    st.boot = Some(
+        shared_boot
+            .try_unwrap()
+            .unwrap_or_else(|_| panic!("a barrier channel outlived its task")),
+    );
+    conclude(
+        st,
+        status,
+        &device_result,
+        vec![
+            ("tasks", summary.join(",")),
+            ("run_ms", run_ms.to_string()),
+            ("leave_ms", leave_ms.to_string()),
+            ("drop_ms", drop_ms.to_string()),
+        ],
+    )
+}
+
+fn tasks_len() -> usize {
+    driver_tasks()
+}
+
+/// Tasks the driver scenario submits per rank (a network and a barrier task per execution).
+pub fn driver_tasks() -> usize {
+    2 * EXECUTIONS as usize
 }
