@@ -1797,6 +1797,11 @@ enum Joiner {
 
 /// A [`Bootstrap`] shared between threads (the main thread's all-gathers, the worker's barrier
 /// task).
+///
+/// A blocking call made through [`SharedBootstrap::lock`] holds the bootstrap for up to its
+/// timeout: a barrier channel's `poll` then answers "not yet" (it only tries the lock), but its
+/// `arrive` waits for the lock, stalling the worker that steps it. Do not run blocking
+/// all-gathers or barriers while barrier tasks are in flight.
 #[derive(Clone, Debug)]
 pub struct SharedBootstrap {
     inner: Arc<Mutex<Bootstrap>>,
