@@ -205,6 +205,20 @@ fn driver_2_processes_shm() {
 // ---------------------------------------------------------------------------------------------
 // a peer killed mid-transfer
 
+/// The shm provider names its regions `/dev/shm/<pid>:...`; a killed process (and a survivor
+/// that closed with requests in flight) leaves them behind. Removes those of our children.
+fn remove_shm_regions(pids: &[u32]) {
+    let Ok(dir) = std::fs::read_dir("/dev/shm") else {
+        return;
+    };
+    for e in dir.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if pids.iter().any(|p| name.starts_with(&format!("{p}:"))) {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
+}
+
 /// Kills `victim` once it is mid-transfer; the survivor's comm must fail (or time out) within
 /// the task timeout and be dropped without hanging. `scenario` "kill" drives the comm directly,
 /// "driver_kill" through a proxy queue (the network task ends DONE with the failure).
@@ -223,6 +237,7 @@ fn kill_scenario(scenario: &str, provider: &str, victim: u32) {
         c.env(TASK_TIMEOUT_ENV, &tt).env(VICTIM_ENV, &v);
         l.spawn(r, c).expect("spawn");
     }
+    let pids: Vec<u32> = (0..2).filter_map(|r| l.pid(r)).collect();
     let ready = l.wait_line(victim, Duration::from_secs(120), |s| s == "KILL_ME");
     assert!(
         ready.is_some(),
@@ -237,6 +252,7 @@ fn kill_scenario(scenario: &str, provider: &str, victim: u32) {
     // comm's drop (close drain 1 s) are all bounded.
     let bound = Duration::from_millis(task_timeout_ms) + Duration::from_secs(15);
     let exits = l.wait_all(bound + Duration::from_secs(5));
+    remove_shm_regions(&pids);
     let survivor = 1 - victim;
     let e = exits.iter().find(|e| e.rank == survivor).unwrap();
     let took = killed_at.elapsed();
