@@ -5,6 +5,7 @@ pub mod config;
 pub mod hostmem;
 #[cfg(feature = "libfabric")]
 pub mod libfabric;
+pub mod loader;
 pub mod worker;
 
 use std::sync::OnceLock;
