@@ -143,3 +143,43 @@ fn c_programs_under_valgrind() {
     let cmd = valgrind(&build_bad_input("bad_input_vg"));
     assert!(run(cmd).contains("bad_input: ok"));
 }
+
+#[test]
+fn c_program_links_with_the_pkg_config_file() {
+    if Command::new("pkg-config")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        println!("note: pkg-config is not installed; skipping the pkg-config link test");
+        return;
+    }
+    // An "installed" tree: the header, the library and the filled-in .pc file.
+    let prefix = Path::new(env!("CARGO_TARGET_TMPDIR")).join("pc-prefix");
+    let (inc, libdir) = (prefix.join("include"), prefix.join("lib"));
+    let pcdir = libdir.join("pkgconfig");
+    for d in [&inc, &pcdir] {
+        std::fs::create_dir_all(d).expect("mkdir");
+    }
+    std::fs::copy(
+        manifest_dir().join("include/nccom_proxy.h"),
+        inc.join("nccom_proxy.h"),
+    )
+    .expect("copy header");
+    std::fs::copy(library(), libdir.join("libnccom_proxy.so")).expect("copy library");
+    let pc = std::fs::read_to_string(manifest_dir().join("nccom_proxy.pc.in"))
+        .expect("nccom_proxy.pc.in")
+        .replace("@PREFIX@", prefix.to_str().expect("utf-8 path"))
+        .replace("@LIBDIR@", libdir.to_str().expect("utf-8 path"))
+        .replace("@VERSION@", env!("CARGO_PKG_VERSION"));
+    std::fs::write(pcdir.join("nccom_proxy.pc"), pc).expect("write .pc");
+    let mut cmd = Command::new("pkg-config");
+    cmd.args(["--cflags", "--libs", "nccom_proxy"])
+        .env("PKG_CONFIG_PATH", &pcdir);
+    let flags = run(cmd);
+    let flags: Vec<&str> = flags.split_whitespace().collect();
+    assert!(flags.contains(&"-lnccom_proxy"), "{flags:?}");
+    let exe = compile("bad_input", "bad_input_pc", &flags);
+    let out = run(Command::new(exe));
+    assert!(out.contains("bad_input: ok"), "{out}");
+}
