@@ -218,6 +218,55 @@ int main(void) {
     EXPECT(idle == 1 && done == 1);
     CHECK(neuronStopNetworkProxy(c0, 2), NRT_SUCCESS); /* stop twice is fine */
 
+    /* ---- a failing comm: the receive is shorter than the message (truncation) ---- */
+    {
+        neuron_net_op_info_t rop;
+        neuron_net_dest_addr_t dst[2];
+        send_op(&op, src, 1); /* 2 x 256 B from buf[0], buf[1]; host words 0..2 */
+        memset(&rop, 0, sizeof rop);
+        rop.send_peer = NCCOM_NO_PEER;
+        rop.recv_peer = 0;
+        rop.tag = 1;
+        rop.rx_entry_cnt = 2;
+        rop.data_type_sz = 1;
+        rop.post_recv_idx_addr = addr_of(&words[3]);
+        rop.recv_handshake_sem_addr = addr_of(&words[4]);
+        rop.recv_complete_sem_addr = addr_of(&words[5]);
+        for (int e = 0; e < 2; e++) {
+            memset(&dst[e], 0, sizeof dst[e]);
+            dst[e].mark = e == 1 ? NET_OP_COMPLETE : NET_TRANSFER;
+            dst[e].addr = addr_of(buf[2 + e]);
+            dst[e].size = e == 1 ? 128 : sizeof buf[2 + e]; /* entry 1: 128 B for a 256 B message */
+            dst[e].src_rank = NCCOM_NO_PEER;
+        }
+        CHECK(neuronStartNetworkProxy(c0, 3, 1, &op, 1, src, 2, NULL, 0), NRT_SUCCESS);
+        CHECK(neuronStartNetworkProxy(c1, 3, 1, &rop, 1, NULL, 0, dst, 2), NRT_SUCCESS);
+        for (int i = 0; i < 6; i++)
+            __atomic_store_n(&words[i], 0, __ATOMIC_RELEASE);
+        /* The device: ready on both sides, then both entries posted once the handshake is seen. */
+        __atomic_store_n(&words[0], NCCOM_HOST_WORD_READY, __ATOMIC_RELEASE);
+        __atomic_store_n(&words[3], NCCOM_HOST_WORD_READY, __ATOMIC_RELEASE);
+        NRT_STATUS s1 = NRT_SUCCESS;
+        for (int i = 0; i < 100000 && s1 == NRT_SUCCESS; i++) {
+            if (__atomic_load_n(&words[1], __ATOMIC_ACQUIRE) == 1)
+                __atomic_store_n(&words[0], 2, __ATOMIC_RELEASE);
+            if (__atomic_load_n(&words[4], __ATOMIC_ACQUIRE) == 1)
+                __atomic_store_n(&words[3], 2, __ATOMIC_RELEASE);
+            idle = 1, done = 1;
+            (void)neuronNetworkProxyProgress(c0, 3, 1, &idle, &done);
+            idle = 1, done = 1;
+            s1 = neuronNetworkProxyProgress(c1, 3, 1, &idle, &done);
+        }
+        CHECK(s1, NRT_NETWORK_PROXY_FAILURE);
+        /* Sticky: every later progress on the comm, any stream, fails at once; start is refused. */
+        CHECK(neuronNetworkProxyProgress(c1, 3, 1, &idle, &done), NRT_NETWORK_PROXY_FAILURE);
+        CHECK(neuronNetworkProxyProgress(c1, 0, 1, &idle, &done), NRT_NETWORK_PROXY_FAILURE);
+        EXPECT(neuronStartNetworkProxy(c1, 0, 1, &rop, 1, NULL, 0, dst, 2) != NRT_SUCCESS);
+        /* Stop (and later destroy) always work on a failed comm. */
+        CHECK(neuronStopNetworkProxy(c1, 3), NRT_SUCCESS);
+        CHECK(neuronStopNetworkProxy(c0, 3), NRT_SUCCESS);
+    }
+
     /* ---- checked addresses ---- */
     cfg = config(0, 3, g3);
     cfg.flags = NCCOM_COMM_CHECK_ADDRESSES;
