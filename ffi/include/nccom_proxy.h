@@ -118,6 +118,16 @@ typedef volatile uint32_t nccom_host_word_t;
 #define NCCOM_COMM_CHECK_ADDRESSES 1
 
 /**
+ * Largest entry count per op side: the entry index has 16 bits in the transport tag (DESIGN.md §5).
+ */
+#define MAX_ENTRIES_PER_OP (1 << 16)
+
+/**
+ * Largest op `tag` + 1: the op tag has 14 bits in the transport tag.
+ */
+#define MAX_OP_TAG (1 << 14)
+
+/**
  * A communicator's progress half (`nccom_comm_t`): opaque. A handle is never a pointer to
  * memory; the library looks it up in a table of live handles (with a generation), so a
  * destroyed handle or a pointer the library never handed out is answered with
@@ -467,8 +477,6 @@ typedef NRT_STATUS (*nccom_comm_destroy_fn)(struct nccom_comm_t *comm);
 typedef NRT_STATUS (*nccom_comm_register_memory_fn)(struct nccom_comm_t *comm,
                                                     const void *base,
                                                     size_t len);
-
-
 
 /**
  * The call did what it was asked.
