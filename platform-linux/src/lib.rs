@@ -6,6 +6,7 @@ pub mod config;
 pub mod hostmem;
 #[cfg(feature = "libfabric")]
 pub mod libfabric;
+pub mod loader;
 #[cfg(feature = "libfabric")]
 pub mod net_setup;
 pub mod worker;
