@@ -940,7 +940,7 @@ impl Comm {
                 );
             }
         }
-        let result = self.drain(&mut pending, stream);
+        let result = self.drain(&mut pending, &alloc::format!("stop: stream {stream}"));
         // Everything back to the pool.
         let st = &mut self.streams[s];
         let mut all = OpList::new();
@@ -957,7 +957,7 @@ impl Comm {
     }
 
     /// Tests `pending` until each reports finished or failed, bounded by the drain limits.
-    fn drain(&mut self, pending: &mut Vec<RequestId>, stream: u32) -> Result<(), NrtStatus> {
+    fn drain(&mut self, pending: &mut Vec<RequestId>, what: &str) -> Result<(), NrtStatus> {
         if pending.is_empty() {
             return Ok(());
         }
@@ -983,7 +983,7 @@ impl Comm {
             polls += 1;
             if polls >= self.config.drain_max_polls || self.clock.now_ns() > deadline {
                 log::error!(
-                    "stop: comm {} stream {stream}: {} requests not confirmed within the drain limit; comm failed",
+                    "{what}: comm {}: {} requests not confirmed within the drain limit; comm failed",
                     self.config.comm_id,
                     pending.len()
                 );
@@ -1003,7 +1003,7 @@ impl Drop for Comm {
         }
         if !self.orphans.is_empty() {
             let mut orphans = core::mem::take(&mut self.orphans);
-            let _ = self.drain(&mut orphans, u32::MAX);
+            let _ = self.drain(&mut orphans, "destroy: requests stop left behind");
             if !orphans.is_empty() {
                 log::error!(
                     "destroy: comm {}: {} requests still with the transport at close",

@@ -1,11 +1,15 @@
 //! Linux platform of the proxy engine: worker threads, host memory, transports, the device emulator and `proxy-perf`.
 
 pub mod affinity;
+pub mod bootstrap;
 pub mod config;
 pub mod emulator;
 pub mod hostmem;
 #[cfg(feature = "libfabric")]
 pub mod libfabric;
+pub mod loader;
+#[cfg(feature = "libfabric")]
+pub mod net_setup;
 pub mod perf;
 pub mod worker;
 

@@ -1,0 +1,339 @@
+//! Handle tables: the C side never holds a pointer to our objects, only an opaque handle that
+//! encodes `(magic, generation, slot index)`. Every call looks the handle up here before it
+//! touches anything, so a destroyed handle, a handle of another kind, or any pointer this
+//! library never handed out is answered with `NRT_INVALID_HANDLE` without a dereference.
+//!
+//! ```text
+//!  handle bits (64-bit):  [ magic:16 | generation:36 | index:12 ]
+//!  handle bits (32-bit):  [ magic:8  | generation:12 | index:12 ]
+//!
+//!  slot word = generation << 2 | state
+//!
+//!            (1) insert: CAS             (2) publish value,        (3) lookup: CAS
+//!   FREE(g) ─────────────► RESERVED(g+1) ───────────────► LIVE(g+1) ◄──────────────► BUSY(g+1)
+//!      ▲                                  store Release        │     (4) release: store
+//!      │                                                       │
+//!      └──────── (6) store FREE(g+1) ◄── RESERVED(g+1) ◄───────┘ (5) remove: CAS
+//! ```
+//! A lookup holds the slot BUSY for the duration of one call, so the one-thread-per-comm rule of
+//! DESIGN.md §8 is enforced rather than assumed: a second concurrent call on the same handle
+//! (or a destroy racing a progress call) sees BUSY and is refused, never a torn object. Slots of
+//! different handles are independent (no lock, no shared word on the lookup path).
+//!
+//! On 64-bit targets the magic makes the handle a non-canonical address (top 16 bits neither all
+//! zeros nor all ones), so no real pointer can ever decode as a handle. Generations wrap after
+//! 2^36 reuses of one slot (2^12 on 32-bit targets).
+
+use std::cell::UnsafeCell;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+
+/// Slots per table (12 index bits).
+pub(crate) const INDEX_BITS: u32 = 12;
+/// Largest number of live objects of one kind.
+pub(crate) const CAPACITY: usize = 1 << INDEX_BITS;
+
+#[cfg(target_pointer_width = "64")]
+const GEN_BITS: u32 = 36;
+#[cfg(not(target_pointer_width = "64"))]
+const GEN_BITS: u32 = 12;
+const MAGIC_SHIFT: u32 = INDEX_BITS + GEN_BITS;
+const GEN_MASK: u64 = (1 << GEN_BITS) - 1;
+const INDEX_MASK: usize = CAPACITY - 1;
+
+const FREE: u64 = 0;
+const LIVE: u64 = 1;
+const BUSY: u64 = 2;
+const RESERVED: u64 = 3;
+const STATE_MASK: u64 = 3;
+
+const fn word(generation: u64, state: u64) -> u64 {
+    (generation & GEN_MASK) << 2 | state
+}
+const fn generation_of(w: u64) -> u64 {
+    w >> 2
+}
+
+/// Why a lookup failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LookupError {
+    /// Not a handle of this table at all (NULL, wrong magic: never handed out by it).
+    NotAHandle,
+    /// A handle of this table whose object was destroyed (its generation has passed).
+    Stale,
+    /// The object is in use by another call right now (concurrent calls on one handle).
+    Busy,
+}
+
+struct Slot<T> {
+    /// `generation << 2 | state`; see the module diagram.
+    word: AtomicU64,
+    /// `Some` exactly while the slot is LIVE or BUSY (and during RESERVED transitions, by the
+    /// thread that reserved it). Accessed only by the thread that moved the slot to BUSY or
+    /// RESERVED with a successful CAS.
+    value: UnsafeCell<Option<T>>,
+}
+
+/// A fixed table of live objects of one kind, keyed by opaque handles.
+pub struct HandleTable<T> {
+    /// `magic << MAGIC_SHIFT`, or-ed into every handle.
+    magic: usize,
+    /// Where the next insert starts scanning (a hint only).
+    next: AtomicUsize,
+    slots: [Slot<T>; CAPACITY],
+}
+
+// SAFETY: a slot's value is only accessed by the one thread that won the CAS into BUSY or
+// RESERVED for it (exclusive until it stores LIVE or FREE with Release, which the next winner's
+// Acquire CAS synchronizes with); values move between threads, hence `T: Send`.
+unsafe impl<T: Send> Sync for HandleTable<T> {}
+
+/// Releases a BUSY slot back to LIVE when dropped (also on unwind).
+struct BusyGuard<'a> {
+    word: &'a AtomicU64,
+    live: u64,
+}
+
+impl Drop for BusyGuard<'_> {
+    fn drop(&mut self) {
+        // Release: everything the call did to the object happens-before the next lookup's
+        // Acquire CAS of this slot.
+        self.word.store(self.live, Ordering::Release);
+    }
+}
+
+impl<T> HandleTable<T> {
+    /// An empty table whose handles carry `magic` (non-zero; on 64-bit targets, not `0xFFFF`).
+    pub const fn new(magic: u16) -> Self {
+        assert!(magic != 0 && magic != 0xFFFF);
+        #[cfg(not(target_pointer_width = "64"))]
+        assert!(magic <= 0xFF);
+        Self {
+            magic: (magic as usize) << MAGIC_SHIFT,
+            next: AtomicUsize::new(0),
+            slots: [const {
+                Slot {
+                    word: AtomicU64::new(FREE),
+                    value: UnsafeCell::new(None),
+                }
+            }; CAPACITY],
+        }
+    }
+
+    fn encode(&self, index: usize, generation: u64) -> usize {
+        self.magic | ((generation & GEN_MASK) as usize) << INDEX_BITS | index
+    }
+
+    /// `(index, generation)` of `handle`, or `NotAHandle`.
+    fn decode(&self, handle: usize) -> Result<(usize, u64), LookupError> {
+        let magic_mask = usize::MAX << MAGIC_SHIFT;
+        if handle & magic_mask != self.magic {
+            return Err(LookupError::NotAHandle);
+        }
+        let index = handle & INDEX_MASK;
+        let generation = ((handle & !magic_mask) >> INDEX_BITS) as u64;
+        if generation == 0 {
+            // Generation 0 is never handed out (the first insert makes generation 1).
+            return Err(LookupError::NotAHandle);
+        }
+        Ok((index, generation))
+    }
+
+    /// Stores `value` in a free slot and returns its handle, or gives `value` back when the
+    /// table is full.
+    pub fn insert(&self, value: T) -> Result<usize, T> {
+        let start = self.next.fetch_add(1, Ordering::Relaxed);
+        for k in 0..CAPACITY {
+            let index = (start + k) & INDEX_MASK;
+            let slot = &self.slots[index];
+            let w = slot.word.load(Ordering::Relaxed);
+            if w & STATE_MASK != FREE {
+                continue;
+            }
+            let mut generation = (generation_of(w) + 1) & GEN_MASK;
+            if generation == 0 {
+                generation = 1;
+            }
+            // Acquire: the previous owner's Release store of FREE (after it took the value out)
+            // happens-before our write of the value.
+            if slot
+                .word
+                .compare_exchange(
+                    w,
+                    word(generation, RESERVED),
+                    Ordering::Acquire,
+                    Ordering::Relaxed,
+                )
+                .is_err()
+            {
+                continue;
+            }
+            // SAFETY: we won FREE → RESERVED, so no other thread accesses the value.
+            unsafe { *slot.value.get() = Some(value) };
+            // Release: the value is written before any lookup's Acquire CAS sees LIVE.
+            slot.word.store(word(generation, LIVE), Ordering::Release);
+            return Ok(self.encode(index, generation));
+        }
+        Err(value)
+    }
+
+    /// Runs `f` on the object of `handle`, holding its slot BUSY for the duration.
+    ///
+    /// # Errors
+    /// `NotAHandle`, `Stale` or `Busy` (see [`LookupError`]); `f` is not called then.
+    pub fn with<R>(&self, handle: usize, f: impl FnOnce(&mut T) -> R) -> Result<R, LookupError> {
+        let (index, generation) = self.decode(handle)?;
+        let slot = &self.slots[index];
+        let live = word(generation, LIVE);
+        // Acquire: pairs with the Release store of LIVE by the inserter or the previous caller,
+        // so their writes to the object are visible here.
+        if let Err(seen) = slot.word.compare_exchange(
+            live,
+            word(generation, BUSY),
+            Ordering::Acquire,
+            Ordering::Relaxed,
+        ) {
+            return Err(Self::why(seen, generation));
+        }
+        let _guard = BusyGuard {
+            word: &slot.word,
+            live,
+        };
+        // SAFETY: we won LIVE → BUSY for this generation: exclusive access until the guard
+        // stores LIVE again. The value is `Some` while the slot is LIVE.
+        let value = unsafe { (*slot.value.get()).as_mut() };
+        match value {
+            Some(v) => Ok(f(v)),
+            None => Err(LookupError::Stale),
+        }
+    }
+
+    /// Removes and returns the object of `handle`; the handle (and every copy of it) is stale
+    /// from now on.
+    ///
+    /// # Errors
+    /// `NotAHandle`, `Stale` (already removed: a double destroy) or `Busy`.
+    pub fn remove(&self, handle: usize) -> Result<T, LookupError> {
+        let (index, generation) = self.decode(handle)?;
+        let slot = &self.slots[index];
+        if let Err(seen) = slot.word.compare_exchange(
+            word(generation, LIVE),
+            word(generation, RESERVED),
+            Ordering::Acquire,
+            Ordering::Relaxed,
+        ) {
+            return Err(Self::why(seen, generation));
+        }
+        // SAFETY: we won LIVE → RESERVED: exclusive access.
+        let value = unsafe { (*slot.value.get()).take() };
+        // Release: the slot is empty before any inserter's Acquire CAS sees FREE.
+        slot.word.store(word(generation, FREE), Ordering::Release);
+        value.ok_or(LookupError::Stale)
+    }
+
+    fn why(seen: u64, generation: u64) -> LookupError {
+        let same_generation = generation_of(seen) == generation & GEN_MASK;
+        match seen & STATE_MASK {
+            BUSY | RESERVED if same_generation => LookupError::Busy,
+            _ => LookupError::Stale,
+        }
+    }
+
+    /// Number of live objects (a scan; for tests and diagnostics).
+    pub fn live(&self) -> usize {
+        self.slots
+            .iter()
+            .filter(|s| s.word.load(Ordering::Relaxed) & STATE_MASK != FREE)
+            .count()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn insert_lookup_remove_and_stale_handles() {
+        let t: Box<HandleTable<u32>> = Box::new(HandleTable::new(0xC0CC));
+        let h = t.insert(7).unwrap();
+        assert_eq!(t.with(h, |v| *v), Ok(7));
+        t.with(h, |v| *v += 1).unwrap();
+        assert_eq!(t.remove(h), Ok(8));
+        assert_eq!(t.with(h, |v| *v), Err(LookupError::Stale));
+        assert_eq!(t.remove(h), Err(LookupError::Stale), "double destroy");
+        // The slot is reused with a new generation: the old handle stays stale.
+        let mut again = Vec::new();
+        for i in 0..CAPACITY as u32 {
+            again.push(t.insert(i).unwrap());
+        }
+        assert!(!again.contains(&h));
+        assert_eq!(t.with(h, |v| *v), Err(LookupError::Stale));
+        assert_eq!(t.insert(99), Err(99), "full");
+        assert_eq!(t.live(), CAPACITY);
+        for h in again {
+            t.remove(h).unwrap();
+        }
+        assert_eq!(t.live(), 0);
+    }
+
+    #[test]
+    fn foreign_pointers_are_not_handles() {
+        let t: Box<HandleTable<u32>> = Box::new(HandleTable::new(0xC0CC));
+        let other: Box<HandleTable<u32>> = Box::new(HandleTable::new(0x6A0B));
+        let h = t.insert(1).unwrap();
+        let local = 5u64;
+        for p in [
+            0usize,
+            1,
+            0x1234,
+            &local as *const u64 as usize,
+            h & !(0xFFFF << MAGIC_SHIFT),
+            usize::MAX,
+        ] {
+            assert_eq!(t.with(p, |_| ()), Err(LookupError::NotAHandle), "{p:#x}");
+        }
+        assert_eq!(other.with(h, |_| ()), Err(LookupError::NotAHandle));
+        assert_eq!(other.remove(h), Err(LookupError::NotAHandle));
+        // Right magic, generation never handed out for that slot.
+        let forged = h + (1 << INDEX_BITS);
+        assert_eq!(t.with(forged, |_| ()), Err(LookupError::Stale));
+    }
+
+    #[test]
+    fn a_busy_handle_refuses_nested_and_destroy() {
+        let t: Box<HandleTable<u32>> = Box::new(HandleTable::new(0xC0CC));
+        let h = t.insert(1).unwrap();
+        t.with(h, |_| {
+            assert_eq!(t.with(h, |_| ()), Err(LookupError::Busy));
+            assert_eq!(t.remove(h), Err(LookupError::Busy));
+        })
+        .unwrap();
+        // Released after a panic inside the call, too.
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            t.with(h, |_| panic!("boom")).unwrap();
+        }));
+        assert!(r.is_err());
+        assert_eq!(t.remove(h), Ok(1));
+    }
+
+    #[test]
+    fn concurrent_inserts_get_distinct_slots() {
+        let t: &'static HandleTable<u32> = Box::leak(Box::new(HandleTable::new(0xC0CC)));
+        let hs: Vec<Vec<usize>> = std::thread::scope(|s| {
+            let js: Vec<_> = (0..4)
+                .map(|k| {
+                    s.spawn(move || (0..200).map(|i| t.insert(k * 1000 + i).unwrap()).collect())
+                })
+                .collect();
+            js.into_iter().map(|j| j.join().unwrap()).collect()
+        });
+        let mut all: Vec<usize> = hs.concat();
+        for (k, v) in hs.iter().enumerate() {
+            for (i, &h) in v.iter().enumerate() {
+                assert_eq!(t.with(h, |x| *x), Ok(k as u32 * 1000 + i as u32));
+            }
+        }
+        all.sort_unstable();
+        all.dedup();
+        assert_eq!(all.len(), 800);
+    }
+}

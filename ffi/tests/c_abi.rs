@@ -1,0 +1,185 @@
+//! The C ABI tested from C: the programs in `ffi/tests/c/` are compiled with `cc` (or `$CC`)
+//! against the committed header and the `libnccom_proxy.so` cargo built for this test, then run:
+//!
+//! * `seam_sendrecv.c` `dlopen`s the library, creates two comms over the in-memory transport,
+//!   plays the device and sends 1 MiB twice through the seam (bytes and semaphores checked);
+//! * `bad_input.c` links `-lnccom_proxy` and checks the status of every kind of bad input;
+//! * both again under valgrind (memcheck: no invalid access, no definite leak), when valgrind is
+//!   installed; otherwise that test prints a note and passes.
+//!
+//! `NCCOM_PROXY_LIB=/path/libnccom_proxy.so` tests another build of the library.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn manifest_dir() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The `libnccom_proxy.so` of this build: cargo builds the package's library (every crate type)
+/// before its integration tests, into the `deps` directory this test binary runs from.
+fn library() -> PathBuf {
+    if let Some(p) = std::env::var_os("NCCOM_PROXY_LIB") {
+        return PathBuf::from(p);
+    }
+    let exe = std::env::current_exe().expect("current_exe");
+    let deps = exe.parent().expect("test binary directory");
+    for dir in [Some(deps), deps.parent()].into_iter().flatten() {
+        let p = dir.join("libnccom_proxy.so");
+        if p.is_file() {
+            return p;
+        }
+    }
+    panic!(
+        "libnccom_proxy.so not found next to {} (build it with `cargo build -p proxy-ffi`, or set NCCOM_PROXY_LIB)",
+        exe.display()
+    );
+}
+
+/// Compiles `tests/c/<name>.c` into the test's scratch directory as `<out>`.
+fn compile(name: &str, out: &str, extra: &[&str]) -> PathBuf {
+    let src = manifest_dir().join("tests/c").join(format!("{name}.c"));
+    let exe = Path::new(env!("CARGO_TARGET_TMPDIR")).join(out);
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let mut cmd = Command::new(&cc);
+    cmd.args(["-std=c11", "-g", "-O1", "-Wall", "-Wextra", "-Werror"])
+        .arg("-I")
+        .arg(manifest_dir().join("include"))
+        .arg(&src)
+        .arg("-o")
+        .arg(&exe)
+        .args(extra);
+    let o = cmd.output().unwrap_or_else(|e| {
+        panic!("cannot run the C compiler `{cc}`: {e} (install gcc, or set CC)")
+    });
+    assert!(
+        o.status.success(),
+        "compiling {} failed:\n{cmd:?}\n{}{}",
+        src.display(),
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    exe
+}
+
+fn build_sendrecv(out: &str) -> PathBuf {
+    // -rdynamic: rank 1's comm finds this program's nec_inc_semaphore with dlsym(RTLD_DEFAULT).
+    compile("seam_sendrecv", out, &["-rdynamic", "-ldl"])
+}
+
+fn build_bad_input(out: &str) -> PathBuf {
+    let lib = library();
+    let dir = lib.parent().expect("library directory").to_owned();
+    let dir = dir.to_str().expect("utf-8 path");
+    compile(
+        "bad_input",
+        out,
+        &[
+            &format!("-L{dir}"),
+            "-lnccom_proxy",
+            &format!("-Wl,-rpath,{dir}"),
+        ],
+    )
+}
+
+/// Runs `cmd`, prints its output, and fails the test on a non-zero exit.
+fn run(mut cmd: Command) -> String {
+    let o = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
+    let stdout = String::from_utf8_lossy(&o.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    println!("{cmd:?}\n--- stdout\n{stdout}--- stderr\n{stderr}");
+    assert!(o.status.success(), "{cmd:?} failed with {}", o.status);
+    stdout
+}
+
+#[test]
+fn c_program_sends_1_mib_through_the_dlopened_seam() {
+    let exe = build_sendrecv("seam_sendrecv");
+    let mut cmd = Command::new(exe);
+    cmd.arg(library());
+    let out = run(cmd);
+    assert!(out.contains("seam_sendrecv: ok"), "{out}");
+}
+
+#[test]
+fn c_program_gets_a_status_for_every_bad_input() {
+    let exe = build_bad_input("bad_input");
+    let out = run(Command::new(exe));
+    assert!(out.contains("bad_input: ok"), "{out}");
+}
+
+#[test]
+fn c_programs_under_valgrind() {
+    let have = Command::new("valgrind")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !have {
+        println!("note: valgrind is not installed; skipping the valgrind run of the C programs");
+        eprintln!("note: valgrind is not installed; skipping the valgrind run of the C programs");
+        return;
+    }
+    let valgrind = |exe: &Path| {
+        let mut cmd = Command::new("valgrind");
+        cmd.args([
+            "--tool=memcheck",
+            "--error-exitcode=1",
+            "--leak-check=full",
+            "--errors-for-leak-kinds=definite",
+            "--show-leak-kinds=definite",
+            "--track-origins=yes",
+            "-q",
+        ])
+        .arg(exe)
+        // Quieter logs: valgrind's own report is what matters here.
+        .env("NEURON_RT_LOG_LEVEL", "OFF");
+        cmd
+    };
+    let mut cmd = valgrind(&build_sendrecv("seam_sendrecv_vg"));
+    cmd.arg(library());
+    assert!(run(cmd).contains("seam_sendrecv: ok"));
+    let cmd = valgrind(&build_bad_input("bad_input_vg"));
+    assert!(run(cmd).contains("bad_input: ok"));
+}
+
+#[test]
+fn c_program_links_with_the_pkg_config_file() {
+    if Command::new("pkg-config")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        println!("note: pkg-config is not installed; skipping the pkg-config link test");
+        return;
+    }
+    // An "installed" tree: the header, the library and the filled-in .pc file.
+    let prefix = Path::new(env!("CARGO_TARGET_TMPDIR")).join("pc-prefix");
+    let (inc, libdir) = (prefix.join("include"), prefix.join("lib"));
+    let pcdir = libdir.join("pkgconfig");
+    for d in [&inc, &pcdir] {
+        std::fs::create_dir_all(d).expect("mkdir");
+    }
+    std::fs::copy(
+        manifest_dir().join("include/nccom_proxy.h"),
+        inc.join("nccom_proxy.h"),
+    )
+    .expect("copy header");
+    std::fs::copy(library(), libdir.join("libnccom_proxy.so")).expect("copy library");
+    let pc = std::fs::read_to_string(manifest_dir().join("nccom_proxy.pc.in"))
+        .expect("nccom_proxy.pc.in")
+        .replace("@PREFIX@", prefix.to_str().expect("utf-8 path"))
+        .replace("@LIBDIR@", libdir.to_str().expect("utf-8 path"))
+        .replace("@VERSION@", env!("CARGO_PKG_VERSION"));
+    std::fs::write(pcdir.join("nccom_proxy.pc"), pc).expect("write .pc");
+    let mut cmd = Command::new("pkg-config");
+    cmd.args(["--cflags", "--libs", "nccom_proxy"])
+        .env("PKG_CONFIG_PATH", &pcdir);
+    let flags = run(cmd);
+    let flags: Vec<&str> = flags.split_whitespace().collect();
+    assert!(flags.contains(&"-lnccom_proxy"), "{flags:?}");
+    let exe = compile("bad_input", "bad_input_pc", &flags);
+    let out = run(Command::new(exe));
+    assert!(out.contains("bad_input: ok"), "{out}");
+}

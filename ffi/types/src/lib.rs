@@ -1,0 +1,322 @@
+//! The C ABI types of the progress half's shared library `libnccom_proxy.so`: `NRT_STATUS` and
+//! its values, the marks, the opaque handles, the comm configuration with its tagged transport
+//! descriptor, the `nec_*` device-callback table, and one function-pointer typedef per exported
+//! entry point.
+//!
+//! This crate holds types only (`no_std`, no code), so that both sides of the binary boundary
+//! agree on them without depending on each other: `proxy-ffi` (the library, which exports the
+//! functions and generates `ffi/include/nccom_proxy.h` from these definitions with cbindgen) and
+//! the driver's loader in `proxy-platform-linux` (which `dlopen`s the library and calls it through
+//! the typedefs). `proxy-ffi` checks at compile time that every export has exactly its typedef.
+//!
+//! Names: Rust names here, C names in the header (`cbindgen.toml` renames, e.g.
+//! [`NccomCommConfig`] → `nccom_comm_config_t`).
+//!
+//! Seed: the libnrt ↔ libnccom ABI (the `.bss` neuron-slot table filled at `dlopen`, the `nec_*`
+//! reverse callbacks), §1; DESIGN.md §8.
+#![no_std]
+#![deny(unsafe_op_in_unsafe_fn)]
+#![warn(missing_docs)]
+#![allow(non_camel_case_types)]
+
+use core::ffi::{c_char, c_int, c_void};
+
+pub use proxy_core::desc::{NetDestAddr, NetOpInfo, NetSrcAddr};
+
+// ---------------------------------------------------------------------------------------------
+// Versions
+// ---------------------------------------------------------------------------------------------
+
+/// Major version of this C ABI: a library whose major differs from the header's is incompatible.
+pub const NCCOM_PROXY_ABI_VERSION_MAJOR: u32 = 1;
+/// Minor version of this C ABI: additions that keep every older call and layout valid.
+pub const NCCOM_PROXY_ABI_VERSION_MINOR: u32 = 0;
+/// `(major << 16) | minor`, what `nccom_abi_version()` returns.
+pub const NCCOM_PROXY_ABI_VERSION: u32 = 0x0001_0000;
+
+const _: () = assert!(
+    NCCOM_PROXY_ABI_VERSION
+        == (NCCOM_PROXY_ABI_VERSION_MAJOR << 16) | NCCOM_PROXY_ABI_VERSION_MINOR
+);
+
+// ---------------------------------------------------------------------------------------------
+// Status codes
+// ---------------------------------------------------------------------------------------------
+
+/// A runtime status code (`nrt_status.h`): every entry point returns one. `NRT_SUCCESS` (0) is
+/// success; `nrt_get_status_as_str` names any value.
+pub type NRT_STATUS = u32;
+
+/// The call did what it was asked.
+pub const NRT_SUCCESS: NRT_STATUS = 0;
+/// An unclassified failure; also what a panic caught at the ABI boundary returns.
+pub const NRT_FAILURE: NRT_STATUS = 1;
+/// An argument is out of range or malformed (NULL pointer, stream >= 4, FIFO lengths that
+/// differ, unknown mark, peer >= nranks, ...). The log line says which.
+pub const NRT_INVALID: NRT_STATUS = 2;
+/// The handle is not a live object: NULL, destroyed, or never created by this library.
+pub const NRT_INVALID_HANDLE: NRT_STATUS = 3;
+/// An allocation or a fixed-capacity table (live comms, live groups) is exhausted.
+pub const NRT_RESOURCE: NRT_STATUS = 4;
+/// A bounded wait ran out (stop's drain limit).
+pub const NRT_TIMEOUT: NRT_STATUS = 5;
+/// The host-memory device model reported an error (e.g. the device posted more entries than
+/// an op has).
+pub const NRT_HW_ERROR: NRT_STATUS = 6;
+/// A bounded ring is full; the item stays with its producer.
+pub const NRT_QUEUE_FULL: NRT_STATUS = 7;
+/// Something has not been set up yet (comm creation: no `nec_inc_semaphore` anywhere).
+pub const NRT_UNINITIALIZED: NRT_STATUS = 13;
+/// The object was closed.
+pub const NRT_CLOSED: NRT_STATUS = 14;
+/// Nothing to take from a ring.
+pub const NRT_QUEUE_EMPTY: NRT_STATUS = 15;
+/// An execution's input is malformed.
+pub const NRT_EXEC_BAD_INPUT: NRT_STATUS = 1002;
+/// A collective is still in flight.
+pub const NRT_COLL_PENDING: NRT_STATUS = 1100;
+/// A collective failed on the device side.
+pub const NRT_EXEC_HW_ERR_COLLECTIVES: NRT_STATUS = 1200;
+/// The progress half failed: the comm's sticky fatal error (a transport error, a broken op
+/// invariant). Every later progress call on that comm returns it.
+pub const NRT_NETWORK_PROXY_FAILURE: NRT_STATUS = 1206;
+
+// ---------------------------------------------------------------------------------------------
+// Descriptor constants (DESIGN.md §5)
+// ---------------------------------------------------------------------------------------------
+
+/// Mark of a FIFO entry that is neither the last of its op nor of the execution.
+pub const NET_TRANSFER: u32 = 0;
+/// Mark of the last entry of an op.
+pub const NET_OP_COMPLETE: u32 = 1;
+/// Mark of the last entry of the last op of the execution (ends its op like `NET_OP_COMPLETE`).
+pub const EXEC_COMPLETE: u32 = 2;
+/// Peer value meaning "no peer" / "the op's own peer" (`-1`) in op infos and FIFO entries
+/// (the header spells it `(-1)` by hand).
+pub const NCCOM_NO_PEER: i32 = -1;
+/// Streams per comm: valid stream indices are `0 .. NCCOM_NUM_STREAMS`.
+pub const NCCOM_NUM_STREAMS: u32 = 4;
+/// Block id meaning "none"; not a valid `bb` for `neuronStartNetworkProxy`.
+pub const NCCOM_BB_NONE: u32 = u32::MAX;
+/// Value the device writes to a host index (or trigger word) to say "ready"; the proxy answers
+/// by writing 0 and incrementing the handshake semaphore by 1.
+pub const NCCOM_HOST_WORD_READY: u32 = u32::MAX;
+
+const _: () = {
+    assert!(NET_TRANSFER == proxy_core::desc::NET_TRANSFER);
+    assert!(NET_OP_COMPLETE == proxy_core::desc::NET_OP_COMPLETE);
+    assert!(EXEC_COMPLETE == proxy_core::desc::EXEC_COMPLETE);
+    assert!(NCCOM_NO_PEER == proxy_core::desc::NO_PEER);
+    assert!(NCCOM_NUM_STREAMS as usize == proxy_core::comm::NUM_STREAMS);
+    assert!(NCCOM_BB_NONE == proxy_core::comm::BB_NONE);
+    assert!(NCCOM_HOST_WORD_READY == proxy_core::sendrecv::HOST_WORD_READY);
+};
+
+// ---------------------------------------------------------------------------------------------
+// Handles
+// ---------------------------------------------------------------------------------------------
+
+/// A communicator's progress half (`nccom_comm_t`): opaque. A handle is never a pointer to
+/// memory; the library looks it up in a table of live handles (with a generation), so a
+/// destroyed handle or a pointer the library never handed out is answered with
+/// `NRT_INVALID_HANDLE` without being dereferenced.
+pub struct NccomComm {
+    _opaque: [u8; 0],
+}
+
+/// A group of in-memory ranks in one process (`nccom_mem_group_t`): opaque, looked up like
+/// [`NccomComm`]. Each rank of the group can be given to one comm.
+pub struct NccomMemGroup {
+    _opaque: [u8; 0],
+}
+
+/// A 32-bit host-memory word the device and the proxy share (`nccom_host_word_t`, which the
+/// header defines as `volatile uint32_t`). Both sides must access it atomically (C11 atomics or
+/// `__atomic` builtins on the C side).
+pub type NccomHostWord = u32;
+
+// ---------------------------------------------------------------------------------------------
+// Device callbacks (the nec_* reverse edge)
+// ---------------------------------------------------------------------------------------------
+
+/// The device callbacks the proxy ops call (`nccom_device_callbacks_t`): the seed's `nec_*`
+/// reverse edge from the progress half into the runtime.
+///
+/// Only `nec_inc_semaphore` is required. Every function is called from the thread that calls
+/// `neuronNetworkProxyProgress` / `neuronStopNetworkProxy` on the comm, and must not call back
+/// into this library.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NccomDeviceCallbacks {
+    /// Adds `val` to the semaphore increment register at `addr` (wrapping), with at least
+    /// release ordering: everything the proxy wrote before (received bytes) must be visible to
+    /// a device that reads the new value with acquire. Required.
+    ///
+    /// Seed: `nec_inc_semaphore(volatile uint32_t *addr, uint32_t val)`.
+    pub nec_inc_semaphore: Option<unsafe extern "C" fn(addr: *mut NccomHostWord, val: u32)>,
+    /// Reads a host index at `addr` with acquire ordering. NULL: an atomic acquire load.
+    pub nec_load_host_index: Option<unsafe extern "C" fn(addr: *mut NccomHostWord) -> u32>,
+    /// Writes `val` to the host index at `addr` with release ordering. NULL: an atomic release
+    /// store.
+    pub nec_store_host_index: Option<unsafe extern "C" fn(addr: *mut NccomHostWord, val: u32)>,
+}
+
+// ---------------------------------------------------------------------------------------------
+// Comm configuration
+// ---------------------------------------------------------------------------------------------
+
+/// Transport kind: ranks in this process linked by an in-memory group
+/// (`nccom_transport_desc_t.mem_group`).
+pub const NCCOM_TRANSPORT_MEM: u32 = 1;
+/// Transport kind: libfabric (EFA, shm, tcp) with a bootstrap root address
+/// (`nccom_transport_desc_t.libfabric`). Reserved: this build answers `NRT_INVALID`.
+pub const NCCOM_TRANSPORT_LIBFABRIC: u32 = 2;
+
+/// Comm flag: check every buffer and host-word address given to `neuronStartNetworkProxy`
+/// against ranges registered with `nccom_comm_register_memory` (an address outside them is
+/// `NRT_INVALID`, and the log line names the range). Without it the caller vouches for every
+/// address (see the header's memory contract).
+pub const NCCOM_COMM_CHECK_ADDRESSES: u32 = 1;
+
+/// The libfabric part of a transport descriptor (`nccom_libfabric_desc_t`). All zero for other
+/// kinds.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct NccomLibfabricDesc {
+    /// Provider name (`"efa"`, `"shm"`, `"tcp;ofi_rxm"`), NUL-terminated; NULL: `FI_PROVIDER`,
+    /// else efa, else shm when every rank is on this host, else tcp.
+    pub provider: *const c_char,
+    /// Bootstrap root `"ip:port"`, NUL-terminated; NULL: `NEURON_RT_ROOT_COMM_ID`.
+    pub root_addr: *const c_char,
+    /// Bootstrap timeout in milliseconds; 0: the default.
+    pub bootstrap_timeout_ms: u64,
+}
+
+/// A tagged transport descriptor (`nccom_transport_desc_t`): `kind` says which of the other
+/// fields is used; the fields of other kinds must be zero / NULL.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct NccomTransportDesc {
+    /// `NCCOM_TRANSPORT_MEM` or `NCCOM_TRANSPORT_LIBFABRIC`.
+    pub kind: u32,
+    /// Reserved, must be zero.
+    pub reserved: u32,
+    /// `NCCOM_TRANSPORT_MEM`: the group (from `nccom_mem_group_create`) whose rank `rank` this
+    /// comm takes; the group's nranks must equal the comm's.
+    pub mem_group: *mut NccomMemGroup,
+    /// `NCCOM_TRANSPORT_LIBFABRIC`: provider and bootstrap root.
+    pub libfabric: NccomLibfabricDesc,
+}
+
+/// What a comm is created with (`nccom_comm_config_t`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct NccomCommConfig {
+    /// This comm's rank, `< nranks`.
+    pub rank: u32,
+    /// Ranks in the comm, `1 ..= 65536` (an in-memory group: at most 256).
+    pub nranks: u32,
+    /// Id shared by every rank of the comm, `< 2^15` (it is in every transport tag).
+    pub comm_id: u32,
+    /// `0` or `NCCOM_COMM_CHECK_ADDRESSES`; other bits are `NRT_INVALID`.
+    pub flags: u32,
+    /// Which transport, and its parameters.
+    pub transport: NccomTransportDesc,
+    /// Device callbacks for this comm (copied at creation), or NULL: the table registered with
+    /// `nccom_register_device_callbacks`, else `nec_inc_semaphore` found with
+    /// `dlsym(RTLD_DEFAULT, ...)` (the executable must export it, e.g. link with `-rdynamic`),
+    /// else creation fails with `NRT_UNINITIALIZED`.
+    pub callbacks: *const NccomDeviceCallbacks,
+    /// `neuronStopNetworkProxy` waits at most this long (ns) for cancelled requests; 0: 1 s.
+    pub drain_limit_ns: u64,
+}
+
+// ---------------------------------------------------------------------------------------------
+// Entry points, as function-pointer typedefs (for dlsym)
+// ---------------------------------------------------------------------------------------------
+
+/// `neuronStartNetworkProxy`: files one basic block's FIFOs on a stream (seed B1).
+pub type NeuronStartNetworkProxyFn = unsafe extern "C" fn(
+    comm: *mut NccomComm,
+    stream: u32,
+    bb: u32,
+    ops: *const NetOpInfo,
+    n_ops: usize,
+    src: *const NetSrcAddr,
+    n_src: usize,
+    dst: *const NetDestAddr,
+    n_dst: usize,
+) -> NRT_STATUS;
+
+/// `neuronNetworkProxyProgress`: one progress tick on a stream, AND-ed into `*idle` / `*done`
+/// (seed B2, the seam call).
+pub type NeuronNetworkProxyProgressFn = unsafe extern "C" fn(
+    comm: *mut NccomComm,
+    stream: u32,
+    bb: u32,
+    idle: *mut c_int,
+    done: *mut c_int,
+) -> NRT_STATUS;
+
+/// `neuronStopNetworkProxy`: stream teardown (seed B3).
+pub type NeuronStopNetworkProxyFn =
+    unsafe extern "C" fn(comm: *mut NccomComm, stream: u32) -> NRT_STATUS;
+
+/// `nccom_abi_version`: the library's `NCCOM_PROXY_ABI_VERSION`.
+pub type NccomAbiVersionFn = unsafe extern "C" fn() -> u32;
+
+/// `nrt_get_status_as_str`: the name of a status value.
+pub type NrtGetStatusAsStrFn = unsafe extern "C" fn(status: NRT_STATUS) -> *const c_char;
+
+/// `nccom_register_device_callbacks`: sets (or, with NULL, clears) the process-wide callbacks.
+pub type NccomRegisterDeviceCallbacksFn =
+    unsafe extern "C" fn(callbacks: *const NccomDeviceCallbacks) -> NRT_STATUS;
+
+/// `nccom_mem_group_create`: a group of `nranks` in-memory ranks.
+pub type NccomMemGroupCreateFn =
+    unsafe extern "C" fn(nranks: u32, out: *mut *mut NccomMemGroup) -> NRT_STATUS;
+
+/// `nccom_mem_group_destroy`.
+pub type NccomMemGroupDestroyFn = unsafe extern "C" fn(group: *mut NccomMemGroup) -> NRT_STATUS;
+
+/// `nccom_comm_create`.
+pub type NccomCommCreateFn =
+    unsafe extern "C" fn(config: *const NccomCommConfig, out: *mut *mut NccomComm) -> NRT_STATUS;
+
+/// `nccom_comm_destroy`.
+pub type NccomCommDestroyFn = unsafe extern "C" fn(comm: *mut NccomComm) -> NRT_STATUS;
+
+/// `nccom_comm_register_memory`.
+pub type NccomCommRegisterMemoryFn =
+    unsafe extern "C" fn(comm: *mut NccomComm, base: *const c_void, len: usize) -> NRT_STATUS;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proxy_core::status::NrtStatus;
+
+    #[test]
+    fn status_values_match_core() {
+        let pairs = [
+            (NRT_SUCCESS, NrtStatus::Success),
+            (NRT_FAILURE, NrtStatus::Failure),
+            (NRT_INVALID, NrtStatus::Invalid),
+            (NRT_INVALID_HANDLE, NrtStatus::InvalidHandle),
+            (NRT_RESOURCE, NrtStatus::Resource),
+            (NRT_TIMEOUT, NrtStatus::Timeout),
+            (NRT_HW_ERROR, NrtStatus::HwError),
+            (NRT_QUEUE_FULL, NrtStatus::QueueFull),
+            (NRT_UNINITIALIZED, NrtStatus::Uninitialized),
+            (NRT_CLOSED, NrtStatus::Closed),
+            (NRT_QUEUE_EMPTY, NrtStatus::QueueEmpty),
+            (NRT_EXEC_BAD_INPUT, NrtStatus::ExecBadInput),
+            (NRT_COLL_PENDING, NrtStatus::CollPending),
+            (NRT_EXEC_HW_ERR_COLLECTIVES, NrtStatus::ExecHwErrCollectives),
+            (NRT_NETWORK_PROXY_FAILURE, NrtStatus::NetworkProxyFailure),
+        ];
+        assert_eq!(pairs.len(), NrtStatus::ALL.len());
+        for (c, s) in pairs {
+            assert_eq!(c, s.code(), "{}", s.as_str());
+        }
+    }
+}
