@@ -65,11 +65,15 @@ pub fn run_cli(args: &Args) -> i32 {
 
 fn run_inner(args: &Args) -> Result<i32, String> {
     if args.transport == TransportArg::Libfabric {
-        return Err(
+        return Err(if cfg!(feature = "libfabric") {
+            "--transport libfabric: proxy-perf does not drive the libfabric transport yet \
+             (ranks as processes arrive with its own issue); use --transport mem"
+                .into()
+        } else {
             "--transport libfabric: this proxy-perf was not built with libfabric \
-             (the libfabric transport arrives with its own issue); use --transport mem"
-                .into(),
-        );
+             (build with --features libfabric once proxy-perf drives it); use --transport mem"
+                .into()
+        });
     }
     if args.ranks == 0 || args.ranks > proxy_core::mem_transport::MAX_FABRIC_RANKS {
         return Err(format!(
