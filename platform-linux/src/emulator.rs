@@ -120,6 +120,11 @@ pub enum DeviceError {
         /// What was seen.
         what: String,
     },
+    /// The launcher gave up on the execution ([`DeviceThread::abort`]) while the device waited.
+    Aborted {
+        /// Rank of the device.
+        rank: u32,
+    },
 }
 
 impl fmt::Display for DeviceError {
@@ -131,6 +136,7 @@ impl fmt::Display for DeviceError {
             DeviceError::Protocol { rank, what } => {
                 write!(f, "device {rank}: protocol violation: {what}")
             }
+            DeviceError::Aborted { rank } => write!(f, "device {rank}: execution aborted"),
         }
     }
 }
@@ -193,6 +199,8 @@ pub struct Device {
     fault: Option<Fault>,
     wait: WaitPolicy,
     stats: Arc<DeviceStats>,
+    /// Raised to make every wait end at once with [`DeviceError::Aborted`] (sticky).
+    abort: Arc<AtomicBool>,
 }
 
 impl Device {
@@ -203,7 +211,14 @@ impl Device {
             fault,
             wait,
             stats: Arc::new(DeviceStats::default()),
+            abort: Arc::new(AtomicBool::new(false)),
         }
+    }
+
+    /// The flag that aborts this device's waits: once raised (it stays raised), every wait of
+    /// [`Device::execute`] ends at once with [`DeviceError::Aborted`].
+    pub fn abort_flag(&self) -> &Arc<AtomicBool> {
+        &self.abort
     }
 
     /// The counters.
@@ -220,10 +235,13 @@ impl Device {
         // SAFETY: `addr` comes from the job, whose words are live (execute's contract).
         let w = unsafe { word(addr) };
         let mut seen = 0;
+        let mut aborted = false;
         match self.wait.wait(|| {
             seen = w.load(Ordering::Acquire);
-            cond(seen)
+            aborted = self.abort.load(Ordering::Acquire);
+            aborted || cond(seen)
         }) {
+            Ok(()) if aborted => Err(DeviceError::Aborted { rank: self.rank }),
             Ok(()) => Ok(seen),
             Err(_) => Err(DeviceError::Timeout {
                 rank: self.rank,
@@ -453,6 +471,8 @@ struct Shared {
     /// Launches finished (written by the device after it stored the result).
     finished: AtomicU64,
     result: Mutex<Option<Result<(), DeviceError>>>,
+    /// The last finished launch failed (written before `finished`).
+    failed: AtomicBool,
     /// The thread waiting in [`DeviceThread::wait`], unparked when a launch finishes.
     waiter: Mutex<Option<Thread>>,
     stop: AtomicBool,
@@ -463,6 +483,8 @@ struct Shared {
 pub struct DeviceThread {
     shared: Arc<Shared>,
     stats: Arc<DeviceStats>,
+    /// The device's abort flag ([`Device::abort_flag`]).
+    abort: Arc<AtomicBool>,
     handle: Option<JoinHandle<()>>,
     wait: WaitPolicy,
     launched: u64,
@@ -493,11 +515,13 @@ impl DeviceThread {
             doorbell: AtomicU64::new(0),
             finished: AtomicU64::new(0),
             result: Mutex::new(None),
+            failed: AtomicBool::new(false),
             waiter: Mutex::new(None),
             stop: AtomicBool::new(false),
         });
         let mut device = Device::new(rank, fault, wait);
         let stats = device.stats().clone();
+        let abort = device.abort_flag().clone();
         let s = shared.clone();
         let handle = thread::Builder::new()
             .name(format!("device-{rank}"))
@@ -527,7 +551,9 @@ impl DeviceThread {
                         Some(j) => unsafe { device.execute(&j) },
                         None => Ok(()),
                     };
+                    s.failed.store(r.is_err(), Ordering::Relaxed);
                     *s.result.lock().unwrap_or_else(|e| e.into_inner()) = Some(r);
+                    // Release: the result and `failed` are visible to whoever sees the count.
                     s.finished.store(handled, Ordering::Release);
                     if let Some(t) = s.waiter.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
                         t.unpark();
@@ -537,6 +563,7 @@ impl DeviceThread {
         Ok(Self {
             shared,
             stats,
+            abort,
             handle: Some(handle),
             wait,
             launched: 0,
@@ -561,6 +588,22 @@ impl DeviceThread {
         if let Some(h) = &self.handle {
             h.thread().unpark();
         }
+    }
+
+    /// Makes the running execution, and every later one, end at once with
+    /// [`DeviceError::Aborted`] (sticky): for a launcher that gave up on the execution (its
+    /// proxy side failed), so that [`DeviceThread::wait`] returns without the device's
+    /// timeout.
+    pub fn abort(&self) {
+        self.abort.store(true, Ordering::Release);
+    }
+
+    /// `true` when the last launch has finished with an error (whether or not
+    /// [`DeviceThread::wait`] took the result; it does not wait).
+    pub fn failed(&self) -> bool {
+        self.launched > 0
+            && self.shared.finished.load(Ordering::Acquire) >= self.launched
+            && self.shared.failed.load(Ordering::Relaxed)
     }
 
     /// Waits for the last launch to finish and returns its result.
@@ -592,6 +635,8 @@ impl DeviceThread {
 impl Drop for DeviceThread {
     fn drop(&mut self) {
         self.shared.stop.store(true, Ordering::Release);
+        // An execution still running ends at its next wait instead of its timeout.
+        self.abort.store(true, Ordering::Release);
         if let Some(h) = self.handle.take() {
             h.thread().unpark();
             let _ = h.join();
@@ -734,6 +779,38 @@ mod tests {
         // SAFETY: `s` outlives the wait below.
         unsafe { t.launch(s.job.clone()) };
         assert!(t.wait().is_err());
+        drop(t);
+    }
+
+    /// A launcher that gives up (its proxy side failed) gets the device back at once, not after
+    /// the device's timeout; the abort is sticky.
+    #[test]
+    fn abort_ends_a_waiting_execution_at_once() {
+        let s = setup();
+        let slow = WaitPolicy {
+            timeout: Duration::from_secs(60),
+            ..quick()
+        };
+        let mut t = DeviceThread::spawn(0, None, slow, None).unwrap();
+        // SAFETY: `s` outlives the waits below (and the thread, dropped first).
+        unsafe { t.launch(s.job.clone()) };
+        // The device stalls at the net-stage trigger (no proxy consumes it).
+        let start = Instant::now();
+        while s.words[0].load(Ordering::Acquire) != 1 {
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "trigger never written"
+            );
+            thread::yield_now();
+        }
+        assert!(!t.failed());
+        t.abort();
+        assert_eq!(t.wait(), Err(DeviceError::Aborted { rank: 0 }));
+        assert!(start.elapsed() < Duration::from_secs(10));
+        assert!(t.failed());
+        // SAFETY: as above.
+        unsafe { t.launch(s.job.clone()) };
+        assert_eq!(t.wait(), Err(DeviceError::Aborted { rank: 0 }));
         drop(t);
     }
 
