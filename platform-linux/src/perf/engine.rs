@@ -159,11 +159,14 @@ pub trait Engine {
     unsafe fn submit(&mut self, rank: u32, exec: Execution) -> Result<(), String>;
 
     /// Waits until `rank`'s oldest outstanding execution is complete (both tasks DONE) and
-    /// returns its status.
+    /// returns its status. Stops waiting, with an error, as soon as a task of the execution has
+    /// failed or `device_failed` answers `true` (the device will not reach the stages the
+    /// remaining tasks wait for): the engine is then unusable and must be dropped (its drop ends
+    /// every task still in flight).
     ///
     /// # Errors
-    /// A message naming the failed task and its status.
-    fn wait(&mut self, rank: u32) -> Result<(), String>;
+    /// A message naming the failed task and its status, or saying that the device failed.
+    fn wait(&mut self, rank: u32, device_failed: &dyn Fn() -> bool) -> Result<(), String>;
 
     /// Executions a rank may have submitted and not yet waited for.
     fn max_in_flight(&self) -> usize {
@@ -386,7 +389,8 @@ impl Engine for DirectEngine {
         Ok(())
     }
 
-    fn wait(&mut self, rank: u32) -> Result<(), String> {
+    fn wait(&mut self, rank: u32, _device_failed: &dyn Fn() -> bool) -> Result<(), String> {
+        // The rank's thread runs the whole execution under the wait policy's timeouts.
         let t = &self.ranks[rank as usize];
         let target = t.submitted;
         let policy = WaitPolicy {
@@ -395,7 +399,7 @@ impl Engine for DirectEngine {
         };
         policy
             .wait(|| t.slot.finished.load(Ordering::Acquire) >= target)
-            .map_err(|_| format!("rank {rank}: execution did not finish"))?;
+            .map_err(|_| "execution did not finish".to_string())?;
         t.slot
             .result
             .lock()
@@ -698,47 +702,61 @@ impl Engine for DriverEngine {
         ];
         let slot = &mut r.member.as_mut().ok_or("rank left")?.slot;
         slot.submit(Box::new(net) as TaskBox)
-            .map_err(|e| format!("rank {rank}: submit: {}", e.status))?;
+            .map_err(|e| format!("submit: {}", e.status))?;
         if let Err(e) = slot.submit(Box::new(barrier) as TaskBox) {
             // The network task is in: its record belongs to this execution's wait.
             r.pending.push_back([ids[0], ids[0]]);
-            return Err(format!("rank {rank}: submit: {}", e.status));
+            return Err(format!("submit: {}", e.status));
         }
         r.pending.push_back(ids);
         Ok(())
     }
 
-    fn wait(&mut self, rank: u32) -> Result<(), String> {
-        let w = self.waiter();
+    fn wait(&mut self, rank: u32, device_failed: &dyn Fn() -> bool) -> Result<(), String> {
         let poll = WaitPolicy {
             timeout: std::time::Duration::from_millis(2),
             ..self.poll
+        };
+        // After the first 2 ms: check the ring (and the device) every 100 µs nap, 100 ms per
+        // round; rounds go on while the device is fine (the tasks' own no-progress timeout
+        // bounds them).
+        let slow = WaitPolicy {
+            spins: 0,
+            yields: 0,
+            nap: std::time::Duration::from_micros(100),
+            timeout: std::time::Duration::from_millis(100),
         };
         let r = &mut self.ranks[rank as usize];
         let Some(ids) = r.pending.pop_front() else {
             return Ok(());
         };
         let slot = &mut r.member.as_mut().ok_or("rank left")?.slot;
-        let mut first_err = None;
         let mut missing: Vec<u32> = ids.to_vec();
         missing.dedup();
         while !missing.is_empty() {
             let rec = match r.early.iter().position(|e| missing.contains(&e.task_id)) {
                 Some(i) => r.early.swap_remove(i),
                 None => {
-                    // Yield-poll the status ring first (a parked consumer costs the worker a
-                    // wake-up syscall), then fall back to the driver's spin-then-park wait.
+                    // Yield-poll the status ring first, then nap-poll it (a parked consumer
+                    // costs the worker a wake-up syscall per record), watching the device: a
+                    // failed device never reaches the barrier stage, so the barrier task would
+                    // never end.
                     let mut got = None;
-                    let _ = poll.wait(|| {
-                        got = slot.try_pop_record();
-                        got.is_some()
-                    });
-                    match got {
-                        Some(rec) => rec,
-                        None => slot.wait_record(&w).ok_or_else(|| {
-                            format!("rank {rank}: no record although tasks are outstanding")
-                        })?,
+                    let mut policy = poll;
+                    loop {
+                        let _ = policy.wait(|| {
+                            got = slot.try_pop_record();
+                            got.is_some()
+                        });
+                        if got.is_some() {
+                            break;
+                        }
+                        if device_failed() {
+                            return Err(format!("the device failed; tasks {missing:?} abandoned"));
+                        }
+                        policy = slow;
                     }
+                    got.expect("loop ends with a record")
                 }
             };
             let Some(i) = missing.iter().position(|&id| id == rec.task_id) else {
@@ -747,14 +765,12 @@ impl Engine for DriverEngine {
             };
             missing.swap_remove(i);
             if rec.status() != NrtStatus::Success {
-                first_err.get_or_insert(format!(
-                    "rank {rank}: task {} ended {}",
-                    rec.task_id,
-                    rec.status()
-                ));
+                // The other task of the execution may never end (a barrier task waits for a
+                // device that waits for the failed network task): do not wait for it.
+                return Err(format!("task {} ended {}", rec.task_id, rec.status()));
             }
         }
-        first_err.map_or(Ok(()), Err)
+        Ok(())
     }
 
     fn max_in_flight(&self) -> usize {

@@ -25,7 +25,7 @@ use super::engine::{
     EngineComm, Execution,
 };
 use crate::bootstrap::SharedBootstrap;
-use crate::emulator::{DeviceThread, Fault, Job, WaitPolicy};
+use crate::emulator::{DeviceError, DeviceThread, Fault, Job, WaitPolicy};
 use crate::hostmem::{HostMem, HostMemCallbacks, LINE};
 use crate::loader::ProgressLib;
 use crate::Config;
@@ -142,8 +142,11 @@ pub struct World {
     /// By local index.
     fixed: Vec<FixedWords>,
     next_exec: u32,
-    /// Buffers of earlier rows, kept until the engine is gone when a transport may have
-    /// registered them (libfabric's registration cache does not watch the address space).
+    /// The first failure: the world runs nothing after it (tasks may still be in flight).
+    failed: Option<String>,
+    /// Buffers kept until the engine is gone: of earlier rows when a transport may have
+    /// registered them (libfabric's registration cache does not watch the address space), and
+    /// of a failed row (tasks may still use them).
     retired: Vec<Vec<RankMem>>,
 }
 
@@ -438,6 +441,7 @@ impl World {
             devices,
             fixed: a.mems.into_iter().map(|mem| FixedWords { mem }).collect(),
             next_exec: 0,
+            failed: None,
             retired: Vec::new(),
         })
     }
@@ -492,6 +496,9 @@ impl World {
     /// schedule `[BLOCK; reps]`) for every local rank. The lowest local rank leads the barrier
     /// and raises the barrier-done semaphore of every local rank.
     fn submit(&mut self, prep: &Prepared, reps: u32, set: usize) -> Result<(), String> {
+        if let Some(e) = &self.failed {
+            return Err(format!("an earlier execution failed: {e}"));
+        }
         let n = self.local.len();
         let done_words: Vec<u64> = self.fixed.iter().map(FixedWords::barrier_done).collect();
         self.next_exec = self.next_exec.wrapping_add(1);
@@ -521,8 +528,13 @@ impl World {
                 leader: r == 0,
             };
             // SAFETY: the buffers and words live in `self` / the caller's RankMem until the
-            // execution has been waited for (`complete`, always called before they go).
-            unsafe { self.engine.submit(r as u32, exec) }?;
+            // execution has been waited for (`complete`), or, after a failure, until the
+            // engine is gone (`row` retires the buffers; fields drop in order).
+            if let Err(e) = unsafe { self.engine.submit(r as u32, exec) } {
+                let e = format!("rank {}: {e}", self.local[r]);
+                self.failed = Some(e.clone());
+                return Err(e);
+            }
         }
         Ok(())
     }
@@ -544,16 +556,36 @@ impl World {
             // SAFETY: as in `submit`.
             unsafe { self.devices[r].launch(job) };
         }
-        let mut first_err = None;
+        // The proxy side first: it stops waiting as soon as a task failed or the rank's device
+        // did; then the devices, aborted if the proxy side gave up (they would only wait for
+        // it until their timeout).
+        let mut proxy_err = None;
         for r in 0..n {
-            if let Err(e) = self.devices[r].wait() {
-                first_err.get_or_insert(e.to_string());
-            }
-            if let Err(e) = self.engine.wait(r as u32) {
-                first_err.get_or_insert(format!("rank {}: {e}", self.local[r]));
+            let dev = &self.devices[r];
+            if let Err(e) = self.engine.wait(r as u32, &|| dev.failed()) {
+                proxy_err.get_or_insert(format!("rank {}: {e}", self.local[r]));
+                for d in &self.devices {
+                    d.abort();
+                }
             }
         }
-        first_err.map_or(Ok(()), Err)
+        let mut device_err = None;
+        for d in &mut self.devices {
+            match d.wait() {
+                Ok(()) | Err(DeviceError::Aborted { .. }) => {}
+                Err(e) => {
+                    device_err.get_or_insert(e.to_string());
+                }
+            }
+        }
+        // A device's own failure names the cause better than "the device failed".
+        match device_err.or(proxy_err) {
+            Some(e) => {
+                self.failed = Some(e.clone());
+                Err(e)
+            }
+            None => Ok(()),
+        }
     }
 
     /// Runs `count` executions of `reps` program executions each. With an engine that takes
@@ -568,14 +600,9 @@ impl World {
             submitted += 1;
         }
         for i in 0..count {
-            let r = self.complete(prep, reps, i as usize % TRIGGER_SETS);
-            if r.is_err() {
-                // Drain what is still in flight before reporting (its memory must not go).
-                for j in i + 1..submitted {
-                    let _ = self.complete(prep, reps, j as usize % TRIGGER_SETS);
-                }
-                return r;
-            }
+            // On failure the world is done (`failed`): what is still in flight ends when the
+            // engine is dropped, before any memory it may use (`retired`, `fixed`).
+            self.complete(prep, reps, i as usize % TRIGGER_SETS)?;
             if submitted < count {
                 self.submit(prep, reps, submitted as usize % TRIGGER_SETS)?;
                 submitted += 1;
@@ -764,6 +791,9 @@ impl World {
     /// # Errors
     /// A message when planning, the proxy or a device fails.
     pub fn row(&mut self, size: u64) -> Result<Row, String> {
+        if let Some(e) = &self.failed {
+            return Err(format!("an earlier execution failed: {e}"));
+        }
         let n = self.args.ranks;
         let probe = plan(&self.params(size, 0, false)).map_err(|e| e.to_string())?;
         let mut mems: Vec<RankMem> = self
@@ -783,8 +813,9 @@ impl World {
             .collect();
         let oop = self.measure(&mut mems, size, false);
         let ip = oop.is_ok().then(|| self.measure(&mut mems, size, true));
-        if self.peers.is_some() {
-            // The transport may hold registrations of these buffers until it closes.
+        if self.peers.is_some() || self.failed.is_some() {
+            // The transport may hold registrations of these buffers until it closes; after a
+            // failure, tasks still in flight may use them until the engine is dropped.
             self.retired.push(mems);
         }
         let (oop, ip) = (oop?, ip.expect("measured when oop is ok")?);
