@@ -131,6 +131,9 @@ struct Objects {
     cq: *mut fi::fid_cq,
     av: *mut fi::fid_av,
     ep: *mut fi::fid_ep,
+    /// An object failed to close (and was leaked): the objects it depends on must not be
+    /// closed under it, so they are leaked too.
+    leaking: bool,
 }
 
 impl Objects {
@@ -141,6 +144,7 @@ impl Objects {
             cq: ptr::null_mut(),
             av: ptr::null_mut(),
             ep: ptr::null_mut(),
+            leaking: false,
         }
     }
 
@@ -151,42 +155,78 @@ impl Objects {
             return 0;
         }
         // SAFETY: `ep` is an open endpoint owned by this struct, closed once.
-        unsafe { fi::fi_close(&mut (*ep).fid) }
+        let ret = unsafe { fi::fi_close(&mut (*ep).fid) };
+        self.leaking |= ret != 0;
+        ret
     }
 
     /// Closes everything still open, endpoint first; returns the first failure as
-    /// `(object, status)`. An object that fails to close is forgotten (leaked).
+    /// `(object, status)`. An object that fails to close is forgotten (leaked), and so is every
+    /// object opened before it: closing a fabric under a domain that refused to close
+    /// (`-FI_EBUSY` on tcp after a peer vanished mid-send) frees what the provider's threads
+    /// still use, and crashed a survivor here.
     fn close_all(&mut self) -> Option<(&'static str, i32)> {
-        let mut first = None;
+        let ep = self.close_ep();
+        let mut first = (ep != 0).then_some(("endpoint", ep));
+        if self.leaking {
+            let leaked: Vec<&str> = [
+                (!self.av.is_null()).then_some("address vector"),
+                (!self.cq.is_null()).then_some("completion queue"),
+                (!self.domain.is_null()).then_some("domain"),
+                (!self.fabric.is_null()).then_some("fabric"),
+            ]
+            .into_iter()
+            .flatten()
+            .collect();
+            *self = Self {
+                leaking: true,
+                ..Self::none()
+            };
+            if !leaked.is_empty() {
+                log::warn!("libfabric: the endpoint did not close: {leaked:?} leaked with it");
+            }
+            // close() has reported the endpoint's failure.
+            return first;
+        }
         let mut note = |what, ret: i32| {
             if ret != 0 && first.is_none() {
                 first = Some((what, ret));
             }
+            ret == 0
         };
-        note("endpoint", self.close_ep());
         // Each pointer below is an open object owned by this struct, nulled before it is closed
         // (so closed at most once), after everything that depends on it.
+        let mut children_closed = true;
         let av = std::mem::replace(&mut self.av, ptr::null_mut());
         if !av.is_null() {
             // SAFETY: `av` is open and owned; the endpoint bound to it is closed.
-            note("address vector", unsafe { fi::fi_close(&mut (*av).fid) });
+            children_closed &= note("address vector", unsafe { fi::fi_close(&mut (*av).fid) });
         }
         let cq = std::mem::replace(&mut self.cq, ptr::null_mut());
         if !cq.is_null() {
             // SAFETY: `cq` is open and owned; the endpoint bound to it is closed.
-            note("completion queue", unsafe { fi::fi_close(&mut (*cq).fid) });
+            children_closed &= note("completion queue", unsafe { fi::fi_close(&mut (*cq).fid) });
         }
         let domain = std::mem::replace(&mut self.domain, ptr::null_mut());
         if !domain.is_null() {
-            // SAFETY: `domain` is open and owned; its endpoint, AV and CQ are closed (the
-            // registrations were closed by the caller).
-            note("domain", unsafe { fi::fi_close(&mut (*domain).fid) });
+            if children_closed {
+                // SAFETY: `domain` is open and owned; its endpoint, AV and CQ are closed (the
+                // registrations were closed by the caller).
+                children_closed &= note("domain", unsafe { fi::fi_close(&mut (*domain).fid) });
+            } else {
+                log::warn!("libfabric: the AV or CQ did not close: the domain is leaked");
+            }
         }
         let fabric = std::mem::replace(&mut self.fabric, ptr::null_mut());
         if !fabric.is_null() {
-            // SAFETY: `fabric` is open and owned; its domain is closed.
-            note("fabric", unsafe { fi::fi_close(&mut (*fabric).fid) });
+            if children_closed {
+                // SAFETY: `fabric` is open and owned; its domain is closed.
+                children_closed &= note("fabric", unsafe { fi::fi_close(&mut (*fabric).fid) });
+            } else {
+                log::warn!("libfabric: an object of the fabric did not close: it is leaked");
+            }
         }
+        self.leaking |= !children_closed;
         first
     }
 }
