@@ -922,6 +922,15 @@ impl Comm {
     pub fn stop(&mut self, stream: u32) -> Result<(), NrtStatus> {
         let s = check_stream(stream)?;
         let comm_id = self.config.comm_id;
+        // A stream torn down with ops still active (task failure, timeout, a comm leaving):
+        // log the comm's state, every block and op, for the post-mortem (DESIGN.md §6).
+        if !self.streams[s].active.is_empty() && log::log_enabled!(log::Level::Warn) {
+            let mut dump = alloc::string::String::new();
+            let _ = self.dump(&mut dump);
+            log::warn!(
+                "stop: comm {comm_id} stream {stream} torn down with active ops; state:\n{dump}"
+            );
+        }
         // Cancel every outstanding request of the active ops.
         let mut pending: Vec<RequestId> = Vec::new();
         for opp in self.streams[s].active.iter() {
