@@ -67,8 +67,9 @@ no_std() {
   cargo build -p proxy-core --target x86_64-unknown-none
 }
 
-# The libfabric backend is a cargo feature of proxy-platform-linux; CI builds and tests with it on.
-FEATURES=(--features proxy-platform-linux/libfabric)
+# The libfabric backend is a cargo feature of proxy-platform-linux, and NCCOM_TRANSPORT_LIBFABRIC
+# of the C ABI a feature of proxy-ffi (it needs the former); CI builds and tests with both on.
+FEATURES=(--features proxy-platform-linux/libfabric,proxy-ffi/libfabric)
 
 clippy() {
   cargo clippy --workspace --all-targets "${FEATURES[@]}" -- -D warnings

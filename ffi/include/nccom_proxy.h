@@ -105,7 +105,11 @@ typedef volatile uint32_t nccom_host_word_t;
 
 /**
  * Transport kind: libfabric (EFA, shm, tcp) with a bootstrap root address
- * (`nccom_transport_desc_t.libfabric`). Reserved: this build answers `NRT_INVALID`.
+ * (`nccom_transport_desc_t.libfabric`). Creation is collective (every rank calls
+ * `nccom_comm_create`; each call blocks until all are connected). Only in libraries built with
+ * the `libfabric` feature; others answer `NRT_INVALID`. Memory posted through such a comm may
+ * be registered with the provider and stays registered until the comm is destroyed: do not
+ * free a buffer and reuse its addresses for another one while the comm lives.
  */
 #define NCCOM_TRANSPORT_LIBFABRIC 2
 
@@ -341,7 +345,8 @@ typedef struct nccom_libfabric_desc_t {
      */
     const char *root_addr;
     /**
-     * Bootstrap timeout in milliseconds; 0: the default.
+     * Bound of comm creation's bootstrap waits in milliseconds; 0: `NEURON_RT_BOOTSTRAP_TIMEOUT`
+     * (seconds), else 120 s.
      */
     uint64_t bootstrap_timeout_ms;
 } nccom_libfabric_desc_t;
@@ -688,17 +693,26 @@ NRT_STATUS nccom_mem_group_destroy(struct nccom_mem_group_t *group);
  * `config->callbacks` if not NULL, else the registered table, else `nec_inc_semaphore` found
  * with `dlsym(RTLD_DEFAULT, ...)`.
  *
+ * `NCCOM_TRANSPORT_LIBFABRIC` (libraries built with the `libfabric` feature) is collective:
+ * every rank of the comm calls this with the same `nranks`, `comm_id`, provider and root
+ * address; rank 0 listens on the root address, and each call blocks until every rank is
+ * connected (at most the bootstrap timeout: `bootstrap_timeout_ms`, else
+ * `NEURON_RT_BOOTSTRAP_TIMEOUT`, else 120 s).
+ *
  * Returns `NRT_SUCCESS`; `NRT_INVALID` for a NULL `config` / `out`, unknown flags, rank >=
- * nranks, nranks out of range, comm id >= 2^15, an unknown transport kind, libfabric (not in
- * this build yet), a group whose nranks differs or whose rank was taken, a callbacks table
- * without `nec_inc_semaphore`; `NRT_INVALID_HANDLE` for a bad `mem_group`;
- * `NRT_UNINITIALIZED` when no `nec_inc_semaphore` can be found; `NRT_RESOURCE` when too many
- * comms are live.
+ * nranks, nranks out of range, comm id >= 2^15, an unknown transport kind, libfabric in a
+ * build without it, a root address that does not parse, a comm id that differs from rank 0's,
+ * a group whose nranks differs or whose rank was taken, a callbacks table without
+ * `nec_inc_semaphore`; `NRT_INVALID_HANDLE` for a bad `mem_group`; `NRT_UNINITIALIZED` when
+ * no `nec_inc_semaphore` can be found; `NRT_RESOURCE` when too many comms are live;
+ * libfabric: `NRT_TIMEOUT` when a rank did not arrive in time, `NRT_NETWORK_PROXY_FAILURE`
+ * when a rank's endpoint could not be opened or connected (every rank reports it).
  *
  * # Safety
  * `config` must be NULL or point to a readable `nccom_comm_config_t` (its `callbacks` NULL or
- * a readable table whose members have their declared signatures); `out` NULL or writable.
- * The comm follows the memory contract of the header.
+ * a readable table whose members have their declared signatures; its libfabric strings NULL
+ * or NUL-terminated); `out` NULL or writable. The comm follows the memory contract of the
+ * header.
  */
 NRT_STATUS nccom_comm_create(const struct nccom_comm_config_t *config, struct nccom_comm_t **out);
 

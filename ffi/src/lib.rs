@@ -46,6 +46,8 @@
 
 mod device;
 mod handles;
+#[cfg(feature = "libfabric")]
+mod libfabric;
 mod logging;
 
 use std::any::Any;
@@ -485,9 +487,21 @@ fn validate_config(what: &str, cfg: &NccomCommConfig) -> Result<(), NrtStatus> {
             }
             Ok(())
         }
+        NCCOM_TRANSPORT_LIBFABRIC if cfg!(feature = "libfabric") => {
+            if !t.mem_group.is_null() {
+                return bad("NCCOM_TRANSPORT_LIBFABRIC with a non-NULL mem_group".into());
+            }
+            #[cfg(feature = "libfabric")]
+            // SAFETY: the C contract of `nccom_comm_config_t`: its strings are NULL or
+            // NUL-terminated.
+            unsafe {
+                libfabric::validate(what, cfg)?
+            };
+            Ok(())
+        }
         NCCOM_TRANSPORT_LIBFABRIC => bad(
-            "the libfabric transport is not available in this build of libnccom_proxy yet \
-             (NCCOM_TRANSPORT_LIBFABRIC is reserved)"
+            "this build of libnccom_proxy has no libfabric transport (build proxy-ffi with \
+             --features libfabric, which needs libfabric-dev >= 1.17)"
                 .into(),
         ),
         k => bad(format!("unknown transport kind {k}")),
@@ -499,17 +513,26 @@ fn validate_config(what: &str, cfg: &NccomCommConfig) -> Result<(), NrtStatus> {
 /// `config->callbacks` if not NULL, else the registered table, else `nec_inc_semaphore` found
 /// with `dlsym(RTLD_DEFAULT, ...)`.
 ///
+/// `NCCOM_TRANSPORT_LIBFABRIC` (libraries built with the `libfabric` feature) is collective:
+/// every rank of the comm calls this with the same `nranks`, `comm_id`, provider and root
+/// address; rank 0 listens on the root address, and each call blocks until every rank is
+/// connected (at most the bootstrap timeout: `bootstrap_timeout_ms`, else
+/// `NEURON_RT_BOOTSTRAP_TIMEOUT`, else 120 s).
+///
 /// Returns `NRT_SUCCESS`; `NRT_INVALID` for a NULL `config` / `out`, unknown flags, rank >=
-/// nranks, nranks out of range, comm id >= 2^15, an unknown transport kind, libfabric (not in
-/// this build yet), a group whose nranks differs or whose rank was taken, a callbacks table
-/// without `nec_inc_semaphore`; `NRT_INVALID_HANDLE` for a bad `mem_group`;
-/// `NRT_UNINITIALIZED` when no `nec_inc_semaphore` can be found; `NRT_RESOURCE` when too many
-/// comms are live.
+/// nranks, nranks out of range, comm id >= 2^15, an unknown transport kind, libfabric in a
+/// build without it, a root address that does not parse, a comm id that differs from rank 0's,
+/// a group whose nranks differs or whose rank was taken, a callbacks table without
+/// `nec_inc_semaphore`; `NRT_INVALID_HANDLE` for a bad `mem_group`; `NRT_UNINITIALIZED` when
+/// no `nec_inc_semaphore` can be found; `NRT_RESOURCE` when too many comms are live;
+/// libfabric: `NRT_TIMEOUT` when a rank did not arrive in time, `NRT_NETWORK_PROXY_FAILURE`
+/// when a rank's endpoint could not be opened or connected (every rank reports it).
 ///
 /// # Safety
 /// `config` must be NULL or point to a readable `nccom_comm_config_t` (its `callbacks` NULL or
-/// a readable table whose members have their declared signatures); `out` NULL or writable.
-/// The comm follows the memory contract of the header.
+/// a readable table whose members have their declared signatures; its libfabric strings NULL
+/// or NUL-terminated); `out` NULL or writable. The comm follows the memory contract of the
+/// header.
 #[no_mangle]
 pub unsafe extern "C" fn nccom_comm_create(
     config: *const NccomCommConfig,
@@ -527,6 +550,13 @@ pub unsafe extern "C" fn nccom_comm_create(
             Some(c_in(WHAT, "config.callbacks", cfg.callbacks)?)
         };
         let dev = device::resolve(own)?;
+        let clock = Arc::new(MonoClock(Instant::now()));
+        #[cfg(feature = "libfabric")]
+        if cfg.transport.kind == NCCOM_TRANSPORT_LIBFABRIC {
+            // SAFETY: the C contract of `nccom_comm_config_t` (strings NULL or NUL-terminated).
+            let comm = unsafe { libfabric::create(WHAT, &cfg, Arc::new(dev), clock) }?;
+            return register_comm(WHAT, &cfg, comm, out);
+        }
         // Last, because a rank's endpoint can be taken only once.
         let gh = cfg.transport.mem_group.addr();
         let transport = GROUPS
@@ -550,34 +580,39 @@ pub unsafe extern "C" fn nccom_comm_create(
             cc.drain_limit_ns = cfg.drain_limit_ns;
         }
         let transport: Box<dyn Transport> = Box::new(transport);
-        let mut comm = Comm::new(
-            cc,
-            transport,
-            Arc::new(dev),
-            Arc::new(MonoClock(Instant::now())),
-        )?;
-        if cfg.flags & NCCOM_COMM_CHECK_ADDRESSES == 0 {
-            // SAFETY: the C contract (crate docs, header "memory contract"): the caller vouches
-            // for every address it gives `neuronStartNetworkProxy`.
-            unsafe { comm.trust_all_addresses() };
-        }
-        let entry = Box::new(CommEntry {
-            comm,
-            poisoned: false,
-        });
-        let h = COMMS.insert(entry).map_err(|_| {
-            log::error!("{WHAT}: too many live comms ({})", handles::CAPACITY);
-            NrtStatus::Resource
-        })?;
-        log::debug!(
-            "{WHAT}: comm {h:#x}: rank {} of {}, comm id {}",
-            cfg.rank,
-            cfg.nranks,
-            cfg.comm_id
-        );
-        *out = ptr::without_provenance_mut(h);
-        Ok(())
+        let comm = Comm::new(cc, transport, Arc::new(dev), clock)?;
+        register_comm(WHAT, &cfg, comm, out)
     })
+}
+
+/// The end of `nccom_comm_create`: the address mode, a handle, `*out`.
+fn register_comm(
+    what: &str,
+    cfg: &NccomCommConfig,
+    mut comm: Comm,
+    out: &mut *mut NccomComm,
+) -> Result<(), NrtStatus> {
+    if cfg.flags & NCCOM_COMM_CHECK_ADDRESSES == 0 {
+        // SAFETY: the C contract (crate docs, header "memory contract"): the caller vouches
+        // for every address it gives `neuronStartNetworkProxy`.
+        unsafe { comm.trust_all_addresses() };
+    }
+    let entry = Box::new(CommEntry {
+        comm,
+        poisoned: false,
+    });
+    let h = COMMS.insert(entry).map_err(|_| {
+        log::error!("{what}: too many live comms ({})", handles::CAPACITY);
+        NrtStatus::Resource
+    })?;
+    log::debug!(
+        "{what}: comm {h:#x}: rank {} of {}, comm id {}",
+        cfg.rank,
+        cfg.nranks,
+        cfg.comm_id
+    );
+    *out = ptr::without_provenance_mut(h);
+    Ok(())
 }
 
 /// Destroys a comm: stops its four streams (cancelling and draining requests in flight), closes

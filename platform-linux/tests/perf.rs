@@ -1,5 +1,7 @@
 //! proxy-perf end to end (issue 6): correctness of every collective through the whole engine,
-//! every reduction op, a planted fault, `--loop` recycling, and the table format.
+//! every reduction op, a planted fault, `--loop` recycling, and the table format; issue 7:
+//! ranks as processes over libfabric (tcp and shm on loopback); issue 8: the progress half
+//! loaded from `libnccom_proxy.so` with `--progress-lib`.
 //!
 //! The matrix tests use the library (`perf::run::World`) to avoid a process per case; the
 //! others run the `proxy-perf` binary. Every wait inside is bounded (the tool's wait policy
@@ -272,13 +274,25 @@ fn no_check_prints_na() {
     assert_eq!((f[8], f[12]), ("N/A", "N/A"), "{row}");
 }
 
-/// `--transport libfabric` is accepted and refused with a clear message until the backend is
-/// built in.
+/// Without the `libfabric` feature, `--transport libfabric` is accepted and refused with a
+/// clear message.
+#[cfg(not(feature = "libfabric"))]
 #[test]
 fn libfabric_transport_is_refused_clearly() {
     let (code, _, err) = run_bin(&["all-reduce", "--transport", "libfabric"]);
     assert_eq!(code, 2);
     assert!(err.contains("not built with libfabric"), "{err}");
+}
+
+/// `--provider` only means something with `--transport libfabric`.
+#[test]
+fn provider_needs_the_libfabric_transport() {
+    let (code, _, err) = run_bin(&["all-reduce", "--provider", "tcp"]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("--provider needs --transport libfabric"),
+        "{err}"
+    );
 }
 
 /// `--plot` writes an SVG (no system fonts needed).
@@ -364,4 +378,284 @@ fn direct_engine_diagnostic() {
         "1",
     ]);
     check_sizes(&a, &[12, 3 * 40_000]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Runs bounded in time: the tool (and, with libfabric, the rank processes it starts) in a
+// process group of its own, killed as a group at the deadline.
+
+struct Bounded {
+    code: Option<i32>,
+    out: String,
+    err: String,
+    took: Duration,
+}
+
+/// Runs proxy-perf with `extra` (and `env`); kills its process group after `limit`.
+fn run_bounded(extra: &[&str], env: &[(&str, &str)], limit: Duration) -> Bounded {
+    use std::io::Read;
+    use std::os::unix::process::CommandExt;
+    use std::process::Stdio;
+    let start = Instant::now();
+    let mut cmd = Command::new(BIN);
+    cmd.args(extra)
+        .envs(env.iter().copied())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0);
+    let mut child = cmd.spawn().expect("run proxy-perf");
+    let pgid = child.id() as i32;
+    let drain = |mut r: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut s = String::new();
+            let _ = r.read_to_string(&mut s);
+            s
+        })
+    };
+    let out = drain(Box::new(child.stdout.take().unwrap()));
+    let err = drain(Box::new(child.stderr.take().unwrap()));
+    let code = loop {
+        if let Some(st) = child.try_wait().expect("wait for proxy-perf") {
+            break st.code();
+        }
+        if start.elapsed() > limit {
+            // SAFETY: kill(2) on the process group this test created (its leader is our child,
+            // not yet reaped, so the group id cannot have been reused).
+            unsafe { libc::kill(-pgid, libc::SIGKILL) };
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    Bounded {
+        code,
+        out: out.join().unwrap_or_default(),
+        err: err.join().unwrap_or_default(),
+        took: start.elapsed(),
+    }
+}
+
+/// The data rows of a table: every `#wrong` column 0; returns how many.
+fn zero_wrong_rows(out: &str) -> usize {
+    let rows: Vec<&str> = out.lines().filter(|l| !l.starts_with('#')).collect();
+    for r in &rows {
+        let f: Vec<&str> = r.split_whitespace().collect();
+        assert_eq!(f.len(), 13, "{r}");
+        assert_eq!((f[8], f[12]), ("0", "0"), "{r}");
+    }
+    rows.len()
+}
+
+/// Issue 7: all-reduce with 2 rank processes over libfabric (`tcp;ofi_rxm` on the loopback
+/// interface, then shm), 8 B … 4 MiB: exit 0, every row 0 wrong, the header names the
+/// transport and provider; the tool's own launcher starts and reaps the processes.
+#[cfg(feature = "libfabric")]
+#[test]
+fn libfabric_all_reduce_two_processes_tcp_and_shm() {
+    for (provider, name) in [("tcp", "tcp;ofi_rxm"), ("shm", "shm")] {
+        let r = run_bounded(
+            &[
+                "all-reduce",
+                "--transport",
+                "libfabric",
+                "--provider",
+                provider,
+                "--ranks",
+                "2",
+                "-b",
+                "8",
+                "-e",
+                "4M",
+                "-n",
+                "2",
+                "-w",
+                "1",
+                "-c",
+                "1",
+            ],
+            &[("NEURON_RT_BOOTSTRAP_TIMEOUT", "30")],
+            Duration::from_secs(90),
+        );
+        eprintln!("{provider}: {:.1} s", r.took.as_secs_f64());
+        assert_eq!(r.code, Some(0), "{provider}:\n{}\n{}", r.out, r.err);
+        assert!(
+            r.out
+                .contains(&format!("ranks 2 | transport libfabric (provider {name})")),
+            "{}",
+            r.out
+        );
+        assert!(r.out.contains("barrier between processes"), "{}", r.out);
+        assert!(r.out.contains("# Out of bounds values : 0 OK"), "{}", r.out);
+        assert_eq!(zero_wrong_rows(&r.out), 20, "8 B .. 4 MiB by 2\n{}", r.out);
+        // Only rank 0 prints the table (forwarded once by the launcher).
+        assert_eq!(
+            r.out.matches("# proxy-perf all-reduce").count(),
+            1,
+            "{}",
+            r.out
+        );
+    }
+}
+
+/// A provider that is not offered here fails every rank with a clear message, and the launcher
+/// exits with the error status instead of waiting.
+#[cfg(feature = "libfabric")]
+#[test]
+fn libfabric_unavailable_provider_fails_fast() {
+    let r = run_bounded(
+        &[
+            "send-recv",
+            "--transport",
+            "libfabric",
+            "--provider",
+            "efa",
+            "--ranks",
+            "2",
+            "-b",
+            "8",
+            "-e",
+            "8",
+        ],
+        &[("NEURON_RT_BOOTSTRAP_TIMEOUT", "30")],
+        Duration::from_secs(60),
+    );
+    assert_eq!(r.code, Some(2), "{}\n{}", r.out, r.err);
+    assert!(
+        r.err.contains("[rank 0]") && r.err.contains("efa"),
+        "{}",
+        r.err
+    );
+    assert!(r.took < Duration::from_secs(30), "took {:?}", r.took);
+}
+
+/// Path of `libnccom_proxy.so`: `$NCCOM_PROXY_LIB`; else the one cargo built (proxy-ffi is a
+/// dev-dependency) next to this test binary or in its profile directory; else a fresh
+/// `cargo build -p proxy-ffi` into a target directory of its own.
+fn progress_library() -> std::path::PathBuf {
+    if let Some(p) = std::env::var_os("NCCOM_PROXY_LIB") {
+        return p.into();
+    }
+    let exe = std::env::current_exe().expect("current_exe");
+    let deps = exe.parent().expect("test binary directory");
+    for dir in [Some(deps), deps.parent()].into_iter().flatten() {
+        let p = dir.join("libnccom_proxy.so");
+        if p.is_file() {
+            return p;
+        }
+    }
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let target = root.join("target/loader-tests");
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let st = Command::new(cargo)
+        .current_dir(&root)
+        .args(["build", "-p", "proxy-ffi", "--target-dir"])
+        .arg(&target)
+        .status()
+        .expect("run cargo build -p proxy-ffi");
+    assert!(st.success(), "cargo build -p proxy-ffi failed");
+    target.join("debug/libnccom_proxy.so")
+}
+
+/// Issue 8 point 5: `--progress-lib` runs the collectives with the progress half loaded from
+/// `libnccom_proxy.so` (comms from its init half, its seam in every network task): 0 wrong,
+/// the header says where it was loaded from, and every count (seam starts, device executions,
+/// bytes received) equals the in-process run's.
+#[test]
+fn progress_lib_gives_the_same_results_as_the_in_process_half() {
+    let lib = progress_library();
+    let lib = lib.to_str().expect("utf-8 path");
+    for (coll, ranks, extra) in [
+        ("all-reduce", "3", &[][..]),
+        ("all-gather", "2", &["--loop"][..]),
+        ("send-recv", "4", &[][..]),
+    ] {
+        let mut counts = Vec::new();
+        for loaded in [false, true] {
+            let json_path = std::env::temp_dir().join(format!(
+                "proxy-perf-{}-{coll}-{loaded}.json",
+                std::process::id()
+            ));
+            let mut a = vec![
+                coll,
+                "--ranks",
+                ranks,
+                "-b",
+                "8",
+                "-e",
+                "1M",
+                "-f",
+                "32",
+                "-n",
+                "3",
+                "-w",
+                "1",
+                "-c",
+                "1",
+                "--json",
+                json_path.to_str().unwrap(),
+            ];
+            a.extend_from_slice(extra);
+            if loaded {
+                a.extend_from_slice(&["--progress-lib", lib]);
+            }
+            let r = run_bounded(&a, &[], Duration::from_secs(60));
+            eprintln!("{coll} loaded={loaded}: {:.1} s", r.took.as_secs_f64());
+            assert_eq!(
+                r.code,
+                Some(0),
+                "{coll} loaded={loaded}:\n{}\n{}",
+                r.out,
+                r.err
+            );
+            assert!(r.out.contains("# Out of bounds values : 0 OK"), "{}", r.out);
+            assert_eq!(zero_wrong_rows(&r.out), 4, "{}", r.out);
+            let half = if loaded {
+                format!("#  progress half: loaded from {lib} through dlopen")
+            } else {
+                "#  progress half: in-process".to_owned()
+            };
+            assert!(r.out.contains(&half), "{}", r.out);
+            let v = json(&json_path);
+            let _ = std::fs::remove_file(&json_path);
+            let c: Vec<serde_json::Value> = v["rows"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .flat_map(|row| {
+                    ["out_of_place", "in_place"].map(|side| {
+                        let m = &row[side];
+                        serde_json::json!([
+                            row["size"],
+                            m["wrong"],
+                            m["timed_seam_starts"],
+                            m["timed_device_executions"],
+                            m["timed_recv_bytes"],
+                            m["recv_bytes_per_execution"],
+                        ])
+                    })
+                })
+                .collect();
+            counts.push(c);
+        }
+        assert_eq!(counts[0], counts[1], "{coll}: in-process vs loaded");
+    }
+}
+
+/// A `--progress-lib` that cannot be loaded is an error naming the path (and the symbol).
+#[test]
+fn progress_lib_that_cannot_be_loaded_is_refused_clearly() {
+    let (code, _, err) = run_bin(&[
+        "all-reduce",
+        "--progress-lib",
+        "/nonexistent/libnccom_proxy.so",
+    ]);
+    assert_eq!(code, 2);
+    assert!(err.contains("/nonexistent/libnccom_proxy.so"), "{err}");
+    let (code, _, err) = run_bin(&["all-reduce", "--progress-lib", "libc.so.6"]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("libc.so.6") && err.contains("neuronStartNetworkProxy"),
+        "{err}"
+    );
 }

@@ -169,7 +169,11 @@ pub struct NccomDeviceCallbacks {
 /// (`nccom_transport_desc_t.mem_group`).
 pub const NCCOM_TRANSPORT_MEM: u32 = 1;
 /// Transport kind: libfabric (EFA, shm, tcp) with a bootstrap root address
-/// (`nccom_transport_desc_t.libfabric`). Reserved: this build answers `NRT_INVALID`.
+/// (`nccom_transport_desc_t.libfabric`). Creation is collective (every rank calls
+/// `nccom_comm_create`; each call blocks until all are connected). Only in libraries built with
+/// the `libfabric` feature; others answer `NRT_INVALID`. Memory posted through such a comm may
+/// be registered with the provider and stays registered until the comm is destroyed: do not
+/// free a buffer and reuse its addresses for another one while the comm lives.
 pub const NCCOM_TRANSPORT_LIBFABRIC: u32 = 2;
 
 /// Comm flag: check every buffer and host-word address given to `neuronStartNetworkProxy`
@@ -188,7 +192,8 @@ pub struct NccomLibfabricDesc {
     pub provider: *const c_char,
     /// Bootstrap root `"ip:port"`, NUL-terminated; NULL: `NEURON_RT_ROOT_COMM_ID`.
     pub root_addr: *const c_char,
-    /// Bootstrap timeout in milliseconds; 0: the default.
+    /// Bound of comm creation's bootstrap waits in milliseconds; 0: `NEURON_RT_BOOTSTRAP_TIMEOUT`
+    /// (seconds), else 120 s.
     pub bootstrap_timeout_ms: u64,
 }
 

@@ -3,12 +3,19 @@
 //!
 //! ```text
 //! cargo run --release -p proxy-platform-linux --bin proxy-perf -- all-reduce --ranks 4 -b 8 -e 64M -f 4
+//! # ranks as processes over libfabric (loopback), and the progress half through dlopen:
+//! cargo run --release -p proxy-platform-linux --features libfabric --bin proxy-perf -- \
+//!     all-reduce --transport libfabric --provider shm --ranks 2 -b 8 -e 4M
+//! cargo build --release -p proxy-ffi
+//! cargo run --release -p proxy-platform-linux --bin proxy-perf -- \
+//!     all-reduce --ranks 4 --progress-lib target/release/libnccom_proxy.so
 //! ```
 
 use clap::Parser;
-use proxy_platform_linux::perf::{args::Args, run_cli};
+use proxy_platform_linux::perf::{args::Args, init_logging, run_cli};
 
 fn main() {
     let args = Args::parse();
+    init_logging();
     std::process::exit(run_cli(&args));
 }

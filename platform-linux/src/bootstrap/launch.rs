@@ -242,41 +242,53 @@ impl LocalLaunch {
         Ok(())
     }
 
+    /// Reaps the children that have exited, without waiting or killing; returns how many are
+    /// still running.
+    pub fn poll_exits(&mut self) -> usize {
+        let mut running = 0;
+        for (rank, slot) in self.children.iter_mut().enumerate() {
+            let Some(r) = slot else { continue };
+            if r.exit.is_some() {
+                continue;
+            }
+            match r.child.try_wait() {
+                Ok(Some(status)) => {
+                    r.exit = Some(RankExit {
+                        rank: rank as u32,
+                        status: Some(status),
+                        killed_at_deadline: false,
+                        elapsed: r.spawned.elapsed(),
+                    });
+                }
+                Ok(None) => running += 1,
+                Err(e) => {
+                    log::warn!("launch: waiting for rank {rank}: {e}");
+                    r.exit = Some(RankExit {
+                        rank: rank as u32,
+                        status: None,
+                        killed_at_deadline: false,
+                        elapsed: r.spawned.elapsed(),
+                    });
+                }
+            }
+        }
+        running
+    }
+
+    /// The exits reaped so far (by [`LocalLaunch::poll_exits`] or [`LocalLaunch::wait_all`]).
+    pub fn exits(&self) -> Vec<RankExit> {
+        self.children
+            .iter()
+            .flatten()
+            .filter_map(|r| r.exit.clone())
+            .collect()
+    }
+
     /// Waits for every spawned child to exit, at most `timeout`; children still running at the
     /// deadline are killed (and reported with `killed_at_deadline`). Then collects their output.
     pub fn wait_all(&mut self, timeout: Duration) -> Vec<RankExit> {
         let deadline = Instant::now() + timeout;
-        loop {
-            let mut running = 0;
-            for (rank, slot) in self.children.iter_mut().enumerate() {
-                let Some(r) = slot else { continue };
-                if r.exit.is_some() {
-                    continue;
-                }
-                match r.child.try_wait() {
-                    Ok(Some(status)) => {
-                        r.exit = Some(RankExit {
-                            rank: rank as u32,
-                            status: Some(status),
-                            killed_at_deadline: false,
-                            elapsed: r.spawned.elapsed(),
-                        });
-                    }
-                    Ok(None) => running += 1,
-                    Err(e) => {
-                        log::warn!("launch: waiting for rank {rank}: {e}");
-                        r.exit = Some(RankExit {
-                            rank: rank as u32,
-                            status: None,
-                            killed_at_deadline: false,
-                            elapsed: r.spawned.elapsed(),
-                        });
-                    }
-                }
-            }
-            if running == 0 || Instant::now() >= deadline {
-                break;
-            }
+        while self.poll_exits() > 0 && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(10));
         }
         for (rank, slot) in self.children.iter_mut().enumerate() {
@@ -299,11 +311,7 @@ impl LocalLaunch {
                 let _ = h.join();
             }
         }
-        self.children
-            .iter()
-            .flatten()
-            .filter_map(|r| r.exit.clone())
-            .collect()
+        self.exits()
     }
 }
 

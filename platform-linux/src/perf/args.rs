@@ -38,8 +38,31 @@ impl From<CollArg> for Collective {
 pub enum TransportArg {
     /// In-process transport: every rank is a thread group of this process.
     Mem,
-    /// libfabric (EFA; shm/tcp here): not built into this binary yet.
+    /// libfabric (EFA on AWS; shm and tcp here): one process per rank (needs a binary built
+    /// with the `libfabric` feature).
     Libfabric,
+}
+
+/// The libfabric provider, as named on the command line.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ProviderArg {
+    /// `tcp;ofi_rxm` (sockets; on this machine bound to the loopback interface).
+    Tcp,
+    /// `shm` (shared memory between the processes of one host).
+    Shm,
+    /// `efa` (AWS Elastic Fabric Adapter).
+    Efa,
+}
+
+impl ProviderArg {
+    /// The libfabric provider name (`fi_info` spelling) this choice stands for.
+    pub fn fi_name(self) -> &'static str {
+        match self {
+            Self::Tcp => "tcp;ofi_rxm",
+            Self::Shm => "shm",
+            Self::Efa => "efa",
+        }
+    }
 }
 
 /// What runs the proxy side.
@@ -151,6 +174,15 @@ pub struct Args {
     /// Transport between ranks.
     #[arg(long, value_enum, default_value_t = TransportArg::Mem)]
     pub transport: TransportArg,
+    /// libfabric provider (with `--transport libfabric`); without it `FI_PROVIDER`, else the
+    /// automatic choice (efa, else shm when every rank is on this host, else tcp).
+    #[arg(long, value_enum)]
+    pub provider: Option<ProviderArg>,
+    /// Load the progress half from this library (`libnccom_proxy.so` or another build of its C
+    /// ABI) with `dlopen`: comms are created through its init half and every network task
+    /// calls its seam. Without it the progress half is the in-process one.
+    #[arg(long, value_name = "PATH")]
+    pub progress_lib: Option<std::path::PathBuf>,
     /// One execution whose block schedule repeats the collective's block `-n` times (the ops
     /// are recycled between iterations) instead of one execution per iteration.
     #[arg(long = "loop")]

@@ -4,7 +4,10 @@
 //! the barrier task of DESIGN.md §4 directly over the rank's [`Comm`] through the seam.
 //!
 //! Both go through [`counting_seam`]: the in-process seam with a counter on `start`, so tests can
-//! check that `--loop` files each block once per stream for the whole run.
+//! check that `--loop` files each block once per stream for the whole run. The driver engine
+//! also steps comms of a progress half loaded with `dlopen` ([`EngineComm::Loaded`], through
+//! [`counting_loaded_seam`]) and runs its barrier tasks over the bootstrap connections when the
+//! ranks are processes ([`EngineBarrier::Bootstrap`]).
 
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
@@ -17,7 +20,9 @@ use proxy_core::planner::Fifos;
 use proxy_core::queue::TaskBox;
 use proxy_core::record::TaskRecord;
 use proxy_core::registry::Membership;
-use proxy_core::seam::{in_process_progress, in_process_start, in_process_stop, SeamTable};
+use proxy_core::seam::{
+    in_process_progress, in_process_start, in_process_stop, SeamTable, StartFn,
+};
 use proxy_core::status::NrtStatus;
 use proxy_core::task::{
     BarrierChannel, BarrierTask, BarrierTaskSpec, BarrierTicket, BlockFifos, CommHandle,
@@ -26,7 +31,9 @@ use proxy_core::task::{
 use proxy_core::trigger::{HostWord, TriggerWords};
 use proxy_core::wake::Waiter;
 
+use crate::bootstrap::SharedBootstrap;
 use crate::emulator::WaitPolicy;
+use crate::loader::LoadedComm;
 use crate::{Config, LinuxRegistry};
 
 /// `start` calls made through [`counting_seam`] in this process.
@@ -65,6 +72,54 @@ pub const fn counting_seam() -> SeamTable {
         start: counting_start,
         progress: in_process_progress,
         stop: in_process_stop,
+    }
+}
+
+/// `neuronStartNetworkProxy` of the loaded library that [`counting_loaded_seam`] forwards to
+/// (the first library wrapped in this process).
+static LOADED_START: std::sync::OnceLock<StartFn> = std::sync::OnceLock::new();
+
+/// `neuronStartNetworkProxy` of a loaded library ([`LOADED_START`]), counted.
+///
+/// # Safety
+/// As the library's `neuronStartNetworkProxy`: `comm` a live comm of that library.
+unsafe extern "C" fn counting_loaded_start(
+    comm: *mut c_void,
+    stream: u32,
+    bb: u32,
+    ops: *const NetOpInfo,
+    n_ops: usize,
+    src: *const NetSrcAddr,
+    n_src: usize,
+    dst: *const NetDestAddr,
+    n_dst: usize,
+) -> u32 {
+    let Some(start) = LOADED_START.get() else {
+        // Unreachable: the table is handed out only after the cell is set.
+        return NrtStatus::Failure.code();
+    };
+    SEAM_STARTS.fetch_add(1, Ordering::Relaxed);
+    // SAFETY: forwarded under this function's contract to the library's own entry point.
+    unsafe { start(comm, stream, bb, ops, n_ops, src, n_src, dst, n_dst) }
+}
+
+/// A loaded library's seam table with a counter on `start` ([`seam_starts`]), as
+/// [`counting_seam`] is for the in-process one. Only the first library wrapped in a process is
+/// counted (the wrapper has no state but a static); another library's table is returned as it
+/// is, uncounted, with a log line.
+///
+/// Seed: the neuron-slot table filled by `dlopen`, §1 (wrapped).
+pub fn counting_loaded_seam(table: SeamTable) -> SeamTable {
+    let first = *LOADED_START.get_or_init(|| table.start);
+    if first as usize != table.start as usize {
+        log::warn!(
+            "a second progress-half library in this process: its start calls are not counted"
+        );
+        return table;
+    }
+    SeamTable {
+        start: counting_loaded_start,
+        ..table
     }
 }
 
@@ -382,11 +437,91 @@ impl BarrierChannel for SharedEndpoint {
     }
 }
 
+/// A comm the driver engine steps, with the global rank it belongs to.
+pub enum EngineComm {
+    /// An in-process comm ([`Comm`]), stepped through [`counting_seam`].
+    InProcess {
+        /// Global rank (selects the proxy queue group).
+        rank: u32,
+        /// The comm.
+        comm: Box<Comm>,
+    },
+    /// A comm of a progress half loaded with `dlopen`, stepped through that library's seam.
+    Loaded {
+        /// Global rank (selects the proxy queue group).
+        rank: u32,
+        /// The id every rank of the comm shares (as given at creation).
+        comm_id: u32,
+        /// The comm (destroyed through its library on drop).
+        comm: LoadedComm<'static>,
+        /// The library's seam table (e.g. [`counting_loaded_seam`] of it).
+        seam: SeamTable,
+    },
+}
+
+impl EngineComm {
+    fn rank(&self) -> u32 {
+        match self {
+            Self::InProcess { rank, .. } | Self::Loaded { rank, .. } => *rank,
+        }
+    }
+
+    fn comm_id(&self) -> u32 {
+        match self {
+            Self::InProcess { comm, .. } => comm.config().comm_id,
+            Self::Loaded { comm_id, .. } => *comm_id,
+        }
+    }
+
+    fn seam(&self) -> SeamTable {
+        match self {
+            Self::InProcess { .. } => counting_seam(),
+            Self::Loaded { seam, .. } => *seam,
+        }
+    }
+
+    /// The handle the seam takes (a `*mut Comm` for the in-process seam, the library's handle
+    /// otherwise).
+    fn handle(&mut self) -> *mut c_void {
+        match self {
+            Self::InProcess { comm, .. } => &mut **comm as *mut Comm as *mut c_void,
+            Self::Loaded { comm, .. } => comm.as_ptr(),
+        }
+    }
+}
+
+/// Where the barrier tasks of the engine's comms meet.
+#[derive(Clone, Debug)]
+pub enum EngineBarrier {
+    /// Every rank of the comm is in this process: a shared-memory barrier among them.
+    InProcess,
+    /// Each process runs some ranks of the comm: the barrier between processes runs over the
+    /// bootstrap connections (one channel per process; its lowest local rank leads).
+    Bootstrap(SharedBootstrap),
+}
+
+/// A rank's barrier endpoint.
+enum RankBarrier {
+    /// Shared by its successive barrier tasks (the endpoint counts generations).
+    Shared(Arc<Mutex<SharedMemBarrierEndpoint>>),
+    /// A fresh channel over the bootstrap per task (the generations live in the bootstrap).
+    Bootstrap(SharedBootstrap),
+}
+
+impl RankBarrier {
+    fn channel(&self) -> Box<dyn BarrierChannel> {
+        match self {
+            Self::Shared(ep) => Box::new(SharedEndpoint(ep.clone())),
+            Self::Bootstrap(b) => Box::new(b.barrier_channel()),
+        }
+    }
+}
+
 struct DriverRank {
-    /// Boxed: the network tasks carry its address.
-    comm: Box<Comm>,
+    /// Boxed (in-process) or a library handle: the network tasks carry its address.
+    comm: EngineComm,
     member: Option<Membership>,
-    barrier: Arc<Mutex<SharedMemBarrierEndpoint>>,
+    barrier: RankBarrier,
     /// Task ids of the executions submitted and not yet waited for, oldest first.
     pending: std::collections::VecDeque<[u32; 2]>,
     /// Final records popped ahead of their execution's turn.
@@ -405,30 +540,66 @@ pub struct DriverEngine {
     rpp: u32,
     /// How the producer polls its status ring before parking.
     poll: WaitPolicy,
+    /// Barrier tasks run over the bootstrap (for the description).
+    across_processes: bool,
 }
 
 impl DriverEngine {
-    /// Joins every comm (`comms[r]` is rank `r`'s) to a registry built from `cfg`; the
-    /// producer polls status rings with `poll` before it parks.
+    /// Joins every comm (`comms[r]` is rank `r`'s; every rank of the comm is in this process)
+    /// to a registry built from `cfg`; the producer polls status rings with `poll` before it
+    /// parks.
     ///
     /// # Errors
     /// A message when the registry or a join fails (e.g. a worker CPU outside the allowed set).
     pub fn new(comms: Vec<Comm>, cfg: &Config, poll: WaitPolicy) -> Result<Self, String> {
+        let comms = comms
+            .into_iter()
+            .enumerate()
+            .map(|(r, c)| EngineComm::InProcess {
+                rank: r as u32,
+                comm: Box::new(c),
+            })
+            .collect();
+        Self::with_comms(comms, EngineBarrier::InProcess, cfg, poll)
+    }
+
+    /// Joins `comms` (this process's ranks of one comm, in the order [`Engine::submit`] and
+    /// [`Engine::wait`] index them) to a registry built from `cfg`, with barrier tasks meeting
+    /// through `barrier`; the producer polls status rings with `poll` before it parks.
+    ///
+    /// # Errors
+    /// A message when the registry, the barrier or a join fails.
+    pub fn with_comms(
+        comms: Vec<EngineComm>,
+        barrier: EngineBarrier,
+        cfg: &Config,
+        poll: WaitPolicy,
+    ) -> Result<Self, String> {
         let registry = crate::registry(cfg).map_err(|e| format!("registry: {e}"))?;
-        let barrier =
-            SharedMemBarrier::new(comms.len() as u32).map_err(|e| format!("barrier: {e}"))?;
+        let shared = match &barrier {
+            EngineBarrier::InProcess => Some(
+                SharedMemBarrier::new(comms.len() as u32).map_err(|e| format!("barrier: {e}"))?,
+            ),
+            EngineBarrier::Bootstrap(_) => None,
+        };
         let mut ranks = Vec::new();
-        for (r, comm) in comms.into_iter().enumerate() {
+        for (i, comm) in comms.into_iter().enumerate() {
+            let r = comm.rank();
             let member = registry
-                .join(r as u32)
+                .join(r)
                 .map_err(|e| format!("rank {r}: joining the proxy queue failed: {e}"))?;
-            let ep = barrier
-                .endpoint(r as u32)
-                .map_err(|e| format!("barrier endpoint {r}: {e}"))?;
+            let barrier = match (&shared, &barrier) {
+                (Some(b), _) => RankBarrier::Shared(Arc::new(Mutex::new(
+                    b.endpoint(i as u32)
+                        .map_err(|e| format!("barrier endpoint {r}: {e}"))?,
+                ))),
+                (None, EngineBarrier::Bootstrap(boot)) => RankBarrier::Bootstrap(boot.clone()),
+                (None, EngineBarrier::InProcess) => unreachable!("made above"),
+            };
             ranks.push(DriverRank {
-                comm: Box::new(comm),
+                comm,
                 member: Some(member),
-                barrier: Arc::new(Mutex::new(ep)),
+                barrier,
                 pending: std::collections::VecDeque::new(),
                 early: Vec::new(),
             });
@@ -440,6 +611,7 @@ impl DriverEngine {
             timeout_ns: cfg.timeout_ns(),
             rpp: cfg.ranks_per_network_proxy,
             poll,
+            across_processes: matches!(barrier, EngineBarrier::Bootstrap(_)),
         })
     }
 
@@ -462,9 +634,14 @@ impl Engine for DriverEngine {
     fn describe(&self) -> String {
         format!(
             "driver: {} proxy queue(s), {} rank(s) per network proxy, worker threads proxy-<tid>; \
-             network + barrier task per execution; completion from the status ring",
+             network + barrier task per execution{}; completion from the status ring",
             self.registry.group_count(),
-            self.rpp
+            self.rpp,
+            if self.across_processes {
+                " (barrier between processes over the bootstrap)"
+            } else {
+                ""
+            }
         )
     }
 
@@ -474,16 +651,17 @@ impl Engine for DriverEngine {
             .ranks
             .get_mut(rank as usize)
             .ok_or_else(|| format!("no rank {rank}"))?;
-        let comm_ptr = &mut *r.comm as *mut Comm as *mut c_void;
-        // SAFETY: the comm is boxed and lives in `self` until after the membership left (Drop),
-        // which ends every task carrying the handle; only the queue's worker calls the seam on
-        // it while a task is submitted.
+        let comm_ptr = r.comm.handle();
+        let comm_id = r.comm.comm_id();
+        // SAFETY: the comm (boxed, or a library handle) lives in `self` until after the
+        // membership left (Drop), which ends every task carrying the handle; only the queue's
+        // worker calls the seam on it while a task is submitted.
         let handle = unsafe { CommHandle::new(comm_ptr) }.ok_or("null comm")?;
         let net = NetworkTask::new(NetworkTaskSpec {
             task_id: exec.id.wrapping_mul(2),
             comm: handle,
-            comm_id: r.comm.config().comm_id,
-            seam: counting_seam(),
+            comm_id,
+            seam: r.comm.seam(),
             blocks: exec
                 .blocks
                 .into_iter()
@@ -505,8 +683,8 @@ impl Engine for DriverEngine {
         .map_err(|e| format!("network task: {e}"))?;
         let barrier = BarrierTask::new(BarrierTaskSpec {
             task_id: exec.id.wrapping_mul(2).wrapping_add(1),
-            comm_id: r.comm.config().comm_id,
-            channel: Box::new(SharedEndpoint(r.barrier.clone())),
+            comm_id,
+            channel: r.barrier.channel(),
             triggers: TriggerWords::new(&host_words(&exec.barrier_triggers)?)
                 .map_err(|e| format!("barrier trigger words: {e}"))?,
             leader: exec.leader,

@@ -11,8 +11,21 @@ use super::run::{Measure, Row};
 /// Number of whitespace-separated fields of a data row.
 pub const ROW_FIELDS: usize = 13;
 
+/// What the header says beyond the arguments.
+#[derive(Clone, Copy, Debug)]
+pub struct HeaderInfo<'a> {
+    /// What runs the proxy.
+    pub engine: &'a str,
+    /// The transport (`mem`, `libfabric (provider tcp;ofi_rxm)`).
+    pub transport: &'a str,
+    /// Where the progress half comes from (`in-process`, `loaded from PATH ...`).
+    pub progress_half: &'a str,
+    /// Ranks per network proxy.
+    pub ranks_per_proxy: u32,
+}
+
 /// The header: what ran, then the two column-title lines.
-pub fn header(args: &Args, engine: &str, ranks_per_proxy: u32) -> String {
+pub fn header(args: &Args, info: &HeaderInfo<'_>) -> String {
     let c: Collective = args.collective.into();
     let mode = if args.loop_mode {
         "loop (one execution whose block schedule repeats the block -n times; ops recycled)"
@@ -29,12 +42,10 @@ pub fn header(args: &Args, engine: &str, ranks_per_proxy: u32) -> String {
     let _ = writeln!(
         s,
         "#  ranks {} | transport {} | ranks per network proxy {} | mode: {}",
-        args.ranks,
-        transport_name(args.transport),
-        ranks_per_proxy,
-        mode
+        args.ranks, info.transport, info.ranks_per_proxy, mode
     );
-    let _ = writeln!(s, "#  proxy: {engine}");
+    let _ = writeln!(s, "#  proxy: {}", info.engine);
+    let _ = writeln!(s, "#  progress half: {}", info.progress_half);
     let _ = writeln!(
         s,
         "#  minBytes {} maxBytes {} step: {} warmup iters: {} iters: {} check iters: {} type {} op {} root {} algo {:?} chunk {}",
@@ -89,7 +100,7 @@ pub fn header(args: &Args, engine: &str, ranks_per_proxy: u32) -> String {
     s
 }
 
-/// The transport's name in the header.
+/// The transport's short name.
 pub fn transport_name(t: TransportArg) -> &'static str {
     match t {
         TransportArg::Mem => "mem",
@@ -164,12 +175,19 @@ fn measure_json(m: &Measure) -> serde_json::Value {
 ///
 /// # Errors
 /// The I/O error.
-pub fn write_json(path: &Path, args: &Args, engine: &str, rows: &[Row]) -> std::io::Result<()> {
+pub fn write_json(
+    path: &Path,
+    args: &Args,
+    transport: &str,
+    engine: &str,
+    rows: &[Row],
+) -> std::io::Result<()> {
     let c: Collective = args.collective.into();
     let v = serde_json::json!({
         "collective": c.name(),
         "ranks": args.ranks,
         "transport": transport_name(args.transport),
+        "transport_detail": transport,
         "mode": if args.loop_mode { "loop" } else { "execution" },
         "engine": engine,
         "type": args.dtype.name(),
@@ -195,7 +213,7 @@ pub fn write_json(path: &Path, args: &Args, engine: &str, rows: &[Row]) -> std::
 ///
 /// # Errors
 /// A message from the plotting backend or the file system.
-pub fn write_plot(path: &Path, args: &Args, rows: &[Row]) -> Result<(), String> {
+pub fn write_plot(path: &Path, args: &Args, transport: &str, rows: &[Row]) -> Result<(), String> {
     use plotters::prelude::*;
     let c: Collective = args.collective.into();
     let root = SVGBackend::new(path, (900, 560)).into_drawing_area();
@@ -213,7 +231,7 @@ pub fn write_plot(path: &Path, args: &Args, rows: &[Row]) -> Result<(), String> 
         "proxy-perf {}: {} ranks, {}, {}",
         c.name(),
         args.ranks,
-        transport_name(args.transport),
+        transport,
         if args.loop_mode {
             "loop"
         } else {

@@ -1,5 +1,10 @@
 //! The measurement: ranks, buffers, host words, device emulators and the proxy engine; per
 //! size, warm-up, timed iterations and checked runs, out of place and in place.
+//!
+//! A [`World`] runs the *local* ranks of the comm: every rank with the in-process transport
+//! ([`World::new`]), or the one rank of this process when ranks are processes over libfabric
+//! ([`World::join`]); then the processes combine their wrong counts and timings with a
+//! bootstrap all-gather after each measurement, so every process reports the same row.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
@@ -9,11 +14,20 @@ use proxy_core::comm::{Comm, CommConfig};
 use proxy_core::mem_transport::MemFabric;
 use proxy_core::planner::data::{count_wrong, fill_input, POISON};
 use proxy_core::planner::{plan, Addresses, Collective, Fifos, PlanParams, RankPlan};
+use proxy_ffi_types::{
+    NccomCommConfig, NccomDeviceCallbacks, NccomHostWord, NccomLibfabricDesc, NccomTransportDesc,
+    NCCOM_TRANSPORT_MEM,
+};
 
 use super::args::{Args, EngineArg};
-use super::engine::{seam_starts, DirectEngine, DriverEngine, Engine, Execution};
+use super::engine::{
+    counting_loaded_seam, seam_starts, DirectEngine, DriverEngine, Engine, EngineBarrier,
+    EngineComm, Execution,
+};
+use crate::bootstrap::SharedBootstrap;
 use crate::emulator::{DeviceThread, Fault, Job, WaitPolicy};
 use crate::hostmem::{HostMem, HostMemCallbacks, LINE};
+use crate::loader::ProgressLib;
 use crate::Config;
 
 /// Block id every collective call uses (one block per call).
@@ -105,18 +119,90 @@ impl FixedWords {
 }
 
 /// Everything of one run.
+///
+/// Vectors indexed "by local index" hold one entry per rank of [`World::local`] order.
 pub struct World {
     args: Args,
     /// (worker spin, device/producer spins) in use, for the header.
     spin: (std::time::Duration, u32),
     collective: Collective,
+    /// The global ranks this process runs, ascending (every rank with the in-process
+    /// transport; one with libfabric).
+    local: Vec<u32>,
+    /// Set when the ranks are spread over processes: results are combined through it.
+    peers: Option<SharedBootstrap>,
+    /// The transport, for the header (`mem`, `libfabric (provider tcp;ofi_rxm)`).
+    transport: String,
+    /// Where the progress half comes from, for the header.
+    progress_half: String,
+    /// Dropped before the buffers below: the comms (and their transports' registrations) go
+    /// first.
     engine: Box<dyn Engine>,
     devices: Vec<DeviceThread>,
+    /// By local index.
     fixed: Vec<FixedWords>,
     next_exec: u32,
+    /// Buffers of earlier rows, kept until the engine is gone when a transport may have
+    /// registered them (libfabric's registration cache does not watch the address space).
+    retired: Vec<Vec<RankMem>>,
 }
 
-/// One measured mode's plans and placements.
+/// The wait policy and proxy configuration of a run with `ranks` ranks (`procs` processes,
+/// `local` of the ranks in this one), and whether the machine is oversubscribed.
+fn run_config(args: &Args, ranks: u32, procs: u32) -> Result<(Config, WaitPolicy, bool), String> {
+    let mut cfg = Config::from_env().map_err(|e| e.to_string())?;
+    if let Some(rpp) = args.ranks_per_proxy {
+        cfg.ranks_per_network_proxy = rpp;
+    }
+    let oversubscribed = oversubscribed_procs(ranks, cfg.ranks_per_network_proxy, procs);
+    if oversubscribed && std::env::var_os("NEURON_RT_PROXY_SPIN_US").is_none() {
+        // More threads than cores: a spinning worker only keeps the thread it waits for
+        // off the core. Yield at once unless the user asked otherwise.
+        cfg.spin = std::time::Duration::ZERO;
+    }
+    Ok((cfg, wait_policy_from_env(oversubscribed), oversubscribed))
+}
+
+/// Host-memory lines per rank: the fixed words, then 6 plan words per op, at most 2(n − 1)
+/// ops (ring all-reduce).
+fn host_lines(n: u32) -> usize {
+    FIXED_LINES + 12 * n as usize + 6
+}
+
+/// `nec_inc_semaphore` for comms of a loaded progress half: the words are the tool's own host
+/// memory.
+///
+/// # Safety
+/// `addr` must be a live, aligned host word accessed only atomically.
+unsafe extern "C" fn perf_inc_semaphore(addr: *mut NccomHostWord, val: u32) {
+    // SAFETY: the caller's contract (the library passes the semaphore addresses the tool's
+    // FIFOs gave it: words of a live HostMem).
+    unsafe { AtomicU32::from_ptr(addr) }.fetch_add(val, Ordering::Release);
+}
+
+/// Callbacks handed to a loaded library's comms (copied at creation).
+const PERF_CALLBACKS: NccomDeviceCallbacks = NccomDeviceCallbacks {
+    nec_inc_semaphore: Some(perf_inc_semaphore),
+    nec_load_host_index: None,
+    nec_store_host_index: None,
+};
+
+/// What [`World::assemble`] takes.
+struct Assembly {
+    local: Vec<u32>,
+    /// By local index.
+    mems: Vec<Arc<HostMem>>,
+    engine: Box<dyn Engine>,
+    peers: Option<SharedBootstrap>,
+    transport: String,
+    progress_half: String,
+    spin: (std::time::Duration, u32),
+    wait: WaitPolicy,
+    /// By local index.
+    cpus: Vec<Option<usize>>,
+}
+
+/// One measured mode's plans and placements (by local index).
 struct Prepared {
     plans: Vec<Arc<RankPlan>>,
     addrs: Vec<Addresses>,
@@ -124,70 +210,253 @@ struct Prepared {
 }
 
 impl World {
-    /// Sets up `args.ranks` ranks on the in-process transport.
+    /// Sets up `args.ranks` ranks on the in-process transport, all in this process; with
+    /// `args.progress_lib`, the progress half is loaded from that library (its comms over one
+    /// of its in-memory groups, its seam in every network task).
     ///
     /// # Errors
-    /// A message when a comm, thread or the transport cannot be set up.
+    /// A message when a comm, thread, the library or the transport cannot be set up.
     pub fn new(args: &Args) -> Result<Self, String> {
         let n = args.ranks;
-        let mut cfg = Config::from_env().map_err(|e| e.to_string())?;
-        if let Some(rpp) = args.ranks_per_proxy {
-            cfg.ranks_per_network_proxy = rpp;
-        }
-        let oversubscribed = oversubscribed(n, cfg.ranks_per_network_proxy);
-        if oversubscribed && std::env::var_os("NEURON_RT_PROXY_SPIN_US").is_none() {
-            // More threads than cores: a spinning worker only keeps the thread it waits for
-            // off the core. Yield at once unless the user asked otherwise.
-            cfg.spin = std::time::Duration::ZERO;
-        }
-        let fabric = MemFabric::new(n).map_err(|e| format!("mem transport: {e}"))?;
-        // Plan words: 6 per op, at most 2(n − 1) ops (ring all-reduce).
-        let lines = FIXED_LINES + 12 * n as usize + 6;
-        let mut fixed = Vec::new();
-        let mut comms = Vec::new();
-        for r in 0..n {
-            let t = fabric
-                .endpoint(r)
-                .map_err(|e| format!("mem transport endpoint {r}: {e}"))?;
-            let mem = Arc::new(HostMem::new(lines).map_err(|e| format!("host memory: {e}"))?);
-            let mut c = Comm::new(
-                CommConfig::new(r, n, 1),
-                Box::new(t),
-                Arc::new(HostMemCallbacks::new(mem.clone())),
-                Arc::new(crate::perf::MonotonicClock),
-            )
-            .map_err(|e| format!("comm {r}: {e}"))?;
-            // SAFETY: the tool owns every buffer and word it hands to `start`, and keeps them
-            // alive until the executions that use them are complete.
-            unsafe { c.trust_all_addresses() };
-            comms.push(c);
-            fixed.push(FixedWords { mem });
-        }
-        let wait = wait_policy_from_env(oversubscribed);
+        let (cfg, wait, _) = run_config(args, n, 1)?;
+        let lines = host_lines(n);
+        let mems = (0..n)
+            .map(|_| HostMem::new(lines).map(Arc::new))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| format!("host memory: {e}"))?;
         let cpus = rank_cpus(n, args.pin);
-        let engine: Box<dyn Engine> = match args.engine {
-            EngineArg::Driver => Box::new(DriverEngine::new(comms, &cfg, wait)?),
-            EngineArg::Direct => {
-                Box::new(DirectEngine::new(comms, wait, &cpus).map_err(|e| format!("engine: {e}"))?)
+        let (engine, progress_half): (Box<dyn Engine>, String) = match &args.progress_lib {
+            Some(path) => {
+                if args.engine == EngineArg::Direct {
+                    return Err("--progress-lib runs on the driver engine only \
+                                (drop --engine direct)"
+                        .into());
+                }
+                let lib = ProgressLib::open(path).map_err(|e| e.to_string())?.leak();
+                let seam = counting_loaded_seam(lib.seam());
+                let group = lib
+                    .mem_group(n)
+                    .map_err(|e| format!("{}: nccom_mem_group_create: {e}", path.display()))?;
+                let mut comms = Vec::new();
+                for r in 0..n {
+                    let config = NccomCommConfig {
+                        rank: r,
+                        nranks: n,
+                        comm_id: 1,
+                        flags: 0,
+                        transport: NccomTransportDesc {
+                            kind: NCCOM_TRANSPORT_MEM,
+                            reserved: 0,
+                            mem_group: group.as_ptr(),
+                            libfabric: NccomLibfabricDesc {
+                                provider: std::ptr::null(),
+                                root_addr: std::ptr::null(),
+                                bootstrap_timeout_ms: 0,
+                            },
+                        },
+                        callbacks: &PERF_CALLBACKS,
+                        drain_limit_ns: 0,
+                    };
+                    // SAFETY: the config is valid (callbacks a live table, the group this
+                    // library's); flags 0 make the comm trust every address: the tool owns
+                    // every buffer and word it hands to `start` and keeps them alive until the
+                    // executions that use them are complete (the engine, and with it the comm,
+                    // is dropped before the buffers).
+                    let comm = unsafe { lib.create_comm(&config) }.map_err(|e| {
+                        format!("{}: nccom_comm_create rank {r}: {e}", path.display())
+                    })?;
+                    comms.push(EngineComm::Loaded {
+                        rank: r,
+                        comm_id: 1,
+                        comm,
+                        seam,
+                    });
+                }
+                // The comms keep what they use of the group.
+                drop(group);
+                let engine = DriverEngine::with_comms(comms, EngineBarrier::InProcess, &cfg, wait)?;
+                (
+                    Box::new(engine),
+                    format!(
+                        "loaded from {} through dlopen (C ABI {:#x})",
+                        lib.path().display(),
+                        lib.abi_version()
+                    ),
+                )
+            }
+            None => {
+                let fabric = MemFabric::new(n).map_err(|e| format!("mem transport: {e}"))?;
+                let mut comms = Vec::new();
+                for (r, mem) in (0..n).zip(&mems) {
+                    let t = fabric
+                        .endpoint(r)
+                        .map_err(|e| format!("mem transport endpoint {r}: {e}"))?;
+                    let mut c = Comm::new(
+                        CommConfig::new(r, n, 1),
+                        Box::new(t),
+                        Arc::new(HostMemCallbacks::new(mem.clone())),
+                        Arc::new(crate::perf::MonotonicClock),
+                    )
+                    .map_err(|e| format!("comm {r}: {e}"))?;
+                    // SAFETY: the tool owns every buffer and word it hands to `start`, and
+                    // keeps them alive until the executions that use them are complete.
+                    unsafe { c.trust_all_addresses() };
+                    comms.push(c);
+                }
+                let engine: Box<dyn Engine> = match args.engine {
+                    EngineArg::Driver => Box::new(DriverEngine::new(comms, &cfg, wait)?),
+                    EngineArg::Direct => Box::new(
+                        DirectEngine::new(comms, wait, &cpus)
+                            .map_err(|e| format!("engine: {e}"))?,
+                    ),
+                };
+                (engine, "in-process".to_owned())
             }
         };
+        Self::assemble(
+            args,
+            Assembly {
+                local: (0..n).collect(),
+                mems,
+                engine,
+                peers: None,
+                transport: "mem".into(),
+                progress_half,
+                spin: (cfg.spin, wait.spins),
+                wait,
+                cpus,
+            },
+        )
+    }
+
+    /// Joins a run whose ranks are processes: this process runs rank `boot.rank()` of
+    /// `boot.nranks()` (which must equal `args.ranks`) over libfabric (`provider`: a libfabric
+    /// provider name, or `None` for `FI_PROVIDER` / the automatic choice). Its barrier tasks and
+    /// the combination of results run over the bootstrap connections. Every process of the
+    /// bootstrap must call it, with the same arguments.
+    ///
+    /// # Errors
+    /// A message when the comm (on any rank), a thread or the engine cannot be set up.
+    #[cfg(feature = "libfabric")]
+    pub fn join(
+        args: &Args,
+        mut boot: crate::bootstrap::Bootstrap,
+        provider: Option<String>,
+    ) -> Result<Self, String> {
+        use crate::libfabric::Options;
+        use crate::net_setup::{open_libfabric_comm, LibfabricCommConfig};
+
+        let (rank, n) = (boot.rank(), boot.nranks());
+        if n != args.ranks {
+            return Err(format!(
+                "this process is rank {rank} of {n} processes, but --ranks is {}",
+                args.ranks
+            ));
+        }
+        if args.engine == EngineArg::Direct {
+            return Err("--transport libfabric runs on the driver engine only \
+                        (drop --engine direct)"
+                .into());
+        }
+        if args.progress_lib.is_some() {
+            return Err("--progress-lib runs with --transport mem only".into());
+        }
+        let (cfg, wait, _) = run_config(args, n, n)?;
+        let mem = Arc::new(HostMem::new(host_lines(n)).map_err(|e| format!("host memory: {e}"))?);
+        let lf = LibfabricCommConfig {
+            transport: Options {
+                provider,
+                ..Options::default()
+            },
+            ..LibfabricCommConfig::default()
+        };
+        let mut comm = open_libfabric_comm(
+            &mut boot,
+            &lf,
+            Arc::new(HostMemCallbacks::new(mem.clone())),
+            Arc::new(crate::perf::MonotonicClock),
+        )
+        .map_err(|e| e.to_string())?;
+        // SAFETY: the tool owns every buffer and word it hands to `start`, and keeps them alive
+        // until the executions that use them are complete (buffers of finished rows are
+        // retired, not freed, until the comm is gone).
+        unsafe { comm.trust_all_addresses() };
+        let transport = format!(
+            "libfabric (provider {})",
+            comm.transport()
+                .name()
+                .strip_prefix("libfabric/")
+                .unwrap_or(comm.transport().name())
+        );
+        let peers = SharedBootstrap::new(boot);
+        let engine = DriverEngine::with_comms(
+            vec![EngineComm::InProcess {
+                rank,
+                comm: Box::new(comm),
+            }],
+            EngineBarrier::Bootstrap(peers.clone()),
+            &cfg,
+            wait,
+        )?;
+        let cpus = rank_cpus(n, args.pin);
+        Self::assemble(
+            args,
+            Assembly {
+                local: vec![rank],
+                mems: vec![mem],
+                engine: Box::new(engine),
+                peers: Some(peers),
+                transport,
+                progress_half: "in-process".into(),
+                spin: (cfg.spin, wait.spins),
+                wait,
+                cpus: vec![cpus[rank as usize]],
+            },
+        )
+    }
+
+    /// The rest of the set-up, shared by [`World::new`] and [`World::join`]: a device per local
+    /// rank.
+    fn assemble(args: &Args, a: Assembly) -> Result<Self, String> {
+        let n = args.ranks;
         let mut devices = Vec::new();
-        for r in 0..n {
+        for (&r, cpu) in a.local.iter().zip(&a.cpus) {
             let fault = (args.fault_inject && r == n - 1).then_some(Fault { entry: None });
             devices.push(
-                DeviceThread::spawn(r, fault, wait, cpus[r as usize])
-                    .map_err(|e| format!("device: {e}"))?,
+                DeviceThread::spawn(r, fault, a.wait, *cpu).map_err(|e| format!("device: {e}"))?,
             );
         }
         Ok(Self {
             args: args.clone(),
             collective: args.collective.into(),
-            spin: (cfg.spin, wait.spins),
-            engine,
+            spin: a.spin,
+            local: a.local,
+            peers: a.peers,
+            transport: a.transport,
+            progress_half: a.progress_half,
+            engine: a.engine,
             devices,
-            fixed,
+            fixed: a.mems.into_iter().map(|mem| FixedWords { mem }).collect(),
             next_exec: 0,
+            retired: Vec::new(),
         })
+    }
+
+    /// The global rank of this process's first rank (0 with the in-process transport): only
+    /// the process that runs rank 0 prints.
+    pub fn first_rank(&self) -> u32 {
+        self.local[0]
+    }
+
+    /// The transport, for the header: `mem`, or `libfabric (provider P)`.
+    pub fn transport_name(&self) -> &str {
+        &self.transport
+    }
+
+    /// Where the progress half comes from, for the header: `in-process`, or `loaded from PATH
+    /// through dlopen (C ABI V)`.
+    pub fn progress_half(&self) -> &str {
+        &self.progress_half
     }
 
     /// What runs the proxy (for the header).
@@ -220,9 +489,10 @@ impl World {
     }
 
     /// Arms trigger set `set` and submits one execution (`reps` program executions, block
-    /// schedule `[BLOCK; reps]`) for every rank.
+    /// schedule `[BLOCK; reps]`) for every local rank. The lowest local rank leads the barrier
+    /// and raises the barrier-done semaphore of every local rank.
     fn submit(&mut self, prep: &Prepared, reps: u32, set: usize) -> Result<(), String> {
-        let n = self.args.ranks as usize;
+        let n = self.local.len();
         let done_words: Vec<u64> = self.fixed.iter().map(FixedWords::barrier_done).collect();
         self.next_exec = self.next_exec.wrapping_add(1);
         for r in 0..n {
@@ -257,10 +527,10 @@ impl World {
         Ok(())
     }
 
-    /// Launches every device on the oldest submitted execution (trigger set `set`) and waits
-    /// for the devices and for the execution's task records.
+    /// Launches every local device on the oldest submitted execution (trigger set `set`) and
+    /// waits for the devices and for the execution's task records.
     fn complete(&mut self, prep: &Prepared, reps: u32, set: usize) -> Result<(), String> {
-        let n = self.args.ranks as usize;
+        let n = self.local.len();
         for r in 0..n {
             let f = &self.fixed[r];
             let job = Job {
@@ -280,7 +550,7 @@ impl World {
                 first_err.get_or_insert(e.to_string());
             }
             if let Err(e) = self.engine.wait(r as u32) {
-                first_err.get_or_insert(format!("rank {r}: {e}"));
+                first_err.get_or_insert(format!("rank {}: {e}", self.local[r]));
             }
         }
         first_err.map_or(Ok(()), Err)
@@ -326,7 +596,7 @@ impl World {
             fifos: Vec::new(),
         };
         for (r, m) in mems.iter_mut().enumerate() {
-            let p = plan(&self.params(size, r as u32, in_place)).map_err(|e| e.to_string())?;
+            let p = plan(&self.params(size, self.local[r], in_place)).map_err(|e| e.to_string())?;
             let lines = self.fixed[r].mem.lines();
             if FIXED_LINES + p.host_words() as usize > lines {
                 return Err(format!("plan needs {} host words", p.host_words()));
@@ -361,7 +631,7 @@ impl World {
                     p.layout.input_bytes as usize,
                 )
             };
-            fill_input(&p.params, r as u32, input);
+            fill_input(&p.params, self.local[r], input);
         }
     }
 
@@ -390,7 +660,7 @@ impl World {
                         p.layout.output_bytes as usize,
                     )
                 };
-                count_wrong(&p.params, r as u32, out)
+                count_wrong(&p.params, self.local[r], out)
             })
             .sum()
     }
@@ -446,7 +716,31 @@ impl World {
             self.execute(&prep, 1)?;
             *wrong.get_or_insert(0) += self.wrong(&prep);
         }
-        let time = elapsed.as_secs_f64() / f64::from(iters);
+        let recv_bytes_per_exec = prep
+            .plans
+            .iter()
+            .map(|p| p.dst.iter().map(|e| e.bytes).sum::<u64>())
+            .sum();
+        let mut local = Counts {
+            elapsed_ns: u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX),
+            timed_starts,
+            execs,
+            bytes,
+            wrong,
+            recv_bytes_per_exec,
+        };
+        if let Some(peers) = &self.peers {
+            local = Counts::combine(peers, &local)?;
+        }
+        let Counts {
+            elapsed_ns,
+            timed_starts,
+            execs,
+            bytes,
+            wrong,
+            recv_bytes_per_exec,
+        } = local;
+        let time = elapsed_ns as f64 / 1e9 / f64::from(iters);
         let bytes_moved = size_of_row(&prep) as f64;
         let algbw = if time > 0.0 {
             bytes_moved / time / 1e9
@@ -461,11 +755,7 @@ impl World {
             timed_starts,
             timed_device_execs: execs,
             timed_recv_bytes: bytes,
-            recv_bytes_per_exec: prep
-                .plans
-                .iter()
-                .map(|p| p.dst.iter().map(|e| e.bytes).sum::<u64>())
-                .sum(),
+            recv_bytes_per_exec,
         })
     }
 
@@ -476,8 +766,10 @@ impl World {
     pub fn row(&mut self, size: u64) -> Result<Row, String> {
         let n = self.args.ranks;
         let probe = plan(&self.params(size, 0, false)).map_err(|e| e.to_string())?;
-        let mut mems: Vec<RankMem> = (0..n)
-            .map(|r| {
+        let mut mems: Vec<RankMem> = self
+            .local
+            .iter()
+            .map(|&r| {
                 let po = plan(&self.params(size, r, false)).expect("planned above");
                 let pi = plan(&self.params(size, r, true)).expect("planned above");
                 let lo = po.layout;
@@ -489,8 +781,13 @@ impl World {
                 }
             })
             .collect();
-        let oop = self.measure(&mut mems, size, false)?;
-        let ip = self.measure(&mut mems, size, true)?;
+        let oop = self.measure(&mut mems, size, false);
+        let ip = oop.is_ok().then(|| self.measure(&mut mems, size, true));
+        if self.peers.is_some() {
+            // The transport may hold registrations of these buffers until it closes.
+            self.retired.push(mems);
+        }
+        let (oop, ip) = (oop?, ip.expect("measured when oop is ok")?);
         let (i, o) = probe.params.collective.buffer_elems(probe.params.count, n);
         Ok(Row {
             size: i.max(o) * probe.params.dtype.size() as u64,
@@ -502,6 +799,80 @@ impl World {
     }
 }
 
+/// One process's part of a measurement, combined over the processes of a run: the slowest
+/// process's time (a collective is done when its last rank is), everything else summed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Counts {
+    elapsed_ns: u64,
+    timed_starts: u64,
+    execs: u64,
+    bytes: u64,
+    wrong: Option<u64>,
+    recv_bytes_per_exec: u64,
+}
+
+impl Counts {
+    const WORDS: usize = 6;
+
+    fn encode(&self) -> Vec<u8> {
+        [
+            self.elapsed_ns,
+            self.timed_starts,
+            self.execs,
+            self.bytes,
+            self.wrong.unwrap_or(u64::MAX),
+            self.recv_bytes_per_exec,
+        ]
+        .iter()
+        .flat_map(|w| w.to_le_bytes())
+        .collect()
+    }
+
+    fn decode(b: &[u8]) -> Option<Self> {
+        if b.len() != 8 * Self::WORDS {
+            return None;
+        }
+        let w = |i: usize| u64::from_le_bytes(b[8 * i..8 * i + 8].try_into().expect("8 bytes"));
+        Some(Self {
+            elapsed_ns: w(0),
+            timed_starts: w(1),
+            execs: w(2),
+            bytes: w(3),
+            wrong: (w(4) != u64::MAX).then(|| w(4)),
+            recv_bytes_per_exec: w(5),
+        })
+    }
+
+    /// All-gathers `mine` over `peers` and combines every process's counts.
+    fn combine(peers: &SharedBootstrap, mine: &Self) -> Result<Self, String> {
+        let all = peers
+            .lock()
+            .all_gather(&mine.encode())
+            .map_err(|e| format!("combining the results of the processes: {e}"))?;
+        let mut total = Self {
+            elapsed_ns: 0,
+            timed_starts: 0,
+            execs: 0,
+            bytes: 0,
+            wrong: None,
+            recv_bytes_per_exec: 0,
+        };
+        for (r, b) in all.iter().enumerate() {
+            let c = Self::decode(b)
+                .ok_or_else(|| format!("rank {r} sent malformed results ({} bytes)", b.len()))?;
+            total.elapsed_ns = total.elapsed_ns.max(c.elapsed_ns);
+            total.timed_starts += c.timed_starts;
+            total.execs += c.execs;
+            total.bytes += c.bytes;
+            if let Some(w) = c.wrong {
+                *total.wrong.get_or_insert(0) += w;
+            }
+            total.recv_bytes_per_exec += c.recv_bytes_per_exec;
+        }
+        Ok(total)
+    }
+}
+
 fn size_of_row(prep: &Prepared) -> u64 {
     let l = prep.plans[0].layout;
     l.input_bytes.max(l.output_bytes)
@@ -510,8 +881,17 @@ fn size_of_row(prep: &Prepared) -> u64 {
 /// `true` when the tool's busy threads (a device per rank, a worker per group, the producer)
 /// outnumber the CPUs: then every wait should yield at once instead of spinning.
 pub fn oversubscribed(ranks: u32, ranks_per_proxy: u32) -> bool {
+    oversubscribed_procs(ranks, ranks_per_proxy, 1)
+}
+
+/// [`oversubscribed`] for `ranks` spread over `procs` processes on this machine (a producer
+/// per process; a proxy group never spans processes).
+pub fn oversubscribed_procs(ranks: u32, ranks_per_proxy: u32, procs: u32) -> bool {
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let threads = ranks as usize + ranks.div_ceil(ranks_per_proxy.max(1)) as usize + 1;
+    let procs = procs.clamp(1, ranks.max(1));
+    let per_proc = ranks.div_ceil(procs);
+    let groups = procs * per_proc.div_ceil(ranks_per_proxy.max(1));
+    let threads = ranks as usize + groups as usize + procs as usize;
     threads > cpus
 }
 

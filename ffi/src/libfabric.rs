@@ -1,0 +1,113 @@
+//! `NCCOM_TRANSPORT_LIBFABRIC` (feature `libfabric`): a comm over libfabric, built by the
+//! bootstrap of `proxy-platform-linux` (rank 0 listens on the root address, every rank
+//! connects; endpoint names are all-gathered) and `open_libfabric_comm`.
+//!
+//! Creation is collective: every rank of the comm calls `nccom_comm_create` with the same
+//! `nranks`, `comm_id`, provider and root address, and each call blocks until every rank is
+//! connected, at most the bootstrap timeout. The bootstrap connections are closed once the comm
+//! exists (the C ABI has no barrier; a runtime synchronises its processes itself).
+
+use std::ffi::{c_char, CStr};
+use std::sync::Arc;
+use std::time::Duration;
+
+use proxy_core::comm::Comm;
+use proxy_core::device::DeviceCallbacks;
+use proxy_core::status::NrtStatus;
+use proxy_core::time::Clock;
+use proxy_ffi_types::NccomCommConfig;
+use proxy_platform_linux::bootstrap::{Bootstrap, BootstrapConfig};
+use proxy_platform_linux::libfabric::Options;
+use proxy_platform_linux::net_setup::{open_libfabric_comm, LibfabricCommConfig};
+
+/// A NUL-terminated UTF-8 C string, or `None` for NULL.
+///
+/// # Safety
+/// `p` must be NULL or point to a readable NUL-terminated string.
+unsafe fn c_string(what: &str, name: &str, p: *const c_char) -> Result<Option<String>, NrtStatus> {
+    if p.is_null() {
+        return Ok(None);
+    }
+    // SAFETY: the caller's contract.
+    let s = unsafe { CStr::from_ptr(p) };
+    match s.to_str() {
+        Ok(s) => Ok(Some(s.to_owned())),
+        Err(_) => {
+            log::error!("{what}: {name} is not UTF-8");
+            Err(NrtStatus::Invalid)
+        }
+    }
+}
+
+/// Checks the libfabric fields of a config before anything is created.
+///
+/// # Safety
+/// `cfg.transport.libfabric`'s strings must be NULL or NUL-terminated (the C contract of
+/// `nccom_comm_config_t`).
+pub unsafe fn validate(what: &str, cfg: &NccomCommConfig) -> Result<(), NrtStatus> {
+    let lf = &cfg.transport.libfabric;
+    // SAFETY: the caller's contract.
+    unsafe {
+        c_string(what, "transport.libfabric.provider", lf.provider)?;
+        c_string(what, "transport.libfabric.root_addr", lf.root_addr)?;
+    }
+    Ok(())
+}
+
+/// Bootstraps this rank (`cfg.rank` of `cfg.nranks` at the root address of the config, else
+/// `NEURON_RT_ROOT_COMM_ID`) and opens the libfabric comm (comm id `cfg.comm_id`, which every
+/// rank must give alike: a rank whose id differs from the root's fails).
+///
+/// # Errors
+/// The bootstrap's or the set-up's status (`Invalid` for a malformed root address, `Timeout`
+/// when a rank does not arrive in time, `NetworkProxyFailure` when a rank's endpoint fails),
+/// with a log line naming the cause.
+///
+/// # Safety
+/// As [`validate`].
+pub unsafe fn create(
+    what: &str,
+    cfg: &NccomCommConfig,
+    device: Arc<dyn DeviceCallbacks>,
+    clock: Arc<dyn Clock>,
+) -> Result<Comm, NrtStatus> {
+    let lf = &cfg.transport.libfabric;
+    // SAFETY: the caller's contract.
+    let (provider, root) = unsafe {
+        (
+            c_string(what, "transport.libfabric.provider", lf.provider)?,
+            c_string(what, "transport.libfabric.root_addr", lf.root_addr)?,
+        )
+    };
+    let fail = |e: &dyn std::fmt::Display, s: NrtStatus| {
+        log::error!("{what}: rank {} of {}: {e}", cfg.rank, cfg.nranks);
+        s
+    };
+    let mut bc = BootstrapConfig::from_env(Some(cfg.rank), Some(cfg.nranks), root.as_deref())
+        .map_err(|e| fail(&e, e.status()))?;
+    if lf.bootstrap_timeout_ms != 0 {
+        bc.timeout = Duration::from_millis(lf.bootstrap_timeout_ms);
+    }
+    bc.comm_id = Some(cfg.comm_id);
+    let mut boot = Bootstrap::init(&bc).map_err(|e| fail(&e, e.status()))?;
+    if boot.comm_id() != cfg.comm_id {
+        let e = format!(
+            "comm id {} differs from the root's {} (every rank must give the same comm_id)",
+            cfg.comm_id,
+            boot.comm_id()
+        );
+        return Err(fail(&e, NrtStatus::Invalid));
+    }
+    let lc = LibfabricCommConfig {
+        transport: Options {
+            provider,
+            ..Options::default()
+        },
+        comm_id: Some(cfg.comm_id),
+        drain_limit: (cfg.drain_limit_ns != 0).then(|| Duration::from_nanos(cfg.drain_limit_ns)),
+    };
+    let comm =
+        open_libfabric_comm(&mut boot, &lc, device, clock).map_err(|e| fail(&e, e.status()))?;
+    boot.close();
+    Ok(comm)
+}
