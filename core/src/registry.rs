@@ -213,21 +213,29 @@ impl<S: Spawner> Registry<S> {
     /// `NRT_CLOSED`), drops the reference, and when it was the last, stops, wakes and joins the
     /// worker. Returns the records the slot had not reported yet.
     ///
+    /// The last leave stops and joins the worker while it holds the registry's lock, so a join
+    /// of the same group that comes next starts its worker only once the old one is gone: one
+    /// worker per group at any time. The worker never takes the lock (and `join` already waits
+    /// for a starting worker under it), so this cannot deadlock; other joins and leaves wait for
+    /// one worker's exit, on a cold path.
+    ///
     /// Seed: `enc_free_global_comm` → `~enc_proxy_queue` (stop, notify, join), §2.
     pub fn leave(&self, m: Membership, waiter: &Waiter<'_>) -> Vec<TaskRecord> {
         let group = m.group;
         let records = m.slot.leave(waiter);
-        let last = self.with_groups(|groups| {
-            let i = groups.iter().position(|g| g.id == group)?;
+        self.with_groups(|groups| {
+            let Some(i) = groups.iter().position(|g| g.id == group) else {
+                return;
+            };
             groups[i].refs -= 1;
             log::debug!("group {group}: left (refs {})", groups[i].refs);
-            (groups[i].refs == 0).then(|| groups.swap_remove(i))
+            if groups[i].refs == 0 {
+                let g = groups.swap_remove(i);
+                g.queue.request_stop();
+                self.spawner.join(g.handle);
+                log::debug!("group {group}: worker joined");
+            }
         });
-        if let Some(g) = last {
-            g.queue.request_stop();
-            self.spawner.join(g.handle);
-            log::debug!("group {group}: worker joined");
-        }
         records
     }
 
