@@ -14,3 +14,4 @@ pub mod queue;
 pub mod record;
 pub mod ring;
 pub mod semaphore;
+pub mod trigger;
