@@ -12,6 +12,7 @@ pub(crate) use loom::thread;
 pub(crate) use std::thread;
 
 pub mod driver;
+pub mod registry;
 pub mod trigger;
 
 /// The parker the model threads use: loom's park/unpark under `--cfg loom`, std's otherwise.

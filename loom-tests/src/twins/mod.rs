@@ -12,6 +12,7 @@
 pub mod handoff;
 pub mod queue;
 pub mod record;
+pub mod registry;
 pub mod ring;
 pub mod semaphore;
 pub mod trigger;
