@@ -3,7 +3,7 @@
 //!
 //! Run them with
 //! `RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=3 cargo test -p loom-tests --release`;
-//! see `loom-tests/README.md` for running one model and debugging a failure.
+//! see `loom-tests/README.md` ("Loom models") for running one model and debugging a failure.
 //!
 //! Layout: `tests/*.rs` hold the models (compiled only under `--cfg loom`); [`harness`] holds the
 //! generic model bodies, written against small traits so the real handoff and its twin run the
@@ -19,7 +19,7 @@
 //! | 5 | `tests/trigger.rs` | device trigger word vs the network task's gate | Relaxed `can_start`; Relaxed `consume` |
 //! | 6 | `tests/semaphore.rs` | semaphore reverse edge | Relaxed increment |
 //! | 7 | `tests/mem_transport.rs` | in-memory transport mailbox and send handoff | load/store withdraw |
-//! | 8 | `tests/registry.rs` | registry join/leave vs worker start/stop | refcount decrement split across two critical sections |
+//! | 8 | `tests/registry.rs` | registry join/leave vs worker start/stop | refcount decrement split across two critical sections; last worker stopped outside the lock |
 
 pub mod harness;
 pub mod twins;
