@@ -616,8 +616,7 @@ impl Comm {
             .sum();
 
         // Group each side's entries by op (stable: FIFO order within an op).
-        let st = &mut self.streams[s];
-        st.reserve(n_ops)?;
+        let st = &self.streams[s];
         let (src_base, dst_base) = st
             .blocks
             .get(&bb)
@@ -633,56 +632,23 @@ impl Comm {
             dst_grouped.extend(dst.iter().filter(|e| e.net_op_idx == k));
         }
 
-        // Build on next_ops (ncclProxySaveNeuron).
-        let mut failed = None;
-        for (k, info) in ops.iter().enumerate() {
-            for send in [true, false] {
-                let count = if send {
-                    info.tx_entry_cnt
-                } else {
-                    info.rx_entry_cnt
-                };
-                if count == 0 {
-                    continue;
-                }
-                let Some(opp) = st.pool.pop_front() else {
-                    failed = Some(NrtStatus::Resource);
-                    break;
-                };
-                // SAFETY: `opp` is a live op of this stream's pool blocks, just unlinked.
-                let op = unsafe { &mut *opp };
-                let base = if send { src_start[k] } else { dst_start[k] };
-                if send {
-                    sendrecv::init_send(op, info, k as u32, base);
-                } else {
-                    sendrecv::init_recv(op, info, k as u32, base);
-                }
-                op.stream = stream;
-                op.basic_block_id = bb;
-                op.op_count = self.last_op_count;
-                self.last_op_count += 1;
-                let armed = op.rearm();
-                // `op` is not used past this point: the list links are written through `opp`.
-                // SAFETY: `opp` is live and on no list.
-                unsafe { st.next_ops.push_back(opp) };
-                if let Err(e) = armed {
-                    failed = Some(e);
-                    break;
-                }
+        // Build on next_ops (ncclProxySaveNeuron): a send op, then a recv op, per op info.
+        let sides: Vec<(usize, bool)> = ops
+            .iter()
+            .enumerate()
+            .flat_map(|(k, o)| [(k, true, o.tx_entry_cnt), (k, false, o.rx_entry_cnt)])
+            .filter(|&(_, _, count)| count > 0)
+            .map(|(k, send, _)| (k, send))
+            .collect();
+        self.build_ops(s, stream, bb, n_ops, |op, i| {
+            let (k, send) = sides[i as usize];
+            if send {
+                sendrecv::init_send(op, &ops[k], k as u32, src_start[k]);
+            } else {
+                sendrecv::init_recv(op, &ops[k], k as u32, dst_start[k]);
             }
-            if failed.is_some() {
-                break;
-            }
-        }
-        if let Some(e) = failed {
-            let mut built = core::mem::take(&mut st.next_ops);
-            StreamState::release_list(&mut st.pool, &mut built);
-            log::error!(
-                "start: comm {} stream {stream} block {bb}: {e}; nothing filed",
-                self.config.comm_id
-            );
-            return Err(e);
-        }
+        })?;
+        let st = &mut self.streams[s];
         // File (ncclProxyStart): next_ops → tail of blocks[bb].
         let files = st.blocks.entry(bb).or_default();
         files.src.extend_from_slice(&src_grouped);
@@ -714,31 +680,60 @@ impl Comm {
         if bb == BB_NONE || scripts.is_empty() {
             reject!("start_scripted: block {bb:#x} / {} scripts", scripts.len());
         }
+        self.build_ops(s, stream, bb, scripts.len() as u32, |op, i| {
+            crate::scripted::init(op, &scripts[i as usize], i);
+        })?;
         let st = &mut self.streams[s];
-        st.reserve(scripts.len() as u32)?;
-        for (k, script) in scripts.iter().enumerate() {
-            let opp = st.pool.pop_front().ok_or(NrtStatus::Resource)?;
-            // SAFETY: a live op of this stream's pool, just unlinked.
-            let op = unsafe { &mut *opp };
-            crate::scripted::init(op, script, k as u32);
-            op.stream = stream;
-            op.basic_block_id = bb;
-            op.op_count = self.last_op_count;
-            self.last_op_count += 1;
-            let armed = op.rearm();
-            // SAFETY: live, on no list; `op` is not used past this point.
-            unsafe { st.next_ops.push_back(opp) };
-            if let Err(e) = armed {
-                let mut built = core::mem::take(&mut st.next_ops);
-                StreamState::release_list(&mut st.pool, &mut built);
-                return Err(e);
-            }
-        }
         st.blocks
             .entry(bb)
             .or_default()
             .ops
             .append(&mut st.next_ops);
+        Ok(())
+    }
+
+    /// Builds `n` ops on stream `s`'s `next_ops` (the seed's `ncclProxySaveNeuron`): each taken
+    /// from the pool (grown by whole blocks first), set up by `init(op, i)`, given the comm's
+    /// next op count and armed. On failure every op built returns to the pool and nothing is
+    /// filed.
+    fn build_ops(
+        &mut self,
+        s: usize,
+        stream: u32,
+        bb: u32,
+        n: u32,
+        mut init: impl FnMut(&mut ProxyOp, u32),
+    ) -> Result<(), NrtStatus> {
+        let st = &mut self.streams[s];
+        st.reserve(n)?;
+        for i in 0..n {
+            let armed = match st.pool.pop_front() {
+                None => Err(NrtStatus::Resource),
+                Some(opp) => {
+                    // SAFETY: `opp` is a live op of this stream's pool blocks, just unlinked.
+                    let op = unsafe { &mut *opp };
+                    init(op, i);
+                    op.stream = stream;
+                    op.basic_block_id = bb;
+                    op.op_count = self.last_op_count;
+                    self.last_op_count += 1;
+                    let armed = op.rearm();
+                    // `op` is not used past this point: the links are written through `opp`.
+                    // SAFETY: `opp` is live and on no list.
+                    unsafe { st.next_ops.push_back(opp) };
+                    armed
+                }
+            };
+            if let Err(e) = armed {
+                let mut built = core::mem::take(&mut st.next_ops);
+                StreamState::release_list(&mut st.pool, &mut built);
+                log::error!(
+                    "start: comm {} stream {stream} block {bb}: {e}; nothing filed",
+                    self.config.comm_id
+                );
+                return Err(e);
+            }
+        }
         Ok(())
     }
 
@@ -922,6 +917,15 @@ impl Comm {
     pub fn stop(&mut self, stream: u32) -> Result<(), NrtStatus> {
         let s = check_stream(stream)?;
         let comm_id = self.config.comm_id;
+        // A stream torn down with ops still active (task failure, timeout, a comm leaving):
+        // log the comm's state, every block and op, for the post-mortem (DESIGN.md §6).
+        if !self.streams[s].active.is_empty() && log::log_enabled!(log::Level::Warn) {
+            let mut dump = alloc::string::String::new();
+            let _ = self.dump(&mut dump);
+            log::warn!(
+                "stop: comm {comm_id} stream {stream} torn down with active ops; state:\n{dump}"
+            );
+        }
         // Cancel every outstanding request of the active ops.
         let mut pending: Vec<RequestId> = Vec::new();
         for opp in self.streams[s].active.iter() {

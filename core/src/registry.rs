@@ -19,9 +19,7 @@ use alloc::vec::Vec;
 use crate::queue::{ProxyQueue, QueueConfig, SlotHandle, Worker};
 use crate::record::TaskRecord;
 use crate::status::NrtStatus;
-use crate::sync::{spin_loop, Arc};
-#[cfg(not(loom))]
-use crate::sync::{AtomicBool, Ordering, UnsafeCell};
+use crate::sync::{spin_loop, Arc, Mutex};
 use crate::time::Clock;
 use crate::wake::Waiter;
 
@@ -104,56 +102,32 @@ pub struct Registry<S: Spawner> {
     groups: GroupLock<Vec<Group<S::Handle>>>,
 }
 
-/// The group table's lock. A test-and-set lock whose waiters call [`Spawner::relax`] (a yield
-/// on Linux) between attempts; under loom, loom's `Mutex`, because loom cannot schedule a spin
-/// loop under its preemption bound (the models would report a livelock that is not there).
-struct GroupLock<T> {
-    #[cfg(not(loom))]
-    locked: AtomicBool,
-    #[cfg(not(loom))]
-    value: UnsafeCell<T>,
-    #[cfg(loom)]
-    value: loom::sync::Mutex<T>,
-}
-
-// SAFETY: `value` is accessed only while `locked` is held (acquire/release), so sharing the
-// lock only ever gives one thread at a time access to the `T`, which is Send.
-unsafe impl<T: Send> Sync for GroupLock<T> {}
-// SAFETY: as above.
-unsafe impl<T: Send> Send for GroupLock<T> {}
+/// The group table's lock: [`Mutex`] from the facade (a test-and-set lock whose waiters call
+/// [`Spawner::relax`] between attempts; under loom, loom's `Mutex`, because loom cannot
+/// schedule a spin loop under its preemption bound and the models would report a livelock that
+/// is not there).
+struct GroupLock<T>(Mutex<T>);
 
 impl<T> GroupLock<T> {
     fn new(value: T) -> Self {
-        Self {
-            #[cfg(not(loom))]
-            locked: AtomicBool::new(false),
-            #[cfg(not(loom))]
-            value: UnsafeCell::new(value),
-            #[cfg(loom)]
-            value: loom::sync::Mutex::new(value),
-        }
+        Self(Mutex::new(value))
     }
 
     #[cfg(not(loom))]
     fn with<R>(&self, relax: impl Fn(), f: impl FnOnce(&mut T) -> R) -> R {
-        // Acquire: the previous holder's changes to `value` are visible.
-        while self
-            .locked
-            .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
-            .is_err()
-        {
+        // `try_lock` acquires on success and the guard releases on drop: the previous holder's
+        // changes are visible, and ours are visible to the next holder.
+        loop {
+            if let Some(mut guard) = self.0.try_lock() {
+                return f(&mut guard);
+            }
             relax();
         }
-        // SAFETY: we hold the lock: no other access to `value` overlaps.
-        let r = self.value.with_mut(|v| f(unsafe { &mut *v }));
-        // Release: our changes are visible to the next holder.
-        self.locked.store(false, Ordering::Release);
-        r
     }
 
     #[cfg(loom)]
     fn with<R>(&self, _relax: impl Fn(), f: impl FnOnce(&mut T) -> R) -> R {
-        f(&mut self.value.lock().unwrap())
+        f(&mut self.0.lock().unwrap())
     }
 }
 
@@ -239,21 +213,29 @@ impl<S: Spawner> Registry<S> {
     /// `NRT_CLOSED`), drops the reference, and when it was the last, stops, wakes and joins the
     /// worker. Returns the records the slot had not reported yet.
     ///
+    /// The last leave stops and joins the worker while it holds the registry's lock, so a join
+    /// of the same group that comes next starts its worker only once the old one is gone: one
+    /// worker per group at any time. The worker never takes the lock (and `join` already waits
+    /// for a starting worker under it), so this cannot deadlock; other joins and leaves wait for
+    /// one worker's exit, on a cold path.
+    ///
     /// Seed: `enc_free_global_comm` → `~enc_proxy_queue` (stop, notify, join), §2.
     pub fn leave(&self, m: Membership, waiter: &Waiter<'_>) -> Vec<TaskRecord> {
         let group = m.group;
         let records = m.slot.leave(waiter);
-        let last = self.with_groups(|groups| {
-            let i = groups.iter().position(|g| g.id == group)?;
+        self.with_groups(|groups| {
+            let Some(i) = groups.iter().position(|g| g.id == group) else {
+                return;
+            };
             groups[i].refs -= 1;
             log::debug!("group {group}: left (refs {})", groups[i].refs);
-            (groups[i].refs == 0).then(|| groups.swap_remove(i))
+            if groups[i].refs == 0 {
+                let g = groups.swap_remove(i);
+                g.queue.request_stop();
+                self.spawner.join(g.handle);
+                log::debug!("group {group}: worker joined");
+            }
         });
-        if let Some(g) = last {
-            g.queue.request_stop();
-            self.spawner.join(g.handle);
-            log::debug!("group {group}: worker joined");
-        }
         records
     }
 

@@ -10,6 +10,9 @@
 //! No 64-bit atomics: `thumbv7em-none-eabihf` has 8/16/32-bit atomics with CAS only, so every
 //! state word, index and counter shared between threads is a `u32` or `usize`.
 //!
+//! The one lock, [`Mutex`], is for cold paths only (the registry's group table); the hot path
+//! (submit, tick, park/wake) is lock-free.
+//!
 //! Loom models `SeqCst` loads and stores as `AcqRel` (loom#108); protocols that need a
 //! store→load order (the park/wake Dekker pattern) use an explicit [`fence`] with `SeqCst`,
 //! which loom does model.
@@ -27,6 +30,18 @@ pub use loom::sync::atomic::{
 pub use alloc::sync::Arc;
 #[cfg(loom)]
 pub use loom::sync::Arc;
+
+/// A lock for cold paths (the registry's group table): `spin`'s test-and-set mutex (no_std).
+/// Lock it with `try_lock` in a loop that relaxes between attempts (a yield on Linux), or with
+/// `lock` to spin.
+#[cfg(not(loom))]
+pub type Mutex<T> = spin::Mutex<T>;
+/// A lock for cold paths (the registry's group table): loom's model-checked `Mutex` under
+/// `--cfg loom`, because loom cannot schedule a spin loop under its preemption bound (a spinning
+/// waiter would read as a livelock that is not there). Its `lock` blocks and returns a
+/// `LockResult`.
+#[cfg(loom)]
+pub type Mutex<T> = loom::sync::Mutex<T>;
 
 /// Hint to the CPU that the caller is in a spin-wait loop.
 ///

@@ -111,11 +111,6 @@ impl WaitCell {
     /// the platform's unpark only when the waiter is parked.
     pub fn notify(&self) {
         let mut cur = self.state.load(Ordering::Relaxed);
-        // The classic trap, planted for the loom models to catch: "nobody is parked, skip".
-        #[cfg(loom_planted_bug)]
-        if cur == EMPTY {
-            return;
-        }
         loop {
             let next = match cur {
                 PARKED => NOTIFYING,
@@ -222,8 +217,13 @@ impl core::fmt::Debug for Waiter<'_> {
 
 impl Waiter<'_> {
     /// Upper bound on polls in the spin phase, whatever the clock says (a clock that does not
-    /// move cannot make a waiter spin forever).
-    pub const MAX_SPINS: u32 = 1 << 20;
+    /// move cannot make a waiter spin forever). Under loom 2 (real size:
+    /// [`Waiter::MAX_SPINS_REAL`]), so the models go through the spin phase into the park phase
+    /// in a few steps instead of exhausting their branch budget.
+    pub const MAX_SPINS: u32 = if cfg!(loom) { 2 } else { Self::MAX_SPINS_REAL };
+
+    /// Real upper bound on polls in the spin phase.
+    pub const MAX_SPINS_REAL: u32 = 1 << 20;
 
     /// Polls `poll` until it yields a value: spins first, then parks on `cell` between polls.
     /// Whoever makes `poll` succeed must call [`WaitCell::notify`] on `cell` afterwards.

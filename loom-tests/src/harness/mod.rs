@@ -3,11 +3,83 @@
 //! std's otherwise), so under plain `cargo test` it runs once on real threads.
 
 use proxy_core::sync::{Arc, AtomicU32, Ordering, UnsafeCell};
+use proxy_core::time::Clock;
+use proxy_core::wake::{Park, Waiter};
 
 #[cfg(loom)]
-use loom::thread;
+pub(crate) use loom::thread;
 #[cfg(not(loom))]
-use std::thread;
+pub(crate) use std::thread;
+
+pub mod driver;
+pub mod registry;
+pub mod trigger;
+
+/// The parker the model threads use: loom's park/unpark under `--cfg loom`, std's otherwise.
+#[cfg(loom)]
+pub type ModelPark = proxy_core::wake::LoomPark;
+/// The parker the model threads use: loom's park/unpark under `--cfg loom`, std's otherwise.
+#[cfg(not(loom))]
+pub type ModelPark = StdPark;
+
+/// std's park/unpark as a [`Park`] (for the plain `cargo test` runs of the model bodies).
+#[cfg(not(loom))]
+#[derive(Debug, Default, Clone, Copy)]
+pub struct StdPark;
+
+#[cfg(not(loom))]
+struct StdUnpark(std::thread::Thread);
+
+#[cfg(not(loom))]
+impl proxy_core::wake::Unpark for StdUnpark {
+    fn unpark(&self) {
+        self.0.unpark();
+    }
+
+    fn clone_box(&self) -> Box<dyn proxy_core::wake::Unpark> {
+        Box::new(StdUnpark(self.0.clone()))
+    }
+}
+
+#[cfg(not(loom))]
+impl Park for StdPark {
+    fn park(&self) {
+        std::thread::park();
+    }
+
+    fn unparker(&self) -> Box<dyn proxy_core::wake::Unpark> {
+        Box::new(StdUnpark(std::thread::current()))
+    }
+}
+
+/// A clock that moves 1 µs each time it is read, so a waiter's spin budget runs out after a
+/// few polls. A std atomic, not a loom one: it is test scaffolding, not part of any handoff, and
+/// adds no branch points to the models.
+#[derive(Debug, Default)]
+pub struct TickClock(std::sync::atomic::AtomicU64);
+
+impl Clock for TickClock {
+    fn now_ns(&self) -> u64 {
+        self.0
+            .fetch_add(1_000, std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+static TICK_CLOCK: TickClock = TickClock(std::sync::atomic::AtomicU64::new(0));
+
+/// How a model's consumer waits: spin for `spin_ns` of [`TickClock`] time (under loom at most
+/// `Waiter::MAX_SPINS` = 2 polls), then park with [`ModelPark`]. `spin_ns == 0` parks at once.
+pub fn waiter(spin_ns: u64) -> Waiter<'static> {
+    #[cfg(loom)]
+    let park: &'static dyn Park = &proxy_core::wake::LoomPark;
+    #[cfg(not(loom))]
+    let park: &'static dyn Park = &StdPark;
+    Waiter {
+        park,
+        clock: &TICK_CLOCK,
+        spin_ns,
+    }
+}
 
 /// An SPSC ring as the model sees it.
 pub trait Spsc: Send + 'static {

@@ -1,0 +1,563 @@
+//! Models 2, 3 and 4: the driver half's queue — submission ring → worker `tick()` → task step →
+//! status record → consumer; the worker's park/wake; slot release and reuse.
+//!
+//! The bodies are generic over [`Driver`] (the queue: `proxy_core::queue` or the twin copy in
+//! `twins::queue`) and over [`Core`] (the task bookkeeping that publishes the live status
+//! record: `proxy_core::task::TaskCore` or the twin copy in `twins::record`), so each twin runs
+//! the very model its real counterpart passes.
+//!
+//! Observer flags (did the owner leave? did the task finish?) are `std` atomics, not loom's:
+//! they are not part of any handoff, they only record where the model's schedule is (loom runs
+//! one thread at a time, so a `SeqCst` std atomic reads the schedule order), and they add no
+//! branch points.
+
+use std::sync::atomic::{AtomicBool as StdAtomicBool, Ordering as StdOrdering};
+
+use proxy_core::queue::{QueueConfig, SlotState, TaskBox, Tick};
+use proxy_core::record::{RunState, StatusRecord, TaskRecord};
+use proxy_core::status::NrtStatus;
+use proxy_core::sync::Arc;
+use proxy_core::task::{ProxyTask, Step, StepEnv, TaskCore, TaskKind};
+use proxy_core::time::NoClock;
+use proxy_core::wake::{Park, Waiter};
+
+use super::{thread, waiter, ModelPark};
+
+/// A proxy queue as the models see it: the shape of `proxy_core::queue`'s API.
+pub trait Driver: 'static {
+    /// The shared queue.
+    type Queue: Send + Sync + 'static;
+    /// A comm's claim on a slot.
+    type Handle: Send + 'static;
+    /// The one worker.
+    type Worker: Send + 'static;
+    /// A queue of `cfg`'s sizes (no task timeouts: its clock never moves) and its worker.
+    fn new(cfg: QueueConfig) -> (Arc<Self::Queue>, Self::Worker);
+    /// `ProxyQueue::join`.
+    ///
+    /// # Errors
+    /// As `ProxyQueue::join`.
+    fn join(queue: &Arc<Self::Queue>) -> Result<Self::Handle, NrtStatus>;
+    /// `ProxyQueue::request_stop`.
+    fn request_stop(queue: &Self::Queue);
+    /// `ProxyQueue::slot_state`.
+    fn slot_state(queue: &Self::Queue, index: usize) -> SlotState;
+    /// `SlotHandle::slot`.
+    fn slot(handle: &Self::Handle) -> u32;
+    /// `SlotHandle::submit`, the rejection's status only.
+    ///
+    /// # Errors
+    /// The rejection's status.
+    fn submit(handle: &mut Self::Handle, task: TaskBox) -> Result<(), NrtStatus>;
+    /// `SlotHandle::try_pop_record`.
+    fn try_pop_record(handle: &mut Self::Handle) -> Option<TaskRecord>;
+    /// `SlotHandle::wait_record`.
+    fn wait_record(handle: &mut Self::Handle, waiter: &Waiter<'_>) -> Option<TaskRecord>;
+    /// `SlotHandle::leave`.
+    fn leave(handle: Self::Handle, waiter: &Waiter<'_>) -> Vec<TaskRecord>;
+    /// `Worker::tick`.
+    fn tick(worker: &mut Self::Worker) -> Tick;
+    /// `Worker::park`.
+    fn park(worker: &mut Self::Worker, park: &dyn Park);
+    /// `Worker::stop_requested`.
+    fn stop_requested(worker: &Self::Worker) -> bool;
+}
+
+/// The shipping queue, `proxy_core::queue`.
+pub struct RealDriver;
+
+impl Driver for RealDriver {
+    type Queue = proxy_core::queue::ProxyQueue;
+    type Handle = proxy_core::queue::SlotHandle;
+    type Worker = proxy_core::queue::Worker;
+
+    fn new(cfg: QueueConfig) -> (Arc<Self::Queue>, Self::Worker) {
+        proxy_core::queue::ProxyQueue::new(cfg, Box::new(NoClock)).expect("valid config")
+    }
+    fn join(queue: &Arc<Self::Queue>) -> Result<Self::Handle, NrtStatus> {
+        proxy_core::queue::ProxyQueue::join(queue)
+    }
+    fn request_stop(queue: &Self::Queue) {
+        queue.request_stop();
+    }
+    fn slot_state(queue: &Self::Queue, index: usize) -> SlotState {
+        queue.slot_state(index)
+    }
+    fn slot(handle: &Self::Handle) -> u32 {
+        handle.slot()
+    }
+    fn submit(handle: &mut Self::Handle, task: TaskBox) -> Result<(), NrtStatus> {
+        handle.submit(task).map_err(|r| r.status)
+    }
+    fn try_pop_record(handle: &mut Self::Handle) -> Option<TaskRecord> {
+        handle.try_pop_record()
+    }
+    fn wait_record(handle: &mut Self::Handle, waiter: &Waiter<'_>) -> Option<TaskRecord> {
+        handle.wait_record(waiter)
+    }
+    fn leave(handle: Self::Handle, waiter: &Waiter<'_>) -> Vec<TaskRecord> {
+        handle.leave(waiter)
+    }
+    fn tick(worker: &mut Self::Worker) -> Tick {
+        worker.tick()
+    }
+    fn park(worker: &mut Self::Worker, park: &dyn Park) {
+        worker.park(park);
+    }
+    fn stop_requested(worker: &Self::Worker) -> bool {
+        worker.stop_requested()
+    }
+}
+
+/// A task's bookkeeping as the models see it: the shape of `proxy_core::task::TaskCore`, which
+/// owns the live 24-byte status record and publishes it on every transition.
+pub trait Core: Send + 'static {
+    /// The live record a consumer may read from any thread.
+    type Live: Send + Sync + 'static;
+    /// A task in INIT with status success.
+    fn new(task_id: u32, comm_id: u32, streams: u32) -> Self;
+    /// The live record.
+    fn live(&self) -> Arc<Self::Live>;
+    /// A consumer's read of the live record.
+    fn load(live: &Self::Live) -> TaskRecord;
+    /// The current state.
+    fn state(&self) -> RunState;
+    /// The one transition function (publishes the record).
+    fn transition(&mut self, to: RunState, status: NrtStatus);
+    /// The current record.
+    fn record(&self) -> TaskRecord;
+    /// Sets the slot (before submission).
+    fn bind_slot(&mut self, slot: u32);
+    /// What `ProxyTask::status_record` answers.
+    fn status_record(&self) -> Arc<StatusRecord>;
+}
+
+impl Core for TaskCore {
+    type Live = StatusRecord;
+
+    fn new(task_id: u32, comm_id: u32, streams: u32) -> Self {
+        TaskCore::new(TaskKind::Barrier, task_id, comm_id, streams, None)
+    }
+    fn live(&self) -> Arc<StatusRecord> {
+        self.status_record()
+    }
+    fn load(live: &StatusRecord) -> TaskRecord {
+        live.load()
+    }
+    fn state(&self) -> RunState {
+        TaskCore::state(self)
+    }
+    fn transition(&mut self, to: RunState, status: NrtStatus) {
+        TaskCore::transition(self, to, status);
+    }
+    fn record(&self) -> TaskRecord {
+        TaskCore::record(self)
+    }
+    fn bind_slot(&mut self, slot: u32) {
+        TaskCore::bind_slot(self, slot);
+    }
+    fn status_record(&self) -> Arc<StatusRecord> {
+        TaskCore::status_record(self)
+    }
+}
+
+/// A model task: `steps` steps that make progress (PROGRESSING), then DONE with `final_status`.
+/// Optionally it checks that it is never stepped or closed after its owner left the queue, and
+/// flags when it is DONE.
+pub struct ModelTask<C> {
+    core: C,
+    steps: u32,
+    final_status: NrtStatus,
+    owner_left: Option<std::sync::Arc<StdAtomicBool>>,
+    done: Option<std::sync::Arc<StdAtomicBool>>,
+}
+
+impl<C: Core> ModelTask<C> {
+    /// A task with id `task_id` (comm 3, streams 0b101) that progresses `steps` times, then
+    /// ends DONE with `final_status`.
+    pub fn new(task_id: u32, steps: u32, final_status: NrtStatus) -> Self {
+        Self {
+            core: C::new(task_id, COMM_ID, STREAMS),
+            steps,
+            final_status,
+            owner_left: None,
+            done: None,
+        }
+    }
+
+    /// Panics if the worker steps or closes the task once `owner_left` is set (its comm's
+    /// `leave` has returned: the worker must no longer touch the slot's tasks).
+    pub fn guarded_by(mut self, owner_left: std::sync::Arc<StdAtomicBool>) -> Self {
+        self.owner_left = Some(owner_left);
+        self
+    }
+
+    /// Sets `done` when the task reaches DONE (on the worker thread).
+    pub fn flagging(mut self, done: std::sync::Arc<StdAtomicBool>) -> Self {
+        self.done = Some(done);
+        self
+    }
+
+    /// The live record.
+    pub fn live(&self) -> Arc<C::Live> {
+        self.core.live()
+    }
+
+    fn check_owner(&self, what: &str) {
+        if let Some(left) = &self.owner_left {
+            assert!(
+                !left.load(StdOrdering::SeqCst),
+                "the worker {what} task {} after its comm left the slot",
+                self.core.record().task_id
+            );
+        }
+    }
+
+    fn finish(&mut self, status: NrtStatus) {
+        self.core.transition(RunState::Done, status);
+        if let Some(d) = &self.done {
+            d.store(true, StdOrdering::SeqCst);
+        }
+    }
+}
+
+impl<C: Core> ProxyTask for ModelTask<C> {
+    fn step(&mut self, _env: &StepEnv) -> Step {
+        self.check_owner("stepped");
+        if self.core.state() == RunState::Done {
+            return Step::Done;
+        }
+        if self.steps == 0 {
+            self.finish(self.final_status);
+            return Step::Done;
+        }
+        self.steps -= 1;
+        self.core
+            .transition(RunState::Progressing, NrtStatus::Success);
+        Step::Progressed
+    }
+
+    fn close(&mut self, status: NrtStatus) {
+        self.check_owner("closed");
+        if self.core.state() != RunState::Done {
+            self.finish(status);
+        }
+    }
+
+    fn record(&self) -> TaskRecord {
+        self.core.record()
+    }
+
+    fn status_record(&self) -> Arc<StatusRecord> {
+        self.core.status_record()
+    }
+
+    fn bind_slot(&mut self, slot: u32) {
+        self.core.bind_slot(slot);
+    }
+
+    fn comm_key(&self) -> Option<usize> {
+        None
+    }
+
+    fn kind(&self) -> TaskKind {
+        TaskKind::Barrier
+    }
+}
+
+/// The comm id of every model task.
+pub const COMM_ID: u32 = 3;
+/// The stream mask of every model task.
+pub const STREAMS: u32 = 0b101;
+
+/// How often a model thread retries before it declares that another thread never made the
+/// change it waits for: small under loom (each retry yields, and loom runs the other threads
+/// until they block or yield, so a handful suffice; a large bound only burns the branch
+/// budget), large on real threads.
+pub const SPIN_BOUND: u32 = if cfg!(loom) { 30 } else { 10_000_000 };
+
+/// One slot, rings of 2 (the loom sizes).
+pub fn one_slot() -> QueueConfig {
+    QueueConfig {
+        slots: 1,
+        submit_capacity: 2,
+        status_capacity: 2,
+    }
+}
+
+/// The worker thread's loop, as the platform runs it (tick; park when told, yield when no task
+/// moved) until stop is requested.
+pub fn run_worker<D: Driver>(mut worker: D::Worker) {
+    while !D::stop_requested(&worker) {
+        match D::tick(&mut worker) {
+            Tick::Park => D::park(&mut worker, &ModelPark::default()),
+            Tick::NoProgress => thread::yield_now(),
+            Tick::Continue => {}
+        }
+    }
+}
+
+/// Model 2 — submission → worker `tick()` → task step → status record → consumer.
+///
+/// The consumer (the comm's thread) has joined; the worker starts; the consumer submits a task
+/// that ends DONE with `NRT_NETWORK_PROXY_FAILURE` (a final status unlike the in-flight one) on
+/// its first step. While the worker runs it, the consumer reads the task's live status record
+/// once, at whatever point loom puts the read: if it reads `run_state == DONE`, every other
+/// field must be final (in flight, a field may already show a later publish: the contract
+/// promises nothing more). Then it waits for the final record on its status ring (spin, then
+/// park): it must be woken, and the ring's record and the live record must both be final.
+///
+/// To keep the model small the worker thread ends once it has reported the task (no stop
+/// request, no leave against a running worker: models 3 and 4 cover those).
+pub fn record_handoff<D: Driver, C: Core>() {
+    let (queue, mut worker) = D::new(one_slot());
+    let mut h = D::join(&queue).expect("join a free slot");
+    let done = std::sync::Arc::new(StdAtomicBool::new(false));
+    let done2 = done.clone();
+    let worker = thread::spawn(move || {
+        while !done2.load(StdOrdering::SeqCst) {
+            match D::tick(&mut worker) {
+                Tick::Park => D::park(&mut worker, &ModelPark::default()),
+                Tick::NoProgress => thread::yield_now(),
+                Tick::Continue => {}
+            }
+        }
+        worker
+    });
+    let task = ModelTask::<C>::new(TASK_A, 0, NrtStatus::NetworkProxyFailure).flagging(done);
+    let live = task.live();
+    D::submit(&mut h, Box::new(task)).expect("submit");
+    let expected = TaskRecord {
+        task_id: TASK_A,
+        slot: 0,
+        comm_id: COMM_ID,
+        streams: STREAMS,
+        progress_status: NrtStatus::NetworkProxyFailure.code(),
+        run_state: RunState::Done as u32,
+    };
+    let snap = C::load(&live);
+    match snap.state() {
+        Some(RunState::Done) => assert_eq!(
+            snap, expected,
+            "a consumer read run_state == DONE but another field was not final"
+        ),
+        Some(RunState::Init) => {
+            assert_eq!(
+                (snap.task_id, snap.slot, snap.comm_id, snap.streams),
+                (TASK_A, 0, COMM_ID, STREAMS),
+                "an in-flight record with another task's fields"
+            );
+            assert!(
+                [NrtStatus::Success, NrtStatus::NetworkProxyFailure].contains(&snap.status()),
+                "an in-flight record with a status never published: {snap:?}"
+            );
+        }
+        other => panic!("unexpected run state {other:?} in {snap:?}"),
+    }
+    // Spin (2 polls under loom), then park: the worker's push must wake us.
+    let rec = D::wait_record(&mut h, &waiter(1)).expect("one task outstanding");
+    assert_eq!(rec, expected, "the final record on the status ring");
+    assert_eq!(
+        C::load(&live),
+        expected,
+        "the live record after the ring handoff"
+    );
+    drop(worker.join().unwrap()); // the worker is gone: leave does not wait for it
+    assert!(D::leave(h, &waiter(0)).is_empty(), "nothing left to report");
+}
+
+/// A wake word as the model sees it: the shape of `proxy_core::wake::WaitCell`.
+pub trait WakeWord: Send + Sync + 'static {
+    /// An empty word.
+    fn new() -> Self;
+    /// `WaitCell::notify`.
+    fn notify(&self);
+    /// `WaitCell::park`.
+    fn park(&self, park: &dyn Park, ready: &mut dyn FnMut() -> bool);
+}
+
+impl WakeWord for proxy_core::wake::WaitCell {
+    fn new() -> Self {
+        proxy_core::wake::WaitCell::new()
+    }
+    fn notify(&self) {
+        proxy_core::wake::WaitCell::notify(self);
+    }
+    fn park(&self, park: &dyn Park, ready: &mut dyn FnMut() -> bool) {
+        proxy_core::wake::WaitCell::park(self, park, ready);
+    }
+}
+
+/// Model 3d — the wake word alone: a waiter parks until two flags are set, while two notifiers
+/// each set one and notify (so one notifier can find the word PARKED, the other NOTIFYING or
+/// NOTIFIED). The waiter always wakes, and sees both flags once it stops waiting.
+pub fn wake_word_two_notifiers<W: WakeWord>() {
+    use proxy_core::sync::{AtomicBool, Ordering};
+    let flags = Arc::new([AtomicBool::new(false), AtomicBool::new(false)]);
+    let cell = Arc::new(W::new());
+    let notifiers: Vec<_> = (0..2)
+        .map(|i| {
+            let (flags, cell) = (flags.clone(), cell.clone());
+            thread::spawn(move || {
+                flags[i].store(true, Ordering::Release);
+                cell.notify();
+            })
+        })
+        .collect();
+    let both = || flags.iter().all(|f| f.load(Ordering::Acquire));
+    while !both() {
+        cell.park(&ModelPark::default(), &mut || both());
+    }
+    for n in notifiers {
+        n.join().unwrap();
+    }
+}
+
+/// Task ids of the models.
+pub const TASK_A: u32 = 7;
+/// Task ids of the models.
+pub const TASK_B: u32 = 8;
+
+/// Model 3a — the worker parks with nothing to do while a comm joins and submits (the
+/// lost-wakeup case): the worker must wake and run the task. The worker thread leaves its loop
+/// when the task is DONE (no stop request that could wake it instead), and the main thread
+/// joins it: a lost wakeup is a deadlock, which loom reports.
+pub fn worker_wakes_for_a_submission<D: Driver, C: Core>() {
+    let (queue, mut worker) = D::new(one_slot());
+    let done = std::sync::Arc::new(StdAtomicBool::new(false));
+    let done2 = done.clone();
+    let worker = thread::spawn(move || {
+        while !done2.load(StdOrdering::SeqCst) {
+            match D::tick(&mut worker) {
+                Tick::Park => D::park(&mut worker, &ModelPark::default()),
+                Tick::NoProgress => thread::yield_now(),
+                Tick::Continue => {}
+            }
+        }
+        worker
+    });
+    let mut h = D::join(&queue).expect("join a free slot");
+    let task = ModelTask::<C>::new(TASK_A, 0, NrtStatus::Success).flagging(done);
+    D::submit(&mut h, Box::new(task)).expect("submit");
+    let worker = worker.join().unwrap();
+    assert_eq!(D::try_pop_record(&mut h).map(|r| r.task_id), Some(TASK_A));
+    drop(worker); // the worker is gone: leave does not wait for it
+    assert!(D::leave(h, &waiter(0)).is_empty());
+}
+
+/// Model 3b — the worker parks with nothing to do while a comm joins (no submission): the join
+/// must wake it (the worker leaves its loop once it has seen the slot ACTIVE).
+pub fn worker_wakes_for_a_join<D: Driver>() {
+    let (queue, mut worker) = D::new(one_slot());
+    let q = queue.clone();
+    let worker = thread::spawn(move || {
+        loop {
+            let t = D::tick(&mut worker);
+            if D::slot_state(&q, 0) == SlotState::Active {
+                break;
+            }
+            match t {
+                Tick::Park => D::park(&mut worker, &ModelPark::default()),
+                Tick::NoProgress => thread::yield_now(),
+                Tick::Continue => {}
+            }
+        }
+        worker
+    });
+    let h = D::join(&queue).expect("join a free slot");
+    drop(worker.join().unwrap());
+    assert!(D::leave(h, &waiter(0)).is_empty());
+}
+
+/// Model 3c — the worker parks with nothing to do while stop is requested: it must wake and
+/// leave its loop.
+pub fn worker_wakes_for_stop<D: Driver>() {
+    let (queue, worker) = D::new(one_slot());
+    let worker = thread::spawn(move || run_worker::<D>(worker));
+    D::request_stop(&queue);
+    worker.join().unwrap();
+}
+
+/// Model 4a — slot release and reuse while the worker ticks. One slot. Comm A holds it with a
+/// task in flight and leaves while the worker ticks; then comm B claims the released slot at
+/// once (the worker may still be finishing the tick that closed A's slot), submits a task and
+/// leaves. The worker never steps or closes A's task after A's `leave` returned (it no longer
+/// reads the released slot); each leave reports its own comm's task exactly once (nothing
+/// crosses from the old owner to the new one); B gets the same slot.
+///
+/// A and B run on one thread, one after the other: with a third thread (B claiming while A
+/// leaves) the model outgrows its time budget, and the race that matters — a claim against a
+/// worker that has not finished with the previous owner — is there with two.
+pub fn slot_release_and_reuse<D: Driver, C: Core>() {
+    let (queue, worker) = D::new(one_slot());
+    let mut a = D::join(&queue).expect("join a free slot");
+    let a_left = std::sync::Arc::new(StdAtomicBool::new(false));
+    let task = ModelTask::<C>::new(TASK_A, 0, NrtStatus::Success).guarded_by(a_left.clone());
+    D::submit(&mut a, Box::new(task)).expect("submit");
+    let worker = thread::spawn(move || run_worker::<D>(worker));
+    let recs = D::leave(a, &waiter(0));
+    a_left.store(true, StdOrdering::SeqCst);
+    assert_eq!(
+        recs.iter().map(|r| r.task_id).collect::<Vec<_>>(),
+        [TASK_A],
+        "leave reports the leaving comm's task exactly once"
+    );
+    assert!(recs[0].is_done());
+    let mut b = D::join(&queue).expect("the released slot is free again");
+    assert_eq!(D::slot(&b), 0, "the released slot is reused");
+    D::submit(
+        &mut b,
+        Box::new(ModelTask::<C>::new(TASK_B, 0, NrtStatus::Success)),
+    )
+    .expect("submit");
+    let recs = D::leave(b, &waiter(0));
+    assert_eq!(
+        recs.iter().map(|r| (r.task_id, r.slot)).collect::<Vec<_>>(),
+        [(TASK_B, 0)],
+        "the new owner's leave reports only its own task, exactly once"
+    );
+    D::request_stop(&queue);
+    worker.join().unwrap();
+}
+
+/// Model 4b — two comms race to claim the one free slot: exactly one wins, and the winner's
+/// slot works (its submission is accepted); the loser gets `NRT_RESOURCE`.
+pub fn claim_race<D: Driver, C: Core>() {
+    let (queue, worker) = D::new(one_slot());
+    let q = queue.clone();
+    let other = thread::spawn(move || D::join(&q).ok());
+    let mine = D::join(&queue).ok();
+    let theirs = other.join().unwrap();
+    assert_eq!(
+        usize::from(mine.is_some()) + usize::from(theirs.is_some()),
+        1,
+        "exactly one comm claims the free slot"
+    );
+    let mut h = mine.or(theirs).unwrap();
+    assert_eq!(D::slot(&h), 0);
+    D::submit(
+        &mut h,
+        Box::new(ModelTask::<C>::new(TASK_A, 0, NrtStatus::Success)),
+    )
+    .expect("the winner's slot accepts a task");
+    drop(worker); // closes the task; leave does not wait for a worker that is gone
+    assert_eq!(D::leave(h, &waiter(0)).len(), 1);
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn driver_model_bodies_run_on_real_threads() {
+        for _ in 0..20 {
+            record_handoff::<RealDriver, TaskCore>();
+            worker_wakes_for_a_submission::<RealDriver, TaskCore>();
+            worker_wakes_for_a_join::<RealDriver>();
+            worker_wakes_for_stop::<RealDriver>();
+            slot_release_and_reuse::<RealDriver, TaskCore>();
+            claim_race::<RealDriver, TaskCore>();
+            wake_word_two_notifiers::<proxy_core::wake::WaitCell>();
+        }
+    }
+}
