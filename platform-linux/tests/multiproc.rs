@@ -288,6 +288,7 @@ fn kill_scenario(scenario: &str, provider: &str, victim: u32) {
 }
 
 #[test]
+#[ignore = "libfabric 1.17 tcp;ofi_rxm: a survivor of a peer killed mid-transfer segfaults inside the provider ~1 run in 30 (ofiwg/libfabric#7367); the shm twin runs in CI; run with --ignored"]
 fn killed_peer_tcp() {
     killed_peer(TCP, 1);
 }
@@ -299,6 +300,7 @@ fn killed_peer_shm() {
 }
 
 #[test]
+#[ignore = "libfabric 1.17 tcp;ofi_rxm: a survivor of a peer killed mid-transfer segfaults inside the provider ~1 run in 30 (ofiwg/libfabric#7367); the shm twin runs in CI; run with --ignored"]
 fn killed_peer_driver_tcp() {
     kill_scenario("driver_kill", TCP, 0);
 }
