@@ -29,8 +29,11 @@ run_step() { # name budget_seconds command...
 }
 
 setup() {
-  # Toolchain and targets come from rust-toolchain.toml (rustup installs them on first use).
+  # Toolchain, components and targets of rust-toolchain.toml. rustup does not always add a
+  # toolchain file's targets by itself, so add them explicitly (a no-op when present).
   rustup show active-toolchain
+  rustup component add rustfmt clippy
+  rustup target add thumbv7em-none-eabihf x86_64-unknown-none
   # System packages: the libfabric backend's build needs libfabric-dev, libclang-dev
   # (bindgen) and pkg-config; the C-ABI tests use valgrind.
   local pkgs=(libfabric-dev libclang-dev pkg-config valgrind gcc)
