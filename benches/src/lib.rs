@@ -6,7 +6,7 @@
 //!
 //! | group | engine | baseline |
 //! | --- | --- | --- |
-//! | `spsc_ring` | `proxy_core::ring` push+pop, one thread and two threads | `crossbeam_queue::ArrayQueue` |
+//! | `spsc_ring` | `proxy_core::driver::ring` push+pop, one thread and two threads | `crossbeam_queue::ArrayQueue` |
 //! | `progress_tick` | one `Comm::progress` over 1, 16, 128 active ops (idle scripted ops) | — (per-op cost) |
 //! | `seam` | a progress call through the in-process `SeamTable` | `Comm::progress` called directly |
 //! | `mem_transport` | one 1 MiB isend/irecv/test through `MemTransport` | `copy_from_slice` of 1 MiB |

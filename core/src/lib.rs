@@ -19,32 +19,14 @@
 
 extern crate alloc;
 
-pub mod comm;
-#[cfg(all(test, not(loom)))]
-mod comm_tests;
-pub mod desc;
-pub mod device;
-pub mod mem_transport;
-pub mod net;
-pub mod op;
+pub mod driver;
 pub mod planner;
-pub mod queue;
-pub mod record;
-pub mod registry;
-pub mod ring;
-pub mod scripted;
+pub mod progress;
 pub mod seam;
-pub mod sendrecv;
-#[cfg(all(test, not(loom)))]
-mod sendrecv_tests;
 pub mod status;
 pub mod sync;
-pub mod task;
-pub mod testing;
 #[cfg(all(test, not(loom)))]
 mod testutil;
 pub mod time;
-pub mod trigger;
-pub mod wake;
 
 pub use status::NrtStatus;

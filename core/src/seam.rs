@@ -10,8 +10,8 @@
 
 use core::ffi::{c_int, c_void};
 
-use crate::comm::Comm;
-use crate::desc::{NetDestAddr, NetOpInfo, NetSrcAddr};
+use crate::progress::comm::Comm;
+use crate::progress::desc::{NetDestAddr, NetOpInfo, NetSrcAddr};
 use crate::status::NrtStatus;
 
 /// `NRT_STATUS neuronStartNetworkProxy(nccom_comm_t *comm, uint32_t stream, uint32_t bb,

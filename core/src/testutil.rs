@@ -10,11 +10,11 @@ use alloc::vec::Vec;
 use core::ffi::{c_int, c_void};
 use std::sync::Mutex;
 
-use crate::desc::{NetDestAddr, NetOpInfo, NetSrcAddr};
+use crate::driver::task::{BlockFifos, CommHandle};
+use crate::progress::desc::{NetDestAddr, NetOpInfo, NetSrcAddr};
 use crate::seam::SeamTable;
 use crate::status::NrtStatus;
 use crate::sync::{AtomicBool, AtomicU32, Ordering};
-use crate::task::{BlockFifos, CommHandle};
 
 /// One seam call as the script saw it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -154,10 +154,10 @@ impl Words {
         Self(init.iter().map(|&v| AtomicU32::new(v)).collect())
     }
 
-    pub fn get(&self, i: usize) -> crate::trigger::HostWord {
+    pub fn get(&self, i: usize) -> crate::driver::trigger::HostWord {
         // SAFETY: every test keeps its `Words` alive (declared first) until its handles and the
         // tasks that carry them are gone.
-        unsafe { crate::trigger::HostWord::from_ref(&self.0[i]) }
+        unsafe { crate::driver::trigger::HostWord::from_ref(&self.0[i]) }
     }
 }
 
@@ -179,25 +179,25 @@ pub fn block(stream: u32, bb: u32) -> BlockFifos {
     }
 }
 
-/// `std::thread::park` as a [`Park`](crate::wake::Park).
+/// `std::thread::park` as a [`Park`](crate::driver::wake::Park).
 pub struct StdPark;
 
 struct StdUnpark(std::thread::Thread);
 
-impl crate::wake::Unpark for StdUnpark {
+impl crate::driver::wake::Unpark for StdUnpark {
     fn unpark(&self) {
         self.0.unpark();
     }
-    fn clone_box(&self) -> Box<dyn crate::wake::Unpark> {
+    fn clone_box(&self) -> Box<dyn crate::driver::wake::Unpark> {
         Box::new(StdUnpark(self.0.clone()))
     }
 }
 
-impl crate::wake::Park for StdPark {
+impl crate::driver::wake::Park for StdPark {
     fn park(&self) {
         std::thread::park();
     }
-    fn unparker(&self) -> Box<dyn crate::wake::Unpark> {
+    fn unparker(&self) -> Box<dyn crate::driver::wake::Unpark> {
         Box::new(StdUnpark(std::thread::current()))
     }
 }
@@ -212,8 +212,8 @@ impl crate::time::Clock for StdClock {
 }
 
 /// A waiter with a 20 µs spin budget.
-pub fn waiter<'a>(clock: &'a StdClock) -> crate::wake::Waiter<'a> {
-    crate::wake::Waiter {
+pub fn waiter<'a>(clock: &'a StdClock) -> crate::driver::wake::Waiter<'a> {
+    crate::driver::wake::Waiter {
         park: &StdPark,
         clock,
         spin_ns: 20_000,

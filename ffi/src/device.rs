@@ -6,7 +6,7 @@
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Mutex;
 
-use proxy_core::device::DeviceCallbacks;
+use proxy_core::progress::device::DeviceCallbacks;
 use proxy_core::status::NrtStatus;
 use proxy_ffi_types::{NccomDeviceCallbacks, NccomHostWord};
 

@@ -57,9 +57,9 @@ use std::ptr;
 use std::sync::Arc;
 use std::time::Instant;
 
-use proxy_core::comm::{Comm, CommConfig};
-use proxy_core::mem_transport::MemFabric;
-use proxy_core::net::{Transport, MAX_COMM_ID, MAX_NRANKS};
+use proxy_core::progress::comm::{Comm, CommConfig};
+use proxy_core::progress::mem_transport::MemFabric;
+use proxy_core::progress::net::{Transport, MAX_COMM_ID, MAX_NRANKS};
 use proxy_core::status::NrtStatus;
 use proxy_core::time::Clock;
 

@@ -11,8 +11,8 @@ use std::ffi::{c_char, CStr};
 use std::sync::Arc;
 use std::time::Duration;
 
-use proxy_core::comm::Comm;
-use proxy_core::device::DeviceCallbacks;
+use proxy_core::progress::comm::Comm;
+use proxy_core::progress::device::DeviceCallbacks;
 use proxy_core::status::NrtStatus;
 use proxy_core::time::Clock;
 use proxy_ffi_types::NccomCommConfig;

@@ -17,7 +17,9 @@ use std::ptr;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use proxy_core::desc::{NetDestAddr, NetOpInfo, NetSrcAddr, EXEC_COMPLETE, NET_TRANSFER, NO_PEER};
+use proxy_core::progress::desc::{
+    NetDestAddr, NetOpInfo, NetSrcAddr, EXEC_COMPLETE, NET_TRANSFER, NO_PEER,
+};
 use proxy_ffi_types::{
     NccomCommConfig, NccomDeviceCallbacks, NccomHostWord, NccomLibfabricDesc, NccomTransportDesc,
     NCCOM_HOST_WORD_READY, NCCOM_TRANSPORT_LIBFABRIC, NRT_INVALID,

@@ -6,8 +6,8 @@ use loom::thread;
 use loom_tests::harness::{handoff_cancel_vs_claim, RealHandoff};
 use loom_tests::loom_finds_failure;
 use loom_tests::twins::handoff::BuggyHandoff;
-use proxy_core::mem_transport::MemFabric;
-use proxy_core::net::{TestOutcome, Transport};
+use proxy_core::progress::mem_transport::MemFabric;
+use proxy_core::progress::net::{TestOutcome, Transport};
 
 /// Sender's worker and receiver's worker exchange two messages (one eager, one lent) through
 /// one mailbox, the receives posted in either order; the bytes arrive whole, once.
@@ -17,7 +17,7 @@ fn exchange(recv_reversed: bool) {
     let mut b = fabric.endpoint(1).unwrap();
     let sender = thread::spawn(move || {
         let small = [5u8; 8];
-        let large = vec![6u8; proxy_core::mem_transport::EAGER_MAX + 1];
+        let large = vec![6u8; proxy_core::progress::mem_transport::EAGER_MAX + 1];
         let mut reqs = Vec::new();
         for (tag, buf) in [(1u64, &small[..]), (2, &large[..])] {
             loop {
@@ -47,7 +47,7 @@ fn exchange(recv_reversed: bool) {
         drop(large);
     });
     let mut small = [0u8; 8];
-    let mut large = vec![0u8; proxy_core::mem_transport::EAGER_MAX + 1];
+    let mut large = vec![0u8; proxy_core::progress::mem_transport::EAGER_MAX + 1];
     let (sp, lp) = (small.as_mut_ptr(), large.as_mut_ptr());
     let mut posts = vec![(1u64, sp, 8u64), (2, lp, large.len() as u64)];
     if recv_reversed {

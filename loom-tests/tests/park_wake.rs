@@ -9,7 +9,7 @@ use loom_tests::harness::driver::{
 };
 use loom_tests::twins::queue::{bug, TwinDriver, WaitCell};
 use loom_tests::{assert_loom_catches, check};
-use proxy_core::task::TaskCore;
+use proxy_core::driver::task::TaskCore;
 
 /// Preemption bound of this model.
 const PREEMPTIONS: usize = 3;
@@ -123,7 +123,7 @@ fn worker_wakes_for_stop_twin_store_park_is_caught() {
 fn wake_word_two_notifiers_real() {
     check(
         PREEMPTIONS,
-        wake_word_two_notifiers::<proxy_core::wake::WaitCell>,
+        wake_word_two_notifiers::<proxy_core::driver::wake::WaitCell>,
     );
 }
 

@@ -5,7 +5,7 @@
 use loom_tests::harness::registry::{registry_join_leave, ModelSpawner};
 use loom_tests::twins::registry::{bug, Registry as TwinRegistry};
 use loom_tests::{assert_loom_catches, check};
-use proxy_core::registry::Registry;
+use proxy_core::driver::registry::Registry;
 
 /// Preemption bound of this model: 1. Each comm's leave runs the slot's closing handshake
 /// against a live worker, and the worker may start twice; at 2 the model takes many minutes.

@@ -10,7 +10,7 @@ fn semaphore_counts_never_run_ahead_of_completions() {
     loom::model(|| {
         // SAFETY: the model passes only addresses of live AtomicU32s it owns.
         semaphore_edge(RealSemaphore(unsafe {
-            proxy_core::device::DirectHostWords::new()
+            proxy_core::progress::device::DirectHostWords::new()
         }))
     });
 }

@@ -5,7 +5,7 @@
 use loom_tests::harness::driver::{claim_race, slot_release_and_reuse, RealDriver};
 use loom_tests::twins::queue::{bug, TwinDriver};
 use loom_tests::{assert_loom_catches, check};
-use proxy_core::task::TaskCore;
+use proxy_core::driver::task::TaskCore;
 
 /// Preemption bound of this model.
 const PREEMPTIONS: usize = 2;

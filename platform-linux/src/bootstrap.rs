@@ -48,11 +48,11 @@ use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use proxy_core::net::MAX_COMM_ID;
-use proxy_core::task::BarrierChannel;
+use proxy_core::driver::task::BarrierChannel;
 /// A ticket for one barrier generation: what [`Bootstrap::barrier_start`] returns and
 /// [`Bootstrap::barrier_poll`] checks (the driver's ticket type).
-pub use proxy_core::task::BarrierTicket;
+pub use proxy_core::driver::task::BarrierTicket;
+use proxy_core::progress::net::MAX_COMM_ID;
 use proxy_core::NrtStatus;
 
 use self::wire::{Frame, Preface};
@@ -308,10 +308,10 @@ impl BootstrapConfig {
                 )))
             }
         };
-        if nranks == 0 || rank >= nranks || nranks > proxy_core::net::MAX_NRANKS {
+        if nranks == 0 || rank >= nranks || nranks > proxy_core::progress::net::MAX_NRANKS {
             return Err(BootstrapError::Config(format!(
                 "rank {rank} of {nranks} ranks (need rank < nranks <= {})",
-                proxy_core::net::MAX_NRANKS
+                proxy_core::progress::net::MAX_NRANKS
             )));
         }
         let root_text = root.map(str::to_owned).or_else(|| var(ROOT_COMM_ID_ENV));
@@ -645,7 +645,10 @@ impl Bootstrap {
     ///   root and on the rejected leaf; [`BootstrapError::Aborted`] on the other leaves;
     /// * [`BootstrapError::PeerLost`] when the root goes away.
     pub fn init(cfg: &BootstrapConfig) -> Result<Self, BootstrapError> {
-        if cfg.nranks == 0 || cfg.rank >= cfg.nranks || cfg.nranks > proxy_core::net::MAX_NRANKS {
+        if cfg.nranks == 0
+            || cfg.rank >= cfg.nranks
+            || cfg.nranks > proxy_core::progress::net::MAX_NRANKS
+        {
             return Err(BootstrapError::Config(format!(
                 "rank {} of {} ranks",
                 cfg.rank, cfg.nranks

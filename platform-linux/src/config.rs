@@ -7,8 +7,8 @@
 use std::fmt;
 use std::time::Duration;
 
-use proxy_core::queue::QueueConfig;
-use proxy_core::registry::RegistryConfig;
+use proxy_core::driver::queue::QueueConfig;
+use proxy_core::driver::registry::RegistryConfig;
 
 use crate::affinity::{parse_cpu_list, CpuListError};
 use crate::worker::WorkerConfig;

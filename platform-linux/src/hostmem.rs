@@ -17,8 +17,8 @@ use std::ptr::NonNull;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use proxy_core::device::DeviceCallbacks;
-use proxy_core::trigger::{HostWord, TRIGGER_ARMED};
+use proxy_core::driver::trigger::{HostWord, TRIGGER_ARMED};
+use proxy_core::progress::device::DeviceCallbacks;
 
 /// Bytes per word line: each word sits alone on its own 128-byte line.
 pub const LINE: usize = 128;

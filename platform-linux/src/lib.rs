@@ -15,7 +15,7 @@ pub mod worker;
 
 use std::sync::OnceLock;
 
-use proxy_core::registry::Registry;
+use proxy_core::driver::registry::Registry;
 
 pub use config::{Config, ConfigError};
 pub use worker::{ThreadSpawner, WorkerConfig};

@@ -30,7 +30,7 @@ use std::path::{Path, PathBuf};
 use std::ptr;
 
 use libloading::os::unix::{Library, RTLD_LOCAL, RTLD_NOW};
-use proxy_core::desc::{NetDestAddr, NetOpInfo, NetSrcAddr};
+use proxy_core::progress::desc::{NetDestAddr, NetOpInfo, NetSrcAddr};
 use proxy_core::seam::{ProgressFn, SeamTable, StartFn, StopFn};
 use proxy_core::status::NrtStatus;
 use proxy_ffi_types::{

@@ -14,9 +14,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use proxy_core::comm::{Comm, CommConfig};
-use proxy_core::device::DeviceCallbacks;
-use proxy_core::net::NetError;
+use proxy_core::progress::comm::{Comm, CommConfig};
+use proxy_core::progress::device::DeviceCallbacks;
+use proxy_core::progress::net::NetError;
 use proxy_core::time::Clock;
 use proxy_core::NrtStatus;
 
@@ -144,7 +144,7 @@ fn outcomes(me: u32, blobs: Vec<Vec<u8>>) -> Result<Vec<Vec<u8>>, SetupError> {
 /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// let mut boot = Bootstrap::init(&BootstrapConfig::from_env(None, None, None)?)?;
 /// // SAFETY: every host-word address later given to the comm is a live, aligned AtomicU32.
-/// let device = Arc::new(unsafe { proxy_core::device::DirectHostWords::new() });
+/// let device = Arc::new(unsafe { proxy_core::progress::device::DirectHostWords::new() });
 /// let clock = Arc::new(proxy_core::time::NoClock);
 /// let comm = open_libfabric_comm(&mut boot, &LibfabricCommConfig::default(), device, clock)?;
 /// # Ok(()) }

@@ -20,11 +20,11 @@ use std::sync::mpsc;
 use std::thread::{self, JoinHandle, Thread};
 use std::time::{Duration, Instant};
 
-use proxy_core::queue::{Tick, Worker};
-use proxy_core::registry::Spawner;
+use proxy_core::driver::queue::{Tick, Worker};
+use proxy_core::driver::registry::Spawner;
+use proxy_core::driver::wake::{Park, Unpark, Waiter};
 use proxy_core::status::NrtStatus;
 use proxy_core::time::Clock;
-use proxy_core::wake::{Park, Unpark, Waiter};
 
 use crate::affinity;
 
@@ -215,7 +215,7 @@ pub fn run_worker(mut worker: Worker, cfg: &WorkerConfig) {
     }
 }
 
-/// Starts worker threads for a [`Registry`](proxy_core::registry::Registry): names each
+/// Starts worker threads for a [`Registry`](proxy_core::driver::registry::Registry): names each
 /// `proxy-<tid>`, pins it to the next CPU of the list (checked against the process's allowed
 /// set first: a CPU outside it is an error at join, and nothing is left running).
 #[derive(Debug)]

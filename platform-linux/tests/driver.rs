@@ -9,13 +9,13 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
-use proxy_core::desc::{NetDestAddr, NetOpInfo, NetSrcAddr};
-use proxy_core::queue::{QueueConfig, SlotHandle, TaskBox};
-use proxy_core::record::TaskRecord;
+use proxy_core::driver::queue::{QueueConfig, SlotHandle, TaskBox};
+use proxy_core::driver::record::TaskRecord;
+use proxy_core::driver::task::{BlockFifos, CommHandle, NetworkTask, NetworkTaskSpec};
+use proxy_core::driver::trigger::TriggerWords;
+use proxy_core::progress::desc::{NetDestAddr, NetOpInfo, NetSrcAddr};
 use proxy_core::seam::SeamTable;
 use proxy_core::status::NrtStatus;
-use proxy_core::task::{BlockFifos, CommHandle, NetworkTask, NetworkTaskSpec};
-use proxy_core::trigger::TriggerWords;
 use proxy_platform_linux::hostmem::{HostMem, TriggerWord, LINE};
 use proxy_platform_linux::worker::waiter;
 use proxy_platform_linux::{registry, Config, LinuxRegistry};

@@ -50,7 +50,7 @@ mod sim_tests;
 use alloc::vec::Vec;
 use core::fmt;
 
-use crate::desc::{NetDestAddr, NetOpInfo, NetSrcAddr, MAX_ENTRIES_PER_OP, NO_PEER};
+use crate::progress::desc::{NetDestAddr, NetOpInfo, NetSrcAddr, MAX_ENTRIES_PER_OP, NO_PEER};
 
 pub use kernels::{DataType, RedOp};
 
@@ -471,8 +471,8 @@ pub struct PlannedEntry {
     pub loc: Loc,
     /// Size in bytes (a multiple of the element size; 0 is valid).
     pub bytes: u64,
-    /// [`crate::desc::NET_TRANSFER`], [`crate::desc::NET_OP_COMPLETE`] or
-    /// [`crate::desc::EXEC_COMPLETE`].
+    /// [`crate::progress::desc::NET_TRANSFER`], [`crate::progress::desc::NET_OP_COMPLETE`] or
+    /// [`crate::progress::desc::EXEC_COMPLETE`].
     pub mark: u32,
 }
 
@@ -684,7 +684,7 @@ impl RankPlan {
 pub fn plan(params: &PlanParams) -> Result<RankPlan, PlanError> {
     let p = *params;
     if p.nranks == 0
-        || p.nranks > crate::desc::MAX_OP_TAG
+        || p.nranks > crate::progress::desc::MAX_OP_TAG
         || p.rank >= p.nranks
         || p.root >= p.nranks
     {

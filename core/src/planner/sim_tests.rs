@@ -602,9 +602,9 @@ fn bad_parameters_are_refused() {
 /// The FIFOs a plan produces pass the progress half's own validation (`Comm::start`).
 #[test]
 fn fifos_pass_comm_start_validation() {
-    use crate::comm::{Comm, CommConfig};
-    use crate::device::DirectHostWords;
-    use crate::mem_transport::MemFabric;
+    use crate::progress::comm::{Comm, CommConfig};
+    use crate::progress::device::DirectHostWords;
+    use crate::progress::mem_transport::MemFabric;
     use crate::time::NoClock;
     use alloc::boxed::Box;
     use alloc::sync::Arc;

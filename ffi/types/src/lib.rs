@@ -21,7 +21,7 @@
 
 use core::ffi::{c_char, c_int, c_void};
 
-pub use proxy_core::desc::{NetDestAddr, NetOpInfo, NetSrcAddr};
+pub use proxy_core::progress::desc::{NetDestAddr, NetOpInfo, NetSrcAddr};
 
 // ---------------------------------------------------------------------------------------------
 // Versions
@@ -103,13 +103,13 @@ pub const NCCOM_BB_NONE: u32 = u32::MAX;
 pub const NCCOM_HOST_WORD_READY: u32 = u32::MAX;
 
 const _: () = {
-    assert!(NET_TRANSFER == proxy_core::desc::NET_TRANSFER);
-    assert!(NET_OP_COMPLETE == proxy_core::desc::NET_OP_COMPLETE);
-    assert!(EXEC_COMPLETE == proxy_core::desc::EXEC_COMPLETE);
-    assert!(NCCOM_NO_PEER == proxy_core::desc::NO_PEER);
-    assert!(NCCOM_NUM_STREAMS as usize == proxy_core::comm::NUM_STREAMS);
-    assert!(NCCOM_BB_NONE == proxy_core::comm::BB_NONE);
-    assert!(NCCOM_HOST_WORD_READY == proxy_core::sendrecv::HOST_WORD_READY);
+    assert!(NET_TRANSFER == proxy_core::progress::desc::NET_TRANSFER);
+    assert!(NET_OP_COMPLETE == proxy_core::progress::desc::NET_OP_COMPLETE);
+    assert!(EXEC_COMPLETE == proxy_core::progress::desc::EXEC_COMPLETE);
+    assert!(NCCOM_NO_PEER == proxy_core::progress::desc::NO_PEER);
+    assert!(NCCOM_NUM_STREAMS as usize == proxy_core::progress::comm::NUM_STREAMS);
+    assert!(NCCOM_BB_NONE == proxy_core::progress::comm::BB_NONE);
+    assert!(NCCOM_HOST_WORD_READY == proxy_core::progress::sendrecv::HOST_WORD_READY);
 };
 
 // ---------------------------------------------------------------------------------------------

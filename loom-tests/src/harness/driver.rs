@@ -1,9 +1,9 @@
 //! Models 2, 3 and 4: the driver half's queue — submission ring → worker `tick()` → task step →
 //! status record → consumer; the worker's park/wake; slot release and reuse.
 //!
-//! The bodies are generic over [`Driver`] (the queue: `proxy_core::queue` or the twin copy in
+//! The bodies are generic over [`Driver`] (the queue: `proxy_core::driver::queue` or the twin copy in
 //! `twins::queue`) and over [`Core`] (the task bookkeeping that publishes the live status
-//! record: `proxy_core::task::TaskCore` or the twin copy in `twins::record`), so each twin runs
+//! record: `proxy_core::driver::task::TaskCore` or the twin copy in `twins::record`), so each twin runs
 //! the very model its real counterpart passes.
 //!
 //! Observer flags (did the owner leave? did the task finish?) are `std` atomics, not loom's:
@@ -13,17 +13,17 @@
 
 use std::sync::atomic::{AtomicBool as StdAtomicBool, Ordering as StdOrdering};
 
-use proxy_core::queue::{QueueConfig, SlotState, TaskBox, Tick};
-use proxy_core::record::{RunState, StatusRecord, TaskRecord};
+use proxy_core::driver::queue::{QueueConfig, SlotState, TaskBox, Tick};
+use proxy_core::driver::record::{RunState, StatusRecord, TaskRecord};
+use proxy_core::driver::task::{ProxyTask, Step, StepEnv, TaskCore, TaskKind};
+use proxy_core::driver::wake::{Park, Waiter};
 use proxy_core::status::NrtStatus;
 use proxy_core::sync::Arc;
-use proxy_core::task::{ProxyTask, Step, StepEnv, TaskCore, TaskKind};
 use proxy_core::time::NoClock;
-use proxy_core::wake::{Park, Waiter};
 
 use super::{thread, waiter, ModelPark};
 
-/// A proxy queue as the models see it: the shape of `proxy_core::queue`'s API.
+/// A proxy queue as the models see it: the shape of `proxy_core::driver::queue`'s API.
 pub trait Driver: 'static {
     /// The shared queue.
     type Queue: Send + Sync + 'static;
@@ -63,19 +63,19 @@ pub trait Driver: 'static {
     fn stop_requested(worker: &Self::Worker) -> bool;
 }
 
-/// The shipping queue, `proxy_core::queue`.
+/// The shipping queue, `proxy_core::driver::queue`.
 pub struct RealDriver;
 
 impl Driver for RealDriver {
-    type Queue = proxy_core::queue::ProxyQueue;
-    type Handle = proxy_core::queue::SlotHandle;
-    type Worker = proxy_core::queue::Worker;
+    type Queue = proxy_core::driver::queue::ProxyQueue;
+    type Handle = proxy_core::driver::queue::SlotHandle;
+    type Worker = proxy_core::driver::queue::Worker;
 
     fn new(cfg: QueueConfig) -> (Arc<Self::Queue>, Self::Worker) {
-        proxy_core::queue::ProxyQueue::new(cfg, Box::new(NoClock)).expect("valid config")
+        proxy_core::driver::queue::ProxyQueue::new(cfg, Box::new(NoClock)).expect("valid config")
     }
     fn join(queue: &Arc<Self::Queue>) -> Result<Self::Handle, NrtStatus> {
-        proxy_core::queue::ProxyQueue::join(queue)
+        proxy_core::driver::queue::ProxyQueue::join(queue)
     }
     fn request_stop(queue: &Self::Queue) {
         queue.request_stop();
@@ -109,7 +109,7 @@ impl Driver for RealDriver {
     }
 }
 
-/// A task's bookkeeping as the models see it: the shape of `proxy_core::task::TaskCore`, which
+/// A task's bookkeeping as the models see it: the shape of `proxy_core::driver::task::TaskCore`, which
 /// owns the live 24-byte status record and publishes it on every transition.
 pub trait Core: Send + 'static {
     /// The live record a consumer may read from any thread.
@@ -366,7 +366,7 @@ pub fn record_handoff<D: Driver, C: Core>() {
     assert!(D::leave(h, &waiter(0)).is_empty(), "nothing left to report");
 }
 
-/// A wake word as the model sees it: the shape of `proxy_core::wake::WaitCell`.
+/// A wake word as the model sees it: the shape of `proxy_core::driver::wake::WaitCell`.
 pub trait WakeWord: Send + Sync + 'static {
     /// An empty word.
     fn new() -> Self;
@@ -376,15 +376,15 @@ pub trait WakeWord: Send + Sync + 'static {
     fn park(&self, park: &dyn Park, ready: &mut dyn FnMut() -> bool);
 }
 
-impl WakeWord for proxy_core::wake::WaitCell {
+impl WakeWord for proxy_core::driver::wake::WaitCell {
     fn new() -> Self {
-        proxy_core::wake::WaitCell::new()
+        proxy_core::driver::wake::WaitCell::new()
     }
     fn notify(&self) {
-        proxy_core::wake::WaitCell::notify(self);
+        proxy_core::driver::wake::WaitCell::notify(self);
     }
     fn park(&self, park: &dyn Park, ready: &mut dyn FnMut() -> bool) {
-        proxy_core::wake::WaitCell::park(self, park, ready);
+        proxy_core::driver::wake::WaitCell::park(self, park, ready);
     }
 }
 
@@ -557,7 +557,7 @@ mod tests {
             worker_wakes_for_stop::<RealDriver>();
             slot_release_and_reuse::<RealDriver, TaskCore>();
             claim_race::<RealDriver, TaskCore>();
-            wake_word_two_notifiers::<proxy_core::wake::WaitCell>();
+            wake_word_two_notifiers::<proxy_core::driver::wake::WaitCell>();
         }
     }
 }

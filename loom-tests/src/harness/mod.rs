@@ -2,9 +2,9 @@
 //! twin run the same model. Each body uses `proxy_core::sync` (loom's types under `--cfg loom`,
 //! std's otherwise), so under plain `cargo test` it runs once on real threads.
 
+use proxy_core::driver::wake::{Park, Waiter};
 use proxy_core::sync::{Arc, AtomicU32, Ordering, UnsafeCell};
 use proxy_core::time::Clock;
-use proxy_core::wake::{Park, Waiter};
 
 #[cfg(loom)]
 pub(crate) use loom::thread;
@@ -17,7 +17,7 @@ pub mod trigger;
 
 /// The parker the model threads use: loom's park/unpark under `--cfg loom`, std's otherwise.
 #[cfg(loom)]
-pub type ModelPark = proxy_core::wake::LoomPark;
+pub type ModelPark = proxy_core::driver::wake::LoomPark;
 /// The parker the model threads use: loom's park/unpark under `--cfg loom`, std's otherwise.
 #[cfg(not(loom))]
 pub type ModelPark = StdPark;
@@ -31,12 +31,12 @@ pub struct StdPark;
 struct StdUnpark(std::thread::Thread);
 
 #[cfg(not(loom))]
-impl proxy_core::wake::Unpark for StdUnpark {
+impl proxy_core::driver::wake::Unpark for StdUnpark {
     fn unpark(&self) {
         self.0.unpark();
     }
 
-    fn clone_box(&self) -> Box<dyn proxy_core::wake::Unpark> {
+    fn clone_box(&self) -> Box<dyn proxy_core::driver::wake::Unpark> {
         Box::new(StdUnpark(self.0.clone()))
     }
 }
@@ -47,7 +47,7 @@ impl Park for StdPark {
         std::thread::park();
     }
 
-    fn unparker(&self) -> Box<dyn proxy_core::wake::Unpark> {
+    fn unparker(&self) -> Box<dyn proxy_core::driver::wake::Unpark> {
         Box::new(StdUnpark(std::thread::current()))
     }
 }
@@ -71,7 +71,7 @@ static TICK_CLOCK: TickClock = TickClock(std::sync::atomic::AtomicU64::new(0));
 /// `Waiter::MAX_SPINS` = 2 polls), then park with [`ModelPark`]. `spin_ns == 0` parks at once.
 pub fn waiter(spin_ns: u64) -> Waiter<'static> {
     #[cfg(loom)]
-    let park: &'static dyn Park = &proxy_core::wake::LoomPark;
+    let park: &'static dyn Park = &proxy_core::driver::wake::LoomPark;
     #[cfg(not(loom))]
     let park: &'static dyn Park = &StdPark;
     Waiter {
@@ -99,10 +99,10 @@ pub trait Spsc: Send + 'static {
 pub struct RealRing;
 
 impl Spsc for RealRing {
-    type Tx = proxy_core::ring::Producer<u32>;
-    type Rx = proxy_core::ring::Consumer<u32>;
+    type Tx = proxy_core::driver::ring::Producer<u32>;
+    type Rx = proxy_core::driver::ring::Consumer<u32>;
     fn channel(capacity: usize) -> (Self::Tx, Self::Rx) {
-        proxy_core::ring::channel(capacity)
+        proxy_core::driver::ring::channel(capacity)
     }
     fn push(tx: &mut Self::Tx, v: u32) -> Result<(), u32> {
         tx.push(v)
@@ -157,12 +157,12 @@ pub trait SemaphoreEdge: Send + Sync + 'static {
     fn inc(&self, word: &AtomicU32, val: u32);
 }
 
-/// The shipping reverse edge: `proxy_core::device::DirectHostWords::inc_semaphore`.
-pub struct RealSemaphore(pub proxy_core::device::DirectHostWords);
+/// The shipping reverse edge: `proxy_core::progress::device::DirectHostWords::inc_semaphore`.
+pub struct RealSemaphore(pub proxy_core::progress::device::DirectHostWords);
 
 impl SemaphoreEdge for RealSemaphore {
     fn inc(&self, word: &AtomicU32, val: u32) {
-        use proxy_core::device::DeviceCallbacks;
+        use proxy_core::progress::device::DeviceCallbacks;
         self.0
             .inc_semaphore(word as *const AtomicU32 as usize as u64, val);
     }
@@ -239,7 +239,7 @@ mod tests {
     fn semaphore_model_body_runs_on_real_threads() {
         // SAFETY: the model passes only addresses of live AtomicU32s it owns.
         semaphore_edge(RealSemaphore(unsafe {
-            proxy_core::device::DirectHostWords::new()
+            proxy_core::progress::device::DirectHostWords::new()
         }));
     }
 }
@@ -260,15 +260,15 @@ pub trait SendHandoff: Send + Sync + 'static {
 }
 
 /// The shipping handoff.
-pub struct RealHandoff(pub proxy_core::mem_transport::handoff::SendShared);
+pub struct RealHandoff(pub proxy_core::progress::mem_transport::handoff::SendShared);
 
 impl SendHandoff for RealHandoff {
     fn lent(tag: u64, ptr: *const u8, len: usize) -> Self {
-        use proxy_core::mem_transport::handoff::{LentBuf, Payload, SendShared};
+        use proxy_core::progress::mem_transport::handoff::{LentBuf, Payload, SendShared};
         Self(SendShared::new(tag, Payload::Lent(LentBuf { ptr, len })))
     }
     unsafe fn claim(&self, dst: *mut u8, len: usize) -> Option<usize> {
-        use proxy_core::mem_transport::handoff::Claim;
+        use proxy_core::progress::mem_transport::handoff::Claim;
         // SAFETY: forwarded contract.
         match unsafe { self.0.claim_and_copy(dst, len) } {
             Claim::Copied(n) => Some(n),
@@ -279,7 +279,7 @@ impl SendHandoff for RealHandoff {
         self.0.withdraw()
     }
     fn copied(&self) -> bool {
-        self.0.state() == proxy_core::mem_transport::handoff::SendState::Done
+        self.0.state() == proxy_core::progress::mem_transport::handoff::SendState::Done
     }
 }
 

@@ -6,13 +6,13 @@
 
 use std::sync::atomic::{AtomicUsize as StdAtomicUsize, Ordering as StdOrdering};
 
-use proxy_core::queue::{ProxyQueue, QueueConfig, Worker};
-use proxy_core::record::TaskRecord;
-use proxy_core::registry::{Membership, Registry, RegistryConfig, Spawner};
+use proxy_core::driver::queue::{ProxyQueue, QueueConfig, Worker};
+use proxy_core::driver::record::TaskRecord;
+use proxy_core::driver::registry::{Membership, Registry, RegistryConfig, Spawner};
+use proxy_core::driver::wake::Waiter;
 use proxy_core::status::NrtStatus;
 use proxy_core::sync::Arc;
 use proxy_core::time::{Clock, NoClock};
-use proxy_core::wake::Waiter;
 
 use super::driver::{run_worker, RealDriver};
 use super::{thread, waiter};
@@ -53,7 +53,7 @@ impl Spawner for ModelSpawner {
     }
 }
 
-/// A registry as the model sees it: the shape of `proxy_core::registry::Registry`'s API.
+/// A registry as the model sees it: the shape of `proxy_core::driver::registry::Registry`'s API.
 pub trait Reg: Send + Sync + 'static {
     /// A comm's membership.
     type Member: Send + 'static;

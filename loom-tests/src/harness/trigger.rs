@@ -19,15 +19,15 @@ use core::ffi::{c_int, c_void};
 use std::any::Any;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 
-use proxy_core::desc::{NetDestAddr, NetOpInfo, NetSrcAddr};
-use proxy_core::record::{RunState, TaskRecord};
+use proxy_core::driver::record::{RunState, TaskRecord};
+use proxy_core::driver::task::{
+    BlockFifos, CommHandle, NetworkTask, NetworkTaskSpec, ProxyTask, Step, StepEnv,
+};
+use proxy_core::driver::trigger::{HostWord, TriggerWords};
+use proxy_core::progress::desc::{NetDestAddr, NetOpInfo, NetSrcAddr};
 use proxy_core::seam::SeamTable;
 use proxy_core::status::NrtStatus;
 use proxy_core::sync::{Arc, AtomicU32, UnsafeCell};
-use proxy_core::task::{
-    BlockFifos, CommHandle, NetworkTask, NetworkTaskSpec, ProxyTask, Step, StepEnv,
-};
-use proxy_core::trigger::{HostWord, TriggerWords};
 
 use super::driver::SPIN_BOUND;
 use super::thread;

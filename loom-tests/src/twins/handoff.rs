@@ -1,4 +1,4 @@
-//! Twin of `proxy_core::mem_transport::handoff` with one planted bug: the sender's withdraw
+//! Twin of `proxy_core::progress::mem_transport::handoff` with one planted bug: the sender's withdraw
 //! (edge 4) is a load, a check and a store instead of a compare-and-swap, so it can race a
 //! receiver's claim and both can win. Everything else is a verbatim copy.
 #![allow(missing_docs, dead_code, clippy::all)]

@@ -1,5 +1,5 @@
-//! Twin of `proxy_core::queue` (with the `WaitCell` and `Waiter::wait_on` of
-//! `proxy_core::wake` it runs on): a copy of the shipping code in which the const parameter
+//! Twin of `proxy_core::driver::queue` (with the `WaitCell` and `Waiter::wait_on` of
+//! `proxy_core::driver::wake` it runs on): a copy of the shipping code in which the const parameter
 //! `BUG` plants exactly one of the bugs in [`bug`] (and [`bug::NONE`] plants none: that
 //! instantiation must pass every model, which shows the copy is faithful and that a twin's
 //! failure comes from its planted bug).
@@ -14,14 +14,14 @@ use std::boxed::Box;
 use std::collections::VecDeque;
 use std::vec::Vec;
 
-use proxy_core::queue::{QueueConfig, Rejected, SlotState, TaskBox, Tick};
-use proxy_core::record::TaskRecord;
-use proxy_core::ring::{self, Consumer, Producer};
+use proxy_core::driver::queue::{QueueConfig, Rejected, SlotState, TaskBox, Tick};
+use proxy_core::driver::record::TaskRecord;
+use proxy_core::driver::ring::{self, Consumer, Producer};
+use proxy_core::driver::task::{Step, StepEnv};
+use proxy_core::driver::wake::{Park, Unpark, Waiter};
 use proxy_core::status::NrtStatus;
 use proxy_core::sync::{spin_loop, Arc, AtomicBool, AtomicU32, CachePadded, Ordering, UnsafeCell};
-use proxy_core::task::{Step, StepEnv};
 use proxy_core::time::{Clock, NoClock};
-use proxy_core::wake::{Park, Unpark, Waiter};
 
 use crate::harness::driver::{Driver, WakeWord};
 
@@ -43,7 +43,7 @@ pub mod bug {
     pub const CLAIM_BY_LOAD_STORE: u8 = 4;
 }
 
-// ---- wake word (copy of proxy_core::wake::WaitCell) ------------------------------------------
+// ---- wake word (copy of proxy_core::driver::wake::WaitCell) ------------------------------------------
 
 const EMPTY: u32 = 0;
 const PARKED: u32 = 1;
@@ -184,7 +184,7 @@ pub fn wait_on<T, const BUG: u8>(
     }
 }
 
-// ---- the queue (copy of proxy_core::queue) ---------------------------------------------------
+// ---- the queue (copy of proxy_core::driver::queue) ---------------------------------------------------
 
 fn state_of(v: u32) -> SlotState {
     match v {

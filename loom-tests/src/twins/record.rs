@@ -1,4 +1,4 @@
-//! Twin of `proxy_core::record::StatusRecord` and of the part of `proxy_core::task::TaskCore`
+//! Twin of `proxy_core::driver::record::StatusRecord` and of the part of `proxy_core::driver::task::TaskCore`
 //! that publishes it, with one planted bug: `publish` stores `run_state` with `Relaxed` instead
 //! of `Release`, so a consumer that acquires `run_state == DONE` may still read stale fields.
 //! `RELAXED = false` is the copy without the bug (it must pass the same model).
@@ -7,7 +7,7 @@
 //! left out).
 #![allow(missing_docs, dead_code, clippy::all)]
 
-use proxy_core::record::{RunState, StatusRecord as RealStatusRecord, TaskRecord};
+use proxy_core::driver::record::{RunState, StatusRecord as RealStatusRecord, TaskRecord};
 use proxy_core::status::NrtStatus;
 use proxy_core::sync::{Arc, AtomicU32, Ordering};
 

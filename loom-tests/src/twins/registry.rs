@@ -1,4 +1,4 @@
-//! Twin of `proxy_core::registry::Registry` with the const parameter `BUG` planting one bug (see
+//! Twin of `proxy_core::driver::registry::Registry` with the const parameter `BUG` planting one bug (see
 //! [`bug`]; [`bug::NONE`] plants none and must pass the same model).
 //!
 //! A verbatim copy of `join`, `leave`, `group_count` and `Drop` over the shipping queue and
@@ -6,12 +6,12 @@
 //! Keep it in step with the shipping code by hand.
 #![allow(missing_docs, dead_code, clippy::all)]
 
-use proxy_core::queue::{ProxyQueue, SlotHandle};
-use proxy_core::record::TaskRecord;
-use proxy_core::registry::{RegistryConfig, Spawner};
+use proxy_core::driver::queue::{ProxyQueue, SlotHandle};
+use proxy_core::driver::record::TaskRecord;
+use proxy_core::driver::registry::{RegistryConfig, Spawner};
+use proxy_core::driver::wake::Waiter;
 use proxy_core::status::NrtStatus;
 use proxy_core::sync::{Arc, Mutex};
-use proxy_core::wake::Waiter;
 
 use crate::harness::registry::{ModelSpawner, Reg};
 

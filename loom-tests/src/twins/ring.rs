@@ -1,4 +1,4 @@
-//! Twin of `proxy_core::ring` with one planted bug: the producer publishes `tail` with
+//! Twin of `proxy_core::driver::ring` with one planted bug: the producer publishes `tail` with
 //! `Relaxed` instead of `Release`, so the consumer may read a slot before its write is visible.
 //! Everything else is a verbatim copy of the shipping ring.
 #![allow(missing_docs, dead_code)]

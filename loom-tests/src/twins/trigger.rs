@@ -1,5 +1,5 @@
-//! Twin of `proxy_core::trigger` (`HostWord`, `TriggerWords`) and of the network task that
-//! gates on it (`proxy_core::task::NetworkTask`), with the const parameter `BUG` planting one
+//! Twin of `proxy_core::driver::trigger` (`HostWord`, `TriggerWords`) and of the network task that
+//! gates on it (`proxy_core::driver::task::NetworkTask`), with the const parameter `BUG` planting one
 //! bug (see [`bug`]; [`bug::NONE`] plants none and must pass the same model).
 //!
 //! The network task is a verbatim copy of the shipping one (generated from
@@ -10,11 +10,13 @@
 
 use core::ptr::NonNull;
 
-use proxy_core::record::{RunState, StatusRecord, TaskRecord};
+use proxy_core::driver::record::{RunState, StatusRecord, TaskRecord};
+use proxy_core::driver::task::{
+    BlockFifos, CommHandle, ProxyTask, Step, StepEnv, TaskCore, TaskKind,
+};
 use proxy_core::seam::SeamTable;
 use proxy_core::status::NrtStatus;
 use proxy_core::sync::{Arc, AtomicU32, Ordering};
-use proxy_core::task::{BlockFifos, CommHandle, ProxyTask, Step, StepEnv, TaskCore, TaskKind};
 
 use crate::harness::trigger::{GatedTask, BB};
 
@@ -138,7 +140,7 @@ pub struct NetworkTaskSpec<const BUG: u8> {
     pub timeout_ns: Option<u64>,
 }
 
-// ---- copy of proxy_core::task::network (generated; see the module docs) ----------------------
+// ---- copy of proxy_core::driver::task::network (generated; see the module docs) ----------------------
 
 #[derive(Clone, Copy, Debug)]
 struct StreamCursor {

@@ -7,7 +7,7 @@ use std::sync::Mutex;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use proxy_core::task::BarrierChannel;
+use proxy_core::driver::task::BarrierChannel;
 
 use super::launch::free_loopback_root;
 use super::*;

@@ -12,7 +12,7 @@ use std::ffi::{c_char, CStr};
 use std::ptr;
 
 use libfabric_sys as fi;
-use proxy_core::net::NetError;
+use proxy_core::progress::net::NetError;
 
 use super::fi_error_text;
 

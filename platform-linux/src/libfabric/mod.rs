@@ -1,4 +1,4 @@
-//! The libfabric transport: [`proxy_core::net::Transport`] over an `FI_EP_RDM` endpoint with
+//! The libfabric transport: [`proxy_core::progress::net::Transport`] over an `FI_EP_RDM` endpoint with
 //! tagged messages (EFA on AWS; shm and `tcp;ofi_rxm` on this machine).
 //!
 //! Life cycle (the address exchange is explicit, so that a bootstrap can all-gather the names):
@@ -14,7 +14,7 @@
 //!   `tcp;ofi_rxm`. One entry is picked deliberately (exact name, then without
 //!   `FI_COLLECTIVE`); every capability is read from it, nothing is assumed per provider
 //!   except shm's `-FI_ENOMEM` back-pressure.
-//! * **Tags** are the caller's 64-bit tags (`proxy_core::net::make_tag`); receives match the
+//! * **Tags** are the caller's 64-bit tags (`proxy_core::progress::net::make_tag`); receives match the
 //!   exact tag (`ignore = 0`) from `FI_ADDR_UNSPEC`: the source rank is inside the tag, since
 //!   `tcp;ofi_rxm` lacks `FI_DIRECTED_RECV`. `FI_ORDER_SAS` keeps equal tags in post order.
 //! * **Progress** is manual: [`Transport::poll`] and [`Transport::test`] read the CQ. A post
@@ -46,7 +46,7 @@ use std::ptr;
 use std::time::{Duration, Instant};
 
 use libfabric_sys as fi;
-use proxy_core::net::{MrHandle, NetError, Posted, RequestId, TestOutcome, Transport};
+use proxy_core::progress::net::{MrHandle, NetError, Posted, RequestId, TestOutcome, Transport};
 
 use self::info::{HintSizes, InfoList, Request};
 use self::mr::{MrCache, MrConfig};
@@ -239,7 +239,7 @@ impl Objects {
 /// # Examples
 /// ```no_run
 /// use proxy_platform_linux::libfabric::LibfabricTransport;
-/// # fn main() -> Result<(), proxy_core::net::NetError> {
+/// # fn main() -> Result<(), proxy_core::progress::net::NetError> {
 /// let mut a = LibfabricTransport::open(Some("tcp;ofi_rxm"), 0, 2)?;
 /// let mut b = LibfabricTransport::open(Some("tcp;ofi_rxm"), 1, 2)?;
 /// let names = vec![a.local_name(), b.local_name()]; // a bootstrap all-gathers these
@@ -328,12 +328,12 @@ impl LibfabricTransport {
     /// a provider that is not offered (the message names it and lists what is offered);
     /// [`NetError::failure`] when a libfabric call fails (the message names the call).
     pub fn open_with(rank: u32, nranks: u32, opts: &Options) -> Result<Self, NetError> {
-        if nranks == 0 || rank >= nranks || nranks > proxy_core::net::MAX_NRANKS {
+        if nranks == 0 || rank >= nranks || nranks > proxy_core::progress::net::MAX_NRANKS {
             return Err(NetError::invalid(
                 None,
                 format!(
                     "libfabric: rank {rank} of {nranks} ranks (need rank < nranks <= {})",
-                    proxy_core::net::MAX_NRANKS
+                    proxy_core::progress::net::MAX_NRANKS
                 ),
             ));
         }

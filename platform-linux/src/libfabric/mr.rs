@@ -18,7 +18,7 @@ use std::ffi::c_void;
 use std::ptr;
 
 use libfabric_sys as fi;
-use proxy_core::net::{MrHandle, NetError};
+use proxy_core::progress::net::{MrHandle, NetError};
 
 use super::fi_error_text;
 

@@ -7,7 +7,7 @@
 
 use std::ffi::c_void;
 
-use proxy_core::net::{NetError, RequestId};
+use proxy_core::progress::net::{NetError, RequestId};
 
 use super::mr::RegionKey;
 

@@ -7,7 +7,7 @@ use std::process::Command;
 use std::sync::Once;
 use std::time::{Duration, Instant};
 
-use proxy_core::net::{make_tag, NetError, RequestId, TestOutcome, Transport};
+use proxy_core::progress::net::{make_tag, NetError, RequestId, TestOutcome, Transport};
 use proxy_core::NrtStatus;
 
 use super::{LibfabricTransport, Options};

@@ -2,7 +2,7 @@
 //! dev-dependency of this crate), and against a library that is not a progress half.
 
 use super::*;
-use proxy_core::desc::{EXEC_COMPLETE, NET_TRANSFER, NO_PEER};
+use proxy_core::progress::desc::{EXEC_COMPLETE, NET_TRANSFER, NO_PEER};
 use proxy_ffi_types::{
     NccomHostWord, NccomLibfabricDesc, NccomTransportDesc, NCCOM_HOST_WORD_READY,
     NCCOM_TRANSPORT_MEM,

@@ -14,22 +14,22 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::{self, JoinHandle};
 
-use proxy_core::comm::Comm;
-use proxy_core::desc::{NetDestAddr, NetOpInfo, NetSrcAddr};
+use proxy_core::driver::queue::TaskBox;
+use proxy_core::driver::record::TaskRecord;
+use proxy_core::driver::registry::Membership;
+use proxy_core::driver::task::{
+    BarrierChannel, BarrierTask, BarrierTaskSpec, BarrierTicket, BlockFifos, CommHandle,
+    NetworkTask, NetworkTaskSpec, SharedMemBarrier, SharedMemBarrierEndpoint,
+};
+use proxy_core::driver::trigger::{HostWord, TriggerWords};
+use proxy_core::driver::wake::Waiter;
 use proxy_core::planner::Fifos;
-use proxy_core::queue::TaskBox;
-use proxy_core::record::TaskRecord;
-use proxy_core::registry::Membership;
+use proxy_core::progress::comm::Comm;
+use proxy_core::progress::desc::{NetDestAddr, NetOpInfo, NetSrcAddr};
 use proxy_core::seam::{
     in_process_progress, in_process_start, in_process_stop, SeamTable, StartFn,
 };
 use proxy_core::status::NrtStatus;
-use proxy_core::task::{
-    BarrierChannel, BarrierTask, BarrierTaskSpec, BarrierTicket, BlockFifos, CommHandle,
-    NetworkTask, NetworkTaskSpec, SharedMemBarrier, SharedMemBarrierEndpoint,
-};
-use proxy_core::trigger::{HostWord, TriggerWords};
-use proxy_core::wake::Waiter;
 
 use crate::bootstrap::SharedBootstrap;
 use crate::emulator::WaitPolicy;

@@ -102,11 +102,11 @@ pub fn run_cli(args: &Args) -> i32 {
 }
 
 fn run_inner(args: &Args) -> Result<i32, String> {
-    if args.ranks == 0 || args.ranks > proxy_core::mem_transport::MAX_FABRIC_RANKS {
+    if args.ranks == 0 || args.ranks > proxy_core::progress::mem_transport::MAX_FABRIC_RANKS {
         return Err(format!(
             "--ranks {} out of range (1..={})",
             args.ranks,
-            proxy_core::mem_transport::MAX_FABRIC_RANKS
+            proxy_core::progress::mem_transport::MAX_FABRIC_RANKS
         ));
     }
     if args.root >= args.ranks {

@@ -10,10 +10,10 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-use proxy_core::comm::{Comm, CommConfig};
-use proxy_core::mem_transport::MemFabric;
 use proxy_core::planner::data::{count_wrong, fill_input, POISON};
 use proxy_core::planner::{plan, Addresses, Collective, Fifos, PlanParams, RankPlan};
+use proxy_core::progress::comm::{Comm, CommConfig};
+use proxy_core::progress::mem_transport::MemFabric;
 use proxy_ffi_types::{
     NccomCommConfig, NccomDeviceCallbacks, NccomHostWord, NccomLibfabricDesc, NccomTransportDesc,
     NCCOM_TRANSPORT_MEM,

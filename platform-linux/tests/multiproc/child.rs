@@ -13,17 +13,17 @@ use std::time::{Duration, Instant};
 
 use std::ffi::c_void;
 
-use proxy_core::comm::Comm;
-use proxy_core::desc::{NetDestAddr, NetOpInfo, NetSrcAddr, EXEC_COMPLETE, NET_TRANSFER};
-use proxy_core::device::DirectHostWords;
-use proxy_core::queue::TaskBox;
-use proxy_core::record::TaskRecord;
-use proxy_core::seam::SeamTable;
-use proxy_core::task::{
+use proxy_core::driver::queue::TaskBox;
+use proxy_core::driver::record::TaskRecord;
+use proxy_core::driver::task::{
     BarrierTask, BarrierTaskSpec, BlockFifos, CommHandle, NetworkTask, NetworkTaskSpec,
 };
+use proxy_core::driver::trigger::{HostWord, TriggerWords};
+use proxy_core::progress::comm::Comm;
+use proxy_core::progress::desc::{NetDestAddr, NetOpInfo, NetSrcAddr, EXEC_COMPLETE, NET_TRANSFER};
+use proxy_core::progress::device::DirectHostWords;
+use proxy_core::seam::SeamTable;
 use proxy_core::time::Clock;
-use proxy_core::trigger::{HostWord, TriggerWords};
 use proxy_core::NrtStatus;
 use proxy_platform_linux::bootstrap::{Bootstrap, BootstrapConfig, SharedBootstrap};
 use proxy_platform_linux::libfabric::Options;

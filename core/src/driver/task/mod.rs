@@ -20,7 +20,7 @@ pub use barrier::{
 };
 pub use network::{BlockFifos, CommHandle, NetworkTask, NetworkTaskSpec};
 
-use crate::record::{RunState, StatusRecord, TaskRecord};
+use crate::driver::record::{RunState, StatusRecord, TaskRecord};
 use crate::status::NrtStatus;
 use crate::sync::Arc;
 

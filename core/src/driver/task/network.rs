@@ -34,12 +34,12 @@ use core::ffi::c_void;
 use core::ptr::NonNull;
 
 use super::{ProxyTask, Step, StepEnv, TaskCore, TaskKind};
-use crate::desc::{NetDestAddr, NetOpInfo, NetSrcAddr};
-use crate::record::{RunState, StatusRecord, TaskRecord};
+use crate::driver::record::{RunState, StatusRecord, TaskRecord};
+use crate::driver::trigger::TriggerWords;
+use crate::progress::desc::{NetDestAddr, NetOpInfo, NetSrcAddr};
 use crate::seam::SeamTable;
 use crate::status::NrtStatus;
 use crate::sync::Arc;
-use crate::trigger::TriggerWords;
 
 /// Number of streams of a comm (stream ids are `0..4`).
 pub const MAX_STREAMS: u32 = 4;

@@ -16,12 +16,12 @@
 use alloc::boxed::Box;
 use alloc::vec::Vec;
 
-use crate::queue::{ProxyQueue, QueueConfig, SlotHandle, Worker};
-use crate::record::TaskRecord;
+use crate::driver::queue::{ProxyQueue, QueueConfig, SlotHandle, Worker};
+use crate::driver::record::TaskRecord;
+use crate::driver::wake::Waiter;
 use crate::status::NrtStatus;
 use crate::sync::{spin_loop, Arc, Mutex};
 use crate::time::Clock;
-use crate::wake::Waiter;
 
 /// The platform's part of the registry: start and join worker threads.
 pub trait Spawner: Send + Sync {

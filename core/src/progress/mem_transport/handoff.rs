@@ -88,7 +88,7 @@ impl Edge {
 /// A byte range the `isend` caller lent to the transport.
 ///
 /// Valid for reads of `len` bytes and unmodified until the send request is finished
-/// (the [`crate::net::Transport::isend`] contract); `ptr` may be dangling or null when `len == 0`.
+/// (the [`crate::progress::net::Transport::isend`] contract); `ptr` may be dangling or null when `len == 0`.
 #[derive(Clone, Copy)]
 pub struct LentBuf {
     pub ptr: *const u8,

@@ -14,7 +14,7 @@ use std::vec;
 use std::vec::Vec;
 
 use super::*;
-use crate::net::make_tag;
+use crate::progress::net::make_tag;
 use crate::status::NrtStatus;
 
 // ---------------------------------------------------------------------------------------------

@@ -29,13 +29,13 @@ use alloc::boxed::Box;
 use alloc::collections::VecDeque;
 use alloc::vec::Vec;
 
-use crate::record::TaskRecord;
-use crate::ring::{self, Consumer, Producer};
+use crate::driver::record::TaskRecord;
+use crate::driver::ring::{self, Consumer, Producer};
+use crate::driver::task::{ProxyTask, Step, StepEnv};
+use crate::driver::wake::{Park, WaitCell, Waiter};
 use crate::status::NrtStatus;
 use crate::sync::{Arc, AtomicBool, AtomicU32, CachePadded, Ordering, UnsafeCell};
-use crate::task::{ProxyTask, Step, StepEnv};
 use crate::time::Clock;
-use crate::wake::{Park, WaitCell, Waiter};
 
 /// Default number of producer slots per queue (real size; 2 under loom).
 pub const DEFAULT_SLOTS: usize = if cfg!(loom) { 2 } else { DEFAULT_SLOTS_REAL };

@@ -4,8 +4,8 @@
 use alloc::string::String;
 use alloc::vec::Vec;
 
-use crate::device::DeviceCallbacks;
-use crate::net::{NetError, Posted, RequestId, TestOutcome, Transport};
+use crate::progress::device::DeviceCallbacks;
+use crate::progress::net::{NetError, Posted, RequestId, TestOutcome, Transport};
 
 /// A transport with no peers: posts fail with `Invalid`, `poll` counts calls.
 ///

@@ -8,9 +8,9 @@ use alloc::boxed::Box;
 use core::mem::{offset_of, size_of};
 use core::ptr;
 
-use crate::desc::{NetDestAddr, NetSrcAddr};
-use crate::device::DeviceCallbacks;
-use crate::net::{RequestId, Transport};
+use crate::progress::desc::{NetDestAddr, NetSrcAddr};
+use crate::progress::device::DeviceCallbacks;
+use crate::progress::net::{RequestId, Transport};
 use crate::status::NrtStatus;
 
 /// A pointer-sized value in an 8-byte, 8-aligned slot, so the op layout is the same on 32-bit

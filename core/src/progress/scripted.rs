@@ -1,8 +1,8 @@
 //! The scripted op kind: a proxy op that moves no bytes and follows a script (complete after N
 //! ticks, idle on chosen ticks, fail on a chosen tick). It exercises the op-FIFO, the driver and
-//! the seam without a transport; the real ops are in [`crate::sendrecv`].
+//! the seam without a transport; the real ops are in [`crate::progress::sendrecv`].
 
-use crate::op::{OpCtx, OpKind, ProxyOp, Slot8, OP_STATE_DONE};
+use crate::progress::op::{OpCtx, OpKind, ProxyOp, Slot8, OP_STATE_DONE};
 use crate::status::NrtStatus;
 
 /// What a scripted op does in each execution of its block (ticks count from 1 and restart when

@@ -8,12 +8,12 @@ use alloc::vec::Vec;
 use std::time::{Duration, Instant};
 
 use super::*;
-use crate::task::{
+use crate::driver::task::{
     BarrierTask, BarrierTaskSpec, NetworkTask, NetworkTaskSpec, SharedMemBarrier, TaskKind,
 };
+use crate::driver::trigger::TriggerWords;
 use crate::testutil::{block, seam, waiter, Call, Script, StdClock, StdPark};
 use crate::time::NoClock;
-use crate::trigger::TriggerWords;
 
 fn net(s: &Script, id: u32, bb: u32) -> TaskBox {
     Box::new(

@@ -9,13 +9,13 @@ use alloc::vec;
 use alloc::vec::Vec;
 use core::ffi::c_int;
 
-use crate::comm::{Comm, CommConfig, BB_NONE, NUM_STREAMS};
-use crate::desc::{NetOpInfo, NetSrcAddr, NET_OP_COMPLETE, NET_TRANSFER};
-use crate::op::{OPS_PER_POOL_BLOCK, OP_STATE_HANDSHAKE};
-use crate::scripted::Script;
+use crate::progress::comm::{Comm, CommConfig, BB_NONE, NUM_STREAMS};
+use crate::progress::desc::{NetOpInfo, NetSrcAddr, NET_OP_COMPLETE, NET_TRANSFER};
+use crate::progress::op::{OPS_PER_POOL_BLOCK, OP_STATE_HANDSHAKE};
+use crate::progress::scripted::Script;
+use crate::progress::testing::{NullTransport, RecordingDevice};
 use crate::seam::SeamTable;
 use crate::status::NrtStatus;
-use crate::testing::{NullTransport, RecordingDevice};
 use crate::time::NoClock;
 
 fn comm() -> Comm {

@@ -21,14 +21,14 @@ use alloc::sync::Arc;
 use alloc::vec::Vec;
 use core::ptr::{self, NonNull};
 
-use crate::desc::{
+use crate::progress::desc::{
     NetDestAddr, NetOpInfo, NetSrcAddr, EXEC_COMPLETE, MAX_ENTRIES_PER_OP, MAX_OP_TAG,
     NET_OP_COMPLETE, NET_TRANSFER, NO_PEER,
 };
-use crate::device::DeviceCallbacks;
-use crate::net::{RequestId, TestOutcome, Transport, MAX_COMM_ID, MAX_NRANKS};
-use crate::op::{OpCtx, OpList, PoolBlock, ProxyOp, OPS_PER_POOL_BLOCK, OP_STATE_DONE};
-use crate::sendrecv;
+use crate::progress::device::DeviceCallbacks;
+use crate::progress::net::{RequestId, TestOutcome, Transport, MAX_COMM_ID, MAX_NRANKS};
+use crate::progress::op::{OpCtx, OpList, PoolBlock, ProxyOp, OPS_PER_POOL_BLOCK, OP_STATE_DONE};
+use crate::progress::sendrecv;
 use crate::status::NrtStatus;
 use crate::sync::spin_loop;
 use crate::time::Clock;
@@ -466,7 +466,7 @@ impl Comm {
                     op.data_type_sz
                 );
             }
-            if op.initial_send_credits > crate::op::REQUEST_TRACKER_SIZE as u32 {
+            if op.initial_send_credits > crate::progress::op::REQUEST_TRACKER_SIZE as u32 {
                 reject!(
                     "start: op {k} initial_send_credits {} above 128",
                     op.initial_send_credits
@@ -662,7 +662,7 @@ impl Comm {
         Ok(())
     }
 
-    /// Files ops of the scripted test kind (see [`crate::scripted`]) under `bb` on `stream`,
+    /// Files ops of the scripted test kind (see [`crate::progress::scripted`]) under `bb` on `stream`,
     /// one per script, exactly as `start` files send/recv ops.
     ///
     /// # Errors
@@ -671,7 +671,7 @@ impl Comm {
         &mut self,
         stream: u32,
         bb: u32,
-        scripts: &[crate::scripted::Script],
+        scripts: &[crate::progress::scripted::Script],
     ) -> Result<(), NrtStatus> {
         if let Some(e) = self.fatal {
             return Err(e);
@@ -681,7 +681,7 @@ impl Comm {
             reject!("start_scripted: block {bb:#x} / {} scripts", scripts.len());
         }
         self.build_ops(s, stream, bb, scripts.len() as u32, |op, i| {
-            crate::scripted::init(op, &scripts[i as usize], i);
+            crate::progress::scripted::init(op, &scripts[i as usize], i);
         })?;
         let st = &mut self.streams[s];
         st.blocks

@@ -3,7 +3,7 @@
 //!
 //! # Shape
 //! * A [`MemFabric`] for `nranks` ranks owns, for every ordered (sender, receiver) pair, one
-//!   bounded single-producer single-consumer mailbox ([`crate::ring`]). Each rank takes its
+//!   bounded single-producer single-consumer mailbox ([`crate::driver::ring`]). Each rank takes its
 //!   [`MemTransport`] endpoint once ([`MemFabric::endpoint`]): the endpoint is the one producer
 //!   of its outgoing mailboxes and the one consumer of its incoming ones. Endpoints are `Send`;
 //!   each is used by one thread at a time (its rank's worker, DESIGN.md §8), different endpoints
@@ -47,8 +47,8 @@
 //!
 //! # Examples
 //! ```
-//! use proxy_core::mem_transport::MemFabric;
-//! use proxy_core::net::{TestOutcome, Transport};
+//! use proxy_core::progress::mem_transport::MemFabric;
+//! use proxy_core::progress::net::{TestOutcome, Transport};
 //!
 //! let fabric = MemFabric::new(2).unwrap();
 //! let (mut a, mut b) = (fabric.endpoint(0).unwrap(), fabric.endpoint(1).unwrap());
@@ -78,8 +78,8 @@ use alloc::format;
 use alloc::vec::Vec;
 use core::fmt;
 
-use crate::net::{NetError, Posted, RequestId, TestOutcome, Transport, MAX_NRANKS};
-use crate::ring::{self, Consumer, Producer};
+use crate::driver::ring::{self, Consumer, Producer};
+use crate::progress::net::{NetError, Posted, RequestId, TestOutcome, Transport, MAX_NRANKS};
 use crate::sync::{fence, spin_loop, Arc, AtomicBool, Ordering, UnsafeCell};
 use handoff::{Claim, LentBuf, Payload, SendShared, SendState};
 

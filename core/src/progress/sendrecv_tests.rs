@@ -9,12 +9,12 @@ use alloc::sync::Arc;
 use alloc::vec;
 use alloc::vec::Vec;
 
-use crate::comm::{Comm, CommConfig};
-use crate::desc::{
+use crate::progress::comm::{Comm, CommConfig};
+use crate::progress::desc::{
     NetDestAddr, NetOpInfo, NetSrcAddr, EXEC_COMPLETE, NET_OP_COMPLETE, NET_TRANSFER,
 };
-use crate::device::DirectHostWords;
-use crate::mem_transport::MemFabric;
+use crate::progress::device::DirectHostWords;
+use crate::progress::mem_transport::MemFabric;
 use crate::status::NrtStatus;
 use crate::sync::{AtomicU32, Ordering};
 use crate::time::NoClock;

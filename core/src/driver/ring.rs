@@ -60,7 +60,7 @@ impl<T> Drop for Shared<T> {
 ///
 /// # Examples
 /// ```
-/// let (mut tx, mut rx) = proxy_core::ring::channel::<u32>(4);
+/// let (mut tx, mut rx) = proxy_core::driver::ring::channel::<u32>(4);
 /// tx.push(7).unwrap();
 /// assert_eq!(rx.pop(), Some(7));
 /// assert_eq!(rx.pop(), None);

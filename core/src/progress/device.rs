@@ -7,7 +7,7 @@ use crate::sync::{AtomicU32, Ordering};
 
 /// The callbacks a proxy op uses to talk to the device, all through 32-bit host-memory words.
 ///
-/// Addresses are the `*_addr` values of [`NetOpInfo`](crate::desc::NetOpInfo): 4-byte-aligned
+/// Addresses are the `*_addr` values of [`NetOpInfo`](crate::progress::desc::NetOpInfo): 4-byte-aligned
 /// `u32` words in host memory the device reaches. The ops never write a semaphore other than
 /// through [`DeviceCallbacks::inc_semaphore`].
 ///
@@ -44,7 +44,7 @@ impl DirectHostWords {
     /// # Safety
     /// Every address later passed to its methods must be the address of a live, 4-byte-aligned
     /// `u32` that is only ever accessed atomically, valid for as long as this value is used.
-    /// [`Comm::start`](crate::comm::Comm::start) checks each address against the comm's
+    /// [`Comm::start`](crate::progress::comm::Comm::start) checks each address against the comm's
     /// registered host memory before any op can use it.
     pub const unsafe fn new() -> Self {
         Self { _private: () }

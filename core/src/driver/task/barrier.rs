@@ -19,10 +19,10 @@ use alloc::boxed::Box;
 use alloc::vec::Vec;
 
 use super::{ProxyTask, Step, StepEnv, TaskCore, TaskKind};
-use crate::record::{RunState, StatusRecord, TaskRecord};
+use crate::driver::record::{RunState, StatusRecord, TaskRecord};
+use crate::driver::trigger::{HostWord, TriggerWords};
 use crate::status::NrtStatus;
 use crate::sync::{Arc, AtomicU32, CachePadded, Ordering};
-use crate::trigger::{HostWord, TriggerWords};
 
 /// A barrier's generation ticket: what [`BarrierChannel::arrive`] hands out and
 /// [`BarrierChannel::poll`] checks.

@@ -7,10 +7,10 @@ use alloc::vec;
 use alloc::vec::Vec;
 
 use super::*;
-use crate::record::RunState;
+use crate::driver::record::RunState;
+use crate::driver::trigger::{HostWord, TriggerWords, TRIGGER_ARMED};
 use crate::status::NrtStatus;
 use crate::testutil::{block, seam, Call, Script, Words};
-use crate::trigger::{HostWord, TriggerWords, TRIGGER_ARMED};
 
 const GO: StepEnv = StepEnv {
     now_ns: 0,

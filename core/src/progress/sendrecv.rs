@@ -17,10 +17,10 @@
 //! Seed: `netNeuronSendProxy` (nccom:0x4e510), `netNeuronRecvProxy` (nccom:0x4fe20), the
 //! requestTracker 128-rings, §1/§4 (owned by send-recv-prims in the seed).
 
-use crate::desc::{NetOpInfo, NO_PEER};
-use crate::net::make_tag;
-use crate::net::TestOutcome;
-use crate::op::{
+use crate::progress::desc::{NetOpInfo, NO_PEER};
+use crate::progress::net::make_tag;
+use crate::progress::net::TestOutcome;
+use crate::progress::op::{
     OpCtx, OpKind, ProxyOp, Slot8, TrackedRequest, FLAG_EARLY_RECV_POSTING,
     FLAG_EARLY_SEND_COMPLETION, OP_STATE_DONE, OP_STATE_HANDSHAKE, OP_STATE_TRANSFER,
     REQUEST_TRACKER_SIZE,

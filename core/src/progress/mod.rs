@@ -1,0 +1,20 @@
+//! The progress half (the seed's libnccom role): per [`comm::Comm`] four streams of 352-byte
+//! [`op::ProxyOp`]s in an op-FIFO, the send/recv op state machines on the `nec.h` host-memory
+//! handshake, the op descriptors the device program hands over, the transport trait and the
+//! in-memory transport. Passive: one tick per `progress` call, no thread.
+//!
+//! Seed: libnccom's `ncclProxyProgress` / `ncclProxyProgressOps` (nccom:0x40f40, nccom:0x40a80), §4.
+
+pub mod comm;
+#[cfg(all(test, not(loom)))]
+mod comm_tests;
+pub mod desc;
+pub mod device;
+pub mod mem_transport;
+pub mod net;
+pub mod op;
+pub mod scripted;
+pub mod sendrecv;
+#[cfg(all(test, not(loom)))]
+mod sendrecv_tests;
+pub mod testing;
