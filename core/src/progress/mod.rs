@@ -6,8 +6,6 @@
 //! Seed: libnccom's `ncclProxyProgress` / `ncclProxyProgressOps` (nccom:0x40f40, nccom:0x40a80), §4.
 
 pub mod comm;
-#[cfg(all(test, not(loom)))]
-mod comm_tests;
 pub mod desc;
 pub mod device;
 pub mod mem_transport;

@@ -491,7 +491,11 @@ fn recycled_ops_handshake_again_and_move_data_again() {
     ]);
     w.run(3, false);
     let st = w.comms[0].stream(0);
-    let ops: Vec<_> = st.active.iter().chain(st.blocks[&1].ops.iter()).collect();
+    let ops: Vec<_> = st
+        .active()
+        .iter()
+        .chain(st.block(1).unwrap().ops.iter())
+        .collect();
     assert_eq!(ops.len(), 2);
     for op in ops {
         // SAFETY: live ops of the comm.
@@ -579,7 +583,7 @@ fn size_above_transport_maximum_is_rejected() {
         reserved: 0,
     };
     assert_eq!(c.start(0, 1, &[info], &[e], &[]), Err(NrtStatus::Invalid));
-    assert!(c.stream(0).blocks.is_empty());
+    assert!(c.stream(0).no_blocks_filed());
 }
 
 #[test]

@@ -1,0 +1,167 @@
+//! The op walk: one `progress` tick on a stream (block load, pending block, the active-list walk,
+//! recycling under the op's own block).
+//!
+//! Seed: `ncclProxyProgress` (nccom:0x40f40), `ncclProxyProgressOps` (nccom:0x40a80),
+//! `proxyReloadProxyArgs`, `recycleOp`, §4.
+
+use super::*;
+
+impl Comm {
+    /// One progress tick on `stream` (DESIGN.md §3): loads a block when `active` is empty
+    /// (the pending block first, else `bb`), remembers `bb` as pending otherwise, walks the
+    /// active ops once, recycles the ops that reached state 0 under their own block, and ANDs
+    /// "all idle" / "all done" into `*idle` / `*done` (the caller seeds both with `true`).
+    /// Done while another block is pending reports `idle = done = false`.
+    ///
+    /// A stream with nothing filed (or stopped) reports idle and done.
+    ///
+    /// # Errors
+    /// * `Invalid` for stream ≥ 4 (the comm is not failed by it);
+    /// * `NetworkProxyFailure` when the comm has failed, now or earlier (sticky): a transport
+    ///   error, or a broken op invariant (op count not below the comm's last op count, or an
+    ///   active op of another block), each logged with comm, stream, block and op.
+    ///
+    /// Seed: `neuronNetworkProxyProgress` → `ncclProxyProgress` → `ncclProxyProgressOps`, §4.
+    pub fn progress(
+        &mut self,
+        stream: u32,
+        bb: u32,
+        idle: &mut bool,
+        done: &mut bool,
+    ) -> Result<(), NrtStatus> {
+        let s = check_stream(stream)?;
+        if self.fatal.is_some() {
+            return Err(NrtStatus::NetworkProxyFailure);
+        }
+        let comm_id = self.config.comm_id;
+        let st = &mut self.streams[s];
+
+        // 1. Reload (proxyReloadProxyArgs) or remember pending.
+        if st.active.is_empty() {
+            let load = if st.pending_bb != BB_NONE {
+                core::mem::replace(&mut st.pending_bb, BB_NONE)
+            } else {
+                bb
+            };
+            st.current_bb = BB_NONE;
+            if let Some(files) = st.blocks.get_mut(&load) {
+                if !files.ops.is_empty() {
+                    st.active.append(&mut files.ops);
+                    st.current_bb = load;
+                }
+            }
+        } else if bb != st.current_bb {
+            st.pending_bb = bb;
+        }
+        // 2. Nothing to run.
+        if st.current_bb == BB_NONE {
+            return Ok(());
+        }
+        // The transport's own progress, once per call before the op walk.
+        if let Err(e) = self.transport.poll() {
+            log::error!("comm {comm_id} stream {stream}: transport poll failed: {e}");
+            return Err(self.fail(e.status));
+        }
+        // 3. Walk the active ops (ncclProxyProgressOps).
+        let st = &mut self.streams[s];
+        let mut all_idle = true;
+        let mut prev: *mut ProxyOp = ptr::null_mut();
+        let mut cur = st.active.head();
+        let mut failure = None;
+        while !cur.is_null() {
+            // SAFETY: `cur` is an op on `active` (live, in this stream's pool blocks); no other
+            // reference to it exists while `op` is used.
+            let op = unsafe { &mut *cur };
+            if op.op_count >= self.last_op_count {
+                log::error!(
+                    "progressOps: comm {comm_id} stream {stream} block {}: op {} ({}) has op count {} not below the comm's last op count {}",
+                    st.current_bb, op.net_op_idx, op.kind_name(), op.op_count, self.last_op_count
+                );
+                failure = Some(NrtStatus::NetworkProxyFailure);
+                break;
+            }
+            if op.basic_block_id != st.current_bb {
+                log::error!(
+                    "progressOps: comm {comm_id} stream {stream}: op {} ({}) of block {} is active while block {} is current",
+                    op.net_op_idx, op.kind_name(), op.basic_block_id, st.current_bb
+                );
+                failure = Some(NrtStatus::NetworkProxyFailure);
+                break;
+            }
+            let Some(files) = st.blocks.get(&op.basic_block_id) else {
+                log::error!(
+                    "recycleOp: comm {comm_id} stream {stream}: block {} of op {} is not in the map",
+                    op.basic_block_id, op.net_op_idx
+                );
+                failure = Some(NrtStatus::NetworkProxyFailure);
+                break;
+            };
+            let Some(progress) = op.progress.0 else {
+                log::error!(
+                    "progressOps: comm {comm_id} stream {stream}: op {} has no progress function",
+                    op.net_op_idx
+                );
+                failure = Some(NrtStatus::NetworkProxyFailure);
+                break;
+            };
+            let mut ctx = OpCtx {
+                transport: &mut *self.transport,
+                device: &*self.device,
+                src: &files.src,
+                dst: &files.dst,
+                comm_id,
+                rank: self.config.rank,
+                stream,
+            };
+            if let Err(e) = progress(op, &mut ctx) {
+                log::error!(
+                    "comm {comm_id} rank {} stream {stream} block {} op {} ({}, peer {}): {e}",
+                    self.config.rank,
+                    op.basic_block_id,
+                    op.net_op_idx,
+                    op.kind_name(),
+                    op.peer
+                );
+                failure = Some(e);
+                break;
+            }
+            all_idle &= op.idle != 0;
+            let next = op.next.0;
+            if op.state == OP_STATE_DONE {
+                // Recycle: re-arm, unlink, file again under its own block. `op` is last used
+                // here; the list links are then written through raw pointers only.
+                op.executions += 1;
+                let armed = op.rearm();
+                let bb_of_op = op.basic_block_id;
+                // SAFETY: `prev` is null or the op before `cur` on `active`.
+                let unlinked = unsafe { st.active.unlink_after(prev) };
+                debug_assert_eq!(unlinked, cur);
+                if let Some(files) = st.blocks.get_mut(&bb_of_op) {
+                    // SAFETY: `cur` is live and on no list.
+                    unsafe { files.ops.push_back(cur) };
+                }
+                if let Err(e) = armed {
+                    failure = Some(e);
+                    break;
+                }
+            } else {
+                prev = cur;
+            }
+            cur = next;
+        }
+        if let Some(e) = failure {
+            return Err(self.fail(e));
+        }
+        // 4. Done = active empty; done with a pending block is neither idle nor done.
+        let st = &self.streams[s];
+        let my_done = st.active.is_empty();
+        if my_done && st.pending_bb != BB_NONE {
+            *idle = false;
+            *done = false;
+        } else {
+            *idle &= all_idle;
+            *done &= my_done;
+        }
+        Ok(())
+    }
+}
