@@ -11,8 +11,10 @@ pub mod device;
 pub mod mem_transport;
 pub mod net;
 pub mod op;
+#[cfg(any(test, feature = "testing"))]
 pub mod scripted;
 pub mod sendrecv;
 #[cfg(all(test, not(loom)))]
 mod sendrecv_tests;
+#[cfg(any(test, feature = "testing"))]
 pub mod testing;

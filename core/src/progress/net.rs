@@ -188,6 +188,14 @@ pub trait Transport: Send {
     fn close(&mut self) -> Result<(), NetError> {
         Ok(())
     }
+
+    /// Test scaffolding (feature `testing`): the table where scripted test ops keep their
+    /// scripts beside the op, so no script field sits in the 352-byte op. `None` (the default)
+    /// means this transport cannot run scripted ops, and `Comm::start_scripted` rejects them.
+    #[cfg(any(test, feature = "testing"))]
+    fn scripts(&mut self) -> Option<&mut crate::progress::scripted::ScriptTable> {
+        None
+    }
 }
 
 /// Builds the 64-bit transport tag of entry `index` of an op (DESIGN.md §5): bit 63 reserved

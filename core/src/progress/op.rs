@@ -249,7 +249,7 @@ pub struct ProxyOp {
     pub last_host_idx: u32,
     /// Element size in bytes.
     pub data_type_sz: u32,
-    /// Ticks this op has been progressed in this execution (scripted ops use it).
+    /// Ticks of this execution, counted by the op's kind if it wants them (reset on re-arm).
     pub ticks: u32,
     /// Executions completed by this op since it was built.
     pub executions: u32,
@@ -258,13 +258,7 @@ pub struct ProxyOp {
     pub requests: [Slot8<*mut RequestTracker>; 8],
     /// 1 when the op made no progress on its last tick (ANDed across ops by the loop).
     pub idle: i32,
-    /// Scripted ops: reach state 0 on this tick of an execution (1-based).
-    pub script_complete_after: u32,
-    /// Scripted ops: bit `t` set = report idle on tick `t` (0-based, ticks ≥ 64 idle).
-    pub script_idle_mask: u64,
-    /// Scripted ops: fail on this tick (1-based; 0 = never).
-    pub script_fail_tick: u32,
-    _reserved: [u8; 0x140 - 0xD4],
+    _reserved: [u8; 0x140 - 0xC4],
     /// Link to the next op of whichever list the op is on.
     pub next: Slot8<*mut ProxyOp>,
     _reserved_tail: [u8; 0x160 - 0x148],
@@ -282,7 +276,6 @@ const _: () = assert!(offset_of!(ProxyOp, basic_block_id) == 0x1C);
 const _: () = assert!(offset_of!(ProxyOp, posted) == 0x38);
 const _: () = assert!(offset_of!(ProxyOp, pre_post_fifo_idx) == 0x3C);
 const _: () = assert!(offset_of!(ProxyOp, host_idx_addr) == 0x58);
-const _: () = assert!(offset_of!(ProxyOp, script_idle_mask) == 0xC8);
 
 impl ProxyOp {
     /// The op's request tracker, if allocated.

@@ -1,9 +1,23 @@
 //! The scripted op kind: a proxy op that moves no bytes and follows a script (complete after N
 //! ticks, idle on chosen ticks, fail on a chosen tick). It exercises the op-FIFO, the driver and
 //! the seam without a transport; the real ops are in [`crate::progress::sendrecv`].
+//!
+//! Test scaffolding, compiled only under `cfg(test)` or the `testing` feature. A scripted op's
+//! script is kept beside the op, in the transport's [`ScriptTable`] (keyed by the op's address,
+//! which is stable: ops live in pool blocks), so the ABI proxy op carries no test fields.
+
+use alloc::collections::BTreeMap;
 
 use crate::progress::op::{OpCtx, OpKind, ProxyOp, Slot8, OP_STATE_DONE};
 use crate::status::NrtStatus;
+
+/// Scripts of the scripted ops of a transport, keyed by the op's address (see the module doc).
+pub type ScriptTable = BTreeMap<usize, Script>;
+
+/// The key of `op` in a [`ScriptTable`].
+pub(crate) fn key(op: &ProxyOp) -> usize {
+    op as *const ProxyOp as usize
+}
 
 /// What a scripted op does in each execution of its block (ticks count from 1 and restart when
 /// the op is recycled).
@@ -23,29 +37,39 @@ pub static SCRIPTED_OP: OpKind = OpKind {
     progress: scripted_progress,
 };
 
-/// Builds a scripted op from `script` (called by `Comm::start_scripted`).
-pub(crate) fn init(op: &mut ProxyOp, script: &Script, index: u32) {
+/// Builds a scripted op (called by `Comm::start_scripted`, which files its script in the
+/// transport's [`ScriptTable`] under [`key`]).
+pub(crate) fn init(op: &mut ProxyOp, index: u32) {
     op.progress = Slot8(Some(SCRIPTED_OP.progress));
     op.transport_comm = Slot8(Some(&SCRIPTED_OP));
     op.net_op_idx = index;
     op.peer = -1;
-    op.script_complete_after = script.complete_after.max(1);
-    op.script_idle_mask = script.idle_mask;
-    op.script_fail_tick = script.fail_tick;
 }
 
-fn scripted_progress(op: &mut ProxyOp, _ctx: &mut OpCtx<'_>) -> Result<(), NrtStatus> {
+fn scripted_progress(op: &mut ProxyOp, ctx: &mut OpCtx<'_>) -> Result<(), NrtStatus> {
+    let Some(script) = ctx
+        .transport
+        .scripts()
+        .and_then(|t| t.get(&key(op)))
+        .copied()
+    else {
+        log::error!(
+            "scripted op {} has no script in its transport",
+            op.net_op_idx
+        );
+        return Err(NrtStatus::NetworkProxyFailure);
+    };
     op.ticks += 1;
     let t = op.ticks;
-    if op.script_fail_tick != 0 && t == op.script_fail_tick {
+    if script.fail_tick != 0 && t == script.fail_tick {
         log::error!(
             "scripted op {} failed on tick {t} as scripted",
             op.net_op_idx
         );
         return Err(NrtStatus::NetworkProxyFailure);
     }
-    op.idle = i32::from(t <= 64 && op.script_idle_mask & (1u64 << (t - 1)) != 0);
-    if t >= op.script_complete_after {
+    op.idle = i32::from(t <= 64 && script.idle_mask & (1u64 << (t - 1)) != 0);
+    if t >= script.complete_after.max(1) {
         op.state = OP_STATE_DONE;
     }
     Ok(())

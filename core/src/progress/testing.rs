@@ -1,21 +1,26 @@
 //! Small doubles for tests of the engine and of code built on it: a transport that carries
 //! nothing and a device whose semaphores are counters in a table.
+//!
+//! Test scaffolding, compiled only under `cfg(test)` or the `testing` feature.
 
 use alloc::string::String;
 use alloc::vec::Vec;
 
 use crate::progress::device::DeviceCallbacks;
 use crate::progress::net::{NetError, Posted, RequestId, TestOutcome, Transport};
+use crate::progress::scripted::ScriptTable;
 
 /// A transport with no peers: posts fail with `Invalid`, `poll` counts calls.
 ///
-/// Enough for scripted ops, which never post.
+/// Enough for scripted ops, which never post: it keeps their scripts.
 #[derive(Debug, Default)]
 pub struct NullTransport {
     /// Number of `poll` calls.
     pub polls: u64,
     /// Requests cancelled so far.
     pub cancelled: Vec<RequestId>,
+    /// Scripts of the scripted ops filed on the comm that owns this transport.
+    pub scripts: ScriptTable,
 }
 
 impl Transport for NullTransport {
@@ -65,6 +70,10 @@ impl Transport for NullTransport {
     fn cancel(&mut self, request: RequestId) -> Result<(), NetError> {
         self.cancelled.push(request);
         Ok(())
+    }
+
+    fn scripts(&mut self) -> Option<&mut ScriptTable> {
+        Some(&mut self.scripts)
     }
 }
 

@@ -361,27 +361,40 @@ impl Comm {
         Ok(())
     }
 
-    /// Files ops of the scripted test kind (see [`crate::progress::scripted`]) under `bb` on `stream`,
-    /// one per script, exactly as `start` files send/recv ops.
+    /// Files ops of the scripted test kind (see [`crate::progress::scripted`]) under `bb` on
+    /// `stream`, one per script, exactly as `start` files send/recv ops; the scripts go to the
+    /// transport's script table. Test scaffolding (`cfg(test)` or feature `testing`).
     ///
     /// # Errors
-    /// As [`Comm::start`] for the comm state, stream, block id and allocation.
+    /// As [`Comm::start`] for the comm state, stream, block id and allocation; `Invalid` when
+    /// the transport keeps no script table.
+    #[cfg(any(test, feature = "testing"))]
     pub fn start_scripted(
         &mut self,
         stream: u32,
         bb: u32,
         scripts: &[crate::progress::scripted::Script],
     ) -> Result<(), NrtStatus> {
+        use crate::progress::scripted;
         if let Some(e) = self.fatal {
             return Err(e);
         }
         let s = check_stream(stream)?;
-        if bb == BB_NONE || scripts.is_empty() {
-            reject!("start_scripted: block {bb:#x} / {} scripts", scripts.len());
+        if bb == BB_NONE || scripts.is_empty() || self.transport.scripts().is_none() {
+            reject!(
+                "start_scripted: block {bb:#x} / {} scripts on transport {}",
+                scripts.len(),
+                self.transport.name()
+            );
         }
+        let mut keys = Vec::with_capacity(scripts.len());
         self.build_ops(s, stream, bb, scripts.len() as u32, |op, i| {
-            crate::progress::scripted::init(op, &scripts[i as usize], i);
+            scripted::init(op, i);
+            keys.push(scripted::key(op));
         })?;
+        if let Some(table) = self.transport.scripts() {
+            table.extend(keys.into_iter().zip(scripts.iter().copied()));
+        }
         let st = &mut self.streams[s];
         st.blocks
             .entry(bb)
