@@ -21,8 +21,8 @@ pub struct Slot8<T: Copy>(pub T);
 
 /// An op's transport progress function (the seed's `op->progress`): advances the op one tick.
 ///
-/// It sets `op.idle` (1 = nothing posted, completed or handshaken this tick) and `op.state`
-/// (0 once every request of the op has completed at the transport).
+/// It sets `op.idle` (1 = nothing posted, completed or handshaken this tick) and the op's
+/// [`OpState`] (DONE once every request of the op has completed at the transport).
 ///
 /// # Errors
 /// A transport or protocol failure; the comm then fails (sticky).
@@ -176,12 +176,62 @@ impl Default for RequestTracker {
     }
 }
 
-/// Op state 0: every request of the op has completed; the loop recycles it.
-pub const OP_STATE_DONE: u32 = 0;
-/// Op state 1: armed, waiting for the device handshake (a new or recycled op).
-pub const OP_STATE_HANDSHAKE: u32 = 1;
-/// Op state 2: handshake done, posting and testing entries.
-pub const OP_STATE_TRANSFER: u32 = 2;
+/// A proxy op's state (the seed's `ncclProxyArgs::state`, a `u32` at offset 0x18): the one
+/// state machine of every op kind, set only through [`ProxyOp::set_state`].
+///
+/// ```text
+///                      (2) handshake: host index reads 0xFFFF_FFFF,
+///        (1) rearm         write 0, +1 handshake semaphore
+///  free ───────► HANDSHAKE(1) ─────────────────────────────► TRANSFER(2)
+///  (all zero)      ▲    │                                       │  each tick: post what the
+///                  │    │ (5) complete without a transfer       │  device posted, test in
+///                  │    │     (scripted test ops)               │  order, +n complete sem
+///                  │    ▼                                       │
+///                  └── DONE(0) ◄────────────────────────────────┘
+///             (4) rearm       (3) last entry completed at the transport
+///            (recycle)
+/// ```
+/// Edge 1: `Comm::start` (through `ProxyOp::rearm`); edges 2 and 3: the send/recv progress
+/// functions (`progress::sendrecv`); edge 4: the op walk's recycle (`Comm::progress`, the seed's
+/// `recycleOp`, again through `ProxyOp::rearm`); edge 5: the scripted test kind. The walk
+/// recycles an op the tick it reaches DONE. The numbers are the seed's: an all-zero (free) op
+/// reads DONE.
+///
+/// Seed: `ncclProxyArgs::state` (0 = done, recycled by `ncclProxyProgressOps`), §4.
+#[repr(transparent)]
+#[derive(Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct OpState(u32);
+
+impl OpState {
+    /// State 0: every request of the op has completed; the loop recycles it.
+    pub const DONE: Self = Self(0);
+    /// State 1: armed, waiting for the device handshake (a new or recycled op).
+    pub const HANDSHAKE: Self = Self(1);
+    /// State 2: handshake done, posting and testing entries.
+    pub const TRANSFER: Self = Self(2);
+
+    /// The raw value (the seed's numbers).
+    pub const fn as_u32(self) -> u32 {
+        self.0
+    }
+
+    /// `true` for the edges of the diagram above (1/4: DONE→HANDSHAKE, 2: HANDSHAKE→TRANSFER,
+    /// 3: TRANSFER→DONE, 5: HANDSHAKE→DONE).
+    pub const fn can_go_to(self, to: Self) -> bool {
+        matches!((self.0, to.0), (0, 1) | (1, 2) | (2, 0) | (1, 0))
+    }
+}
+
+impl core::fmt::Debug for OpState {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match *self {
+            Self::DONE => f.write_str("Done"),
+            Self::HANDSHAKE => f.write_str("Handshake"),
+            Self::TRANSFER => f.write_str("Transfer"),
+            Self(n) => write!(f, "Invalid({n})"),
+        }
+    }
+}
 
 /// Flag bit in [`ProxyOp::flags`]: `early_send_completion`.
 pub const FLAG_EARLY_SEND_COMPLETION: u32 = 1;
@@ -206,8 +256,8 @@ pub struct ProxyOp {
     pub transport_comm: Slot8<Option<&'static OpKind>>,
     /// Sequence number given by `start` (`opCount`); always below the comm's last op count.
     pub op_count: u64,
-    /// [`OP_STATE_DONE`], [`OP_STATE_HANDSHAKE`] or [`OP_STATE_TRANSFER`].
-    pub state: u32,
+    /// The op's state; set only through [`ProxyOp::set_state`].
+    state: OpState,
     /// The basic block the op was filed under (`basic_block_id`).
     pub basic_block_id: u32,
     /// Stream index 0..=3.
@@ -254,13 +304,15 @@ pub struct ProxyOp {
     /// Executions completed by this op since it was built.
     pub executions: u32,
     /// Request slots; `requests[0]` holds the request tracker, the rest are the NCCL-legacy
-    /// `NCCL_STEPS` slots, unused.
-    pub requests: [Slot8<*mut RequestTracker>; 8],
+    /// `NCCL_STEPS` slots, unused. Invariant: `requests[0]` is null or a `Box` owned by this
+    /// op (set only by `alloc_request`, freed only by `free_request`), hence private.
+    requests: [Slot8<*mut RequestTracker>; 8],
     /// 1 when the op made no progress on its last tick (ANDed across ops by the loop).
     pub idle: i32,
     _reserved: [u8; 0x140 - 0xC4],
-    /// Link to the next op of whichever list the op is on.
-    pub next: Slot8<*mut ProxyOp>,
+    /// Link to the next op of whichever list the op is on; written only by [`OpList`] (its
+    /// invariant), hence private.
+    next: Slot8<*mut ProxyOp>,
     _reserved_tail: [u8; 0x160 - 0x148],
 }
 
@@ -272,6 +324,7 @@ const _: () = assert!(offset_of!(ProxyOp, idle) == 192);
 const _: () = assert!(offset_of!(ProxyOp, next) == 320);
 const _: () = assert!(offset_of!(ProxyOp, op_count) == 0x10);
 const _: () = assert!(offset_of!(ProxyOp, state) == 0x18);
+const _: () = assert!(size_of::<OpState>() == 4);
 const _: () = assert!(offset_of!(ProxyOp, basic_block_id) == 0x1C);
 const _: () = assert!(offset_of!(ProxyOp, posted) == 0x38);
 const _: () = assert!(offset_of!(ProxyOp, pre_post_fifo_idx) == 0x3C);
@@ -327,8 +380,39 @@ impl ProxyOp {
         self.last_host_idx = 0;
         self.ticks = 0;
         self.alloc_request()?;
-        self.state = OP_STATE_HANDSHAKE;
+        self.set_state(OpState::HANDSHAKE);
         Ok(())
+    }
+
+    /// The op's state.
+    pub fn state(&self) -> OpState {
+        self.state
+    }
+
+    /// The one transition function of the op state machine ([`OpState`]): logs
+    /// `state=A=>B` at trace level. An edge that is not in the diagram is a bug in an op kind:
+    /// it is logged as an error and taken anyway (the walk then fails or recycles the op as
+    /// its new state says), never a panic.
+    pub fn set_state(&mut self, to: OpState) {
+        let from = self.state;
+        if from.can_go_to(to) {
+            log::trace!(
+                "{} op {} block {} peer {}: state={from:?}=>{to:?}",
+                self.kind_name(),
+                self.net_op_idx,
+                self.basic_block_id,
+                self.peer
+            );
+        } else {
+            log::error!(
+                "{} op {} block {} peer {}: illegal state edge {from:?}=>{to:?}",
+                self.kind_name(),
+                self.net_op_idx,
+                self.basic_block_id,
+                self.peer
+            );
+        }
+        self.state = to;
     }
 
     /// Clears the op back to the all-zero free state (tracker freed).
@@ -337,6 +421,11 @@ impl ProxyOp {
         // SAFETY: an all-zero `ProxyOp` is valid (every field is an integer, a nullable raw
         // pointer, or an `Option` of a reference / fn pointer, whose zero is `None`).
         unsafe { ptr::write_bytes(self as *mut ProxyOp, 0, 1) };
+    }
+
+    /// The op after this one on its list (null at the tail or when on no list).
+    pub fn next_op(&self) -> *mut ProxyOp {
+        self.next.0
     }
 
     /// The op kind's name for logs.

@@ -8,7 +8,7 @@
 
 use alloc::collections::BTreeMap;
 
-use crate::progress::op::{OpCtx, OpKind, ProxyOp, Slot8, OP_STATE_DONE};
+use crate::progress::op::{OpCtx, OpKind, OpState, ProxyOp, Slot8};
 use crate::status::NrtStatus;
 
 /// Scripts of the scripted ops of a transport, keyed by the op's address (see the module doc).
@@ -70,7 +70,7 @@ fn scripted_progress(op: &mut ProxyOp, ctx: &mut OpCtx<'_>) -> Result<(), NrtSta
     }
     op.idle = i32::from(t <= 64 && script.idle_mask & (1u64 << (t - 1)) != 0);
     if t >= script.complete_after.max(1) {
-        op.state = OP_STATE_DONE;
+        op.set_state(OpState::DONE);
     }
     Ok(())
 }

@@ -1,18 +1,8 @@
 //! The send and recv proxy ops: the per-op transport state machines on the `nec.h` host-memory
 //! handshake (DESIGN.md §5).
 //!
-//! ```text
-//!            (1) host index reads 0xFFFF_FFFF:            (3) last entry completed
-//!                write 0, +1 handshake semaphore              at the transport
-//!  HANDSHAKE(1) ──────────────────────────────► TRANSFER(2) ─────────────────────► DONE(0)
-//!       ▲                                        │  (2) each tick: post entries the device
-//!       │                                        │      posted (host index, mod loop size),
-//!       │                                        │      test outstanding requests in order,
-//!       │                                        │      +n complete semaphore
-//!       └──────────── (4) recycle (`ProxyOp::rearm`, by the op-FIFO loop) ◄──────┘
-//! ```
-//! Edge 1 and 2: [`send_progress`] / [`recv_progress`] (through `step`); edge 3: `step`;
-//! edge 4: `Comm::progress` (the seed's `recycleOp`).
+//! Both kinds run the op state machine drawn at [`OpState`]: edge 2 (handshake) and edge 3
+//! (last entry completed) are taken here, in `step`; the walk in `Comm::progress` recycles.
 //!
 //! Seed: `netNeuronSendProxy` (nccom:0x4e510), `netNeuronRecvProxy` (nccom:0x4fe20), the
 //! requestTracker 128-rings, §1/§4 (owned by send-recv-prims in the seed).
@@ -21,9 +11,8 @@ use crate::progress::desc::{NetOpInfo, NO_PEER};
 use crate::progress::net::make_tag;
 use crate::progress::net::TestOutcome;
 use crate::progress::op::{
-    OpCtx, OpKind, ProxyOp, Slot8, TrackedRequest, FLAG_EARLY_RECV_POSTING,
-    FLAG_EARLY_SEND_COMPLETION, OP_STATE_DONE, OP_STATE_HANDSHAKE, OP_STATE_TRANSFER,
-    REQUEST_TRACKER_SIZE,
+    OpCtx, OpKind, OpState, ProxyOp, Slot8, TrackedRequest, FLAG_EARLY_RECV_POSTING,
+    FLAG_EARLY_SEND_COMPLETION, REQUEST_TRACKER_SIZE,
 };
 use crate::status::NrtStatus;
 
@@ -40,43 +29,6 @@ pub static RECV_OP: OpKind = OpKind {
     name: "recv",
     progress: recv_progress,
 };
-
-/// The state of a send or recv proxy op (the numbers are the op's `state` field).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[repr(u32)]
-pub enum NetOpState {
-    /// Every request completed; the loop recycles the op.
-    Done = OP_STATE_DONE,
-    /// Waiting for the device's `-1` on the host index.
-    Handshake = OP_STATE_HANDSHAKE,
-    /// Posting and testing entries.
-    Transfer = OP_STATE_TRANSFER,
-}
-
-impl NetOpState {
-    fn of(op: &ProxyOp) -> Option<Self> {
-        match op.state {
-            OP_STATE_DONE => Some(Self::Done),
-            OP_STATE_HANDSHAKE => Some(Self::Handshake),
-            OP_STATE_TRANSFER => Some(Self::Transfer),
-            _ => None,
-        }
-    }
-}
-
-/// The one transition function of the send/recv machine: logs `state=A=>B` at trace level.
-fn transition(op: &mut ProxyOp, to: NetOpState) {
-    if let Some(from) = NetOpState::of(op) {
-        log::trace!(
-            "{} op {} block {} peer {}: state={from:?}=>{to:?}",
-            op.kind_name(),
-            op.net_op_idx,
-            op.basic_block_id,
-            op.peer
-        );
-    }
-    op.state = to as u32;
-}
 
 fn init_common(op: &mut ProxyOp, info: &NetOpInfo, index: u32, entry_base: u32) {
     op.net_op_idx = index;
@@ -155,8 +107,8 @@ fn host_delta(raw: u32, last: u32, loop_size: u32) -> u32 {
 fn step(op: &mut ProxyOp, ctx: &mut OpCtx<'_>, send: bool) -> Result<(), NrtStatus> {
     op.idle = 1;
     op.ticks = op.ticks.wrapping_add(1);
-    match NetOpState::of(op) {
-        Some(NetOpState::Handshake) => {
+    match op.state() {
+        OpState::HANDSHAKE => {
             if ctx.device.load_host_index(op.host_idx_addr) != HOST_WORD_READY {
                 return Ok(());
             }
@@ -167,17 +119,16 @@ fn step(op: &mut ProxyOp, ctx: &mut OpCtx<'_>, send: bool) -> Result<(), NrtStat
             op.pre_post_fifo_idx = 0;
             ctx.device.inc_semaphore(op.handshake_sem_addr, 1);
             op.idle = 0;
-            transition(op, NetOpState::Transfer);
+            op.set_state(OpState::TRANSFER);
             Ok(())
         }
-        Some(NetOpState::Transfer) => transfer(op, ctx, send),
-        Some(NetOpState::Done) => Ok(()),
-        None => {
+        OpState::TRANSFER => transfer(op, ctx, send),
+        OpState::DONE => Ok(()),
+        other => {
             log::error!(
-                "{} op {}: invalid state {}",
+                "{} op {}: invalid state {other:?}",
                 op.kind_name(),
-                op.net_op_idx,
-                op.state
+                op.net_op_idx
             );
             Err(NrtStatus::NetworkProxyFailure)
         }
@@ -344,7 +295,7 @@ fn transfer(op: &mut ProxyOp, ctx: &mut OpCtx<'_>, send: bool) -> Result<(), Nrt
     }
     // State 0 only when every request has completed at the transport.
     if op.completed == n && op.credited == n {
-        transition(op, NetOpState::Done);
+        op.set_state(OpState::DONE);
     }
     Ok(())
 }

@@ -27,7 +27,7 @@ use crate::progress::desc::{
 };
 use crate::progress::device::DeviceCallbacks;
 use crate::progress::net::{RequestId, TestOutcome, Transport, MAX_COMM_ID, MAX_NRANKS};
-use crate::progress::op::{OpCtx, OpList, PoolBlock, ProxyOp, OPS_PER_POOL_BLOCK, OP_STATE_DONE};
+use crate::progress::op::{OpCtx, OpList, OpState, PoolBlock, ProxyOp, OPS_PER_POOL_BLOCK};
 use crate::progress::sendrecv;
 use crate::status::NrtStatus;
 use crate::sync::spin_loop;
@@ -234,7 +234,7 @@ impl Comm {
                         op.net_op_idx,
                         op.basic_block_id,
                         op.op_count,
-                        op.state,
+                        op.state().as_u32(),
                         op.peer,
                         op.posted,
                         op.n_entries,

@@ -11,7 +11,7 @@ use core::ffi::c_int;
 
 use crate::progress::comm::{Comm, CommConfig, BB_NONE, NUM_STREAMS};
 use crate::progress::desc::{NetOpInfo, NetSrcAddr, NET_OP_COMPLETE, NET_TRANSFER};
-use crate::progress::op::{OPS_PER_POOL_BLOCK, OP_STATE_HANDSHAKE};
+use crate::progress::op::{OpState, OPS_PER_POOL_BLOCK};
 use crate::progress::scripted::Script;
 use crate::progress::testing::{NullTransport, RecordingDevice};
 use crate::seam::SeamTable;
@@ -71,8 +71,8 @@ fn recycle_keeps_pool_count_and_refiles_under_block_with_fresh_requests() {
     assert_eq!(free_before, OPS_PER_POOL_BLOCK as u32 - 2);
     let first = c.stream(0).blocks[&5].ops.head();
     // SAFETY: live op of the comm's pool.
-    let tracker_before = unsafe { (*first).requests[0].0 };
-    assert!(!tracker_before.is_null());
+    let has_tracker = unsafe { (*first).tracker().is_some() };
+    assert!(has_tracker);
 
     assert_eq!(tick(&mut c, 0, 5), (false, false));
     // Op 0 completed on tick 1: recycled under block 5, op 1 still active.
@@ -85,7 +85,7 @@ fn recycle_keeps_pool_count_and_refiles_under_block_with_fresh_requests() {
     );
     // SAFETY: as above.
     unsafe {
-        assert_eq!((*first).state, OP_STATE_HANDSHAKE);
+        assert_eq!((*first).state(), OpState::HANDSHAKE);
         assert_eq!((*first).posted, 0);
         assert_eq!((*first).pre_post_fifo_idx, 0);
         assert_eq!((*first).ticks, 0);

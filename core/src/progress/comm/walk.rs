@@ -126,8 +126,8 @@ impl Comm {
                 break;
             }
             all_idle &= op.idle != 0;
-            let next = op.next.0;
-            if op.state == OP_STATE_DONE {
+            let next = op.next_op();
+            if op.state() == OpState::DONE {
                 // Recycle: re-arm, unlink, file again under its own block. `op` is last used
                 // here; the list links are then written through raw pointers only.
                 op.executions += 1;
