@@ -4,8 +4,8 @@
 //! Under `--cfg loom` every name resolves to loom's model-checked twin, so the rings, the
 //! slot states, the wake protocol, the registry refcount and the in-memory transport's
 //! mailboxes are checked by the models in `loom-tests/` exactly as they ship. Nothing else in
-//! the crate may import `core::sync::atomic` or `core::cell::UnsafeCell` (the test command
-//! greps `core/src` for them and fails).
+//! the crate may import atomics, `Arc` or `UnsafeCell` from `core`, `alloc`, `std` or `loom`
+//! (the test command's `facade` step greps `core/src` for them and fails).
 //!
 //! No 64-bit atomics: `thumbv7em-none-eabihf` has 8/16/32-bit atomics with CAS only, so every
 //! state word, index and counter shared between threads is a `u32` or `usize`.
@@ -30,6 +30,12 @@ pub use loom::sync::atomic::{
 pub use alloc::sync::Arc;
 #[cfg(loom)]
 pub use loom::sync::Arc;
+
+/// A reference count that loom does not model: `alloc::sync::Arc` under every cfg. For objects
+/// that are shared read-only for a comm's life (its device callbacks and clock, `Arc<dyn _>`
+/// from the platform): their counts are no handoff, and loom's `Arc` cannot hold a `dyn` value.
+/// Everything whose count *is* a handoff (ring ends, mailboxes, slots) uses [`Arc`].
+pub use alloc::sync::Arc as PlainArc;
 
 /// A lock for cold paths (the registry's group table): `spin`'s test-and-set mutex (no_std).
 /// Lock it with `try_lock` in a loop that relaxes between attempts (a yield on Linux), or with

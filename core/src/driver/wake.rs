@@ -300,9 +300,9 @@ mod tests {
     /// A parker for single-threaded tests: `park` panics unless a token is present.
     #[derive(Default)]
     struct TokenPark {
-        token: alloc::sync::Arc<AtomicBool>,
+        token: crate::sync::PlainArc<AtomicBool>,
     }
-    struct TokenUnpark(alloc::sync::Arc<AtomicBool>);
+    struct TokenUnpark(crate::sync::PlainArc<AtomicBool>);
     impl Unpark for TokenUnpark {
         fn unpark(&self) {
             self.0.store(true, Ordering::SeqCst);

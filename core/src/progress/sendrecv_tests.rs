@@ -4,8 +4,8 @@
 
 extern crate std;
 
+use crate::sync::PlainArc;
 use alloc::boxed::Box;
-use alloc::sync::Arc;
 use alloc::vec;
 use alloc::vec::Vec;
 
@@ -89,7 +89,7 @@ struct World {
     /// Host words (host indices and semaphores) of both ranks. An `Arc`, not a `Box`: moving a
     /// `Box` re-asserts unique ownership (Stacked Borrows) and would invalidate the addresses the
     /// comms hold.
-    words: Arc<[AtomicU32]>,
+    words: PlainArc<[AtomicU32]>,
     /// Per spec: source buffers (rank 0) and destination buffers (rank 1), one per entry.
     src: Vec<Vec<Vec<u8>>>,
     dst: Vec<Vec<Vec<u8>>>,
@@ -120,13 +120,14 @@ impl World {
             Comm::new(
                 CommConfig::new(rank, 2, 3),
                 Box::new(t),
-                Arc::new(dev),
-                Arc::new(NoClock),
+                PlainArc::new(dev),
+                PlainArc::new(NoClock),
             )
             .unwrap()
         };
         let comms = [mk(0), mk(1)];
-        let words: Arc<[AtomicU32]> = (0..specs.len() * 6).map(|_| AtomicU32::new(0)).collect();
+        let words: PlainArc<[AtomicU32]> =
+            (0..specs.len() * 6).map(|_| AtomicU32::new(0)).collect();
         let mut src = Vec::new();
         let mut dst = Vec::new();
         let mut devs = Vec::new();
@@ -555,8 +556,8 @@ fn size_above_transport_maximum_is_rejected() {
     let mut c = Comm::new(
         CommConfig::new(0, 2, 1),
         Box::new(fabric.endpoint(0).unwrap()),
-        Arc::new(dev),
-        Arc::new(NoClock),
+        PlainArc::new(dev),
+        PlainArc::new(NoClock),
     )
     .unwrap();
     // SAFETY: never dereferenced (start is rejected before any op exists).

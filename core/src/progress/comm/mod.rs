@@ -14,10 +14,10 @@
 //! `ncclProxyProgress`, `ncclProxyProgressOps`, `proxyReloadProxyArgs`, `recycleOp`,
 //! `neuronStopNetworkProxy`, §4; DESIGN.md §3 is the exact contract.
 
+use crate::sync::PlainArc;
 use alloc::alloc::{alloc_zeroed, dealloc, Layout};
 use alloc::boxed::Box;
 use alloc::collections::BTreeMap;
-use alloc::sync::Arc;
 use alloc::vec::Vec;
 use core::ptr::{self, NonNull};
 
@@ -84,8 +84,8 @@ pub struct Comm {
     last_op_count: u64,
     fatal: Option<NrtStatus>,
     transport: Box<dyn Transport>,
-    device: Arc<dyn DeviceCallbacks>,
-    clock: Arc<dyn Clock>,
+    device: PlainArc<dyn DeviceCallbacks>,
+    clock: PlainArc<dyn Clock>,
     /// Registered host memory `(base, len)`; `None` = addresses are not checked (C callers).
     regions: Option<Vec<(u64, u64)>>,
     /// Requests `stop` could not drain: left with the transport until destroy.
@@ -132,8 +132,8 @@ impl Comm {
     pub fn new(
         config: CommConfig,
         transport: Box<dyn Transport>,
-        device: Arc<dyn DeviceCallbacks>,
-        clock: Arc<dyn Clock>,
+        device: PlainArc<dyn DeviceCallbacks>,
+        clock: PlainArc<dyn Clock>,
     ) -> Result<Self, NrtStatus> {
         if config.nranks == 0 || config.nranks > MAX_NRANKS || config.rank >= config.nranks {
             reject!(

@@ -3,8 +3,8 @@
 
 extern crate std;
 
+use crate::sync::PlainArc;
 use alloc::boxed::Box;
-use alloc::sync::Arc;
 use alloc::vec;
 use alloc::vec::Vec;
 use core::ffi::c_int;
@@ -22,8 +22,8 @@ fn comm() -> Comm {
     Comm::new(
         CommConfig::new(0, 2, 7),
         Box::new(NullTransport::default()),
-        Arc::new(RecordingDevice::default()),
-        Arc::new(NoClock),
+        PlainArc::new(RecordingDevice::default()),
+        PlainArc::new(NoClock),
     )
     .unwrap()
 }
@@ -495,8 +495,8 @@ fn comm_creation_is_validated() {
         Comm::new(
             CommConfig::new(rank, nranks, id),
             Box::new(NullTransport::default()),
-            Arc::new(RecordingDevice::default()),
-            Arc::new(NoClock),
+            PlainArc::new(RecordingDevice::default()),
+            PlainArc::new(NoClock),
         )
         .map(|_| ())
     };
