@@ -16,8 +16,11 @@ use crate::progress::op::{
 };
 use crate::status::NrtStatus;
 
-/// Value of a host index (or trigger word) that says "device ready / not yet triggered".
-pub const HOST_WORD_READY: u32 = 0xFFFF_FFFF;
+/// Value (`-1`, `nec.h`) the device writes to an op side's host index to say "ready for the
+/// handshake"; the proxy answers by writing 0 and adding 1 to the handshake semaphore. The C
+/// ABI spells it `NCCOM_HOST_WORD_READY`. (The same number in a trigger word means the opposite,
+/// "device not at the net stage yet": that is `driver::trigger::TRIGGER_ARMED`.)
+pub const HOST_INDEX_READY: u32 = 0xFFFF_FFFF;
 
 /// The send op kind (`netNeuronSendProxy`).
 pub static SEND_OP: OpKind = OpKind {
@@ -109,7 +112,7 @@ fn step(op: &mut ProxyOp, ctx: &mut OpCtx<'_>, send: bool) -> Result<(), NrtStat
     op.ticks = op.ticks.wrapping_add(1);
     match op.state() {
         OpState::HANDSHAKE => {
-            if ctx.device.load_host_index(op.host_idx_addr) != HOST_WORD_READY {
+            if ctx.device.load_host_index(op.host_idx_addr) != HOST_INDEX_READY {
                 return Ok(());
             }
             // Device ready: take the index back to 0, then tell the device (it starts posting
@@ -141,7 +144,7 @@ fn transfer(op: &mut ProxyOp, ctx: &mut OpCtx<'_>, send: bool) -> Result<(), Nrt
     let raw = ctx.device.load_host_index(op.host_idx_addr);
     // Once every entry is posted, a `-1` is the device's handshake for the next execution
     // (possible with early completion before the transport finished): no new entries.
-    let delta = if raw == HOST_WORD_READY && op.pre_post_fifo_idx == n {
+    let delta = if raw == HOST_INDEX_READY && op.pre_post_fifo_idx == n {
         0
     } else {
         host_delta(raw, op.last_host_idx, op.loop_size)

@@ -109,7 +109,7 @@ const _: () = {
     assert!(NCCOM_NO_PEER == proxy_core::progress::desc::NO_PEER);
     assert!(NCCOM_NUM_STREAMS as usize == proxy_core::progress::comm::NUM_STREAMS);
     assert!(NCCOM_BB_NONE == proxy_core::progress::comm::BB_NONE);
-    assert!(NCCOM_HOST_WORD_READY == proxy_core::progress::sendrecv::HOST_WORD_READY);
+    assert!(NCCOM_HOST_WORD_READY == proxy_core::progress::sendrecv::HOST_INDEX_READY);
 };
 
 // ---------------------------------------------------------------------------------------------
