@@ -50,14 +50,18 @@ impl DirectHostWords {
         Self { _private: () }
     }
 
-    fn word(addr: u64) -> &'static AtomicU32 {
+    /// The word at `addr`.
+    ///
+    /// # Safety
+    /// `addr` must be the address of a live, 4-byte-aligned `u32` that is only accessed
+    /// atomically, and the reference must not be used past the caller's use of the word (the
+    /// `'static` lifetime is a lie the callers never let escape).
+    unsafe fn word(addr: u64) -> &'static AtomicU32 {
         debug_assert!(
             addr != 0 && addr.is_multiple_of(4),
             "host word address {addr:#x}"
         );
-        // SAFETY: the constructor's contract: `addr` is a live, aligned u32 that is only accessed
-        // atomically for as long as this accessor is in use (the 'static lifetime never escapes
-        // the calling method).
+        // SAFETY: the caller's contract (this function's `# Safety`).
         unsafe { &*(addr as usize as *const AtomicU32) }
     }
 }
@@ -66,14 +70,18 @@ impl DeviceCallbacks for DirectHostWords {
     fn inc_semaphore(&self, addr: u64, val: u32) {
         // Release: the payload the proxy wrote (received bytes) happens-before the device's
         // acquire read of the incremented count.
-        Self::word(addr).fetch_add(val, Ordering::Release);
+        // SAFETY: the constructor's contract: every address given to this accessor is a live,
+        // aligned u32 accessed only atomically; the reference ends with this statement.
+        unsafe { Self::word(addr) }.fetch_add(val, Ordering::Release);
     }
 
     fn load_host_index(&self, addr: u64) -> u32 {
-        Self::word(addr).load(Ordering::Acquire)
+        // SAFETY: as in `inc_semaphore`.
+        unsafe { Self::word(addr) }.load(Ordering::Acquire)
     }
 
     fn store_host_index(&self, addr: u64, val: u32) {
-        Self::word(addr).store(val, Ordering::Release);
+        // SAFETY: as in `inc_semaphore`.
+        unsafe { Self::word(addr) }.store(val, Ordering::Release);
     }
 }
