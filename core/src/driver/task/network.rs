@@ -134,7 +134,9 @@ pub struct NetworkTask {
     seam: SeamTable,
     blocks: Vec<BlockFifos>,
     schedule: Vec<u32>,
-    cursors: Vec<StreamCursor>,
+    /// One cursor per stream the task runs, in stream order: at most [`MAX_STREAMS`], and the
+    /// capacity is in the type (no allocation per task for them).
+    cursors: heapless::Vec<StreamCursor, { MAX_STREAMS as usize }>,
     triggers: TriggerWords,
     wait_for_device: bool,
     skip: bool,
@@ -189,10 +191,11 @@ impl NetworkTask {
             }
             None => order,
         };
-        let cursors = (0..MAX_STREAMS)
-            .filter(|s| streams_mask & (1 << s) != 0)
-            .map(|stream| StreamCursor { stream, cursor: 0 })
-            .collect();
+        let mut cursors = heapless::Vec::new();
+        for stream in (0..MAX_STREAMS).filter(|s| streams_mask & (1 << s) != 0) {
+            // Cannot fail: at most MAX_STREAMS streams pass the filter.
+            let _ = cursors.push(StreamCursor { stream, cursor: 0 });
+        }
         Ok(Self {
             core: TaskCore::new(
                 TaskKind::Network,
