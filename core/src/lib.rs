@@ -1,16 +1,23 @@
 //! `proxy-core`: the logic of a host-thread-driven proxy & progress engine for collective
 //! communication, `no_std` + `alloc`.
 //!
-//! Two halves meet at one seam (DESIGN.md §1):
-//! * the **progress half** (the seed's libnccom role): per [`comm::Comm`], four streams, each an
-//!   op-FIFO of 352-byte [`op::ProxyOp`]s kept in pool blocks of 128, three lists plus the
-//!   deferred-by-basic-block map; passive, one tick per `progress` call;
-//! * the **driver half** (the seed's libnrt role): proxy tasks, proxy queues, rings and the
-//!   registry; the threads themselves live in `proxy-platform-linux`.
+//! Two halves meet at one seam (docs/design.md §1), and the modules are grouped the same way:
+//! * [`progress`], the **progress half** (the seed's libnccom role): per
+//!   [`progress::comm::Comm`], four streams, each an op-FIFO of 352-byte
+//!   [`progress::op::ProxyOp`]s kept in pool blocks of 128, three lists plus the
+//!   deferred-by-basic-block map; the send/recv op state machines, the op descriptors, the
+//!   transport trait and the in-memory transport. Passive, one tick per `progress` call;
+//! * [`driver`], the **driver half** (the seed's libnrt role): proxy tasks, proxy queues, status
+//!   records, trigger words, the wake protocol, SPSC rings and the registry; the threads that
+//!   drive a queue live in the platform crates (`proxy-runtime` on Linux);
+//! * the shared pieces: [`seam`] (the three entry points as a table of `extern "C"` function
+//!   pointers), [`status`] (`NRT_*` codes), [`time`] (the clock trait) and [`sync`] (the one
+//!   facade over atomics, `Arc`, `UnsafeCell` and locks).
 //!
 //! The crate never names a thread, a clock, a file or a socket: the platform hands those in
 //! through small traits. Every cross-thread handoff is written against [`sync`], which switches
-//! to loom's types under `--cfg loom`.
+//! to loom's types under `--cfg loom`. docs/architecture.md draws the crates, the state
+//! machines and the threads.
 //!
 //! Seed: "Proxy & Progress Engine (and the libnrt Bridge)", all units.
 #![no_std]

@@ -19,15 +19,32 @@ use crate::sync::{AtomicU32, Ordering};
 /// The run state of a proxy task. The numbers are ABI (they appear at offset 0x14 of the status
 /// record).
 ///
+/// This is the one run-state diagram of the project: both task kinds cite its edge numbers
+/// (the barrier task never takes edges 3 and 4).
+///
 /// ```text
-///            (1) skip flag ───────────────────────────────────────────────┐
-///   INIT ──(2) filed, no device wait──► PROGRESSING ◄──(5)──► IDLE       │
-///     │                                  ▲      │               │        ▼
-///     └─(3) filed, wait for device─► WAITING_DEVICE_TRIGGER     └─(6)─► DONE
-///                                        (4) trigger seen ─┘   (6) done / failure / timeout / close
+///   INIT(0) ──(1) skip flag ─────────────────────────────────────────────────┐
+///    │  │  (stays: network — an earlier network task of its comm is not DONE;  │
+///    │  │          barrier — a trigger word still reads 0xFFFF_FFFF)           │
+///    │  └─(2) network: every block filed, no device wait ──► PROGRESSING(1)   │
+///    │        barrier: trigger seen, written 0, arrived          ▲    │       │
+///    │                                                           │(5) │(5)    │
+///    └─(3) network: every block filed, wait for the device       │    ▼       │
+///          ──► WAITING_DEVICE_TRIGGER(2) ──(4) every trigger  ──►┘  IDLE(3)   │
+///                                           word ≠ 0xFFFF_FFFF,               │
+///                                           write 0 to each                   ▼
+///   PROGRESSING / IDLE ──(6) success: every stream's schedule ran; ───────► DONE(4)
+///                            barrier passed, leader incremented               ▲
+///   INIT / PROGRESSING / IDLE ──(7) a start / progress / channel error ──────┤
+///   WAITING / PROGRESSING / IDLE ──(8) no progress past the timeout ─────────┤
+///   any state but DONE ──(9) close: the comm leaves, or the worker exits ────┘
 /// ```
-/// Edges are taken by `NetworkTask::step` / `BarrierTask::step` (1–6) and by `close` (any state
-/// → DONE), always through the task's one transition function, which logs `state=A=>B`.
+/// Network task (`driver::task::network`): edges 1–3 in `step_init`, 4 in `step_waiting`, 5–8 in
+/// `step_progress` (8 also in `step_waiting`), 6–9 end through `finish`, which calls `stop`
+/// per stream when the task filed its blocks; 9 in `close`. Barrier task
+/// (`driver::task::barrier`): 1, 2 and 7 in `step_init`, 5–8 in `step_wait`, 9 in `close`.
+/// Every edge goes through the task's one transition function, `TaskCore::transition`, which
+/// logs `state=A=>B`. DONE is final: stepping a DONE task logs once and changes nothing.
 ///
 /// Seed: `proxy_task_run_state_t`, §3 (`INIT=0 .. DONE=4`).
 #[repr(u32)]

@@ -451,7 +451,7 @@ pub struct PoolBlock {
 
 const _: () = assert!(size_of::<PoolBlock>() == 0xB008);
 
-/// An intrusive singly linked FIFO of ops threaded through [`ProxyOp::next`].
+/// An intrusive singly linked FIFO of ops threaded through the ops' private `next` links ([`ProxyOp::next_op`]).
 ///
 /// Invariant: `head` is null iff `len == 0`; following `next` from `head` reaches `tail` after
 /// `len - 1` steps, and `tail.next` is null. Every op on a list belongs to a live pool block of

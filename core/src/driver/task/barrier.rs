@@ -2,15 +2,11 @@
 //! trigger, after which the leader increments every local rank's barrier-done semaphore.
 //! It never touches the progress half.
 //!
-//! ```text
-//!  INIT ──(1) skip flag─────────────────────────────────────► DONE (success)
-//!   │ (stays while a trigger word reads -1)
-//!   └─(2) trigger seen: write 0, arrive ─► PROGRESSING ◄─(3)─► IDLE (not everyone arrived)
-//!  (4) everyone arrived: the leader increments every barrier-done semaphore → DONE
-//!  (5) a channel error → DONE (that status); (6) no progress past the timeout → DONE (TIMEOUT)
-//!  (7) close (comm leaves) → DONE (CLOSED)
-//! ```
-//! Edges 1–2 are taken by `step_init`, 3–6 by `step_wait`, 7 by `close`.
+//! Its states and numbered edges are the one run-state diagram at
+//! [`RunState`] (a barrier task never takes edges 3 and 4):
+//! edges 1 (skip), 2 (trigger seen: write 0, arrive) and 7 (a channel error) are taken by
+//! `step_init`; 5 (not everyone arrived: IDLE), 6 (everyone arrived: the leader increments every
+//! barrier-done semaphore), 7 and 8 (no progress past the timeout) by `step_wait`; 9 by `close`.
 //!
 //! Seed: `enc_barrier_proxy_task::step` (nrt:0x1ce830), `inc_leader_sps_barrier_done_semas`
 //! (nrt:0x1ce7b0), §3 ("Considerations") and §5; DESIGN.md §4.

@@ -1,19 +1,10 @@
 //! The network task: the driver-side state machine that calls the progress half through the
 //! seam (DESIGN.md §4, the exact contract; seed §3).
 //!
-//! ```text
-//!  INIT ──(1) skip flag──────────────────────────────────────────────► DONE (success)
-//!   │  (stays while an earlier network task of its comm is not DONE)      ▲
-//!   ├─(2) start() every (stream, block); no device wait ─► PROGRESSING ◄──┼──(5)──► IDLE
-//!   └─(3) start() every (stream, block); wait for device ─► WAITING_DEVICE_TRIGGER
-//!                                 (4) every trigger word ≠ -1: write 0 ─► PROGRESSING
-//!  (6) PROGRESSING/IDLE: every stream finished its schedule → stop per stream → DONE
-//!  (7) a seam error / a start error → stop per stream → DONE (that status)
-//!  (8) no progress for longer than the timeout (after INIT) → stop per stream → DONE (TIMEOUT)
-//!  (9) close (comm leaves) → stop per stream if filed → DONE (CLOSED)
-//! ```
-//! Edges 1–3 are taken by `step_init`, 4 by `step_waiting`, 5–8 by `step_progress`, 9 by
-//! `close`, each through [`TaskCore::transition`].
+//! Its states and numbered edges are the one run-state diagram at
+//! [`RunState`]: edges 1–3 are taken by `step_init`, 4 by
+//! `step_waiting`, 5–8 by `step_progress` (8 also by `step_waiting`), 9 by `close`, each through
+//! [`TaskCore::transition`].
 //!
 //! Deviations from the seed (DESIGN.md §3/§4): idle/done are seeded with `true` before each
 //! stream's progress call; `stop` is called once per stream when the task ends, never on a
