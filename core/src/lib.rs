@@ -27,7 +27,6 @@ pub mod device;
 pub mod mem_transport;
 pub mod net;
 pub mod op;
-pub mod planner;
 pub mod queue;
 pub mod record;
 pub mod registry;
