@@ -14,6 +14,7 @@ use proxy_collectives::planner::data::{count_wrong, fill_input, POISON};
 use proxy_collectives::planner::{plan, Addresses, Collective, Fifos, PlanParams, RankPlan};
 use proxy_core::comm::{Comm, CommConfig};
 use proxy_core::mem_transport::MemFabric;
+use proxy_core::trigger::TRIGGER_ARMED;
 use proxy_ffi_types::{
     NccomCommConfig, NccomDeviceCallbacks, NccomHostWord, NccomLibfabricDesc, NccomTransportDesc,
     NCCOM_TRANSPORT_MEM,
@@ -489,8 +490,10 @@ impl World {
             let f = &self.fixed[r];
             // Arm the triggers before the tasks are submitted (DESIGN.md §4).
             for t in [f.net_trigger(set), f.barrier_trigger(set)] {
-                // SAFETY: a live word of the rank's host memory.
-                unsafe { &*(t as usize as *const AtomicU32) }.store(0xFFFF_FFFF, Ordering::Release);
+                f.mem
+                    .word_at(t)
+                    .ok_or_else(|| format!("trigger word {t:#x} outside the host memory"))?
+                    .store(TRIGGER_ARMED);
             }
             let blocks = if prep.plans[r].ops.is_empty() {
                 Vec::new()

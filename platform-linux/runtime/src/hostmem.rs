@@ -3,7 +3,9 @@
 //! every word on its own 128-byte line (as `nec.h` pads `enc_net_host_memory`).
 //!
 //! Words are handed out as typed handles ([`TriggerWord`], [`HostIndex`], [`Semaphore`],
-//! [`BarrierDone`]) over core's [`HostWord`]; [`HostMemCallbacks`] implements core's
+//! [`BarrierDone`], [`LineWord`]) over core's [`HostWord`], each borrowing its region, so no
+//! handle outlives the mapping (getting the bare [`HostWord`] out, for a task, is
+//! [`Word::word`], an `unsafe fn` whose caller keeps the region alive); [`HostMemCallbacks`] implements core's
 //! [`DeviceCallbacks`] over a region, checking every address against it.
 //!
 //! Seed: the host-memory words of §5 (`start_proxy_task_host_mem_addrs`, host indices,
@@ -25,8 +27,10 @@ pub const LINE: usize = 128;
 
 /// A shared host-memory region of whole lines (page-aligned, zero-filled at creation).
 ///
-/// Liveness contract: every [`HostWord`] handed out points into the mapping, so the region
-/// must outlive every task, op and emulator that holds one (keep it in an `Arc` next to them).
+/// Liveness: every [`Word`] handed out borrows the region, so it cannot outlive the mapping.
+/// A bare [`HostWord`] taken out of one ([`Word::word`], `unsafe`) or an address given to a
+/// task, op or emulator must not be used after the region is dropped: keep the region in an
+/// `Arc` next to them.
 #[derive(Debug)]
 pub struct HostMem {
     base: NonNull<u8>,
@@ -165,27 +169,29 @@ impl HostMem {
     }
 
     /// The word at the start of line `line`, or `None` past the end.
-    pub fn line_word(&self, line: usize) -> Option<HostWord> {
+    pub fn line_word(&self, line: usize) -> Option<LineWord<'_>> {
         if line >= self.lines() {
             return None;
         }
         // SAFETY: the address is inside the live, page-aligned mapping (so 4-byte aligned),
-        // which is only ever accessed through atomics, and the region's liveness contract makes
-        // the caller keep it mapped while the handle is used.
-        unsafe { HostWord::from_addr(self.base_addr() + (line * LINE) as u64) }
+        // which is only ever accessed through atomics; the handle borrows the region, so the
+        // mapping outlives it.
+        let word = unsafe { HostWord::from_addr(self.base_addr() + (line * LINE) as u64) }?;
+        Some(Word::new(word, line))
     }
 
     /// The word at `addr` if it is a 4-byte-aligned word inside the region.
-    pub fn word_at(&self, addr: u64) -> Option<HostWord> {
+    pub fn word_at(&self, addr: u64) -> Option<LineWord<'_>> {
         if !self.contains(addr, 4) || !addr.is_multiple_of(4) {
             return None;
         }
-        // SAFETY: inside the live mapping and aligned (checked above); liveness per the
-        // region's contract.
-        unsafe { HostWord::from_addr(addr) }
+        // SAFETY: inside the live mapping and aligned (checked above); the handle borrows the
+        // region, so the mapping outlives it.
+        let word = unsafe { HostWord::from_addr(addr) }?;
+        Some(Word::new(word, (addr - self.base_addr()) as usize / LINE))
     }
 
-    fn alloc_line(&self) -> io::Result<(usize, HostWord)> {
+    fn alloc_line(&self) -> io::Result<(usize, LineWord<'_>)> {
         let line = self.next.fetch_add(1, Ordering::Relaxed);
         match self.line_word(line) {
             Some(w) => Ok((line, w)),
@@ -203,14 +209,10 @@ impl HostMem {
     ///
     /// # Errors
     /// `OutOfMemory` when every line is taken.
-    pub fn alloc<K: WordKind>(&self) -> io::Result<Word<K>> {
+    pub fn alloc<K: WordKind>(&self) -> io::Result<Word<'_, K>> {
         let (line, word) = self.alloc_line()?;
         word.store(K::INITIAL);
-        Ok(Word {
-            word,
-            line,
-            _kind: PhantomData,
-        })
+        Ok(Word::new(word.word, line))
     }
 }
 
@@ -243,6 +245,11 @@ pub enum Sem {}
 #[derive(Debug)]
 pub enum BarrierSem {}
 
+/// Marker: a word found by its line or address ([`HostMem::line_word`], [`HostMem::word_at`]),
+/// of no particular kind.
+#[derive(Debug)]
+pub enum Line {}
+
 impl WordKind for Trigger {
     const INITIAL: u32 = TRIGGER_ARMED;
     const NAME: &'static str = "trigger";
@@ -260,29 +267,51 @@ impl WordKind for BarrierSem {
     const NAME: &'static str = "barrier-done";
 }
 
-/// A typed word of a [`HostMem`] region.
-pub struct Word<K> {
+impl WordKind for Line {
+    const INITIAL: u32 = 0;
+    const NAME: &'static str = "word";
+}
+
+/// A typed word of a [`HostMem`] region, borrowing the region (`'m`): it cannot outlive the
+/// mapping.
+pub struct Word<'m, K> {
     word: HostWord,
     line: usize,
+    _mem: PhantomData<&'m HostMem>,
     _kind: PhantomData<fn() -> K>,
 }
 
-impl<K> Clone for Word<K> {
+impl<K> Clone for Word<'_, K> {
     fn clone(&self) -> Self {
         *self
     }
 }
-impl<K> Copy for Word<K> {}
 
-impl<K: WordKind> std::fmt::Debug for Word<K> {
+impl<K> Copy for Word<'_, K> {}
+
+impl<K: WordKind> std::fmt::Debug for Word<'_, K> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{}@line{}({:#x})", K::NAME, self.line, self.word.addr())
     }
 }
 
-impl<K> Word<K> {
-    /// The untyped handle (what tasks and op infos take).
-    pub fn word(&self) -> HostWord {
+impl<K> Word<'_, K> {
+    /// A handle on `word`, line `line` of the region the lifetime borrows.
+    fn new(word: HostWord, line: usize) -> Self {
+        Self {
+            word,
+            line,
+            _mem: PhantomData,
+            _kind: PhantomData,
+        }
+    }
+
+    /// The untyped handle (what tasks and op infos take). It carries no lifetime.
+    ///
+    /// # Safety
+    /// The returned handle and every copy of it must not be used after the region is dropped
+    /// (keep the region, e.g. its `Arc`, alive next to the task or op that holds the handle).
+    pub unsafe fn word(&self) -> HostWord {
         self.word
     }
 
@@ -305,16 +334,23 @@ impl<K> Word<K> {
     pub fn store(&self, v: u32) {
         self.word.store(v)
     }
+
+    /// Adds `v` (wrapping, release) and returns the previous value: a semaphore increment.
+    pub fn fetch_add(&self, v: u32) -> u32 {
+        self.word.fetch_add(v)
+    }
 }
 
-/// A trigger word (armed = `0xFFFF_FFFF`).
-pub type TriggerWord = Word<Trigger>;
+/// A trigger word (armed = [`TRIGGER_ARMED`]).
+pub type TriggerWord<'m> = Word<'m, Trigger>;
 /// A host index word.
-pub type HostIndex = Word<Index>;
+pub type HostIndex<'m> = Word<'m, Index>;
 /// A semaphore increment register.
-pub type Semaphore = Word<Sem>;
+pub type Semaphore<'m> = Word<'m, Sem>;
 /// A barrier-done semaphore.
-pub type BarrierDone = Word<BarrierSem>;
+pub type BarrierDone<'m> = Word<'m, BarrierSem>;
+/// A word found by its line or address.
+pub type LineWord<'m> = Word<'m, Line>;
 
 /// Core's [`DeviceCallbacks`] over a [`HostMem`] region: every address is checked against the
 /// region (an address outside it is logged and ignored; a load returns 0).
@@ -336,7 +372,7 @@ impl HostMemCallbacks {
         &self.mem
     }
 
-    fn word(&self, addr: u64, what: &str) -> Option<HostWord> {
+    fn word(&self, addr: u64, what: &str) -> Option<LineWord<'_>> {
         let w = self.mem.word_at(addr);
         if w.is_none() {
             log::error!(

@@ -435,7 +435,8 @@ fn memfd_trigger_from_a_child_process_starts_the_task() {
     let reg = registry(&cfg(1, 16)).unwrap();
     let s = Script::new(1);
     let mut m = reg.join(0).unwrap();
-    let triggers = TriggerWords::new(&[trig.word()]).unwrap();
+    // SAFETY: `mem` outlives the task (it lives to the end of this test, after the task ended).
+    let triggers = TriggerWords::new(&[unsafe { trig.word() }]).unwrap();
     triggers.arm();
     let task = NetworkTask::new(NetworkTaskSpec {
         task_id: 5,
