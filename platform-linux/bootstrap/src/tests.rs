@@ -8,6 +8,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use proxy_core::task::BarrierChannel;
+use proxy_core::NrtStatus;
 
 use super::launch::free_loopback_root;
 use super::*;
