@@ -43,50 +43,156 @@ pub(crate) enum Joiner {
     Joined { rank: u32, pid: u32, host: Vec<u8> },
 }
 
-impl Bootstrap {
-    pub(crate) fn init_root(cfg: &BootstrapConfig) -> Result<Self, BootstrapError> {
+/// The state of the root's bootstrap (`init_root`), rank 0.
+///
+/// ```text
+///           (1) listen               (2) admit                (3) welcome
+///   Start ─────────────► Admitting ─────────────► Welcoming ─────────────► Ready
+///     │ │                    │                        ▲  │
+///     │ └────────────────────┼────────────────────────┘  │
+///     │   (4) listen: one rank, nothing to listen for    │
+///     │ (5) listen           │ (6) admit                 │ (7) welcome
+///     └──────────────────────┴───────────────────────────┴──────────────► Failed
+/// ```
+///
+/// 1. `listen`: bound the root address (non-blocking listener).
+/// 2. `admit`: every other rank said a valid `Hello` (`gather_joiners`); the listener is
+///    dropped, so later connections are refused.
+/// 3. `welcome`: the `Welcome` (comm id, every host) reached every rank.
+/// 4. `listen`: a job of one rank has no one to wait for.
+/// 5. `listen`: the address cannot be listened on.
+/// 6. `admit`: a misconfigured, lost, aborting or missing rank; every joined leaf is told
+///    with `Abort`.
+/// 7. `welcome`: the welcome could not be delivered (the bootstrap's sticky failure).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum RootState {
+    /// Nothing done yet.
+    Start,
+    /// Listening; admitting the other ranks.
+    Admitting,
+    /// Every rank joined; sending the welcome.
+    Welcoming,
+    /// Welcomed every rank: the bootstrap is done.
+    Ready,
+    /// Failed (terminal).
+    Failed,
+}
+
+/// What happened to the root's bootstrap (the input of [`Root::on_event`]).
+enum RootEvent {
+    /// The root address is listened on.
+    Listening(TcpListener),
+    /// One rank only: no listener.
+    Alone,
+    /// Every other rank joined.
+    AllJoined,
+    /// The welcome reached every rank.
+    Welcomed(Box<Bootstrap>),
+    /// A step failed.
+    Failed(BootstrapError),
+}
+
+/// The root's bootstrap in progress.
+struct Root<'c> {
+    cfg: &'c BootstrapConfig,
+    state: RootState,
+    listener: Option<TcpListener>,
+    peers: Vec<Option<Peer>>,
+    hosts: Vec<Vec<u8>>,
+    comm_id: u32,
+}
+
+impl<'c> Root<'c> {
+    fn new(cfg: &'c BootstrapConfig) -> Self {
         let n = cfg.nranks as usize;
         let mut hosts = vec![Vec::new(); n];
         hosts[0] = host_identity();
-        let comm_id = cfg.comm_id.unwrap_or_else(random_comm_id);
-        let mut peers: Vec<Option<Peer>> = (0..n).map(|_| None).collect();
-        if n > 1 {
-            let listener = TcpListener::bind(cfg.root).map_err(|e| {
-                BootstrapError::io(
+        Self {
+            cfg,
+            state: RootState::Start,
+            listener: None,
+            peers: (0..n).map(|_| None).collect(),
+            hosts,
+            comm_id: cfg.comm_id.unwrap_or_else(random_comm_id),
+        }
+    }
+
+    /// The one place the state changes (logged as `state=A=>B`).
+    fn set_state(&mut self, next: RootState) {
+        log::debug!(
+            "bootstrap rank 0/{}: root state={:?}=>{:?}",
+            self.cfg.nranks,
+            self.state,
+            next
+        );
+        self.state = next;
+    }
+
+    /// Runs the machine until it is [`RootState::Ready`] or [`RootState::Failed`].
+    fn run(mut self) -> Result<Bootstrap, BootstrapError> {
+        loop {
+            let ev = match self.state {
+                RootState::Start => self.listen(),
+                RootState::Admitting => self.admit(),
+                RootState::Welcoming => self.welcome(),
+                RootState::Ready | RootState::Failed => unreachable!("terminal states return"),
+            };
+            if let Some(b) = self.on_event(ev)? {
+                return Ok(b);
+            }
+        }
+    }
+
+    /// [`RootState::Start`]: binds the root address (edges 1, 4, 5).
+    fn listen(&mut self) -> RootEvent {
+        let (cfg, n) = (self.cfg, self.cfg.nranks);
+        if n == 1 {
+            return RootEvent::Alone;
+        }
+        let listener = match TcpListener::bind(cfg.root) {
+            Ok(l) => l,
+            Err(e) => {
+                return RootEvent::Failed(BootstrapError::io(
                     0,
                     format!(
                         "cannot listen on the root address {} ({ROOT_COMM_ID_ENV})",
                         cfg.root
                     ),
                     &e,
-                )
-            })?;
-            listener.set_nonblocking(true).map_err(|e| {
-                BootstrapError::io(0, "cannot make the root listener non-blocking", &e)
-            })?;
-            log::debug!(
-                "bootstrap rank 0/{n}: listening on {} for {} ranks",
-                cfg.root,
-                n - 1
-            );
-            if let Err(e) = Self::gather_joiners(cfg, &listener, &mut peers, &mut hosts) {
-                // Tell every joined leaf why, then fail.
-                let (status, reason) = (e.status(), e.to_string());
-                for p in peers.iter_mut().flatten() {
-                    p.conn.send_last(&Frame::Abort {
-                        origin: 0,
-                        status: status.code(),
-                        reason: reason.clone(),
-                    });
-                }
-                log::error!("{e}");
-                return Err(e);
+                ))
             }
-            // `listener` is dropped here: later connections are refused.
+        };
+        if let Err(e) = listener.set_nonblocking(true) {
+            return RootEvent::Failed(BootstrapError::io(
+                0,
+                "cannot make the root listener non-blocking",
+                &e,
+            ));
         }
-        let mut b = Self::with_role(cfg, Role::Root { peers }, comm_id, hosts);
+        log::debug!(
+            "bootstrap rank 0/{n}: listening on {} for {} ranks",
+            cfg.root,
+            n - 1
+        );
+        RootEvent::Listening(listener)
+    }
+
+    /// [`RootState::Admitting`]: waits (bounded) for every other rank's `Hello` (edges 2, 6).
+    fn admit(&mut self) -> RootEvent {
+        let listener = self.listener.as_ref().expect("admitting has a listener");
+        match Bootstrap::gather_joiners(self.cfg, listener, &mut self.peers, &mut self.hosts) {
+            Ok(()) => RootEvent::AllJoined,
+            Err(e) => RootEvent::Failed(e),
+        }
+    }
+
+    /// [`RootState::Welcoming`]: sends the welcome to every rank (edges 3, 7).
+    fn welcome(&mut self) -> RootEvent {
+        let peers = std::mem::take(&mut self.peers);
+        let hosts = std::mem::take(&mut self.hosts);
+        let mut b = Bootstrap::with_role(self.cfg, Role::Root { peers }, self.comm_id, hosts);
         let welcome = Frame::Welcome {
-            comm_id,
+            comm_id: self.comm_id,
             hosts: b.hosts.clone(),
         };
         if let Role::Root { peers } = &mut b.role {
@@ -94,8 +200,74 @@ impl Bootstrap {
                 p.conn.queue(&welcome);
             }
         }
-        b.flush_all("the welcome to reach every rank")?;
-        Ok(b)
+        match b.flush_all("the welcome to reach every rank") {
+            Ok(()) => RootEvent::Welcomed(Box::new(b)),
+            Err(e) => RootEvent::Failed(e),
+        }
+    }
+
+    /// The step logic: one arm per legal (state, event) pair. `Some` when ready.
+    fn on_event(&mut self, ev: RootEvent) -> Result<Option<Bootstrap>, BootstrapError> {
+        use RootEvent as E;
+        use RootState as S;
+        match (self.state, ev) {
+            // (1)
+            (S::Start, E::Listening(l)) => {
+                self.listener = Some(l);
+                self.set_state(S::Admitting);
+                Ok(None)
+            }
+            // (4)
+            (S::Start, E::Alone) => {
+                self.set_state(S::Welcoming);
+                Ok(None)
+            }
+            // (5)
+            (S::Start, E::Failed(e)) => {
+                self.set_state(S::Failed);
+                Err(e)
+            }
+            // (2)
+            (S::Admitting, E::AllJoined) => {
+                // Later connections are refused.
+                self.listener = None;
+                self.set_state(S::Welcoming);
+                Ok(None)
+            }
+            // (6)
+            (S::Admitting, E::Failed(e)) => {
+                // Tell every joined leaf why, then fail.
+                let (status, reason) = (e.status(), e.to_string());
+                for p in self.peers.iter_mut().flatten() {
+                    p.conn.send_last(&Frame::Abort {
+                        origin: 0,
+                        status: status.code(),
+                        reason: reason.clone(),
+                    });
+                }
+                log::error!("{e}");
+                self.set_state(S::Failed);
+                Err(e)
+            }
+            // (3)
+            (S::Welcoming, E::Welcomed(b)) => {
+                self.set_state(S::Ready);
+                Ok(Some(*b))
+            }
+            // (7)
+            (S::Welcoming, E::Failed(e)) => {
+                self.set_state(S::Failed);
+                Err(e)
+            }
+            (state, _) => unreachable!("root: no edge out of {state:?} for this event"),
+        }
+    }
+}
+
+impl Bootstrap {
+    /// The root's bootstrap: runs the [`RootState`] machine to `Ready`.
+    pub(crate) fn init_root(cfg: &BootstrapConfig) -> Result<Self, BootstrapError> {
+        Root::new(cfg).run()
     }
 
     /// Accepts connections until every rank has said `Hello`, dropping strangers.

@@ -611,7 +611,7 @@ fn fi_provider_env_names_the_provider() {
     let exe = std::env::current_exe().expect("test binary");
     let mut child = Command::new(exe)
         .args([
-            "libfabric::tests::fi_provider_env_child",
+            "tests::fi_provider_env_child",
             "--exact",
             "--nocapture",
             "--test-threads=1",
