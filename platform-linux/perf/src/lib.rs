@@ -109,12 +109,10 @@ fn run_inner(args: &Args) -> Result<i32, String> {
     if args.provider.is_some() && args.transport != TransportArg::Libfabric {
         return Err("--provider needs --transport libfabric".into());
     }
-    if args.transport == TransportArg::Libfabric {
-        if args.progress_lib.is_some() {
-            // The processes share one bootstrap for their barrier tasks and results; a loaded
-            // library's libfabric comm would run a bootstrap of its own.
-            return Err("--progress-lib runs with --transport mem only".into());
-        }
+    if args.transport == TransportArg::Libfabric && args.progress_lib.is_some() {
+        // The processes share one bootstrap for their barrier tasks and results; a loaded
+        // library's libfabric comm would run a bootstrap of its own.
+        return Err("--progress-lib runs with --transport mem only".into());
     }
     match args.transport {
         TransportArg::Mem => {
