@@ -69,11 +69,14 @@ facade() {
 no_std() {
   cargo build -p proxy-core --target thumbv7em-none-eabihf
   cargo build -p proxy-core --target x86_64-unknown-none
+  cargo build -p proxy-collectives --target thumbv7em-none-eabihf
+  cargo build -p proxy-collectives --target x86_64-unknown-none
 }
 
-# The libfabric backend is a cargo feature of proxy-platform-linux, and NCCOM_TRANSPORT_LIBFABRIC
-# of the C ABI a feature of proxy-ffi (it needs the former); CI builds and tests with both on.
-FEATURES=(--features proxy-platform-linux/libfabric,proxy-ffi/libfabric)
+# The libfabric transport is the crate proxy-libfabric (built with --workspace); proxy-perf's
+# --transport libfabric and the C ABI's NCCOM_TRANSPORT_LIBFABRIC are `libfabric` features of
+# proxy-perf and proxy-ffi; CI builds and tests with both on.
+FEATURES=(--features proxy-perf/libfabric,proxy-ffi/libfabric)
 
 clippy() {
   cargo clippy --workspace --all-targets "${FEATURES[@]}" -- -D warnings

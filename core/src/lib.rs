@@ -27,7 +27,6 @@
 extern crate alloc;
 
 pub mod driver;
-pub mod planner;
 pub mod progress;
 pub mod seam;
 pub mod status;

@@ -1,5 +1,5 @@
 //! `NCCOM_TRANSPORT_LIBFABRIC` (feature `libfabric`): a comm over libfabric, built by the
-//! bootstrap of `proxy-platform-linux` (rank 0 listens on the root address, every rank
+//! bootstrap of `proxy-bootstrap` (rank 0 listens on the root address, every rank
 //! connects; endpoint names are all-gathered) and `open_libfabric_comm`.
 //!
 //! Creation is collective: every rank of the comm calls `nccom_comm_create` with the same
@@ -11,14 +11,14 @@ use std::ffi::{c_char, CStr};
 use std::sync::Arc;
 use std::time::Duration;
 
+use proxy_bootstrap::{Bootstrap, BootstrapConfig};
 use proxy_core::progress::comm::Comm;
 use proxy_core::progress::device::DeviceCallbacks;
 use proxy_core::status::NrtStatus;
 use proxy_core::time::Clock;
 use proxy_ffi_types::NccomCommConfig;
-use proxy_platform_linux::bootstrap::{Bootstrap, BootstrapConfig};
-use proxy_platform_linux::libfabric::Options;
-use proxy_platform_linux::net_setup::{open_libfabric_comm, LibfabricCommConfig};
+use proxy_libfabric::net_setup::{open_libfabric_comm, LibfabricCommConfig};
+use proxy_libfabric::Options;
 
 /// A NUL-terminated UTF-8 C string, or `None` for NULL.
 ///

@@ -17,6 +17,7 @@ use std::ptr;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use proxy_bootstrap::launch::{free_loopback_root, LocalLaunch, OutStream};
 use proxy_core::progress::desc::{
     NetDestAddr, NetOpInfo, NetSrcAddr, EXEC_COMPLETE, NET_TRANSFER, NO_PEER,
 };
@@ -24,8 +25,7 @@ use proxy_ffi_types::{
     NccomCommConfig, NccomDeviceCallbacks, NccomHostWord, NccomLibfabricDesc, NccomTransportDesc,
     NCCOM_HOST_WORD_READY, NCCOM_TRANSPORT_LIBFABRIC, NRT_INVALID,
 };
-use proxy_platform_linux::bootstrap::launch::{free_loopback_root, LocalLaunch, OutStream};
-use proxy_platform_linux::loader::{
+use proxy_runtime::loader::{
     ncclNetworkProxyProgress, ncclStartNetworkProxy, ncclStopNetworkProxy, ProgressLib,
 };
 

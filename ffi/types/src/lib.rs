@@ -6,7 +6,7 @@
 //! This crate holds types only (`no_std`, no code), so that both sides of the binary boundary
 //! agree on them without depending on each other: `proxy-ffi` (the library, which exports the
 //! functions and generates `ffi/include/nccom_proxy.h` from these definitions with cbindgen) and
-//! the driver's loader in `proxy-platform-linux` (which `dlopen`s the library and calls it through
+//! the driver's loader in `proxy-runtime` (which `dlopen`s the library and calls it through
 //! the typedefs). `proxy-ffi` checks at compile time that every export has exactly its typedef.
 //!
 //! Names: Rust names here, C names in the header (`cbindgen.toml` renames, e.g.

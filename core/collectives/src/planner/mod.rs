@@ -1,0 +1,716 @@
+//! The collective planner: from (collective, algorithm, count, data type, reduction op, rank,
+//! nranks, chunk bytes, root, buffer layout) to one rank's op infos, source and destination
+//! FIFOs with their marks, the host words the ops need, and the device program the emulator
+//! runs (DESIGN.md §5, issue 6).
+//!
+//! # Shape of a plan
+//! A [`RankPlan`] is one basic block (one collective call) of one rank:
+//! * [`RankPlan::ops`]: the network ops, each a send side and/or a recv side with a peer and a
+//!   `tag` shared with the partner op on the peer;
+//! * [`RankPlan::src`] / [`RankPlan::dst`]: the FIFO entries, grouped by op, each in the order
+//!   the device posts them, as buffer-relative locations ([`Loc`]);
+//! * [`RankPlan::program`]: the device's instruction list ([`Instr`]): arm the handshakes, post
+//!   entries (raise a host index), wait for completions (read a semaphore), reduce and copy.
+//!
+//! [`RankPlan::fifos`] turns the plan into the three `repr(C)` FIFOs `start` takes, once the
+//! caller has placed the buffers and the host words ([`Addresses`]). Op `k` uses host words
+//! `6k .. 6k + 6` ([`HostWord`]).
+//!
+//! # How waits are placed
+//! Each algorithm only says, in a pipelined order, which entries to post and which local
+//! reductions and copies to do; a hazard tracker (`builder`) inserts the minimum waits so that
+//! no byte range is read while a receive into it is in flight, nor written while a send from it
+//! or a receive into it is in flight (in-place layouts alias the input and the output, and the
+//! tracker sees that). The planner's own tests run every plan through an in-memory simulation
+//! of the device, the proxy and the transport with an independent race detector.
+//!
+//! # Algorithms
+//! * ring (bandwidth): all-reduce = reduce-scatter then all-gather around the ring, `2(n−1)`
+//!   steps; all-gather and reduce-scatter `n−1` steps; broadcast a chain from the root; each
+//!   step pipelined in chunks of `chunk_bytes`.
+//! * direct (latency, one network step): every rank exchanges with every peer at once (the
+//!   pairwise pattern); reductions fold in rank order, so every rank computes bit-identical
+//!   results.
+//! * send-recv (`r → r+1`, `r−1 → r`) and all-to-all (pairwise) have one algorithm, direct.
+//! * [`Algorithm::Auto`] picks direct at or below [`PlanParams::direct_threshold_bytes`]
+//!   (fewest network steps), ring above, as NCCL picks by size.
+//!
+//! With one rank every collective is a local copy and the plan has no ops.
+//!
+//! Seed: the producer of `enc_fifo_set` (`build_fifo_block_ids`, nrt:0x124f20) and the
+//! on-device collective program it pairs with, §3 and §5.
+
+mod algos;
+mod builder;
+pub mod data;
+pub mod kernels;
+#[cfg(test)]
+mod sim_tests;
+
+use alloc::vec::Vec;
+use core::fmt;
+
+use proxy_core::progress::desc::{NetDestAddr, NetOpInfo, NetSrcAddr, MAX_ENTRIES_PER_OP, NO_PEER};
+
+pub use kernels::{DataType, RedOp};
+
+/// A collective operation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Collective {
+    /// Every rank ends with the element-wise reduction of every rank's `count` elements.
+    AllReduce,
+    /// Every rank ends with every rank's `count` elements, in rank order (`n × count`).
+    AllGather,
+    /// Rank `r` ends with the reduction of block `r` (`count` elements) of every rank's
+    /// `n × count` input.
+    ReduceScatter,
+    /// Every rank ends with the root's `count` elements.
+    Broadcast,
+    /// Rank `r` sends `count` elements to `r+1` and receives `count` from `r−1` (mod n).
+    SendRecv,
+    /// Rank `r` sends block `p` (`count` elements) of its input to rank `p` and receives
+    /// block `r` of every rank's input into block `p` of its output.
+    AllToAll,
+}
+
+impl Collective {
+    /// Every collective, in the order the tools list them.
+    pub const ALL: [Collective; 6] = [
+        Collective::AllReduce,
+        Collective::AllGather,
+        Collective::ReduceScatter,
+        Collective::Broadcast,
+        Collective::SendRecv,
+        Collective::AllToAll,
+    ];
+
+    /// The command-line name (`all-reduce`, ...).
+    pub const fn name(self) -> &'static str {
+        match self {
+            Collective::AllReduce => "all-reduce",
+            Collective::AllGather => "all-gather",
+            Collective::ReduceScatter => "reduce-scatter",
+            Collective::Broadcast => "broadcast",
+            Collective::SendRecv => "send-recv",
+            Collective::AllToAll => "all-to-all",
+        }
+    }
+
+    /// Parses a command-line name (also accepts the names without the dash).
+    pub fn from_name(s: &str) -> Option<Self> {
+        Self::ALL
+            .into_iter()
+            .find(|c| c.name() == s || c.name().chars().filter(|&ch| ch != '-').eq(s.chars()))
+    }
+
+    /// `true` for the collectives that apply a reduction op.
+    pub const fn reduces(self) -> bool {
+        matches!(self, Collective::AllReduce | Collective::ReduceScatter)
+    }
+
+    /// `true` for the collectives that use the root.
+    pub const fn rooted(self) -> bool {
+        matches!(self, Collective::Broadcast)
+    }
+
+    /// nccl-tests' bus-bandwidth factor: busbw = algbw × factor. All-reduce `2(n−1)/n`;
+    /// all-gather, reduce-scatter, all-to-all `(n−1)/n`; broadcast and send-recv 1.
+    pub fn busbw_factor(self, nranks: u32) -> f64 {
+        let n = f64::from(nranks.max(1));
+        match self {
+            Collective::AllReduce => 2.0 * (n - 1.0) / n,
+            Collective::AllGather | Collective::ReduceScatter | Collective::AllToAll => {
+                (n - 1.0) / n
+            }
+            Collective::Broadcast | Collective::SendRecv => 1.0,
+        }
+    }
+
+    /// `(input, output)` sizes in elements of one rank for `count` (the per-collective meaning
+    /// of `count` is in the variant docs).
+    pub const fn buffer_elems(self, count: u64, nranks: u32) -> (u64, u64) {
+        let n = nranks as u64;
+        match self {
+            Collective::AllReduce | Collective::Broadcast | Collective::SendRecv => (count, count),
+            Collective::AllGather => (count, count * n),
+            Collective::ReduceScatter => (count * n, count),
+            Collective::AllToAll => (count * n, count * n),
+        }
+    }
+
+    /// In place (nccl-tests' convention): `(input offset, output offset)` in elements inside
+    /// the one buffer of `max(input, output)` elements. All-gather's input is block `rank` of
+    /// its output; reduce-scatter's output is block `rank` of its input; the others share the
+    /// buffer from offset 0.
+    pub const fn in_place_offsets(self, count: u64, rank: u32) -> (u64, u64) {
+        match self {
+            Collective::AllGather => (count * rank as u64, 0),
+            Collective::ReduceScatter => (0, count * rank as u64),
+            _ => (0, 0),
+        }
+    }
+}
+
+/// The algorithm a plan uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Algorithm {
+    /// Choose by size: [`Algorithm::Direct`] at or below the threshold, else
+    /// [`Algorithm::Ring`] (send-recv and all-to-all are always direct).
+    Auto,
+    /// Ring (bandwidth-optimal, `n−1` or `2(n−1)` steps, chunk-pipelined).
+    Ring,
+    /// Direct exchange (latency-optimal: one network step, every peer at once).
+    Direct,
+}
+
+impl Algorithm {
+    /// The command-line name (`auto`, `ring`, `direct`).
+    pub const fn name(self) -> &'static str {
+        match self {
+            Algorithm::Auto => "auto",
+            Algorithm::Ring => "ring",
+            Algorithm::Direct => "direct",
+        }
+    }
+
+    /// Parses a command-line name.
+    pub fn from_name(s: &str) -> Option<Self> {
+        [Algorithm::Auto, Algorithm::Ring, Algorithm::Direct]
+            .into_iter()
+            .find(|a| a.name() == s)
+    }
+}
+
+/// Default chunk: 512 KiB per FIFO entry (NCCL's ring step size with its default buffers).
+pub const DEFAULT_CHUNK_BYTES: u64 = 512 << 10;
+/// Default pipeline depth: receives in flight per op side into scratch slots.
+pub const DEFAULT_PIPELINE_DEPTH: u32 = 4;
+/// Default size (bytes of the larger buffer) at or below which [`Algorithm::Auto`] picks the
+/// direct (one-step) algorithm.
+pub const DEFAULT_DIRECT_THRESHOLD_BYTES: u64 = 64 << 10;
+
+/// Everything a plan is made from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PlanParams {
+    /// The collective.
+    pub collective: Collective,
+    /// The algorithm ([`Algorithm::Auto`] chooses by size).
+    pub algorithm: Algorithm,
+    /// Elements (per-collective meaning: see [`Collective`]).
+    pub count: u64,
+    /// Element type.
+    pub dtype: DataType,
+    /// Reduction op (used by all-reduce and reduce-scatter only).
+    pub op: RedOp,
+    /// This rank, `< nranks`.
+    pub rank: u32,
+    /// Ranks, `1..=MAX_OP_TAG`.
+    pub nranks: u32,
+    /// Largest FIFO entry in bytes (rounded down to whole elements, at least one element).
+    pub chunk_bytes: u64,
+    /// Root of a broadcast, `< nranks`.
+    pub root: u32,
+    /// In place: input and output share one buffer ([`Collective::in_place_offsets`]).
+    pub in_place: bool,
+    /// Receives in flight per op side into scratch slots, `>= 1`.
+    pub pipeline_depth: u32,
+    /// [`Algorithm::Auto`] picks direct at or below this many bytes (larger buffer).
+    pub direct_threshold_bytes: u64,
+}
+
+impl PlanParams {
+    /// Parameters with the defaults: auto algorithm, sum, root 0, out of place,
+    /// [`DEFAULT_CHUNK_BYTES`], [`DEFAULT_PIPELINE_DEPTH`], [`DEFAULT_DIRECT_THRESHOLD_BYTES`].
+    pub const fn new(
+        collective: Collective,
+        count: u64,
+        dtype: DataType,
+        rank: u32,
+        nranks: u32,
+    ) -> Self {
+        Self {
+            collective,
+            algorithm: Algorithm::Auto,
+            count,
+            dtype,
+            op: RedOp::Sum,
+            rank,
+            nranks,
+            chunk_bytes: DEFAULT_CHUNK_BYTES,
+            root: 0,
+            in_place: false,
+            pipeline_depth: DEFAULT_PIPELINE_DEPTH,
+            direct_threshold_bytes: DEFAULT_DIRECT_THRESHOLD_BYTES,
+        }
+    }
+
+    /// The same parameters for another rank.
+    pub const fn for_rank(mut self, rank: u32) -> Self {
+        self.rank = rank;
+        self
+    }
+
+    /// The algorithm a plan with these parameters uses (never [`Algorithm::Auto`]).
+    pub fn resolved_algorithm(&self) -> Algorithm {
+        match self.collective {
+            Collective::SendRecv | Collective::AllToAll => Algorithm::Direct,
+            _ => match self.algorithm {
+                Algorithm::Auto => {
+                    let (i, o) = self.collective.buffer_elems(self.count, self.nranks);
+                    let bytes = i.max(o).saturating_mul(self.dtype.size() as u64);
+                    if bytes <= self.direct_threshold_bytes {
+                        Algorithm::Direct
+                    } else {
+                        Algorithm::Ring
+                    }
+                }
+                a => a,
+            },
+        }
+    }
+
+    /// Elements per chunk: `chunk_bytes` rounded down to whole elements, at least 1.
+    pub fn chunk_elems(&self) -> u64 {
+        (self.chunk_bytes / self.dtype.size() as u64).max(1)
+    }
+}
+
+/// Why a plan cannot be made.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PlanError {
+    /// `nranks` is 0 or above the op-tag range, or `rank` / `root` is not below it.
+    BadRank,
+    /// `pipeline_depth` is 0.
+    BadDepth,
+    /// The buffers would not fit in 64-bit byte counts.
+    TooLarge,
+    /// An op side would need more than 2^16 entries: the chunk is too small for the count.
+    TooManyEntries,
+}
+
+impl fmt::Display for PlanError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            PlanError::BadRank => "rank, root or nranks out of range",
+            PlanError::BadDepth => "pipeline depth must be at least 1",
+            PlanError::TooLarge => "buffer sizes overflow",
+            PlanError::TooManyEntries => {
+                "an op would need more than 65536 FIFO entries: use a larger chunk"
+            }
+        })
+    }
+}
+
+/// Which of a rank's buffers a location is in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Buf {
+    /// The collective's input (send buffer).
+    Input,
+    /// The collective's output (receive buffer).
+    Output,
+    /// The rank's scratch area ([`Layout::scratch_bytes`]).
+    Scratch,
+}
+
+/// A byte location: `offset` bytes into `buf`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Loc {
+    /// The buffer.
+    pub buf: Buf,
+    /// Byte offset inside it (a multiple of the element size).
+    pub offset: u64,
+}
+
+impl Loc {
+    /// `offset` bytes into `buf`.
+    pub const fn new(buf: Buf, offset: u64) -> Self {
+        Self { buf, offset }
+    }
+
+    /// The location `bytes` further on.
+    pub const fn add(self, bytes: u64) -> Self {
+        Self {
+            buf: self.buf,
+            offset: self.offset + bytes,
+        }
+    }
+}
+
+/// The buffers a rank's plan needs, in bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Layout {
+    /// Input size.
+    pub input_bytes: u64,
+    /// Output size.
+    pub output_bytes: u64,
+    /// Scratch size (receive slots, staging); may be 0.
+    pub scratch_bytes: u64,
+    /// Input and output share one buffer of `max(input, output)` bytes.
+    pub in_place: bool,
+    /// In place: the input's byte offset inside the shared buffer (else 0).
+    pub input_offset: u64,
+    /// In place: the output's byte offset inside the shared buffer (else 0).
+    pub output_offset: u64,
+}
+
+impl Layout {
+    /// Size of the one shared buffer when in place (`max(input, output)`).
+    pub const fn shared_bytes(&self) -> u64 {
+        if self.input_bytes > self.output_bytes {
+            self.input_bytes
+        } else {
+            self.output_bytes
+        }
+    }
+}
+
+/// An op side.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Side {
+    /// The send side (source FIFO, `post_send`, `send_*` semaphores).
+    Send = 0,
+    /// The recv side (destination FIFO, `post_recv`, `recv_*` semaphores).
+    Recv = 1,
+}
+
+/// The six host words of an op, in the order they are laid out (op `k` at `6k + word`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u32)]
+pub enum HostWord {
+    /// `post_send` host index (device → proxy).
+    PostSend = 0,
+    /// Send handshake semaphore (proxy → device).
+    SendHandshake = 1,
+    /// Send-complete semaphore (proxy → device).
+    SendComplete = 2,
+    /// `post_recv` host index (device → proxy).
+    PostRecv = 3,
+    /// Recv handshake semaphore (proxy → device).
+    RecvHandshake = 4,
+    /// Recv-complete semaphore (proxy → device).
+    RecvComplete = 5,
+}
+
+/// Host words per op.
+pub const WORDS_PER_OP: u32 = 6;
+
+impl HostWord {
+    /// Index of word `self` of op `op` in the plan's host-word array.
+    pub const fn index(self, op: u32) -> u32 {
+        op * WORDS_PER_OP + self as u32
+    }
+
+    /// The host index of `side`.
+    pub const fn post(side: Side) -> Self {
+        match side {
+            Side::Send => HostWord::PostSend,
+            Side::Recv => HostWord::PostRecv,
+        }
+    }
+
+    /// The handshake semaphore of `side`.
+    pub const fn handshake(side: Side) -> Self {
+        match side {
+            Side::Send => HostWord::SendHandshake,
+            Side::Recv => HostWord::RecvHandshake,
+        }
+    }
+
+    /// The complete semaphore of `side`.
+    pub const fn complete(side: Side) -> Self {
+        match side {
+            Side::Send => HostWord::SendComplete,
+            Side::Recv => HostWord::RecvComplete,
+        }
+    }
+}
+
+/// One network op of a plan (its FIFO entries are in [`RankPlan::src`] / [`RankPlan::dst`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PlannedOp {
+    /// Rank the send side sends to, or [`NO_PEER`].
+    pub send_peer: i32,
+    /// Rank the recv side receives from, or [`NO_PEER`].
+    pub recv_peer: i32,
+    /// Tag shared with the partner op on each peer (`< 2^14`).
+    pub tag: u32,
+    /// Source entries of this op: `src[src_base .. src_base + tx_entry_cnt]`.
+    pub tx_entry_cnt: u32,
+    /// Destination entries: `dst[dst_base .. dst_base + rx_entry_cnt]`.
+    pub rx_entry_cnt: u32,
+    /// First source entry of this op.
+    pub src_base: u32,
+    /// First destination entry of this op.
+    pub dst_base: u32,
+}
+
+impl PlannedOp {
+    /// Entries on `side`.
+    pub const fn entries(&self, side: Side) -> u32 {
+        match side {
+            Side::Send => self.tx_entry_cnt,
+            Side::Recv => self.rx_entry_cnt,
+        }
+    }
+
+    /// First entry of `side` in its FIFO.
+    pub const fn base(&self, side: Side) -> u32 {
+        match side {
+            Side::Send => self.src_base,
+            Side::Recv => self.dst_base,
+        }
+    }
+}
+
+/// One FIFO entry of a plan.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PlannedEntry {
+    /// Index of its op in [`RankPlan::ops`].
+    pub op: u32,
+    /// Where the payload is (source) or goes (destination).
+    pub loc: Loc,
+    /// Size in bytes (a multiple of the element size; 0 is valid).
+    pub bytes: u64,
+    /// [`proxy_core::progress::desc::NET_TRANSFER`], [`proxy_core::progress::desc::NET_OP_COMPLETE`] or
+    /// [`proxy_core::progress::desc::EXEC_COMPLETE`].
+    pub mark: u32,
+}
+
+/// One instruction of a device program. Every count is relative to the current execution of
+/// the block (the semaphores are cumulative; the device keeps the base).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Instr {
+    /// Write `0xFFFF_FFFF` to the side's host index (device ready for the handshake).
+    Arm {
+        /// Op index.
+        op: u32,
+        /// Side.
+        side: Side,
+    },
+    /// Wait until the side's handshake semaphore has risen by one in this execution.
+    WaitHandshake {
+        /// Op index.
+        op: u32,
+        /// Side.
+        side: Side,
+    },
+    /// Raise the side's host index to `upto` entries posted in this execution (the data of a
+    /// send entry is ready; the buffer of a recv entry is free).
+    Post {
+        /// Op index.
+        op: u32,
+        /// Side.
+        side: Side,
+        /// Entries posted after this instruction.
+        upto: u32,
+    },
+    /// Wait until the side's complete semaphore has risen by `upto` in this execution.
+    Wait {
+        /// Op index.
+        op: u32,
+        /// Side.
+        side: Side,
+        /// Entries that must be complete.
+        upto: u32,
+    },
+    /// `dst[i] = a[i] op b[i]` for `elems` elements (`dst` may equal `a` or `b`, never
+    /// overlap them otherwise).
+    Reduce {
+        /// Destination.
+        dst: Loc,
+        /// First operand.
+        a: Loc,
+        /// Second operand.
+        b: Loc,
+        /// Elements.
+        elems: u64,
+    },
+    /// Copy `bytes` bytes from `src` to `dst` (never overlapping unless equal).
+    Copy {
+        /// Destination.
+        dst: Loc,
+        /// Source.
+        src: Loc,
+        /// Bytes.
+        bytes: u64,
+    },
+}
+
+/// Where a rank placed its buffers and host words (virtual addresses).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Addresses {
+    /// Input buffer (in place: the shared buffer plus [`Layout::input_offset`]).
+    pub input: u64,
+    /// Output buffer (in place: the shared buffer plus [`Layout::output_offset`]).
+    pub output: u64,
+    /// Scratch area (unused when [`Layout::scratch_bytes`] is 0).
+    pub scratch: u64,
+    /// First host word; word `i` is at `words + word_stride × i` (4-byte aligned `u32`s).
+    pub words: u64,
+    /// Bytes between consecutive host words: 4 packs them; 64 gives each its own cache line
+    /// (no false sharing between the device's and the proxy's writes). A multiple of 4.
+    pub word_stride: u64,
+}
+
+impl Addresses {
+    /// The address of `loc`.
+    pub const fn of(&self, loc: Loc) -> u64 {
+        let base = match loc.buf {
+            Buf::Input => self.input,
+            Buf::Output => self.output,
+            Buf::Scratch => self.scratch,
+        };
+        base + loc.offset
+    }
+
+    /// The address of host word `index`.
+    pub const fn word(&self, index: u32) -> u64 {
+        self.words + self.word_stride * index as u64
+    }
+}
+
+/// The three FIFOs of one `start` call.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Fifos {
+    /// Op infos (`net_ops_info_fifo`).
+    pub ops: Vec<NetOpInfo>,
+    /// Source entries (`src_addr_fifo`), grouped by op.
+    pub src: Vec<NetSrcAddr>,
+    /// Destination entries (`dest_addr_fifo`), grouped by op.
+    pub dst: Vec<NetDestAddr>,
+}
+
+/// One rank's plan of one collective call (one basic block).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RankPlan {
+    /// The parameters, with the algorithm resolved (never [`Algorithm::Auto`]).
+    pub params: PlanParams,
+    /// The buffers the plan needs.
+    pub layout: Layout,
+    /// The network ops (none with one rank or zero elements).
+    pub ops: Vec<PlannedOp>,
+    /// Source entries, grouped by op, each op's in posting order.
+    pub src: Vec<PlannedEntry>,
+    /// Destination entries, grouped by op, each op's in posting order.
+    pub dst: Vec<PlannedEntry>,
+    /// The device program of one execution of the block.
+    pub program: Vec<Instr>,
+}
+
+impl RankPlan {
+    /// Host words the plan needs ([`WORDS_PER_OP`] per op).
+    pub fn host_words(&self) -> u32 {
+        self.ops.len() as u32 * WORDS_PER_OP
+    }
+
+    /// Entries of `op`'s `side`, in posting order.
+    pub fn entries(&self, op: u32, side: Side) -> &[PlannedEntry] {
+        let o = &self.ops[op as usize];
+        let (fifo, base, n) = match side {
+            Side::Send => (&self.src, o.src_base, o.tx_entry_cnt),
+            Side::Recv => (&self.dst, o.dst_base, o.rx_entry_cnt),
+        };
+        &fifo[base as usize..(base + n) as usize]
+    }
+
+    /// The `repr(C)` FIFOs for `start`, with the buffers and host words at `addrs`. No early
+    /// posting or early completion; `net_idx_loop_size` 0 (no wrap); 128 send credits.
+    pub fn fifos(&self, addrs: &Addresses) -> Fifos {
+        let w = |op: u32, word: HostWord| addrs.word(word.index(op));
+        let ops = self
+            .ops
+            .iter()
+            .enumerate()
+            .map(|(k, o)| {
+                let k = k as u32;
+                let send = o.tx_entry_cnt > 0;
+                let recv = o.rx_entry_cnt > 0;
+                let pick = |yes: bool, v: u64| if yes { v } else { 0 };
+                NetOpInfo {
+                    send_peer: if send { o.send_peer } else { NO_PEER },
+                    recv_peer: if recv { o.recv_peer } else { NO_PEER },
+                    tag: o.tag,
+                    tx_entry_cnt: o.tx_entry_cnt,
+                    rx_entry_cnt: o.rx_entry_cnt,
+                    net_idx_loop_size: 0,
+                    initial_send_credits: 0,
+                    ending_recv_credits: 0,
+                    early_send_completion: 0,
+                    early_recv_posting: 0,
+                    reserved: [0; 2],
+                    data_type_sz: self.params.dtype.size() as u32,
+                    post_send_idx_addr: pick(send, w(k, HostWord::PostSend)),
+                    post_recv_idx_addr: pick(recv, w(k, HostWord::PostRecv)),
+                    send_handshake_sem_addr: pick(send, w(k, HostWord::SendHandshake)),
+                    send_complete_sem_addr: pick(send, w(k, HostWord::SendComplete)),
+                    recv_handshake_sem_addr: pick(recv, w(k, HostWord::RecvHandshake)),
+                    recv_complete_sem_addr: pick(recv, w(k, HostWord::RecvComplete)),
+                }
+            })
+            .collect();
+        let src = self
+            .src
+            .iter()
+            .map(|e| NetSrcAddr {
+                net_op_idx: e.op,
+                mark: e.mark,
+                addr: addrs.of(e.loc),
+                size: e.bytes,
+                dest_rank: NO_PEER,
+                reserved: 0,
+            })
+            .collect();
+        let dst = self
+            .dst
+            .iter()
+            .map(|e| NetDestAddr {
+                net_op_idx: e.op,
+                mark: e.mark,
+                addr: addrs.of(e.loc),
+                size: e.bytes,
+                src_rank: NO_PEER,
+                reserved: 0,
+            })
+            .collect();
+        Fifos { ops, src, dst }
+    }
+}
+
+/// Plans one rank's part of one collective call.
+///
+/// # Errors
+/// [`PlanError`] for out-of-range ranks, a zero pipeline depth, sizes that overflow, or a
+/// chunk so small that an op side would need more than 2^16 entries.
+pub fn plan(params: &PlanParams) -> Result<RankPlan, PlanError> {
+    let p = *params;
+    if p.nranks == 0
+        || p.nranks > proxy_core::progress::desc::MAX_OP_TAG
+        || p.rank >= p.nranks
+        || p.root >= p.nranks
+    {
+        return Err(PlanError::BadRank);
+    }
+    if p.pipeline_depth == 0 {
+        return Err(PlanError::BadDepth);
+    }
+    let elt = p.dtype.size() as u64;
+    let (i, o) = p.collective.buffer_elems(p.count, p.nranks);
+    let (ib, ob) = (
+        i.checked_mul(elt).ok_or(PlanError::TooLarge)?,
+        o.checked_mul(elt).ok_or(PlanError::TooLarge)?,
+    );
+    let scratch_bound = p
+        .chunk_bytes
+        .checked_mul(u64::from(p.pipeline_depth) * 4 * u64::from(p.nranks))
+        .ok_or(PlanError::TooLarge)?;
+    ib.checked_add(ob)
+        .and_then(|s| s.checked_add(scratch_bound))
+        .ok_or(PlanError::TooLarge)?;
+    let plan = algos::build(p, ib, ob)?;
+    for op in &plan.ops {
+        if op.tx_entry_cnt > MAX_ENTRIES_PER_OP || op.rx_entry_cnt > MAX_ENTRIES_PER_OP {
+            return Err(PlanError::TooManyEntries);
+        }
+    }
+    Ok(plan)
+}

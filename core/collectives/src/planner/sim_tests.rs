@@ -1,0 +1,649 @@
+//! The planner's schedule checked by a pure in-memory simulation (no threads): every rank's
+//! device program runs against a model of the proxy (handshake, in-order posting with at most
+//! 128 outstanding requests per op side, in-order completion counting) and of the transport
+//! (entry `i` of a send meets entry `i` of the partner receive, exact sizes, the copy at match
+//! time). An independent race detector checks every device access and every post against the
+//! transfers in flight, by real addresses (so in-place aliasing is seen as it is), and the
+//! outputs are compared bit-exactly with the expected results.
+
+extern crate std;
+
+use alloc::collections::BTreeMap;
+use alloc::format;
+use alloc::string::String;
+use alloc::vec;
+use alloc::vec::Vec;
+
+use super::data::{count_wrong, fill_input, POISON};
+use super::kernels::reduce_raw;
+use super::{
+    plan, Addresses, Algorithm, Collective, DataType, Instr, PlanParams, RankPlan, RedOp, Side,
+};
+
+const MAX_OUTSTANDING: u32 = 128;
+
+#[derive(Clone, Debug, Default)]
+struct SideSim {
+    armed: bool,
+    handshaken: bool,
+    dev_posted: u32,
+    xport_posted: u32,
+    done: Vec<bool>,
+    prefix: u32,
+    observed: u32,
+}
+
+struct RankSim {
+    plan: RankPlan,
+    /// Backing stores (u64 for alignment): [shared] or [input, output], then scratch.
+    _mem: Vec<Vec<u64>>,
+    addrs: Addresses,
+    out_ptr: *mut u8,
+    pc: usize,
+    sides: Vec<[SideSim; 2]>,
+}
+
+fn alloc_bytes(bytes: u64) -> Vec<u64> {
+    vec![u64::from_ne_bytes([POISON; 8]); (bytes as usize).div_ceil(8) + 1]
+}
+
+impl RankSim {
+    fn new(params: &PlanParams) -> Self {
+        let plan = plan(params).unwrap_or_else(|e| panic!("plan {params:?}: {e}"));
+        let l = plan.layout;
+        let mut mem = Vec::new();
+        let (input, output);
+        if l.in_place {
+            let mut shared = alloc_bytes(l.shared_bytes());
+            let base = shared.as_mut_ptr() as u64;
+            input = base + l.input_offset;
+            output = base + l.output_offset;
+            mem.push(shared);
+        } else {
+            let mut i = alloc_bytes(l.input_bytes);
+            let mut o = alloc_bytes(l.output_bytes);
+            input = i.as_mut_ptr() as u64;
+            output = o.as_mut_ptr() as u64;
+            mem.push(i);
+            mem.push(o);
+        }
+        let mut s = alloc_bytes(l.scratch_bytes);
+        let scratch = s.as_mut_ptr() as u64;
+        mem.push(s);
+        // Host words are not needed by the simulation (the protocol is modelled directly).
+        let addrs = Addresses {
+            input,
+            output,
+            scratch,
+            words: 0x1000,
+            word_stride: 4,
+        };
+        // SAFETY: `input` points at `input_bytes` bytes of a live allocation in `mem`.
+        let inb = unsafe {
+            core::slice::from_raw_parts_mut(input as usize as *mut u8, l.input_bytes as usize)
+        };
+        fill_input(&plan.params, plan.params.rank, inb);
+        let sides = plan
+            .ops
+            .iter()
+            .map(|o| {
+                [Side::Send, Side::Recv].map(|s| SideSim {
+                    done: vec![false; o.entries(s) as usize],
+                    ..SideSim::default()
+                })
+            })
+            .collect();
+        Self {
+            plan,
+            _mem: mem,
+            addrs,
+            out_ptr: output as usize as *mut u8,
+            pc: 0,
+            sides,
+        }
+    }
+
+    fn finished(&self) -> bool {
+        self.pc == self.plan.program.len()
+    }
+
+    /// Transfers in flight: (side, start, end) of entries posted by the device and not yet
+    /// waited for.
+    fn in_flight(&self) -> Vec<(Side, u64, u64)> {
+        let mut v = Vec::new();
+        for (k, s) in self.sides.iter().enumerate() {
+            for side in [Side::Send, Side::Recv] {
+                let st = &s[side as usize];
+                let entries = self.plan.entries(k as u32, side);
+                for e in &entries[st.observed as usize..st.dev_posted as usize] {
+                    if e.bytes > 0 {
+                        let a = self.addrs.of(e.loc);
+                        v.push((side, a, a + e.bytes));
+                    }
+                }
+            }
+        }
+        v
+    }
+
+    fn check_access(&self, what: &str, start: u64, len: u64, write: bool) {
+        if len == 0 {
+            return;
+        }
+        for (side, a, b) in self.in_flight() {
+            let conflict = a < start + len && start < b && (write || side == Side::Recv);
+            assert!(
+                !conflict,
+                "rank {} pc {}: race: {what} {:#x}+{len} ({}) overlaps an in-flight {side:?} \
+                 {a:#x}..{b:#x}\n{}",
+                self.plan.params.rank,
+                self.pc,
+                start,
+                if write { "write" } else { "read" },
+                self.describe()
+            );
+        }
+    }
+
+    fn describe(&self) -> String {
+        format!(
+            "params {:?}\nprogram[{}..]: {:?}",
+            self.plan.params,
+            self.pc,
+            &self.plan.program[self.pc..self.plan.program.len().min(self.pc + 4)]
+        )
+    }
+
+    /// Runs instructions until blocked or `budget` executed; returns how many ran.
+    fn run(&mut self, budget: usize) -> usize {
+        let mut ran = 0;
+        let elt = self.plan.params.dtype.size() as u64;
+        while ran < budget && !self.finished() {
+            let ins = self.plan.program[self.pc];
+            match ins {
+                Instr::Arm { op, side } => {
+                    let s = &mut self.sides[op as usize][side as usize];
+                    assert!(!s.armed, "armed twice");
+                    s.armed = true;
+                }
+                Instr::WaitHandshake { op, side } => {
+                    if !self.sides[op as usize][side as usize].handshaken {
+                        return ran;
+                    }
+                }
+                Instr::Post { op, side, upto } => {
+                    let from = self.sides[op as usize][side as usize].dev_posted;
+                    assert!(upto > from, "post does not advance");
+                    assert!(
+                        self.sides[op as usize][side as usize].handshaken,
+                        "post before handshake"
+                    );
+                    let entries = self.plan.entries(op, side);
+                    for e in &entries[from as usize..upto as usize] {
+                        self.check_access(
+                            &format!("post {side:?} op {op}"),
+                            self.addrs.of(e.loc),
+                            e.bytes,
+                            side == Side::Recv,
+                        );
+                    }
+                    self.sides[op as usize][side as usize].dev_posted = upto;
+                }
+                Instr::Wait { op, side, upto } => {
+                    let s = &mut self.sides[op as usize][side as usize];
+                    assert!(upto <= s.dev_posted, "wait for entries never posted");
+                    if s.prefix < upto {
+                        return ran;
+                    }
+                    s.observed = s.observed.max(upto);
+                }
+                Instr::Reduce { dst, a, b, elems } => {
+                    let bytes = elems * elt;
+                    let (d, x, y) = (self.addrs.of(dst), self.addrs.of(a), self.addrs.of(b));
+                    self.check_access("reduce read a", x, bytes, false);
+                    self.check_access("reduce read b", y, bytes, false);
+                    self.check_access("reduce write", d, bytes, true);
+                    let p = self.plan.params;
+                    // SAFETY: the addresses lie in this rank's live buffers (the planner's
+                    // layout), no transfer touches them (checked above), single thread.
+                    unsafe {
+                        reduce_raw(
+                            p.dtype,
+                            p.op,
+                            d as usize as *mut u8,
+                            x as usize as *const u8,
+                            y as usize as *const u8,
+                            elems as usize,
+                        )
+                    };
+                }
+                Instr::Copy { dst, src, bytes } => {
+                    let (d, s) = (self.addrs.of(dst), self.addrs.of(src));
+                    self.check_access("copy read", s, bytes, false);
+                    self.check_access("copy write", d, bytes, true);
+                    // SAFETY: as for Reduce; the planner never copies between overlapping,
+                    // unequal ranges.
+                    unsafe {
+                        core::ptr::copy(
+                            s as usize as *const u8,
+                            d as usize as *mut u8,
+                            bytes as usize,
+                        )
+                    };
+                }
+            }
+            self.pc += 1;
+            ran += 1;
+        }
+        ran
+    }
+}
+
+/// (src rank, dst rank, op tag, entry index) → the side that arrived first: (rank, op, is_send).
+type Pending = BTreeMap<(u32, u32, u32, u32), (u32, u32, bool)>;
+
+struct World {
+    ranks: Vec<RankSim>,
+    pending: Pending,
+}
+
+impl World {
+    fn new(p: PlanParams) -> Self {
+        let ranks = (0..p.nranks)
+            .map(|r| RankSim::new(&p.for_rank(r)))
+            .collect();
+        Self {
+            ranks,
+            pending: BTreeMap::new(),
+        }
+    }
+
+    fn complete(&mut self, rank: u32, op: u32, side: Side, idx: u32) {
+        let s = &mut self.ranks[rank as usize].sides[op as usize][side as usize];
+        s.done[idx as usize] = true;
+        while (s.prefix as usize) < s.done.len() && s.done[s.prefix as usize] {
+            s.prefix += 1;
+        }
+    }
+
+    /// One proxy + transport tick over every rank; returns whether anything moved.
+    fn proxy_tick(&mut self) -> bool {
+        let mut moved = false;
+        for r in 0..self.ranks.len() {
+            for k in 0..self.ranks[r].sides.len() {
+                for side in [Side::Send, Side::Recv] {
+                    let (op_info, posting) = {
+                        let rk = &mut self.ranks[r];
+                        let op_info = rk.plan.ops[k];
+                        let s = &mut rk.sides[k][side as usize];
+                        if s.armed && !s.handshaken {
+                            s.handshaken = true;
+                            moved = true;
+                        }
+                        let mut posting = Vec::new();
+                        while s.xport_posted < s.dev_posted
+                            && s.xport_posted - s.prefix < MAX_OUTSTANDING
+                        {
+                            posting.push(s.xport_posted);
+                            s.xport_posted += 1;
+                        }
+                        (op_info, posting)
+                    };
+                    for idx in posting {
+                        moved = true;
+                        let me = r as u32;
+                        let key = match side {
+                            Side::Send => (me, op_info.send_peer as u32, op_info.tag, idx),
+                            Side::Recv => (op_info.recv_peer as u32, me, op_info.tag, idx),
+                        };
+                        let send = side == Side::Send;
+                        match self.pending.remove(&key) {
+                            None => {
+                                self.pending.insert(key, (me, k as u32, send));
+                            }
+                            Some((pr, pk, psend)) => {
+                                assert_ne!(psend, send, "two {side:?}s met on {key:?}");
+                                let (sr, sk, si, rr, rk_, ri) = if send {
+                                    (me, k as u32, idx, pr, pk, idx)
+                                } else {
+                                    (pr, pk, idx, me, k as u32, idx)
+                                };
+                                let se = self.ranks[sr as usize].plan.entries(sk, Side::Send)
+                                    [si as usize];
+                                let re = self.ranks[rr as usize].plan.entries(rk_, Side::Recv)
+                                    [ri as usize];
+                                assert_eq!(
+                                    se.bytes, re.bytes,
+                                    "size mismatch on {key:?}: send {se:?} recv {re:?}"
+                                );
+                                let from = self.ranks[sr as usize].addrs.of(se.loc);
+                                let to = self.ranks[rr as usize].addrs.of(re.loc);
+                                // SAFETY: both ranges lie in live rank buffers; the race
+                                // detector guarantees the device does not touch them while
+                                // the transfer is in flight; different ranks never share
+                                // memory.
+                                unsafe {
+                                    core::ptr::copy(
+                                        from as usize as *const u8,
+                                        to as usize as *mut u8,
+                                        se.bytes as usize,
+                                    )
+                                };
+                                self.complete(sr, sk, Side::Send, si);
+                                self.complete(rr, rk_, Side::Recv, ri);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        moved
+    }
+
+    /// Runs to completion with a deterministic, seed-varied interleaving.
+    fn run(&mut self, seed: u64) {
+        let mut x = seed | 1;
+        let n = self.ranks.len();
+        for round in 0..10_000_000u64 {
+            let mut moved = self.proxy_tick();
+            for j in 0..n {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                let budget = if x.is_multiple_of(3) {
+                    usize::MAX
+                } else {
+                    1 + (x % 5) as usize
+                };
+                let r = (j + round as usize) % n;
+                moved |= self.ranks[r].run(budget) > 0;
+            }
+            if self.ranks.iter().all(RankSim::finished) {
+                assert!(
+                    self.pending.is_empty(),
+                    "unmatched transfers: {:?}",
+                    self.pending
+                );
+                return;
+            }
+            if !moved {
+                let states: Vec<String> = self.ranks.iter().map(RankSim::describe).collect();
+                panic!("deadlock after {round} rounds:\n{}", states.join("\n"));
+            }
+        }
+        panic!("no completion within the round limit");
+    }
+
+    fn wrong(&self) -> u64 {
+        self.ranks
+            .iter()
+            .map(|rk| {
+                let p = rk.plan.params;
+                let len = rk.plan.layout.output_bytes as usize;
+                // SAFETY: the output range lies in the rank's live buffer; no thread touches it.
+                let out = unsafe { core::slice::from_raw_parts(rk.out_ptr, len) };
+                for (k, s) in rk.sides.iter().enumerate() {
+                    for side in [Side::Send, Side::Recv] {
+                        let n = rk.plan.ops[k].entries(side);
+                        assert_eq!(s[side as usize].observed, n, "not every entry waited for");
+                    }
+                }
+                count_wrong(&p, p.rank, out)
+            })
+            .sum()
+    }
+}
+
+fn check(p: PlanParams, seed: u64) {
+    let mut w = World::new(p);
+    w.run(seed);
+    let wrong = w.wrong();
+    assert_eq!(wrong, 0, "{wrong} wrong elements for {p:?}");
+}
+
+fn params(c: Collective, n: u32, count: u64, d: DataType, algo: Algorithm) -> PlanParams {
+    let mut p = PlanParams::new(c, count, d, 0, n);
+    p.algorithm = algo;
+    p
+}
+
+const ALGOS: [Algorithm; 3] = [Algorithm::Ring, Algorithm::Direct, Algorithm::Auto];
+
+#[test]
+fn every_collective_small_counts_both_layouts() {
+    // 1 element; counts that divide by neither nranks nor the chunk; a small chunk so that
+    // segments have several chunks (and uneven, empty ones).
+    // Under Miri (slow interpreter): one shape per collective and algorithm.
+    let (counts, ranks, types, algos): (&[u64], &[u32], &[DataType], &[Algorithm]) = if cfg!(miri) {
+        (&[7], &[3], &[DataType::F32], &ALGOS[..2])
+    } else {
+        (
+            &[1, 2, 7, 1001],
+            &[1, 2, 3, 4],
+            &[DataType::F32, DataType::I32],
+            &ALGOS,
+        )
+    };
+    let mut seed = 1;
+    for c in Collective::ALL {
+        for &n in ranks {
+            for &count in counts {
+                for &d in types {
+                    for &algo in algos {
+                        for in_place in [false, true] {
+                            let mut p = params(c, n, count, d, algo);
+                            p.chunk_bytes = 24; // 6 elements
+                            p.pipeline_depth = 2;
+                            p.in_place = in_place;
+                            p.root = (n - 1).min(1);
+                            seed += 1;
+                            check(p, seed);
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn every_collective_one_mib() {
+    if cfg!(miri) {
+        return;
+    }
+    for c in Collective::ALL {
+        for n in 1..=4u32 {
+            for (d, algo, in_place) in [
+                (DataType::F32, Algorithm::Ring, false),
+                (DataType::I32, Algorithm::Ring, true),
+                (DataType::F32, Algorithm::Direct, true),
+            ] {
+                let count = (1 << 20) / 4;
+                // All-gather / reduce-scatter / all-to-all: count is per rank.
+                let count = match c {
+                    Collective::AllGather | Collective::ReduceScatter | Collective::AllToAll => {
+                        count / u64::from(n)
+                    }
+                    _ => count,
+                };
+                let mut p = params(c, n, count, d, algo);
+                p.chunk_bytes = 64 << 10;
+                p.in_place = in_place;
+                check(p, u64::from(n) * 7 + 3);
+            }
+        }
+    }
+}
+
+#[test]
+fn every_type_and_op_with_three_ranks() {
+    let count = if cfg!(miri) { 5 } else { 777 };
+    let (types, colls): (&[DataType], &[Collective]) = if cfg!(miri) {
+        (&[DataType::F16], &[Collective::AllReduce])
+    } else {
+        (
+            &DataType::ALL,
+            &[Collective::AllReduce, Collective::ReduceScatter],
+        )
+    };
+    for &d in types {
+        for op in RedOp::ALL {
+            for &c in colls {
+                for algo in [Algorithm::Ring, Algorithm::Direct] {
+                    let mut p = params(c, 3, count, d, algo);
+                    p.op = op;
+                    p.chunk_bytes = 40;
+                    check(p, 11);
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn non_reducing_collectives_every_type() {
+    let count = if cfg!(miri) { 3 } else { 301 };
+    let types: &[DataType] = if cfg!(miri) {
+        &[DataType::Bf16]
+    } else {
+        &DataType::ALL
+    };
+    for &d in types {
+        for c in [
+            Collective::AllGather,
+            Collective::Broadcast,
+            Collective::SendRecv,
+            Collective::AllToAll,
+        ] {
+            let mut p = params(c, 3, count, d, Algorithm::Auto);
+            p.chunk_bytes = 64;
+            p.root = 2;
+            check(p, 5);
+        }
+    }
+}
+
+#[test]
+fn auto_picks_direct_for_small_and_ring_for_large() {
+    let small = plan(&params(
+        Collective::AllReduce,
+        4,
+        2,
+        DataType::F32,
+        Algorithm::Auto,
+    ))
+    .unwrap();
+    assert_eq!(small.params.algorithm, Algorithm::Direct);
+    let large = plan(&params(
+        Collective::AllReduce,
+        4,
+        1 << 20,
+        DataType::F32,
+        Algorithm::Auto,
+    ))
+    .unwrap();
+    assert_eq!(large.params.algorithm, Algorithm::Ring);
+    // Direct: one network step, every peer at once: n − 1 ops, one entry per side.
+    assert_eq!(small.ops.len(), 3);
+    assert!(small
+        .ops
+        .iter()
+        .all(|o| o.tx_entry_cnt == 1 && o.rx_entry_cnt == 1));
+    // Ring all-reduce: one op per step, 2(n − 1) steps.
+    assert_eq!(large.ops.len(), 6);
+}
+
+#[test]
+fn one_rank_is_a_local_copy_and_zero_count_is_empty() {
+    let p = plan(&params(
+        Collective::AllReduce,
+        1,
+        10,
+        DataType::F32,
+        Algorithm::Ring,
+    ))
+    .unwrap();
+    assert!(p.ops.is_empty());
+    assert_eq!(p.program.len(), 1);
+    let p = plan(&params(
+        Collective::AllGather,
+        3,
+        0,
+        DataType::F32,
+        Algorithm::Ring,
+    ))
+    .unwrap();
+    assert!(p.ops.is_empty() && p.program.is_empty());
+}
+
+#[test]
+fn bad_parameters_are_refused() {
+    use super::PlanError;
+    let mut p = params(Collective::AllReduce, 2, 10, DataType::F32, Algorithm::Ring);
+    p.rank = 2;
+    assert_eq!(plan(&p), Err(PlanError::BadRank));
+    let mut p = params(Collective::Broadcast, 2, 10, DataType::F32, Algorithm::Ring);
+    p.root = 5;
+    assert_eq!(plan(&p), Err(PlanError::BadRank));
+    let mut p = params(Collective::AllReduce, 2, 10, DataType::F32, Algorithm::Ring);
+    p.pipeline_depth = 0;
+    assert_eq!(plan(&p), Err(PlanError::BadDepth));
+    let mut p = params(
+        Collective::AllReduce,
+        2,
+        1 << 20,
+        DataType::U8,
+        Algorithm::Direct,
+    );
+    p.chunk_bytes = 1;
+    assert_eq!(plan(&p), Err(PlanError::TooManyEntries));
+}
+
+/// The FIFOs a plan produces pass the progress half's own validation (`Comm::start`).
+#[test]
+fn fifos_pass_comm_start_validation() {
+    use alloc::boxed::Box;
+    use alloc::sync::Arc;
+    use proxy_core::progress::comm::{Comm, CommConfig};
+    use proxy_core::progress::device::DirectHostWords;
+    use proxy_core::progress::mem_transport::MemFabric;
+    use proxy_core::time::NoClock;
+
+    let algos: &[Algorithm] = if cfg!(miri) {
+        &[Algorithm::Ring]
+    } else {
+        &[Algorithm::Ring, Algorithm::Direct]
+    };
+    for c in Collective::ALL {
+        for &algo in algos {
+            let n = 3;
+            let fabric = MemFabric::new(n).unwrap();
+            for r in 0..n {
+                let mut p = params(c, n, 100, DataType::F32, algo);
+                p.chunk_bytes = 64;
+                p.rank = r;
+                let sim = RankSim::new(&p);
+                let words = vec![0u32; sim.plan.host_words() as usize + 1];
+                let addrs = Addresses {
+                    words: words.as_ptr() as u64,
+                    ..sim.addrs
+                };
+                let f = sim.plan.fifos(&addrs);
+                // SAFETY: the comm never runs an op (no progress call); start only validates
+                // and files.
+                let dev = unsafe { DirectHostWords::new() };
+                let mut comm = Comm::new(
+                    CommConfig::new(r, n, 1),
+                    Box::new(fabric.endpoint(r).unwrap()),
+                    Arc::new(dev),
+                    Arc::new(NoClock),
+                )
+                .unwrap();
+                // SAFETY: never dereferenced: no progress call is made.
+                unsafe { comm.trust_all_addresses() };
+                comm.start(0, 7, &f.ops, &f.src, &f.dst)
+                    .unwrap_or_else(|e| panic!("{c:?} {algo:?} rank {r}: {e}"));
+            }
+        }
+    }
+}

@@ -1,0 +1,192 @@
+//! One bootstrap TCP connection ([`Conn`]: non-blocking, buffered frames both ways) and the
+//! bounded wait every blocking call uses ([`Waiter`], [`Backoff`]).
+
+use std::io::{self, Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpStream};
+use std::time::{Duration, Instant};
+
+use crate::wire::{Frame, Preface};
+use crate::*;
+
+/// Backs off between polls: yields first, then sleeps 50 µs doubling to 2 ms.
+#[derive(Debug, Default)]
+pub(crate) struct Backoff(u32);
+
+impl Backoff {
+    pub(crate) fn snooze(&mut self) {
+        if self.0 < 32 {
+            std::thread::yield_now();
+        } else {
+            let us = 50u64 << (self.0 - 32).min(5);
+            std::thread::sleep(Duration::from_micros(us.min(2000)));
+        }
+        self.0 = self.0.saturating_add(1);
+    }
+}
+
+/// One bounded wait: warnings every `warn_interval`, an error after `timeout`.
+pub(crate) struct Waiter {
+    pub(crate) start: Instant,
+    pub(crate) timeout: Duration,
+    pub(crate) warn_interval: Duration,
+    pub(crate) warned: u32,
+    pub(crate) backoff: Backoff,
+}
+
+impl Waiter {
+    pub(crate) fn new(timeout: Duration, warn_interval: Duration) -> Self {
+        Self {
+            start: Instant::now(),
+            timeout,
+            warn_interval,
+            warned: 0,
+            backoff: Backoff::default(),
+        }
+    }
+
+    /// Called when the condition is not met yet: `Err(waited)` once the timeout has passed,
+    /// else warns when due, backs off and returns `Ok`.
+    pub(crate) fn tick(
+        &mut self,
+        rank: u32,
+        nranks: u32,
+        what: impl FnOnce() -> String,
+    ) -> Result<(), Duration> {
+        let waited = self.start.elapsed();
+        if waited >= self.timeout {
+            return Err(waited);
+        }
+        if !self.warn_interval.is_zero()
+            && waited >= self.warn_interval.saturating_mul(self.warned + 1)
+        {
+            self.warned += 1;
+            log::warn!(
+                "bootstrap rank {rank}/{nranks}: still waiting for {} after {:.1} s (timeout {:.1} s)",
+                what(),
+                waited.as_secs_f64(),
+                self.timeout.as_secs_f64()
+            );
+        }
+        self.backoff.snooze();
+        Ok(())
+    }
+
+    pub(crate) fn deadline(&self) -> Instant {
+        self.start + self.timeout
+    }
+}
+
+/// One TCP connection of the bootstrap: non-blocking, with its own read and write buffers.
+#[derive(Debug)]
+pub(crate) struct Conn {
+    pub(crate) stream: TcpStream,
+    pub(crate) addr: SocketAddr,
+    /// Received bytes not parsed yet.
+    pub(crate) rbuf: Vec<u8>,
+    /// Bytes to send; `wbuf[wpos..]` is still unsent.
+    pub(crate) wbuf: Vec<u8>,
+    pub(crate) wpos: usize,
+    /// Our preface has been queued (it goes before our first frame).
+    pub(crate) preface_sent: bool,
+    /// The peer's preface has been read and checked.
+    pub(crate) preface_seen: bool,
+    /// The peer closed its side (read returned 0).
+    pub(crate) eof: bool,
+    /// We shut down our sending side.
+    pub(crate) shut: bool,
+}
+
+impl Conn {
+    pub(crate) fn new(stream: TcpStream, addr: SocketAddr) -> io::Result<Self> {
+        stream.set_nonblocking(true)?;
+        // Small frames: latency matters more than packet count.
+        let _ = stream.set_nodelay(true);
+        Ok(Self {
+            stream,
+            addr,
+            rbuf: Vec::new(),
+            wbuf: Vec::new(),
+            wpos: 0,
+            preface_sent: false,
+            preface_seen: false,
+            eof: false,
+            shut: false,
+        })
+    }
+
+    pub(crate) fn queue(&mut self, f: &Frame) {
+        if !self.preface_sent {
+            self.preface_sent = true;
+            self.wbuf.extend_from_slice(&wire::preface());
+        }
+        f.encode(&mut self.wbuf);
+    }
+
+    pub(crate) fn unsent(&self) -> usize {
+        self.wbuf.len() - self.wpos
+    }
+
+    /// Writes what the socket takes now.
+    pub(crate) fn flush(&mut self) -> io::Result<()> {
+        while self.wpos < self.wbuf.len() {
+            match self.stream.write(&self.wbuf[self.wpos..]) {
+                Ok(0) => return Err(io::Error::from(io::ErrorKind::WriteZero)),
+                Ok(n) => self.wpos += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        if self.wpos == self.wbuf.len() {
+            self.wbuf.clear();
+            self.wpos = 0;
+        }
+        Ok(())
+    }
+
+    /// Reads what the socket holds now (up to a little more than one maximal frame buffered).
+    pub(crate) fn fill(&mut self) -> io::Result<()> {
+        let mut chunk = [0u8; 16 << 10];
+        while !self.eof && self.rbuf.len() <= MAX_FRAME as usize + 8 {
+            match self.stream.read(&mut chunk) {
+                Ok(0) => self.eof = true,
+                Ok(n) => self.rbuf.extend_from_slice(&chunk[..n]),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks the peer's preface once it is complete (consuming it).
+    pub(crate) fn take_preface(&mut self) -> Preface {
+        let p = wire::read_preface(&self.rbuf);
+        if let Preface::Version(_) = p {
+            self.rbuf.drain(..wire::PREFACE_LEN);
+            self.preface_seen = true;
+        }
+        p
+    }
+
+    /// The next whole frame (the preface must have been taken).
+    pub(crate) fn next_frame(&mut self) -> Result<Option<Frame>, wire::WireError> {
+        match Frame::decode(&self.rbuf)? {
+            Some((f, used)) => {
+                self.rbuf.drain(..used);
+                Ok(Some(f))
+            }
+            None => Ok(None),
+        }
+    }
+
+    /// Best effort: queue `f`, write what goes now, then stop sending.
+    pub(crate) fn send_last(&mut self, f: &Frame) {
+        self.queue(f);
+        let _ = self.flush();
+        if self.unsent() == 0 {
+            let _ = self.stream.shutdown(Shutdown::Write);
+            self.shut = true;
+        }
+    }
+}

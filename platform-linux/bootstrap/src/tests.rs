@@ -1,0 +1,500 @@
+//! In-process bootstrap tests: one thread per rank on 127.0.0.1. Every wait is bounded by the
+//! bootstrap's own timeout (a few seconds here), and each test checks the time it took.
+
+use std::io::Write;
+use std::net::{SocketAddr, TcpStream};
+use std::sync::Mutex;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use proxy_core::driver::task::BarrierChannel;
+use proxy_core::NrtStatus;
+
+use super::launch::free_loopback_root;
+use super::*;
+
+fn cfg(rank: u32, nranks: u32, root: SocketAddr, timeout: Duration) -> BootstrapConfig {
+    BootstrapConfig {
+        timeout,
+        warn_interval: Duration::from_millis(500),
+        close_linger: Duration::from_secs(1),
+        ..BootstrapConfig::new(rank, nranks, root)
+    }
+}
+
+/// Runs `f(rank)` on one thread per rank in `ranks`; returns the results by position.
+fn run_ranks<T: Send + 'static>(
+    nranks: u32,
+    ranks: &[u32],
+    timeout: Duration,
+    f: impl Fn(BootstrapConfig) -> T + Send + Sync + Clone + 'static,
+) -> Vec<T> {
+    let root = free_loopback_root().unwrap();
+    let hs: Vec<_> = ranks
+        .iter()
+        .map(|&r| {
+            let f = f.clone();
+            let c = cfg(r, nranks, root, timeout);
+            thread::spawn(move || f(c))
+        })
+        .collect();
+    hs.into_iter().map(|h| h.join().unwrap()).collect()
+}
+
+#[test]
+fn four_ranks_agree_gather_and_barrier() {
+    let out = run_ranks(4, &[0, 1, 2, 3], Duration::from_secs(20), |c| {
+        let mut b = Bootstrap::init(&c).unwrap();
+        assert_eq!((b.rank(), b.nranks()), (c.rank, 4));
+        assert!(b.comm_id() < MAX_COMM_ID);
+        assert!(b.all_local());
+        // Blobs of different lengths, the empty one included; twice, to check sequencing.
+        for round in 0..3u8 {
+            let mine: Vec<u8> = vec![round ^ c.rank as u8; (c.rank as usize * 1000) % 2500];
+            let all = b.all_gather(&mine).unwrap();
+            assert_eq!(all.len(), 4);
+            for (r, blob) in all.iter().enumerate() {
+                assert_eq!(blob, &vec![round ^ r as u8; (r * 1000) % 2500]);
+            }
+            b.barrier().unwrap();
+        }
+        // Non-blocking barriers, polled from a "step" loop.
+        for _ in 0..20 {
+            let t = b.barrier_start().unwrap();
+            let start = Instant::now();
+            while !b.barrier_poll(t).unwrap() {
+                assert!(start.elapsed() < Duration::from_secs(10));
+                thread::yield_now();
+            }
+            // A passed ticket stays passed.
+            assert!(b.barrier_poll(t).unwrap());
+        }
+        let id = b.comm_id();
+        b.close();
+        assert!(matches!(
+            b.barrier_start(),
+            Err(BootstrapError::Closed { .. })
+        ));
+        id
+    });
+    assert!(
+        out.windows(2).all(|w| w[0] == w[1]),
+        "comm ids differ: {out:?}"
+    );
+}
+
+#[test]
+fn single_rank_needs_no_network() {
+    let c = BootstrapConfig::from_lookup(None, None, None, |_| None).unwrap();
+    assert_eq!((c.rank, c.nranks), (0, 1));
+    let mut b = Bootstrap::init(&c).unwrap();
+    assert_eq!(b.all_gather(b"x").unwrap(), vec![b"x".to_vec()]);
+    b.barrier().unwrap();
+}
+
+#[test]
+fn explicit_comm_id_is_used() {
+    let ids = run_ranks(2, &[0, 1], Duration::from_secs(10), |mut c| {
+        c.comm_id = Some(1234);
+        Bootstrap::init(&c).unwrap().comm_id()
+    });
+    assert_eq!(ids, vec![1234, 1234]);
+}
+
+#[test]
+fn strangers_are_dropped_and_bootstrap_goes_on() {
+    let root = free_loopback_root().unwrap();
+    let timeout = Duration::from_secs(10);
+    let r0 = thread::spawn(move || Bootstrap::init(&cfg(0, 3, root, timeout)).map(|b| b.comm_id()));
+    // Wait for the listener, then: an HTTP request, a connection that closes at once, one that
+    // sends half a magic and goes silent, one that sends nothing, and a right magic with garbage.
+    let start = Instant::now();
+    let mut http = loop {
+        match TcpStream::connect(root) {
+            Ok(s) => break s,
+            Err(_) if start.elapsed() < timeout => thread::sleep(Duration::from_millis(10)),
+            Err(e) => panic!("root never listened: {e}"),
+        }
+    };
+    http.write_all(b"GET / HTTP/1.0\r\n\r\n").unwrap();
+    drop(TcpStream::connect(root).unwrap());
+    let mut half = TcpStream::connect(root).unwrap();
+    half.write_all(b"PX").unwrap();
+    let _silent = TcpStream::connect(root).unwrap();
+    let mut garbage = TcpStream::connect(root).unwrap();
+    garbage.write_all(&wire::preface()).unwrap();
+    garbage.write_all(&[5, 0, 0, 0, 99, 1, 2, 3, 4]).unwrap();
+    let leaves: Vec<_> = [1, 2]
+        .into_iter()
+        .map(|r| {
+            thread::spawn(move || Bootstrap::init(&cfg(r, 3, root, timeout)).map(|b| b.comm_id()))
+        })
+        .collect();
+    let id0 = r0.join().unwrap().expect("root");
+    for l in leaves {
+        assert_eq!(l.join().unwrap().expect("leaf"), id0);
+    }
+    assert!(
+        start.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        start.elapsed()
+    );
+}
+
+#[test]
+fn a_missing_leaf_fails_every_present_rank_within_the_timeout() {
+    let timeout = Duration::from_millis(1500);
+    let out = run_ranks(4, &[0, 1, 3], timeout, |c| {
+        let start = Instant::now();
+        let r = Bootstrap::init(&c);
+        (c.rank, r.map(|b| b.comm_id()), start.elapsed())
+    });
+    for (rank, r, took) in out {
+        let e = r.expect_err("bootstrap must fail");
+        assert!(
+            took < timeout + Duration::from_millis(700),
+            "rank {rank} took {took:?}"
+        );
+        if rank == 0 {
+            assert!(matches!(e, BootstrapError::Timeout { .. }), "{e}");
+            assert!(
+                e.to_string().contains("ranks [2]"),
+                "root must name the missing rank: {e}"
+            );
+        } else {
+            // Its own timeout, or the root's abort, whichever came first.
+            assert_eq!(e.status(), NrtStatus::Timeout, "rank {rank}: {e}");
+        }
+    }
+}
+
+#[test]
+fn a_missing_root_fails_every_leaf_within_the_timeout() {
+    let timeout = Duration::from_millis(1200);
+    let out = run_ranks(3, &[1, 2], timeout, |c| {
+        let start = Instant::now();
+        (Bootstrap::init(&c).map(|_| ()), start.elapsed())
+    });
+    for (r, took) in out {
+        let e = r.expect_err("no root");
+        assert!(matches!(e, BootstrapError::Timeout { .. }), "{e}");
+        assert!(e.to_string().contains("to accept a connection"), "{e}");
+        assert!(took < timeout + Duration::from_millis(700), "{took:?}");
+    }
+}
+
+/// Starts `ranks` (rank, nranks) on threads; returns (result, time taken) by position.
+fn init_all(
+    ranks: &[(u32, u32)],
+    timeout: Duration,
+) -> Vec<(Result<(), BootstrapError>, Duration)> {
+    let root = free_loopback_root().unwrap();
+    let hs: Vec<_> = ranks
+        .iter()
+        .map(|&(r, n)| {
+            thread::spawn(move || {
+                let start = Instant::now();
+                let res = Bootstrap::init(&cfg(r, n, root, timeout)).map(|_| ());
+                (res, start.elapsed())
+            })
+        })
+        .collect();
+    hs.into_iter().map(|h| h.join().unwrap()).collect()
+}
+
+/// A misconfigured job: the root and the offending rank fail at once (not by timeout); a rank
+/// that had joined is aborted at once, one that comes later finds no root and times out.
+fn check_misconfigured(
+    res: &[(Result<(), BootstrapError>, Duration)],
+    timeout: Duration,
+    bad: usize,
+    what: &str,
+) {
+    let fast = Duration::from_secs(2);
+    let (root, took) = (&res[0].0, res[0].1);
+    let root = root.as_ref().unwrap_err();
+    assert!(root.to_string().contains(what), "root: {root}");
+    assert_eq!(root.status(), NrtStatus::Invalid, "{root}");
+    assert!(took < fast, "root took {took:?}");
+    for (i, (r, took)) in res.iter().enumerate().skip(1) {
+        let e = r.as_ref().unwrap_err();
+        assert!(
+            *took < timeout + Duration::from_millis(700),
+            "rank {i}: {took:?}"
+        );
+        if i == bad || e.status() != NrtStatus::Timeout {
+            assert!(*took < fast, "rank {i} took {took:?}: {e}");
+            assert!(e.to_string().contains(what), "rank {i}: {e}");
+        }
+    }
+}
+
+#[test]
+fn a_size_mismatch_fails_every_rank() {
+    let timeout = Duration::from_secs(3);
+    let res = init_all(&[(0, 3), (1, 3), (2, 4)], timeout);
+    check_misconfigured(&res, timeout, 2, "launched with 4 ranks");
+}
+
+#[test]
+fn a_rank_taken_twice_fails_every_rank() {
+    let timeout = Duration::from_secs(3);
+    let res = init_all(&[(0, 3), (1, 3), (1, 3)], timeout);
+    // Either claimant may be the second one.
+    let bad = if res[1].0.as_ref().unwrap_err().status() == NrtStatus::Timeout {
+        2
+    } else {
+        1
+    };
+    check_misconfigured(&res, timeout, bad, "rank 1 joined twice");
+}
+
+#[test]
+fn a_lost_peer_fails_the_barrier_of_every_rank() {
+    let out = run_ranks(3, &[0, 1, 2], Duration::from_secs(5), |c| {
+        let mut b = Bootstrap::init(&c).unwrap();
+        b.barrier().unwrap();
+        if c.rank == 2 {
+            // A crash: the connection goes away without Bye.
+            if let Role::Leaf { conn, .. } = &b.role {
+                conn.stream.shutdown(Shutdown::Both).unwrap();
+            }
+            b.closed = true;
+            return None;
+        }
+        let start = Instant::now();
+        let e = b.barrier().unwrap_err();
+        Some((c.rank, e, start.elapsed()))
+    });
+    for (rank, e, took) in out.into_iter().flatten() {
+        assert!(took < Duration::from_secs(3), "rank {rank} took {took:?}");
+        match rank {
+            0 => assert!(
+                matches!(e, BootstrapError::PeerLost { peer: 2, .. }),
+                "root: {e}"
+            ),
+            _ => assert!(
+                matches!(e, BootstrapError::Aborted { origin: 0, .. }),
+                "{e}"
+            ),
+        }
+        assert_eq!(e.status(), NrtStatus::NetworkProxyFailure);
+    }
+}
+
+#[test]
+fn shared_barrier_channel_from_another_thread() {
+    let out = run_ranks(2, &[0, 1], Duration::from_secs(10), |c| {
+        let shared = SharedBootstrap::new(Bootstrap::init(&c).unwrap());
+        let mut ch = shared.barrier_channel();
+        let worker = thread::spawn(move || {
+            for _ in 0..10 {
+                let t = ch.arrive().unwrap();
+                let start = Instant::now();
+                while !ch.poll(t).unwrap() {
+                    assert!(start.elapsed() < Duration::from_secs(5));
+                    thread::yield_now();
+                }
+            }
+        });
+        worker.join().unwrap();
+        let all = shared.lock().all_gather(&[c.rank as u8]).unwrap();
+        all.concat()
+    });
+    assert_eq!(out, vec![vec![0, 1], vec![0, 1]]);
+}
+
+#[test]
+fn barrier_start_twice_is_refused() {
+    run_ranks(2, &[0, 1], Duration::from_secs(10), |c| {
+        let mut b = Bootstrap::init(&c).unwrap();
+        let t = b.barrier_start().unwrap();
+        if c.rank == 1 {
+            assert!(matches!(b.barrier_start(), Err(BootstrapError::Config(_))));
+        }
+        let start = Instant::now();
+        while !b.barrier_poll(t).unwrap() {
+            assert!(start.elapsed() < Duration::from_secs(5));
+            thread::yield_now();
+        }
+    });
+}
+
+#[test]
+fn config_from_arguments_and_launcher_variables() {
+    let env = |pairs: &'static [(&'static str, &'static str)]| {
+        move |k: &str| {
+            pairs
+                .iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| (*v).to_owned())
+        }
+    };
+    let c = BootstrapConfig::from_lookup(
+        None,
+        None,
+        None,
+        env(&[
+            ("OMPI_COMM_WORLD_RANK", "2"),
+            ("OMPI_COMM_WORLD_SIZE", "4"),
+            ("SLURM_PROCID", "0"),
+            ("SLURM_NTASKS", "9"),
+            ("NEURON_RT_ROOT_COMM_ID", "127.0.0.1:4567"),
+            ("NEURON_RT_BOOTSTRAP_TIMEOUT", "2.5"),
+        ]),
+    )
+    .unwrap();
+    assert_eq!((c.rank, c.nranks), (2, 4));
+    assert_eq!(c.root, "127.0.0.1:4567".parse().unwrap());
+    assert_eq!(c.timeout, Duration::from_millis(2500));
+    for (r, s, vars) in [
+        ("PMI_RANK", "PMI_SIZE", ["PMI_RANK", "PMI_SIZE"]),
+        (
+            "SLURM_PROCID",
+            "SLURM_NTASKS",
+            ["SLURM_PROCID", "SLURM_NTASKS"],
+        ),
+        ("PROXY_RANK", "PROXY_NRANKS", ["PROXY_RANK", "PROXY_NRANKS"]),
+    ] {
+        let _ = vars;
+        let look = move |k: &str| {
+            if k == r {
+                Some("1".to_owned())
+            } else if k == s {
+                Some("3".to_owned())
+            } else if k == ROOT_COMM_ID_ENV {
+                Some("localhost:99".to_owned())
+            } else {
+                None
+            }
+        };
+        let c = BootstrapConfig::from_lookup(None, None, None, look).unwrap();
+        assert_eq!((c.rank, c.nranks), (1, 3), "{r}");
+        assert_eq!(c.root.port(), 99);
+    }
+    // Arguments win over the environment; the root argument over NEURON_RT_ROOT_COMM_ID.
+    let c = BootstrapConfig::from_lookup(
+        Some(0),
+        None,
+        Some("127.0.0.1:1"),
+        env(&[
+            ("PMI_RANK", "5"),
+            ("PMI_SIZE", "8"),
+            ("NEURON_RT_ROOT_COMM_ID", "x"),
+        ]),
+    )
+    .unwrap();
+    assert_eq!((c.rank, c.nranks, c.root.port()), (0, 8, 1));
+    // Errors name what is wrong.
+    let err = |r: Result<BootstrapConfig, BootstrapError>| r.unwrap_err().to_string();
+    assert!(err(BootstrapConfig::from_lookup(
+        None,
+        None,
+        None,
+        env(&[("PMI_RANK", "1")])
+    ))
+    .contains("PMI_SIZE"));
+    assert!(err(BootstrapConfig::from_lookup(
+        Some(1),
+        Some(2),
+        None,
+        env(&[])
+    ))
+    .contains(ROOT_COMM_ID_ENV));
+    assert!(err(BootstrapConfig::from_lookup(
+        Some(2),
+        Some(2),
+        Some("127.0.0.1:1"),
+        env(&[])
+    ))
+    .contains("rank 2 of 2"));
+    assert!(err(BootstrapConfig::from_lookup(
+        Some(0),
+        Some(2),
+        Some("not an address"),
+        env(&[])
+    ))
+    .contains("not an address"));
+    assert!(err(BootstrapConfig::from_lookup(
+        Some(0),
+        Some(2),
+        Some("127.0.0.1:1"),
+        env(&[("NEURON_RT_BOOTSTRAP_TIMEOUT", "-1")])
+    ))
+    .contains("positive"));
+    assert!(err(BootstrapConfig::from_lookup(Some(0), None, None, env(&[]))).contains("give both"));
+}
+
+#[test]
+fn the_root_address_in_use_is_a_clear_error() {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let root = l.local_addr().unwrap();
+    let e = Bootstrap::init(&cfg(0, 2, root, Duration::from_secs(1))).unwrap_err();
+    assert!(
+        e.to_string().contains("cannot listen on the root address"),
+        "{e}"
+    );
+}
+
+/// Every log line of this test binary (the lib's tests install no other logger).
+fn captured_logs() -> &'static Mutex<Vec<String>> {
+    struct Capture;
+    static LINES: Mutex<Vec<String>> = Mutex::new(Vec::new());
+    impl log::Log for Capture {
+        fn enabled(&self, m: &log::Metadata) -> bool {
+            m.level() <= log::Level::Warn
+        }
+        fn log(&self, r: &log::Record) {
+            if self.enabled(r.metadata()) {
+                LINES
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push(r.args().to_string());
+            }
+        }
+        fn flush(&self) {}
+    }
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        if log::set_logger(&Capture).is_ok() {
+            log::set_max_level(log::LevelFilter::Warn);
+        }
+    });
+    &LINES
+}
+
+#[test]
+fn waits_warn_every_interval_with_the_cumulative_wait() {
+    let logs = captured_logs();
+    let root = free_loopback_root().unwrap();
+    let c = BootstrapConfig {
+        warn_interval: Duration::from_millis(400),
+        ..cfg(0, 2, root, Duration::from_millis(1300))
+    };
+    let e = Bootstrap::init(&c).unwrap_err();
+    assert_eq!(e.status(), NrtStatus::Timeout);
+    let port = format!(":{}", root.port());
+    let mine: Vec<String> = logs
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|l| l.contains(&port) && l.contains("still waiting for ranks [1]"))
+        .cloned()
+        .collect();
+    assert_eq!(mine.len(), 3, "{mine:#?}");
+    for (k, l) in mine.iter().enumerate() {
+        // "... after X s (timeout 1.3 s)": the cumulative wait, at each multiple of the interval.
+        let after: f64 = l
+            .split("after ")
+            .nth(1)
+            .unwrap()
+            .split(' ')
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap();
+        let want = 0.4 * (k + 1) as f64;
+        assert!(after >= want - 0.05 && after < want + 0.35, "{l}");
+        assert!(l.contains("timeout 1.3 s"), "{l}");
+    }
+}

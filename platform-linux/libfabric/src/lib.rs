@@ -1,0 +1,1204 @@
+//! `proxy-libfabric`: the libfabric transport of the proxy engine, and [`net_setup`], the glue
+//! that opens a libfabric comm from a `proxy-bootstrap` [`Bootstrap`](proxy_bootstrap::Bootstrap).
+//!
+//! Dependencies: `proxy-core`, `proxy-bootstrap`, `libfabric-sys` (the system libfabric, so this
+//! crate is not a default workspace member), `log`, `libc`.
+//!
+//! The transport: [`proxy_core::progress::net::Transport`] over an `FI_EP_RDM` endpoint with
+//! tagged messages (EFA on AWS; shm and `tcp;ofi_rxm` on this machine).
+//!
+//! Life cycle (the address exchange is explicit, so that a bootstrap can all-gather the names):
+//!
+//! ```text
+//!   open(provider, rank, nranks) --> local_name() --(all-gather)--> connect(&names) --> posts
+//!        fi_getinfo, fabric, domain,       fi_getname                   fi_av_insert
+//!        CQ, AV, endpoint, enable
+//! ```
+//!
+//! * **Provider** (see `info.rs`): the explicit argument, else `FI_PROVIDER`, else efa if
+//!   offered, else shm when every rank is on this host ([`Options::all_ranks_local`]), else
+//!   `tcp;ofi_rxm`. One entry is picked deliberately (exact name, then without
+//!   `FI_COLLECTIVE`); every capability is read from it, nothing is assumed per provider
+//!   except shm's `-FI_ENOMEM` back-pressure.
+//! * **Tags** are the caller's 64-bit tags (`proxy_core::progress::net::make_tag`); receives match the
+//!   exact tag (`ignore = 0`) from `FI_ADDR_UNSPEC`: the source rank is inside the tag, since
+//!   `tcp;ofi_rxm` lacks `FI_DIRECTED_RECV`. `FI_ORDER_SAS` keeps equal tags in post order.
+//! * **Progress** is manual: [`Transport::poll`] and [`Transport::test`] read the CQ. A post
+//!   answered `-FI_EAGAIN` (or shm's `-FI_ENOMEM`) reads the CQ once and returns `Ok(None)`:
+//!   back-pressure, the caller retries.
+//! * **Errors**: an error completion is read with `fi_cq_readerr` into a zeroed entry (retried
+//!   on `-FI_EAGAIN`), `abs(err)` is taken (shm writes it negative), and the request fails with
+//!   the provider's `fi_cq_strerror` text. Truncation (a receive smaller than the message) is
+//!   such a failure, never a short receive; on tcp it also kills the connection.
+//! * **Memory registration** whenever the entry's `mr_mode` asks for it (`FI_MR_LOCAL`,
+//!   `FI_MR_VIRT_ADDR`, `FI_MR_ALLOCATED`, `FI_MR_PROV_KEY`; efa asks for all), lazily from the
+//!   posted buffers through a cache keyed by address range (`mr.rs`).
+//! * **Requests** live in a slab whose contexts start with `struct fi_context2` (`FI_CONTEXT` /
+//!   `FI_CONTEXT2` mode; `requests.rs`).
+//! * **Close** cancels every request in flight and drains the CQ (bounded) before `fi_close`
+//!   (tcp answers `-FI_EBUSY` otherwise).
+//!
+//! Seed: `ncclNet->{isend,irecv,test}` over aws-ofi-nccl's libfabric plugin, §1 and §4; DESIGN.md
+//! §5 (tags, `FI_ORDER_SAS`) and §8 (poll once per tick per comm).
+
+mod info;
+mod mr;
+pub mod net_setup;
+mod requests;
+#[cfg(test)]
+mod tests;
+
+use std::ffi::CStr;
+use std::ptr;
+use std::time::{Duration, Instant};
+
+use libfabric_sys as fi;
+use proxy_core::progress::net::{MrHandle, NetError, Posted, RequestId, TestOutcome, Transport};
+
+use self::info::{HintSizes, InfoList, Request};
+use self::mr::{MrCache, MrConfig};
+use self::requests::{Kind, Requests, State};
+
+/// Completions read per `fi_cq_read` call.
+const CQ_BATCH: usize = 16;
+/// Upper bound of `fi_cq_read` calls per progress call (bounds the time one tick spends).
+const CQ_MAX_BATCHES: usize = 64;
+/// `fi_cq_readerr` answers `-FI_EAGAIN` at most this often in a row before the error entry is
+/// left for the next progress call.
+const READERR_RETRIES: usize = 1000;
+/// Default bound of the drain that [`Transport::close`] runs.
+pub const DEFAULT_CLOSE_DRAIN: Duration = Duration::from_secs(1);
+
+/// How to open a [`LibfabricTransport`]; `Default` is "choose the provider automatically, no
+/// overrides".
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// The provider (`"efa"`, `"shm"`, `"tcp;ofi_rxm"`, or a core name such as `"tcp"`); `None`
+    /// reads `FI_PROVIDER`, then chooses automatically.
+    pub provider: Option<String>,
+    /// Every rank of the comm runs on this host: the automatic choice may take shm.
+    pub all_ranks_local: bool,
+    /// Lower the message-size limit below the provider's `max_msg_size`.
+    pub max_msg_size: Option<u64>,
+    /// Force memory registration on (`Some(true)`) or off (`Some(false)`); `None` registers
+    /// exactly when the provider's `mr_mode` asks for it. Off with a provider that requires it
+    /// is rejected at open.
+    pub register_memory: Option<bool>,
+    /// Ask for this transmit queue size (`tx_attr.size`) instead of the provider's default.
+    pub tx_size: Option<usize>,
+    /// Ask for this receive queue size (`rx_attr.size`) instead of the provider's default.
+    pub rx_size: Option<usize>,
+    /// How long [`Transport::close`] polls for cancelled requests before closing anyway.
+    pub close_drain: Duration,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            provider: None,
+            all_ranks_local: false,
+            max_msg_size: None,
+            register_memory: None,
+            tx_size: None,
+            rx_size: None,
+            close_drain: DEFAULT_CLOSE_DRAIN,
+        }
+    }
+}
+
+/// What the transport read from the chosen `fi_info` entry.
+#[derive(Clone, Debug)]
+pub struct ProviderAttrs {
+    /// Provider name (`"tcp;ofi_rxm"`).
+    pub provider: String,
+    /// Domain name (`"lo"`, `"shm"`, the EFA device).
+    pub domain: String,
+    /// The entry's capabilities (`FI_*` bits).
+    pub caps: u64,
+    /// The entry's `mr_mode` (`FI_MR_*` bits).
+    pub mr_mode: i32,
+    /// `ep_attr.max_msg_size`.
+    pub max_msg_size: u64,
+    /// `tx_attr.size` / `rx_attr.size`.
+    pub tx_size: usize,
+    /// `rx_attr.size`.
+    pub rx_size: usize,
+    /// `tx_attr.inject_size`.
+    pub inject_size: usize,
+    /// Usable tag bits, from `ep_attr.mem_tag_format` (64 when the provider gives none).
+    pub tag_bits: u32,
+    /// The endpoint address format (`FI_ADDR_STR`, `FI_SOCKADDR_IN`, ...).
+    pub addr_format: u32,
+}
+
+/// The libfabric objects, closed in reverse order of opening.
+struct Objects {
+    fabric: *mut fi::fid_fabric,
+    domain: *mut fi::fid_domain,
+    cq: *mut fi::fid_cq,
+    av: *mut fi::fid_av,
+    ep: *mut fi::fid_ep,
+    /// An object failed to close (and was leaked): the objects it depends on must not be
+    /// closed under it, so they are leaked too.
+    leaking: bool,
+}
+
+impl Objects {
+    const fn none() -> Self {
+        Self {
+            fabric: ptr::null_mut(),
+            domain: ptr::null_mut(),
+            cq: ptr::null_mut(),
+            av: ptr::null_mut(),
+            ep: ptr::null_mut(),
+            leaking: false,
+        }
+    }
+
+    /// Closes `ep` (only). Returns the libfabric status.
+    fn close_ep(&mut self) -> i32 {
+        let ep = std::mem::replace(&mut self.ep, ptr::null_mut());
+        if ep.is_null() {
+            return 0;
+        }
+        // SAFETY: `ep` is an open endpoint owned by this struct, closed once.
+        let ret = unsafe { fi::fi_close(&mut (*ep).fid) };
+        self.leaking |= ret != 0;
+        ret
+    }
+
+    /// Closes everything still open, endpoint first; returns the first failure as
+    /// `(object, status)`. An object that fails to close is forgotten (leaked), and so is every
+    /// object opened before it: closing a fabric under a domain that refused to close
+    /// (`-FI_EBUSY` on tcp after a peer vanished mid-send) frees what the provider's threads
+    /// still use, and crashed a survivor here.
+    fn close_all(&mut self) -> Option<(&'static str, i32)> {
+        let ep = self.close_ep();
+        let mut first = (ep != 0).then_some(("endpoint", ep));
+        if self.leaking {
+            let leaked: Vec<&str> = [
+                (!self.av.is_null()).then_some("address vector"),
+                (!self.cq.is_null()).then_some("completion queue"),
+                (!self.domain.is_null()).then_some("domain"),
+                (!self.fabric.is_null()).then_some("fabric"),
+            ]
+            .into_iter()
+            .flatten()
+            .collect();
+            *self = Self {
+                leaking: true,
+                ..Self::none()
+            };
+            if !leaked.is_empty() {
+                log::warn!("libfabric: the endpoint did not close: {leaked:?} leaked with it");
+            }
+            // close() has reported the endpoint's failure.
+            return first;
+        }
+        let mut note = |what, ret: i32| {
+            if ret != 0 && first.is_none() {
+                first = Some((what, ret));
+            }
+            ret == 0
+        };
+        // Each pointer below is an open object owned by this struct, nulled before it is closed
+        // (so closed at most once), after everything that depends on it.
+        let mut children_closed = true;
+        let av = std::mem::replace(&mut self.av, ptr::null_mut());
+        if !av.is_null() {
+            // SAFETY: `av` is open and owned; the endpoint bound to it is closed.
+            children_closed &= note("address vector", unsafe { fi::fi_close(&mut (*av).fid) });
+        }
+        let cq = std::mem::replace(&mut self.cq, ptr::null_mut());
+        if !cq.is_null() {
+            // SAFETY: `cq` is open and owned; the endpoint bound to it is closed.
+            children_closed &= note("completion queue", unsafe { fi::fi_close(&mut (*cq).fid) });
+        }
+        let domain = std::mem::replace(&mut self.domain, ptr::null_mut());
+        if !domain.is_null() {
+            if children_closed {
+                // SAFETY: `domain` is open and owned; its endpoint, AV and CQ are closed (the
+                // registrations were closed by the caller).
+                children_closed &= note("domain", unsafe { fi::fi_close(&mut (*domain).fid) });
+            } else {
+                log::warn!("libfabric: the AV or CQ did not close: the domain is leaked");
+            }
+        }
+        let fabric = std::mem::replace(&mut self.fabric, ptr::null_mut());
+        if !fabric.is_null() {
+            if children_closed {
+                // SAFETY: `fabric` is open and owned; its domain is closed.
+                children_closed &= note("fabric", unsafe { fi::fi_close(&mut (*fabric).fid) });
+            } else {
+                log::warn!("libfabric: an object of the fabric did not close: it is leaked");
+            }
+        }
+        self.leaking |= !children_closed;
+        first
+    }
+}
+
+/// A libfabric endpoint of one rank, implementing [`Transport`].
+///
+/// Used by one thread at a time (`&mut self`); `Send`, not `Sync` (the domain is opened with
+/// `FI_THREAD_DOMAIN`).
+///
+/// # Examples
+/// ```no_run
+/// use proxy_libfabric::LibfabricTransport;
+/// # fn main() -> Result<(), proxy_core::progress::net::NetError> {
+/// let mut a = LibfabricTransport::open(Some("tcp;ofi_rxm"), 0, 2)?;
+/// let mut b = LibfabricTransport::open(Some("tcp;ofi_rxm"), 1, 2)?;
+/// let names = vec![a.local_name(), b.local_name()]; // a bootstrap all-gathers these
+/// a.connect(&names)?;
+/// b.connect(&names)?;
+/// # Ok(()) }
+/// ```
+pub struct LibfabricTransport {
+    /// `"libfabric/<provider>"`.
+    name: String,
+    /// This endpoint's rank.
+    rank: u32,
+    /// Ranks of the comm.
+    nranks: u32,
+    /// The entry's attributes.
+    attrs: ProviderAttrs,
+    /// Largest message accepted (provider limit, possibly lowered by [`Options`]).
+    max_msg: u64,
+    /// Tags must fit in these bits.
+    tag_mask: u64,
+    /// Register memory for posts.
+    register: bool,
+    /// How registrations are made.
+    mr_cfg: MrConfig,
+    /// Treat `-FI_ENOMEM` on post as back-pressure (shm).
+    enomem_is_backpressure: bool,
+    /// Bound of the close drain.
+    close_drain: Duration,
+    /// The libfabric objects (null after close).
+    obj: Objects,
+    /// `fi_getname` of the endpoint.
+    local_name: Vec<u8>,
+    /// `fi_addr_t` of every rank, after [`LibfabricTransport::connect`].
+    peers: Vec<fi::fi_addr_t>,
+    /// Request slab.
+    reqs: Requests,
+    /// Registration cache.
+    mrs: MrCache,
+    /// [`Transport::close`] has run.
+    closed: bool,
+}
+
+// SAFETY: the libfabric objects are opened with FI_THREAD_DOMAIN: any thread may use them as
+// long as calls are serialized, which `&mut self` guarantees (the type is not Sync); no object
+// is tied to the opening thread. The raw pointers inside (objects, registrations, request
+// contexts) are owned by the transport and only touched through such calls.
+unsafe impl Send for LibfabricTransport {}
+
+/// `fi_strerror` of a libfabric return value (either sign).
+fn fi_error_text(ret: isize) -> String {
+    let code = i32::try_from(ret.unsigned_abs()).unwrap_or(i32::MAX);
+    // SAFETY: fi_strerror takes any positive number and returns a static string (or null).
+    let p = unsafe { fi::fi_strerror(code) };
+    if p.is_null() {
+        format!("error {code}")
+    } else {
+        // SAFETY: non-null result of fi_strerror is a static NUL-terminated string.
+        unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
+    }
+}
+
+/// `-FI_x` as the `ssize_t` that data-path calls return.
+const fn neg(errno: u32) -> isize {
+    -(errno as isize)
+}
+
+impl LibfabricTransport {
+    /// Opens an endpoint for `rank` of `nranks` on `provider` (or the automatic choice, see
+    /// [`Options::provider`]) with default options. Next: [`LibfabricTransport::local_name`],
+    /// then [`LibfabricTransport::connect`].
+    ///
+    /// # Errors
+    /// As [`LibfabricTransport::open_with`].
+    pub fn open(provider: Option<&str>, rank: u32, nranks: u32) -> Result<Self, NetError> {
+        let opts = Options {
+            provider: provider.map(str::to_owned),
+            ..Options::default()
+        };
+        Self::open_with(rank, nranks, &opts)
+    }
+
+    /// Opens an endpoint with explicit [`Options`].
+    ///
+    /// # Errors
+    /// [`NetError::invalid`] for `rank >= nranks`, `nranks` over the tag's 16-bit rank field, or
+    /// a provider that is not offered (the message names it and lists what is offered);
+    /// [`NetError::failure`] when a libfabric call fails (the message names the call).
+    pub fn open_with(rank: u32, nranks: u32, opts: &Options) -> Result<Self, NetError> {
+        if nranks == 0 || rank >= nranks || nranks > proxy_core::progress::net::MAX_NRANKS {
+            return Err(NetError::invalid(
+                None,
+                format!(
+                    "libfabric: rank {rank} of {nranks} ranks (need rank < nranks <= {})",
+                    proxy_core::progress::net::MAX_NRANKS
+                ),
+            ));
+        }
+        let request = Request::from(
+            opts.provider.as_deref(),
+            opts.all_ranks_local || nranks == 1,
+        );
+        let sizes = HintSizes {
+            tx_size: opts.tx_size,
+            rx_size: opts.rx_size,
+        };
+        let with_rma = InfoList::query(true, sizes)?;
+        let plain = InfoList::query(false, sizes)?;
+        let entry = info::choose(&request, with_rma.as_ref(), plain.as_ref())?;
+
+        // SAFETY: the attribute pointers of a returned entry are valid.
+        let attrs = unsafe {
+            let i = entry.info;
+            let tag_format = (*i.ep_attr).mem_tag_format;
+            ProviderAttrs {
+                provider: entry.prov_name(),
+                domain: entry.domain_name(),
+                caps: i.caps,
+                mr_mode: (*i.domain_attr).mr_mode,
+                max_msg_size: (*i.ep_attr).max_msg_size as u64,
+                tx_size: (*i.tx_attr).size,
+                rx_size: (*i.rx_attr).size,
+                inject_size: (*i.tx_attr).inject_size,
+                tag_bits: if tag_format == 0 {
+                    64
+                } else {
+                    64 - tag_format.leading_zeros()
+                },
+                addr_format: i.addr_format,
+            }
+        };
+        let asks_registration = attrs.mr_mode
+            & (fi::FI_MR_LOCAL | fi::FI_MR_VIRT_ADDR | fi::FI_MR_ALLOCATED | fi::FI_MR_PROV_KEY)
+            != 0;
+        let register = match opts.register_memory {
+            None => asks_registration,
+            Some(false) if attrs.mr_mode & fi::FI_MR_LOCAL != 0 => {
+                return Err(NetError::invalid(
+                    None,
+                    format!(
+                        "libfabric provider {} requires local memory registration \
+                         (FI_MR_LOCAL); register_memory = false cannot be honoured",
+                        attrs.provider
+                    ),
+                ))
+            }
+            Some(r) => r,
+        };
+        let mut access = fi::FI_SEND | fi::FI_RECV;
+        if attrs.caps & fi::FI_RMA != 0 {
+            access |= fi::FI_READ | fi::FI_WRITE | fi::FI_REMOTE_READ | fi::FI_REMOTE_WRITE;
+        }
+        let max_msg = opts
+            .max_msg_size
+            .map_or(attrs.max_msg_size, |m| m.min(attrs.max_msg_size));
+        let tag_mask = if attrs.tag_bits >= 64 {
+            u64::MAX
+        } else {
+            (1u64 << attrs.tag_bits) - 1
+        };
+        let mut t = Self {
+            name: format!("libfabric/{}", attrs.provider),
+            rank,
+            nranks,
+            max_msg,
+            tag_mask,
+            register,
+            mr_cfg: MrConfig {
+                mr_mode: attrs.mr_mode,
+                access,
+            },
+            enomem_is_backpressure: info::name_matches("shm", &attrs.provider),
+            close_drain: opts.close_drain,
+            obj: Objects::none(),
+            local_name: Vec::new(),
+            peers: Vec::new(),
+            reqs: Requests::default(),
+            mrs: MrCache::default(),
+            closed: false,
+            attrs,
+        };
+        // On failure `t` is dropped, which closes whatever was opened.
+        t.open_objects(entry.info as *const fi::fi_info as *mut fi::fi_info)?;
+        drop((with_rma, plain));
+        log::info!(
+            "{}: rank {rank}/{nranks} opened domain {} ({:?}), mr_mode {:#x} (register: {}), \
+             max_msg_size {}, tx/rx {}/{}, {} tag bits, libfabric {} (built against {})",
+            t.name,
+            t.attrs.domain,
+            request,
+            t.attrs.mr_mode,
+            t.register,
+            t.max_msg,
+            t.attrs.tx_size,
+            t.attrs.rx_size,
+            t.attrs.tag_bits,
+            {
+                // SAFETY: fi_version takes no arguments.
+                let v = unsafe { fi::fi_version() };
+                format!("{}.{}", fi::fi_major(v), fi::fi_minor(v))
+            },
+            fi::PKG_VERSION,
+        );
+        Ok(t)
+    }
+
+    /// fabric, domain, CQ, AV, endpoint, bind, enable, getname.
+    fn open_objects(&mut self, info: *mut fi::fi_info) -> Result<(), NetError> {
+        let prov = self.attrs.provider.clone();
+        let fail = |call: &str, ret: isize| {
+            NetError::failure(
+                None,
+                format!(
+                    "libfabric provider {prov}: {call} failed: {} ({ret})",
+                    fi_error_text(ret)
+                ),
+            )
+        };
+        let o = &mut self.obj;
+        // SAFETY: (whole block) `info` is a valid entry of a live fi_getinfo list; every out
+        // pointer is a field of `self.obj`, which owns what it receives and closes it on drop;
+        // the attribute structs are zero-initialised (all fields "unspecified") before use.
+        unsafe {
+            let ret = fi::fi_fabric((*info).fabric_attr, &mut o.fabric, ptr::null_mut());
+            if ret != 0 {
+                return Err(fail("fi_fabric", ret as isize));
+            }
+            let ret = fi::fi_domain(o.fabric, info, &mut o.domain, ptr::null_mut());
+            if ret != 0 {
+                return Err(fail("fi_domain", ret as isize));
+            }
+            let mut cq_attr = fi::fi_cq_attr {
+                format: fi::FI_CQ_FORMAT_TAGGED,
+                wait_obj: fi::FI_WAIT_NONE,
+                // Room for every operation that can be outstanding at once.
+                size: self.attrs.tx_size.saturating_add(self.attrs.rx_size),
+                ..Default::default()
+            };
+            let ret = fi::fi_cq_open(o.domain, &mut cq_attr, &mut o.cq, ptr::null_mut());
+            if ret != 0 {
+                return Err(fail("fi_cq_open", ret as isize));
+            }
+            let av_type = match (*(*info).domain_attr).av_type {
+                fi::FI_AV_UNSPEC => fi::FI_AV_TABLE,
+                t => t,
+            };
+            let mut av_attr = fi::fi_av_attr {
+                type_: av_type,
+                count: self.nranks as usize,
+                ..Default::default()
+            };
+            let ret = fi::fi_av_open(o.domain, &mut av_attr, &mut o.av, ptr::null_mut());
+            if ret != 0 {
+                return Err(fail("fi_av_open", ret as isize));
+            }
+            let ret = fi::fi_endpoint(o.domain, info, &mut o.ep, ptr::null_mut());
+            if ret != 0 {
+                return Err(fail("fi_endpoint", ret as isize));
+            }
+            let ret = fi::fi_ep_bind(o.ep, &mut (*o.av).fid, 0);
+            if ret != 0 {
+                return Err(fail("fi_ep_bind(av)", ret as isize));
+            }
+            let ret = fi::fi_ep_bind(o.ep, &mut (*o.cq).fid, fi::FI_TRANSMIT | fi::FI_RECV);
+            if ret != 0 {
+                return Err(fail("fi_ep_bind(cq)", ret as isize));
+            }
+            let ret = fi::fi_enable(o.ep);
+            if ret != 0 {
+                return Err(fail("fi_enable", ret as isize));
+            }
+            let mut len = 0usize;
+            let ret = fi::fi_getname(&mut (*o.ep).fid, ptr::null_mut(), &mut len);
+            if ret != 0 && ret != -(fi::FI_ETOOSMALL as i32) {
+                return Err(fail("fi_getname", ret as isize));
+            }
+            let mut name = vec![0u8; len.max(1)];
+            len = name.len();
+            let ret = fi::fi_getname(&mut (*o.ep).fid, name.as_mut_ptr().cast(), &mut len);
+            if ret != 0 {
+                return Err(fail("fi_getname", ret as isize));
+            }
+            name.truncate(len);
+            self.local_name = name;
+        }
+        Ok(())
+    }
+
+    /// This endpoint's address (`fi_getname`): what the bootstrap all-gathers.
+    pub fn local_name(&self) -> Vec<u8> {
+        self.local_name.clone()
+    }
+
+    /// Inserts every rank's name (index = rank, this rank's own included) into the address
+    /// vector; posts are accepted afterwards. Called once.
+    ///
+    /// # Errors
+    /// [`NetError::invalid`] for a wrong count, a second call, or `peer_names[rank]` that is not
+    /// [`LibfabricTransport::local_name`] (a mis-ordered all-gather);
+    /// [`NetError::failure`] when `fi_av_insert` rejects a name (the peer is named).
+    pub fn connect(&mut self, peer_names: &[Vec<u8>]) -> Result<(), NetError> {
+        self.check_open()?;
+        if !self.peers.is_empty() {
+            return Err(NetError::invalid(
+                None,
+                format!("{}: connect called twice", self.name),
+            ));
+        }
+        if peer_names.len() != self.nranks as usize {
+            return Err(NetError::invalid(
+                None,
+                format!(
+                    "{}: connect got {} names for {} ranks",
+                    self.name,
+                    peer_names.len(),
+                    self.nranks
+                ),
+            ));
+        }
+        if peer_names[self.rank as usize] != self.local_name {
+            return Err(NetError::invalid(
+                Some(self.rank),
+                format!(
+                    "{}: peer_names[{}] is not this endpoint's own name (names must be in rank \
+                     order)",
+                    self.name, self.rank
+                ),
+            ));
+        }
+        let mut addrs = Vec::with_capacity(peer_names.len());
+        for (peer, name) in peer_names.iter().enumerate() {
+            let peer = peer as u32;
+            if name.is_empty() {
+                return Err(NetError::invalid(
+                    Some(peer),
+                    format!("{}: empty name for rank {peer}", self.name),
+                ));
+            }
+            let mut addr: fi::fi_addr_t = fi::FI_ADDR_NOTAVAIL;
+            // SAFETY: the AV is open; `name` holds one address in the provider's format (as
+            // fi_getname wrote it on the peer); `addr` receives one fi_addr_t.
+            let ret = unsafe {
+                fi::fi_av_insert(
+                    self.obj.av,
+                    name.as_ptr().cast(),
+                    1,
+                    &mut addr,
+                    0,
+                    ptr::null_mut(),
+                )
+            };
+            if ret != 1 || addr == fi::FI_ADDR_NOTAVAIL {
+                return Err(NetError::failure(
+                    Some(peer),
+                    format!(
+                        "{}: fi_av_insert of rank {peer}'s name ({} B) failed: {} ({ret})",
+                        self.name,
+                        name.len(),
+                        if ret < 0 {
+                            fi_error_text(ret as isize)
+                        } else {
+                            "not inserted".into()
+                        }
+                    ),
+                ));
+            }
+            addrs.push(addr);
+        }
+        self.peers = addrs;
+        Ok(())
+    }
+
+    /// The provider name (`"tcp;ofi_rxm"`).
+    pub fn provider(&self) -> &str {
+        &self.attrs.provider
+    }
+
+    /// The chosen entry's attributes.
+    pub fn attrs(&self) -> &ProviderAttrs {
+        &self.attrs
+    }
+
+    /// This endpoint's rank.
+    pub fn rank(&self) -> u32 {
+        self.rank
+    }
+
+    /// Ranks of the comm.
+    pub fn nranks(&self) -> u32 {
+        self.nranks
+    }
+
+    /// Whether posts register their buffers.
+    pub fn registers_memory(&self) -> bool {
+        self.register
+    }
+
+    /// Number of memory registrations held by the cache.
+    pub fn registrations(&self) -> usize {
+        self.mrs.len()
+    }
+
+    /// Number of requests the provider still owns (posted, not yet completed).
+    pub fn in_flight(&self) -> usize {
+        self.reqs.in_flight()
+    }
+
+    /// Drops cached registrations overlapping `addr..addr+len`: call it before freeing or
+    /// unmapping memory that was posted (the cache does not watch the address space). Returns
+    /// how many were dropped.
+    ///
+    /// # Errors
+    /// [`NetError::invalid`] when a posted request still uses that memory.
+    pub fn invalidate(&mut self, addr: u64, len: u64) -> Result<usize, NetError> {
+        self.mrs.invalidate(addr, len)
+    }
+
+    fn check_open(&self) -> Result<(), NetError> {
+        if self.closed {
+            Err(NetError::failure(
+                None,
+                format!("{}: transport is closed", self.name),
+            ))
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Checks a post's arguments; returns the peer's `fi_addr_t`.
+    fn check_post(
+        &self,
+        kind: Kind,
+        peer: u32,
+        size: u64,
+        tag: u64,
+    ) -> Result<fi::fi_addr_t, NetError> {
+        self.check_open()?;
+        if self.peers.is_empty() {
+            return Err(NetError::invalid(
+                Some(peer),
+                format!("{}: {} posted before connect", self.name, kind.as_str()),
+            ));
+        }
+        if peer >= self.nranks {
+            return Err(NetError::invalid(
+                Some(peer),
+                format!(
+                    "{}: peer {peer} out of range ({} ranks)",
+                    self.name, self.nranks
+                ),
+            ));
+        }
+        if size > self.max_msg {
+            return Err(NetError::invalid(
+                Some(peer),
+                format!(
+                    "{}: {} of {size} bytes exceeds the message size limit of {} bytes \
+                     (max_msg_size)",
+                    self.name,
+                    kind.as_str(),
+                    self.max_msg
+                ),
+            ));
+        }
+        if tag & !self.tag_mask != 0 {
+            return Err(NetError::invalid(
+                Some(peer),
+                format!(
+                    "{}: tag {tag:#x} exceeds the provider's {} tag bits",
+                    self.name, self.attrs.tag_bits
+                ),
+            ));
+        }
+        Ok(self.peers[peer as usize])
+    }
+
+    /// Posts one send or receive.
+    fn post(
+        &mut self,
+        kind: Kind,
+        peer: u32,
+        buf: *mut u8,
+        size: u64,
+        tag: u64,
+    ) -> Result<Option<Posted>, NetError> {
+        let addr = self.check_post(kind, peer, size, tag)?;
+        let (mr, desc) = if self.register && size > 0 {
+            let (region, desc) = self
+                .mrs
+                .lookup_or_register(
+                    self.obj.domain,
+                    self.obj.ep,
+                    self.mr_cfg,
+                    &self.attrs.provider,
+                    buf as u64,
+                    size,
+                )
+                .map_err(|mut e| {
+                    e.peer = Some(peer);
+                    e
+                })?;
+            (Some(region), desc)
+        } else {
+            (None, ptr::null_mut())
+        };
+        let (index, ctx) = self.reqs.reserve(kind, peer, size, tag, mr);
+        // SAFETY: the endpoint is open and connected; the caller's contract keeps `buf..+size`
+        // valid (readable for a send, writable for a receive) until the request finishes; `desc`
+        // is the registration covering it (or null when none is needed); `ctx` is the slot's
+        // stable context, owned by the provider until its completion is read.
+        let ret = unsafe {
+            match kind {
+                Kind::Send => fi::fi_tsend(
+                    self.obj.ep,
+                    buf.cast_const().cast(),
+                    size as usize,
+                    desc,
+                    addr,
+                    tag,
+                    ctx,
+                ),
+                Kind::Recv => fi::fi_trecv(
+                    self.obj.ep,
+                    buf.cast(),
+                    size as usize,
+                    desc,
+                    fi::FI_ADDR_UNSPEC,
+                    tag,
+                    0,
+                    ctx,
+                ),
+            }
+        };
+        if ret == 0 {
+            if let Some(region) = mr {
+                self.mrs.acquire(region);
+            }
+            let request = self.reqs.mark_posted(index);
+            return Ok(Some(Posted {
+                request,
+                payload_copied: false,
+            }));
+        }
+        self.reqs.unreserve(index);
+        if ret == neg(fi::FI_EAGAIN) || (self.enomem_is_backpressure && ret == neg(fi::FI_ENOMEM)) {
+            // Back-pressure: the provider moves on only when its CQ is read (manual progress;
+            // tcp's connection setup answers -FI_EAGAIN until then).
+            self.progress()?;
+            return Ok(None);
+        }
+        Err(NetError::failure(
+            Some(peer),
+            format!(
+                "{}: fi_{} of {size} B tag {tag:#x} to/from rank {peer} failed: {} ({ret})",
+                self.name,
+                if kind == Kind::Send { "tsend" } else { "trecv" },
+                fi_error_text(ret)
+            ),
+        ))
+    }
+
+    /// Reads the CQ: completions and error completions update their requests.
+    ///
+    /// # Errors
+    /// A failure of the CQ itself, or an error completion without a request.
+    fn progress(&mut self) -> Result<(), NetError> {
+        if self.obj.cq.is_null() {
+            return Ok(());
+        }
+        let mut entries: [fi::fi_cq_tagged_entry; CQ_BATCH] = Default::default();
+        for _ in 0..CQ_MAX_BATCHES {
+            // SAFETY: the CQ is open with FI_CQ_FORMAT_TAGGED; `entries` has room for CQ_BATCH
+            // entries of that format.
+            let n = unsafe { fi::fi_cq_read(self.obj.cq, entries.as_mut_ptr().cast(), CQ_BATCH) };
+            if n > 0 {
+                for e in &entries[..n as usize] {
+                    self.on_completion(e);
+                }
+                if (n as usize) < CQ_BATCH {
+                    return Ok(());
+                }
+            } else if n == neg(fi::FI_EAGAIN) {
+                return Ok(());
+            } else if n == neg(fi::FI_EAVAIL) {
+                if !self.read_error()? {
+                    return Ok(());
+                }
+            } else {
+                return Err(NetError::failure(
+                    None,
+                    format!(
+                        "{}: fi_cq_read failed: {} ({n})",
+                        self.name,
+                        fi_error_text(n)
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// One successful completion.
+    fn on_completion(&mut self, e: &fi::fi_cq_tagged_entry) {
+        let Some(index) = self.reqs.index_of_context(e.op_context) else {
+            log::warn!(
+                "{}: completion for an unknown context {:p} (flags {:#x}, tag {:#x}) ignored",
+                self.name,
+                e.op_context,
+                e.flags,
+                e.tag
+            );
+            return;
+        };
+        // Send completions need not fill `len`: report the posted size for them.
+        let slot = self.reqs.slot(index);
+        let size = if slot.kind == Kind::Recv {
+            e.len as u64
+        } else {
+            slot.size
+        };
+        let mr = self.reqs.complete(index, State::Done(size)).mr;
+        if let Some(region) = mr {
+            self.mrs.release(region);
+        }
+    }
+
+    /// Reads one error completion after `-FI_EAVAIL`. Returns `false` if it was not available
+    /// yet (`-FI_EAGAIN` past the retry bound; it is read on a later call).
+    fn read_error(&mut self) -> Result<bool, NetError> {
+        let mut tries = 0;
+        let err = loop {
+            // A zeroed entry each time: err_data_size 0 asks the provider for its own buffer.
+            let mut err = fi::fi_cq_err_entry::default();
+            // SAFETY: the CQ is open; `err` is a zeroed fi_cq_err_entry.
+            let ret = unsafe { fi::fi_cq_readerr(self.obj.cq, &mut err, 0) };
+            if ret > 0 {
+                break err;
+            }
+            if ret == neg(fi::FI_EAGAIN) && tries < READERR_RETRIES {
+                tries += 1;
+                continue;
+            }
+            if ret == neg(fi::FI_EAGAIN) {
+                return Ok(false);
+            }
+            return Err(NetError::failure(
+                None,
+                format!(
+                    "{}: fi_cq_readerr failed: {} ({ret})",
+                    self.name,
+                    fi_error_text(ret)
+                ),
+            ));
+        };
+        let code = err.err.unsigned_abs();
+        let provider_text = {
+            let mut buf = [0 as std::ffi::c_char; 256];
+            // SAFETY: the CQ is open; `err_data` is the provider's, valid until the next CQ
+            // read; `buf` is writable for its length. The result is null, `buf`, or a provider
+            // string, each NUL-terminated.
+            unsafe {
+                let p = fi::fi_cq_strerror(
+                    self.obj.cq,
+                    err.prov_errno,
+                    err.err_data,
+                    buf.as_mut_ptr(),
+                    buf.len(),
+                );
+                if p.is_null() {
+                    String::new()
+                } else {
+                    CStr::from_ptr(p).to_string_lossy().into_owned()
+                }
+            }
+        };
+        let Some(index) = self.reqs.index_of_context(err.op_context) else {
+            return Err(NetError::failure(
+                None,
+                format!(
+                    "{}: error completion without a request: {} (err {code}, prov_errno {}: {provider_text})",
+                    self.name,
+                    fi_error_text(code as isize),
+                    err.prov_errno
+                ),
+            ));
+        };
+        let state = if code == fi::FI_ECANCELED {
+            State::Cancelled
+        } else {
+            let slot = self.reqs.slot(index);
+            let what = if code == fi::FI_ETRUNC {
+                let over = if err.olen > 0 {
+                    format!(" by {} B", err.olen)
+                } else {
+                    String::new()
+                };
+                format!(
+                    "truncated: the message is larger than the posted {} B receive{over}; sizes \
+                     must match exactly",
+                    slot.size
+                )
+            } else {
+                fi_error_text(code as isize)
+            };
+            State::Failed(NetError::failure(
+                Some(slot.peer),
+                format!(
+                    "{}: {} of {} B tag {:#x} with rank {} failed: {what} (err {code}, prov_errno \
+                     {}: {provider_text})",
+                    self.name,
+                    slot.kind.as_str(),
+                    slot.size,
+                    slot.tag,
+                    slot.peer,
+                    err.prov_errno
+                ),
+            ))
+        };
+        if let State::Failed(e) = &state {
+            log::warn!("{e}");
+        }
+        let mr = self.reqs.complete(index, state).mr;
+        if let Some(region) = mr {
+            self.mrs.release(region);
+        }
+        Ok(true)
+    }
+}
+
+impl Transport for LibfabricTransport {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn max_msg_size(&self) -> u64 {
+        self.max_msg
+    }
+
+    fn poll(&mut self) -> Result<(), NetError> {
+        self.check_open()?;
+        self.progress()
+    }
+
+    unsafe fn isend(
+        &mut self,
+        peer: u32,
+        buf: *const u8,
+        size: u64,
+        tag: u64,
+    ) -> Result<Option<Posted>, NetError> {
+        self.post(Kind::Send, peer, buf.cast_mut(), size, tag)
+    }
+
+    unsafe fn irecv(
+        &mut self,
+        peer: u32,
+        buf: *mut u8,
+        size: u64,
+        tag: u64,
+    ) -> Result<Option<Posted>, NetError> {
+        self.post(Kind::Recv, peer, buf, size, tag)
+    }
+
+    fn test(&mut self, request: RequestId) -> Result<TestOutcome, NetError> {
+        let Some(slot) = self.reqs.get(request) else {
+            return Err(NetError::invalid(
+                None,
+                format!("{}: unknown or finished request id {request:#x}", self.name),
+            ));
+        };
+        if slot.state.in_flight() && !self.closed {
+            self.progress()?;
+        }
+        let slot = self
+            .reqs
+            .get(request)
+            .expect("still live: only release frees it");
+        if slot.state.in_flight() {
+            return Ok(TestOutcome::Pending);
+        }
+        match self
+            .reqs
+            .release(request)
+            .expect("finished requests release")
+        {
+            State::Done(size) => Ok(TestOutcome::Done { size }),
+            State::Cancelled => Ok(TestOutcome::Cancelled),
+            State::Failed(e) => Err(e),
+            s => unreachable!("released request in state {s:?}"),
+        }
+    }
+
+    fn cancel(&mut self, request: RequestId) -> Result<(), NetError> {
+        let Some(ctx) = self.reqs.context_of(request) else {
+            return Err(NetError::invalid(
+                None,
+                format!(
+                    "{}: cancel of unknown or finished request id {request:#x}",
+                    self.name
+                ),
+            ));
+        };
+        let index = (request & 0xFFFF_FFFF) as u32;
+        if !self.reqs.slot(index).state.in_flight() || self.obj.ep.is_null() {
+            return Ok(()); // Already finished: the next test reports how.
+        }
+        // SAFETY: the endpoint is open and `ctx` is the context of one of its posted operations.
+        let ret = unsafe { fi::fi_cancel(&mut (*self.obj.ep).fid, ctx) };
+        if ret != 0 && ret != neg(fi::FI_ENOENT) {
+            return Err(NetError::failure(
+                Some(self.reqs.slot(index).peer),
+                format!(
+                    "{}: fi_cancel failed: {} ({ret})",
+                    self.name,
+                    fi_error_text(ret)
+                ),
+            ));
+        }
+        self.reqs.mark_cancelling(index);
+        Ok(())
+    }
+
+    fn register(&mut self, addr: u64, len: u64) -> Result<MrHandle, NetError> {
+        self.check_open()?;
+        if !self.register {
+            return Ok(0);
+        }
+        self.mrs.register(
+            self.obj.domain,
+            self.obj.ep,
+            self.mr_cfg,
+            &self.attrs.provider,
+            addr,
+            len,
+        )
+    }
+
+    fn deregister(&mut self, mr: MrHandle) -> Result<(), NetError> {
+        if mr == 0 || self.closed {
+            return Ok(());
+        }
+        self.mrs.deregister(mr)
+    }
+
+    fn close(&mut self) -> Result<(), NetError> {
+        if self.closed {
+            return Ok(());
+        }
+        self.closed = true;
+        let mut first_err: Option<NetError> = None;
+        // Cancel what is in flight, then drain: tcp answers -FI_EBUSY to fi_close otherwise, and
+        // no buffer may be released while the provider still owns it.
+        if !self.obj.ep.is_null() {
+            for (index, ctx) in self.reqs.uncancelled() {
+                // SAFETY: the endpoint is open and `ctx` is one of its posted operations.
+                let ret = unsafe { fi::fi_cancel(&mut (*self.obj.ep).fid, ctx) };
+                if ret == 0 || ret == neg(fi::FI_ENOENT) {
+                    self.reqs.mark_cancelling(index);
+                }
+            }
+        }
+        let deadline = Instant::now() + self.close_drain;
+        let mut rounds = 0u64;
+        while self.reqs.in_flight() > 0 && Instant::now() < deadline && rounds < 10_000_000 {
+            if let Err(e) = self.progress() {
+                first_err.get_or_insert(e);
+                break;
+            }
+            rounds += 1;
+            if rounds.is_multiple_of(64) {
+                std::thread::yield_now();
+            }
+        }
+        let left = self.reqs.in_flight();
+        if left > 0 {
+            first_err.get_or_insert_with(|| {
+                NetError::failure(
+                    None,
+                    format!(
+                        "{}: {left} requests still in flight after cancelling and draining for \
+                         {:?}; closing the endpoint anyway",
+                        self.name, self.close_drain
+                    ),
+                )
+            });
+        }
+        // Registrations bound to the endpoint (FI_MR_ENDPOINT) are closed before it (as fabtests
+        // do), the others after it.
+        let mr_first = self.attrs.mr_mode & fi::FI_MR_ENDPOINT != 0;
+        if mr_first {
+            if let Err(e) = self.mrs.close_all() {
+                first_err.get_or_insert(e);
+            }
+        }
+        let ep_ret = self.obj.close_ep();
+        if ep_ret == 0 {
+            // The endpoint is gone: the provider touches no buffer and no context any more, so
+            // what is left in flight fails (and its buffers are free).
+            let closed = NetError::failure(
+                None,
+                format!(
+                    "{}: transport closed before the request completed",
+                    self.name
+                ),
+            );
+            self.reqs.fail_all_in_flight(&closed);
+        } else {
+            // The provider may still own contexts and buffers: the requests stay in flight (their
+            // owner must not reuse the buffers) and the contexts are never freed.
+            self.reqs.leak_contexts();
+            first_err.get_or_insert_with(|| {
+                NetError::failure(
+                    None,
+                    format!(
+                        "{}: fi_close(endpoint) failed: {} ({ep_ret}); {} requests stay in flight",
+                        self.name,
+                        fi_error_text(ep_ret as isize),
+                        self.reqs.in_flight()
+                    ),
+                )
+            });
+        }
+        if !mr_first {
+            if let Err(e) = self.mrs.close_all() {
+                first_err.get_or_insert(e);
+            }
+        }
+        if let Some((what, ret)) = self.obj.close_all() {
+            first_err.get_or_insert_with(|| {
+                NetError::failure(
+                    None,
+                    format!(
+                        "{}: fi_close({what}) failed: {} ({ret})",
+                        self.name,
+                        fi_error_text(ret as isize)
+                    ),
+                )
+            });
+        }
+        match first_err {
+            Some(e) => {
+                log::warn!("{e}");
+                Err(e)
+            }
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for LibfabricTransport {
+    fn drop(&mut self) {
+        if let Err(e) = self.close() {
+            log::error!("{}: close on drop: {e}", self.name);
+        }
+    }
+}

@@ -1,0 +1,226 @@
+//! A libfabric-backed [`Comm`] for one process, built from a [`Bootstrap`]: open the endpoint,
+//! all-gather the endpoint names, connect, create the comm with the bootstrap's comm id.
+//!
+//! ```text
+//!  open_with(rank, nranks) ─► all-gather {ok, provider, name | error} ─► connect(names)
+//!        ─► all-gather {connected | error} ─► Comm::new(rank, nranks, comm id)
+//! ```
+//!
+//! Each step's outcome is all-gathered, so a rank that cannot open its endpoint (a provider
+//! that is not offered, say) makes every rank fail at once with a message naming it, instead of
+//! leaving the others to time out. Every rank must pick the same provider; a mismatch is an
+//! error naming both.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use proxy_core::progress::comm::{Comm, CommConfig};
+use proxy_core::progress::device::DeviceCallbacks;
+use proxy_core::progress::net::NetError;
+use proxy_core::time::Clock;
+use proxy_core::NrtStatus;
+
+use proxy_bootstrap::{Bootstrap, BootstrapError};
+
+use crate::{LibfabricTransport, Options};
+
+/// How to build the comm.
+#[derive(Clone, Debug, Default)]
+pub struct LibfabricCommConfig {
+    /// Transport options. `all_ranks_local` is also set when the bootstrap found every rank on
+    /// this host (so the automatic choice may take shm).
+    pub transport: Options,
+    /// Use this comm id instead of the bootstrap's (`< 2^15`).
+    pub comm_id: Option<u32>,
+    /// `stop`'s drain limit instead of the default (1 s).
+    pub drain_limit: Option<Duration>,
+}
+
+/// Why the comm could not be built.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SetupError {
+    /// The bootstrap failed (its own error says on which rank and why).
+    Bootstrap(BootstrapError),
+    /// This rank's transport failed to open or connect.
+    Transport(NetError),
+    /// Another rank failed; its message.
+    Peer {
+        /// The failed rank (the lowest one, when several failed).
+        rank: u32,
+        /// Its error.
+        message: String,
+    },
+    /// The ranks chose different providers.
+    ProviderMismatch {
+        /// This rank's provider.
+        mine: String,
+        /// The first rank with another one.
+        rank: u32,
+        /// Its provider.
+        theirs: String,
+    },
+    /// `Comm::new` rejected the configuration.
+    Comm(NrtStatus),
+}
+
+impl SetupError {
+    /// The status the failure maps to.
+    pub fn status(&self) -> NrtStatus {
+        match self {
+            Self::Bootstrap(e) => e.status(),
+            Self::Transport(e) => e.status,
+            Self::Peer { .. } => NrtStatus::NetworkProxyFailure,
+            Self::ProviderMismatch { .. } => NrtStatus::Invalid,
+            Self::Comm(s) => *s,
+        }
+    }
+}
+
+impl std::fmt::Display for SetupError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Bootstrap(e) => write!(f, "{e}"),
+            Self::Transport(e) => write!(f, "libfabric comm setup: {e}"),
+            Self::Peer { rank, message } => {
+                write!(f, "libfabric comm setup: rank {rank} failed: {message}")
+            }
+            Self::ProviderMismatch { mine, rank, theirs } => write!(
+                f,
+                "libfabric comm setup: this rank uses provider {mine:?}, rank {rank} uses \
+                 {theirs:?} (set FI_PROVIDER or --provider the same on every rank)"
+            ),
+            Self::Comm(s) => write!(f, "libfabric comm setup: comm rejected: {s}"),
+        }
+    }
+}
+
+impl std::error::Error for SetupError {}
+
+impl From<BootstrapError> for SetupError {
+    fn from(e: BootstrapError) -> Self {
+        Self::Bootstrap(e)
+    }
+}
+
+const OK: u8 = 1;
+const FAILED: u8 = 0;
+
+/// A step's outcome as an all-gather blob: `OK` + payload, or `FAILED` + message.
+fn blob(r: Result<&[u8], &str>) -> Vec<u8> {
+    match r {
+        Ok(p) => [&[OK][..], p].concat(),
+        Err(m) => [&[FAILED][..], m.as_bytes()].concat(),
+    }
+}
+
+/// Checks every rank's outcome; returns the payloads by rank.
+fn outcomes(me: u32, blobs: Vec<Vec<u8>>) -> Result<Vec<Vec<u8>>, SetupError> {
+    for (r, b) in blobs.iter().enumerate() {
+        if b.first() != Some(&OK) && r as u32 != me {
+            return Err(SetupError::Peer {
+                rank: r as u32,
+                message: String::from_utf8_lossy(b.get(1..).unwrap_or_default()).into_owned(),
+            });
+        }
+    }
+    Ok(blobs.into_iter().map(|mut b| b.split_off(1)).collect())
+}
+
+/// Opens a libfabric endpoint for this process's rank, exchanges endpoint names through `boot`,
+/// connects, and creates the comm (rank, nranks and comm id from the bootstrap). Every rank of
+/// the bootstrap must call it at the same point.
+///
+/// # Errors
+/// * [`SetupError::Transport`]: this rank's endpoint could not be opened or connected;
+/// * [`SetupError::Peer`]: another rank's could not (every rank reports it);
+/// * [`SetupError::ProviderMismatch`]: the ranks picked different providers;
+/// * [`SetupError::Bootstrap`]: the all-gathers failed (a rank missing, lost, or timed out);
+/// * [`SetupError::Comm`]: the comm id or size is out of range.
+///
+/// # Examples
+/// ```no_run
+/// use std::sync::Arc;
+/// use proxy_bootstrap::{Bootstrap, BootstrapConfig};
+/// use proxy_libfabric::net_setup::{open_libfabric_comm, LibfabricCommConfig};
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let mut boot = Bootstrap::init(&BootstrapConfig::from_env(None, None, None)?)?;
+/// // SAFETY: every host-word address later given to the comm is a live, aligned AtomicU32.
+/// let device = Arc::new(unsafe { proxy_core::progress::device::DirectHostWords::new() });
+/// let clock = Arc::new(proxy_core::time::NoClock);
+/// let comm = open_libfabric_comm(&mut boot, &LibfabricCommConfig::default(), device, clock)?;
+/// # Ok(()) }
+/// ```
+pub fn open_libfabric_comm(
+    boot: &mut Bootstrap,
+    cfg: &LibfabricCommConfig,
+    device: Arc<dyn DeviceCallbacks>,
+    clock: Arc<dyn Clock>,
+) -> Result<Comm, SetupError> {
+    let (rank, nranks) = (boot.rank(), boot.nranks());
+    let mut opts = cfg.transport.clone();
+    opts.all_ranks_local |= boot.all_local();
+
+    // 1. Open, and all-gather {provider, name} or the error.
+    let opened = LibfabricTransport::open_with(rank, nranks, &opts);
+    let mine = match &opened {
+        Ok(t) => {
+            let prov = t.provider().as_bytes();
+            let mut p = Vec::with_capacity(2 + prov.len() + t.local_name().len());
+            p.extend_from_slice(&(prov.len() as u16).to_le_bytes());
+            p.extend_from_slice(prov);
+            p.extend_from_slice(&t.local_name());
+            blob(Ok(&p))
+        }
+        Err(e) => blob(Err(&e.to_string())),
+    };
+    let all = outcomes(rank, boot.all_gather(&mine)?);
+    let mut transport = opened.map_err(SetupError::Transport)?;
+    let all = all?;
+    let mut names = Vec::with_capacity(all.len());
+    for (r, p) in all.iter().enumerate() {
+        let split = |p: &[u8]| -> Option<(String, Vec<u8>)> {
+            let n = u16::from_le_bytes([*p.first()?, *p.get(1)?]) as usize;
+            let prov = p.get(2..2 + n)?;
+            Some((
+                String::from_utf8_lossy(prov).into_owned(),
+                p.get(2 + n..)?.to_vec(),
+            ))
+        };
+        let Some((prov, name)) = split(p) else {
+            return Err(SetupError::Peer {
+                rank: r as u32,
+                message: "malformed endpoint record".into(),
+            });
+        };
+        if prov != transport.provider() {
+            return Err(SetupError::ProviderMismatch {
+                mine: transport.provider().to_owned(),
+                rank: r as u32,
+                theirs: prov,
+            });
+        }
+        names.push(name);
+    }
+
+    // 2. Connect, and all-gather the outcome.
+    let connected = transport.connect(&names);
+    let mine = match &connected {
+        Ok(()) => blob(Ok(&[])),
+        Err(e) => blob(Err(&e.to_string())),
+    };
+    let all = outcomes(rank, boot.all_gather(&mine)?);
+    connected.map_err(SetupError::Transport)?;
+    all?;
+
+    // 3. The comm.
+    let mut config = CommConfig::new(rank, nranks, cfg.comm_id.unwrap_or(boot.comm_id()));
+    if let Some(d) = cfg.drain_limit {
+        config.drain_limit_ns = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+    }
+    log::info!(
+        "rank {rank}/{nranks}: libfabric comm {} on {} connected to {nranks} ranks",
+        config.comm_id,
+        transport.provider()
+    );
+    Comm::new(config, Box::new(transport), device, clock).map_err(SetupError::Comm)
+}

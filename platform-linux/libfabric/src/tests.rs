@@ -1,0 +1,746 @@
+//! Loopback tests of the libfabric transport: two endpoints (rank 0 and 1) in this process, on
+//! `tcp;ofi_rxm` (`FI_TCP_IFACE=lo`, so every address is 127.0.0.1) and on shm.
+//!
+//! Every wait is bounded by a round count and by wall time.
+
+use std::process::Command;
+use std::sync::Once;
+use std::time::{Duration, Instant};
+
+use proxy_core::progress::net::{make_tag, NetError, RequestId, TestOutcome, Transport};
+use proxy_core::NrtStatus;
+
+use super::{LibfabricTransport, Options};
+
+const TCP: &str = "tcp;ofi_rxm";
+const SHM: &str = "shm";
+/// Wall-time bound of every wait.
+const TIME_LIMIT: Duration = Duration::from_secs(60);
+/// Round bound of every wait.
+const MAX_ROUNDS: u64 = 20_000_000;
+/// The sizes of the exchange tests: 0, 1 B, 4 KiB + 1, 1 MiB, 16 MiB.
+const SIZES: [usize; 5] = [0, 1, 4097, 1 << 20, 16 << 20];
+
+type Pair = [LibfabricTransport; 2];
+
+/// Sets the process environment once, before this process's first libfabric call (libfabric
+/// reads it at initialisation): tcp on the loopback interface only.
+fn init() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        std::env::set_var("FI_TCP_IFACE", "lo");
+    });
+}
+
+/// Two connected endpoints, rank 0 and rank 1, names exchanged in-process.
+fn pair(provider: &str, mut opts: Options) -> Pair {
+    init();
+    opts.provider = Some(provider.to_owned());
+    let a = LibfabricTransport::open_with(0, 2, &opts).expect("open rank 0");
+    let b = LibfabricTransport::open_with(1, 2, &opts).expect("open rank 1");
+    let names = vec![a.local_name(), b.local_name()];
+    if a.attrs().addr_format == libfabric_sys::FI_SOCKADDR_IN {
+        for n in &names {
+            // struct sockaddr_in: family (2), port (2), address (4).
+            assert_eq!(
+                &n[4..8],
+                &[127, 0, 0, 1],
+                "tcp must bind to loopback only: {n:?}"
+            );
+        }
+    }
+    let mut ts = [a, b];
+    for t in &mut ts {
+        t.connect(&names).expect("connect");
+    }
+    ts
+}
+
+/// Runs `step` (after polling both endpoints) until it answers true, bounded by rounds and time.
+fn drive(what: &str, ts: &mut Pair, mut step: impl FnMut(&mut Pair) -> bool) {
+    let start = Instant::now();
+    for round in 0..MAX_ROUNDS {
+        for t in ts.iter_mut() {
+            t.poll()
+                .unwrap_or_else(|e| panic!("{what}: poll failed: {e}"));
+        }
+        if step(ts) {
+            return;
+        }
+        assert!(
+            start.elapsed() < TIME_LIMIT,
+            "{what}: not done after {TIME_LIMIT:?} ({round} rounds)"
+        );
+        if round % 256 == 255 {
+            std::thread::yield_now();
+        }
+    }
+    panic!("{what}: not done after {MAX_ROUNDS} rounds");
+}
+
+/// Posts a send, retrying on back-pressure.
+fn send(ts: &mut Pair, from: usize, to: u32, buf: &[u8], tag: u64) -> RequestId {
+    let mut id = None;
+    drive("post send", ts, |ts| {
+        // SAFETY: `buf` outlives the request: every test waits for it (or closes) before
+        // dropping the buffer.
+        match unsafe { ts[from].isend(to, buf.as_ptr(), buf.len() as u64, tag) } {
+            Ok(Some(p)) => {
+                assert!(!p.payload_copied);
+                id = Some(p.request);
+                true
+            }
+            Ok(None) => false,
+            Err(e) => panic!("isend: {e}"),
+        }
+    });
+    id.expect("posted")
+}
+
+/// Posts a receive, retrying on back-pressure.
+fn recv(ts: &mut Pair, at: usize, from: u32, buf: *mut u8, len: usize, tag: u64) -> RequestId {
+    let mut id = None;
+    drive("post recv", ts, |ts| {
+        // SAFETY: `buf..buf+len` is a live buffer that the test does not touch until the
+        // request finished.
+        match unsafe { ts[at].irecv(from, buf, len as u64, tag) } {
+            Ok(Some(p)) => {
+                id = Some(p.request);
+                true
+            }
+            Ok(None) => false,
+            Err(e) => panic!("irecv: {e}"),
+        }
+    });
+    id.expect("posted")
+}
+
+/// Tests `id` at `at` until it finishes.
+fn wait(ts: &mut Pair, at: usize, id: RequestId) -> Result<TestOutcome, NetError> {
+    let mut out = None;
+    drive("wait", ts, |ts| match ts[at].test(id) {
+        Ok(TestOutcome::Pending) => false,
+        r => {
+            out = Some(r);
+            true
+        }
+    });
+    out.expect("finished")
+}
+
+/// Deterministic bytes (xorshift), different per `seed`.
+fn pattern(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+fn close(ts: &mut Pair) {
+    for t in ts.iter_mut() {
+        t.close().unwrap_or_else(|e| panic!("close: {e}"));
+    }
+}
+
+/// Every size, both directions at once, receives posted before or after the sends.
+fn exchange(provider: &str, opts: Options, sizes: &[usize]) {
+    let mut ts = pair(provider, opts);
+    let registers = ts[0].registers_memory();
+    let mut idx = 0u32;
+    for &size in sizes {
+        for recv_first in [true, false] {
+            idx += 1;
+            let src = [
+                pattern(2 * u64::from(idx), size),
+                pattern(2 * u64::from(idx) + 1, size),
+            ];
+            let mut dst = [vec![0xEEu8; size], vec![0xEEu8; size]];
+            let dptr = [dst[0].as_mut_ptr(), dst[1].as_mut_ptr()];
+            // Tag of a message from rank r: the source rank is inside the tag.
+            let tag = |r: u32| make_tag(3, r, 1, 7, idx);
+            let (mut s, mut r) = ([0; 2], [0; 2]);
+            if recv_first {
+                r[1] = recv(&mut ts, 1, 0, dptr[1], size, tag(0));
+                r[0] = recv(&mut ts, 0, 1, dptr[0], size, tag(1));
+            }
+            s[0] = send(&mut ts, 0, 1, &src[0], tag(0));
+            s[1] = send(&mut ts, 1, 0, &src[1], tag(1));
+            if !recv_first {
+                r[1] = recv(&mut ts, 1, 0, dptr[1], size, tag(0));
+                r[0] = recv(&mut ts, 0, 1, dptr[0], size, tag(1));
+            }
+            for at in 0..2 {
+                let want = TestOutcome::Done { size: size as u64 };
+                let case = format!("{provider} {size} B recv_first={recv_first} at rank {at}");
+                assert_eq!(wait(&mut ts, at, s[at]).expect(&case), want, "send {case}");
+                assert_eq!(wait(&mut ts, at, r[at]).expect(&case), want, "recv {case}");
+            }
+            assert!(
+                dst[1] == src[0],
+                "{provider} {size} B rank 0 -> 1 recv_first={recv_first}: data differ"
+            );
+            assert!(
+                dst[0] == src[1],
+                "{provider} {size} B rank 1 -> 0 recv_first={recv_first}: data differ"
+            );
+        }
+    }
+    assert_eq!(ts[0].in_flight() + ts[1].in_flight(), 0);
+    if registers {
+        assert!(
+            ts[0].registrations() > 0,
+            "{provider}: posts registered nothing"
+        );
+    } else {
+        assert_eq!(ts[0].registrations(), 0);
+    }
+
+    // Tags match exactly whatever the order: receives posted in reverse order of the sends.
+    const K: usize = 8;
+    let src: Vec<Vec<u8>> = (0..K).map(|i| pattern(1000 + i as u64, 100 + i)).collect();
+    let mut dst: Vec<Vec<u8>> = (0..K).map(|i| vec![0u8; 100 + i]).collect();
+    let mut rids = [0; K];
+    for i in (0..K).rev() {
+        let p = dst[i].as_mut_ptr();
+        rids[i] = recv(&mut ts, 1, 0, p, 100 + i, make_tag(3, 0, 2, 1, i as u32));
+    }
+    let sids: Vec<_> = (0..K)
+        .map(|i| send(&mut ts, 0, 1, &src[i], make_tag(3, 0, 2, 1, i as u32)))
+        .collect();
+    for i in 0..K {
+        assert!(matches!(
+            wait(&mut ts, 0, sids[i]),
+            Ok(TestOutcome::Done { .. })
+        ));
+        assert_eq!(
+            wait(&mut ts, 1, rids[i]),
+            Ok(TestOutcome::Done {
+                size: 100 + i as u64
+            })
+        );
+    }
+    assert!(
+        dst == src,
+        "{provider}: crossed tags delivered into the wrong buffers"
+    );
+    close(&mut ts);
+}
+
+#[test]
+fn tcp_exchange_all_sizes_both_orders() {
+    exchange(TCP, Options::default(), &SIZES);
+}
+
+#[test]
+fn shm_exchange_all_sizes_both_orders() {
+    exchange(SHM, Options::default(), &SIZES);
+}
+
+#[test]
+fn tcp_exchange_with_forced_registration() {
+    // tcp asks for no registration; forcing it runs the registration cache (and its unique
+    // keys: duplicates fail with -FI_ENOKEY) on this machine, as efa would.
+    exchange(
+        TCP,
+        Options {
+            register_memory: Some(true),
+            ..Options::default()
+        },
+        &SIZES[..4],
+    );
+}
+
+/// Thousands of sends posted before the receiver polls: back-pressure (`Ok(None)`) is hit, and
+/// nothing is lost or reordered (one tag for all: order alone decides the matching).
+fn backpressure(provider: &str, opts: Options) {
+    const N: usize = 5000;
+    const LEN: usize = 64;
+    let mut ts = pair(provider, opts);
+    // Warm-up: connection setup (tcp answers -FI_EAGAIN until it is done).
+    let mut warm = [0u8; 1];
+    let r = recv(&mut ts, 1, 0, warm.as_mut_ptr(), 1, make_tag(1, 0, 0, 0, 0));
+    let s = send(&mut ts, 0, 1, &[7], make_tag(1, 0, 0, 0, 0));
+    wait(&mut ts, 0, s).expect("warm-up send");
+    wait(&mut ts, 1, r).expect("warm-up recv");
+
+    let tag = make_tag(1, 0, 3, 0x3FFF, 0xFFFF);
+    let src: Vec<[u8; LEN]> = (0..N)
+        .map(|i| {
+            let mut m = [0u8; LEN];
+            m[..8].copy_from_slice(&(i as u64).to_le_bytes());
+            m[8..].copy_from_slice(&pattern(i as u64, LEN - 8));
+            m
+        })
+        .collect();
+    let mut dst = vec![[0u8; LEN]; N];
+    let dst_ptr = dst.as_mut_ptr();
+
+    // Phase 1: post sends without anybody polling until the provider pushes back.
+    let (mut sids, mut rids) = (Vec::with_capacity(N), Vec::with_capacity(N));
+    let mut send_pressure = 0u64;
+    while sids.len() < N {
+        // SAFETY: `src` outlives every request (all are waited for below).
+        match unsafe { ts[0].isend(1, src[sids.len()].as_ptr(), LEN as u64, tag) } {
+            Ok(Some(p)) => sids.push(p.request),
+            Ok(None) => {
+                send_pressure += 1;
+                break;
+            }
+            Err(e) => panic!("{provider}: isend {}: {e}", sids.len()),
+        }
+    }
+    let before_pressure = sids.len();
+    assert!(
+        send_pressure > 0,
+        "{provider}: {N} sends posted without back-pressure"
+    );
+
+    // Phase 2: receives in order, remaining sends in order, both retrying; test in order.
+    let (mut recv_pressure, mut sent_done, mut recv_done) = (0u64, 0usize, 0usize);
+    drive("backpressure", &mut ts, |ts| {
+        while rids.len() < N {
+            // SAFETY: element `rids.len()` of `dst` is not touched until its request finished.
+            let p = unsafe { dst_ptr.add(rids.len()) }.cast::<u8>();
+            // SAFETY: as above; the buffer is LEN bytes.
+            match unsafe { ts[1].irecv(0, p, LEN as u64, tag) } {
+                Ok(Some(p)) => rids.push(p.request),
+                Ok(None) => {
+                    recv_pressure += 1;
+                    break;
+                }
+                Err(e) => panic!("{provider}: irecv {}: {e}", rids.len()),
+            }
+        }
+        while sids.len() < N {
+            // SAFETY: as in phase 1.
+            match unsafe { ts[0].isend(1, src[sids.len()].as_ptr(), LEN as u64, tag) } {
+                Ok(Some(p)) => sids.push(p.request),
+                Ok(None) => {
+                    send_pressure += 1;
+                    break;
+                }
+                Err(e) => panic!("{provider}: isend {}: {e}", sids.len()),
+            }
+        }
+        while sent_done < sids.len() {
+            match ts[0].test(sids[sent_done]) {
+                Ok(TestOutcome::Pending) => break,
+                Ok(TestOutcome::Done { size }) => {
+                    assert_eq!(size, LEN as u64);
+                    sent_done += 1;
+                }
+                r => panic!("{provider}: send {sent_done}: {r:?}"),
+            }
+        }
+        while recv_done < rids.len() {
+            match ts[1].test(rids[recv_done]) {
+                Ok(TestOutcome::Pending) => break,
+                Ok(TestOutcome::Done { size }) => {
+                    assert_eq!(size, LEN as u64);
+                    recv_done += 1;
+                }
+                r => panic!("{provider}: recv {recv_done}: {r:?}"),
+            }
+        }
+        sent_done == N && recv_done == N
+    });
+    for (i, (d, s)) in dst.iter().zip(&src).enumerate() {
+        assert!(
+            d == s,
+            "{provider}: message {i} lost or reordered (got #{})",
+            u64::from_le_bytes(d[..8].try_into().unwrap())
+        );
+    }
+    eprintln!(
+        "{provider}: {before_pressure} sends before back-pressure; {send_pressure} send and \
+         {recv_pressure} receive retries"
+    );
+    close(&mut ts);
+}
+
+#[test]
+fn tcp_backpressure_loses_nothing_and_keeps_order() {
+    backpressure(TCP, Options::default());
+}
+
+#[test]
+fn shm_backpressure_loses_nothing_and_keeps_order() {
+    backpressure(SHM, Options::default());
+}
+
+/// The retry storm of issue 7: tiny queues (provider attributes) push back every few posts.
+#[test]
+fn tiny_queues_retry_storm_loses_nothing() {
+    for p in [TCP, SHM] {
+        backpressure(
+            p,
+            Options {
+                tx_size: Some(8),
+                rx_size: Some(8),
+                ..Options::default()
+            },
+        );
+    }
+}
+
+/// A receive smaller than the message fails (never a short receive) with the provider's text.
+fn truncation(provider: &str) {
+    let mut ts = pair(provider, Options::default());
+    let src = pattern(5, 64);
+    let mut dst = vec![0u8; 32];
+    let tag = make_tag(2, 0, 0, 1, 1);
+    let r = recv(&mut ts, 1, 0, dst.as_mut_ptr(), 32, tag);
+    let s = send(&mut ts, 0, 1, &src, tag);
+    let err = wait(&mut ts, 1, r).expect_err("a 64 B message into a 32 B receive must fail");
+    assert_eq!(err.status, NrtStatus::NetworkProxyFailure);
+    assert_eq!(err.peer, Some(0));
+    assert!(
+        err.message.contains("truncated"),
+        "{provider}: {}",
+        err.message
+    );
+    eprintln!("{provider}: truncation reported as: {err}");
+    // The sender's request finishes one way or the other (tcp's connection is dead after a
+    // truncation, libfabric #8274); close must not hang either way.
+    let start = Instant::now();
+    let mut sent = None;
+    while start.elapsed() < Duration::from_secs(5) && sent.is_none() {
+        let _ = ts[1].poll();
+        match ts[0].test(s) {
+            Ok(TestOutcome::Pending) => std::thread::yield_now(),
+            other => sent = Some(other),
+        }
+    }
+    eprintln!("{provider}: sender after truncation: {sent:?}");
+    let t0 = Instant::now();
+    for t in &mut ts {
+        let r = t.close();
+        eprintln!("{provider}: close after truncation: {r:?}");
+    }
+    assert!(
+        t0.elapsed() < Duration::from_secs(10),
+        "close took {:?}",
+        t0.elapsed()
+    );
+    drop(src);
+}
+
+#[test]
+fn tcp_truncation_is_an_error() {
+    truncation(TCP);
+}
+
+#[test]
+fn shm_truncation_is_an_error() {
+    truncation(SHM);
+}
+
+/// A posted receive is cancelled; a receive left in flight is cancelled by close.
+fn cancel_and_close(provider: &str) {
+    let mut ts = pair(provider, Options::default());
+    let mut buf = vec![0u8; 128];
+    let r = recv(
+        &mut ts,
+        1,
+        0,
+        buf.as_mut_ptr(),
+        128,
+        make_tag(4, 0, 0, 0, 1),
+    );
+    assert_eq!(ts[1].test(r), Ok(TestOutcome::Pending));
+    ts[1].cancel(r).expect("cancel");
+    assert_eq!(wait(&mut ts, 1, r), Ok(TestOutcome::Cancelled));
+    assert!(ts[1].test(r).is_err(), "a finished request id is released");
+
+    // Still usable after a cancel.
+    let mut one = [0u8; 1];
+    let r = recv(&mut ts, 1, 0, one.as_mut_ptr(), 1, make_tag(4, 0, 0, 0, 2));
+    let s = send(&mut ts, 0, 1, &[42], make_tag(4, 0, 0, 0, 2));
+    assert_eq!(wait(&mut ts, 0, s), Ok(TestOutcome::Done { size: 1 }));
+    assert_eq!(wait(&mut ts, 1, r), Ok(TestOutcome::Done { size: 1 }));
+    assert_eq!(one, [42]);
+
+    // Close with a receive still posted: close cancels and drains it.
+    let r = recv(
+        &mut ts,
+        1,
+        0,
+        buf.as_mut_ptr(),
+        128,
+        make_tag(4, 0, 0, 0, 3),
+    );
+    ts[1].close().expect("close with a posted receive");
+    assert_eq!(ts[1].in_flight(), 0);
+    assert_eq!(ts[1].test(r), Ok(TestOutcome::Cancelled));
+    // SAFETY: (never runs the post) a closed transport refuses posts.
+    let e = unsafe { ts[1].irecv(0, buf.as_mut_ptr(), 1, 0) }.expect_err("closed");
+    assert!(e.message.contains("closed"), "{e}");
+    ts[0].close().expect("close");
+}
+
+#[test]
+fn tcp_cancel_and_close_with_posted_receive() {
+    cancel_and_close(TCP);
+}
+
+#[test]
+fn shm_cancel_and_close_with_posted_receive() {
+    cancel_and_close(SHM);
+}
+
+#[test]
+fn messages_above_max_msg_size_are_rejected() {
+    let mut ts = pair(
+        TCP,
+        Options {
+            max_msg_size: Some(4096),
+            ..Options::default()
+        },
+    );
+    assert_eq!(ts[0].max_msg_size(), 4096);
+    let big = vec![1u8; 4097];
+    // SAFETY: rejected before anything is posted.
+    let e = unsafe { ts[0].isend(1, big.as_ptr(), 4097, 0) }.expect_err("over the limit");
+    assert_eq!(e.status, NrtStatus::Invalid);
+    assert!(
+        e.message.contains("4097") && e.message.contains("4096"),
+        "{e}"
+    );
+    let mut big_rx = vec![0u8; 4097];
+    // SAFETY: rejected before anything is posted.
+    let e = unsafe { ts[1].irecv(0, big_rx.as_mut_ptr(), 4097, 0) }.expect_err("over the limit");
+    assert!(
+        e.message.contains("4097") && e.message.contains("4096"),
+        "{e}"
+    );
+    // At the limit it goes through.
+    let r = recv(&mut ts, 1, 0, big_rx.as_mut_ptr(), 4096, 9);
+    let s = send(&mut ts, 0, 1, &big[..4096], 9);
+    assert_eq!(wait(&mut ts, 0, s), Ok(TestOutcome::Done { size: 4096 }));
+    assert_eq!(wait(&mut ts, 1, r), Ok(TestOutcome::Done { size: 4096 }));
+    close(&mut ts);
+
+    // The providers' own limits cover the 16 MiB of the exchange tests.
+    for p in [TCP, SHM] {
+        let t = LibfabricTransport::open(Some(p), 0, 1).expect("open");
+        assert!(
+            t.max_msg_size() >= 16 << 20,
+            "{p}: max_msg_size {}",
+            t.max_msg_size()
+        );
+    }
+}
+
+#[test]
+fn bad_arguments_are_rejected() {
+    init();
+    let mut ts = pair(TCP, Options::default());
+    // SAFETY: rejected before anything is posted.
+    let e = unsafe { ts[0].isend(2, [0u8].as_ptr(), 1, 0) }.expect_err("peer out of range");
+    assert_eq!(e.status, NrtStatus::Invalid);
+    assert!(ts[0].test(12345).is_err(), "unknown request id");
+    let names = vec![ts[0].local_name(), ts[1].local_name()];
+    assert!(ts[0].connect(&names).is_err(), "connect twice");
+
+    let mut t = LibfabricTransport::open(Some(TCP), 0, 2).expect("open");
+    let e = t.connect(&names[..1]).expect_err("wrong count");
+    assert_eq!(e.status, NrtStatus::Invalid);
+    let e = t
+        .connect(&[names[1].clone(), names[0].clone()])
+        .expect_err("misordered");
+    assert!(e.message.contains("own name"), "{e}");
+    // SAFETY: rejected before anything is posted.
+    let e = unsafe { t.isend(1, [0u8].as_ptr(), 1, 0) }.expect_err("not connected");
+    assert!(e.message.contains("before connect"), "{e}");
+    assert!(
+        LibfabricTransport::open(Some(TCP), 2, 2).is_err(),
+        "rank >= nranks"
+    );
+}
+
+#[test]
+fn unknown_explicit_provider_is_a_clear_error() {
+    init();
+    let start = Instant::now();
+    let e = LibfabricTransport::open(Some("doesnotexist"), 0, 2)
+        .err()
+        .expect("must fail");
+    assert!(
+        start.elapsed() < Duration::from_secs(10),
+        "took {:?}",
+        start.elapsed()
+    );
+    assert_eq!(e.status, NrtStatus::Invalid);
+    assert!(e.message.contains("\"doesnotexist\""), "{e}");
+    assert!(
+        e.message.contains("tcp;ofi_rxm"),
+        "lists what is offered: {e}"
+    );
+    eprintln!("{e}");
+}
+
+/// Child half of [`fi_provider_env_names_the_provider`]: runs only when that test starts this
+/// binary with `LIBFABRIC_TEST_CHILD=1` and `FI_PROVIDER=doesnotexist` (libfabric reads
+/// `FI_PROVIDER` once per process, so the check needs its own process).
+#[test]
+fn fi_provider_env_child() {
+    if std::env::var_os("LIBFABRIC_TEST_CHILD").is_none() {
+        return;
+    }
+    assert_eq!(std::env::var("FI_PROVIDER").as_deref(), Ok("doesnotexist"));
+    let e = LibfabricTransport::open(None, 0, 2)
+        .err()
+        .expect("must fail");
+    assert!(
+        e.message.contains("doesnotexist") && e.message.contains("FI_PROVIDER"),
+        "{e}"
+    );
+    println!("child error: {e}");
+}
+
+#[test]
+fn fi_provider_env_names_the_provider() {
+    if std::env::var_os("LIBFABRIC_TEST_CHILD").is_some() {
+        return;
+    }
+    let exe = std::env::current_exe().expect("test binary");
+    let mut child = Command::new(exe)
+        .args([
+            "tests::fi_provider_env_child",
+            "--exact",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("LIBFABRIC_TEST_CHILD", "1")
+        .env("FI_PROVIDER", "doesnotexist")
+        .env("FI_TCP_IFACE", "lo")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn the test binary");
+    let start = Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().expect("wait") {
+            break s;
+        }
+        if start.elapsed() > Duration::from_secs(30) {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("FI_PROVIDER=doesnotexist: the process did not exit within 30 s");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let out = child.wait_with_output().expect("output");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        status.success() && stdout.contains("child error:") && stdout.contains("1 passed"),
+        "child failed: {status}\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn automatic_choice_prefers_shm_locally_and_tcp_otherwise() {
+    init();
+    if std::env::var_os("FI_PROVIDER").is_some() {
+        eprintln!("FI_PROVIDER is set: the automatic choice is not exercised");
+        return;
+    }
+    let local = Options {
+        all_ranks_local: true,
+        ..Options::default()
+    };
+    let t = LibfabricTransport::open_with(0, 2, &local).expect("open");
+    assert!(matches!(t.provider(), "efa" | "shm"), "{}", t.provider());
+    let t = LibfabricTransport::open_with(0, 2, &Options::default()).expect("open");
+    assert!(matches!(t.provider(), "efa" | TCP), "{}", t.provider());
+}
+
+/// Buffers whose page ranges share a start but not an end get two registrations, and close
+/// releases both (shm reports a leaked one as -FI_EBUSY from fi_close(domain)).
+#[test]
+fn registrations_sharing_a_start_are_all_released() {
+    let mut ts = pair(SHM, Options::default());
+    assert!(ts[0].registers_memory(), "shm asks for FI_MR_VIRT_ADDR");
+    let buf = vec![0u8; 3 * 4096];
+    let page = (buf.as_ptr() as usize).next_multiple_of(4096) - buf.as_ptr() as usize;
+    let mut dst = [0u8; 64];
+    // One message inside the page, then one straddling into the next page.
+    for (i, off) in [page + 100, page + 4096 - 32].into_iter().enumerate() {
+        let r = recv(&mut ts, 1, 0, dst.as_mut_ptr(), 64, i as u64);
+        let s = send(&mut ts, 0, 1, &buf[off..off + 64], i as u64);
+        assert!(matches!(wait(&mut ts, 0, s), Ok(TestOutcome::Done { .. })));
+        assert!(matches!(wait(&mut ts, 1, r), Ok(TestOutcome::Done { .. })));
+    }
+    assert_eq!(ts[0].registrations(), 2);
+    // A buffer inside either region reuses it.
+    let s = send(&mut ts, 0, 1, &buf[page + 8..page + 72], 5);
+    let r = recv(&mut ts, 1, 0, dst.as_mut_ptr(), 64, 5);
+    assert!(matches!(wait(&mut ts, 0, s), Ok(TestOutcome::Done { .. })));
+    assert!(matches!(wait(&mut ts, 1, r), Ok(TestOutcome::Done { .. })));
+    assert_eq!(ts[0].registrations(), 2);
+    // invalidate drops what covers the buffer, before it is freed.
+    let base = buf.as_ptr() as u64;
+    assert_eq!(ts[0].invalidate(base, buf.len() as u64), Ok(2));
+    assert_eq!(ts[0].registrations(), 0);
+    close(&mut ts);
+}
+
+#[test]
+fn attributes_come_from_the_chosen_entry() {
+    let tcp = pair(TCP, Options::default());
+    let a = tcp[0].attrs();
+    eprintln!("{a:?} name {:?}", tcp[0].local_name());
+    assert_eq!(a.provider, TCP);
+    assert_eq!(
+        a.addr_format,
+        libfabric_sys::FI_SOCKADDR_IN,
+        "tcp on lo: IPv4 addresses"
+    );
+    assert!(
+        !tcp[0].registers_memory(),
+        "tcp;ofi_rxm asks for no registration here"
+    );
+    assert!(a.tx_size > 0 && a.rx_size > 0);
+    let shm = pair(SHM, Options::default());
+    let a = shm[0].attrs();
+    eprintln!(
+        "{a:?} name {:?}",
+        String::from_utf8_lossy(&shm[0].local_name())
+    );
+    assert_eq!(a.provider, SHM);
+    assert_eq!(a.addr_format, libfabric_sys::FI_ADDR_STR);
+    assert_ne!(a.mr_mode & libfabric_sys::FI_MR_VIRT_ADDR, 0);
+    assert!(shm[0].registers_memory());
+    assert_eq!(tcp[0].name(), "libfabric/tcp;ofi_rxm");
+}
+
+/// A message shorter than its receive completes with the message's size (the caller, which
+/// knows the expected size, decides; `Done.size` is what arrived).
+#[test]
+fn shorter_message_reports_its_size() {
+    for p in [TCP, SHM] {
+        let mut ts = pair(p, Options::default());
+        let mut dst = vec![0u8; 64];
+        let src = pattern(9, 32);
+        let r = recv(&mut ts, 1, 0, dst.as_mut_ptr(), 64, 77);
+        let s = send(&mut ts, 0, 1, &src, 77);
+        assert_eq!(
+            wait(&mut ts, 0, s),
+            Ok(TestOutcome::Done { size: 32 }),
+            "{p}"
+        );
+        assert_eq!(
+            wait(&mut ts, 1, r),
+            Ok(TestOutcome::Done { size: 32 }),
+            "{p}"
+        );
+        assert_eq!(&dst[..32], &src[..], "{p}");
+        close(&mut ts);
+    }
+}

@@ -1,0 +1,414 @@
+//! Multi-process tests over libfabric on loopback (127.0.0.1, `FI_TCP_IFACE=lo`): this test
+//! binary re-executes itself, one process per rank, through the bootstrap's local launcher.
+//! A child runs the ignored test `child_entry` with `MULTIPROC_SCENARIO` set and reports one
+//! `RESULT key=value ...` line on stdout.
+//!
+//! * send/recv through the full proxy protocol (a `Comm` per process, `start` / `progress`
+//!   on host-memory words, a device thread that writes `-1`, raises host indices and waits on
+//!   the semaphores), 2 and 4 processes, `tcp;ofi_rxm` and shm, 1 B, 4 KiB + 1, 1 MiB, 16 MiB,
+//!   two executions, data checked;
+//! * a peer killed mid-transfer: the survivor's progress fails (`NRT_NETWORK_PROXY_FAILURE`) or
+//!   its no-progress timeout reports `NRT_TIMEOUT`, within the configured timeout, and its comm
+//!   is dropped without hanging;
+//! * bootstrap with one rank missing (a leaf, or the root): every present rank reports the error
+//!   within the timeout;
+//! * connections that do not speak the bootstrap protocol are ignored.
+//!
+//! Every wait is bounded by time (and the device/proxy loops by the no-progress timeout); the
+//! process groups run one at a time (the machine has few cores).
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::net::TcpStream;
+use std::process::Command;
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use proxy_bootstrap::launch::{free_loopback_root, LocalLaunch, OutStream};
+
+#[path = "multiproc/child.rs"]
+mod child;
+
+const SCENARIO_ENV: &str = "MULTIPROC_SCENARIO";
+const PROVIDER_ENV: &str = "MULTIPROC_PROVIDER";
+const VICTIM_ENV: &str = "MULTIPROC_VICTIM";
+const TASK_TIMEOUT_ENV: &str = "MULTIPROC_TASK_TIMEOUT_MS";
+
+const TCP: &str = "tcp;ofi_rxm";
+const SHM: &str = "shm";
+
+/// The entry point of every child process (does nothing in a normal test run).
+#[test]
+#[ignore = "entry point of the child processes of the multi-process tests"]
+fn child_entry() {
+    if let Ok(s) = std::env::var(SCENARIO_ENV) {
+        child::main(&s);
+    }
+}
+
+/// One process group at a time.
+fn serial() -> MutexGuard<'static, ()> {
+    static SERIAL: Mutex<()> = Mutex::new(());
+    SERIAL.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn child_command(scenario: &str, provider: &str) -> Command {
+    let mut c = Command::new(std::env::current_exe().expect("test binary path"));
+    c.args([
+        "child_entry",
+        "--exact",
+        "--ignored",
+        "--nocapture",
+        "--test-threads=1",
+        "-q",
+    ])
+    .env(SCENARIO_ENV, scenario)
+    .env(PROVIDER_ENV, provider)
+    // tcp on the loopback interface only; never another address.
+    .env("FI_TCP_IFACE", "lo")
+    .env_remove("FI_PROVIDER")
+    .env("NEURON_RT_BOOTSTRAP_TIMEOUT", "60")
+    .env(
+        "NEURON_RT_LOG_LEVEL",
+        std::env::var("NEURON_RT_LOG_LEVEL").unwrap_or_else(|_| "WARN".into()),
+    );
+    c
+}
+
+/// The `RESULT` line of `rank`, as key → value.
+fn result(l: &LocalLaunch, rank: u32) -> HashMap<String, String> {
+    let lines = l.output(rank, OutStream::Stdout);
+    let line = lines
+        .iter()
+        .rev()
+        .find(|s| s.starts_with("RESULT "))
+        .unwrap_or_else(|| panic!("rank {rank} printed no RESULT line; stdout: {lines:#?}"));
+    line["RESULT ".len()..]
+        .split_whitespace()
+        .filter_map(|kv| kv.split_once('='))
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect()
+}
+
+fn stderr_of(l: &LocalLaunch, rank: u32) -> String {
+    l.output(rank, OutStream::Stderr).join("\n")
+}
+
+/// Launches `ranks` of `nranks` with `scenario`, waits at most `limit`.
+fn launch(
+    nranks: u32,
+    ranks: &[u32],
+    scenario: &str,
+    provider: &str,
+    env: &[(&str, &str)],
+    limit: Duration,
+) -> (LocalLaunch, Vec<proxy_bootstrap::launch::RankExit>) {
+    let mut l = LocalLaunch::new(nranks, free_loopback_root().unwrap(), true);
+    for &r in ranks {
+        let mut c = child_command(scenario, provider);
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        l.spawn(r, c).expect("spawn");
+    }
+    let exits = l.wait_all(limit);
+    (l, exits)
+}
+
+// ---------------------------------------------------------------------------------------------
+// send/recv through the full proxy protocol
+
+fn sendrecv(nranks: u32, provider: &str) {
+    exchange("sendrecv", nranks, provider);
+}
+
+/// Runs `scenario` ("sendrecv": the comm driven directly; "driver": through proxy queues,
+/// network and barrier tasks) on `nranks` processes; every rank must check every byte.
+fn exchange(scenario: &str, nranks: u32, provider: &str) {
+    let _g = serial();
+    let ranks: Vec<u32> = (0..nranks).collect();
+    let start = Instant::now();
+    let (l, exits) = launch(
+        nranks,
+        &ranks,
+        scenario,
+        provider,
+        &[],
+        Duration::from_secs(240),
+    );
+    for e in &exits {
+        assert!(
+            e.success(),
+            "{provider} x{nranks}: rank {} ended {:?} (killed at deadline: {}); stderr:\n{}",
+            e.rank,
+            e.status,
+            e.killed_at_deadline,
+            stderr_of(&l, e.rank)
+        );
+        let r = result(&l, e.rank);
+        assert_eq!(r["status"], "ok", "rank {}: {r:?}", e.rank);
+        assert_eq!(
+            r["checked_bytes"],
+            child::expected_checked_bytes().to_string()
+        );
+    }
+    eprintln!(
+        "{provider} x{nranks}: {} processes passed in {:.1} s",
+        nranks,
+        start.elapsed().as_secs_f64()
+    );
+}
+
+#[test]
+fn sendrecv_2_processes_tcp() {
+    sendrecv(2, TCP);
+}
+
+#[test]
+fn sendrecv_4_processes_tcp() {
+    sendrecv(4, TCP);
+}
+
+#[test]
+fn sendrecv_2_processes_shm() {
+    sendrecv(2, SHM);
+}
+
+#[test]
+fn sendrecv_4_processes_shm() {
+    sendrecv(4, SHM);
+}
+
+// ---------------------------------------------------------------------------------------------
+// send/recv through the driver: proxy queue worker, network tasks, barrier tasks across processes
+
+#[test]
+fn driver_2_processes_tcp() {
+    exchange("driver", 2, TCP);
+}
+
+#[test]
+fn driver_4_processes_tcp() {
+    exchange("driver", 4, TCP);
+}
+
+#[test]
+fn driver_2_processes_shm() {
+    exchange("driver", 2, SHM);
+}
+
+// ---------------------------------------------------------------------------------------------
+// a peer killed mid-transfer
+
+/// The shm provider names its regions `/dev/shm/<pid>:...`; a killed process (and a survivor
+/// that closed with requests in flight) leaves them behind. Removes those of our children.
+fn remove_shm_regions(pids: &[u32]) {
+    let Ok(dir) = std::fs::read_dir("/dev/shm") else {
+        return;
+    };
+    for e in dir.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if pids.iter().any(|p| name.starts_with(&format!("{p}:"))) {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
+}
+
+/// Kills `victim` once it is mid-transfer; the survivor's comm must fail (or time out) within
+/// the task timeout and be dropped without hanging. `scenario` "kill" drives the comm directly,
+/// "driver_kill" through a proxy queue (the network task ends DONE with the failure).
+fn killed_peer(provider: &str, victim: u32) {
+    kill_scenario("kill", provider, victim);
+}
+
+fn kill_scenario(scenario: &str, provider: &str, victim: u32) {
+    let _g = serial();
+    let task_timeout_ms = 3000u64;
+    let mut l = LocalLaunch::new(2, free_loopback_root().unwrap(), true);
+    let tt = task_timeout_ms.to_string();
+    let v = victim.to_string();
+    for r in 0..2 {
+        let mut c = child_command(scenario, provider);
+        c.env(TASK_TIMEOUT_ENV, &tt).env(VICTIM_ENV, &v);
+        l.spawn(r, c).expect("spawn");
+    }
+    let pids: Vec<u32> = (0..2).filter_map(|r| l.pid(r)).collect();
+    let ready = l.wait_line(victim, Duration::from_secs(120), |s| s == "KILL_ME");
+    assert!(
+        ready.is_some(),
+        "{provider}: the victim never got mid-transfer; stderr:\n{}",
+        stderr_of(&l, victim)
+    );
+    // Let the survivor's large sends get going, then kill.
+    std::thread::sleep(Duration::from_millis(200));
+    let killed_at = Instant::now();
+    l.kill(victim).expect("kill");
+    // Failure detection (at most the task timeout), stop (drain limit 1 s per stream), and the
+    // comm's drop (close drain 1 s) are all bounded.
+    let bound = Duration::from_millis(task_timeout_ms) + Duration::from_secs(15);
+    let exits = l.wait_all(bound + Duration::from_secs(5));
+    remove_shm_regions(&pids);
+    let survivor = 1 - victim;
+    let e = exits.iter().find(|e| e.rank == survivor).unwrap();
+    let took = killed_at.elapsed();
+    assert!(
+        e.success(),
+        "{provider}: survivor ended {:?} (killed at deadline: {}); stderr:\n{}",
+        e.status,
+        e.killed_at_deadline,
+        stderr_of(&l, survivor)
+    );
+    let r = result(&l, survivor);
+    eprintln!(
+        "{provider}: survivor rank {survivor} reported {r:?}, exited {took:?} after the kill"
+    );
+    assert!(
+        r["status"] == "NRT_NETWORK_PROXY_FAILURE" || r["status"] == "NRT_TIMEOUT",
+        "{provider}: survivor: {r:?}"
+    );
+    if let Some(idle) = r.get("idle_ms") {
+        let detect_ms: u64 = idle.parse().unwrap();
+        assert!(
+            detect_ms <= task_timeout_ms + 1000,
+            "{provider}: detected after {detect_ms} ms without progress (timeout \
+             {task_timeout_ms} ms)"
+        );
+    }
+    assert!(
+        took < bound,
+        "{provider}: survivor needed {took:?} after the kill"
+    );
+    // The survivor's bootstrap noticed the lost peer too.
+    assert_ne!(r["boot"], "ok", "{r:?}");
+}
+
+#[test]
+#[ignore = "libfabric 1.17 tcp;ofi_rxm: a survivor of a peer killed mid-transfer segfaults inside the provider ~1 run in 30 (ofiwg/libfabric#7367); the shm twin runs in CI; run with --ignored"]
+fn killed_peer_tcp() {
+    killed_peer(TCP, 1);
+}
+
+#[test]
+fn killed_peer_shm() {
+    // The root (rank 0) is the victim here: the leaf's bootstrap loses its root.
+    killed_peer(SHM, 0);
+}
+
+#[test]
+#[ignore = "libfabric 1.17 tcp;ofi_rxm: a survivor of a peer killed mid-transfer segfaults inside the provider ~1 run in 30 (ofiwg/libfabric#7367); the shm twin runs in CI; run with --ignored"]
+fn killed_peer_driver_tcp() {
+    kill_scenario("driver_kill", TCP, 0);
+}
+
+#[test]
+fn killed_peer_driver_shm() {
+    kill_scenario("driver_kill", SHM, 1);
+}
+
+// ---------------------------------------------------------------------------------------------
+// bootstrap
+
+/// Launches `present` of 4 ranks with bootstrap timeout `timeout_s`: every present rank must
+/// report `NRT_TIMEOUT` within the timeout, the root naming the missing rank, and (with a timeout
+/// above 10 s) every rank must have warned at 10 s with its cumulative wait.
+fn missing_rank(present: &[u32], missing: u32, timeout_s: u32) {
+    let _g = serial();
+    let t = timeout_s.to_string();
+    let (l, exits) = launch(
+        4,
+        present,
+        "bootstrap",
+        TCP,
+        &[("NEURON_RT_BOOTSTRAP_TIMEOUT", &t)],
+        Duration::from_secs(u64::from(timeout_s) + 30),
+    );
+    assert_eq!(exits.len(), present.len());
+    for e in &exits {
+        assert!(
+            e.success(),
+            "rank {} ended {:?}; stderr:\n{}",
+            e.rank,
+            e.status,
+            stderr_of(&l, e.rank)
+        );
+        let r = result(&l, e.rank);
+        assert_eq!(r["status"], "NRT_TIMEOUT", "rank {}: {r:?}", e.rank);
+        let ms: f64 = r["elapsed_ms"].parse().unwrap();
+        assert!(
+            ms <= f64::from(timeout_s) * 1000.0 + 700.0,
+            "rank {} reported after {ms} ms (timeout {timeout_s} s)",
+            e.rank
+        );
+        let err = stderr_of(&l, e.rank);
+        assert!(err.contains("timed out"), "rank {}: {err}", e.rank);
+        if e.rank == 0 {
+            assert!(
+                err.contains(&format!("ranks [{missing}]")),
+                "root must name the missing rank: {err}"
+            );
+        }
+        if timeout_s > 10 {
+            assert!(
+                err.contains("still waiting for") && err.contains("after 10.0 s"),
+                "rank {} must warn at 10 s: {err}",
+                e.rank
+            );
+        }
+    }
+}
+
+#[test]
+fn bootstrap_missing_leaf_fails_every_present_rank() {
+    missing_rank(&[0, 1, 3], 2, 11);
+}
+
+#[test]
+fn bootstrap_missing_root_fails_every_present_rank() {
+    missing_rank(&[1, 2, 3], 0, 3);
+}
+
+#[test]
+fn bootstrap_ignores_connections_without_the_magic() {
+    let _g = serial();
+    let mut l = LocalLaunch::new(3, free_loopback_root().unwrap(), true);
+    l.spawn(0, child_command("bootstrap", TCP)).unwrap();
+    // Strangers reach the root before the real ranks: an HTTP request, one that goes silent.
+    let start = Instant::now();
+    let mut http = loop {
+        match TcpStream::connect(l.root()) {
+            Ok(s) => break s,
+            Err(e) => {
+                assert!(
+                    start.elapsed() < Duration::from_secs(60),
+                    "root never listened: {e}"
+                );
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+    };
+    http.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let _silent = TcpStream::connect(l.root()).unwrap();
+    for r in 1..3 {
+        l.spawn(r, child_command("bootstrap", TCP)).unwrap();
+    }
+    let exits = l.wait_all(Duration::from_secs(60));
+    for e in &exits {
+        assert!(
+            e.success(),
+            "rank {}: {:?}\n{}",
+            e.rank,
+            e.status,
+            stderr_of(&l, e.rank)
+        );
+        let r = result(&l, e.rank);
+        assert_eq!(r["status"], "ok", "rank {}: {r:?}", e.rank);
+    }
+    let comm_ids: Vec<String> = (0..3).map(|r| result(&l, r)["comm_id"].clone()).collect();
+    assert!(comm_ids.windows(2).all(|w| w[0] == w[1]), "{comm_ids:?}");
+    assert!(
+        stderr_of(&l, 0).contains("does not speak the bootstrap protocol"),
+        "the root must log the dropped stranger:\n{}",
+        stderr_of(&l, 0)
+    );
+}

@@ -1,0 +1,228 @@
+//! `proxy-perf`'s command line, with nccl-tests' conventions (`-b -e -f -i -n -w -c -d -o -r`).
+
+use clap::{Parser, ValueEnum};
+use proxy_collectives::planner::{Algorithm, Collective, DataType, RedOp, DEFAULT_CHUNK_BYTES};
+
+/// The collective, as named on the command line.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum CollArg {
+    /// All-reduce (ring: reduce-scatter then all-gather).
+    AllReduce,
+    /// All-gather.
+    AllGather,
+    /// Reduce-scatter.
+    ReduceScatter,
+    /// Broadcast from `--root`.
+    Broadcast,
+    /// Rank r sends to r+1 and receives from r−1.
+    SendRecv,
+    /// All-to-all (pairwise).
+    AllToAll,
+}
+
+impl From<CollArg> for Collective {
+    fn from(c: CollArg) -> Self {
+        match c {
+            CollArg::AllReduce => Collective::AllReduce,
+            CollArg::AllGather => Collective::AllGather,
+            CollArg::ReduceScatter => Collective::ReduceScatter,
+            CollArg::Broadcast => Collective::Broadcast,
+            CollArg::SendRecv => Collective::SendRecv,
+            CollArg::AllToAll => Collective::AllToAll,
+        }
+    }
+}
+
+/// The transport between ranks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum TransportArg {
+    /// In-process transport: every rank is a thread group of this process.
+    Mem,
+    /// libfabric (EFA on AWS; shm and tcp here): one process per rank (needs a binary built
+    /// with the `libfabric` feature).
+    Libfabric,
+}
+
+/// The libfabric provider, as named on the command line.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ProviderArg {
+    /// `tcp;ofi_rxm` (sockets; on this machine bound to the loopback interface).
+    Tcp,
+    /// `shm` (shared memory between the processes of one host).
+    Shm,
+    /// `efa` (AWS Elastic Fabric Adapter).
+    Efa,
+}
+
+impl ProviderArg {
+    /// The libfabric provider name (`fi_info` spelling) this choice stands for.
+    pub fn fi_name(self) -> &'static str {
+        match self {
+            Self::Tcp => "tcp;ofi_rxm",
+            Self::Shm => "shm",
+            Self::Efa => "efa",
+        }
+    }
+}
+
+/// The algorithm, as named on the command line.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum AlgoArg {
+    /// By size: direct (fewest network steps) for small, ring for large.
+    Auto,
+    /// Ring (bandwidth).
+    Ring,
+    /// Direct exchange (latency: one network step).
+    Direct,
+}
+
+impl From<AlgoArg> for Algorithm {
+    fn from(a: AlgoArg) -> Self {
+        match a {
+            AlgoArg::Auto => Algorithm::Auto,
+            AlgoArg::Ring => Algorithm::Ring,
+            AlgoArg::Direct => Algorithm::Direct,
+        }
+    }
+}
+
+/// Parses a byte size with an optional K/M/G suffix (powers of 1024; `B` / `iB` accepted).
+///
+/// # Errors
+/// A message for an empty, malformed or overflowing size.
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let t = t
+        .strip_suffix("iB")
+        .or_else(|| t.strip_suffix('B'))
+        .unwrap_or(t);
+    let (num, mul) = match t.chars().last() {
+        Some('k' | 'K') => (&t[..t.len() - 1], 1u64 << 10),
+        Some('m' | 'M') => (&t[..t.len() - 1], 1 << 20),
+        Some('g' | 'G') => (&t[..t.len() - 1], 1 << 30),
+        _ => (t, 1),
+    };
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("'{s}' is not a size (e.g. 8, 64K, 16M, 1G)"))?;
+    n.checked_mul(mul)
+        .ok_or_else(|| format!("'{s}' is too large"))
+}
+
+fn parse_dtype(s: &str) -> Result<DataType, String> {
+    DataType::from_name(s).ok_or_else(|| {
+        format!("unknown type '{s}' (float, double, half, bfloat16, int32, uint8; or f32, f64, f16, bf16, i32, u8)")
+    })
+}
+
+fn parse_op(s: &str) -> Result<RedOp, String> {
+    RedOp::from_name(s).ok_or_else(|| format!("unknown op '{s}' (sum, prod, min, max)"))
+}
+
+/// `proxy-perf`: nccl-tests-style bandwidth and latency of collectives through the whole
+/// proxy & progress engine (planner → device emulator → proxy → seam → send/recv ops →
+/// transport), every output byte checked.
+#[derive(Clone, Debug, Parser)]
+#[command(name = "proxy-perf", version, about, long_about = None)]
+pub struct Args {
+    /// The collective to run.
+    #[arg(value_enum)]
+    pub collective: CollArg,
+    /// Smallest size in bytes (K/M/G suffixes).
+    #[arg(short = 'b', long = "minbytes", default_value = "32M", value_parser = parse_size)]
+    pub min_bytes: u64,
+    /// Largest size in bytes (K/M/G suffixes).
+    #[arg(short = 'e', long = "maxbytes", default_value = "32M", value_parser = parse_size)]
+    pub max_bytes: u64,
+    /// Multiply the size by this factor between rows (used when `-i` is 0).
+    #[arg(short = 'f', long = "stepfactor", default_value_t = 2)]
+    pub step_factor: u64,
+    /// Add this many bytes between rows (0 = use the factor).
+    #[arg(short = 'i', long = "stepbytes", default_value = "0", value_parser = parse_size)]
+    pub step_bytes: u64,
+    /// Timed iterations per size.
+    #[arg(short = 'n', long = "iters", default_value_t = 20)]
+    pub iters: u32,
+    /// Warm-up iterations per size (not timed).
+    #[arg(short = 'w', long = "warmup_iters", default_value_t = 5)]
+    pub warmup: u32,
+    /// Checked runs per size after the timed ones (0 = no check, `#wrong` prints N/A).
+    #[arg(short = 'c', long = "check", default_value_t = 1)]
+    pub check: u32,
+    /// Data type: float, double, half, bfloat16, int32, uint8 (or f32, f64, f16, bf16, i32, u8).
+    #[arg(short = 'd', long = "datatype", default_value = "float", value_parser = parse_dtype)]
+    pub dtype: DataType,
+    /// Reduction op: sum, prod, min, max.
+    #[arg(short = 'o', long = "op", default_value = "sum", value_parser = parse_op)]
+    pub op: RedOp,
+    /// Root rank (broadcast).
+    #[arg(short = 'r', long = "root", default_value_t = 0)]
+    pub root: u32,
+    /// Number of ranks.
+    #[arg(long, default_value_t = 2)]
+    pub ranks: u32,
+    /// Transport between ranks.
+    #[arg(long, value_enum, default_value_t = TransportArg::Mem)]
+    pub transport: TransportArg,
+    /// libfabric provider (with `--transport libfabric`); without it `FI_PROVIDER`, else the
+    /// automatic choice (efa, else shm when every rank is on this host, else tcp).
+    #[arg(long, value_enum)]
+    pub provider: Option<ProviderArg>,
+    /// Load the progress half from this library (`libnccom_proxy.so` or another build of its C
+    /// ABI) with `dlopen`: comms are created through its init half and every network task
+    /// calls its seam. Without it the progress half is the in-process one.
+    #[arg(long, value_name = "PATH")]
+    pub progress_lib: Option<std::path::PathBuf>,
+    /// One execution whose block schedule repeats the collective's block `-n` times (the ops
+    /// are recycled between iterations) instead of one execution per iteration.
+    #[arg(long = "loop")]
+    pub loop_mode: bool,
+    /// Algorithm: auto (by size), ring, direct.
+    #[arg(long, value_enum, default_value_t = AlgoArg::Auto)]
+    pub algo: AlgoArg,
+    /// Largest FIFO entry (pipeline chunk) in bytes.
+    #[arg(long, default_value_t = DEFAULT_CHUNK_BYTES, value_parser = parse_size)]
+    pub chunk: u64,
+    /// Pin rank r's device emulator to CPU r mod ncpus. Driver workers follow
+    /// `NEURON_RT_LOW_LATENCY_TASKS_CPU_AFFINITY`.
+    #[arg(long)]
+    pub pin: bool,
+    /// Ranks per network proxy (overrides `NEURON_RT_RANKS_PER_NETWORK_PROXY`).
+    #[arg(long)]
+    pub ranks_per_proxy: Option<u32>,
+    /// Write every row as JSON to this file.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<std::path::PathBuf>,
+    /// Draw busbw against size as an SVG to this file.
+    #[arg(long, value_name = "FILE.svg")]
+    pub plot: Option<std::path::PathBuf>,
+    /// Testing: the emulator of the last rank flips one byte of one received chunk in every
+    /// execution (the run must then report wrong values and fail).
+    #[arg(long, hide = true)]
+    pub fault_inject: bool,
+}
+
+impl Args {
+    /// The sizes of the sweep in bytes, each rounded down to whole elements (at least one).
+    pub fn sizes(&self) -> Vec<u64> {
+        let elt = self.dtype.size() as u64;
+        let mut v = Vec::new();
+        let mut s = self.min_bytes.max(1);
+        while s <= self.max_bytes.max(self.min_bytes) && v.len() < 4096 {
+            let r = (s / elt).max(1) * elt;
+            if v.last() != Some(&r) {
+                v.push(r);
+            }
+            let next = if self.step_bytes > 0 {
+                s.saturating_add(self.step_bytes)
+            } else {
+                s.saturating_mul(self.step_factor.max(2))
+            };
+            if next == s {
+                break;
+            }
+            s = next;
+        }
+        v
+    }
+}

@@ -1,0 +1,538 @@
+//! The proxy side of `proxy-perf` behind one small trait, [`Engine`]: the full driver
+//! ([`DriverEngine`]: proxy queues, worker threads, network and barrier tasks, status rings).
+//!
+//! It goes through [`counting_seam`]: the in-process seam with a counter on `start`, so tests can
+//! check that `--loop` files each block once per stream for the whole run. The driver engine
+//! also steps comms of a progress half loaded with `dlopen` ([`EngineComm::Loaded`], through
+//! [`counting_loaded_seam`]) and runs its barrier tasks over the bootstrap connections when the
+//! ranks are processes ([`EngineBarrier::Bootstrap`]).
+
+use std::ffi::c_void;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use proxy_collectives::planner::Fifos;
+use proxy_core::driver::queue::TaskBox;
+use proxy_core::driver::record::TaskRecord;
+use proxy_core::driver::registry::Membership;
+use proxy_core::driver::task::{
+    BarrierChannel, BarrierTask, BarrierTaskSpec, BarrierTicket, BlockFifos, CommHandle,
+    NetworkTask, NetworkTaskSpec, SharedMemBarrier, SharedMemBarrierEndpoint,
+};
+use proxy_core::driver::trigger::{HostWord, TriggerWords};
+use proxy_core::driver::wake::Waiter;
+use proxy_core::progress::comm::Comm;
+use proxy_core::progress::desc::{NetDestAddr, NetOpInfo, NetSrcAddr};
+use proxy_core::seam::{
+    in_process_progress, in_process_start, in_process_stop, SeamTable, StartFn,
+};
+use proxy_core::status::NrtStatus;
+
+use proxy_bootstrap::SharedBootstrap;
+use proxy_emulator::WaitPolicy;
+use proxy_runtime::loader::LoadedComm;
+use proxy_runtime::{Config, LinuxRegistry};
+
+/// `start` calls made through [`counting_seam`] in this process.
+static SEAM_STARTS: AtomicU64 = AtomicU64::new(0);
+
+/// `start` calls made through [`counting_seam`] so far in this process.
+pub fn seam_starts() -> u64 {
+    SEAM_STARTS.load(Ordering::Relaxed)
+}
+
+/// `neuronStartNetworkProxy` of the in-process seam, counted.
+///
+/// # Safety
+/// As [`in_process_start`].
+unsafe extern "C" fn counting_start(
+    comm: *mut c_void,
+    stream: u32,
+    bb: u32,
+    ops: *const NetOpInfo,
+    n_ops: usize,
+    src: *const NetSrcAddr,
+    n_src: usize,
+    dst: *const NetDestAddr,
+    n_dst: usize,
+) -> u32 {
+    SEAM_STARTS.fetch_add(1, Ordering::Relaxed);
+    // SAFETY: forwarded under this function's contract.
+    unsafe { in_process_start(comm, stream, bb, ops, n_ops, src, n_src, dst, n_dst) }
+}
+
+/// The in-process seam with a counter on `start` ([`seam_starts`]).
+///
+/// Seed: the neuron-slot table, §1 (here filled in-process, wrapped).
+pub const fn counting_seam() -> SeamTable {
+    SeamTable {
+        start: counting_start,
+        progress: in_process_progress,
+        stop: in_process_stop,
+    }
+}
+
+/// `neuronStartNetworkProxy` of the loaded library that [`counting_loaded_seam`] forwards to
+/// (the first library wrapped in this process).
+static LOADED_START: std::sync::OnceLock<StartFn> = std::sync::OnceLock::new();
+
+/// `neuronStartNetworkProxy` of a loaded library ([`LOADED_START`]), counted.
+///
+/// # Safety
+/// As the library's `neuronStartNetworkProxy`: `comm` a live comm of that library.
+unsafe extern "C" fn counting_loaded_start(
+    comm: *mut c_void,
+    stream: u32,
+    bb: u32,
+    ops: *const NetOpInfo,
+    n_ops: usize,
+    src: *const NetSrcAddr,
+    n_src: usize,
+    dst: *const NetDestAddr,
+    n_dst: usize,
+) -> u32 {
+    let Some(start) = LOADED_START.get() else {
+        // Unreachable: the table is handed out only after the cell is set.
+        return NrtStatus::Failure.code();
+    };
+    SEAM_STARTS.fetch_add(1, Ordering::Relaxed);
+    // SAFETY: forwarded under this function's contract to the library's own entry point.
+    unsafe { start(comm, stream, bb, ops, n_ops, src, n_src, dst, n_dst) }
+}
+
+/// A loaded library's seam table with a counter on `start` ([`seam_starts`]), as
+/// [`counting_seam`] is for the in-process one. Only the first library wrapped in a process is
+/// counted (the wrapper has no state but a static); another library's table is returned as it
+/// is, uncounted, with a log line.
+///
+/// Seed: the neuron-slot table filled by `dlopen`, §1 (wrapped).
+pub fn counting_loaded_seam(table: SeamTable) -> SeamTable {
+    let first = *LOADED_START.get_or_init(|| table.start);
+    if first as usize != table.start as usize {
+        log::warn!(
+            "a second progress-half library in this process: its start calls are not counted"
+        );
+        return table;
+    }
+    SeamTable {
+        start: counting_loaded_start,
+        ..table
+    }
+}
+
+/// One execution of one rank as the runtime submits it: the network task's blocks and block
+/// schedule, and the barrier task.
+#[derive(Clone, Debug, Default)]
+pub struct Execution {
+    /// Producer's id of the execution (task ids derive from it).
+    pub id: u32,
+    /// `(stream, block id, FIFOs)` filed at the network task's INIT.
+    pub blocks: Vec<(u32, u32, Fifos)>,
+    /// The block schedule (a block repeated `n` times is a loop over it).
+    pub schedule: Vec<u32>,
+    /// The network task's trigger words (armed by the producer before submitting).
+    pub net_triggers: Vec<u64>,
+    /// The barrier task's trigger words (armed by the producer before submitting).
+    pub barrier_triggers: Vec<u64>,
+    /// Leader only: the barrier-done semaphore of every rank of the comm in this process.
+    pub barrier_done: Vec<u64>,
+    /// This rank leads the barrier (lowest rank of the comm in this process).
+    pub leader: bool,
+}
+
+/// The proxy side of the tool: takes each rank's executions and reports their completion.
+pub trait Engine {
+    /// One line for the output header (what runs the proxy).
+    fn describe(&self) -> String;
+
+    /// Submits `exec` for `rank` (its network task and barrier task).
+    ///
+    /// # Errors
+    /// A message when the engine cannot take it.
+    ///
+    /// # Safety
+    /// Every address in `exec` (buffers, host words) must stay valid until [`Engine::wait`]
+    /// for this rank has returned.
+    unsafe fn submit(&mut self, rank: u32, exec: Execution) -> Result<(), String>;
+
+    /// Waits until `rank`'s oldest outstanding execution is complete (both tasks DONE) and
+    /// returns its status. Stops waiting, with an error, as soon as a task of the execution has
+    /// failed or `device_failed` answers `true` (the device will not reach the stages the
+    /// remaining tasks wait for): the engine is then unusable and must be dropped (its drop ends
+    /// every task still in flight).
+    ///
+    /// # Errors
+    /// A message naming the failed task and its status, or saying that the device failed.
+    fn wait(&mut self, rank: u32, device_failed: &dyn Fn() -> bool) -> Result<(), String>;
+
+    /// Executions a rank may have submitted and not yet waited for.
+    fn max_in_flight(&self) -> usize {
+        1
+    }
+}
+
+/// A rank's barrier endpoint shared by its successive barrier tasks (the endpoint counts
+/// generations, and each task takes its channel by value). Only one barrier task of a rank is
+/// active at a time, so the lock is never contended.
+struct SharedEndpoint(Arc<Mutex<SharedMemBarrierEndpoint>>);
+
+impl BarrierChannel for SharedEndpoint {
+    fn arrive(&mut self) -> Result<BarrierTicket, NrtStatus> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).arrive()
+    }
+
+    fn poll(&mut self, ticket: BarrierTicket) -> Result<bool, NrtStatus> {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .poll(ticket)
+    }
+}
+
+/// A comm the driver engine steps, with the global rank it belongs to.
+pub enum EngineComm {
+    /// An in-process comm ([`Comm`]), stepped through [`counting_seam`].
+    InProcess {
+        /// Global rank (selects the proxy queue group).
+        rank: u32,
+        /// The comm.
+        comm: Box<Comm>,
+    },
+    /// A comm of a progress half loaded with `dlopen`, stepped through that library's seam.
+    Loaded {
+        /// Global rank (selects the proxy queue group).
+        rank: u32,
+        /// The id every rank of the comm shares (as given at creation).
+        comm_id: u32,
+        /// The comm (destroyed through its library on drop).
+        comm: LoadedComm<'static>,
+        /// The library's seam table (e.g. [`counting_loaded_seam`] of it).
+        seam: SeamTable,
+    },
+}
+
+impl EngineComm {
+    fn rank(&self) -> u32 {
+        match self {
+            Self::InProcess { rank, .. } | Self::Loaded { rank, .. } => *rank,
+        }
+    }
+
+    fn comm_id(&self) -> u32 {
+        match self {
+            Self::InProcess { comm, .. } => comm.config().comm_id,
+            Self::Loaded { comm_id, .. } => *comm_id,
+        }
+    }
+
+    fn seam(&self) -> SeamTable {
+        match self {
+            Self::InProcess { .. } => counting_seam(),
+            Self::Loaded { seam, .. } => *seam,
+        }
+    }
+
+    /// The handle the seam takes (a `*mut Comm` for the in-process seam, the library's handle
+    /// otherwise).
+    fn handle(&mut self) -> *mut c_void {
+        match self {
+            Self::InProcess { comm, .. } => &mut **comm as *mut Comm as *mut c_void,
+            Self::Loaded { comm, .. } => comm.as_ptr(),
+        }
+    }
+}
+
+/// Where the barrier tasks of the engine's comms meet.
+#[derive(Clone, Debug)]
+pub enum EngineBarrier {
+    /// Every rank of the comm is in this process: a shared-memory barrier among them.
+    InProcess,
+    /// Each process runs some ranks of the comm: the barrier between processes runs over the
+    /// bootstrap connections (one channel per process; its lowest local rank leads).
+    Bootstrap(SharedBootstrap),
+}
+
+/// A rank's barrier endpoint.
+enum RankBarrier {
+    /// Shared by its successive barrier tasks (the endpoint counts generations).
+    Shared(Arc<Mutex<SharedMemBarrierEndpoint>>),
+    /// A fresh channel over the bootstrap per task (the generations live in the bootstrap).
+    Bootstrap(SharedBootstrap),
+}
+
+impl RankBarrier {
+    fn channel(&self) -> Box<dyn BarrierChannel> {
+        match self {
+            Self::Shared(ep) => Box::new(SharedEndpoint(ep.clone())),
+            Self::Bootstrap(b) => Box::new(b.barrier_channel()),
+        }
+    }
+}
+
+struct DriverRank {
+    /// Boxed (in-process) or a library handle: the network tasks carry its address.
+    comm: EngineComm,
+    member: Option<Membership>,
+    barrier: RankBarrier,
+    /// Task ids of the executions submitted and not yet waited for, oldest first.
+    pending: std::collections::VecDeque<[u32; 2]>,
+    /// Final records popped ahead of their execution's turn.
+    early: Vec<TaskRecord>,
+}
+
+/// The real driver (DESIGN.md §4): every rank's comm joins the process registry's proxy queue
+/// of its group (`NEURON_RT_RANKS_PER_NETWORK_PROXY` ranks per group, one worker thread
+/// `proxy-<tid>` each); each execution is one network task and one barrier task submitted
+/// through the rank's slot, and completion is read from the slot's status ring.
+pub struct DriverEngine {
+    registry: LinuxRegistry,
+    ranks: Vec<DriverRank>,
+    spin: std::time::Duration,
+    timeout_ns: Option<u64>,
+    rpp: u32,
+    /// How the producer polls its status ring before parking.
+    poll: WaitPolicy,
+    /// Barrier tasks run over the bootstrap (for the description).
+    across_processes: bool,
+}
+
+impl DriverEngine {
+    /// Joins every comm (`comms[r]` is rank `r`'s; every rank of the comm is in this process)
+    /// to a registry built from `cfg`; the producer polls status rings with `poll` before it
+    /// parks.
+    ///
+    /// # Errors
+    /// A message when the registry or a join fails (e.g. a worker CPU outside the allowed set).
+    pub fn new(comms: Vec<Comm>, cfg: &Config, poll: WaitPolicy) -> Result<Self, String> {
+        let comms = comms
+            .into_iter()
+            .enumerate()
+            .map(|(r, c)| EngineComm::InProcess {
+                rank: r as u32,
+                comm: Box::new(c),
+            })
+            .collect();
+        Self::with_comms(comms, EngineBarrier::InProcess, cfg, poll)
+    }
+
+    /// Joins `comms` (this process's ranks of one comm, in the order [`Engine::submit`] and
+    /// [`Engine::wait`] index them) to a registry built from `cfg`, with barrier tasks meeting
+    /// through `barrier`; the producer polls status rings with `poll` before it parks.
+    ///
+    /// # Errors
+    /// A message when the registry, the barrier or a join fails.
+    pub fn with_comms(
+        comms: Vec<EngineComm>,
+        barrier: EngineBarrier,
+        cfg: &Config,
+        poll: WaitPolicy,
+    ) -> Result<Self, String> {
+        let registry = proxy_runtime::registry(cfg).map_err(|e| format!("registry: {e}"))?;
+        let shared = match &barrier {
+            EngineBarrier::InProcess => Some(
+                SharedMemBarrier::new(comms.len() as u32).map_err(|e| format!("barrier: {e}"))?,
+            ),
+            EngineBarrier::Bootstrap(_) => None,
+        };
+        let mut ranks = Vec::new();
+        for (i, comm) in comms.into_iter().enumerate() {
+            let r = comm.rank();
+            let member = registry
+                .join(r)
+                .map_err(|e| format!("rank {r}: joining the proxy queue failed: {e}"))?;
+            let barrier = match (&shared, &barrier) {
+                (Some(b), _) => RankBarrier::Shared(Arc::new(Mutex::new(
+                    b.endpoint(i as u32)
+                        .map_err(|e| format!("barrier endpoint {r}: {e}"))?,
+                ))),
+                (None, EngineBarrier::Bootstrap(boot)) => RankBarrier::Bootstrap(boot.clone()),
+                (None, EngineBarrier::InProcess) => unreachable!("made above"),
+            };
+            ranks.push(DriverRank {
+                comm,
+                member: Some(member),
+                barrier,
+                pending: std::collections::VecDeque::new(),
+                early: Vec::new(),
+            });
+        }
+        Ok(Self {
+            registry,
+            ranks,
+            spin: cfg.spin,
+            timeout_ns: cfg.timeout_ns(),
+            rpp: cfg.ranks_per_network_proxy,
+            poll,
+            across_processes: matches!(barrier, EngineBarrier::Bootstrap(_)),
+        })
+    }
+
+    fn waiter(&self) -> Waiter<'static> {
+        proxy_runtime::worker::waiter(self.spin)
+    }
+}
+
+fn host_words(addrs: &[u64]) -> Result<Vec<HostWord>, String> {
+    addrs
+        .iter()
+        .map(|&a| {
+            // SAFETY: Engine::submit's contract: the word is live until the execution is done.
+            unsafe { HostWord::from_addr(a) }.ok_or_else(|| format!("bad host word {a:#x}"))
+        })
+        .collect()
+}
+
+impl Engine for DriverEngine {
+    fn describe(&self) -> String {
+        format!(
+            "driver: {} proxy queue(s), {} rank(s) per network proxy, worker threads proxy-<tid>; \
+             network + barrier task per execution{}; completion from the status ring",
+            self.registry.group_count(),
+            self.rpp,
+            if self.across_processes {
+                " (barrier between processes over the bootstrap)"
+            } else {
+                ""
+            }
+        )
+    }
+
+    unsafe fn submit(&mut self, rank: u32, exec: Execution) -> Result<(), String> {
+        let timeout_ns = self.timeout_ns;
+        let r = self
+            .ranks
+            .get_mut(rank as usize)
+            .ok_or_else(|| format!("no rank {rank}"))?;
+        let comm_ptr = r.comm.handle();
+        let comm_id = r.comm.comm_id();
+        // SAFETY: the comm (boxed, or a library handle) lives in `self` until after the
+        // membership left (Drop), which ends every task carrying the handle; only the queue's
+        // worker calls the seam on it while a task is submitted.
+        let handle = unsafe { CommHandle::new(comm_ptr) }.ok_or("null comm")?;
+        let net = NetworkTask::new(NetworkTaskSpec {
+            task_id: exec.id.wrapping_mul(2),
+            comm: handle,
+            comm_id,
+            seam: r.comm.seam(),
+            blocks: exec
+                .blocks
+                .into_iter()
+                .map(|(stream, bb, f)| BlockFifos {
+                    stream,
+                    bb,
+                    ops: f.ops,
+                    src: f.src,
+                    dst: f.dst,
+                })
+                .collect(),
+            schedule: Some(exec.schedule),
+            triggers: TriggerWords::new(&host_words(&exec.net_triggers)?)
+                .map_err(|e| format!("trigger words: {e}"))?,
+            wait_for_device: true,
+            skip: false,
+            timeout_ns,
+        })
+        .map_err(|e| format!("network task: {e}"))?;
+        let barrier = BarrierTask::new(BarrierTaskSpec {
+            task_id: exec.id.wrapping_mul(2).wrapping_add(1),
+            comm_id,
+            channel: r.barrier.channel(),
+            triggers: TriggerWords::new(&host_words(&exec.barrier_triggers)?)
+                .map_err(|e| format!("barrier trigger words: {e}"))?,
+            leader: exec.leader,
+            done_semaphores: host_words(&exec.barrier_done)?,
+            skip: false,
+            timeout_ns,
+        });
+        let ids = [
+            exec.id.wrapping_mul(2),
+            exec.id.wrapping_mul(2).wrapping_add(1),
+        ];
+        let slot = &mut r.member.as_mut().ok_or("rank left")?.slot;
+        slot.submit(Box::new(net) as TaskBox)
+            .map_err(|e| format!("submit: {}", e.status))?;
+        if let Err(e) = slot.submit(Box::new(barrier) as TaskBox) {
+            // The network task is in: its record belongs to this execution's wait.
+            r.pending.push_back([ids[0], ids[0]]);
+            return Err(format!("submit: {}", e.status));
+        }
+        r.pending.push_back(ids);
+        Ok(())
+    }
+
+    fn wait(&mut self, rank: u32, device_failed: &dyn Fn() -> bool) -> Result<(), String> {
+        let poll = WaitPolicy {
+            timeout: std::time::Duration::from_millis(2),
+            ..self.poll
+        };
+        // After the first 2 ms: check the ring (and the device) every 100 µs nap, 100 ms per
+        // round; rounds go on while the device is fine (the tasks' own no-progress timeout
+        // bounds them).
+        let slow = WaitPolicy {
+            spins: 0,
+            yields: 0,
+            nap: std::time::Duration::from_micros(100),
+            timeout: std::time::Duration::from_millis(100),
+        };
+        let r = &mut self.ranks[rank as usize];
+        let Some(ids) = r.pending.pop_front() else {
+            return Ok(());
+        };
+        let slot = &mut r.member.as_mut().ok_or("rank left")?.slot;
+        let mut missing: Vec<u32> = ids.to_vec();
+        missing.dedup();
+        while !missing.is_empty() {
+            let rec = match r.early.iter().position(|e| missing.contains(&e.task_id)) {
+                Some(i) => r.early.swap_remove(i),
+                None => {
+                    // Yield-poll the status ring first, then nap-poll it (a parked consumer
+                    // costs the worker a wake-up syscall per record), watching the device: a
+                    // failed device never reaches the barrier stage, so the barrier task would
+                    // never end.
+                    let mut got = None;
+                    let mut policy = poll;
+                    loop {
+                        let _ = policy.wait(|| {
+                            got = slot.try_pop_record();
+                            got.is_some()
+                        });
+                        if got.is_some() {
+                            break;
+                        }
+                        if device_failed() {
+                            return Err(format!("the device failed; tasks {missing:?} abandoned"));
+                        }
+                        policy = slow;
+                    }
+                    got.expect("loop ends with a record")
+                }
+            };
+            let Some(i) = missing.iter().position(|&id| id == rec.task_id) else {
+                r.early.push(rec);
+                continue;
+            };
+            missing.swap_remove(i);
+            if rec.status() != NrtStatus::Success {
+                // The other task of the execution may never end (a barrier task waits for a
+                // device that waits for the failed network task): do not wait for it.
+                return Err(format!("task {} ended {}", rec.task_id, rec.status()));
+            }
+        }
+        Ok(())
+    }
+
+    fn max_in_flight(&self) -> usize {
+        2
+    }
+}
+
+impl Drop for DriverEngine {
+    fn drop(&mut self) {
+        let w = self.waiter();
+        for r in &mut self.ranks {
+            if let Some(m) = r.member.take() {
+                let _ = self.registry.leave(m, &w);
+            }
+        }
+    }
+}

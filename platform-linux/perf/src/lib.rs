@@ -1,0 +1,224 @@
+//! `proxy-perf`: nccl-tests-style measurement of collectives through the whole engine
+//! (issue 6). The binary is `src/main.rs`; everything it does is here so tests can reuse it.
+//!
+//! Dependencies: `proxy-core`, `proxy-collectives` (planner), `proxy-runtime` (registry,
+//! workers, host memory, loader, clock), `proxy-bootstrap`, `proxy-emulator`, `proxy-ffi-types`,
+//! `log`, and the only users of `clap`, `serde_json` and `plotters` in the workspace; feature
+//! `libfabric`: `proxy-libfabric`.
+//!
+//! Per size: every rank plans the collective ([`proxy_collectives::planner`]), the proxy engine files
+//! the block and steps it, the device emulators ([`proxy_emulator`]) play the device side
+//! through host words, the in-process transport moves the bytes; warm-up, timed iterations
+//! (one execution each, or with `--loop` one execution looping over the block), then `-c`
+//! checked runs into poisoned outputs, out of place and in place.
+//!
+//! `--transport libfabric` (feature `libfabric`) makes the ranks processes: without launcher
+//! variables the tool starts one copy of itself per rank on this machine ([`launch`]: bootstrap
+//! on 127.0.0.1, `FI_TCP_IFACE=lo`) and forwards rank 0's output; with them (a copy started by
+//! that launcher, `mpirun`, `srun`, ...) it joins the launch as one rank. `--progress-lib PATH`
+//! loads the progress half with `dlopen` ([`proxy_runtime::loader`]).
+
+pub mod args;
+pub mod engine;
+#[cfg(feature = "libfabric")]
+pub mod launch;
+pub mod report;
+pub mod run;
+
+use std::io::{IsTerminal, Write};
+
+use args::{Args, TransportArg};
+
+/// Exit status when a value was wrong.
+pub const EXIT_WRONG: i32 = 1;
+/// Exit status for a usage or setup error, or a failed execution.
+pub const EXIT_ERROR: i32 = 2;
+
+/// `NEURON_RT_RANKS_PER_NETWORK_PROXY` (default 1).
+///
+/// # Errors
+/// A message for a value that is not a positive integer.
+pub fn ranks_per_proxy_from_env() -> Result<u32, String> {
+    match std::env::var("NEURON_RT_RANKS_PER_NETWORK_PROXY") {
+        Err(_) => Ok(1),
+        Ok(v) => match v.trim().parse::<u32>() {
+            Ok(n) if n > 0 => Ok(n),
+            _ => Err(format!(
+                "NEURON_RT_RANKS_PER_NETWORK_PROXY='{v}' is not a positive integer"
+            )),
+        },
+    }
+}
+
+/// The tool's logger: `LEVEL target: message` lines on stderr.
+struct StderrLogger;
+
+impl log::Log for StderrLogger {
+    fn enabled(&self, m: &log::Metadata<'_>) -> bool {
+        m.level() <= log::max_level()
+    }
+
+    fn log(&self, r: &log::Record<'_>) {
+        if self.enabled(r.metadata()) {
+            eprintln!("{} {}: {}", r.level(), r.target(), r.args());
+        }
+    }
+
+    fn flush(&self) {}
+}
+
+/// Installs the tool's stderr logger (once per process) at `NEURON_RT_LOG_LEVEL`'s level,
+/// WARN when it is unset or malformed (the malformed value is reported by the run itself).
+pub fn init_logging() {
+    static LOGGER: StderrLogger = StderrLogger;
+    if log::set_logger(&LOGGER).is_ok() {
+        let level = proxy_runtime::Config::from_env()
+            .ok()
+            .and_then(|c| c.log_level)
+            .unwrap_or(log::LevelFilter::Warn);
+        log::set_max_level(level);
+    }
+}
+
+/// Runs the tool; returns the process exit status (0 ok, [`EXIT_WRONG`] when any value was
+/// wrong, [`EXIT_ERROR`] for errors). Output goes to stdout, errors and progress to stderr.
+pub fn run_cli(args: &Args) -> i32 {
+    match run_inner(args) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("proxy-perf: error: {e}");
+            EXIT_ERROR
+        }
+    }
+}
+
+fn run_inner(args: &Args) -> Result<i32, String> {
+    if args.ranks == 0 || args.ranks > proxy_core::progress::mem_transport::MAX_FABRIC_RANKS {
+        return Err(format!(
+            "--ranks {} out of range (1..={})",
+            args.ranks,
+            proxy_core::progress::mem_transport::MAX_FABRIC_RANKS
+        ));
+    }
+    if args.root >= args.ranks {
+        return Err(format!(
+            "--root {} is not a rank (ranks {})",
+            args.root, args.ranks
+        ));
+    }
+    if args.provider.is_some() && args.transport != TransportArg::Libfabric {
+        return Err("--provider needs --transport libfabric".into());
+    }
+    if args.transport == TransportArg::Libfabric && args.progress_lib.is_some() {
+        // The processes share one bootstrap for their barrier tasks and results; a loaded
+        // library's libfabric comm would run a bootstrap of its own.
+        return Err("--progress-lib runs with --transport mem only".into());
+    }
+    match args.transport {
+        TransportArg::Mem => {
+            let mut world = run::World::new(args)?;
+            sweep(args, &mut world)
+        }
+        TransportArg::Libfabric => libfabric(args),
+    }
+}
+
+#[cfg(not(feature = "libfabric"))]
+fn libfabric(_args: &Args) -> Result<i32, String> {
+    Err(
+        "--transport libfabric: this proxy-perf was not built with libfabric \
+         (rebuild with `--features libfabric`, which needs libfabric-dev >= 1.17); \
+         use --transport mem"
+            .into(),
+    )
+}
+
+/// `--transport libfabric`: joins an external launch when launcher variables are set, else
+/// launches one process per rank on this machine.
+#[cfg(feature = "libfabric")]
+fn libfabric(args: &Args) -> Result<i32, String> {
+    use proxy_bootstrap::LAUNCHER_VARS;
+    if LAUNCHER_VARS
+        .iter()
+        .any(|(rank_var, _)| std::env::var_os(rank_var).is_some())
+    {
+        join(args)
+    } else {
+        launch::run(args)
+    }
+}
+
+/// One rank of a multi-process run: bootstrap (rank, size and root from the launcher
+/// variables and `NEURON_RT_ROOT_COMM_ID`), the libfabric comm, the sweep; only rank 0 prints.
+#[cfg(feature = "libfabric")]
+fn join(args: &Args) -> Result<i32, String> {
+    use proxy_bootstrap::{Bootstrap, BootstrapConfig};
+    let cfg = BootstrapConfig::from_env(None, None, None).map_err(|e| e.to_string())?;
+    if cfg.nranks != args.ranks {
+        return Err(format!(
+            "the launcher runs {} processes but --ranks is {} (give --ranks {} to match)",
+            cfg.nranks, args.ranks, cfg.nranks
+        ));
+    }
+    let boot = Bootstrap::init(&cfg).map_err(|e| e.to_string())?;
+    let provider = args.provider.map(|p| p.fi_name().to_owned());
+    let mut world = run::World::join(args, boot, provider)?;
+    sweep(args, &mut world)
+}
+
+/// Header, one row per size, footer (printed by the process that runs rank 0 only; every
+/// process measures every row); `--json` / `--plot` from that process too. Returns the exit
+/// status.
+fn sweep(args: &Args, world: &mut run::World) -> Result<i32, String> {
+    let rpp = match args.ranks_per_proxy {
+        Some(r) => r,
+        None => ranks_per_proxy_from_env()?,
+    };
+    let printer = world.first_rank() == 0;
+    let engine = world.engine_name();
+    let mut out = std::io::stdout().lock();
+    let mut print = |text: &str| {
+        if printer {
+            let _ = writeln!(out, "{text}");
+            let _ = out.flush();
+        }
+    };
+    print(&report::header(
+        args,
+        &report::HeaderInfo {
+            engine: &engine,
+            transport: world.transport_name(),
+            progress_half: world.progress_half(),
+            ranks_per_proxy: rpp,
+        },
+    ));
+    let sizes = args.sizes();
+    let progress = printer && std::io::stderr().is_terminal();
+    let mut rows = Vec::new();
+    for (i, &size) in sizes.iter().enumerate() {
+        if progress {
+            eprint!("\r[{}/{}] {} bytes ...", i + 1, sizes.len(), size);
+        }
+        let row = world.row(size)?;
+        print(&report::row_line(args, &row));
+        rows.push(row);
+    }
+    if progress {
+        eprint!("\r{:60}\r", "");
+    }
+    print(&report::footer(&rows));
+    if printer {
+        if let Some(p) = &args.json {
+            report::write_json(p, args, world.transport_name(), &engine, &rows)
+                .map_err(|e| format!("--json {}: {e}", p.display()))?;
+        }
+        if let Some(p) = &args.plot {
+            report::write_plot(p, args, world.transport_name(), &rows)?;
+        }
+    }
+    Ok(if report::total_wrong(&rows) == 0 {
+        0
+    } else {
+        EXIT_WRONG
+    })
+}

@@ -1,0 +1,295 @@
+//! Output: nccl-tests' header, table and footer; `--json` rows; `--plot` SVG.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use proxy_collectives::planner::Collective;
+
+use super::args::{Args, TransportArg};
+use super::run::{Measure, Row};
+
+/// Number of whitespace-separated fields of a data row.
+pub const ROW_FIELDS: usize = 13;
+
+/// What the header says beyond the arguments.
+#[derive(Clone, Copy, Debug)]
+pub struct HeaderInfo<'a> {
+    /// What runs the proxy.
+    pub engine: &'a str,
+    /// The transport (`mem`, `libfabric (provider tcp;ofi_rxm)`).
+    pub transport: &'a str,
+    /// Where the progress half comes from (`in-process`, `loaded from PATH ...`).
+    pub progress_half: &'a str,
+    /// Ranks per network proxy.
+    pub ranks_per_proxy: u32,
+}
+
+/// The header: what ran, then the two column-title lines.
+pub fn header(args: &Args, info: &HeaderInfo<'_>) -> String {
+    let c: Collective = args.collective.into();
+    let mode = if args.loop_mode {
+        "loop (one execution whose block schedule repeats the block -n times; ops recycled)"
+    } else {
+        "execution (one network task + one barrier task per rank per iteration)"
+    };
+    let step = if args.step_bytes > 0 {
+        format!("{}(bytes)", args.step_bytes)
+    } else {
+        format!("{}(factor)", args.step_factor.max(2))
+    };
+    let mut s = String::new();
+    let _ = writeln!(s, "# proxy-perf {}", c.name());
+    let _ = writeln!(
+        s,
+        "#  ranks {} | transport {} | ranks per network proxy {} | mode: {}",
+        args.ranks, info.transport, info.ranks_per_proxy, mode
+    );
+    let _ = writeln!(s, "#  proxy: {}", info.engine);
+    let _ = writeln!(s, "#  progress half: {}", info.progress_half);
+    let _ = writeln!(
+        s,
+        "#  minBytes {} maxBytes {} step: {} warmup iters: {} iters: {} check iters: {} type {} op {} root {} algo {:?} chunk {}",
+        args.min_bytes,
+        args.max_bytes,
+        step,
+        args.warmup,
+        args.iters,
+        args.check,
+        args.dtype.name(),
+        args.op.name(),
+        args.root,
+        args.algo,
+        args.chunk
+    );
+    let _ = writeln!(s, "#");
+    let _ = writeln!(s, "#{:>60}{:>35}", "out-of-place", "in-place");
+    let _ = writeln!(
+        s,
+        "#{:>11} {:>13} {:>9} {:>7} {:>7} {:>9} {:>7} {:>7} {:>6} {:>9} {:>7} {:>7} {:>6}",
+        "size",
+        "count",
+        "type",
+        "redop",
+        "root",
+        "time",
+        "algbw",
+        "busbw",
+        "#wrong",
+        "time",
+        "algbw",
+        "busbw",
+        "#wrong"
+    );
+    let _ = write!(
+        s,
+        "#{:>11} {:>13} {:>9} {:>7} {:>7} {:>9} {:>7} {:>7} {:>6} {:>9} {:>7} {:>7} {:>6}",
+        "(B)",
+        "(elements)",
+        "",
+        "",
+        "",
+        "(us)",
+        "(GB/s)",
+        "(GB/s)",
+        "",
+        "(us)",
+        "(GB/s)",
+        "(GB/s)",
+        ""
+    );
+    s
+}
+
+/// The transport's short name.
+pub fn transport_name(t: TransportArg) -> &'static str {
+    match t {
+        TransportArg::Mem => "mem",
+        TransportArg::Libfabric => "libfabric",
+    }
+}
+
+fn side(m: &Measure) -> String {
+    let wrong = m.wrong.map_or_else(|| "N/A".to_string(), |w| w.to_string());
+    let time = if m.time_us >= 10_000.0 {
+        format!("{:.0}", m.time_us)
+    } else {
+        format!("{:.2}", m.time_us)
+    };
+    format!("{:>9} {:>7.2} {:>7.2} {:>6}", time, m.algbw, m.busbw, wrong)
+}
+
+/// One data row.
+pub fn row_line(args: &Args, r: &Row) -> String {
+    let c: Collective = args.collective.into();
+    let redop = if c.reduces() { args.op.name() } else { "none" };
+    let root: i64 = if c.rooted() { i64::from(args.root) } else { -1 };
+    format!(
+        " {:>11} {:>13} {:>9} {:>7} {:>7} {} {}",
+        r.size,
+        r.count,
+        args.dtype.name(),
+        redop,
+        root,
+        side(&r.oop),
+        side(&r.ip)
+    )
+}
+
+/// Wrong elements over every row, both sides.
+pub fn total_wrong(rows: &[Row]) -> u64 {
+    rows.iter()
+        .map(|r| r.oop.wrong.unwrap_or(0) + r.ip.wrong.unwrap_or(0))
+        .sum()
+}
+
+/// nccl-tests' footer.
+pub fn footer(rows: &[Row]) -> String {
+    let wrong = total_wrong(rows);
+    let avg = if rows.is_empty() {
+        0.0
+    } else {
+        rows.iter().map(|r| r.oop.busbw + r.ip.busbw).sum::<f64>() / (2 * rows.len()) as f64
+    };
+    format!(
+        "# Out of bounds values : {} {}\n# Avg bus bandwidth    : {:.4} \n#",
+        wrong,
+        if wrong == 0 { "OK" } else { "FAILED" },
+        avg
+    )
+}
+
+fn measure_json(m: &Measure) -> serde_json::Value {
+    serde_json::json!({
+        "time_us": m.time_us,
+        "algbw_gbps": m.algbw,
+        "busbw_gbps": m.busbw,
+        "wrong": m.wrong,
+        "timed_seam_starts": m.timed_starts,
+        "timed_device_executions": m.timed_device_execs,
+        "timed_recv_bytes": m.timed_recv_bytes,
+        "recv_bytes_per_execution": m.recv_bytes_per_exec,
+    })
+}
+
+/// Writes every row as JSON (an object with the settings and a `rows` array).
+///
+/// # Errors
+/// The I/O error.
+pub fn write_json(
+    path: &Path,
+    args: &Args,
+    transport: &str,
+    engine: &str,
+    rows: &[Row],
+) -> std::io::Result<()> {
+    let c: Collective = args.collective.into();
+    let v = serde_json::json!({
+        "collective": c.name(),
+        "ranks": args.ranks,
+        "transport": transport_name(args.transport),
+        "transport_detail": transport,
+        "mode": if args.loop_mode { "loop" } else { "execution" },
+        "engine": engine,
+        "type": args.dtype.name(),
+        "op": args.op.name(),
+        "root": args.root,
+        "iters": args.iters,
+        "warmup_iters": args.warmup,
+        "check_iters": args.check,
+        "busbw_factor": c.busbw_factor(args.ranks),
+        "rows": rows.iter().map(|r| serde_json::json!({
+            "size": r.size,
+            "count": r.count,
+            "algorithm": r.algorithm,
+            "out_of_place": measure_json(&r.oop),
+            "in_place": measure_json(&r.ip),
+        })).collect::<Vec<_>>(),
+    });
+    let text = serde_json::to_string_pretty(&v).map_err(std::io::Error::other)?;
+    std::fs::write(path, text + "\n")
+}
+
+/// Draws busbw (GB/s) against size (log scale) for out of place and in place as an SVG.
+///
+/// # Errors
+/// A message from the plotting backend or the file system.
+pub fn write_plot(path: &Path, args: &Args, transport: &str, rows: &[Row]) -> Result<(), String> {
+    use plotters::prelude::*;
+    let c: Collective = args.collective.into();
+    let root = SVGBackend::new(path, (900, 560)).into_drawing_area();
+    let e = |e: &dyn std::fmt::Display| format!("plot: {e}");
+    root.fill(&WHITE).map_err(|x| e(&x))?;
+    let xmin = rows.iter().map(|r| r.size).min().unwrap_or(1).max(1) as f64;
+    let xmax = (rows.iter().map(|r| r.size).max().unwrap_or(2) as f64).max(xmin * 2.0);
+    let ymax = rows
+        .iter()
+        .map(|r| r.oop.busbw.max(r.ip.busbw))
+        .fold(0.0f64, f64::max)
+        .max(1e-3)
+        * 1.1;
+    let title = format!(
+        "proxy-perf {}: {} ranks, {}, {}",
+        c.name(),
+        args.ranks,
+        transport,
+        if args.loop_mode {
+            "loop"
+        } else {
+            "per execution"
+        }
+    );
+    let mut chart = ChartBuilder::on(&root)
+        .caption(title, ("sans-serif", 22))
+        .margin(16)
+        .x_label_area_size(44)
+        .y_label_area_size(60)
+        .build_cartesian_2d((xmin..xmax).log_scale(), 0.0..ymax)
+        .map_err(|x| e(&x))?;
+    chart
+        .configure_mesh()
+        .x_desc("size (bytes)")
+        .y_desc("busbw (GB/s)")
+        .x_label_formatter(&|v| human_bytes(*v))
+        .draw()
+        .map_err(|x| e(&x))?;
+    for (label, color, pick) in [("out-of-place", BLUE, 0), ("in-place", RED, 1)] {
+        let pts: Vec<(f64, f64)> = rows
+            .iter()
+            .map(|r| {
+                (
+                    r.size as f64,
+                    if pick == 0 { r.oop.busbw } else { r.ip.busbw },
+                )
+            })
+            .collect();
+        chart
+            .draw_series(LineSeries::new(pts.clone(), color.stroke_width(2)))
+            .map_err(|x| e(&x))?
+            .label(label)
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color));
+        chart
+            .draw_series(pts.into_iter().map(|p| Circle::new(p, 3, color.filled())))
+            .map_err(|x| e(&x))?;
+    }
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .draw()
+        .map_err(|x| e(&x))?;
+    root.present().map_err(|x| e(&x))?;
+    Ok(())
+}
+
+fn human_bytes(v: f64) -> String {
+    let v = v.round() as u64;
+    if v >= 1 << 30 && v.is_multiple_of(1 << 30) {
+        format!("{}G", v >> 30)
+    } else if v >= 1 << 20 && v.is_multiple_of(1 << 20) {
+        format!("{}M", v >> 20)
+    } else if v >= 1 << 10 && v.is_multiple_of(1 << 10) {
+        format!("{}K", v >> 10)
+    } else {
+        format!("{v}")
+    }
+}

@@ -1,0 +1,947 @@
+//! The measurement: ranks, buffers, host words, device emulators and the proxy engine; per
+//! size, warm-up, timed iterations and checked runs, out of place and in place.
+//!
+//! A [`World`] runs the *local* ranks of the comm: every rank with the in-process transport
+//! ([`World::new`]), or the one rank of this process when ranks are processes over libfabric
+//! ([`World::join`]); then the processes combine their wrong counts and timings with a
+//! bootstrap all-gather after each measurement, so every process reports the same row.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use proxy_collectives::planner::data::{count_wrong, fill_input, POISON};
+use proxy_collectives::planner::{plan, Addresses, Collective, Fifos, PlanParams, RankPlan};
+use proxy_core::driver::trigger::TRIGGER_ARMED;
+use proxy_core::progress::comm::{Comm, CommConfig};
+use proxy_core::progress::mem_transport::MemFabric;
+use proxy_ffi_types::{
+    NccomCommConfig, NccomDeviceCallbacks, NccomHostWord, NccomLibfabricDesc, NccomTransportDesc,
+    NCCOM_TRANSPORT_MEM,
+};
+
+use super::args::Args;
+use super::engine::{
+    counting_loaded_seam, seam_starts, DriverEngine, Engine, EngineBarrier, EngineComm, Execution,
+};
+use proxy_bootstrap::SharedBootstrap;
+use proxy_emulator::{DeviceError, DeviceThread, Fault, Job, WaitPolicy};
+use proxy_runtime::hostmem::{HostMem, HostMemCallbacks, LINE};
+use proxy_runtime::loader::ProgressLib;
+use proxy_runtime::Config;
+
+/// Block id every collective call uses (one block per call).
+pub const BLOCK: u32 = 1;
+/// Bytes between host words (each alone on a host-memory line).
+const WORD_STRIDE: u64 = LINE as u64;
+/// Trigger-word sets per rank (executions in flight at once).
+const TRIGGER_SETS: usize = 2;
+/// Host-memory lines of the fixed words: per set a network and a barrier trigger word, then
+/// the barrier-done semaphore.
+const FIXED_LINES: usize = 2 * TRIGGER_SETS + 1;
+
+/// One side (out of place or in place) of a row.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Measure {
+    /// Time per iteration in µs.
+    pub time_us: f64,
+    /// Bytes / time in GB/s (1e9).
+    pub algbw: f64,
+    /// algbw × the collective's factor.
+    pub busbw: f64,
+    /// Wrong elements over every rank and checked run; `None` without checks.
+    pub wrong: Option<u64>,
+    /// Seam `start` calls during the timed iterations (all ranks).
+    pub timed_starts: u64,
+    /// Program executions the devices ran during the timed iterations (all ranks).
+    pub timed_device_execs: u64,
+    /// Bytes the devices saw received during the timed iterations (all ranks).
+    pub timed_recv_bytes: u64,
+    /// Bytes all ranks receive in one execution of the block.
+    pub recv_bytes_per_exec: u64,
+}
+
+/// One row of the table.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Row {
+    /// Bytes of the larger buffer.
+    pub size: u64,
+    /// Elements of the larger buffer.
+    pub count: u64,
+    /// The algorithm used.
+    pub algorithm: &'static str,
+    /// Out of place.
+    pub oop: Measure,
+    /// In place.
+    pub ip: Measure,
+}
+
+/// Page-aligned-enough backing store (u64 words; the kernels need element alignment only).
+fn alloc_bytes(bytes: u64) -> Vec<u64> {
+    vec![u64::from_ne_bytes([POISON; 8]); (bytes as usize).div_ceil(8) + 1]
+}
+
+fn ptr(v: &mut [u64]) -> u64 {
+    v.as_mut_ptr() as usize as u64
+}
+
+/// A rank's buffers for one size: out-of-place input/output, the in-place shared buffer and
+/// scratch.
+struct RankMem {
+    input: Vec<u64>,
+    output: Vec<u64>,
+    shared: Vec<u64>,
+    scratch: Vec<u64>,
+}
+
+/// Per rank: its host-memory region: the fixed words (trigger words of the network and barrier
+/// tasks, barrier-done) on lines 0..3, then the plan's host words, one per line.
+struct FixedWords {
+    mem: Arc<HostMem>,
+}
+
+impl FixedWords {
+    fn addr(&self, line: usize) -> u64 {
+        self.mem.base_addr() + (line * LINE) as u64
+    }
+    fn plan_words(&self) -> u64 {
+        self.addr(FIXED_LINES)
+    }
+    fn net_trigger(&self, set: usize) -> u64 {
+        self.addr(2 * set)
+    }
+    fn barrier_trigger(&self, set: usize) -> u64 {
+        self.addr(2 * set + 1)
+    }
+    fn barrier_done(&self) -> u64 {
+        self.addr(2 * TRIGGER_SETS)
+    }
+}
+
+/// Everything of one run.
+///
+/// Vectors indexed "by local index" hold one entry per rank of [`World::local`] order.
+pub struct World {
+    args: Args,
+    /// (worker spin, device/producer spins) in use, for the header.
+    spin: (std::time::Duration, u32),
+    collective: Collective,
+    /// The global ranks this process runs, ascending (every rank with the in-process
+    /// transport; one with libfabric).
+    local: Vec<u32>,
+    /// Set when the ranks are spread over processes: results are combined through it.
+    peers: Option<SharedBootstrap>,
+    /// The transport, for the header (`mem`, `libfabric (provider tcp;ofi_rxm)`).
+    transport: String,
+    /// Where the progress half comes from, for the header.
+    progress_half: String,
+    /// Dropped before the buffers below: the comms (and their transports' registrations) go
+    /// first.
+    engine: Box<dyn Engine>,
+    devices: Vec<DeviceThread>,
+    /// By local index.
+    fixed: Vec<FixedWords>,
+    next_exec: u32,
+    /// The first failure: the world runs nothing after it (tasks may still be in flight).
+    failed: Option<String>,
+    /// Buffers kept until the engine is gone: of earlier rows when a transport may have
+    /// registered them (libfabric's registration cache does not watch the address space), and
+    /// of a failed row (tasks may still use them).
+    retired: Vec<Vec<RankMem>>,
+}
+
+/// The wait policy and proxy configuration of a run with `ranks` ranks (`procs` processes,
+/// `local` of the ranks in this one), and whether the machine is oversubscribed.
+fn run_config(args: &Args, ranks: u32, procs: u32) -> Result<(Config, WaitPolicy, bool), String> {
+    let mut cfg = Config::from_env().map_err(|e| e.to_string())?;
+    if let Some(rpp) = args.ranks_per_proxy {
+        cfg.ranks_per_network_proxy = rpp;
+    }
+    let oversubscribed = oversubscribed_procs(ranks, cfg.ranks_per_network_proxy, procs);
+    if oversubscribed && std::env::var_os("NEURON_RT_PROXY_SPIN_US").is_none() {
+        // More threads than cores: a spinning worker only keeps the thread it waits for
+        // off the core. Yield at once unless the user asked otherwise.
+        cfg.spin = std::time::Duration::ZERO;
+    }
+    Ok((cfg, wait_policy_from_env(oversubscribed), oversubscribed))
+}
+
+/// Host-memory lines per rank: the fixed words, then 6 plan words per op, at most 2(n − 1)
+/// ops (ring all-reduce).
+fn host_lines(n: u32) -> usize {
+    FIXED_LINES + 12 * n as usize + 6
+}
+
+/// `nec_inc_semaphore` for comms of a loaded progress half: the words are the tool's own host
+/// memory.
+///
+/// # Safety
+/// `addr` must be a live, aligned host word accessed only atomically.
+unsafe extern "C" fn perf_inc_semaphore(addr: *mut NccomHostWord, val: u32) {
+    // SAFETY: the caller's contract (the library passes the semaphore addresses the tool's
+    // FIFOs gave it: words of a live HostMem).
+    unsafe { AtomicU32::from_ptr(addr) }.fetch_add(val, Ordering::Release);
+}
+
+/// Callbacks handed to a loaded library's comms (copied at creation).
+const PERF_CALLBACKS: NccomDeviceCallbacks = NccomDeviceCallbacks {
+    nec_inc_semaphore: Some(perf_inc_semaphore),
+    nec_load_host_index: None,
+    nec_store_host_index: None,
+};
+
+/// What [`World::assemble`] takes.
+struct Assembly {
+    local: Vec<u32>,
+    /// By local index.
+    mems: Vec<Arc<HostMem>>,
+    engine: Box<dyn Engine>,
+    peers: Option<SharedBootstrap>,
+    transport: String,
+    progress_half: String,
+    spin: (std::time::Duration, u32),
+    wait: WaitPolicy,
+    /// By local index.
+    cpus: Vec<Option<usize>>,
+}
+
+/// One measured mode's plans and placements (by local index).
+struct Prepared {
+    plans: Vec<Arc<RankPlan>>,
+    addrs: Vec<Addresses>,
+    fifos: Vec<Fifos>,
+}
+
+impl World {
+    /// Sets up `args.ranks` ranks on the in-process transport, all in this process; with
+    /// `args.progress_lib`, the progress half is loaded from that library (its comms over one
+    /// of its in-memory groups, its seam in every network task).
+    ///
+    /// # Errors
+    /// A message when a comm, thread, the library or the transport cannot be set up.
+    pub fn new(args: &Args) -> Result<Self, String> {
+        let n = args.ranks;
+        let (cfg, wait, _) = run_config(args, n, 1)?;
+        let lines = host_lines(n);
+        let mems = (0..n)
+            .map(|_| HostMem::new(lines).map(Arc::new))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| format!("host memory: {e}"))?;
+        let cpus = rank_cpus(n, args.pin);
+        let (engine, progress_half): (Box<dyn Engine>, String) = match &args.progress_lib {
+            Some(path) => {
+                let lib = ProgressLib::open(path).map_err(|e| e.to_string())?.leak();
+                let seam = counting_loaded_seam(lib.seam());
+                let group = lib
+                    .mem_group(n)
+                    .map_err(|e| format!("{}: nccom_mem_group_create: {e}", path.display()))?;
+                let mut comms = Vec::new();
+                for r in 0..n {
+                    let config = NccomCommConfig {
+                        rank: r,
+                        nranks: n,
+                        comm_id: 1,
+                        flags: 0,
+                        transport: NccomTransportDesc {
+                            kind: NCCOM_TRANSPORT_MEM,
+                            reserved: 0,
+                            mem_group: group.as_ptr(),
+                            libfabric: NccomLibfabricDesc {
+                                provider: std::ptr::null(),
+                                root_addr: std::ptr::null(),
+                                bootstrap_timeout_ms: 0,
+                            },
+                        },
+                        callbacks: &PERF_CALLBACKS,
+                        drain_limit_ns: 0,
+                    };
+                    // SAFETY: the config is valid (callbacks a live table, the group this
+                    // library's); flags 0 make the comm trust every address: the tool owns
+                    // every buffer and word it hands to `start` and keeps them alive until the
+                    // executions that use them are complete (the engine, and with it the comm,
+                    // is dropped before the buffers).
+                    let comm = unsafe { lib.create_comm(&config) }.map_err(|e| {
+                        format!("{}: nccom_comm_create rank {r}: {e}", path.display())
+                    })?;
+                    comms.push(EngineComm::Loaded {
+                        rank: r,
+                        comm_id: 1,
+                        comm,
+                        seam,
+                    });
+                }
+                // The comms keep what they use of the group.
+                drop(group);
+                let engine = DriverEngine::with_comms(comms, EngineBarrier::InProcess, &cfg, wait)?;
+                (
+                    Box::new(engine),
+                    format!(
+                        "loaded from {} through dlopen (C ABI {:#x})",
+                        lib.path().display(),
+                        lib.abi_version()
+                    ),
+                )
+            }
+            None => {
+                let fabric = MemFabric::new(n).map_err(|e| format!("mem transport: {e}"))?;
+                let mut comms = Vec::new();
+                for (r, mem) in (0..n).zip(&mems) {
+                    let t = fabric
+                        .endpoint(r)
+                        .map_err(|e| format!("mem transport endpoint {r}: {e}"))?;
+                    let mut c = Comm::new(
+                        CommConfig::new(r, n, 1),
+                        Box::new(t),
+                        Arc::new(HostMemCallbacks::new(mem.clone())),
+                        Arc::new(proxy_runtime::MonotonicClock),
+                    )
+                    .map_err(|e| format!("comm {r}: {e}"))?;
+                    // SAFETY: the tool owns every buffer and word it hands to `start`, and
+                    // keeps them alive until the executions that use them are complete.
+                    unsafe { c.trust_all_addresses() };
+                    comms.push(c);
+                }
+                let engine: Box<dyn Engine> = Box::new(DriverEngine::new(comms, &cfg, wait)?);
+                (engine, "in-process".to_owned())
+            }
+        };
+        Self::assemble(
+            args,
+            Assembly {
+                local: (0..n).collect(),
+                mems,
+                engine,
+                peers: None,
+                transport: "mem".into(),
+                progress_half,
+                spin: (cfg.spin, wait.spins),
+                wait,
+                cpus,
+            },
+        )
+    }
+
+    /// Joins a run whose ranks are processes: this process runs rank `boot.rank()` of
+    /// `boot.nranks()` (which must equal `args.ranks`) over libfabric (`provider`: a libfabric
+    /// provider name, or `None` for `FI_PROVIDER` / the automatic choice). Its barrier tasks and
+    /// the combination of results run over the bootstrap connections. Every process of the
+    /// bootstrap must call it, with the same arguments.
+    ///
+    /// # Errors
+    /// A message when the comm (on any rank), a thread or the engine cannot be set up.
+    #[cfg(feature = "libfabric")]
+    pub fn join(
+        args: &Args,
+        mut boot: proxy_bootstrap::Bootstrap,
+        provider: Option<String>,
+    ) -> Result<Self, String> {
+        use proxy_libfabric::net_setup::{open_libfabric_comm, LibfabricCommConfig};
+        use proxy_libfabric::Options;
+
+        let (rank, n) = (boot.rank(), boot.nranks());
+        if n != args.ranks {
+            return Err(format!(
+                "this process is rank {rank} of {n} processes, but --ranks is {}",
+                args.ranks
+            ));
+        }
+        if args.progress_lib.is_some() {
+            return Err("--progress-lib runs with --transport mem only".into());
+        }
+        let (cfg, wait, _) = run_config(args, n, n)?;
+        let mem = Arc::new(HostMem::new(host_lines(n)).map_err(|e| format!("host memory: {e}"))?);
+        let lf = LibfabricCommConfig {
+            transport: Options {
+                provider,
+                ..Options::default()
+            },
+            ..LibfabricCommConfig::default()
+        };
+        let mut comm = open_libfabric_comm(
+            &mut boot,
+            &lf,
+            Arc::new(HostMemCallbacks::new(mem.clone())),
+            Arc::new(proxy_runtime::MonotonicClock),
+        )
+        .map_err(|e| e.to_string())?;
+        // SAFETY: the tool owns every buffer and word it hands to `start`, and keeps them alive
+        // until the executions that use them are complete (buffers of finished rows are
+        // retired, not freed, until the comm is gone).
+        unsafe { comm.trust_all_addresses() };
+        let transport = format!(
+            "libfabric (provider {})",
+            comm.transport()
+                .name()
+                .strip_prefix("libfabric/")
+                .unwrap_or(comm.transport().name())
+        );
+        let peers = SharedBootstrap::new(boot);
+        let engine = DriverEngine::with_comms(
+            vec![EngineComm::InProcess {
+                rank,
+                comm: Box::new(comm),
+            }],
+            EngineBarrier::Bootstrap(peers.clone()),
+            &cfg,
+            wait,
+        )?;
+        let cpus = rank_cpus(n, args.pin);
+        Self::assemble(
+            args,
+            Assembly {
+                local: vec![rank],
+                mems: vec![mem],
+                engine: Box::new(engine),
+                peers: Some(peers),
+                transport,
+                progress_half: "in-process".into(),
+                spin: (cfg.spin, wait.spins),
+                wait,
+                cpus: vec![cpus[rank as usize]],
+            },
+        )
+    }
+
+    /// The rest of the set-up, shared by [`World::new`] and [`World::join`]: a device per local
+    /// rank.
+    fn assemble(args: &Args, a: Assembly) -> Result<Self, String> {
+        let n = args.ranks;
+        let mut devices = Vec::new();
+        for (&r, cpu) in a.local.iter().zip(&a.cpus) {
+            let fault = (args.fault_inject && r == n - 1).then_some(Fault { entry: None });
+            devices.push(
+                DeviceThread::spawn(r, fault, a.wait, *cpu).map_err(|e| format!("device: {e}"))?,
+            );
+        }
+        Ok(Self {
+            args: args.clone(),
+            collective: args.collective.into(),
+            spin: a.spin,
+            local: a.local,
+            peers: a.peers,
+            transport: a.transport,
+            progress_half: a.progress_half,
+            engine: a.engine,
+            devices,
+            fixed: a.mems.into_iter().map(|mem| FixedWords { mem }).collect(),
+            next_exec: 0,
+            failed: None,
+            retired: Vec::new(),
+        })
+    }
+
+    /// The global rank of this process's first rank (0 with the in-process transport): only
+    /// the process that runs rank 0 prints.
+    pub fn first_rank(&self) -> u32 {
+        self.local[0]
+    }
+
+    /// The transport, for the header: `mem`, or `libfabric (provider P)`.
+    pub fn transport_name(&self) -> &str {
+        &self.transport
+    }
+
+    /// Where the progress half comes from, for the header: `in-process`, or `loaded from PATH
+    /// through dlopen (C ABI V)`.
+    pub fn progress_half(&self) -> &str {
+        &self.progress_half
+    }
+
+    /// What runs the proxy (for the header).
+    pub fn engine_name(&self) -> String {
+        format!(
+            "{}; worker spin {} us, device spins {}",
+            self.engine.describe(),
+            self.spin.0.as_micros(),
+            self.spin.1
+        )
+    }
+
+    fn params(&self, size: u64, rank: u32, in_place: bool) -> PlanParams {
+        let a = &self.args;
+        let elt = a.dtype.size() as u64;
+        let n = u64::from(a.ranks);
+        let count = match self.collective {
+            Collective::AllGather | Collective::ReduceScatter | Collective::AllToAll => {
+                (size / elt / n).max(1)
+            }
+            _ => (size / elt).max(1),
+        };
+        let mut p = PlanParams::new(self.collective, count, a.dtype, rank, a.ranks);
+        p.algorithm = a.algo.into();
+        p.op = a.op;
+        p.root = a.root;
+        p.chunk_bytes = a.chunk;
+        p.in_place = in_place;
+        p
+    }
+
+    /// Arms trigger set `set` and submits one execution (`reps` program executions, block
+    /// schedule `[BLOCK; reps]`) for every local rank. The lowest local rank leads the barrier
+    /// and raises the barrier-done semaphore of every local rank.
+    fn submit(&mut self, prep: &Prepared, reps: u32, set: usize) -> Result<(), String> {
+        if let Some(e) = &self.failed {
+            return Err(format!("an earlier execution failed: {e}"));
+        }
+        let n = self.local.len();
+        let done_words: Vec<u64> = self.fixed.iter().map(FixedWords::barrier_done).collect();
+        self.next_exec = self.next_exec.wrapping_add(1);
+        for r in 0..n {
+            let f = &self.fixed[r];
+            // Arm the triggers before the tasks are submitted (DESIGN.md §4).
+            for t in [f.net_trigger(set), f.barrier_trigger(set)] {
+                f.mem
+                    .word_at(t)
+                    .ok_or_else(|| format!("trigger word {t:#x} outside the host memory"))?
+                    .store(TRIGGER_ARMED);
+            }
+            let blocks = if prep.plans[r].ops.is_empty() {
+                Vec::new()
+            } else {
+                vec![(0, BLOCK, prep.fifos[r].clone())]
+            };
+            let exec = Execution {
+                id: self.next_exec,
+                blocks,
+                schedule: vec![BLOCK; reps as usize],
+                net_triggers: vec![f.net_trigger(set)],
+                barrier_triggers: vec![f.barrier_trigger(set)],
+                barrier_done: if r == 0 {
+                    done_words.clone()
+                } else {
+                    Vec::new()
+                },
+                leader: r == 0,
+            };
+            // SAFETY: the buffers and words live in `self` / the caller's RankMem until the
+            // execution has been waited for (`complete`), or, after a failure, until the
+            // engine is gone (`row` retires the buffers; fields drop in order).
+            if let Err(e) = unsafe { self.engine.submit(r as u32, exec) } {
+                let e = format!("rank {}: {e}", self.local[r]);
+                self.failed = Some(e.clone());
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
+    /// Launches every local device on the oldest submitted execution (trigger set `set`) and
+    /// waits for the devices and for the execution's task records.
+    fn complete(&mut self, prep: &Prepared, reps: u32, set: usize) -> Result<(), String> {
+        let n = self.local.len();
+        for r in 0..n {
+            let f = &self.fixed[r];
+            let job = Job {
+                plan: prep.plans[r].clone(),
+                addrs: prep.addrs[r],
+                reps,
+                net_triggers: vec![f.net_trigger(set)],
+                barrier_triggers: vec![f.barrier_trigger(set)],
+                barrier_done: Some(f.barrier_done()),
+            };
+            // SAFETY: as in `submit`.
+            unsafe { self.devices[r].launch(job) };
+        }
+        // The proxy side first: it stops waiting as soon as a task failed or the rank's device
+        // did; then the devices, aborted if the proxy side gave up (they would only wait for
+        // it until their timeout).
+        let mut proxy_err = None;
+        for r in 0..n {
+            let dev = &self.devices[r];
+            if let Err(e) = self.engine.wait(r as u32, &|| dev.failed()) {
+                proxy_err.get_or_insert(format!("rank {}: {e}", self.local[r]));
+                for d in &self.devices {
+                    d.abort();
+                }
+            }
+        }
+        let mut device_err = None;
+        for d in &mut self.devices {
+            match d.wait() {
+                Ok(()) | Err(DeviceError::Aborted { .. }) => {}
+                Err(e) => {
+                    device_err.get_or_insert(e.to_string());
+                }
+            }
+        }
+        // A device's own failure names the cause better than "the device failed".
+        match device_err.or(proxy_err) {
+            Some(e) => {
+                self.failed = Some(e.clone());
+                Err(e)
+            }
+            None => Ok(()),
+        }
+    }
+
+    /// Runs `count` executions of `reps` program executions each. With an engine that takes
+    /// two executions in flight, execution `i + 1` is submitted before execution `i` is
+    /// launched on the devices (alternating trigger sets), as a runtime enqueues proxy tasks
+    /// ahead of the device: the worker never goes quiescent between iterations.
+    fn run_execs(&mut self, prep: &Prepared, count: u32, reps: u32) -> Result<(), String> {
+        let depth = self.engine.max_in_flight().clamp(1, TRIGGER_SETS) as u32;
+        let mut submitted = 0;
+        while submitted < count.min(depth) {
+            self.submit(prep, reps, submitted as usize % TRIGGER_SETS)?;
+            submitted += 1;
+        }
+        for i in 0..count {
+            // On failure the world is done (`failed`): what is still in flight ends when the
+            // engine is dropped, before any memory it may use (`retired`, `fixed`).
+            self.complete(prep, reps, i as usize % TRIGGER_SETS)?;
+            if submitted < count {
+                self.submit(prep, reps, submitted as usize % TRIGGER_SETS)?;
+                submitted += 1;
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs one execution (`reps` program executions) on every rank.
+    fn execute(&mut self, prep: &Prepared, reps: u32) -> Result<(), String> {
+        self.run_execs(prep, 1, reps)
+    }
+
+    fn prepare(&self, mems: &mut [RankMem], size: u64, in_place: bool) -> Result<Prepared, String> {
+        let mut prep = Prepared {
+            plans: Vec::new(),
+            addrs: Vec::new(),
+            fifos: Vec::new(),
+        };
+        for (r, m) in mems.iter_mut().enumerate() {
+            let p = plan(&self.params(size, self.local[r], in_place)).map_err(|e| e.to_string())?;
+            let lines = self.fixed[r].mem.lines();
+            if FIXED_LINES + p.host_words() as usize > lines {
+                return Err(format!("plan needs {} host words", p.host_words()));
+            }
+            let l = p.layout;
+            let (input, output) = if in_place {
+                let b = ptr(&mut m.shared);
+                (b + l.input_offset, b + l.output_offset)
+            } else {
+                (ptr(&mut m.input), ptr(&mut m.output))
+            };
+            let a = Addresses {
+                input,
+                output,
+                scratch: ptr(&mut m.scratch),
+                words: self.fixed[r].plan_words(),
+                word_stride: WORD_STRIDE,
+            };
+            prep.fifos.push(p.fifos(&a));
+            prep.addrs.push(a);
+            prep.plans.push(Arc::new(p));
+        }
+        Ok(prep)
+    }
+
+    fn fill_inputs(&self, prep: &Prepared) {
+        for (r, p) in prep.plans.iter().enumerate() {
+            // SAFETY: the input range lies in the rank's live buffer; nothing runs now.
+            let input = unsafe {
+                std::slice::from_raw_parts_mut(
+                    prep.addrs[r].input as usize as *mut u8,
+                    p.layout.input_bytes as usize,
+                )
+            };
+            fill_input(&p.params, self.local[r], input);
+        }
+    }
+
+    fn poison_outputs(&self, prep: &Prepared) {
+        for (r, p) in prep.plans.iter().enumerate() {
+            // SAFETY: as above, the output range.
+            let out = unsafe {
+                std::slice::from_raw_parts_mut(
+                    prep.addrs[r].output as usize as *mut u8,
+                    p.layout.output_bytes as usize,
+                )
+            };
+            out.fill(POISON);
+        }
+    }
+
+    fn wrong(&self, prep: &Prepared) -> u64 {
+        prep.plans
+            .iter()
+            .enumerate()
+            .map(|(r, p)| {
+                // SAFETY: as above.
+                let out = unsafe {
+                    std::slice::from_raw_parts(
+                        prep.addrs[r].output as usize as *const u8,
+                        p.layout.output_bytes as usize,
+                    )
+                };
+                count_wrong(&p.params, self.local[r], out)
+            })
+            .sum()
+    }
+
+    fn measure(
+        &mut self,
+        mems: &mut [RankMem],
+        size: u64,
+        in_place: bool,
+    ) -> Result<Measure, String> {
+        let prep = self.prepare(mems, size, in_place)?;
+        let (iters, warmup, checks) = (self.args.iters.max(1), self.args.warmup, self.args.check);
+        self.fill_inputs(&prep);
+        if self.args.loop_mode {
+            if warmup > 0 {
+                self.execute(&prep, warmup)?;
+            }
+        } else {
+            self.run_execs(&prep, warmup, 1)?;
+        }
+        let starts0 = seam_starts();
+        let stats0: Vec<(u64, u64)> = self
+            .devices
+            .iter()
+            .map(|d| {
+                let s = d.stats();
+                (
+                    s.executions.load(Ordering::Relaxed),
+                    s.recv_bytes.load(Ordering::Relaxed),
+                )
+            })
+            .collect();
+        let t0 = Instant::now();
+        if self.args.loop_mode {
+            self.execute(&prep, iters)?;
+        } else {
+            self.run_execs(&prep, iters, 1)?;
+        }
+        let elapsed = t0.elapsed();
+        let timed_starts = seam_starts() - starts0;
+        let (mut execs, mut bytes) = (0, 0);
+        for (d, (e0, b0)) in self.devices.iter().zip(stats0) {
+            let s = d.stats();
+            execs += s.executions.load(Ordering::Relaxed) - e0;
+            bytes += s.recv_bytes.load(Ordering::Relaxed) - b0;
+        }
+        let mut wrong = None;
+        for _ in 0..checks {
+            self.poison_outputs(&prep);
+            if in_place {
+                self.fill_inputs(&prep);
+            }
+            self.execute(&prep, 1)?;
+            *wrong.get_or_insert(0) += self.wrong(&prep);
+        }
+        let recv_bytes_per_exec = prep
+            .plans
+            .iter()
+            .map(|p| p.dst.iter().map(|e| e.bytes).sum::<u64>())
+            .sum();
+        let mut local = Counts {
+            elapsed_ns: u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX),
+            timed_starts,
+            execs,
+            bytes,
+            wrong,
+            recv_bytes_per_exec,
+        };
+        if let Some(peers) = &self.peers {
+            local = Counts::combine(peers, &local)?;
+        }
+        let Counts {
+            elapsed_ns,
+            timed_starts,
+            execs,
+            bytes,
+            wrong,
+            recv_bytes_per_exec,
+        } = local;
+        let time = elapsed_ns as f64 / 1e9 / f64::from(iters);
+        let bytes_moved = size_of_row(&prep) as f64;
+        let algbw = if time > 0.0 {
+            bytes_moved / time / 1e9
+        } else {
+            0.0
+        };
+        Ok(Measure {
+            time_us: time * 1e6,
+            algbw,
+            busbw: algbw * self.collective.busbw_factor(self.args.ranks),
+            wrong,
+            timed_starts,
+            timed_device_execs: execs,
+            timed_recv_bytes: bytes,
+            recv_bytes_per_exec,
+        })
+    }
+
+    /// Measures one size (out of place, then in place).
+    ///
+    /// # Errors
+    /// A message when planning, the proxy or a device fails.
+    pub fn row(&mut self, size: u64) -> Result<Row, String> {
+        if let Some(e) = &self.failed {
+            return Err(format!("an earlier execution failed: {e}"));
+        }
+        let n = self.args.ranks;
+        let probe = plan(&self.params(size, 0, false)).map_err(|e| e.to_string())?;
+        let mut mems: Vec<RankMem> = self
+            .local
+            .iter()
+            .map(|&r| {
+                let po = plan(&self.params(size, r, false)).expect("planned above");
+                let pi = plan(&self.params(size, r, true)).expect("planned above");
+                let lo = po.layout;
+                RankMem {
+                    input: alloc_bytes(lo.input_bytes),
+                    output: alloc_bytes(lo.output_bytes),
+                    shared: alloc_bytes(pi.layout.shared_bytes()),
+                    scratch: alloc_bytes(lo.scratch_bytes.max(pi.layout.scratch_bytes)),
+                }
+            })
+            .collect();
+        let oop = self.measure(&mut mems, size, false);
+        let ip = oop.is_ok().then(|| self.measure(&mut mems, size, true));
+        if self.peers.is_some() || self.failed.is_some() {
+            // The transport may hold registrations of these buffers until it closes; after a
+            // failure, tasks still in flight may use them until the engine is dropped.
+            self.retired.push(mems);
+        }
+        let (oop, ip) = (oop?, ip.expect("measured when oop is ok")?);
+        let (i, o) = probe.params.collective.buffer_elems(probe.params.count, n);
+        Ok(Row {
+            size: i.max(o) * probe.params.dtype.size() as u64,
+            count: i.max(o),
+            algorithm: probe.params.algorithm.name(),
+            oop,
+            ip,
+        })
+    }
+}
+
+/// One process's part of a measurement, combined over the processes of a run: the slowest
+/// process's time (a collective is done when its last rank is), everything else summed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Counts {
+    elapsed_ns: u64,
+    timed_starts: u64,
+    execs: u64,
+    bytes: u64,
+    wrong: Option<u64>,
+    recv_bytes_per_exec: u64,
+}
+
+impl Counts {
+    const WORDS: usize = 6;
+
+    fn encode(&self) -> Vec<u8> {
+        [
+            self.elapsed_ns,
+            self.timed_starts,
+            self.execs,
+            self.bytes,
+            self.wrong.unwrap_or(u64::MAX),
+            self.recv_bytes_per_exec,
+        ]
+        .iter()
+        .flat_map(|w| w.to_le_bytes())
+        .collect()
+    }
+
+    fn decode(b: &[u8]) -> Option<Self> {
+        if b.len() != 8 * Self::WORDS {
+            return None;
+        }
+        let w = |i: usize| u64::from_le_bytes(b[8 * i..8 * i + 8].try_into().expect("8 bytes"));
+        Some(Self {
+            elapsed_ns: w(0),
+            timed_starts: w(1),
+            execs: w(2),
+            bytes: w(3),
+            wrong: (w(4) != u64::MAX).then(|| w(4)),
+            recv_bytes_per_exec: w(5),
+        })
+    }
+
+    /// All-gathers `mine` over `peers` and combines every process's counts.
+    fn combine(peers: &SharedBootstrap, mine: &Self) -> Result<Self, String> {
+        let all = peers
+            .lock()
+            .all_gather(&mine.encode())
+            .map_err(|e| format!("combining the results of the processes: {e}"))?;
+        let mut total = Self {
+            elapsed_ns: 0,
+            timed_starts: 0,
+            execs: 0,
+            bytes: 0,
+            wrong: None,
+            recv_bytes_per_exec: 0,
+        };
+        for (r, b) in all.iter().enumerate() {
+            let c = Self::decode(b)
+                .ok_or_else(|| format!("rank {r} sent malformed results ({} bytes)", b.len()))?;
+            total.elapsed_ns = total.elapsed_ns.max(c.elapsed_ns);
+            total.timed_starts += c.timed_starts;
+            total.execs += c.execs;
+            total.bytes += c.bytes;
+            if let Some(w) = c.wrong {
+                *total.wrong.get_or_insert(0) += w;
+            }
+            total.recv_bytes_per_exec += c.recv_bytes_per_exec;
+        }
+        Ok(total)
+    }
+}
+
+fn size_of_row(prep: &Prepared) -> u64 {
+    let l = prep.plans[0].layout;
+    l.input_bytes.max(l.output_bytes)
+}
+
+/// `true` when the tool's busy threads (a device per rank, a worker per group, the producer)
+/// outnumber the CPUs: then every wait should yield at once instead of spinning.
+pub fn oversubscribed(ranks: u32, ranks_per_proxy: u32) -> bool {
+    oversubscribed_procs(ranks, ranks_per_proxy, 1)
+}
+
+/// [`oversubscribed`] for `ranks` spread over `procs` processes on this machine (a producer
+/// per process; a proxy group never spans processes).
+pub fn oversubscribed_procs(ranks: u32, ranks_per_proxy: u32, procs: u32) -> bool {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let procs = procs.clamp(1, ranks.max(1));
+    let per_proc = ranks.div_ceil(procs);
+    let groups = procs * per_proc.div_ceil(ranks_per_proxy.max(1));
+    let threads = ranks as usize + groups as usize + procs as usize;
+    threads > cpus
+}
+
+/// The wait policy of every waiting thread of the tool: [`WaitPolicy::default`] (no spins
+/// when `oversubscribed`), with `PROXY_PERF_SPINS` / `PROXY_PERF_YIELDS` / `PROXY_PERF_NAP_US`
+/// overriding its fields (tuning experiments; unset in normal use).
+pub fn wait_policy_from_env(oversubscribed: bool) -> WaitPolicy {
+    let get = |k: &str| std::env::var(k).ok().and_then(|v| v.parse::<u32>().ok());
+    let mut w = WaitPolicy::default();
+    if oversubscribed {
+        w.spins = 0;
+    }
+    if let Some(v) = get("PROXY_PERF_SPINS") {
+        w.spins = v;
+    }
+    if let Some(v) = get("PROXY_PERF_YIELDS") {
+        w.yields = v;
+    }
+    if let Some(v) = get("PROXY_PERF_NAP_US") {
+        w.nap = std::time::Duration::from_micros(u64::from(v));
+    }
+    w
+}
+
+/// With `pin`, rank `r`'s device and proxy thread share CPU `r mod ncpus` (the pairs that hand
+/// off most often then switch on one core instead of waiting for a remote one to be scheduled).
+pub fn rank_cpus(n: u32, pin: bool) -> Vec<Option<usize>> {
+    let ids = if pin {
+        core_affinity::get_core_ids().unwrap_or_default()
+    } else {
+        Vec::new()
+    };
+    (0..n as usize)
+        .map(|r| (!ids.is_empty()).then(|| ids[r % ids.len()].id))
+        .collect()
+}
