@@ -189,4 +189,38 @@ impl Conn {
             self.shut = true;
         }
     }
+
+    /// One round of a lingering close: writes what is still unsent, shuts down our side once
+    /// all is out, and reads and discards what the peer still sends. `true` when this
+    /// connection is finished (the peer's EOF, or a socket error).
+    fn linger_once(&mut self) -> bool {
+        if self.flush().is_err() {
+            return true;
+        }
+        if self.unsent() == 0 && !self.shut {
+            let _ = self.stream.shutdown(Shutdown::Write);
+            self.shut = true;
+        }
+        let res = self.fill();
+        self.rbuf.clear();
+        res.is_err() || self.eof
+    }
+
+    /// A lingering close of `conns` after [`Conn::send_last`]: until each peer closed its side
+    /// or `budget` has passed. Closing a socket whose receive buffer still holds bytes the peer
+    /// sent makes the kernel answer with a reset instead of a FIN, and a reset can discard our
+    /// last frame (an `Abort`, a `Reject`) before the peer reads it; so the failing side first
+    /// waits for the peer to read that frame and close.
+    pub(crate) fn linger<'a>(conns: impl IntoIterator<Item = &'a mut Conn>, budget: Duration) {
+        let mut open: Vec<&mut Conn> = conns.into_iter().collect();
+        let deadline = Instant::now() + budget;
+        let mut backoff = Backoff::default();
+        loop {
+            open.retain_mut(|c| !c.linger_once());
+            if open.is_empty() || Instant::now() >= deadline {
+                return;
+            }
+            backoff.snooze();
+        }
+    }
 }

@@ -13,6 +13,10 @@ use crate::conn::{Conn, Waiter};
 use crate::wire::{Frame, Preface, MAGIC, VERSION as PROTOCOL_VERSION};
 use crate::*;
 
+/// How long a failing root waits for the leaves it told why (`Abort`, `Reject`) to read it
+/// and close (a lingering close, [`Conn::linger`]).
+const LINGER: std::time::Duration = std::time::Duration::from_millis(500);
+
 /// A random comm id below 2^15 (std's randomly seeded hasher, the process id and the time).
 fn random_comm_id() -> u32 {
     let mut h = RandomState::new().build_hasher();
@@ -245,6 +249,7 @@ impl<'c> Root<'c> {
                         reason: reason.clone(),
                     });
                 }
+                Conn::linger(self.peers.iter_mut().flatten().map(|p| &mut p.conn), LINGER);
                 log::error!("{e}");
                 self.set_state(S::Failed);
                 Err(e)
@@ -313,7 +318,33 @@ impl Bootstrap {
             }
             let mut i = 0;
             while i < pending.len() {
-                match Self::check_joiner(cfg, &mut pending[i], peers)? {
+                let joiner = match Self::check_joiner(cfg, &mut pending[i], peers) {
+                    Ok(j) => j,
+                    Err(e) => {
+                        // The other connections that have not been admitted yet may be ranks
+                        // whose `Hello` is still unread: tell them too (closing them unread
+                        // would reset them, and they would report a lost root, not why).
+                        pending.swap_remove(i);
+                        // Connections still in the listen backlog too: closing the listener
+                        // resets them.
+                        while let Ok((s, addr)) = listener.accept() {
+                            if let Ok(c) = Conn::new(s, addr) {
+                                pending.push(c);
+                            }
+                        }
+                        let abort = Frame::Abort {
+                            origin: 0,
+                            status: e.status().code(),
+                            reason: e.to_string(),
+                        };
+                        for c in &mut pending {
+                            c.send_last(&abort);
+                        }
+                        Conn::linger(&mut pending, LINGER);
+                        return Err(e);
+                    }
+                };
+                match joiner {
                     Joiner::Wait => i += 1,
                     Joiner::Drop => {
                         pending.swap_remove(i);
@@ -438,6 +469,7 @@ impl Bootstrap {
                         status: NrtStatus::Invalid.code(),
                         reason: message.clone(),
                     });
+                    Conn::linger([c], LINGER);
                     return Err(BootstrapError::Misconfigured { rank: 0, message });
                 }
                 Preface::Version(_) => {}
@@ -492,6 +524,7 @@ impl Bootstrap {
                 status: NrtStatus::Invalid.code(),
                 reason: message.clone(),
             });
+            Conn::linger([c], LINGER);
             return Err(BootstrapError::Misconfigured { rank: 0, message });
         }
         Ok(Joiner::Joined { rank, pid, host })
