@@ -66,7 +66,13 @@ impl DeviceCallbacks for DirectHostWords {
     fn inc_semaphore(&self, addr: u64, val: u32) {
         // Release: the payload the proxy wrote (received bytes) happens-before the device's
         // acquire read of the incremented count.
-        Self::word(addr).fetch_add(val, Ordering::Release);
+        // PLANT: SemaphoreRelaxedIncrement increments Relaxed: the payload is not published.
+        let order = plant!(
+            SemaphoreRelaxedIncrement,
+            Ordering::Relaxed,
+            Ordering::Release
+        );
+        Self::word(addr).fetch_add(val, order);
     }
 
     fn load_host_index(&self, addr: u64) -> u32 {

@@ -26,6 +26,14 @@ pub use loom::sync::atomic::{
     fence, AtomicBool, AtomicPtr, AtomicU32, AtomicU8, AtomicUsize, Ordering,
 };
 
+/// **Not** loom's atomics, under `--cfg loom` too: the storage of the process-wide plant
+/// selector ([`crate::plant`]) and nothing else. The selector is a static (loom atomics cannot
+/// be) and must add no branch points to a model; it is set once before a model runs.
+#[cfg(any(loom, feature = "plants"))]
+pub(crate) use core::sync::atomic::{
+    AtomicU8 as NonLoomPlantAtomicU8, Ordering as NonLoomPlantOrdering,
+};
+
 #[cfg(not(loom))]
 pub use alloc::sync::Arc;
 #[cfg(loom)]
