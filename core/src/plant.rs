@@ -24,6 +24,9 @@
 #[cfg(all(test, not(loom)))]
 extern crate std;
 
+use alloc::string::String;
+use alloc::vec::Vec;
+
 use crate::sync::{NonLoomPlantAtomicU8 as AtomicU8, NonLoomPlantOrdering as Ordering};
 
 /// Declares [`Plant`] with its discriminants (0 is "none"), [`Plant::ALL`] and [`Plant::name`].
@@ -175,6 +178,48 @@ pub fn active(plant: Plant) -> bool {
     }
 }
 
+/// The first panic message of a planted run's child process: a test binary re-run on one test
+/// (`<test> --exact`) with `plant` selected, which must have failed (`success` is its exit
+/// status); `stdout` and `stderr` are its output.
+///
+/// # Panics
+/// When the child ran no test named `test`, passed (nothing caught `plant`), or failed without
+/// a panic message.
+pub fn planted_failure(
+    plant: Plant,
+    test: &str,
+    success: bool,
+    stdout: &str,
+    stderr: &str,
+) -> String {
+    assert!(
+        stdout.contains("running 1 test"),
+        "{plant:?}: the child ran no test named {test}:\n{stdout}"
+    );
+    assert!(
+        !success,
+        "{test} missed {plant:?}: it passed with the plant"
+    );
+    first_panic_message(stderr)
+        .unwrap_or_else(|| panic!("{plant:?}: {test} failed without a panic message:\n{stderr}"))
+}
+
+/// The message of the first panic in a test process's stderr (the default panic hook's
+/// `thread '…' panicked at FILE:LINE:COL:` line, then the message, up to the next `note:`,
+/// backtrace or thread line).
+fn first_panic_message(stderr: &str) -> Option<String> {
+    let mut lines = stderr.lines();
+    lines.by_ref().find(|l| l.contains("panicked at"))?;
+    let msg: Vec<&str> = lines
+        .take_while(|l| {
+            !l.starts_with("note:")
+                && !l.starts_with("stack backtrace:")
+                && !l.starts_with("thread '")
+        })
+        .collect();
+    Some(msg.join("\n").trim().into())
+}
+
 #[cfg(all(test, not(loom)))]
 mod tests {
     //! The protocol plants, caught by the crate's existing tests: each test here re-runs this
@@ -186,15 +231,18 @@ mod tests {
 
     use super::*;
 
-    /// The message of the first panic in a test process's stderr (the default hook's
-    /// `thread '…' panicked at FILE:LINE:COL:` line, then the message up to a `note:` line).
-    fn first_panic_message(stderr: &str) -> Option<String> {
-        let mut lines = stderr.lines();
-        lines.by_ref().find(|l| l.contains("panicked at"))?;
-        let msg: std::vec::Vec<&str> = lines
-            .take_while(|l| !l.starts_with("note:") && !l.starts_with("thread '"))
-            .collect();
-        Some(msg.join("\n").trim().into())
+    #[test]
+    fn first_panic_message_reads_the_default_hook() {
+        let stderr = "running 1 test\n\
+            thread 'x' (12) panicked at src/a.rs:1:2:\n\
+            assertion `left == right` failed: exactly once\n  left: 1\n right: 2\n\
+            note: run with `RUST_BACKTRACE=1`\n\
+            thread 'x' (12) panicked at src/b.rs:3:4:\nsecond\n";
+        assert_eq!(
+            first_panic_message(stderr).as_deref(),
+            Some("assertion `left == right` failed: exactly once\n  left: 1\n right: 2")
+        );
+        assert_eq!(first_panic_message("ok\n"), None);
     }
 
     /// Runs the existing test `test` in a child with `plant` selected; asserts it fails with a
@@ -213,18 +261,13 @@ mod tests {
             cmd.output().expect("run the child test")
         };
         let out = run(Some(plant));
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(
-            stdout.contains("running 1 test"),
-            "{test} is not one test of this binary:\n{stdout}"
+        let msg = planted_failure(
+            plant,
+            test,
+            out.status.success(),
+            &String::from_utf8_lossy(&out.stdout),
+            &String::from_utf8_lossy(&out.stderr),
         );
-        assert!(
-            !out.status.success(),
-            "{test} missed {plant:?}: it passed with the plant"
-        );
-        let msg = first_panic_message(&stderr)
-            .unwrap_or_else(|| panic!("{test} failed without a panic message:\n{stderr}"));
         std::println!("{plant:?}: {test} reported: {msg}");
         assert!(
             expected.iter().all(|e| msg.contains(e)),

@@ -24,7 +24,7 @@
 pub mod harness;
 
 #[cfg(loom)]
-use proxy_core::plant::Plant;
+use proxy_core::plant::{planted_failure, Plant};
 
 /// A loom model builder configured from the environment (`LOOM_*`, see the README) with the
 /// preemption bound capped at `max_preemptions` (`LOOM_MAX_PREEMPTIONS` may lower it, never
@@ -127,60 +127,16 @@ where
         .env("RUST_BACKTRACE", "0")
         .output()
         .expect("run the model's child process");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        stdout.contains("running 1 test"),
-        "{plant:?}: the child ran no test named {test}:\n{stdout}"
+    let msg = planted_failure(
+        plant,
+        &test,
+        out.status.success(),
+        &String::from_utf8_lossy(&out.stdout),
+        &String::from_utf8_lossy(&out.stderr),
     );
-    assert!(
-        !out.status.success(),
-        "loom missed {plant:?}: every interleaving passed ({test})"
-    );
-    let msg = first_panic_message(&stderr).unwrap_or_else(|| {
-        panic!(
-            "{plant:?}: the model's process failed ({}) without a panic message:\n{stderr}",
-            out.status
-        )
-    });
     println!("{plant:?}: loom reported: {msg}");
     assert!(
         !msg.contains(BRANCH_LIMIT) && expected.iter().any(|e| msg.contains(e)),
         "{plant:?}: loom reported a failure, but not the expected one ({expected:?}): {msg}"
     );
-}
-
-/// The message of the first panic in a test process's stderr (the default panic hook's
-/// `thread '…' panicked at FILE:LINE:COL:` line, then the message, up to the next `note:`,
-/// backtrace or thread line).
-pub fn first_panic_message(stderr: &str) -> Option<String> {
-    let mut lines = stderr.lines();
-    lines.by_ref().find(|l| l.contains("panicked at"))?;
-    let msg: Vec<&str> = lines
-        .take_while(|l| {
-            !l.starts_with("note:")
-                && !l.starts_with("stack backtrace:")
-                && !l.starts_with("thread '")
-        })
-        .collect();
-    Some(msg.join("\n").trim().to_string())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn first_panic_message_reads_the_default_hook() {
-        let stderr = "running 1 test\n\
-            thread 'x' (12) panicked at src/a.rs:1:2:\n\
-            assertion `left == right` failed: exactly once\n  left: 1\n right: 2\n\
-            note: run with `RUST_BACKTRACE=1`\n\
-            thread 'x' (12) panicked at src/b.rs:3:4:\nsecond\n";
-        assert_eq!(
-            first_panic_message(stderr).as_deref(),
-            Some("assertion `left == right` failed: exactly once\n  left: 1\n right: 2")
-        );
-        assert_eq!(first_panic_message("ok\n"), None);
-    }
 }

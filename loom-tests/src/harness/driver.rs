@@ -256,7 +256,7 @@ pub fn wake_word_two_notifiers() {
         .collect();
     let both = || flags.iter().all(|f| f.load(Ordering::Acquire));
     while !both() {
-        cell.park(&ModelPark::default(), &mut || both());
+        cell.park(&ModelPark::default(), both);
     }
     for n in notifiers {
         n.join().unwrap();

@@ -114,10 +114,10 @@ pub fn registry_join_leave() {
     let other = {
         let reg = LeakOnPanic::new(reg.clone());
         let running = running.clone();
-        thread::spawn(move || comm(&**reg, &running, 1))
+        thread::spawn(move || comm(&reg, &running, 1))
     };
     let reg = LeakOnPanic::new(reg);
-    comm(&**reg, &running, 0);
+    comm(&reg, &running, 0);
     other.join().unwrap();
     assert_eq!(
         reg.group_count(),
