@@ -1,11 +1,12 @@
 //! The one place in `proxy-core` that names atomics, fences, `UnsafeCell`, `Arc` and the
 //! spin hint.
 //!
-//! Under `--cfg loom` every name resolves to loom's model-checked twin, so the rings, the
+//! Under `--cfg loom` every name resolves to loom's model-checked counterpart, so the rings, the
 //! slot states, the wake protocol, the registry refcount and the in-memory transport's
 //! mailboxes are checked by the models in `loom-tests/` exactly as they ship. Nothing else in
 //! the crate may import `core::sync::atomic` or `core::cell::UnsafeCell` (the test command
-//! greps `core/src` for them and fails).
+//! greps `core/src` for them and fails). One name here is not loom's under `--cfg loom`: the
+//! plant selector's storage (`NonLoomPlantAtomicU8`, for `crate::plant` only).
 //!
 //! No 64-bit atomics: `thumbv7em-none-eabihf` has 8/16/32-bit atomics with CAS only, so every
 //! state word, index and counter shared between threads is a `u32` or `usize`.

@@ -1,25 +1,30 @@
-//! Loom models of every cross-thread handoff in `proxy-core`, each with a planted-bug twin that
-//! the same model must catch (a model that cannot fail proves nothing).
+//! Loom models of every cross-thread handoff in `proxy-core`, each run on the real code and
+//! again with the bug it is there to find planted in that code, which the same model must catch
+//! (a model that cannot fail proves nothing).
 //!
 //! Run them with
 //! `RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=3 cargo test -p loom-tests --release`;
 //! see `loom-tests/README.md` ("Loom models") for running one model and debugging a failure.
 //!
 //! Layout: `tests/*.rs` hold the models (compiled only under `--cfg loom`); [`harness`] holds the
-//! generic model bodies, written against small traits so the real handoff and its twin run the
-//! very same model; [`twins`] holds the planted-bug copies. Under plain `cargo test` the crate
-//! runs the harness bodies once on real threads as a smoke test.
+//! model bodies, over proxy-core's real types. The plants are in proxy-core itself
+//! (`proxy_core::plant`, compiled in under `--cfg loom`): a plant's test runs the very body of
+//! the real run, in a child process with that plant selected ([`assert_loom_catches`]). Under
+//! plain `cargo test` the crate runs the bodies once on real threads as a smoke test.
 //!
-//! | model | file | handoff | twin(s) |
+//! | model | file | handoff | plants (`proxy_core::plant::Plant`) |
 //! |---|---|---|---|
-//! | 1 | `tests/ring.rs` | SPSC ring | Relaxed tail store |
-//! | 2 | `tests/records.rs` | submit → tick → step → status record → consumer | Relaxed `run_state`; notify that skips an EMPTY word |
-//! | 3 | `tests/park_wake.rs` | worker park vs submission / join / stop | notify that skips an EMPTY word; park by plain store |
-//! | 4 | `tests/slots.rs` | slot release and reuse while the worker ticks; claim race | leave without the closing handshake; claim by load + store |
-//! | 5 | `tests/trigger.rs` | device trigger word vs the network task's gate | Relaxed `can_start`; Relaxed `consume` |
-//! | 6 | `tests/semaphore.rs` | semaphore reverse edge | Relaxed increment |
-//! | 7 | `tests/mem_transport.rs` | in-memory transport mailbox and send handoff | load/store withdraw |
-//! | 8 | `tests/registry.rs` | registry join/leave vs worker start/stop | refcount decrement split across two critical sections; last worker stopped outside the lock |
+//! | 1 | `tests/ring.rs` | SPSC ring | `RingRelaxedTail` |
+//! | 2 | `tests/records.rs` | submit → tick → step → status record → consumer | `RecordRelaxedRunState`, `WakeNotifySkipsEmpty` |
+//! | 3 | `tests/park_wake.rs` | worker park vs submission / join / stop; wake word, two notifiers | `WakeNotifySkipsEmpty`, `WakeParkByPlainStore` (each in all 4 scenarios) |
+//! | 4 | `tests/slots.rs` | slot release and reuse while the worker ticks; claim race | `SlotLeaveWithoutHandshake`, `SlotClaimByLoadStore` |
+//! | 5 | `tests/trigger.rs` | device trigger word vs the network task's gate | `TriggerCanStartRelaxed`, `TriggerConsumeRelaxed` |
+//! | 6 | `tests/semaphore.rs` | semaphore reverse edge | `SemaphoreRelaxedIncrement` |
+//! | 7 | `tests/mem_transport.rs` | in-memory transport mailbox and send handoff | `HandoffWithdrawByLoadStore` |
+//! | 8 | `tests/registry.rs` | registry join/leave vs worker start/stop | `RegistrySplitDecrement`, `RegistryStopOutsideLock` |
+//!
+//! The two protocol plants (`NetworkSkipsTriggerGate`, `SendRecvIgnoresIndexWrap`) are caught by
+//! proxy-core's own tests (`cargo test -p proxy-core --features plants`), not by a loom model.
 
 pub mod harness;
 
