@@ -106,7 +106,8 @@ plants! {
     RegistryStopOutsideLock = 12,
     /// `task/network.rs: NetworkTask::step_init` goes from INIT straight to PROGRESSING, as if
     /// the task had no device trigger to wait for: it runs before the device's trigger and never
-    /// consumes it. Caught by this crate's task tests (`task::tests`, see this module's tests).
+    /// consumes it. Caught by this crate's task tests (`task::tests`, see this module's tests),
+    /// and by loom model 5 (`tests/trigger.rs`): "the task started before the device's write".
     NetworkSkipsTriggerGate = 13,
     /// `sendrecv.rs: transfer` reads the host index as if `net_idx_loop_size` were 0 (no wrap):
     /// once the device's index wraps, the op sees a huge delta. Caught by the send/recv protocol

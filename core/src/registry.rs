@@ -226,7 +226,8 @@ impl<S: Spawner> Registry<S> {
         // PLANT: RegistrySplitDecrement reads the count in one critical section and writes
         // `refs - 1` (and decides "last") in a second: two leaves can both write the same value.
         plant!(RegistrySplitDecrement => {
-            let refs = self.with_groups(|groups| groups.iter().find(|g| g.id == group).map(|g| g.refs));
+            let refs =
+                self.with_groups(|groups| groups.iter().find(|g| g.id == group).map(|g| g.refs));
             if let Some(refs) = refs {
                 self.with_groups(|groups| {
                     if let Some(i) = groups.iter().position(|g| g.id == group) {

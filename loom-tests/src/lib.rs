@@ -18,13 +18,14 @@
 //! | 2 | `tests/records.rs` | submit → tick → step → status record → consumer | `RecordRelaxedRunState`, `WakeNotifySkipsEmpty` |
 //! | 3 | `tests/park_wake.rs` | worker park vs submission / join / stop; wake word, two notifiers | `WakeNotifySkipsEmpty`, `WakeParkByPlainStore` (each in all 4 scenarios) |
 //! | 4 | `tests/slots.rs` | slot release and reuse while the worker ticks; claim race | `SlotLeaveWithoutHandshake`, `SlotClaimByLoadStore` |
-//! | 5 | `tests/trigger.rs` | device trigger word vs the network task's gate | `TriggerCanStartRelaxed`, `TriggerConsumeRelaxed` |
+//! | 5 | `tests/trigger.rs` | device trigger word vs the network task's gate | `TriggerCanStartRelaxed`, `TriggerConsumeRelaxed`, `NetworkSkipsTriggerGate` |
 //! | 6 | `tests/semaphore.rs` | semaphore reverse edge | `SemaphoreRelaxedIncrement` |
 //! | 7 | `tests/mem_transport.rs` | in-memory transport mailbox and send handoff | `HandoffWithdrawByLoadStore` |
 //! | 8 | `tests/registry.rs` | registry join/leave vs worker start/stop | `RegistrySplitDecrement`, `RegistryStopOutsideLock` |
 //!
 //! The two protocol plants (`NetworkSkipsTriggerGate`, `SendRecvIgnoresIndexWrap`) are caught by
-//! proxy-core's own tests (`cargo test -p proxy-core --features plants`), not by a loom model.
+//! proxy-core's own tests (`cargo test -p proxy-core --features plants`); model 5 catches the
+//! first one too.
 
 pub mod harness;
 

@@ -32,3 +32,19 @@ fn plant_relaxed_consume_is_caught() {
         trigger_gate,
     );
 }
+
+/// The protocol plant of `task/network.rs` (also caught by proxy-core's task tests): the task
+/// never waits for the trigger, so it starts before the device's write and never consumes it.
+#[test]
+fn plant_skipping_the_trigger_gate_is_caught() {
+    assert_loom_catches(
+        Plant::NetworkSkipsTriggerGate,
+        PREEMPTIONS,
+        &[
+            "Causality violation",
+            "before the device's write",
+            "never saw the trigger consumed",
+        ],
+        trigger_gate,
+    );
+}
