@@ -84,7 +84,10 @@ clippy() {
     cargo clippy -p proxy-core -p loom-tests --all-targets --release -- -D warnings
 }
 
-test() { cargo test --workspace "${FEATURES[@]}"; }
+test() {
+  cargo test --workspace "${FEATURES[@]}"
+  cargo test -p proxy-core --features plants
+}
 
 loom() {
   RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=3 CARGO_TARGET_DIR=target/loom \

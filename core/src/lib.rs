@@ -26,7 +26,34 @@
 
 extern crate alloc;
 
+/// A planted line (see `plant.rs`): `plant!(Name, buggy, correct)` is `buggy` while plant
+/// `Name` is selected and `correct` otherwise; `plant!(Name => { buggy })` runs the block while
+/// `Name` is selected (it returns from the function, or adds a step before the correct code).
+#[cfg(any(loom, feature = "plants"))]
+macro_rules! plant {
+    ($plant:ident, $buggy:expr, $correct:expr $(,)?) => {
+        if $crate::plant::active($crate::plant::Plant::$plant) {
+            $buggy
+        } else {
+            $correct
+        }
+    };
+    ($plant:ident => $buggy:block) => {
+        if $crate::plant::active($crate::plant::Plant::$plant) $buggy
+    };
+}
+/// A planted line, in a build without plants: only the correct code (see `plant.rs`).
+#[cfg(not(any(loom, feature = "plants")))]
+macro_rules! plant {
+    ($plant:ident, $buggy:expr, $correct:expr $(,)?) => {
+        $correct
+    };
+    ($plant:ident => $buggy:block) => {};
+}
+
 pub mod driver;
+#[cfg(any(loom, feature = "plants"))]
+pub mod plant;
 pub mod progress;
 pub mod seam;
 pub mod status;

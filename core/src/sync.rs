@@ -1,11 +1,13 @@
 //! The one place in `proxy-core` that names atomics, fences, `UnsafeCell`, `Arc` and the
 //! spin hint.
 //!
-//! Under `--cfg loom` every name resolves to loom's model-checked twin, so the rings, the
+//! Under `--cfg loom` every name resolves to loom's model-checked counterpart, so the rings, the
 //! slot states, the wake protocol, the registry refcount and the in-memory transport's
 //! mailboxes are checked by the models in `loom-tests/` exactly as they ship. Nothing else in
 //! the crate may import atomics, `Arc` or `UnsafeCell` from `core`, `alloc`, `std` or `loom`
-//! (the test command's `facade` step greps `core/src` for them and fails).
+//! (the test command's `facade` step greps `core/src` for them and fails). One name here is not
+//! loom's under `--cfg loom`: the plant selector's storage (`NonLoomPlantAtomicU8`, for
+//! `crate::plant` only).
 //!
 //! No 64-bit atomics: `thumbv7em-none-eabihf` has 8/16/32-bit atomics with CAS only, so every
 //! state word, index and counter shared between threads is a `u32` or `usize`.
@@ -24,6 +26,14 @@ pub use core::sync::atomic::{
 #[cfg(loom)]
 pub use loom::sync::atomic::{
     fence, AtomicBool, AtomicPtr, AtomicU32, AtomicU8, AtomicUsize, Ordering,
+};
+
+/// **Not** loom's atomics, under `--cfg loom` too: the storage of the process-wide plant
+/// selector ([`crate::plant`]) and nothing else. The selector is a static (loom atomics cannot
+/// be) and must add no branch points to a model; it is set once before a model runs.
+#[cfg(any(loom, feature = "plants"))]
+pub(crate) use core::sync::atomic::{
+    AtomicU8 as NonLoomPlantAtomicU8, Ordering as NonLoomPlantOrdering,
 };
 
 #[cfg(not(loom))]

@@ -1,28 +1,36 @@
-//! Loom models of every cross-thread handoff in `proxy-core`, each with a planted-bug twin that
-//! the same model must catch (a model that cannot fail proves nothing).
+//! Loom models of every cross-thread handoff in `proxy-core`, each run on the real code and
+//! again with the bug it is there to find planted in that code, which the same model must catch
+//! (a model that cannot fail proves nothing).
 //!
 //! Run them with
 //! `RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=3 cargo test -p loom-tests --release`;
 //! see `loom-tests/README.md` ("Loom models") for running one model and debugging a failure.
 //!
 //! Layout: `tests/*.rs` hold the models (compiled only under `--cfg loom`); [`harness`] holds the
-//! generic model bodies, written against small traits so the real handoff and its twin run the
-//! very same model; [`twins`] holds the planted-bug copies. Under plain `cargo test` the crate
-//! runs the harness bodies once on real threads as a smoke test.
+//! model bodies, over proxy-core's real types. The plants are in proxy-core itself
+//! (`proxy_core::plant`, compiled in under `--cfg loom`): a plant's test runs the very body of
+//! the real run, in a child process with that plant selected ([`assert_loom_catches`]). Under
+//! plain `cargo test` the crate runs the bodies once on real threads as a smoke test.
 //!
-//! | model | file | handoff | twin(s) |
+//! | model | file | handoff | plants (`proxy_core::plant::Plant`) |
 //! |---|---|---|---|
-//! | 1 | `tests/ring.rs` | SPSC ring | Relaxed tail store |
-//! | 2 | `tests/records.rs` | submit → tick → step → status record → consumer | Relaxed `run_state`; notify that skips an EMPTY word |
-//! | 3 | `tests/park_wake.rs` | worker park vs submission / join / stop | notify that skips an EMPTY word; park by plain store |
-//! | 4 | `tests/slots.rs` | slot release and reuse while the worker ticks; claim race | leave without the closing handshake; claim by load + store |
-//! | 5 | `tests/trigger.rs` | device trigger word vs the network task's gate | Relaxed `can_start`; Relaxed `consume` |
-//! | 6 | `tests/semaphore.rs` | semaphore reverse edge | Relaxed increment |
-//! | 7 | `tests/mem_transport.rs` | in-memory transport mailbox and send handoff | load/store withdraw |
-//! | 8 | `tests/registry.rs` | registry join/leave vs worker start/stop | refcount decrement split across two critical sections; last worker stopped outside the lock |
+//! | 1 | `tests/ring.rs` | SPSC ring | `RingRelaxedTail` |
+//! | 2 | `tests/records.rs` | submit → tick → step → status record → consumer | `RecordRelaxedRunState`, `WakeNotifySkipsEmpty` |
+//! | 3 | `tests/park_wake.rs` | worker park vs submission / join / stop; wake word, two notifiers | `WakeNotifySkipsEmpty`, `WakeParkByPlainStore` (each in all 4 scenarios) |
+//! | 4 | `tests/slots.rs` | slot release and reuse while the worker ticks; claim race | `SlotLeaveWithoutHandshake`, `SlotClaimByLoadStore` |
+//! | 5 | `tests/trigger.rs` | device trigger word vs the network task's gate | `TriggerCanStartRelaxed`, `TriggerConsumeRelaxed`, `NetworkSkipsTriggerGate` |
+//! | 6 | `tests/semaphore.rs` | semaphore reverse edge | `SemaphoreRelaxedIncrement` |
+//! | 7 | `tests/mem_transport.rs` | in-memory transport mailbox and send handoff | `HandoffWithdrawByLoadStore` |
+//! | 8 | `tests/registry.rs` | registry join/leave vs worker start/stop | `RegistrySplitDecrement`, `RegistryStopOutsideLock` |
+//!
+//! The two protocol plants (`NetworkSkipsTriggerGate`, `SendRecvIgnoresIndexWrap`) are caught by
+//! proxy-core's own tests (`cargo test -p proxy-core --features plants`); model 5 catches the
+//! first one too.
 
 pub mod harness;
-pub mod twins;
+
+#[cfg(loom)]
+use proxy_core::plant::{planted_failure, Plant};
 
 /// A loom model builder configured from the environment (`LOOM_*`, see the README) with the
 /// preemption bound capped at `max_preemptions` (`LOOM_MAX_PREEMPTIONS` may lower it, never
@@ -37,13 +45,22 @@ pub fn builder(max_preemptions: usize) -> loom::model::Builder {
     b
 }
 
-/// Runs `f` under loom with [`builder`]`(max_preemptions)`, printing loom's trace when
-/// `LOOM_LOG` is set (as `loom::model` does). Panics on the first failing interleaving.
+/// Runs the model `f` on the real code (no plant) under loom with
+/// [`builder`]`(max_preemptions)`, printing loom's trace when `LOOM_LOG` is set (as
+/// `loom::model` does). Panics on the first failing interleaving.
+///
+/// # Panics
+/// Also when a plant is selected: only [`assert_loom_catches`]'s child selects one.
 #[cfg(loom)]
 pub fn check<F>(max_preemptions: usize, f: F)
 where
     F: Fn() + Sync + Send + 'static,
 {
+    assert_eq!(
+        proxy_core::plant::selected(),
+        None,
+        "a real run with a plant selected"
+    );
     with_loom_log(|| builder(max_preemptions).check(f));
 }
 
@@ -62,110 +79,47 @@ fn with_loom_log<R>(run: impl FnOnce() -> R) -> R {
 /// or a model that is too big). Such a failure says nothing about the handoff under test.
 pub const BRANCH_LIMIT: &str = "exceeded maximum number of branches";
 
-/// Runs `f` under `loom::model` and returns the message of the failure loom reports (a panic in
-/// any interleaving: an assertion, a data race or causality violation on a tracked cell, a
-/// deadlock), or `None` when every interleaving passes.
-#[cfg(loom)]
-pub fn loom_failure<F>(f: F) -> Option<String>
-where
-    F: Fn() + Sync + Send + 'static,
-{
-    failure_of(|| loom::model(f))
-}
+/// The preemption bound of a model that takes `LOOM_MAX_PREEMPTIONS` as is (no cap of its own):
+/// [`builder`] caps the variable at this, i.e. not at all.
+pub const ENV_BOUND: usize = usize::MAX;
 
-#[cfg(loom)]
-fn failure_of(run: impl FnOnce()) -> Option<String> {
-    quiet::install();
-    quiet::set(true);
-    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(run));
-    quiet::set(false);
-    let payload = r.err()?;
-    Some(if let Some(s) = payload.downcast_ref::<String>() {
-        s.clone()
-    } else if let Some(s) = payload.downcast_ref::<&str>() {
-        (*s).to_string()
-    } else {
-        "(a panic without a message)".to_string()
-    })
-}
+/// Environment variable that marks the child process [`assert_loom_catches`] runs a planted
+/// model in, and names its plant (`proxy_core::plant::Plant::name`).
+pub const PLANT_ENV: &str = "LOOM_TESTS_PLANT";
 
-/// Silences the panic hook on the threads that run an expected-to-fail model (loom runs every
-/// model thread on the calling OS thread), without touching the hook of tests that run beside
-/// it: a process-wide `take_hook`/`set_hook` pair would race between parallel tests and could
-/// leave a silent hook behind. `LOOM_TESTS_VERBOSE=1` keeps every panic message (to see what a
-/// twin's model reported, or why a twin aborted).
-#[cfg(loom)]
-mod quiet {
-    use std::cell::Cell;
-    use std::sync::Once;
-
-    thread_local! {
-        static QUIET: Cell<bool> = const { Cell::new(false) };
-    }
-
-    pub(crate) fn install() {
-        static ONCE: Once = Once::new();
-        ONCE.call_once(|| {
-            let prev = std::panic::take_hook();
-            let verbose = std::env::var_os("LOOM_TESTS_VERBOSE").is_some();
-            std::panic::set_hook(Box::new(move |info| {
-                if verbose || !QUIET.with(Cell::get) {
-                    prev(info);
-                }
-            }));
-        });
-    }
-
-    pub(crate) fn set(on: bool) {
-        QUIET.with(|q| q.set(on));
-    }
-}
-
-/// Runs `f` under `loom::model` and reports whether loom found a real failure: any panic except
-/// running out of branches ([`BRANCH_LIMIT`]), which would show only that the model is too big
-/// or spins without bound. Used to show that each planted-bug twin is caught.
-#[cfg(loom)]
-pub fn loom_finds_failure<F>(f: F) -> bool
-where
-    F: Fn() + Sync + Send + 'static,
-{
-    match loom_failure(f) {
-        Some(msg) => {
-            println!("loom reported: {msg}");
-            !msg.contains(BRANCH_LIMIT)
-        }
-        None => false,
-    }
-}
-
-/// Environment variable that marks the child process [`assert_loom_catches`] runs a twin's
-/// model in.
-pub const CHILD_ENV: &str = "LOOM_TESTS_TWIN_CHILD";
-
-/// Asserts that loom, run with [`builder`]`(max_preemptions)`, reports a failure of `f` whose
-/// first panic message contains one of `expected` (e.g. `"deadlock"`, `"Causality
-/// violation"`, or a model assertion's text), so a twin is shown to be caught by the check meant
-/// for its bug — not by running out of branches ([`BRANCH_LIMIT`]) or by something unrelated.
+/// Asserts that loom, run with [`builder`]`(max_preemptions)`, reports a failure of the model
+/// `f` with `plant` planted in proxy-core, and that its first panic message contains one of
+/// `expected` (e.g. `"deadlock"`, `"Causality violation"`, or a model assertion's text), so the
+/// plant is shown to be caught by the check meant for its bug — not by running out of branches
+/// ([`BRANCH_LIMIT`]) or by something unrelated. `f` is the very body the real run checks.
 ///
 /// The model runs in a child process: this test binary re-run with only the calling test
-/// (`<test> --exact`, [`CHILD_ENV`] set), which runs `f` under loom directly. A child, not
-/// `catch_unwind`, because a failing model can abort its process: when loom reports a deadlock
-/// it has no active thread left, and the loom objects the parked thread drops while it unwinds
-/// (an `Arc`, a slot handle) panic again, which aborts. The parent reads the child's first
-/// panic message from its stderr.
+/// (`<test> --exact`) and [`PLANT_ENV`] set to the plant's name. The child selects the plant
+/// (`proxy_core::plant::set`, process-wide: never in the parent, whose tests run in parallel
+/// threads) and runs `f` under loom directly. A child also because a failing model can abort its
+/// process: when loom reports a deadlock it has no active thread left, and the loom objects the
+/// parked thread drops while it unwinds (an `Arc`, a slot handle) panic again, which aborts.
+/// The parent reads the child's first panic message from its stderr.
 ///
 /// Must be called from the `#[test]` function itself (its thread carries the test's name).
 ///
 /// # Panics
-/// When every interleaving passes, or the first failure matches none of `expected`.
+/// When every interleaving passes, or the first failure matches none of `expected`; in the
+/// child, when [`PLANT_ENV`] names another plant than `plant`.
 #[cfg(loom)]
-pub fn assert_loom_catches<F>(what: &str, max_preemptions: usize, expected: &[&str], f: F)
+pub fn assert_loom_catches<F>(plant: Plant, max_preemptions: usize, expected: &[&str], f: F)
 where
     F: Fn() + Sync + Send + 'static,
 {
-    if std::env::var_os(CHILD_ENV).is_some() {
+    if let Some(name) = std::env::var_os(PLANT_ENV) {
         // The child: a failure panics (or aborts) this process, which the parent expects.
-        check(max_preemptions, f);
+        assert_eq!(
+            name.to_str().and_then(Plant::from_name),
+            Some(plant),
+            "{PLANT_ENV}={name:?} is not this test's plant"
+        );
+        proxy_core::plant::set(Some(plant));
+        with_loom_log(|| builder(max_preemptions).check(f));
         return;
     }
     let test = std::thread::current()
@@ -175,59 +129,20 @@ where
     let exe = std::env::current_exe().expect("the test binary's path");
     let out = std::process::Command::new(exe)
         .args([test.as_str(), "--exact", "--nocapture", "--test-threads=1"])
-        .env(CHILD_ENV, "1")
+        .env(PLANT_ENV, plant.name())
         .env("RUST_BACKTRACE", "0")
         .output()
         .expect("run the model's child process");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        !out.status.success(),
-        "loom missed {what}: every interleaving passed ({test})"
+    let msg = planted_failure(
+        plant,
+        &test,
+        out.status.success(),
+        &String::from_utf8_lossy(&out.stdout),
+        &String::from_utf8_lossy(&out.stderr),
     );
-    let msg = first_panic_message(&stderr).unwrap_or_else(|| {
-        panic!(
-            "{what}: the model's process failed ({}) without a panic message:\n{stderr}",
-            out.status
-        )
-    });
-    println!("{what}: loom reported: {msg}");
+    println!("{plant:?}: loom reported: {msg}");
     assert!(
         !msg.contains(BRANCH_LIMIT) && expected.iter().any(|e| msg.contains(e)),
-        "{what}: loom reported a failure, but not the expected one ({expected:?}): {msg}"
+        "{plant:?}: loom reported a failure, but not the expected one ({expected:?}): {msg}"
     );
-}
-
-/// The message of the first panic in a test process's stderr (the default panic hook's
-/// `thread '…' panicked at FILE:LINE:COL:` line, then the message, up to the next `note:`,
-/// backtrace or thread line).
-pub fn first_panic_message(stderr: &str) -> Option<String> {
-    let mut lines = stderr.lines();
-    lines.by_ref().find(|l| l.contains("panicked at"))?;
-    let msg: Vec<&str> = lines
-        .take_while(|l| {
-            !l.starts_with("note:")
-                && !l.starts_with("stack backtrace:")
-                && !l.starts_with("thread '")
-        })
-        .collect();
-    Some(msg.join("\n").trim().to_string())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn first_panic_message_reads_the_default_hook() {
-        let stderr = "running 1 test\n\
-            thread 'x' (12) panicked at src/a.rs:1:2:\n\
-            assertion `left == right` failed: exactly once\n  left: 1\n right: 2\n\
-            note: run with `RUST_BACKTRACE=1`\n\
-            thread 'x' (12) panicked at src/b.rs:3:4:\nsecond\n";
-        assert_eq!(
-            first_panic_message(stderr).as_deref(),
-            Some("assertion `left == right` failed: exactly once\n  left: 1\n right: 2")
-        );
-        assert_eq!(first_panic_message("ok\n"), None);
-    }
 }

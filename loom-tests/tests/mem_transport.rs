@@ -3,11 +3,14 @@
 #![cfg(loom)]
 
 use loom::thread;
-use loom_tests::harness::{handoff_cancel_vs_claim, RealHandoff};
-use loom_tests::loom_finds_failure;
-use loom_tests::twins::handoff::BuggyHandoff;
+use loom_tests::harness::handoff_cancel_vs_claim;
+use loom_tests::{assert_loom_catches, check, ENV_BOUND};
+use proxy_core::plant::Plant;
 use proxy_core::progress::mem_transport::MemFabric;
 use proxy_core::progress::net::{TestOutcome, Transport};
+
+/// Preemption bound of the two-message exchange (at the environment's 3 it takes minutes).
+const EXCHANGE_PREEMPTIONS: usize = 2;
 
 /// Sender's worker and receiver's worker exchange two messages (one eager, one lent) through
 /// one mailbox, the receives posted in either order; the bytes arrive whole, once.
@@ -81,27 +84,30 @@ fn exchange(recv_reversed: bool) {
 
 #[test]
 fn two_messages_one_mailbox_recv_in_order() {
-    let mut b = loom::model::Builder::new();
-    b.preemption_bound = Some(b.preemption_bound.unwrap_or(2).min(2));
-    b.check(|| exchange(false));
+    check(EXCHANGE_PREEMPTIONS, || exchange(false));
 }
 
 #[test]
 fn two_messages_one_mailbox_recv_reversed() {
-    let mut b = loom::model::Builder::new();
-    b.preemption_bound = Some(b.preemption_bound.unwrap_or(2).min(2));
-    b.check(|| exchange(true));
+    check(EXCHANGE_PREEMPTIONS, || exchange(true));
 }
 
 #[test]
 fn cancel_races_claim_exactly_one_wins() {
-    loom::model(handoff_cancel_vs_claim::<RealHandoff>);
+    check(ENV_BOUND, handoff_cancel_vs_claim);
 }
 
 #[test]
-fn handoff_twin_with_non_atomic_withdraw_is_caught() {
-    assert!(
-        loom_finds_failure(handoff_cancel_vs_claim::<BuggyHandoff>),
-        "loom missed the load/store withdraw"
+fn handoff_plant_withdraw_by_load_and_store_is_caught() {
+    assert_loom_catches(
+        Plant::HandoffWithdrawByLoadStore,
+        ENV_BOUND,
+        &[
+            "Causality violation",
+            "bytes arrive whole",
+            "never copied",
+            "agree on the outcome",
+        ],
+        handoff_cancel_vs_claim,
     );
 }

@@ -5,152 +5,58 @@
 
 use loom_tests::harness::driver::{
     wake_word_two_notifiers, worker_wakes_for_a_join, worker_wakes_for_a_submission,
-    worker_wakes_for_stop, RealDriver,
+    worker_wakes_for_stop,
 };
-use loom_tests::twins::queue::{bug, TwinDriver, WaitCell};
 use loom_tests::{assert_loom_catches, check};
-use proxy_core::driver::task::TaskCore;
+use proxy_core::plant::Plant;
 
 /// Preemption bound of this model.
 const PREEMPTIONS: usize = 3;
 
-type Copy = TwinDriver<{ bug::NONE }>;
-type SkipNotify = TwinDriver<{ bug::NOTIFY_SKIPS_WHEN_EMPTY }>;
-type StorePark = TwinDriver<{ bug::PARK_BY_PLAIN_STORE }>;
+/// The real run of `$body` and one planted run per plant, each expected to deadlock.
+macro_rules! model {
+    ($real:ident, $body:path, $($planted:ident: $plant:ident),+ $(,)?) => {
+        #[test]
+        fn $real() {
+            check(PREEMPTIONS, $body);
+        }
+        $(
+            #[test]
+            fn $planted() {
+                assert_loom_catches(Plant::$plant, PREEMPTIONS, &["deadlock"], $body);
+            }
+        )+
+    };
+}
 
 // ---- a submission ------------------------------------------------------------------------------
-
-#[test]
-fn worker_wakes_for_a_submission_real() {
-    check(
-        PREEMPTIONS,
-        worker_wakes_for_a_submission::<RealDriver, TaskCore>,
-    );
-}
-
-#[test]
-fn worker_wakes_for_a_submission_twin_copy() {
-    check(PREEMPTIONS, worker_wakes_for_a_submission::<Copy, TaskCore>);
-}
-
-#[test]
-fn worker_wakes_for_a_submission_twin_skip_notify_is_caught() {
-    assert_loom_catches(
-        "a notify that skips an EMPTY word (submission)",
-        PREEMPTIONS,
-        &["deadlock"],
-        worker_wakes_for_a_submission::<SkipNotify, TaskCore>,
-    );
-}
-
-#[test]
-fn worker_wakes_for_a_submission_twin_store_park_is_caught() {
-    assert_loom_catches(
-        "a park by plain store (submission)",
-        PREEMPTIONS,
-        &["deadlock"],
-        worker_wakes_for_a_submission::<StorePark, TaskCore>,
-    );
-}
+model!(
+    worker_wakes_for_a_submission_real,
+    worker_wakes_for_a_submission,
+    worker_wakes_for_a_submission_plant_skip_notify_is_caught: WakeNotifySkipsEmpty,
+    worker_wakes_for_a_submission_plant_store_park_is_caught: WakeParkByPlainStore,
+);
 
 // ---- a join ------------------------------------------------------------------------------------
-
-#[test]
-fn worker_wakes_for_a_join_real() {
-    check(PREEMPTIONS, worker_wakes_for_a_join::<RealDriver>);
-}
-
-#[test]
-fn worker_wakes_for_a_join_twin_copy() {
-    check(PREEMPTIONS, worker_wakes_for_a_join::<Copy>);
-}
-
-#[test]
-fn worker_wakes_for_a_join_twin_skip_notify_is_caught() {
-    assert_loom_catches(
-        "a notify that skips an EMPTY word (join)",
-        PREEMPTIONS,
-        &["deadlock"],
-        worker_wakes_for_a_join::<SkipNotify>,
-    );
-}
-
-#[test]
-fn worker_wakes_for_a_join_twin_store_park_is_caught() {
-    assert_loom_catches(
-        "a park by plain store (join)",
-        PREEMPTIONS,
-        &["deadlock"],
-        worker_wakes_for_a_join::<StorePark>,
-    );
-}
+model!(
+    worker_wakes_for_a_join_real,
+    worker_wakes_for_a_join,
+    worker_wakes_for_a_join_plant_skip_notify_is_caught: WakeNotifySkipsEmpty,
+    worker_wakes_for_a_join_plant_store_park_is_caught: WakeParkByPlainStore,
+);
 
 // ---- a stop request ----------------------------------------------------------------------------
-
-#[test]
-fn worker_wakes_for_stop_real() {
-    check(PREEMPTIONS, worker_wakes_for_stop::<RealDriver>);
-}
-
-#[test]
-fn worker_wakes_for_stop_twin_copy() {
-    check(PREEMPTIONS, worker_wakes_for_stop::<Copy>);
-}
-
-#[test]
-fn worker_wakes_for_stop_twin_skip_notify_is_caught() {
-    assert_loom_catches(
-        "a notify that skips an EMPTY word (stop)",
-        PREEMPTIONS,
-        &["deadlock"],
-        worker_wakes_for_stop::<SkipNotify>,
-    );
-}
-
-#[test]
-fn worker_wakes_for_stop_twin_store_park_is_caught() {
-    assert_loom_catches(
-        "a park by plain store (stop)",
-        PREEMPTIONS,
-        &["deadlock"],
-        worker_wakes_for_stop::<StorePark>,
-    );
-}
+model!(
+    worker_wakes_for_stop_real,
+    worker_wakes_for_stop,
+    worker_wakes_for_stop_plant_skip_notify_is_caught: WakeNotifySkipsEmpty,
+    worker_wakes_for_stop_plant_store_park_is_caught: WakeParkByPlainStore,
+);
 
 // ---- the wake word alone, two notifiers --------------------------------------------------------
-
-#[test]
-fn wake_word_two_notifiers_real() {
-    check(
-        PREEMPTIONS,
-        wake_word_two_notifiers::<proxy_core::driver::wake::WaitCell>,
-    );
-}
-
-#[test]
-fn wake_word_two_notifiers_twin_copy() {
-    check(
-        PREEMPTIONS,
-        wake_word_two_notifiers::<WaitCell<{ bug::NONE }>>,
-    );
-}
-
-#[test]
-fn wake_word_two_notifiers_twin_skip_notify_is_caught() {
-    assert_loom_catches(
-        "a notify that skips an EMPTY word (wake word)",
-        PREEMPTIONS,
-        &["deadlock"],
-        wake_word_two_notifiers::<WaitCell<{ bug::NOTIFY_SKIPS_WHEN_EMPTY }>>,
-    );
-}
-
-#[test]
-fn wake_word_two_notifiers_twin_store_park_is_caught() {
-    assert_loom_catches(
-        "a park by plain store (wake word)",
-        PREEMPTIONS,
-        &["deadlock"],
-        wake_word_two_notifiers::<WaitCell<{ bug::PARK_BY_PLAIN_STORE }>>,
-    );
-}
+model!(
+    wake_word_two_notifiers_real,
+    wake_word_two_notifiers,
+    wake_word_two_notifiers_plant_skip_notify_is_caught: WakeNotifySkipsEmpty,
+    wake_word_two_notifiers_plant_store_park_is_caught: WakeParkByPlainStore,
+);

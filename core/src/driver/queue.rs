@@ -301,7 +301,21 @@ impl ProxyQueue {
             if slot.state.load(Ordering::Relaxed) != SlotState::Free as u32 {
                 continue;
             }
-            if !slot_transition(slot, index, SlotState::Free, SlotState::Active) {
+            // PLANT: SlotClaimByLoadStore claims by a load and a store, not a CAS: two comms can
+            // both win the slot.
+            let claimed = plant!(
+                SlotClaimByLoadStore,
+                {
+                    let free = slot.state.load(Ordering::Acquire) == SlotState::Free as u32;
+                    if free {
+                        slot.state
+                            .store(SlotState::Active as u32, Ordering::Release);
+                    }
+                    free
+                },
+                slot_transition(slot, index, SlotState::Free, SlotState::Active)
+            );
+            if !claimed {
                 continue; // lost the race for this slot: try the next one
             }
             // SAFETY: our CAS made us the slot's owner; only the owner touches `owner` while
@@ -459,6 +473,20 @@ impl SlotHandle {
         let Some(mut ends) = self.ends.take() else {
             return out;
         };
+        // PLANT: SlotLeaveWithoutHandshake frees the slot at once (ACTIVE → FREE), with no
+        // ACTIVE → CLOSING → (worker) CLOSED handshake: the worker may still run the tasks.
+        plant!(SlotLeaveWithoutHandshake => {
+            while let Some(r) = ends.status.pop() {
+                out.push(r);
+            }
+            self.outstanding = 0;
+            // SAFETY: (as the plant has it) we are the owner until our edge to FREE.
+            slot.owner.with_mut(|p| unsafe { *p = Some(ends) });
+            let freed = slot_transition(slot, index, SlotState::Active, SlotState::Free);
+            debug_assert!(freed);
+            queue.worker_wait.notify();
+            return out;
+        });
         let moved = slot_transition(slot, index, SlotState::Active, SlotState::Closing);
         debug_assert!(moved, "leave on a slot that is not ACTIVE");
         queue.worker_wait.notify();

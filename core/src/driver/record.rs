@@ -187,7 +187,9 @@ impl StatusRecord {
         self.progress_status
             .store(r.progress_status, Ordering::Relaxed);
         // Release: publishes the stores above to a reader that acquires run_state.
-        self.run_state.store(r.run_state, Ordering::Release);
+        // PLANT: RecordRelaxedRunState stores Relaxed, so the stores above are not published.
+        let order = plant!(RecordRelaxedRunState, Ordering::Relaxed, Ordering::Release);
+        self.run_state.store(r.run_state, order);
     }
 
     /// The run state (acquire).

@@ -223,6 +223,39 @@ impl<S: Spawner> Registry<S> {
     pub fn leave(&self, m: Membership, waiter: &Waiter<'_>) -> Vec<TaskRecord> {
         let group = m.group;
         let records = m.slot.leave(waiter);
+        // PLANT: RegistrySplitDecrement reads the count in one critical section and writes
+        // `refs - 1` (and decides "last") in a second: two leaves can both write the same value.
+        plant!(RegistrySplitDecrement => {
+            let refs =
+                self.with_groups(|groups| groups.iter().find(|g| g.id == group).map(|g| g.refs));
+            if let Some(refs) = refs {
+                self.with_groups(|groups| {
+                    if let Some(i) = groups.iter().position(|g| g.id == group) {
+                        groups[i].refs = refs - 1;
+                        if groups[i].refs == 0 {
+                            let g = groups.swap_remove(i);
+                            g.queue.request_stop();
+                            self.spawner.join(g.handle);
+                        }
+                    }
+                });
+            }
+            return records;
+        });
+        // PLANT: RegistryStopOutsideLock removes the last group under the lock but stops and
+        // joins its worker after releasing it: a join in between starts a second worker.
+        plant!(RegistryStopOutsideLock => {
+            let last = self.with_groups(|groups| {
+                let i = groups.iter().position(|g| g.id == group)?;
+                groups[i].refs -= 1;
+                (groups[i].refs == 0).then(|| groups.swap_remove(i))
+            });
+            if let Some(g) = last {
+                g.queue.request_stop();
+                self.spawner.join(g.handle);
+            }
+            return records;
+        });
         self.with_groups(|groups| {
             let Some(i) = groups.iter().position(|g| g.id == group) else {
                 return;

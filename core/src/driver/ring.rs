@@ -137,7 +137,9 @@ impl<T> Producer<T> {
         slot.with_mut(|p| unsafe { (*p).write(value) });
         self.tail = self.tail.wrapping_add(1);
         // Release: the slot write happens-before the consumer's acquire load of `tail`.
-        self.shared.tail.store(self.tail, Ordering::Release);
+        // PLANT: RingRelaxedTail stores Relaxed, so the slot write is not published.
+        let order = plant!(RingRelaxedTail, Ordering::Relaxed, Ordering::Release);
+        self.shared.tail.store(self.tail, order);
         Ok(())
     }
 

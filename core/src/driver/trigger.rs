@@ -177,7 +177,16 @@ impl TriggerWords {
     ///
     /// Seed: `can_start_proxy_task` (nrt:0x1ce7d0), §5.
     pub fn can_start(&self) -> bool {
-        self.iter().all(|w| w.load() != TRIGGER_ARMED)
+        // PLANT: TriggerCanStartRelaxed loads Relaxed: the device's writes before its trigger
+        // are not visible to the task that starts on it.
+        self.iter().all(|w| {
+            let v = plant!(
+                TriggerCanStartRelaxed,
+                w.word().load(Ordering::Relaxed),
+                w.load()
+            );
+            v != TRIGGER_ARMED
+        })
     }
 
     /// Consumes the trigger: writes 0 to every word (release).
@@ -185,7 +194,13 @@ impl TriggerWords {
     /// Seed: `clear_start_proxy_task_flag` (nrt:0x1ce810), §5.
     pub fn consume(&self) {
         for w in self.iter() {
-            w.store(0);
+            // PLANT: TriggerConsumeRelaxed stores Relaxed: what the proxy did before consuming
+            // (filing its blocks) is not visible to the device that reads the 0.
+            plant!(
+                TriggerConsumeRelaxed,
+                w.word().store(0, Ordering::Relaxed),
+                w.store(0)
+            );
         }
     }
 }

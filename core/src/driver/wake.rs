@@ -111,6 +111,13 @@ impl WaitCell {
     /// the platform's unpark only when the waiter is parked.
     pub fn notify(&self) {
         let mut cur = self.state.load(Ordering::Relaxed);
+        // PLANT: WakeNotifySkipsEmpty decides "nobody is parked" on this plain load and skips
+        // the RMW: the lost-wakeup trap (the waiter's EMPTY → PARKED and re-check can miss us).
+        plant!(WakeNotifySkipsEmpty => {
+            if cur == EMPTY {
+                return;
+            }
+        });
         loop {
             let next = match cur {
                 PARKED => NOTIFYING,
@@ -161,11 +168,22 @@ impl WaitCell {
         self.unparker.with_mut(|p| unsafe { *p = Some(me) });
         // AcqRel on success: Release publishes the registration to the notifier that takes
         // PARKED → NOTIFYING. Acquire on failure: a NOTIFIED that raced in is consumed next.
-        if self
-            .state
-            .compare_exchange(EMPTY, PARKED, Ordering::AcqRel, Ordering::Acquire)
-            .is_err()
-        {
+        // PLANT: WakeParkByPlainStore marks PARKED by a load, a check and a plain store: a
+        // NOTIFIED stored in between is overwritten and lost.
+        let marked = plant!(
+            WakeParkByPlainStore,
+            {
+                let empty = self.state.load(Ordering::Acquire) == EMPTY;
+                if empty {
+                    self.state.store(PARKED, Ordering::Release);
+                }
+                empty
+            },
+            self.state
+                .compare_exchange(EMPTY, PARKED, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+        );
+        if !marked {
             // Only a notifier's EMPTY → NOTIFIED can have intervened.
             let consumed = self.try_consume();
             debug_assert!(consumed);

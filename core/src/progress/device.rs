@@ -70,9 +70,15 @@ impl DeviceCallbacks for DirectHostWords {
     fn inc_semaphore(&self, addr: u64, val: u32) {
         // Release: the payload the proxy wrote (received bytes) happens-before the device's
         // acquire read of the incremented count.
+        // PLANT: SemaphoreRelaxedIncrement increments Relaxed: the payload is not published.
+        let order = plant!(
+            SemaphoreRelaxedIncrement,
+            Ordering::Relaxed,
+            Ordering::Release
+        );
         // SAFETY: the constructor's contract: every address given to this accessor is a live,
         // aligned u32 accessed only atomically; the reference ends with this statement.
-        unsafe { Self::word(addr) }.fetch_add(val, Ordering::Release);
+        unsafe { Self::word(addr) }.fetch_add(val, order);
     }
 
     fn load_host_index(&self, addr: u64) -> u32 {

@@ -147,7 +147,13 @@ fn transfer(op: &mut ProxyOp, ctx: &mut OpCtx<'_>, send: bool) -> Result<(), Nrt
     let delta = if raw == HOST_INDEX_READY && op.pre_post_fifo_idx == n {
         0
     } else {
-        host_delta(raw, op.last_host_idx, op.loop_size)
+        // PLANT: SendRecvIgnoresIndexWrap reads the index as if it never wrapped (loop size
+        // 0): once the device's index wraps, the delta is about 2^32.
+        host_delta(
+            raw,
+            op.last_host_idx,
+            plant!(SendRecvIgnoresIndexWrap, 0, op.loop_size),
+        )
     };
     if delta != 0 {
         if delta > n - op.pre_post_fifo_idx {

@@ -1,10 +1,8 @@
 //! Models 2, 3 and 4: the driver half's queue — submission ring → worker `tick()` → task step →
 //! status record → consumer; the worker's park/wake; slot release and reuse.
 //!
-//! The bodies are generic over [`Driver`] (the queue: `proxy_core::driver::queue` or the twin copy in
-//! `twins::queue`) and over [`Core`] (the task bookkeeping that publishes the live status
-//! record: `proxy_core::driver::task::TaskCore` or the twin copy in `twins::record`), so each twin runs
-//! the very model its real counterpart passes.
+//! The bodies run proxy-core's real queue, wake word and task bookkeeping; a planted run
+//! executes the same body with one plant selected (`proxy_core::plant`).
 //!
 //! Observer flags (did the owner leave? did the task finish?) are `std` atomics, not loom's:
 //! they are not part of any handoff, they only record where the model's schedule is (loom runs
@@ -13,171 +11,48 @@
 
 use std::sync::atomic::{AtomicBool as StdAtomicBool, Ordering as StdOrdering};
 
-use proxy_core::driver::queue::{QueueConfig, SlotState, TaskBox, Tick};
+use proxy_core::driver::queue::{
+    ProxyQueue, QueueConfig, SlotHandle, SlotState, TaskBox, Tick, Worker,
+};
 use proxy_core::driver::record::{RunState, StatusRecord, TaskRecord};
 use proxy_core::driver::task::{ProxyTask, Step, StepEnv, TaskCore, TaskKind};
-use proxy_core::driver::wake::{Park, Waiter};
+use proxy_core::driver::wake::WaitCell;
 use proxy_core::status::NrtStatus;
 use proxy_core::sync::Arc;
 use proxy_core::time::NoClock;
 
 use super::{thread, waiter, ModelPark};
 
-/// A proxy queue as the models see it: the shape of `proxy_core::driver::queue`'s API.
-pub trait Driver: 'static {
-    /// The shared queue.
-    type Queue: Send + Sync + 'static;
-    /// A comm's claim on a slot.
-    type Handle: Send + 'static;
-    /// The one worker.
-    type Worker: Send + 'static;
-    /// A queue of `cfg`'s sizes (no task timeouts: its clock never moves) and its worker.
-    fn new(cfg: QueueConfig) -> (Arc<Self::Queue>, Self::Worker);
-    /// `ProxyQueue::join`.
-    ///
-    /// # Errors
-    /// As `ProxyQueue::join`.
-    fn join(queue: &Arc<Self::Queue>) -> Result<Self::Handle, NrtStatus>;
-    /// `ProxyQueue::request_stop`.
-    fn request_stop(queue: &Self::Queue);
-    /// `ProxyQueue::slot_state`.
-    fn slot_state(queue: &Self::Queue, index: usize) -> SlotState;
-    /// `SlotHandle::slot`.
-    fn slot(handle: &Self::Handle) -> u32;
-    /// `SlotHandle::submit`, the rejection's status only.
-    ///
-    /// # Errors
-    /// The rejection's status.
-    fn submit(handle: &mut Self::Handle, task: TaskBox) -> Result<(), NrtStatus>;
-    /// `SlotHandle::try_pop_record`.
-    fn try_pop_record(handle: &mut Self::Handle) -> Option<TaskRecord>;
-    /// `SlotHandle::wait_record`.
-    fn wait_record(handle: &mut Self::Handle, waiter: &Waiter<'_>) -> Option<TaskRecord>;
-    /// `SlotHandle::leave`.
-    fn leave(handle: Self::Handle, waiter: &Waiter<'_>) -> Vec<TaskRecord>;
-    /// `Worker::tick`.
-    fn tick(worker: &mut Self::Worker) -> Tick;
-    /// `Worker::park`.
-    fn park(worker: &mut Self::Worker, park: &dyn Park);
-    /// `Worker::stop_requested`.
-    fn stop_requested(worker: &Self::Worker) -> bool;
+/// A queue of `cfg`'s sizes (no task timeouts: its clock never moves) and its worker.
+pub fn new_queue(cfg: QueueConfig) -> (Arc<ProxyQueue>, Worker) {
+    ProxyQueue::new(cfg, Box::new(NoClock)).expect("valid config")
 }
 
-/// The shipping queue, `proxy_core::driver::queue`.
-pub struct RealDriver;
-
-impl Driver for RealDriver {
-    type Queue = proxy_core::driver::queue::ProxyQueue;
-    type Handle = proxy_core::driver::queue::SlotHandle;
-    type Worker = proxy_core::driver::queue::Worker;
-
-    fn new(cfg: QueueConfig) -> (Arc<Self::Queue>, Self::Worker) {
-        proxy_core::driver::queue::ProxyQueue::new(cfg, Box::new(NoClock)).expect("valid config")
-    }
-    fn join(queue: &Arc<Self::Queue>) -> Result<Self::Handle, NrtStatus> {
-        proxy_core::driver::queue::ProxyQueue::join(queue)
-    }
-    fn request_stop(queue: &Self::Queue) {
-        queue.request_stop();
-    }
-    fn slot_state(queue: &Self::Queue, index: usize) -> SlotState {
-        queue.slot_state(index)
-    }
-    fn slot(handle: &Self::Handle) -> u32 {
-        handle.slot()
-    }
-    fn submit(handle: &mut Self::Handle, task: TaskBox) -> Result<(), NrtStatus> {
-        handle.submit(task).map_err(|r| r.status)
-    }
-    fn try_pop_record(handle: &mut Self::Handle) -> Option<TaskRecord> {
-        handle.try_pop_record()
-    }
-    fn wait_record(handle: &mut Self::Handle, waiter: &Waiter<'_>) -> Option<TaskRecord> {
-        handle.wait_record(waiter)
-    }
-    fn leave(handle: Self::Handle, waiter: &Waiter<'_>) -> Vec<TaskRecord> {
-        handle.leave(waiter)
-    }
-    fn tick(worker: &mut Self::Worker) -> Tick {
-        worker.tick()
-    }
-    fn park(worker: &mut Self::Worker, park: &dyn Park) {
-        worker.park(park);
-    }
-    fn stop_requested(worker: &Self::Worker) -> bool {
-        worker.stop_requested()
-    }
-}
-
-/// A task's bookkeeping as the models see it: the shape of `proxy_core::driver::task::TaskCore`, which
-/// owns the live 24-byte status record and publishes it on every transition.
-pub trait Core: Send + 'static {
-    /// The live record a consumer may read from any thread.
-    type Live: Send + Sync + 'static;
-    /// A task in INIT with status success.
-    fn new(task_id: u32, comm_id: u32, streams: u32) -> Self;
-    /// The live record.
-    fn live(&self) -> Arc<Self::Live>;
-    /// A consumer's read of the live record.
-    fn load(live: &Self::Live) -> TaskRecord;
-    /// The current state.
-    fn state(&self) -> RunState;
-    /// The one transition function (publishes the record).
-    fn transition(&mut self, to: RunState, status: NrtStatus);
-    /// The current record.
-    fn record(&self) -> TaskRecord;
-    /// Sets the slot (before submission).
-    fn bind_slot(&mut self, slot: u32);
-    /// What `ProxyTask::status_record` answers.
-    fn status_record(&self) -> Arc<StatusRecord>;
-}
-
-impl Core for TaskCore {
-    type Live = StatusRecord;
-
-    fn new(task_id: u32, comm_id: u32, streams: u32) -> Self {
-        TaskCore::new(TaskKind::Barrier, task_id, comm_id, streams, None)
-    }
-    fn live(&self) -> Arc<StatusRecord> {
-        self.status_record()
-    }
-    fn load(live: &StatusRecord) -> TaskRecord {
-        live.load()
-    }
-    fn state(&self) -> RunState {
-        TaskCore::state(self)
-    }
-    fn transition(&mut self, to: RunState, status: NrtStatus) {
-        TaskCore::transition(self, to, status);
-    }
-    fn record(&self) -> TaskRecord {
-        TaskCore::record(self)
-    }
-    fn bind_slot(&mut self, slot: u32) {
-        TaskCore::bind_slot(self, slot);
-    }
-    fn status_record(&self) -> Arc<StatusRecord> {
-        TaskCore::status_record(self)
-    }
+/// `SlotHandle::submit`, the rejection's status only.
+///
+/// # Errors
+/// The rejection's status.
+pub fn submit(handle: &mut SlotHandle, task: TaskBox) -> Result<(), NrtStatus> {
+    handle.submit(task).map_err(|r| r.status)
 }
 
 /// A model task: `steps` steps that make progress (PROGRESSING), then DONE with `final_status`.
 /// Optionally it checks that it is never stepped or closed after its owner left the queue, and
 /// flags when it is DONE.
-pub struct ModelTask<C> {
-    core: C,
+pub struct ModelTask {
+    core: TaskCore,
     steps: u32,
     final_status: NrtStatus,
     owner_left: Option<std::sync::Arc<StdAtomicBool>>,
     done: Option<std::sync::Arc<StdAtomicBool>>,
 }
 
-impl<C: Core> ModelTask<C> {
+impl ModelTask {
     /// A task with id `task_id` (comm 3, streams 0b101) that progresses `steps` times, then
     /// ends DONE with `final_status`.
     pub fn new(task_id: u32, steps: u32, final_status: NrtStatus) -> Self {
         Self {
-            core: C::new(task_id, COMM_ID, STREAMS),
+            core: TaskCore::new(TaskKind::Barrier, task_id, COMM_ID, STREAMS, None),
             steps,
             final_status,
             owner_left: None,
@@ -199,8 +74,8 @@ impl<C: Core> ModelTask<C> {
     }
 
     /// The live record.
-    pub fn live(&self) -> Arc<C::Live> {
-        self.core.live()
+    pub fn live(&self) -> Arc<StatusRecord> {
+        self.core.status_record()
     }
 
     fn check_owner(&self, what: &str) {
@@ -221,7 +96,7 @@ impl<C: Core> ModelTask<C> {
     }
 }
 
-impl<C: Core> ProxyTask for ModelTask<C> {
+impl ProxyTask for ModelTask {
     fn step(&mut self, _env: &StepEnv) -> Step {
         self.check_owner("stepped");
         if self.core.state() == RunState::Done {
@@ -287,14 +162,21 @@ pub fn one_slot() -> QueueConfig {
 
 /// The worker thread's loop, as the platform runs it (tick; park when told, yield when no task
 /// moved) until stop is requested.
-pub fn run_worker<D: Driver>(mut worker: D::Worker) {
-    while !D::stop_requested(&worker) {
-        match D::tick(&mut worker) {
-            Tick::Park => D::park(&mut worker, &ModelPark::default()),
+pub fn run_worker(worker: Worker) {
+    drop(run_worker_until(worker, Worker::stop_requested));
+}
+
+/// The worker thread's loop until `done` answers `true` (checked before each tick); gives the
+/// worker back.
+pub fn run_worker_until(mut worker: Worker, done: impl Fn(&Worker) -> bool) -> Worker {
+    while !done(&worker) {
+        match worker.tick() {
+            Tick::Park => worker.park(&ModelPark::default()),
             Tick::NoProgress => thread::yield_now(),
             Tick::Continue => {}
         }
     }
+    worker
 }
 
 /// Model 2 — submission → worker `tick()` → task step → status record → consumer.
@@ -309,24 +191,16 @@ pub fn run_worker<D: Driver>(mut worker: D::Worker) {
 ///
 /// To keep the model small the worker thread ends once it has reported the task (no stop
 /// request, no leave against a running worker: models 3 and 4 cover those).
-pub fn record_handoff<D: Driver, C: Core>() {
-    let (queue, mut worker) = D::new(one_slot());
-    let mut h = D::join(&queue).expect("join a free slot");
+pub fn record_handoff() {
+    let (queue, worker) = new_queue(one_slot());
+    let mut h = ProxyQueue::join(&queue).expect("join a free slot");
     let done = std::sync::Arc::new(StdAtomicBool::new(false));
     let done2 = done.clone();
-    let worker = thread::spawn(move || {
-        while !done2.load(StdOrdering::SeqCst) {
-            match D::tick(&mut worker) {
-                Tick::Park => D::park(&mut worker, &ModelPark::default()),
-                Tick::NoProgress => thread::yield_now(),
-                Tick::Continue => {}
-            }
-        }
-        worker
-    });
-    let task = ModelTask::<C>::new(TASK_A, 0, NrtStatus::NetworkProxyFailure).flagging(done);
+    let worker =
+        thread::spawn(move || run_worker_until(worker, |_| done2.load(StdOrdering::SeqCst)));
+    let task = ModelTask::new(TASK_A, 0, NrtStatus::NetworkProxyFailure).flagging(done);
     let live = task.live();
-    D::submit(&mut h, Box::new(task)).expect("submit");
+    submit(&mut h, Box::new(task)).expect("submit");
     let expected = TaskRecord {
         task_id: TASK_A,
         slot: 0,
@@ -335,7 +209,7 @@ pub fn record_handoff<D: Driver, C: Core>() {
         progress_status: NrtStatus::NetworkProxyFailure.code(),
         run_state: RunState::Done as u32,
     };
-    let snap = C::load(&live);
+    let snap = live.load();
     match snap.state() {
         Some(RunState::Done) => assert_eq!(
             snap, expected,
@@ -355,46 +229,24 @@ pub fn record_handoff<D: Driver, C: Core>() {
         other => panic!("unexpected run state {other:?} in {snap:?}"),
     }
     // Spin (2 polls under loom), then park: the worker's push must wake us.
-    let rec = D::wait_record(&mut h, &waiter(1)).expect("one task outstanding");
+    let rec = h.wait_record(&waiter(1)).expect("one task outstanding");
     assert_eq!(rec, expected, "the final record on the status ring");
     assert_eq!(
-        C::load(&live),
+        live.load(),
         expected,
         "the live record after the ring handoff"
     );
     drop(worker.join().unwrap()); // the worker is gone: leave does not wait for it
-    assert!(D::leave(h, &waiter(0)).is_empty(), "nothing left to report");
-}
-
-/// A wake word as the model sees it: the shape of `proxy_core::driver::wake::WaitCell`.
-pub trait WakeWord: Send + Sync + 'static {
-    /// An empty word.
-    fn new() -> Self;
-    /// `WaitCell::notify`.
-    fn notify(&self);
-    /// `WaitCell::park`.
-    fn park(&self, park: &dyn Park, ready: &mut dyn FnMut() -> bool);
-}
-
-impl WakeWord for proxy_core::driver::wake::WaitCell {
-    fn new() -> Self {
-        proxy_core::driver::wake::WaitCell::new()
-    }
-    fn notify(&self) {
-        proxy_core::driver::wake::WaitCell::notify(self);
-    }
-    fn park(&self, park: &dyn Park, ready: &mut dyn FnMut() -> bool) {
-        proxy_core::driver::wake::WaitCell::park(self, park, ready);
-    }
+    assert!(h.leave(&waiter(0)).is_empty(), "nothing left to report");
 }
 
 /// Model 3d — the wake word alone: a waiter parks until two flags are set, while two notifiers
 /// each set one and notify (so one notifier can find the word PARKED, the other NOTIFYING or
 /// NOTIFIED). The waiter always wakes, and sees both flags once it stops waiting.
-pub fn wake_word_two_notifiers<W: WakeWord>() {
+pub fn wake_word_two_notifiers() {
     use proxy_core::sync::{AtomicBool, Ordering};
     let flags = Arc::new([AtomicBool::new(false), AtomicBool::new(false)]);
-    let cell = Arc::new(W::new());
+    let cell = Arc::new(WaitCell::new());
     let notifiers: Vec<_> = (0..2)
         .map(|i| {
             let (flags, cell) = (flags.clone(), cell.clone());
@@ -406,7 +258,7 @@ pub fn wake_word_two_notifiers<W: WakeWord>() {
         .collect();
     let both = || flags.iter().all(|f| f.load(Ordering::Acquire));
     while !both() {
-        cell.park(&ModelPark::default(), &mut || both());
+        cell.park(&ModelPark::default(), both);
     }
     for n in notifiers {
         n.join().unwrap();
@@ -422,59 +274,51 @@ pub const TASK_B: u32 = 8;
 /// lost-wakeup case): the worker must wake and run the task. The worker thread leaves its loop
 /// when the task is DONE (no stop request that could wake it instead), and the main thread
 /// joins it: a lost wakeup is a deadlock, which loom reports.
-pub fn worker_wakes_for_a_submission<D: Driver, C: Core>() {
-    let (queue, mut worker) = D::new(one_slot());
+pub fn worker_wakes_for_a_submission() {
+    let (queue, worker) = new_queue(one_slot());
     let done = std::sync::Arc::new(StdAtomicBool::new(false));
     let done2 = done.clone();
-    let worker = thread::spawn(move || {
-        while !done2.load(StdOrdering::SeqCst) {
-            match D::tick(&mut worker) {
-                Tick::Park => D::park(&mut worker, &ModelPark::default()),
-                Tick::NoProgress => thread::yield_now(),
-                Tick::Continue => {}
-            }
-        }
-        worker
-    });
-    let mut h = D::join(&queue).expect("join a free slot");
-    let task = ModelTask::<C>::new(TASK_A, 0, NrtStatus::Success).flagging(done);
-    D::submit(&mut h, Box::new(task)).expect("submit");
+    let worker =
+        thread::spawn(move || run_worker_until(worker, |_| done2.load(StdOrdering::SeqCst)));
+    let mut h = ProxyQueue::join(&queue).expect("join a free slot");
+    let task = ModelTask::new(TASK_A, 0, NrtStatus::Success).flagging(done);
+    submit(&mut h, Box::new(task)).expect("submit");
     let worker = worker.join().unwrap();
-    assert_eq!(D::try_pop_record(&mut h).map(|r| r.task_id), Some(TASK_A));
+    assert_eq!(h.try_pop_record().map(|r| r.task_id), Some(TASK_A));
     drop(worker); // the worker is gone: leave does not wait for it
-    assert!(D::leave(h, &waiter(0)).is_empty());
+    assert!(h.leave(&waiter(0)).is_empty());
 }
 
 /// Model 3b — the worker parks with nothing to do while a comm joins (no submission): the join
 /// must wake it (the worker leaves its loop once it has seen the slot ACTIVE).
-pub fn worker_wakes_for_a_join<D: Driver>() {
-    let (queue, mut worker) = D::new(one_slot());
+pub fn worker_wakes_for_a_join() {
+    let (queue, mut worker) = new_queue(one_slot());
     let q = queue.clone();
     let worker = thread::spawn(move || {
         loop {
-            let t = D::tick(&mut worker);
-            if D::slot_state(&q, 0) == SlotState::Active {
+            let t = worker.tick();
+            if q.slot_state(0) == SlotState::Active {
                 break;
             }
             match t {
-                Tick::Park => D::park(&mut worker, &ModelPark::default()),
+                Tick::Park => worker.park(&ModelPark::default()),
                 Tick::NoProgress => thread::yield_now(),
                 Tick::Continue => {}
             }
         }
         worker
     });
-    let h = D::join(&queue).expect("join a free slot");
+    let h = ProxyQueue::join(&queue).expect("join a free slot");
     drop(worker.join().unwrap());
-    assert!(D::leave(h, &waiter(0)).is_empty());
+    assert!(h.leave(&waiter(0)).is_empty());
 }
 
 /// Model 3c — the worker parks with nothing to do while stop is requested: it must wake and
 /// leave its loop.
-pub fn worker_wakes_for_stop<D: Driver>() {
-    let (queue, worker) = D::new(one_slot());
-    let worker = thread::spawn(move || run_worker::<D>(worker));
-    D::request_stop(&queue);
+pub fn worker_wakes_for_stop() {
+    let (queue, worker) = new_queue(one_slot());
+    let worker = thread::spawn(move || run_worker(worker));
+    queue.request_stop();
     worker.join().unwrap();
 }
 
@@ -488,14 +332,14 @@ pub fn worker_wakes_for_stop<D: Driver>() {
 /// A and B run on one thread, one after the other: with a third thread (B claiming while A
 /// leaves) the model outgrows its time budget, and the race that matters — a claim against a
 /// worker that has not finished with the previous owner — is there with two.
-pub fn slot_release_and_reuse<D: Driver, C: Core>() {
-    let (queue, worker) = D::new(one_slot());
-    let mut a = D::join(&queue).expect("join a free slot");
+pub fn slot_release_and_reuse() {
+    let (queue, worker) = new_queue(one_slot());
+    let mut a = ProxyQueue::join(&queue).expect("join a free slot");
     let a_left = std::sync::Arc::new(StdAtomicBool::new(false));
-    let task = ModelTask::<C>::new(TASK_A, 0, NrtStatus::Success).guarded_by(a_left.clone());
-    D::submit(&mut a, Box::new(task)).expect("submit");
-    let worker = thread::spawn(move || run_worker::<D>(worker));
-    let recs = D::leave(a, &waiter(0));
+    let task = ModelTask::new(TASK_A, 0, NrtStatus::Success).guarded_by(a_left.clone());
+    submit(&mut a, Box::new(task)).expect("submit");
+    let worker = thread::spawn(move || run_worker(worker));
+    let recs = a.leave(&waiter(0));
     a_left.store(true, StdOrdering::SeqCst);
     assert_eq!(
         recs.iter().map(|r| r.task_id).collect::<Vec<_>>(),
@@ -503,30 +347,30 @@ pub fn slot_release_and_reuse<D: Driver, C: Core>() {
         "leave reports the leaving comm's task exactly once"
     );
     assert!(recs[0].is_done());
-    let mut b = D::join(&queue).expect("the released slot is free again");
-    assert_eq!(D::slot(&b), 0, "the released slot is reused");
-    D::submit(
+    let mut b = ProxyQueue::join(&queue).expect("the released slot is free again");
+    assert_eq!(b.slot(), 0, "the released slot is reused");
+    submit(
         &mut b,
-        Box::new(ModelTask::<C>::new(TASK_B, 0, NrtStatus::Success)),
+        Box::new(ModelTask::new(TASK_B, 0, NrtStatus::Success)),
     )
     .expect("submit");
-    let recs = D::leave(b, &waiter(0));
+    let recs = b.leave(&waiter(0));
     assert_eq!(
         recs.iter().map(|r| (r.task_id, r.slot)).collect::<Vec<_>>(),
         [(TASK_B, 0)],
         "the new owner's leave reports only its own task, exactly once"
     );
-    D::request_stop(&queue);
+    queue.request_stop();
     worker.join().unwrap();
 }
 
 /// Model 4b — two comms race to claim the one free slot: exactly one wins, and the winner's
 /// slot works (its submission is accepted); the loser gets `NRT_RESOURCE`.
-pub fn claim_race<D: Driver, C: Core>() {
-    let (queue, worker) = D::new(one_slot());
+pub fn claim_race() {
+    let (queue, worker) = new_queue(one_slot());
     let q = queue.clone();
-    let other = thread::spawn(move || D::join(&q).ok());
-    let mine = D::join(&queue).ok();
+    let other = thread::spawn(move || ProxyQueue::join(&q).ok());
+    let mine = ProxyQueue::join(&queue).ok();
     let theirs = other.join().unwrap();
     assert_eq!(
         usize::from(mine.is_some()) + usize::from(theirs.is_some()),
@@ -534,14 +378,14 @@ pub fn claim_race<D: Driver, C: Core>() {
         "exactly one comm claims the free slot"
     );
     let mut h = mine.or(theirs).unwrap();
-    assert_eq!(D::slot(&h), 0);
-    D::submit(
+    assert_eq!(h.slot(), 0);
+    submit(
         &mut h,
-        Box::new(ModelTask::<C>::new(TASK_A, 0, NrtStatus::Success)),
+        Box::new(ModelTask::new(TASK_A, 0, NrtStatus::Success)),
     )
     .expect("the winner's slot accepts a task");
     drop(worker); // closes the task; leave does not wait for a worker that is gone
-    assert_eq!(D::leave(h, &waiter(0)).len(), 1);
+    assert_eq!(h.leave(&waiter(0)).len(), 1);
 }
 
 #[cfg(all(test, not(loom)))]
@@ -551,13 +395,13 @@ mod tests {
     #[test]
     fn driver_model_bodies_run_on_real_threads() {
         for _ in 0..20 {
-            record_handoff::<RealDriver, TaskCore>();
-            worker_wakes_for_a_submission::<RealDriver, TaskCore>();
-            worker_wakes_for_a_join::<RealDriver>();
-            worker_wakes_for_stop::<RealDriver>();
-            slot_release_and_reuse::<RealDriver, TaskCore>();
-            claim_race::<RealDriver, TaskCore>();
-            wake_word_two_notifiers::<proxy_core::driver::wake::WaitCell>();
+            record_handoff();
+            worker_wakes_for_a_submission();
+            worker_wakes_for_a_join();
+            worker_wakes_for_stop();
+            slot_release_and_reuse();
+            claim_race();
+            wake_word_two_notifiers();
         }
     }
 }

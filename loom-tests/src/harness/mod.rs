@@ -1,6 +1,7 @@
-//! Model bodies, generic over the handoff under test, so a real handoff and its planted-bug
-//! twin run the same model. Each body uses `proxy_core::sync` (loom's types under `--cfg loom`,
-//! std's otherwise), so under plain `cargo test` it runs once on real threads.
+//! Model bodies over proxy-core's real types. A planted run executes the same body with one
+//! plant selected (`proxy_core::plant`, in the child process of `assert_loom_catches`). Each
+//! body uses `proxy_core::sync` (loom's types under `--cfg loom`, std's otherwise), so under
+//! plain `cargo test` it runs once on real threads.
 
 use proxy_core::driver::wake::{Park, Waiter};
 use proxy_core::sync::{Arc, AtomicU32, Ordering, UnsafeCell};
@@ -81,48 +82,17 @@ pub fn waiter(spin_ns: u64) -> Waiter<'static> {
     }
 }
 
-/// An SPSC ring as the model sees it.
-pub trait Spsc: Send + 'static {
-    /// The producing handle.
-    type Tx: Send + 'static;
-    /// The consuming handle.
-    type Rx: Send + 'static;
-    /// A ring of `capacity` slots.
-    fn channel(capacity: usize) -> (Self::Tx, Self::Rx);
-    /// Push, giving the value back when full.
-    fn push(tx: &mut Self::Tx, v: u32) -> Result<(), u32>;
-    /// Pop, `None` when empty.
-    fn pop(rx: &mut Self::Rx) -> Option<u32>;
-}
-
-/// The shipping ring.
-pub struct RealRing;
-
-impl Spsc for RealRing {
-    type Tx = proxy_core::driver::ring::Producer<u32>;
-    type Rx = proxy_core::driver::ring::Consumer<u32>;
-    fn channel(capacity: usize) -> (Self::Tx, Self::Rx) {
-        proxy_core::driver::ring::channel(capacity)
-    }
-    fn push(tx: &mut Self::Tx, v: u32) -> Result<(), u32> {
-        tx.push(v)
-    }
-    fn pop(rx: &mut Self::Rx) -> Option<u32> {
-        rx.pop()
-    }
-}
-
 /// Model 1 — SPSC ring: a producer pushes 3 values through a 2-slot ring to a consumer on
 /// another thread. Nothing lost, nothing duplicated, FIFO order; full and empty at the edges.
-pub fn spsc_ring<R: Spsc>() {
-    let (mut tx, mut rx) = R::channel(2);
+pub fn spsc_ring() {
+    let (mut tx, mut rx) = proxy_core::driver::ring::channel::<u32>(2);
     // Edges, single-threaded: empty then full.
-    assert_eq!(R::pop(&mut rx), None);
+    assert_eq!(rx.pop(), None);
     let producer = thread::spawn(move || {
         for v in 0..3u32 {
             let mut v = v;
             loop {
-                match R::push(&mut tx, v) {
+                match tx.push(v) {
                     Ok(()) => break,
                     Err(back) => {
                         v = back;
@@ -137,55 +107,40 @@ pub fn spsc_ring<R: Spsc>() {
     });
     let mut got = Vec::new();
     while got.len() < 3 {
-        match R::pop(&mut rx) {
+        match rx.pop() {
             Some(v) => got.push(v),
             None => thread::yield_now(),
         }
     }
     let mut tx = producer.join().unwrap();
     assert_eq!(got, [0, 1, 2], "FIFO, nothing lost or duplicated");
-    assert_eq!(R::pop(&mut rx), None);
-    assert!(R::push(&mut tx, 10).is_ok());
-    assert!(R::push(&mut tx, 11).is_ok());
-    assert_eq!(R::push(&mut tx, 12), Err(12), "full at capacity");
-    assert_eq!(R::pop(&mut rx), Some(10));
+    assert_eq!(rx.pop(), None);
+    assert!(tx.push(10).is_ok());
+    assert!(tx.push(11).is_ok());
+    assert_eq!(tx.push(12), Err(12), "full at capacity");
+    assert_eq!(rx.pop(), Some(10));
 }
 
-/// A semaphore increment register as the model sees it.
-pub trait SemaphoreEdge: Send + Sync + 'static {
-    /// `nec_inc_semaphore(addr, val)`.
-    fn inc(&self, word: &AtomicU32, val: u32);
-}
-
-/// The shipping reverse edge: `proxy_core::progress::device::DirectHostWords::inc_semaphore`.
-pub struct RealSemaphore(pub proxy_core::progress::device::DirectHostWords);
-
-impl SemaphoreEdge for RealSemaphore {
-    fn inc(&self, word: &AtomicU32, val: u32) {
-        use proxy_core::progress::device::DeviceCallbacks;
-        self.0
-            .inc_semaphore(word as *const AtomicU32 as usize as u64, val);
-    }
-}
-
-/// Model 6 — semaphore reverse edge: the proxy thread receives two entries (writes their
-/// payload) and counts each completion with `inc_semaphore`; the device thread reads the count
-/// with acquire and then reads the payload of every counted entry. The device never sees a
-/// count above what was completed, never reads a payload that is not complete, and finally sees
-/// the total.
-pub fn semaphore_edge<S: SemaphoreEdge>(edge: S) {
-    struct Shared<S> {
+/// Model 6 — semaphore reverse edge (`DirectHostWords::inc_semaphore`): the proxy thread
+/// receives two entries (writes their payload) and counts each completion with
+/// `inc_semaphore`; the device thread reads the count with acquire and then reads the payload
+/// of every counted entry. The device never sees a count above what was completed, never reads
+/// a payload that is not complete, and finally sees the total.
+pub fn semaphore_edge() {
+    use proxy_core::progress::device::{DeviceCallbacks, DirectHostWords};
+    struct Shared {
         sem: AtomicU32,
         payload: [UnsafeCell<u32>; 2],
-        edge: S,
+        edge: DirectHostWords,
     }
     // SAFETY: the payload cells are handed from the proxy thread to the device thread by the
     // semaphore protocol under test (that is what the model checks).
-    unsafe impl<S: Sync> Sync for Shared<S> {}
+    unsafe impl Sync for Shared {}
     let shared = Arc::new(Shared {
         sem: AtomicU32::new(0),
         payload: [UnsafeCell::new(0), UnsafeCell::new(0)],
-        edge,
+        // SAFETY: the model passes only the address of `sem`, a live AtomicU32 it owns.
+        edge: unsafe { DirectHostWords::new() },
     });
     let proxy = {
         let s = shared.clone();
@@ -194,7 +149,8 @@ pub fn semaphore_edge<S: SemaphoreEdge>(edge: S) {
                 // SAFETY: the device reads entry i only after it sees the count pass i, which
                 // the increment below publishes.
                 s.payload[i].with_mut(|p| unsafe { *p = 100 + i as u32 });
-                s.edge.inc(&s.sem, 1);
+                s.edge
+                    .inc_semaphore(&s.sem as *const AtomicU32 as usize as u64, 1);
             }
         })
     };
@@ -224,62 +180,20 @@ mod tests {
     #[test]
     fn ring_model_body_runs_on_real_threads() {
         for _ in 0..100 {
-            spsc_ring::<RealRing>();
+            spsc_ring();
         }
     }
 
     #[test]
     fn handoff_model_body_runs_on_real_threads() {
         for _ in 0..100 {
-            handoff_cancel_vs_claim::<RealHandoff>();
+            handoff_cancel_vs_claim();
         }
     }
 
     #[test]
     fn semaphore_model_body_runs_on_real_threads() {
-        // SAFETY: the model passes only addresses of live AtomicU32s it owns.
-        semaphore_edge(RealSemaphore(unsafe {
-            proxy_core::progress::device::DirectHostWords::new()
-        }));
-    }
-}
-
-/// The in-memory transport's per-send handoff as the model sees it.
-pub trait SendHandoff: Send + Sync + 'static {
-    /// A pending send of `len` bytes lent from `ptr`.
-    fn lent(tag: u64, ptr: *const u8, len: usize) -> Self;
-    /// Receiver: claim and copy into `dst`; `Some(bytes)` when copied, `None` when withdrawn.
-    ///
-    /// # Safety
-    /// `dst` valid for `len` writes; one receiver.
-    unsafe fn claim(&self, dst: *mut u8, len: usize) -> Option<usize>;
-    /// Sender: `true` once the receiver can no longer touch the buffer.
-    fn withdraw(&self) -> bool;
-    /// Sender: `true` when the final state is "the receiver copied it".
-    fn copied(&self) -> bool;
-}
-
-/// The shipping handoff.
-pub struct RealHandoff(pub proxy_core::progress::mem_transport::handoff::SendShared);
-
-impl SendHandoff for RealHandoff {
-    fn lent(tag: u64, ptr: *const u8, len: usize) -> Self {
-        use proxy_core::progress::mem_transport::handoff::{LentBuf, Payload, SendShared};
-        Self(SendShared::new(tag, Payload::Lent(LentBuf { ptr, len })))
-    }
-    unsafe fn claim(&self, dst: *mut u8, len: usize) -> Option<usize> {
-        use proxy_core::progress::mem_transport::handoff::Claim;
-        // SAFETY: forwarded contract.
-        match unsafe { self.0.claim_and_copy(dst, len) } {
-            Claim::Copied(n) => Some(n),
-            _ => None,
-        }
-    }
-    fn withdraw(&self) -> bool {
-        self.0.withdraw()
-    }
-    fn copied(&self) -> bool {
-        self.0.state() == proxy_core::progress::mem_transport::handoff::SendState::Done
+        semaphore_edge();
     }
 }
 
@@ -287,7 +201,10 @@ impl SendHandoff for RealHandoff {
 /// receiver's worker claims it. Exactly one wins: either the bytes are copied whole and the
 /// sender sees "done", or the receiver never copies and the sender sees "cancelled"; the sender
 /// reuses its buffer only after `withdraw` says the receiver can no longer touch it.
-pub fn handoff_cancel_vs_claim<H: SendHandoff>() {
+pub fn handoff_cancel_vs_claim() {
+    use proxy_core::progress::mem_transport::handoff::{
+        Claim, LentBuf, Payload, SendShared, SendState,
+    };
     struct Bufs {
         src: UnsafeCell<[u8; 4]>,
     }
@@ -298,20 +215,26 @@ pub fn handoff_cancel_vs_claim<H: SendHandoff>() {
         src: UnsafeCell::new([1, 2, 3, 4]),
     });
     let src_ptr = bufs.src.with(|p| p as *const u8);
-    let h = Arc::new(H::lent(7, src_ptr, 4));
+    let h = Arc::new(SendShared::new(
+        7,
+        Payload::Lent(LentBuf {
+            ptr: src_ptr,
+            len: 4,
+        }),
+    ));
     let receiver = {
         let h = h.clone();
         thread::spawn(move || {
             let mut dst = [0u8; 4];
             // SAFETY: `dst` is a live local of 4 bytes; this thread is the one receiver.
-            let r = unsafe { h.claim(dst.as_mut_ptr(), 4) };
-            if r.is_some() {
+            let copied = unsafe { h.claim_and_copy(dst.as_mut_ptr(), 4) } == Claim::Copied(4);
+            if copied {
                 // Copied before the sender reused its buffer (a late copy would read 9s).
                 assert_eq!(dst, [1, 2, 3, 4], "bytes arrive whole, before reuse");
             } else {
                 assert_eq!(dst, [0; 4], "a withdrawn message is never copied");
             }
-            r.is_some()
+            copied
         })
     };
     let mut spins = 0;
@@ -328,7 +251,7 @@ pub fn handoff_cancel_vs_claim<H: SendHandoff>() {
     let copied = receiver.join().unwrap();
     assert_eq!(
         copied,
-        h.copied(),
+        h.state() == SendState::Done,
         "sender and receiver agree on the outcome"
     );
 }

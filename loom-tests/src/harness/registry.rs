@@ -6,15 +6,13 @@
 
 use std::sync::atomic::{AtomicUsize as StdAtomicUsize, Ordering as StdOrdering};
 
-use proxy_core::driver::queue::{ProxyQueue, QueueConfig, Worker};
-use proxy_core::driver::record::TaskRecord;
-use proxy_core::driver::registry::{Membership, Registry, RegistryConfig, Spawner};
-use proxy_core::driver::wake::Waiter;
+use proxy_core::driver::queue::{QueueConfig, Worker};
+use proxy_core::driver::registry::{Registry, RegistryConfig, Spawner};
 use proxy_core::status::NrtStatus;
 use proxy_core::sync::Arc;
 use proxy_core::time::{Clock, NoClock};
 
-use super::driver::{run_worker, RealDriver};
+use super::driver::run_worker;
 use super::{thread, waiter};
 
 /// A spawner that runs each worker on a model thread and counts the running ones.
@@ -35,7 +33,7 @@ impl Spawner for ModelSpawner {
         );
         let running = self.running.clone();
         Ok(thread::spawn(move || {
-            run_worker::<RealDriver>(worker);
+            run_worker(worker);
             running.fetch_sub(1, StdOrdering::SeqCst);
         }))
     }
@@ -50,45 +48,6 @@ impl Spawner for ModelSpawner {
 
     fn clock(&self) -> Box<dyn Clock> {
         Box::new(NoClock)
-    }
-}
-
-/// A registry as the model sees it: the shape of `proxy_core::driver::registry::Registry`'s API.
-pub trait Reg: Send + Sync + 'static {
-    /// A comm's membership.
-    type Member: Send + 'static;
-    /// An empty registry.
-    fn new(spawner: ModelSpawner, cfg: RegistryConfig) -> Self;
-    /// `Registry::join`.
-    ///
-    /// # Errors
-    /// As `Registry::join`.
-    fn join(&self, rank: u32) -> Result<Self::Member, NrtStatus>;
-    /// `Registry::leave`.
-    fn leave(&self, m: Self::Member, waiter: &Waiter<'_>) -> Vec<TaskRecord>;
-    /// `Registry::group_count`.
-    fn group_count(&self) -> usize;
-    /// The queue the membership's slot belongs to.
-    fn queue_of(m: &Self::Member) -> &Arc<ProxyQueue>;
-}
-
-impl Reg for Registry<ModelSpawner> {
-    type Member = Membership;
-
-    fn new(spawner: ModelSpawner, cfg: RegistryConfig) -> Self {
-        Registry::new(spawner, cfg).expect("valid config")
-    }
-    fn join(&self, rank: u32) -> Result<Membership, NrtStatus> {
-        Registry::join(self, rank)
-    }
-    fn leave(&self, m: Membership, waiter: &Waiter<'_>) -> Vec<TaskRecord> {
-        Registry::leave(self, m, waiter)
-    }
-    fn group_count(&self) -> usize {
-        Registry::group_count(self)
-    }
-    fn queue_of(m: &Membership) -> &Arc<ProxyQueue> {
-        m.slot.queue()
     }
 }
 
@@ -121,9 +80,9 @@ impl<T> Drop for LeakOnPanic<T> {
 
 /// One comm's life: join the group, check that its queue has a running worker and that it is
 /// the only worker, leave.
-fn comm<R: Reg>(reg: &R, running: &StdAtomicUsize, rank: u32) {
+fn comm(reg: &Registry<ModelSpawner>, running: &StdAtomicUsize, rank: u32) {
     let m = reg.join(rank).expect("join");
-    let q = R::queue_of(&m);
+    let q = m.slot.queue();
     assert!(
         !q.stop_requested() && !q.worker_exited(),
         "a member's queue has a running worker"
@@ -140,7 +99,7 @@ fn comm<R: Reg>(reg: &R, running: &StdAtomicUsize, rank: u32) {
 /// concurrently while the group's worker starts and stops (and may start again, when one comm
 /// leaves before the other joins). Exactly one worker runs while the group has members (never
 /// two at once); after both have left, the group is gone and no worker runs.
-pub fn registry_join_leave<R: Reg>() {
+pub fn registry_join_leave() {
     let spawner = ModelSpawner::default();
     let running = spawner.running.clone();
     let cfg = RegistryConfig {
@@ -151,14 +110,14 @@ pub fn registry_join_leave<R: Reg>() {
             status_capacity: 2,
         },
     };
-    let reg = Arc::new(R::new(spawner, cfg));
+    let reg = Arc::new(Registry::new(spawner, cfg).expect("valid config"));
     let other = {
         let reg = LeakOnPanic::new(reg.clone());
         let running = running.clone();
-        thread::spawn(move || comm(&**reg, &running, 1))
+        thread::spawn(move || comm(&reg, &running, 1))
     };
     let reg = LeakOnPanic::new(reg);
-    comm(&**reg, &running, 0);
+    comm(&reg, &running, 0);
     other.join().unwrap();
     assert_eq!(
         reg.group_count(),
@@ -179,7 +138,7 @@ mod tests {
     #[test]
     fn registry_model_body_runs_on_real_threads() {
         for _ in 0..100 {
-            registry_join_leave::<Registry<ModelSpawner>>();
+            registry_join_leave();
         }
     }
 }

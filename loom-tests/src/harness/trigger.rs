@@ -19,7 +19,7 @@ use core::ffi::{c_int, c_void};
 use std::any::Any;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 
-use proxy_core::driver::record::{RunState, TaskRecord};
+use proxy_core::driver::record::RunState;
 use proxy_core::driver::task::{
     BlockFifos, CommHandle, NetworkTask, NetworkTaskSpec, ProxyTask, Step, StepEnv,
 };
@@ -171,28 +171,17 @@ pub fn model_seam() -> SeamTable {
     }
 }
 
-/// A network task gated on one trigger word, as the model sees it.
-pub trait GatedTask: Send + 'static {
-    /// A task of one block ([`BB`] on stream 0) of `comm` that waits for the device, whose
-    /// trigger word is `word` (kept alive by the task).
-    fn new(comm: CommHandle, seam: SeamTable, word: Arc<AtomicU32>) -> Self;
-    /// Producer side: arms the trigger words (before submission).
-    fn arm(&self);
-    /// One step.
-    fn step(&mut self, env: &StepEnv) -> Step;
-    /// The current record.
-    fn record(&self) -> TaskRecord;
-}
-
-/// The shipping network task with the shipping trigger words.
-pub struct RealGated {
+/// The network task of model 5: one block ([`BB`] on stream 0) of a comm, waiting for the
+/// device, whose trigger word it keeps alive.
+struct GatedTask {
     // Declared first, so dropped before the word its trigger handle points at.
     task: NetworkTask,
     triggers: TriggerWords,
     _word: Arc<AtomicU32>,
 }
 
-impl GatedTask for RealGated {
+impl GatedTask {
+    /// A task of `comm` over `seam`, gated on `word`.
     fn new(comm: CommHandle, seam: SeamTable, word: Arc<AtomicU32>) -> Self {
         // SAFETY: `word` is kept alive in `_word` for as long as the task (and the copy of the
         // handle in `triggers`) lives.
@@ -221,15 +210,6 @@ impl GatedTask for RealGated {
             _word: word,
         }
     }
-    fn arm(&self) {
-        self.triggers.arm();
-    }
-    fn step(&mut self, env: &StepEnv) -> Step {
-        self.task.step(env)
-    }
-    fn record(&self) -> TaskRecord {
-        self.task.record()
-    }
 }
 
 /// Model 5 — the device thread writes its payload and then the trigger word (1) while the proxy
@@ -238,11 +218,11 @@ impl GatedTask for RealGated {
 /// before the device's write (it reads the payload whole), files its block once and stops its
 /// stream once, ends DONE with success; the device sees the consume and, through it, the
 /// filing.
-pub fn trigger_gate<G: GatedTask>() {
+pub fn trigger_gate() {
     let word = Arc::new(AtomicU32::new(0));
     let comm = Arc::new(ModelComm::default());
-    let mut task = G::new(comm.handle(), model_seam(), word.clone());
-    task.arm();
+    let mut task = GatedTask::new(comm.handle(), model_seam(), word.clone());
+    task.triggers.arm();
     let device = {
         let (word, comm) = (word.clone(), comm.clone());
         thread::spawn(move || {
@@ -272,19 +252,19 @@ pub fn trigger_gate<G: GatedTask>() {
     };
     let mut steps = 0;
     loop {
-        let s = task.step(&env);
+        let s = task.task.step(&env);
         comm.rethrow();
         if s == Step::Done {
             break;
         }
         steps += 1;
         assert!(steps < SPIN_BOUND, "the task never finished");
-        if task.record().state() == Some(RunState::WaitingDeviceTrigger) {
+        if task.task.record().state() == Some(RunState::WaitingDeviceTrigger) {
             thread::yield_now();
         }
     }
     device.join().unwrap();
-    let rec = task.record();
+    let rec = task.task.record();
     assert_eq!(
         (rec.state(), rec.status()),
         (Some(RunState::Done), NrtStatus::Success)
@@ -309,7 +289,7 @@ mod tests {
     #[test]
     fn trigger_model_body_runs_on_real_threads() {
         for _ in 0..100 {
-            trigger_gate::<RealGated>();
+            trigger_gate();
         }
     }
 }

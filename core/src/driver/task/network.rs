@@ -273,7 +273,9 @@ impl NetworkTask {
             }
         }
         self.core.note_progress(env.now_ns);
-        let next = if self.wait_for_device {
+        // PLANT: NetworkSkipsTriggerGate never waits for the device: INIT goes straight to
+        // PROGRESSING, before the device's trigger, which is never consumed.
+        let next = if plant!(NetworkSkipsTriggerGate, false, self.wait_for_device) {
             RunState::WaitingDeviceTrigger
         } else {
             RunState::Progressing

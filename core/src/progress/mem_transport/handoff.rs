@@ -207,10 +207,24 @@ impl SendShared {
             // took (1), so no receiver ever read the buffer; there is nothing to synchronise
             // with. Acquire on failure: if the word is `DONE`, the sender will treat the buffer
             // as free, which needs the receiver's reads ordered before (pairs with (2)).
-            Edge::Withdraw => self
-                .state
-                .compare_exchange(from as u32, to as u32, Ordering::Relaxed, Ordering::Acquire)
-                .map(|_| ()),
+            // PLANT: HandoffWithdrawByLoadStore withdraws by a load, a check and a plain store,
+            // so a receiver's claim can slip in between and both sides win.
+            Edge::Withdraw => plant!(
+                HandoffWithdrawByLoadStore,
+                {
+                    let now = self.state.load(Ordering::Acquire);
+                    if now == from as u32 {
+                        crate::sync::spin_loop();
+                        self.state.store(to as u32, Ordering::Relaxed);
+                        Ok(())
+                    } else {
+                        Err(now)
+                    }
+                },
+                self.state
+                    .compare_exchange(from as u32, to as u32, Ordering::Relaxed, Ordering::Acquire)
+                    .map(|_| ())
+            ),
         };
         match result {
             Ok(()) => {

@@ -1,0 +1,322 @@
+//! Planted bugs: one deliberate bug per cross-thread handoff (and two protocol bugs), compiled
+//! into the shipping code next to the line each one breaks, off until selected.
+//!
+//! A model that cannot fail proves nothing, so every loom model in `loom-tests/` is also run
+//! with the bug it is there to find planted, and must fail (`loom_tests::assert_loom_catches`);
+//! the two protocol plants are shown caught by the crate's own task and send/recv tests (the
+//! tests of this module). Planting in the real code, not in a copy, means a model that catches
+//! a plant has checked the code as it ships.
+//!
+//! This module exists only under `--cfg loom` or the `plants` feature. At each planted line the
+//! code reads `plant!(Name, buggy, correct)` (an expression) or `plant!(Name => { buggy })` (a
+//! block run instead of the rest of the function); without `--cfg loom` and the feature the
+//! macro expands to the correct code alone, so a normal build holds no plant code at all. Every
+//! planted line carries a `// PLANT:` comment.
+//!
+//! The selector is process-wide: [`set`] one plant (or none) for the whole process before the
+//! code under test runs, and never while other threads run planted code. Tests in one binary run
+//! in parallel threads, so a planted run happens in a child process (`loom-tests` re-runs its
+//! test binary with `LOOM_TESTS_PLANT=<name>`; this crate's own tests read [`PLANT_ENV`]). The
+//! storage is a plain atomic, not loom's ([`crate::sync`]'s non-loom re-export): loom atomics
+//! cannot be statics, and a read of the selector must add no branch point to a model. 8 bits:
+//! `thumbv7em` has no 64-bit atomics.
+
+#[cfg(all(test, not(loom)))]
+extern crate std;
+
+use alloc::string::String;
+use alloc::vec::Vec;
+
+use crate::sync::{NonLoomPlantAtomicU8 as AtomicU8, NonLoomPlantOrdering as Ordering};
+
+/// Declares [`Plant`] with its discriminants (0 is "none"), [`Plant::ALL`] and [`Plant::name`].
+macro_rules! plants {
+    ($($(#[doc = $doc:literal])* $name:ident = $n:literal,)*) => {
+        /// One planted bug. Each variant says which line it breaks (`file: function`) and what
+        /// must catch it.
+        #[repr(u8)]
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        pub enum Plant {
+            $($(#[doc = $doc])* $name = $n,)*
+        }
+
+        impl Plant {
+            /// Every plant, in declaration order.
+            pub const ALL: &'static [Plant] = &[$(Plant::$name),*];
+
+            /// The variant's name (what [`Plant::from_name`] parses).
+            pub const fn name(self) -> &'static str {
+                match self {
+                    $(Plant::$name => stringify!($name),)*
+                }
+            }
+        }
+    };
+}
+
+plants! {
+    /// `ring.rs: Producer::push` stores `tail` with `Relaxed` instead of `Release`, so the
+    /// consumer may read a slot before its write is visible. Loom model 1 (`tests/ring.rs`):
+    /// a causality violation on the slot.
+    RingRelaxedTail = 1,
+    /// `record.rs: StatusRecord::publish` stores `run_state` with `Relaxed` instead of
+    /// `Release`: a consumer that acquires `DONE` may read stale fields. Loom model 2
+    /// (`tests/records.rs`): "another field was not final".
+    RecordRelaxedRunState = 2,
+    /// `wake.rs: WaitCell::notify` returns when a plain load reads the word EMPTY ("nobody is
+    /// parked"), the lost-wakeup trap. Loom models 2 and 3 (`tests/records.rs`,
+    /// `tests/park_wake.rs`): a deadlock.
+    WakeNotifySkipsEmpty = 3,
+    /// `wake.rs: WaitCell::park` marks itself PARKED with a load and a plain store instead of a
+    /// CAS: a NOTIFIED stored in between is overwritten and lost. Loom model 3
+    /// (`tests/park_wake.rs`): a deadlock.
+    WakeParkByPlainStore = 4,
+    /// `queue.rs: SlotHandle::leave` frees the slot at once (ACTIVE → FREE) without the closing
+    /// handshake (ACTIVE → CLOSING, the worker closes the tasks and confirms CLOSED). Loom model
+    /// 4 (`tests/slots.rs`): the worker touches a task after its comm left, or a record is
+    /// reported twice or not at all.
+    SlotLeaveWithoutHandshake = 5,
+    /// `queue.rs: ProxyQueue::join` claims a slot with a load and a store instead of a CAS:
+    /// two comms can both win. Loom model 4 (`tests/slots.rs`): "exactly one comm claims".
+    SlotClaimByLoadStore = 6,
+    /// `trigger.rs: TriggerWords::can_start` loads the words `Relaxed` instead of `Acquire`:
+    /// what the device wrote before its trigger is not visible to the started task. Loom model
+    /// 5 (`tests/trigger.rs`): a causality violation.
+    TriggerCanStartRelaxed = 7,
+    /// `trigger.rs: TriggerWords::consume` stores 0 `Relaxed` instead of `Release`: what the
+    /// proxy filed before consuming is not visible to the device that sees the 0. Loom model 5
+    /// (`tests/trigger.rs`): a causality violation.
+    TriggerConsumeRelaxed = 8,
+    /// `device.rs: DirectHostWords::inc_semaphore` increments `Relaxed` instead of `Release`:
+    /// the payload counted is not published to the device. Loom model 6
+    /// (`tests/semaphore.rs`): a causality violation.
+    SemaphoreRelaxedIncrement = 9,
+    /// `mem_transport/handoff.rs: SendShared::transition` takes the withdraw edge (4) as a load,
+    /// a check and a plain store instead of one CAS, so a receiver's claim can slip in between
+    /// and both sides win. Loom model 7 (`tests/mem_transport.rs`): a causality violation.
+    HandoffWithdrawByLoadStore = 10,
+    /// `registry.rs: Registry::leave` reads the refcount in one critical section and writes the
+    /// decrement (and decides "last") in a second: two comms leaving at once can both write
+    /// `refs - 1`. Loom model 8 (`tests/registry.rs`): the group or its worker outlives the last
+    /// leave.
+    RegistrySplitDecrement = 11,
+    /// `registry.rs: Registry::leave` removes the group under the lock but stops and joins its
+    /// last worker after releasing it: a join in between starts a second worker while the old
+    /// one runs. Loom model 8 (`tests/registry.rs`): "a second worker started".
+    RegistryStopOutsideLock = 12,
+    /// `task/network.rs: NetworkTask::step_init` goes from INIT straight to PROGRESSING, as if
+    /// the task had no device trigger to wait for: it runs before the device's trigger and never
+    /// consumes it. Caught by this crate's task tests (`task::tests`, see this module's tests),
+    /// and by loom model 5 (`tests/trigger.rs`): "the task started before the device's write".
+    NetworkSkipsTriggerGate = 13,
+    /// `sendrecv.rs: transfer` reads the host index as if `net_idx_loop_size` were 0 (no wrap):
+    /// once the device's index wraps, the op sees a huge delta. Caught by the send/recv protocol
+    /// test with a loop size below the entry count (`sendrecv_tests`, see this module's tests):
+    /// the op fails with `NRT_HW_ERROR` and the comm with it.
+    SendRecvIgnoresIndexWrap = 14,
+}
+
+/// "No plant" in the selector's storage.
+const NONE: u8 = 0;
+/// The selector's storage before this crate's own test binary read [`PLANT_ENV`].
+#[cfg(all(test, not(loom)))]
+const UNREAD: u8 = u8::MAX;
+
+#[cfg(not(all(test, not(loom))))]
+static SELECTED: AtomicU8 = AtomicU8::new(NONE);
+#[cfg(all(test, not(loom)))]
+static SELECTED: AtomicU8 = AtomicU8::new(UNREAD);
+
+/// The environment variable that plants a bug in this crate's own test binary (`cargo test -p
+/// proxy-core --features plants`): read once, at the first query of the selector, so a child
+/// run of an existing test (`<test> --exact`) runs with that plant. Not read anywhere else.
+pub const PLANT_ENV: &str = "PROXY_CORE_PLANT";
+
+impl Plant {
+    /// The plant named `name` (a variant name, as [`Plant::name`] gives it).
+    pub fn from_name(name: &str) -> Option<Plant> {
+        Plant::ALL.iter().copied().find(|p| p.name() == name)
+    }
+
+    fn from_u8(v: u8) -> Option<Plant> {
+        Plant::ALL.iter().copied().find(|&p| p as u8 == v)
+    }
+}
+
+/// Selects `plant` (or none) for the whole process. Call it before the code under test runs,
+/// with no other thread running planted code.
+pub fn set(plant: Option<Plant>) {
+    SELECTED.store(plant.map_or(NONE, |p| p as u8), Ordering::Relaxed);
+}
+
+/// The plant selected for this process, if any.
+pub fn selected() -> Option<Plant> {
+    #[cfg(all(test, not(loom)))]
+    if SELECTED.load(Ordering::Relaxed) == UNREAD {
+        let from_env = std::env::var(PLANT_ENV).ok().map(|name| {
+            Plant::from_name(&name).unwrap_or_else(|| panic!("{PLANT_ENV}={name}: no such plant"))
+        });
+        let _ = SELECTED.compare_exchange(
+            UNREAD,
+            from_env.map_or(NONE, |p| p as u8),
+            Ordering::Relaxed,
+            Ordering::Relaxed,
+        );
+    }
+    Plant::from_u8(SELECTED.load(Ordering::Relaxed))
+}
+
+/// `true` when `plant` is the one selected (what a planted line asks).
+#[inline]
+pub fn active(plant: Plant) -> bool {
+    #[cfg(all(test, not(loom)))]
+    {
+        selected() == Some(plant)
+    }
+    #[cfg(not(all(test, not(loom))))]
+    {
+        SELECTED.load(Ordering::Relaxed) == plant as u8
+    }
+}
+
+/// The first panic message of a planted run's child process: a test binary re-run on one test
+/// (`<test> --exact`) with `plant` selected, which must have failed (`success` is its exit
+/// status); `stdout` and `stderr` are its output.
+///
+/// # Panics
+/// When the child ran no test named `test`, passed (nothing caught `plant`), or failed without
+/// a panic message.
+pub fn planted_failure(
+    plant: Plant,
+    test: &str,
+    success: bool,
+    stdout: &str,
+    stderr: &str,
+) -> String {
+    assert!(
+        stdout.contains("running 1 test"),
+        "{plant:?}: the child ran no test named {test}:\n{stdout}"
+    );
+    assert!(
+        !success,
+        "{test} missed {plant:?}: it passed with the plant"
+    );
+    first_panic_message(stderr)
+        .unwrap_or_else(|| panic!("{plant:?}: {test} failed without a panic message:\n{stderr}"))
+}
+
+/// The message of the first panic in a test process's stderr (the default panic hook's
+/// `thread '…' panicked at FILE:LINE:COL:` line, then the message, up to the next `note:`,
+/// backtrace or thread line).
+fn first_panic_message(stderr: &str) -> Option<String> {
+    let mut lines = stderr.lines();
+    lines.by_ref().find(|l| l.contains("panicked at"))?;
+    let msg: Vec<&str> = lines
+        .take_while(|l| {
+            !l.starts_with("note:")
+                && !l.starts_with("stack backtrace:")
+                && !l.starts_with("thread '")
+        })
+        .collect();
+    Some(msg.join("\n").trim().into())
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    //! The protocol plants, caught by the crate's existing tests: each test here re-runs this
+    //! test binary on one existing test (`<test> --exact`) with [`PLANT_ENV`] set, and asserts
+    //! that it fails with the message its bug must produce.
+    extern crate std;
+
+    use std::string::String;
+
+    use super::*;
+
+    #[test]
+    fn first_panic_message_reads_the_default_hook() {
+        let stderr = "running 1 test\n\
+            thread 'x' (12) panicked at src/a.rs:1:2:\n\
+            assertion `left == right` failed: exactly once\n  left: 1\n right: 2\n\
+            note: run with `RUST_BACKTRACE=1`\n\
+            thread 'x' (12) panicked at src/b.rs:3:4:\nsecond\n";
+        assert_eq!(
+            first_panic_message(stderr).as_deref(),
+            Some("assertion `left == right` failed: exactly once\n  left: 1\n right: 2")
+        );
+        assert_eq!(first_panic_message("ok\n"), None);
+    }
+
+    /// Runs the existing test `test` in a child with `plant` selected; asserts it fails with a
+    /// first panic message that contains every one of `expected`. Then runs it without the
+    /// plant and asserts it passes (so the failure is the plant's).
+    fn caught_by(plant: Plant, test: &str, expected: &[&str]) {
+        let exe = std::env::current_exe().expect("the test binary's path");
+        let run = |plant: Option<Plant>| {
+            let mut cmd = std::process::Command::new(&exe);
+            cmd.args([test, "--exact", "--nocapture", "--test-threads=1"])
+                .env("RUST_BACKTRACE", "0")
+                .env_remove(PLANT_ENV);
+            if let Some(p) = plant {
+                cmd.env(PLANT_ENV, p.name());
+            }
+            cmd.output().expect("run the child test")
+        };
+        let out = run(Some(plant));
+        let msg = planted_failure(
+            plant,
+            test,
+            out.status.success(),
+            &String::from_utf8_lossy(&out.stdout),
+            &String::from_utf8_lossy(&out.stderr),
+        );
+        std::println!("{plant:?}: {test} reported: {msg}");
+        assert!(
+            expected.iter().all(|e| msg.contains(e)),
+            "{test} failed under {plant:?}, but not as expected ({expected:?}): {msg}"
+        );
+        assert!(run(None).status.success(), "{test} fails without the plant");
+    }
+
+    #[test]
+    fn names_round_trip_and_nothing_is_selected_here() {
+        for &p in Plant::ALL {
+            assert_eq!(Plant::from_name(p.name()), Some(p));
+            assert_eq!(Plant::from_u8(p as u8), Some(p));
+        }
+        assert_eq!(Plant::from_name("NoSuchPlant"), None);
+        // The parent test process never selects a plant (its tests run in parallel).
+        if std::env::var_os(PLANT_ENV).is_none() {
+            assert_eq!(selected(), None);
+        }
+    }
+
+    /// Skipping the gate, the task leaves INIT for PROGRESSING with both trigger words still
+    /// armed (the device has written neither): the task test's first check of the gate fails.
+    #[test]
+    fn network_task_skipping_the_trigger_gate_is_caught() {
+        caught_by(
+            Plant::NetworkSkipsTriggerGate,
+            "driver::task::tests::armed_trigger_blocks_progress_until_a_device_thread_writes_it",
+            &["left: Progressing", "right: WaitingDeviceTrigger"],
+        );
+        // With no trigger ever written, the timeout test's task runs and succeeds instead of
+        // timing out: it never waited for the device.
+        caught_by(
+            Plant::NetworkSkipsTriggerGate,
+            "driver::task::tests::trigger_wait_times_out_and_stops_streams",
+            &["left: Done", "right: Idle"],
+        );
+    }
+
+    /// A loop size of 64 with up to 1000 entries: once the device's index wraps, the op reads a
+    /// delta of about 2^32, more entries than it has, and fails with `NRT_HW_ERROR`, which fails
+    /// the comm (sticky): its `progress` answers `NRT_NETWORK_PROXY_FAILURE`, the test's unwrap.
+    #[test]
+    fn send_recv_ignoring_the_index_wrap_is_caught() {
+        caught_by(
+            Plant::SendRecvIgnoresIndexWrap,
+            "progress::sendrecv_tests::entry_counts_the_128_cap_and_index_wraparound",
+            &["unwrap()", "NetworkProxyFailure"],
+        );
+    }
+}
