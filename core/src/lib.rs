@@ -25,6 +25,10 @@
 #![warn(missing_docs)]
 
 extern crate alloc;
+// The `std` feature (and the crate's own tests) add the std thread parker and the monotonic
+// clock that every std platform, test and model shares; the core logic never uses std.
+#[cfg(any(test, feature = "std"))]
+extern crate std;
 
 /// A planted line (see `plant.rs`): `plant!(Name, buggy, correct)` is `buggy` while plant
 /// `Name` is selected and `correct` otherwise; `plant!(Name => { buggy })` runs the block while

@@ -5,6 +5,8 @@
 
 extern crate std;
 
+use crate::driver::wake::ThreadPark;
+use crate::time::MonotonicClock;
 use alloc::boxed::Box;
 use alloc::vec::Vec;
 use core::ffi::{c_int, c_void};
@@ -179,42 +181,10 @@ pub fn block(stream: u32, bb: u32) -> BlockFifos {
     }
 }
 
-/// `std::thread::park` as a [`Park`](crate::driver::wake::Park).
-pub struct StdPark;
-
-struct StdUnpark(std::thread::Thread);
-
-impl crate::driver::wake::Unpark for StdUnpark {
-    fn unpark(&self) {
-        self.0.unpark();
-    }
-    fn clone_box(&self) -> Box<dyn crate::driver::wake::Unpark> {
-        Box::new(StdUnpark(self.0.clone()))
-    }
-}
-
-impl crate::driver::wake::Park for StdPark {
-    fn park(&self) {
-        std::thread::park();
-    }
-    fn unparker(&self) -> Box<dyn crate::driver::wake::Unpark> {
-        Box::new(StdUnpark(std::thread::current()))
-    }
-}
-
-/// A monotonic clock over `std::time::Instant`.
-pub struct StdClock(pub std::time::Instant);
-
-impl crate::time::Clock for StdClock {
-    fn now_ns(&self) -> u64 {
-        self.0.elapsed().as_nanos() as u64
-    }
-}
-
 /// A waiter with a 20 µs spin budget.
-pub fn waiter<'a>(clock: &'a StdClock) -> crate::driver::wake::Waiter<'a> {
+pub fn waiter(clock: &MonotonicClock) -> crate::driver::wake::Waiter<'_> {
     crate::driver::wake::Waiter {
-        park: &StdPark,
+        park: &ThreadPark,
         clock,
         spin_ns: 20_000,
     }

@@ -1,7 +1,7 @@
 //! Time, handed in by the platform: `core` never reads a clock itself.
 
-/// A monotonic clock in nanoseconds (any epoch). The platform implements it over
-/// `std::time::Instant`; tests use [`ManualClock`].
+/// A monotonic clock in nanoseconds (any epoch). std platforms use [`MonotonicClock`]
+/// (feature `std`); deterministic tests use [`ManualClock`].
 pub trait Clock: Send + Sync {
     /// Nanoseconds since an arbitrary fixed point; never decreases.
     fn now_ns(&self) -> u64;
@@ -47,5 +47,24 @@ pub struct NoClock;
 impl Clock for NoClock {
     fn now_ns(&self) -> u64 {
         0
+    }
+}
+
+/// The monotonic clock of every std user (the Linux runtime, the C library, tests): nanoseconds
+/// of `std::time::Instant` since one process-wide epoch, the first read of any
+/// `MonotonicClock` in the process, so every instance agrees. Feature `std`.
+#[cfg(any(test, feature = "std"))]
+#[derive(Debug, Default, Clone, Copy)]
+pub struct MonotonicClock;
+
+#[cfg(any(test, feature = "std"))]
+impl Clock for MonotonicClock {
+    fn now_ns(&self) -> u64 {
+        static EPOCH: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+        let ns = EPOCH
+            .get_or_init(std::time::Instant::now)
+            .elapsed()
+            .as_nanos();
+        u64::try_from(ns).unwrap_or(u64::MAX)
     }
 }

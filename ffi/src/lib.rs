@@ -55,13 +55,12 @@ use std::ffi::{c_char, c_int, c_void};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr;
 use std::sync::Arc;
-use std::time::Instant;
 
 use proxy_core::progress::comm::{Comm, CommConfig};
 use proxy_core::progress::mem_transport::MemFabric;
 use proxy_core::progress::net::{Transport, MAX_COMM_ID, MAX_NRANKS};
 use proxy_core::status::NrtStatus;
-use proxy_core::time::Clock;
+use proxy_core::time::MonotonicClock;
 
 pub use proxy_ffi_types as types;
 use proxy_ffi_types::*;
@@ -448,15 +447,6 @@ pub unsafe extern "C" fn nccom_mem_group_destroy(group: *mut NccomMemGroup) -> N
     })
 }
 
-/// `std::time::Instant` as the comm's clock (stop's drain limit).
-struct MonoClock(Instant);
-
-impl Clock for MonoClock {
-    fn now_ns(&self) -> u64 {
-        u64::try_from(self.0.elapsed().as_nanos()).unwrap_or(u64::MAX)
-    }
-}
-
 fn validate_config(what: &str, cfg: &NccomCommConfig) -> Result<(), NrtStatus> {
     let bad = |msg: String| {
         log::error!("{what}: {msg}");
@@ -550,7 +540,7 @@ pub unsafe extern "C" fn nccom_comm_create(
             Some(c_in(WHAT, "config.callbacks", cfg.callbacks)?)
         };
         let dev = device::resolve(own)?;
-        let clock = Arc::new(MonoClock(Instant::now()));
+        let clock = Arc::new(MonotonicClock);
         #[cfg(feature = "libfabric")]
         if cfg.transport.kind == NCCOM_TRANSPORT_LIBFABRIC {
             // SAFETY: the C contract of `nccom_comm_config_t` (strings NULL or NUL-terminated).

@@ -41,7 +41,7 @@ use proxy_core::driver::trigger::HostWord;
 use proxy_core::progress::sendrecv::HOST_INDEX_READY;
 
 use crate::planner::kernels::reduce_raw;
-use crate::planner::{Addresses, HostWord as PlanWord, Instr, RankPlan, Side};
+use crate::planner::{Addresses, Instr, OpWord, RankPlan, Side};
 
 /// Why a wait of [`DeviceEnv::wait`] ended without its condition.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -300,7 +300,7 @@ impl Device {
         let plan = &*job.plan;
         let a = &job.addrs;
         let n = plan.ops.len();
-        let w = |op: u32, hw: PlanWord| a.word(hw.index(op));
+        let w = |op: u32, hw: OpWord| a.word(hw.index(op));
         // SAFETY: the job's host words are live (execute's contract).
         let word = |addr: u64| unsafe { self.word(addr) };
         let mut hs_base = vec![[0u32; 2]; n];
@@ -310,10 +310,8 @@ impl Device {
         for (k, o) in plan.ops.iter().enumerate() {
             for side in [Side::Send, Side::Recv] {
                 if o.entries(side) > 0 {
-                    hs_base[k][side as usize] =
-                        word(w(k as u32, PlanWord::handshake(side)))?.load();
-                    cpl_base[k][side as usize] =
-                        word(w(k as u32, PlanWord::complete(side)))?.load();
+                    hs_base[k][side as usize] = word(w(k as u32, OpWord::handshake(side)))?.load();
+                    cpl_base[k][side as usize] = word(w(k as u32, OpWord::complete(side)))?.load();
                 }
             }
         }
@@ -324,7 +322,7 @@ impl Device {
         for ins in &plan.program {
             match *ins {
                 Instr::Arm { op, side } => {
-                    word(w(op, PlanWord::post(side)))?.store(HOST_INDEX_READY);
+                    word(w(op, OpWord::post(side)))?.store(HOST_INDEX_READY);
                 }
                 Instr::WaitHandshake { op, side } => {
                     let base = hs_base[op as usize][side as usize];
@@ -332,7 +330,7 @@ impl Device {
                     let v = unsafe {
                         self.wait_word(
                             env,
-                            w(op, PlanWord::handshake(side)),
+                            w(op, OpWord::handshake(side)),
                             || {
                                 format!(
                                     "op {op} {side:?} handshake semaphore to reach {}",
@@ -349,7 +347,7 @@ impl Device {
                         )));
                     }
                     // The proxy writes 0 to the host index before it increments the handshake.
-                    let idx = word(w(op, PlanWord::post(side)))?.load();
+                    let idx = word(w(op, OpWord::post(side)))?.load();
                     if idx != 0 {
                         return Err(self.protocol(format!(
                             "op {op} {side:?}: host index {idx:#x} after the handshake (want 0)"
@@ -360,7 +358,7 @@ impl Device {
                     posted[op as usize][side as usize] = upto;
                     // Release (HostWord::store): the data of the posted send entries (written
                     // by this thread) is visible to the proxy that reads the index with acquire.
-                    word(w(op, PlanWord::post(side)))?.store(upto);
+                    word(w(op, OpWord::post(side)))?.store(upto);
                 }
                 Instr::Wait { op, side, upto } => {
                     let base = cpl_base[op as usize][side as usize];
@@ -368,7 +366,7 @@ impl Device {
                     let v = unsafe {
                         self.wait_word(
                             env,
-                            w(op, PlanWord::complete(side)),
+                            w(op, OpWord::complete(side)),
                             || {
                                 format!(
                                     "op {op} {side:?} complete semaphore to reach {} (+{upto})",

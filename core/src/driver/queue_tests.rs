@@ -12,7 +12,9 @@ use crate::driver::task::{
     BarrierTask, BarrierTaskSpec, NetworkTask, NetworkTaskSpec, SharedMemBarrier, TaskKind,
 };
 use crate::driver::trigger::TriggerWords;
-use crate::testutil::{block, seam, waiter, Call, Script, StdClock, StdPark};
+use crate::driver::wake::ThreadPark;
+use crate::testutil::{block, seam, waiter, Call, Script};
+use crate::time::MonotonicClock;
 use crate::time::NoClock;
 
 fn net(s: &Script, id: u32, bb: u32) -> TaskBox {
@@ -50,7 +52,7 @@ fn spawn_worker(mut w: Worker) -> std::thread::JoinHandle<()> {
     std::thread::spawn(move || {
         while !w.stop_requested() {
             match w.tick() {
-                Tick::Park => w.park(&StdPark),
+                Tick::Park => w.park(&ThreadPark),
                 Tick::NoProgress => std::thread::yield_now(),
                 Tick::Continue => {}
             }
@@ -165,7 +167,7 @@ fn leave_closes_queued_and_active_tasks_once() {
     let s = Script::new(0); // never done
     let (q, w) = small(2, 8);
     let worker = spawn_worker(w);
-    let clock = StdClock(Instant::now());
+    let clock = MonotonicClock;
     let mut h = ProxyQueue::join(&q).unwrap();
     let mut lives = Vec::new();
     for id in 0..3 {
@@ -227,7 +229,7 @@ fn slots_are_separate_and_exhaustible() {
 fn worker_gone_means_leave_does_not_wait() {
     let s = Script::new(0);
     let (q, mut w) = small(1, 4);
-    let clock = StdClock(Instant::now());
+    let clock = MonotonicClock;
     let mut h = ProxyQueue::join(&q).unwrap();
     h.submit(net(&s, 1, 1)).unwrap();
     w.tick();

@@ -279,6 +279,40 @@ impl Waiter<'_> {
     }
 }
 
+/// `std::thread::park` / `Thread::unpark` as a [`Park`]: the parker of every std platform
+/// (the Linux runtime's workers and consumers), of the tests and of the models' real-thread
+/// runs. Token semantics: an unpark that lands before the park still ends it. Feature `std`.
+#[cfg(any(test, feature = "std"))]
+#[derive(Debug, Default, Clone, Copy)]
+pub struct ThreadPark;
+
+/// Wakes one std thread (the [`Unpark`] half of [`ThreadPark`]).
+#[cfg(any(test, feature = "std"))]
+#[derive(Debug, Clone)]
+pub struct ThreadUnpark(pub std::thread::Thread);
+
+#[cfg(any(test, feature = "std"))]
+impl Unpark for ThreadUnpark {
+    fn unpark(&self) {
+        self.0.unpark();
+    }
+
+    fn clone_box(&self) -> Box<dyn Unpark> {
+        Box::new(self.clone())
+    }
+}
+
+#[cfg(any(test, feature = "std"))]
+impl Park for ThreadPark {
+    fn park(&self) {
+        std::thread::park();
+    }
+
+    fn unparker(&self) -> Box<dyn Unpark> {
+        Box::new(ThreadUnpark(std::thread::current()))
+    }
+}
+
 /// loom's park/unpark as a [`Park`] (only under `--cfg loom`), for the loom models.
 #[cfg(loom)]
 #[derive(Debug, Default, Clone, Copy)]

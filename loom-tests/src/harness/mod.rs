@@ -21,37 +21,7 @@ pub mod trigger;
 pub type ModelPark = proxy_core::driver::wake::LoomPark;
 /// The parker the model threads use: loom's park/unpark under `--cfg loom`, std's otherwise.
 #[cfg(not(loom))]
-pub type ModelPark = StdPark;
-
-/// std's park/unpark as a [`Park`] (for the plain `cargo test` runs of the model bodies).
-#[cfg(not(loom))]
-#[derive(Debug, Default, Clone, Copy)]
-pub struct StdPark;
-
-#[cfg(not(loom))]
-struct StdUnpark(std::thread::Thread);
-
-#[cfg(not(loom))]
-impl proxy_core::driver::wake::Unpark for StdUnpark {
-    fn unpark(&self) {
-        self.0.unpark();
-    }
-
-    fn clone_box(&self) -> Box<dyn proxy_core::driver::wake::Unpark> {
-        Box::new(StdUnpark(self.0.clone()))
-    }
-}
-
-#[cfg(not(loom))]
-impl Park for StdPark {
-    fn park(&self) {
-        std::thread::park();
-    }
-
-    fn unparker(&self) -> Box<dyn proxy_core::driver::wake::Unpark> {
-        Box::new(StdUnpark(std::thread::current()))
-    }
-}
+pub type ModelPark = proxy_core::driver::wake::ThreadPark;
 
 /// A clock that moves 1 µs each time it is read, so a waiter's spin budget runs out after a
 /// few polls. A std atomic, not a loom one: it is test scaffolding, not part of any handoff, and
@@ -74,7 +44,7 @@ pub fn waiter(spin_ns: u64) -> Waiter<'static> {
     #[cfg(loom)]
     let park: &'static dyn Park = &proxy_core::driver::wake::LoomPark;
     #[cfg(not(loom))]
-    let park: &'static dyn Park = &StdPark;
+    let park: &'static dyn Park = &proxy_core::driver::wake::ThreadPark;
     Waiter {
         park,
         clock: &TICK_CLOCK,

@@ -1,5 +1,5 @@
 //! One bootstrap TCP connection ([`Conn`]: non-blocking, buffered frames both ways) and the
-//! bounded wait every blocking call uses ([`Waiter`], [`Backoff`]).
+//! bounded wait every blocking call uses ([`BoundedWait`], [`Backoff`]).
 
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpStream};
@@ -25,7 +25,7 @@ impl Backoff {
 }
 
 /// One bounded wait: warnings every `warn_interval`, an error after `timeout`.
-pub(crate) struct Waiter {
+pub(crate) struct BoundedWait {
     pub(crate) start: Instant,
     pub(crate) timeout: Duration,
     pub(crate) warn_interval: Duration,
@@ -33,7 +33,7 @@ pub(crate) struct Waiter {
     pub(crate) backoff: Backoff,
 }
 
-impl Waiter {
+impl BoundedWait {
     pub(crate) fn new(timeout: Duration, warn_interval: Duration) -> Self {
         Self {
             start: Instant::now(),

@@ -1,6 +1,6 @@
 //! Moving frames ([`Bootstrap::pump`]), bounded waits over them, and the all-gather.
 
-use crate::conn::Waiter;
+use crate::conn::BoundedWait;
 use crate::wire::Frame;
 use crate::*;
 
@@ -22,7 +22,7 @@ impl Bootstrap {
         what: &dyn Fn(&Self) -> String,
         mut done: impl FnMut(&mut Self) -> Result<bool, BootstrapError>,
     ) -> Result<(), BootstrapError> {
-        let mut waiter = Waiter::new(self.timeout, self.warn_interval);
+        let mut waiter = BoundedWait::new(self.timeout, self.warn_interval);
         loop {
             if done(self)? {
                 return Ok(());

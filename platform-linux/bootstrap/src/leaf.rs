@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use proxy_core::progress::net::MAX_COMM_ID;
 use proxy_core::NrtStatus;
 
-use crate::conn::{Conn, Waiter};
+use crate::conn::{BoundedWait, Conn};
 use crate::wire::{Frame, Preface, VERSION as PROTOCOL_VERSION};
 use crate::*;
 
@@ -68,7 +68,7 @@ type Welcome = (u32, Vec<Vec<u8>>);
 struct Leaf<'c> {
     cfg: &'c BootstrapConfig,
     state: LeafState,
-    waiter: Waiter,
+    waiter: BoundedWait,
     last_err: Option<io::Error>,
     /// The connection to the root, from [`LeafState::AwaitPreface`] on.
     conn: Option<Conn>,
@@ -80,7 +80,7 @@ impl<'c> Leaf<'c> {
         Self {
             cfg,
             state: LeafState::Connecting,
-            waiter: Waiter::new(cfg.timeout, cfg.warn_interval),
+            waiter: BoundedWait::new(cfg.timeout, cfg.warn_interval),
             last_err: None,
             conn: None,
             addr: cfg.root,

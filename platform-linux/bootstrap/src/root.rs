@@ -9,7 +9,7 @@ use std::net::TcpListener;
 use proxy_core::progress::net::MAX_COMM_ID;
 use proxy_core::NrtStatus;
 
-use crate::conn::{Conn, Waiter};
+use crate::conn::{BoundedWait, Conn};
 use crate::wire::{Frame, Preface, MAGIC, VERSION as PROTOCOL_VERSION};
 use crate::*;
 
@@ -284,7 +284,7 @@ impl Bootstrap {
     ) -> Result<(), BootstrapError> {
         let n = cfg.nranks;
         let mut pending: Vec<Conn> = Vec::new();
-        let mut waiter = Waiter::new(cfg.timeout, cfg.warn_interval);
+        let mut waiter = BoundedWait::new(cfg.timeout, cfg.warn_interval);
         let missing = |peers: &[Option<Peer>]| -> Vec<u32> {
             (1..n).filter(|&r| peers[r as usize].is_none()).collect()
         };

@@ -349,7 +349,7 @@ mod tests {
 
     use super::*;
     use proxy_collectives::planner::{
-        plan, Addresses, Collective, DataType, HostWord, PlanParams, Side,
+        plan, Addresses, Collective, DataType, OpWord, PlanParams, Side,
     };
     use proxy_core::driver::trigger::HostWord as Word;
     use proxy_core::progress::sendrecv::HOST_INDEX_READY;
@@ -443,7 +443,7 @@ mod tests {
             "{e}"
         );
         // The device armed the host index with -1.
-        let post = s.job.addrs.word(HostWord::PostSend.index(0));
+        let post = s.job.addrs.word(OpWord::PostSend.index(0));
         let v = word(post).load();
         assert_eq!(v, HOST_INDEX_READY);
     }
@@ -454,21 +454,21 @@ mod tests {
         let mut job = s.job.clone();
         job.net_triggers.clear();
         let a = job.addrs;
-        let w = move |hw: HostWord| a.word(hw.index(0));
+        let w = move |hw: OpWord| a.word(hw.index(0));
         // A broken proxy: answers both handshakes, then claims 5 receive completions although
         // the device posts one entry.
         let fake = std::thread::spawn(move || {
             // The words live in `s`, which outlives this thread (joined below).
             let t0 = Instant::now();
             for side in [Side::Send, Side::Recv] {
-                while word(w(HostWord::post(side))).load() != HOST_INDEX_READY {
+                while word(w(OpWord::post(side))).load() != HOST_INDEX_READY {
                     assert!(t0.elapsed() < Duration::from_secs(5), "device never armed");
                     thread::yield_now();
                 }
-                word(w(HostWord::post(side))).store(0);
-                word(w(HostWord::handshake(side))).fetch_add(1);
+                word(w(OpWord::post(side))).store(0);
+                word(w(OpWord::handshake(side))).fetch_add(1);
             }
-            word(w(HostWord::RecvComplete)).fetch_add(5);
+            word(w(OpWord::RecvComplete)).fetch_add(5);
         });
         let mut d = Device::new(0, None);
         // SAFETY: as above.

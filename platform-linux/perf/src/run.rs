@@ -293,7 +293,7 @@ impl World {
                         CommConfig::new(r, n, 1),
                         Box::new(t),
                         Arc::new(HostMemCallbacks::new(mem.clone())),
-                        Arc::new(proxy_runtime::MonotonicClock),
+                        Arc::new(proxy_core::time::MonotonicClock),
                     )
                     .map_err(|e| format!("comm {r}: {e}"))?;
                     // SAFETY: the tool owns every buffer and word it hands to `start`, and
@@ -361,7 +361,7 @@ impl World {
             &mut boot,
             &lf,
             Arc::new(HostMemCallbacks::new(mem.clone())),
-            Arc::new(proxy_runtime::MonotonicClock),
+            Arc::new(proxy_core::time::MonotonicClock),
         )
         .map_err(|e| e.to_string())?;
         // SAFETY: the tool owns every buffer and word it hands to `start`, and keeps them alive

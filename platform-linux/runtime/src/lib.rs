@@ -1,7 +1,7 @@
 //! `proxy-runtime`: the Linux runtime of the proxy engine, what every embedder of the driver half
 //! needs and nothing more: worker threads `proxy-<tid>` ([`ThreadSpawner`], [`WorkerConfig`]),
-//! CPU affinity, parking ([`worker::StdPark`]), the one monotonic clock of the platform crates
-//! ([`MonotonicClock`]), memfd host memory ([`hostmem`]), the configuration from the
+//! CPU affinity, parking and the clock (core's `ThreadPark` and `MonotonicClock`, feature
+//! `std`, shared with the C library, the tests and the models), memfd host memory ([`hostmem`]), the configuration from the
 //! environment ([`Config`]), the `dlopen` loader of a progress half ([`loader`]) and the
 //! process registry ([`registry`], [`global_registry`], [`LinuxRegistry`]).
 //!
@@ -21,7 +21,7 @@ use std::sync::OnceLock;
 use proxy_core::driver::registry::Registry;
 
 pub use config::{Config, ConfigError};
-pub use worker::{MonotonicClock, ThreadSpawner, WorkerConfig};
+pub use worker::{ThreadSpawner, WorkerConfig};
 
 /// The registry type of this platform.
 pub type LinuxRegistry = Registry<ThreadSpawner>;

@@ -17,73 +17,23 @@ use std::io;
 use std::os::unix::thread::JoinHandleExt;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
-use std::thread::{self, JoinHandle, Thread};
+use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use proxy_core::driver::queue::{Tick, Worker};
 use proxy_core::driver::registry::Spawner;
-use proxy_core::driver::wake::{Park, Unpark, Waiter};
+use proxy_core::driver::wake::{ThreadPark, Waiter};
 use proxy_core::status::NrtStatus;
-use proxy_core::time::Clock;
+use proxy_core::time::{Clock, MonotonicClock};
 
 use crate::affinity;
-
-/// `std::thread::park` as core's [`Park`].
-#[derive(Clone, Copy, Debug, Default)]
-pub struct StdPark;
-
-/// Wakes a std thread (core's [`Unpark`]).
-#[derive(Clone, Debug)]
-pub struct StdUnpark(pub Thread);
-
-impl Unpark for StdUnpark {
-    fn unpark(&self) {
-        self.0.unpark();
-    }
-
-    fn clone_box(&self) -> Box<dyn Unpark> {
-        Box::new(self.clone())
-    }
-}
-
-impl Park for StdPark {
-    fn park(&self) {
-        thread::park();
-    }
-
-    fn unparker(&self) -> Box<dyn Unpark> {
-        Box::new(StdUnpark(thread::current()))
-    }
-}
-
-/// `CLOCK_MONOTONIC` as core's [`Clock`].
-#[derive(Clone, Copy, Debug, Default)]
-pub struct MonotonicClock;
-
-impl Clock for MonotonicClock {
-    fn now_ns(&self) -> u64 {
-        let mut ts = libc::timespec {
-            tv_sec: 0,
-            tv_nsec: 0,
-        };
-        // SAFETY: `ts` is a valid out-parameter; CLOCK_MONOTONIC always exists on Linux.
-        let rc = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-        debug_assert_eq!(rc, 0);
-        (ts.tv_sec as u64)
-            .saturating_mul(1_000_000_000)
-            .saturating_add(ts.tv_nsec as u64)
-    }
-}
-
-static STD_PARK: StdPark = StdPark;
-static MONOTONIC: MonotonicClock = MonotonicClock;
 
 /// A consumer-side [`Waiter`] for the calling thread: spin for `spin` on `CLOCK_MONOTONIC`,
 /// then `std::thread::park`.
 pub fn waiter(spin: Duration) -> Waiter<'static> {
     Waiter {
-        park: &STD_PARK,
-        clock: &MONOTONIC,
+        park: &ThreadPark,
+        clock: &MonotonicClock,
         spin_ns: u64::try_from(spin.as_nanos()).unwrap_or(u64::MAX),
     }
 }
@@ -209,7 +159,7 @@ pub fn run_worker(mut worker: Worker, cfg: &WorkerConfig) {
             }
             Tick::Park => {
                 idle_since = None;
-                worker.park(&StdPark);
+                worker.park(&ThreadPark);
             }
         }
     }

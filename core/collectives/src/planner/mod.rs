@@ -14,7 +14,7 @@
 //!
 //! [`RankPlan::fifos`] turns the plan into the three `repr(C)` FIFOs `start` takes, once the
 //! caller has placed the buffers and the host words ([`Addresses`]). Op `k` uses host words
-//! `6k .. 6k + 6` ([`HostWord`]).
+//! `6k .. 6k + 6` ([`OpWord`]).
 //!
 //! # How waits are placed
 //! Each algorithm only says, in a pipelined order, which entries to post and which local
@@ -373,10 +373,11 @@ pub enum Side {
     Recv = 1,
 }
 
-/// The six host words of an op, in the order they are laid out (op `k` at `6k + word`).
+/// Which of an op's six host-memory words, in the order they are laid out (op `k` at
+/// `6k + word`). The words themselves are reached through `proxy_core::driver::trigger::HostWord`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u32)]
-pub enum HostWord {
+pub enum OpWord {
     /// `post_send` host index (device → proxy).
     PostSend = 0,
     /// Send handshake semaphore (proxy → device).
@@ -394,7 +395,7 @@ pub enum HostWord {
 /// Host words per op.
 pub const WORDS_PER_OP: u32 = 6;
 
-impl HostWord {
+impl OpWord {
     /// Index of word `self` of op `op` in the plan's host-word array.
     pub const fn index(self, op: u32) -> u32 {
         op * WORDS_PER_OP + self as u32
@@ -403,24 +404,24 @@ impl HostWord {
     /// The host index of `side`.
     pub const fn post(side: Side) -> Self {
         match side {
-            Side::Send => HostWord::PostSend,
-            Side::Recv => HostWord::PostRecv,
+            Side::Send => OpWord::PostSend,
+            Side::Recv => OpWord::PostRecv,
         }
     }
 
     /// The handshake semaphore of `side`.
     pub const fn handshake(side: Side) -> Self {
         match side {
-            Side::Send => HostWord::SendHandshake,
-            Side::Recv => HostWord::RecvHandshake,
+            Side::Send => OpWord::SendHandshake,
+            Side::Recv => OpWord::RecvHandshake,
         }
     }
 
     /// The complete semaphore of `side`.
     pub const fn complete(side: Side) -> Self {
         match side {
-            Side::Send => HostWord::SendComplete,
-            Side::Recv => HostWord::RecvComplete,
+            Side::Send => OpWord::SendComplete,
+            Side::Recv => OpWord::RecvComplete,
         }
     }
 }
@@ -616,7 +617,7 @@ impl RankPlan {
     /// The `repr(C)` FIFOs for `start`, with the buffers and host words at `addrs`. No early
     /// posting or early completion; `net_idx_loop_size` 0 (no wrap); 128 send credits.
     pub fn fifos(&self, addrs: &Addresses) -> Fifos {
-        let w = |op: u32, word: HostWord| addrs.word(word.index(op));
+        let w = |op: u32, word: OpWord| addrs.word(word.index(op));
         let ops = self
             .ops
             .iter()
@@ -639,12 +640,12 @@ impl RankPlan {
                     early_recv_posting: 0,
                     reserved: [0; 2],
                     data_type_sz: self.params.dtype.size() as u32,
-                    post_send_idx_addr: pick(send, w(k, HostWord::PostSend)),
-                    post_recv_idx_addr: pick(recv, w(k, HostWord::PostRecv)),
-                    send_handshake_sem_addr: pick(send, w(k, HostWord::SendHandshake)),
-                    send_complete_sem_addr: pick(send, w(k, HostWord::SendComplete)),
-                    recv_handshake_sem_addr: pick(recv, w(k, HostWord::RecvHandshake)),
-                    recv_complete_sem_addr: pick(recv, w(k, HostWord::RecvComplete)),
+                    post_send_idx_addr: pick(send, w(k, OpWord::PostSend)),
+                    post_recv_idx_addr: pick(recv, w(k, OpWord::PostRecv)),
+                    send_handshake_sem_addr: pick(send, w(k, OpWord::SendHandshake)),
+                    send_complete_sem_addr: pick(send, w(k, OpWord::SendComplete)),
+                    recv_handshake_sem_addr: pick(recv, w(k, OpWord::RecvHandshake)),
+                    recv_complete_sem_addr: pick(recv, w(k, OpWord::RecvComplete)),
                 }
             })
             .collect();

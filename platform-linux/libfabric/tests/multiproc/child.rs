@@ -24,7 +24,7 @@ use proxy_core::progress::comm::Comm;
 use proxy_core::progress::desc::{NetDestAddr, NetOpInfo, NetSrcAddr, EXEC_COMPLETE, NET_TRANSFER};
 use proxy_core::progress::device::DirectHostWords;
 use proxy_core::seam::SeamTable;
-use proxy_core::time::Clock;
+use proxy_core::time::MonotonicClock;
 use proxy_core::NrtStatus;
 use proxy_libfabric::net_setup::{open_libfabric_comm, LibfabricCommConfig};
 use proxy_libfabric::Options;
@@ -170,15 +170,6 @@ fn bootstrap_only() -> ! {
             ("status", e.status().as_str().into()),
             ("elapsed_ms", elapsed_ms),
         ]),
-    }
-}
-
-/// A monotonic clock for the comm's drain limit.
-struct InstantClock(Instant);
-
-impl Clock for InstantClock {
-    fn now_ns(&self) -> u64 {
-        u64::try_from(self.0.elapsed().as_nanos()).unwrap_or(u64::MAX)
     }
 }
 
@@ -620,7 +611,7 @@ fn setup(victim: Option<u32>, gated: bool) -> Setup {
         drain_limit: Some(Duration::from_secs(1)),
         ..LibfabricCommConfig::default()
     };
-    let clock = Arc::new(InstantClock(Instant::now()));
+    let clock = Arc::new(MonotonicClock);
     let mut comm =
         Box::new(open_libfabric_comm(&mut boot, &lf, device_cb, clock).expect("libfabric comm"));
     // SAFETY: the words and buffers stay allocated and unmoved until the comm is dropped (the
