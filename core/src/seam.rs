@@ -1,5 +1,5 @@
 //! The seam: the three progress-half entry points as a `repr(C)` table of `extern "C"` function
-//! pointers, exactly the C signatures of DESIGN.md §8.
+//! pointers, exactly the C signatures of docs/design.md §8.
 //!
 //! The driver half (the network task) calls the progress half only through a [`SeamTable`], so
 //! the table can be filled in-process (this crate's own progress half) or from a `dlopen`ed

@@ -15,7 +15,7 @@ pub enum NrtStatus {
     Success = 0,
     /// `NRT_FAILURE` (1): an unclassified failure (also what a caught panic maps to).
     Failure = 1,
-    /// `NRT_INVALID` (2): an argument is out of range or malformed (DESIGN.md §6).
+    /// `NRT_INVALID` (2): an argument is out of range or malformed (docs/design.md §6).
     Invalid = 2,
     /// `NRT_INVALID_HANDLE` (3): the handle is not a live object (destroyed or never created).
     InvalidHandle = 3,

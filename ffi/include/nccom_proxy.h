@@ -27,7 +27,7 @@
  * indices). By default a comm trusts every address; with NCCOM_COMM_CHECK_ADDRESSES it accepts
  * only addresses inside ranges given to nccom_comm_register_memory.
  *
- * Device protocol per proxy op (see DESIGN.md section 5): the device writes
+ * Device protocol per proxy op (see docs/design.md section 5): the device writes
  * NCCOM_HOST_WORD_READY to the op's host index; the proxy writes 0 and increments the handshake
  * semaphore by 1; the device then raises the host index to the number of entries posted (modulo
  * net_idx_loop_size, 0 = 2^32); the proxy increments the complete semaphore by the number of
@@ -122,7 +122,7 @@ typedef volatile uint32_t nccom_host_word_t;
 #define NCCOM_COMM_CHECK_ADDRESSES 1
 
 /**
- * Largest entry count per op side: the entry index has 16 bits in the transport tag (DESIGN.md §5).
+ * Largest entry count per op side: the entry index has 16 bits in the transport tag (docs/design.md §5).
  */
 #define MAX_ENTRIES_PER_OP (1 << 16)
 
@@ -153,7 +153,7 @@ typedef uint32_t NRT_STATUS;
 
 /**
  * One network op: what the device will send and receive, and the host-memory words of its
- * handshake (DESIGN.md §5). 88 bytes, `repr(C)`.
+ * handshake (docs/design.md §5). 88 bytes, `repr(C)`.
  *
  * Every `*_addr` is the address of a 4-byte-aligned `u32` in host memory the device reaches;
  * the `post_*` words are host indices (device → proxy), the `*_sem` words are semaphore
@@ -566,7 +566,7 @@ extern "C" {
 #endif // __cplusplus
 
 /**
- * Files one basic block's FIFOs on `stream` of `comm` (DESIGN.md §3, `start`): validates the
+ * Files one basic block's FIFOs on `stream` of `comm` (docs/design.md §3, `start`): validates the
  * whole call, builds a send proxy op per op info with `tx_entry_cnt > 0` and a recv proxy op
  * per op info with `rx_entry_cnt > 0`, and files them under `bb`. A rejected call files nothing.
  *
@@ -594,7 +594,7 @@ NRT_STATUS neuronStartNetworkProxy(struct nccom_comm_t *comm,
                                    size_t n_dst);
 
 /**
- * One progress tick on `stream` of `comm` (DESIGN.md §3, `progress`): loads a block when the
+ * One progress tick on `stream` of `comm` (docs/design.md §3, `progress`): loads a block when the
  * stream has no active ops (the pending block, else `bb`), walks the active ops once, recycles
  * finished ones, and ANDs its results into `*idle` / `*done` (non-zero = true). Seed both with
  * 1 before a round of calls (one per stream); after the round they say "all idle" / "all done".
@@ -616,7 +616,7 @@ NRT_STATUS neuronNetworkProxyProgress(struct nccom_comm_t *comm,
                                       int *done);
 
 /**
- * Stream teardown (DESIGN.md §3, `stop`): cancels the requests of ops in flight, waits for the
+ * Stream teardown (docs/design.md §3, `stop`): cancels the requests of ops in flight, waits for the
  * transport to confirm them (at most the drain limit), and returns every op of the stream to
  * its pool. Works on a failed comm. Afterwards the stream is empty and reusable; progress on it
  * reports idle and done.
@@ -631,7 +631,8 @@ NRT_STATUS neuronNetworkProxyProgress(struct nccom_comm_t *comm,
  *
  * Seed: `neuronStopNetworkProxy` (nccom:0x487d0), B3.
  */
-NRT_STATUS neuronStopNetworkProxy(struct nccom_comm_t *comm, uint32_t stream);
+NRT_STATUS neuronStopNetworkProxy(struct nccom_comm_t *comm,
+                                  uint32_t stream);
 
 /**
  * The ABI version of this library: `NCCOM_PROXY_ABI_VERSION`, `(major << 16) | minor`. A

@@ -16,7 +16,7 @@
 //!      └──────── (6) store FREE(g+1) ◄── RESERVED(g+1) ◄───────┘ (5) remove: CAS
 //! ```
 //! A lookup holds the slot BUSY for the duration of one call, so the one-thread-per-comm rule of
-//! DESIGN.md §8 is enforced rather than assumed: a second concurrent call on the same handle
+//! docs/design.md §8 is enforced rather than assumed: a second concurrent call on the same handle
 //! (or a destroy racing a progress call) sees BUSY and is refused, never a torn object. Slots of
 //! different handles are independent (no lock, no shared word on the lookup path).
 //!

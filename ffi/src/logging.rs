@@ -1,6 +1,6 @@
 //! The library's logger: the `log` facade to stderr, level from `NEURON_RT_LOG_LEVEL`
 //! (`ERROR`, `WARN`, `INFO`, `DEBUG`, `TRACE`; default `ERROR`), finer filters from `RUST_LOG`
-//! (DESIGN.md §8). Installed once, on the first call into the library; when the process already
+//! (docs/design.md §8). Installed once, on the first call into the library; when the process already
 //! has a logger for this copy of `log` (a Rust program linking the rlib), that one is kept.
 
 use std::sync::Once;

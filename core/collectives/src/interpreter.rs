@@ -1,5 +1,5 @@
 //! The device-program interpreter: plays the Neuron device's side of a planned collective
-//! through the host-memory words only (DESIGN.md §5), so the proxy has a real peer to
+//! through the host-memory words only (docs/design.md §5), so the proxy has a real peer to
 //! interlock with.
 //!
 //! A [`Job`] is one *execution*, run by [`Device::execute`]:

@@ -1,5 +1,5 @@
 //! The proxy queue: producer slots, their submission and status rings, the per-slot active
-//! lists, and the worker's `tick()` (DESIGN.md §4; seed §2).
+//! lists, and the worker's `tick()` (docs/design.md §4; seed §2).
 //!
 //! Shape: [`ProxyQueue::new`] returns the shared queue (behind an `Arc`) and the one [`Worker`]
 //! that owns every consumer end of the submission rings and every producer end of the status

@@ -1,6 +1,6 @@
 //! The published status of a proxy task: the run-state enum and the 24-byte status record.
 //!
-//! Two forms of one layout (DESIGN.md §4):
+//! Two forms of one layout (docs/design.md §4):
 //! * [`StatusRecord`]: the live record a task owns (behind an `Arc`) and a consumer may read at
 //!   any time without a lock: six `u32` atomics; the worker stores the other five fields first
 //!   and `run_state` (0x14) last with release, so a consumer that reads `run_state == DONE` with

@@ -11,7 +11,7 @@
 //! the other side's counter and reloads it only when the cached value says full / empty.
 //!
 //! Seed: replaces `enc_proxy_queue::queue` (a mutex-guarded deque) and `state_queue`, §2;
-//! DESIGN.md §4 ("no mutex on the hot path").
+//! docs/design.md §4 ("no mutex on the hot path").
 
 use alloc::boxed::Box;
 use alloc::vec::Vec;

@@ -7,7 +7,7 @@
 //! writes another value when it reaches the net stage, and the task consumes them by writing 0.
 //!
 //! Seed: `enc_proxy_task::start_proxy_task_host_mem_addrs[]`, `can_start_proxy_task`
-//! (nrt:0x1ce7d0), `clear_start_proxy_task_flag` (nrt:0x1ce810), §5; DESIGN.md §4.
+//! (nrt:0x1ce7d0), `clear_start_proxy_task_flag` (nrt:0x1ce810), §5; docs/design.md §4.
 
 use core::fmt;
 use core::ptr::NonNull;
@@ -112,7 +112,7 @@ impl fmt::Debug for HostWord {
 /// The trigger words of one task: up to [`MAX_TRIGGER_WORDS`], one per stream (a barrier task
 /// uses the same gate).
 ///
-/// Protocol (DESIGN.md §4): the producer calls [`TriggerWords::arm`] before it submits the task;
+/// Protocol (docs/design.md §4): the producer calls [`TriggerWords::arm`] before it submits the task;
 /// the device writes a value other than [`TRIGGER_ARMED`] (1) to each word when it reaches the
 /// net stage and then waits to read 0; the task checks [`TriggerWords::can_start`] on each step
 /// and, when it answers `true`, calls [`TriggerWords::consume`].

@@ -28,7 +28,7 @@
 //! anywhere, which also keeps the loom models free of spin loops (loom cannot schedule those
 //! under a preemption bound). No store→load pattern is involved, so no `SeqCst` fence.
 //!
-//! Seed: `enc_proxy_queue::cv` (+0x080) `wait` / `append_task`'s `notify_all`, §2; DESIGN.md §4.
+//! Seed: `enc_proxy_queue::cv` (+0x080) `wait` / `append_task`'s `notify_all`, §2; docs/design.md §4.
 
 use alloc::boxed::Box;
 
@@ -215,7 +215,7 @@ impl WaitCell {
 /// How a consumer waits: spin for `spin_ns` (measured on `clock`, and at most
 /// [`Waiter::MAX_SPINS`] polls), then park on a [`WaitCell`] until notified.
 ///
-/// DESIGN.md §4: "a consumer waiting for it spins for the spin budget and then parks".
+/// docs/design.md §4: "a consumer waiting for it spins for the spin budget and then parks".
 pub struct Waiter<'a> {
     /// The calling thread's parker.
     pub park: &'a dyn Park,

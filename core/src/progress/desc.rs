@@ -1,4 +1,4 @@
-//! Op descriptors: the three FIFOs a producer hands to `start` (DESIGN.md §5).
+//! Op descriptors: the three FIFOs a producer hands to `start` (docs/design.md §5).
 //!
 //! Our own `repr(C)` types, with the fields of the public Neuron header `nec.h`
 //! (`net_ops_info_t`, `net_src_addr_t`, `net_dest_addr_t`) where they make sense without a
@@ -17,13 +17,13 @@ pub const EXEC_COMPLETE: u32 = 2;
 /// Peer value meaning "no peer" (`-1`).
 pub const NO_PEER: i32 = -1;
 
-/// Largest entry count per op side: the entry index has 16 bits in the transport tag (DESIGN.md §5).
+/// Largest entry count per op side: the entry index has 16 bits in the transport tag (docs/design.md §5).
 pub const MAX_ENTRIES_PER_OP: u32 = 1 << 16;
 /// Largest op `tag` + 1: the op tag has 14 bits in the transport tag.
 pub const MAX_OP_TAG: u32 = 1 << 14;
 
 /// One network op: what the device will send and receive, and the host-memory words of its
-/// handshake (DESIGN.md §5). 88 bytes, `repr(C)`.
+/// handshake (docs/design.md §5). 88 bytes, `repr(C)`.
 ///
 /// Every `*_addr` is the address of a 4-byte-aligned `u32` in host memory the device reaches;
 /// the `post_*` words are host indices (device → proxy), the `*_sem` words are semaphore

@@ -1,7 +1,7 @@
 //! The device side as the progress half sees it: the `nec_*` reverse edge (semaphore
 //! increments) and the host-memory words it reads (host indices).
 //!
-//! Seed: `nec_inc_semaphore` (the libnccom → libnrt reverse import), §1 and §5; DESIGN.md §5.
+//! Seed: `nec_inc_semaphore` (the libnccom → libnrt reverse import), §1 and §5; docs/design.md §5.
 
 use crate::sync::{AtomicU32, Ordering};
 

@@ -6,7 +6,7 @@
 //!   bounded single-producer single-consumer mailbox ([`crate::driver::ring`]). Each rank takes its
 //!   [`MemTransport`] endpoint once ([`MemFabric::endpoint`]): the endpoint is the one producer
 //!   of its outgoing mailboxes and the one consumer of its incoming ones. Endpoints are `Send`;
-//!   each is used by one thread at a time (its rank's worker, DESIGN.md §8), different endpoints
+//!   each is used by one thread at a time (its rank's worker, docs/design.md §8), different endpoints
 //!   by different threads.
 //! * A send becomes one descriptor (`SendShared`: tag, payload, a 32-bit state word) shared by
 //!   the two endpoints through [`crate::sync::Arc`]; the sender keeps one reference in its
@@ -19,7 +19,7 @@
 //!   whatever order the two sides post in.
 //! * **Eager** messages (size ≤ [`EAGER_MAX`]) are copied into the descriptor at `isend`, which
 //!   answers `payload_copied: true`: the sender's buffer is free at once (what lets
-//!   `early_send_completion` apply, DESIGN.md §5). **Large** messages stay in the sender's
+//!   `early_send_completion` apply, docs/design.md §5). **Large** messages stay in the sender's
 //!   buffer and are copied exactly once, sender's buffer → receiver's buffer, by the receiver
 //!   when both sides are posted (no staging copy); the sender's buffer stays lent until the
 //!   receiver confirms the copy through the state word. In both cases the send *request* reports
@@ -64,7 +64,7 @@
 //! ```
 //!
 //! Seed: the `ncclNet` plugin the proxy ops drive (`ncclNet->{isend,irecv,test}`, §1 and §4),
-//! here without a network; DESIGN.md §2 (the in-memory transport lives in `core`), §5 (tags,
+//! here without a network; docs/design.md §2 (the in-memory transport lives in `core`), §5 (tags,
 //! sizes, early send completion), §8 (one thread per endpoint, `poll` once per tick).
 
 #[doc(hidden)]
@@ -405,7 +405,7 @@ impl Slab {
 
 /// One rank's endpoint of a [`MemFabric`]; implements [`Transport`].
 ///
-/// `Send`, not `Sync`: one thread at a time drives it (DESIGN.md §8). Dropping it (or
+/// `Send`, not `Sync`: one thread at a time drives it (docs/design.md §8). Dropping it (or
 /// [`Transport::close`]) withdraws every send still in flight, waiting out a copy the receiver
 /// may be in the middle of, so no peer touches this endpoint's buffers afterwards; the peers'
 /// requests with this rank then fail at their next `test` instead of staying pending.

@@ -2,7 +2,7 @@
 //! (`ncclNet_t`: connect, isend, irecv, test, iflush, regMr) and the matching tag layout.
 //!
 //! Seed: `ncclNet->{isend,irecv,iread,iflush,test}`, §1 and §4 (the calls the per-op state
-//! machine makes); DESIGN.md §5 (tags) and §8 (poll once per tick per comm).
+//! machine makes); docs/design.md §5 (tags) and §8 (poll once per tick per comm).
 
 use alloc::string::String;
 use core::fmt;
@@ -37,7 +37,7 @@ pub enum TestOutcome {
     Cancelled,
 }
 
-/// A transport failure, with the provider's own message for the log line (DESIGN.md §6).
+/// A transport failure, with the provider's own message for the log line (docs/design.md §6).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NetError {
     /// The status the failure maps to (usually [`NrtStatus::NetworkProxyFailure`], or
@@ -82,7 +82,7 @@ impl fmt::Display for NetError {
 pub type MrHandle = u64;
 
 /// The network a comm's proxy ops drive: one instance per comm (per rank), used by one thread
-/// at a time (the worker of the comm's group, DESIGN.md §8).
+/// at a time (the worker of the comm's group, docs/design.md §8).
 ///
 /// Matching is by `(peer, tag)`: entry *i* of a send op meets entry *i* of its partner recv op
 /// on the peer whatever order the two sides post in. Sizes must match exactly: a receive smaller
@@ -198,7 +198,7 @@ pub trait Transport: Send {
     }
 }
 
-/// Builds the 64-bit transport tag of entry `index` of an op (DESIGN.md §5): bit 63 reserved
+/// Builds the 64-bit transport tag of entry `index` of an op (docs/design.md §5): bit 63 reserved
 /// (0), 15 bits `comm_id`, 16 bits source rank, 2 bits `stream`, 14 bits op `tag`, 16 bits
 /// `index`. Inputs are masked to their widths (`start` has validated them).
 pub const fn make_tag(comm_id: u32, src_rank: u32, stream: u32, op_tag: u32, index: u32) -> u64 {

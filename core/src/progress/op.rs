@@ -14,7 +14,7 @@ use crate::progress::net::{RequestId, Transport};
 use crate::status::NrtStatus;
 
 /// A pointer-sized value in an 8-byte, 8-aligned slot, so the op layout is the same on 32-bit
-/// targets (DESIGN.md §3).
+/// targets (docs/design.md §3).
 #[repr(C, align(8))]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Slot8<T: Copy>(pub T);

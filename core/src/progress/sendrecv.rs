@@ -1,5 +1,5 @@
 //! The send and recv proxy ops: the per-op transport state machines on the `nec.h` host-memory
-//! handshake (DESIGN.md §5).
+//! handshake (docs/design.md §5).
 //!
 //! Both kinds run the op state machine drawn at [`OpState`]: edge 2 (handshake) and edge 3
 //! (last entry completed) are taken here, in `step`; the walk in `Comm::progress` recycles.

@@ -1,6 +1,6 @@
 //! Send/recv proxy ops through the full `nec.h` protocol: two comms over the in-memory
 //! transport in one process, each op driven by a small in-test device that writes `-1`, posts
-//! entries by raising the host index and reads the semaphores (DESIGN.md §5).
+//! entries by raising the host index and reads the semaphores (docs/design.md §5).
 
 extern crate std;
 

@@ -13,7 +13,7 @@
 //! [`NccomCommConfig`] → `nccom_comm_config_t`).
 //!
 //! Seed: the libnrt ↔ libnccom ABI (the `.bss` neuron-slot table filled at `dlopen`, the `nec_*`
-//! reverse callbacks), §1; DESIGN.md §8.
+//! reverse callbacks), §1; docs/design.md §8.
 #![no_std]
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
@@ -82,7 +82,7 @@ pub const NRT_EXEC_HW_ERR_COLLECTIVES: NRT_STATUS = 1200;
 pub const NRT_NETWORK_PROXY_FAILURE: NRT_STATUS = 1206;
 
 // ---------------------------------------------------------------------------------------------
-// Descriptor constants (DESIGN.md §5)
+// Descriptor constants (docs/design.md §5)
 // ---------------------------------------------------------------------------------------------
 
 /// Mark of a FIFO entry that is neither the last of its op nor of the execution.

@@ -143,7 +143,7 @@ impl SharedBootstrap {
 /// [`BarrierChannel`] over the bootstrap connections (`arrive` once, then `poll` each step);
 /// failures map to [`NrtStatus`] (and are logged once).
 ///
-/// Seed: `enc_barrier` between processes, §3 ("Considerations"); DESIGN.md §4.
+/// Seed: `enc_barrier` between processes, §3 ("Considerations"); docs/design.md §4.
 #[derive(Debug)]
 pub struct BootstrapBarrier {
     inner: Arc<Mutex<Bootstrap>>,

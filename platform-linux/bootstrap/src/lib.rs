@@ -5,7 +5,7 @@
 //!
 //! Rank 0 listens on the root address, the other ranks
 //! connect to it; together they agree on a comm id, all-gather byte blobs (libfabric endpoint
-//! names), and keep the connections for a cross-process barrier (DESIGN.md §4: the barrier task
+//! names), and keep the connections for a cross-process barrier (docs/design.md §4: the barrier task
 //! between processes runs over the bootstrap connections).
 //!
 //! ```text
@@ -38,7 +38,7 @@
 //!   uses it.
 //!
 //! Seed: the bootstrap of the nccom communicator (NCCL's `bootstrap.cc` shape: root listener,
-//! all-gather of handles), §1; DESIGN.md §4 (barrier task between processes).
+//! all-gather of handles), §1; docs/design.md §4 (barrier task between processes).
 pub mod launch;
 #[cfg(test)]
 mod tests;

@@ -38,8 +38,8 @@
 //! * **Close** cancels every request in flight and drains the CQ (bounded) before `fi_close`
 //!   (tcp answers `-FI_EBUSY` otherwise).
 //!
-//! Seed: `ncclNet->{isend,irecv,test}` over aws-ofi-nccl's libfabric plugin, §1 and §4; DESIGN.md
-//! §5 (tags, `FI_ORDER_SAS`) and §8 (poll once per tick per comm).
+//! Seed: `ncclNet->{isend,irecv,test}` over aws-ofi-nccl's libfabric plugin, §1 and §4;
+//! docs/design.md §5 (tags, `FI_ORDER_SAS`) and §8 (poll once per tick per comm).
 
 mod info;
 mod mr;

@@ -280,7 +280,7 @@ struct DriverRank {
     early: Vec<TaskRecord>,
 }
 
-/// The real driver (DESIGN.md §4): every rank's comm joins the process registry's proxy queue
+/// The real driver (docs/design.md §4): every rank's comm joins the process registry's proxy queue
 /// of its group (`NEURON_RT_RANKS_PER_NETWORK_PROXY` ranks per group, one worker thread
 /// `proxy-<tid>` each); each execution is one network task and one barrier task submitted
 /// through the rank's slot, and completion is read from the slot's status ring.

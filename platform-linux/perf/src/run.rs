@@ -488,7 +488,7 @@ impl World {
         self.next_exec = self.next_exec.wrapping_add(1);
         for r in 0..n {
             let f = &self.fixed[r];
-            // Arm the triggers before the tasks are submitted (DESIGN.md §4).
+            // Arm the triggers before the tasks are submitted (docs/design.md §4).
             for t in [f.net_trigger(set), f.barrier_trigger(set)] {
                 f.mem
                     .word_at(t)

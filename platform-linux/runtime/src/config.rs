@@ -2,7 +2,7 @@
 //! for the edges (`proxy-perf`, the C ABI's init) that read it from the environment.
 //!
 //! Seed: `nrt_config` (`one_thread_per_core` +0x9c, `dbg_proxy_early_completion`), the
-//! `NEURON_RT_*` variables, §2 and §3; DESIGN.md §4.
+//! `NEURON_RT_*` variables, §2 and §3; docs/design.md §4.
 
 use std::fmt;
 use std::time::Duration;

@@ -9,7 +9,7 @@
 //! [`DeviceCallbacks`] over a region, checking every address against it.
 //!
 //! Seed: the host-memory words of §5 (`start_proxy_task_host_mem_addrs`, host indices,
-//! semaphores), `nec_inc_semaphore`; DESIGN.md §5.
+//! semaphores), `nec_inc_semaphore`; docs/design.md §5.
 
 use std::ffi::CStr;
 use std::io;

@@ -2,7 +2,7 @@
 //! std implementations of core's [`Park`] / [`Unpark`] / [`Clock`]; the [`Spawner`] the
 //! registry starts workers with.
 //!
-//! The loop (DESIGN.md §4): tick; then
+//! The loop (docs/design.md §4): tick; then
 //! * [`Tick::Park`] (nothing active, nothing submitted): park until a submission, join, leave
 //!   or stop wakes the thread;
 //! * [`Tick::NoProgress`]: spin for the spin budget, then `sched_yield` between ticks (or keep

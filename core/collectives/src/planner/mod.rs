@@ -1,7 +1,7 @@
 //! The collective planner: from (collective, algorithm, count, data type, reduction op, rank,
 //! nranks, chunk bytes, root, buffer layout) to one rank's op infos, source and destination
 //! FIFOs with their marks, the host words the ops need, and the device program the emulator
-//! runs (DESIGN.md §5, issue 6).
+//! runs (docs/design.md §5, issue 6).
 //!
 //! # Shape of a plan
 //! A [`RankPlan`] is one basic block (one collective call) of one rank:

@@ -9,7 +9,7 @@
 //! barrier-done semaphore), 7 and 8 (no progress past the timeout) by `step_wait`; 9 by `close`.
 //!
 //! Seed: `enc_barrier_proxy_task::step` (nrt:0x1ce830), `inc_leader_sps_barrier_done_semas`
-//! (nrt:0x1ce7b0), §3 ("Considerations") and §5; DESIGN.md §4.
+//! (nrt:0x1ce7b0), §3 ("Considerations") and §5; docs/design.md §4.
 
 use alloc::boxed::Box;
 use alloc::vec::Vec;

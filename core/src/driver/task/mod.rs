@@ -31,7 +31,7 @@ pub struct StepEnv {
     /// clock itself).
     pub now_ns: u64,
     /// `false` while an earlier network task of the same comm is not DONE: a network task in
-    /// INIT then stays in INIT (DESIGN.md §4, "one comm, one network task at a time").
+    /// INIT then stays in INIT (docs/design.md §4, "one comm, one network task at a time").
     pub may_begin: bool,
 }
 
@@ -108,7 +108,7 @@ impl fmt::Debug for dyn ProxyTask {
 /// The bookkeeping every task kind shares: its record, the one transition function, the
 /// no-progress timeout.
 ///
-/// Timeout rule (DESIGN.md §4): measured only once the task has left INIT; any progress (a
+/// Timeout rule (docs/design.md §4): measured only once the task has left INIT; any progress (a
 /// state change, a switch, a progress call that was not idle) restarts it.
 #[derive(Debug)]
 pub struct TaskCore {

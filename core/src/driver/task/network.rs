@@ -1,16 +1,16 @@
 //! The network task: the driver-side state machine that calls the progress half through the
-//! seam (DESIGN.md §4, the exact contract; seed §3).
+//! seam (docs/design.md §4, the exact contract; seed §3).
 //!
 //! Its states and numbered edges are the one run-state diagram at
 //! [`RunState`]: edges 1–3 are taken by `step_init`, 4 by
 //! `step_waiting`, 5–8 by `step_progress` (8 also by `step_waiting`), 9 by `close`, each through
 //! [`TaskCore::transition`].
 //!
-//! Deviations from the seed (DESIGN.md §3/§4): idle/done are seeded with `true` before each
+//! Deviations from the seed (docs/design.md §3/§4): idle/done are seeded with `true` before each
 //! stream's progress call; `stop` is called once per stream when the task ends, never on a
 //! block switch; a stream whose schedule is exhausted is not called again.
 //!
-//! Choices this module makes where DESIGN.md is silent: a skipped task (edge 1) also waits its
+//! Choices this module makes where docs/design.md is silent: a skipped task (edge 1) also waits its
 //! turn behind an earlier network task of its comm, so the network tasks of a slot complete in
 //! submission order even with the skip flag; "progress" for the timeout is a state change, a
 //! block switch or a progress round in which some stream was not idle (the driver cannot see

@@ -12,7 +12,7 @@
 //!
 //! Seed: `ncclProxyState` (192 B × 4), `ncclProxySaveNeuron` / `ncclProxyStart`,
 //! `ncclProxyProgress`, `ncclProxyProgressOps`, `proxyReloadProxyArgs`, `recycleOp`,
-//! `neuronStopNetworkProxy`, §4; DESIGN.md §3 is the exact contract.
+//! `neuronStopNetworkProxy`, §4; docs/design.md §3 is the exact contract.
 
 use crate::sync::PlainArc;
 use alloc::alloc::{alloc_zeroed, dealloc, Layout};
@@ -73,7 +73,7 @@ impl CommConfig {
 /// A communicator's progress half: rank, nranks, comm id, transport, device callbacks, four
 /// streams, the op count and the sticky fatal error.
 ///
-/// Used by one thread at a time (the worker of its group, DESIGN.md §8): `Comm` is `Send`, not
+/// Used by one thread at a time (the worker of its group, docs/design.md §8): `Comm` is `Send`, not
 /// `Sync`, and every entry point takes `&mut self`.
 ///
 /// Seed: `ncclComm` (`proxyStateStream[4]` at +18384, `lastOpCount` at +17696, `fatalError` at
@@ -195,7 +195,7 @@ impl Comm {
     }
 
     /// Writes the comm's state (every stream, block and op) to `out`, one line per item: the
-    /// on-demand dump of DESIGN.md §6, also logged when a task times out.
+    /// on-demand dump of docs/design.md §6, also logged when a task times out.
     ///
     /// # Errors
     /// Whatever `out` returns.
@@ -467,12 +467,12 @@ impl Comm {
     ///   requests stay with the transport until the comm is dropped (no buffer is reused while
     ///   the transport may still touch it). The stream is torn down all the same.
     ///
-    /// Seed: `neuronStopNetworkProxy` (nccom:0x487d0), §4; DESIGN.md §3.
+    /// Seed: `neuronStopNetworkProxy` (nccom:0x487d0), §4; docs/design.md §3.
     pub fn stop(&mut self, stream: u32) -> Result<(), NrtStatus> {
         let s = check_stream(stream)?;
         let comm_id = self.config.comm_id;
         // A stream torn down with ops still active (task failure, timeout, a comm leaving):
-        // log the comm's state, every block and op, for the post-mortem (DESIGN.md §6).
+        // log the comm's state, every block and op, for the post-mortem (docs/design.md §6).
         if !self.streams[s].active.is_empty() && log::log_enabled!(log::Level::Warn) {
             let mut dump = alloc::string::String::new();
             let _ = self.dump(&mut dump);

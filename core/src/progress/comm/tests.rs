@@ -1,4 +1,4 @@
-//! Tests of the op-FIFO contract (DESIGN.md §3), one per invariant, and a model-based test
+//! Tests of the op-FIFO contract (docs/design.md §3), one per invariant, and a model-based test
 //! against a plain reference model.
 
 extern crate std;

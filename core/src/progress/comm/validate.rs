@@ -42,7 +42,7 @@ impl Comm {
         Ok(())
     }
 
-    /// Validates one `start` call as a whole (DESIGN.md §6); nothing is touched.
+    /// Validates one `start` call as a whole (docs/design.md §6); nothing is touched.
     pub(super) fn validate(
         &self,
         bb: u32,

@@ -7,7 +7,7 @@
 use super::*;
 
 impl Comm {
-    /// One progress tick on `stream` (DESIGN.md §3): loads a block when `active` is empty
+    /// One progress tick on `stream` (docs/design.md §3): loads a block when `active` is empty
     /// (the pending block first, else `bb`), remembers `bb` as pending otherwise, walks the
     /// active ops once, recycles the ops that reached state 0 under their own block, and ANDs
     /// "all idle" / "all done" into `*idle` / `*done` (the caller seeds both with `true`).

@@ -114,7 +114,7 @@ pub enum Payload {
 pub struct SendShared {
     /// A [`SendState`] as `u32` (32-bit word: `thumbv7em` has no 64-bit atomics).
     state: AtomicU32,
-    /// The 64-bit matching tag (DESIGN.md §5). Immutable.
+    /// The 64-bit matching tag (docs/design.md §5). Immutable.
     pub tag: u64,
     /// The bytes to deliver. Immutable.
     payload: Payload,

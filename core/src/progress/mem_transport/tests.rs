@@ -99,7 +99,7 @@ fn done(size: usize) -> Result<TestOutcome, NetError> {
     Ok(TestOutcome::Done { size: size as u64 })
 }
 
-/// A distinct DESIGN.md §5 tag per message index.
+/// A distinct docs/design.md §5 tag per message index.
 fn tag(i: usize) -> u64 {
     make_tag(3, 0, (i % 4) as u32, (i / 4) as u32, i as u32)
 }
@@ -174,7 +174,7 @@ fn eager_send_buffer_is_free_when_isend_returns() {
     let mut dst = vec![0; EAGER_MAX];
     let r = recv(&mut b, 0, &mut dst, 9);
     assert_eq!(wait(&mut b, r.request), done(EAGER_MAX));
-    // The request still finishes only when the receiver took it (DESIGN.md §5: the op reaches
+    // The request still finishes only when the receiver took it (docs/design.md §5: the op reaches
     // state 0 only when every request completed at the transport).
     assert_eq!(a.test(s.request), done(EAGER_MAX));
     assert!(dst == expect);

@@ -501,7 +501,7 @@ fn build_blocks(
 
 /// The proxy side: progress every stream until each has finished the block, for every
 /// execution. No change of any host word for `task_timeout` is a `Timeout` (the driver's
-/// no-progress rule, DESIGN.md §4).
+/// no-progress rule, docs/design.md §4).
 fn drive(
     comm: &mut Comm,
     words: &[AtomicU32],
