@@ -82,6 +82,8 @@ clippy() {
   cargo clippy --workspace --all-targets "${FEATURES[@]}" -- -D warnings
   RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom \
     cargo clippy -p proxy-core -p loom-tests --all-targets --release -- -D warnings
+  # The planted bugs compiled in (feature `plants`), as the plant tests build them.
+  cargo clippy -p proxy-core --all-targets --features plants -- -D warnings
 }
 
 test() {
@@ -101,7 +103,7 @@ miri() {
   fi
   # Few proptest cases and no failure files under Miri (slow interpreter).
   PROPTEST_CASES=8 PROPTEST_FAILURE_PERSISTENCE=off \
-    CARGO_TARGET_DIR=target/miri cargo +nightly miri test -p proxy-core
+    CARGO_TARGET_DIR=target/miri cargo +nightly miri test -p proxy-core -p proxy-collectives
 }
 
 run_step setup 600 setup
