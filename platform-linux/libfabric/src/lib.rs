@@ -41,9 +41,11 @@
 //! Seed: `ncclNet->{isend,irecv,test}` over aws-ofi-nccl's libfabric plugin, §1 and §4;
 //! docs/design.md §5 (tags, `FI_ORDER_SAS`) and §8 (poll once per tick per comm).
 
+mod cq;
 mod info;
 mod mr;
 pub mod net_setup;
+mod objects;
 mod requests;
 #[cfg(test)]
 mod tests;
@@ -57,6 +59,7 @@ use proxy_core::progress::net::{MrHandle, NetError, Posted, RequestId, TestOutco
 
 use self::info::{HintSizes, InfoList, Request};
 use self::mr::{MrCache, MrConfig};
+use self::objects::Objects;
 use self::requests::{Kind, Requests, State};
 
 /// Completions read per `fi_cq_read` call.
@@ -129,113 +132,6 @@ pub struct ProviderAttrs {
     pub tag_bits: u32,
     /// The endpoint address format (`FI_ADDR_STR`, `FI_SOCKADDR_IN`, ...).
     pub addr_format: u32,
-}
-
-/// The libfabric objects, closed in reverse order of opening.
-struct Objects {
-    fabric: *mut fi::fid_fabric,
-    domain: *mut fi::fid_domain,
-    cq: *mut fi::fid_cq,
-    av: *mut fi::fid_av,
-    ep: *mut fi::fid_ep,
-    /// An object failed to close (and was leaked): the objects it depends on must not be
-    /// closed under it, so they are leaked too.
-    leaking: bool,
-}
-
-impl Objects {
-    const fn none() -> Self {
-        Self {
-            fabric: ptr::null_mut(),
-            domain: ptr::null_mut(),
-            cq: ptr::null_mut(),
-            av: ptr::null_mut(),
-            ep: ptr::null_mut(),
-            leaking: false,
-        }
-    }
-
-    /// Closes `ep` (only). Returns the libfabric status.
-    fn close_ep(&mut self) -> i32 {
-        let ep = std::mem::replace(&mut self.ep, ptr::null_mut());
-        if ep.is_null() {
-            return 0;
-        }
-        // SAFETY: `ep` is an open endpoint owned by this struct, closed once.
-        let ret = unsafe { fi::fi_close(&mut (*ep).fid) };
-        self.leaking |= ret != 0;
-        ret
-    }
-
-    /// Closes everything still open, endpoint first; returns the first failure as
-    /// `(object, status)`. An object that fails to close is forgotten (leaked), and so is every
-    /// object opened before it: closing a fabric under a domain that refused to close
-    /// (`-FI_EBUSY` on tcp after a peer vanished mid-send) frees what the provider's threads
-    /// still use, and crashed a survivor here.
-    fn close_all(&mut self) -> Option<(&'static str, i32)> {
-        let ep = self.close_ep();
-        let mut first = (ep != 0).then_some(("endpoint", ep));
-        if self.leaking {
-            let leaked: Vec<&str> = [
-                (!self.av.is_null()).then_some("address vector"),
-                (!self.cq.is_null()).then_some("completion queue"),
-                (!self.domain.is_null()).then_some("domain"),
-                (!self.fabric.is_null()).then_some("fabric"),
-            ]
-            .into_iter()
-            .flatten()
-            .collect();
-            *self = Self {
-                leaking: true,
-                ..Self::none()
-            };
-            if !leaked.is_empty() {
-                log::warn!("libfabric: the endpoint did not close: {leaked:?} leaked with it");
-            }
-            // close() has reported the endpoint's failure.
-            return first;
-        }
-        let mut note = |what, ret: i32| {
-            if ret != 0 && first.is_none() {
-                first = Some((what, ret));
-            }
-            ret == 0
-        };
-        // Each pointer below is an open object owned by this struct, nulled before it is closed
-        // (so closed at most once), after everything that depends on it.
-        let mut children_closed = true;
-        let av = std::mem::replace(&mut self.av, ptr::null_mut());
-        if !av.is_null() {
-            // SAFETY: `av` is open and owned; the endpoint bound to it is closed.
-            children_closed &= note("address vector", unsafe { fi::fi_close(&mut (*av).fid) });
-        }
-        let cq = std::mem::replace(&mut self.cq, ptr::null_mut());
-        if !cq.is_null() {
-            // SAFETY: `cq` is open and owned; the endpoint bound to it is closed.
-            children_closed &= note("completion queue", unsafe { fi::fi_close(&mut (*cq).fid) });
-        }
-        let domain = std::mem::replace(&mut self.domain, ptr::null_mut());
-        if !domain.is_null() {
-            if children_closed {
-                // SAFETY: `domain` is open and owned; its endpoint, AV and CQ are closed (the
-                // registrations were closed by the caller).
-                children_closed &= note("domain", unsafe { fi::fi_close(&mut (*domain).fid) });
-            } else {
-                log::warn!("libfabric: the AV or CQ did not close: the domain is leaked");
-            }
-        }
-        let fabric = std::mem::replace(&mut self.fabric, ptr::null_mut());
-        if !fabric.is_null() {
-            if children_closed {
-                // SAFETY: `fabric` is open and owned; its domain is closed.
-                children_closed &= note("fabric", unsafe { fi::fi_close(&mut (*fabric).fid) });
-            } else {
-                log::warn!("libfabric: an object of the fabric did not close: it is leaked");
-            }
-        }
-        self.leaking |= !children_closed;
-        first
-    }
 }
 
 /// A libfabric endpoint of one rank, implementing [`Transport`].
@@ -450,88 +346,6 @@ impl LibfabricTransport {
             fi::PKG_VERSION,
         );
         Ok(t)
-    }
-
-    /// fabric, domain, CQ, AV, endpoint, bind, enable, getname.
-    fn open_objects(&mut self, info: *mut fi::fi_info) -> Result<(), NetError> {
-        let prov = self.attrs.provider.clone();
-        let fail = |call: &str, ret: isize| {
-            NetError::failure(
-                None,
-                format!(
-                    "libfabric provider {prov}: {call} failed: {} ({ret})",
-                    fi_error_text(ret)
-                ),
-            )
-        };
-        let o = &mut self.obj;
-        // SAFETY: (whole block) `info` is a valid entry of a live fi_getinfo list; every out
-        // pointer is a field of `self.obj`, which owns what it receives and closes it on drop;
-        // the attribute structs are zero-initialised (all fields "unspecified") before use.
-        unsafe {
-            let ret = fi::fi_fabric((*info).fabric_attr, &mut o.fabric, ptr::null_mut());
-            if ret != 0 {
-                return Err(fail("fi_fabric", ret as isize));
-            }
-            let ret = fi::fi_domain(o.fabric, info, &mut o.domain, ptr::null_mut());
-            if ret != 0 {
-                return Err(fail("fi_domain", ret as isize));
-            }
-            let mut cq_attr = fi::fi_cq_attr {
-                format: fi::FI_CQ_FORMAT_TAGGED,
-                wait_obj: fi::FI_WAIT_NONE,
-                // Room for every operation that can be outstanding at once.
-                size: self.attrs.tx_size.saturating_add(self.attrs.rx_size),
-                ..Default::default()
-            };
-            let ret = fi::fi_cq_open(o.domain, &mut cq_attr, &mut o.cq, ptr::null_mut());
-            if ret != 0 {
-                return Err(fail("fi_cq_open", ret as isize));
-            }
-            let av_type = match (*(*info).domain_attr).av_type {
-                fi::FI_AV_UNSPEC => fi::FI_AV_TABLE,
-                t => t,
-            };
-            let mut av_attr = fi::fi_av_attr {
-                type_: av_type,
-                count: self.nranks as usize,
-                ..Default::default()
-            };
-            let ret = fi::fi_av_open(o.domain, &mut av_attr, &mut o.av, ptr::null_mut());
-            if ret != 0 {
-                return Err(fail("fi_av_open", ret as isize));
-            }
-            let ret = fi::fi_endpoint(o.domain, info, &mut o.ep, ptr::null_mut());
-            if ret != 0 {
-                return Err(fail("fi_endpoint", ret as isize));
-            }
-            let ret = fi::fi_ep_bind(o.ep, &mut (*o.av).fid, 0);
-            if ret != 0 {
-                return Err(fail("fi_ep_bind(av)", ret as isize));
-            }
-            let ret = fi::fi_ep_bind(o.ep, &mut (*o.cq).fid, fi::FI_TRANSMIT | fi::FI_RECV);
-            if ret != 0 {
-                return Err(fail("fi_ep_bind(cq)", ret as isize));
-            }
-            let ret = fi::fi_enable(o.ep);
-            if ret != 0 {
-                return Err(fail("fi_enable", ret as isize));
-            }
-            let mut len = 0usize;
-            let ret = fi::fi_getname(&mut (*o.ep).fid, ptr::null_mut(), &mut len);
-            if ret != 0 && ret != -(fi::FI_ETOOSMALL as i32) {
-                return Err(fail("fi_getname", ret as isize));
-            }
-            let mut name = vec![0u8; len.max(1)];
-            len = name.len();
-            let ret = fi::fi_getname(&mut (*o.ep).fid, name.as_mut_ptr().cast(), &mut len);
-            if ret != 0 {
-                return Err(fail("fi_getname", ret as isize));
-            }
-            name.truncate(len);
-            self.local_name = name;
-        }
-        Ok(())
     }
 
     /// This endpoint's address (`fi_getname`): what the bootstrap all-gathers.
@@ -805,173 +619,6 @@ impl LibfabricTransport {
                 fi_error_text(ret)
             ),
         ))
-    }
-
-    /// Reads the CQ: completions and error completions update their requests.
-    ///
-    /// # Errors
-    /// A failure of the CQ itself, or an error completion without a request.
-    fn progress(&mut self) -> Result<(), NetError> {
-        if self.obj.cq.is_null() {
-            return Ok(());
-        }
-        let mut entries: [fi::fi_cq_tagged_entry; CQ_BATCH] = Default::default();
-        for _ in 0..CQ_MAX_BATCHES {
-            // SAFETY: the CQ is open with FI_CQ_FORMAT_TAGGED; `entries` has room for CQ_BATCH
-            // entries of that format.
-            let n = unsafe { fi::fi_cq_read(self.obj.cq, entries.as_mut_ptr().cast(), CQ_BATCH) };
-            if n > 0 {
-                for e in &entries[..n as usize] {
-                    self.on_completion(e);
-                }
-                if (n as usize) < CQ_BATCH {
-                    return Ok(());
-                }
-            } else if n == neg(fi::FI_EAGAIN) {
-                return Ok(());
-            } else if n == neg(fi::FI_EAVAIL) {
-                if !self.read_error()? {
-                    return Ok(());
-                }
-            } else {
-                return Err(NetError::failure(
-                    None,
-                    format!(
-                        "{}: fi_cq_read failed: {} ({n})",
-                        self.name,
-                        fi_error_text(n)
-                    ),
-                ));
-            }
-        }
-        Ok(())
-    }
-
-    /// One successful completion.
-    fn on_completion(&mut self, e: &fi::fi_cq_tagged_entry) {
-        let Some(index) = self.reqs.index_of_context(e.op_context) else {
-            log::warn!(
-                "{}: completion for an unknown context {:p} (flags {:#x}, tag {:#x}) ignored",
-                self.name,
-                e.op_context,
-                e.flags,
-                e.tag
-            );
-            return;
-        };
-        // Send completions need not fill `len`: report the posted size for them.
-        let slot = self.reqs.slot(index);
-        let size = if slot.kind == Kind::Recv {
-            e.len as u64
-        } else {
-            slot.size
-        };
-        let mr = self.reqs.complete(index, State::Done(size)).mr;
-        if let Some(region) = mr {
-            self.mrs.release(region);
-        }
-    }
-
-    /// Reads one error completion after `-FI_EAVAIL`. Returns `false` if it was not available
-    /// yet (`-FI_EAGAIN` past the retry bound; it is read on a later call).
-    fn read_error(&mut self) -> Result<bool, NetError> {
-        let mut tries = 0;
-        let err = loop {
-            // A zeroed entry each time: err_data_size 0 asks the provider for its own buffer.
-            let mut err = fi::fi_cq_err_entry::default();
-            // SAFETY: the CQ is open; `err` is a zeroed fi_cq_err_entry.
-            let ret = unsafe { fi::fi_cq_readerr(self.obj.cq, &mut err, 0) };
-            if ret > 0 {
-                break err;
-            }
-            if ret == neg(fi::FI_EAGAIN) && tries < READERR_RETRIES {
-                tries += 1;
-                continue;
-            }
-            if ret == neg(fi::FI_EAGAIN) {
-                return Ok(false);
-            }
-            return Err(NetError::failure(
-                None,
-                format!(
-                    "{}: fi_cq_readerr failed: {} ({ret})",
-                    self.name,
-                    fi_error_text(ret)
-                ),
-            ));
-        };
-        let code = err.err.unsigned_abs();
-        let provider_text = {
-            let mut buf = [0 as std::ffi::c_char; 256];
-            // SAFETY: the CQ is open; `err_data` is the provider's, valid until the next CQ
-            // read; `buf` is writable for its length. The result is null, `buf`, or a provider
-            // string, each NUL-terminated.
-            unsafe {
-                let p = fi::fi_cq_strerror(
-                    self.obj.cq,
-                    err.prov_errno,
-                    err.err_data,
-                    buf.as_mut_ptr(),
-                    buf.len(),
-                );
-                if p.is_null() {
-                    String::new()
-                } else {
-                    CStr::from_ptr(p).to_string_lossy().into_owned()
-                }
-            }
-        };
-        let Some(index) = self.reqs.index_of_context(err.op_context) else {
-            return Err(NetError::failure(
-                None,
-                format!(
-                    "{}: error completion without a request: {} (err {code}, prov_errno {}: {provider_text})",
-                    self.name,
-                    fi_error_text(code as isize),
-                    err.prov_errno
-                ),
-            ));
-        };
-        let state = if code == fi::FI_ECANCELED {
-            State::Cancelled
-        } else {
-            let slot = self.reqs.slot(index);
-            let what = if code == fi::FI_ETRUNC {
-                let over = if err.olen > 0 {
-                    format!(" by {} B", err.olen)
-                } else {
-                    String::new()
-                };
-                format!(
-                    "truncated: the message is larger than the posted {} B receive{over}; sizes \
-                     must match exactly",
-                    slot.size
-                )
-            } else {
-                fi_error_text(code as isize)
-            };
-            State::Failed(NetError::failure(
-                Some(slot.peer),
-                format!(
-                    "{}: {} of {} B tag {:#x} with rank {} failed: {what} (err {code}, prov_errno \
-                     {}: {provider_text})",
-                    self.name,
-                    slot.kind.as_str(),
-                    slot.size,
-                    slot.tag,
-                    slot.peer,
-                    err.prov_errno
-                ),
-            ))
-        };
-        if let State::Failed(e) = &state {
-            log::warn!("{e}");
-        }
-        let mr = self.reqs.complete(index, state).mr;
-        if let Some(region) = mr {
-            self.mrs.release(region);
-        }
-        Ok(true)
     }
 }
 
