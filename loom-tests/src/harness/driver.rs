@@ -119,24 +119,16 @@ impl ProxyTask for ModelTask {
         }
     }
 
-    fn record(&self) -> TaskRecord {
-        self.core.record()
+    fn core(&self) -> &TaskCore {
+        &self.core
     }
 
-    fn status_record(&self) -> Arc<StatusRecord> {
-        self.core.status_record()
-    }
-
-    fn bind_slot(&mut self, slot: u32) {
-        self.core.bind_slot(slot);
+    fn core_mut(&mut self) -> &mut TaskCore {
+        &mut self.core
     }
 
     fn comm_key(&self) -> Option<usize> {
         None
-    }
-
-    fn kind(&self) -> TaskKind {
-        TaskKind::Barrier
     }
 }
 

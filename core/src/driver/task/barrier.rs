@@ -15,7 +15,7 @@ use alloc::boxed::Box;
 use alloc::vec::Vec;
 
 use super::{ProxyTask, Step, StepEnv, TaskCore, TaskKind};
-use crate::driver::record::{RunState, StatusRecord, TaskRecord};
+use crate::driver::record::RunState;
 use crate::driver::trigger::{HostWord, TriggerWords};
 use crate::status::NrtStatus;
 use crate::sync::{Arc, AtomicU32, CachePadded, Ordering};
@@ -297,23 +297,15 @@ impl ProxyTask for BarrierTask {
         }
     }
 
-    fn record(&self) -> TaskRecord {
-        self.core.record()
+    fn core(&self) -> &TaskCore {
+        &self.core
     }
 
-    fn status_record(&self) -> Arc<StatusRecord> {
-        self.core.status_record()
-    }
-
-    fn bind_slot(&mut self, slot: u32) {
-        self.core.bind_slot(slot);
+    fn core_mut(&mut self) -> &mut TaskCore {
+        &mut self.core
     }
 
     fn comm_key(&self) -> Option<usize> {
         None
-    }
-
-    fn kind(&self) -> TaskKind {
-        TaskKind::Barrier
     }
 }

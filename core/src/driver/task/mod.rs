@@ -73,11 +73,21 @@ pub trait ProxyTask: Send {
     /// task that has filed its blocks calls `stop` per stream first. No effect on a DONE task.
     fn close(&mut self, status: NrtStatus);
 
+    /// The bookkeeping the task kind keeps in a [`TaskCore`] (its record, its kind).
+    fn core(&self) -> &TaskCore;
+
+    /// The same, mutably.
+    fn core_mut(&mut self) -> &mut TaskCore;
+
     /// The current record (a copy).
-    fn record(&self) -> TaskRecord;
+    fn record(&self) -> TaskRecord {
+        self.core().record()
+    }
 
     /// The live status record, which any thread may read without a lock.
-    fn status_record(&self) -> Arc<StatusRecord>;
+    fn status_record(&self) -> Arc<StatusRecord> {
+        self.core().status_record()
+    }
 
     /// The slot the task was submitted through (`u32::MAX` before submission).
     fn slot(&self) -> u32 {
@@ -86,14 +96,18 @@ pub trait ProxyTask: Send {
 
     /// Records the queue slot the task is submitted through (called by the slot before the
     /// task is handed to the worker).
-    fn bind_slot(&mut self, slot: u32);
+    fn bind_slot(&mut self, slot: u32) {
+        self.core_mut().bind_slot(slot);
+    }
 
     /// The key of the comm whose network tasks run one at a time (`None`: not serialised,
     /// e.g. a barrier task).
     fn comm_key(&self) -> Option<usize>;
 
     /// The task's kind.
-    fn kind(&self) -> TaskKind;
+    fn kind(&self) -> TaskKind {
+        self.core().kind()
+    }
 }
 
 impl fmt::Debug for dyn ProxyTask {
@@ -158,6 +172,11 @@ impl TaskCore {
     /// The current record.
     pub fn record(&self) -> TaskRecord {
         self.rec
+    }
+
+    /// The task's kind.
+    pub fn kind(&self) -> TaskKind {
+        self.kind
     }
 
     /// The live status record.

@@ -25,12 +25,11 @@ use core::ffi::c_void;
 use core::ptr::NonNull;
 
 use super::{ProxyTask, Step, StepEnv, TaskCore, TaskKind};
-use crate::driver::record::{RunState, StatusRecord, TaskRecord};
+use crate::driver::record::RunState;
 use crate::driver::trigger::TriggerWords;
 use crate::progress::desc::{NetDestAddr, NetOpInfo, NetSrcAddr};
 use crate::seam::SeamTable;
 use crate::status::NrtStatus;
-use crate::sync::Arc;
 
 /// Number of streams of a comm (stream ids are `0..4`).
 pub const MAX_STREAMS: u32 = 4;
@@ -401,23 +400,15 @@ impl ProxyTask for NetworkTask {
         }
     }
 
-    fn record(&self) -> TaskRecord {
-        self.core.record()
+    fn core(&self) -> &TaskCore {
+        &self.core
     }
 
-    fn status_record(&self) -> Arc<StatusRecord> {
-        self.core.status_record()
-    }
-
-    fn bind_slot(&mut self, slot: u32) {
-        self.core.bind_slot(slot);
+    fn core_mut(&mut self) -> &mut TaskCore {
+        &mut self.core
     }
 
     fn comm_key(&self) -> Option<usize> {
         Some(self.comm.as_ptr() as usize)
-    }
-
-    fn kind(&self) -> TaskKind {
-        TaskKind::Network
     }
 }
