@@ -62,14 +62,6 @@ pub struct SeamTable {
     pub stop: StopFn,
 }
 
-fn status(code: u32) -> Result<(), NrtStatus> {
-    match NrtStatus::from_code(code) {
-        Some(NrtStatus::Success) => Ok(()),
-        Some(s) => Err(s),
-        None => Err(NrtStatus::Failure),
-    }
-}
-
 impl SeamTable {
     /// Files one block's FIFOs on `stream` of `comm` (the trampoline `ncclStartNetworkProxy`).
     ///
@@ -89,7 +81,7 @@ impl SeamTable {
         dst: &[NetDestAddr],
     ) -> Result<(), NrtStatus> {
         // SAFETY: the slices are valid for their lengths; `comm` per this function's contract.
-        status(unsafe {
+        NrtStatus::result_of_code(unsafe {
             (self.start)(
                 comm,
                 stream,
@@ -123,7 +115,8 @@ impl SeamTable {
         let mut i: c_int = c_int::from(*idle);
         let mut d: c_int = c_int::from(*done);
         // SAFETY: `i` and `d` are live locals; `comm` per this function's contract.
-        let r = status(unsafe { (self.progress)(comm, stream, bb, &mut i, &mut d) });
+        let r =
+            NrtStatus::result_of_code(unsafe { (self.progress)(comm, stream, bb, &mut i, &mut d) });
         *idle = i != 0;
         *done = d != 0;
         r
@@ -138,7 +131,7 @@ impl SeamTable {
     /// As [`SeamTable::start`].
     pub unsafe fn stop(&self, comm: *mut c_void, stream: u32) -> Result<(), NrtStatus> {
         // SAFETY: per this function's contract.
-        status(unsafe { (self.stop)(comm, stream) })
+        NrtStatus::result_of_code(unsafe { (self.stop)(comm, stream) })
     }
 }
 

@@ -105,6 +105,13 @@ impl NrtStatus {
         }
     }
 
+    /// A numeric status as a `Result`: `Ok(())` for `NRT_SUCCESS`, `Err` with the status for a
+    /// defined failure, and `Err(NrtStatus::Failure)` for a value `nrt_status.h` does not define
+    /// (what a seam or init call through a C function pointer answered).
+    pub fn result_of_code(code: u32) -> Result<(), NrtStatus> {
+        Self::from_code(code).unwrap_or(Self::Failure).into_result()
+    }
+
     /// The status a `Result` of this crate's API stands for (`Ok` → `Success`).
     pub fn from_result(r: Result<(), NrtStatus>) -> Self {
         match r {

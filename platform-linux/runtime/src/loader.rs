@@ -148,14 +148,6 @@ impl fmt::Debug for ProgressLib {
     }
 }
 
-fn status(code: u32) -> Result<(), NrtStatus> {
-    match NrtStatus::from_code(code) {
-        Some(NrtStatus::Success) => Ok(()),
-        Some(s) => Err(s),
-        None => Err(NrtStatus::Failure),
-    }
-}
-
 impl ProgressLib {
     /// Loads the library at `path` (`RTLD_NOW | RTLD_LOCAL`), resolves the three seam entry
     /// points and the init half, and checks the ABI major version.
@@ -296,7 +288,7 @@ impl ProgressLib {
     ) -> Result<(), NrtStatus> {
         let p = callbacks.map_or(ptr::null(), |c| c as *const NccomDeviceCallbacks);
         // SAFETY: `p` is NULL or a live table whose members have their declared types.
-        status(unsafe { (self.init.register_device_callbacks)(p) })
+        NrtStatus::result_of_code(unsafe { (self.init.register_device_callbacks)(p) })
     }
 
     /// Creates an in-memory group of `nranks` ranks in this library.
@@ -306,7 +298,7 @@ impl ProgressLib {
     pub fn mem_group(&self, nranks: u32) -> Result<LoadedMemGroup<'_>, NrtStatus> {
         let mut g: *mut NccomMemGroup = ptr::null_mut();
         // SAFETY: `g` is a writable local.
-        status(unsafe { (self.init.mem_group_create)(nranks, &mut g) })?;
+        NrtStatus::result_of_code(unsafe { (self.init.mem_group_create)(nranks, &mut g) })?;
         Ok(LoadedMemGroup {
             lib: self,
             handle: g,
@@ -329,7 +321,7 @@ impl ProgressLib {
     ) -> Result<LoadedComm<'_>, NrtStatus> {
         let mut c: *mut NccomComm = ptr::null_mut();
         // SAFETY: per this function's contract; `c` is a writable local.
-        status(unsafe { (self.init.comm_create)(config, &mut c) })?;
+        NrtStatus::result_of_code(unsafe { (self.init.comm_create)(config, &mut c) })?;
         Ok(LoadedComm {
             lib: self,
             handle: c,
@@ -355,7 +347,7 @@ impl Drop for LoadedMemGroup<'_> {
     fn drop(&mut self) {
         // SAFETY: a handle this library handed out (checked by the library anyway).
         let s = unsafe { (self.lib.init.mem_group_destroy)(self.handle) };
-        if let Err(e) = status(s) {
+        if let Err(e) = NrtStatus::result_of_code(s) {
             log::warn!("{}: nccom_mem_group_destroy: {e}", self.lib.path.display());
         }
     }
@@ -384,7 +376,9 @@ impl LoadedComm<'_> {
     /// atomically.
     pub unsafe fn register_memory(&self, base: *const u8, len: usize) -> Result<(), NrtStatus> {
         // SAFETY: per this function's contract.
-        status(unsafe { (self.lib.init.comm_register_memory)(self.handle, base.cast(), len) })
+        NrtStatus::result_of_code(unsafe {
+            (self.lib.init.comm_register_memory)(self.handle, base.cast(), len)
+        })
     }
 
     /// Destroys the comm now, returning the library's status.
@@ -394,7 +388,7 @@ impl LoadedComm<'_> {
     pub fn destroy(self) -> Result<(), NrtStatus> {
         let me = std::mem::ManuallyDrop::new(self);
         // SAFETY: a handle this library handed out, destroyed once (no Drop runs after).
-        status(unsafe { (me.lib.init.comm_destroy)(me.handle) })
+        NrtStatus::result_of_code(unsafe { (me.lib.init.comm_destroy)(me.handle) })
     }
 }
 
@@ -402,7 +396,7 @@ impl Drop for LoadedComm<'_> {
     fn drop(&mut self) {
         // SAFETY: a handle this library handed out (checked by the library anyway).
         let s = unsafe { (self.lib.init.comm_destroy)(self.handle) };
-        if let Err(e) = status(s) {
+        if let Err(e) = NrtStatus::result_of_code(s) {
             log::warn!("{}: nccom_comm_destroy: {e}", self.lib.path.display());
         }
     }
