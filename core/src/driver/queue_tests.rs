@@ -21,7 +21,8 @@ fn net(s: &Script, id: u32, bb: u32) -> TaskBox {
     Box::new(
         NetworkTask::new(NetworkTaskSpec {
             task_id: id,
-            comm: s.handle(),
+            // SAFETY: every test keeps its script alive until its tasks are reported.
+            comm: unsafe { s.handle() },
             comm_id: 7,
             seam: seam(),
             blocks: vec![block(0, bb), block(1, bb)],

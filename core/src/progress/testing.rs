@@ -1,5 +1,8 @@
 //! Small doubles for tests of the engine and of code built on it: a transport that carries
-//! nothing and a device whose semaphores are counters in a table.
+//! nothing, a device whose semaphores are counters in a table, and a scripted progress half
+//! behind a real [`SeamTable`] of `extern "C"` functions ([`Script`], [`seam`]): the comm
+//! handle points at a `Script`, which counts the calls per entry point, logs them in order
+//! and answers as it is told.
 //!
 //! Test scaffolding, compiled only under `cfg(test)` or the `testing` feature.
 
@@ -9,6 +12,13 @@ use alloc::vec::Vec;
 use crate::progress::device::DeviceCallbacks;
 use crate::progress::net::{NetError, Posted, RequestId, TestOutcome, Transport};
 use crate::progress::scripted::ScriptTable;
+use core::ffi::{c_int, c_void};
+
+use crate::driver::task::{BlockFifos, CommHandle};
+use crate::progress::desc::{NetDestAddr, NetOpInfo, NetSrcAddr};
+use crate::seam::SeamTable;
+use crate::status::NrtStatus;
+use crate::sync::{AtomicBool, AtomicU32, Ordering, PlainArc};
 
 /// A transport with no peers: posts fail with `Invalid`, `poll` counts calls.
 ///
@@ -110,4 +120,183 @@ impl DeviceCallbacks for RecordingDevice {
     }
 
     fn store_host_index(&self, _addr: u64, _val: u32) {}
+}
+
+// ---- a scripted progress half behind the seam ------------------------------------------------
+
+/// One seam call as the script saw it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Call {
+    /// `start(stream, bb)`.
+    Start {
+        /// The stream.
+        stream: u32,
+        /// The basic block.
+        bb: u32,
+    },
+    /// `progress(stream, bb)`.
+    Progress {
+        /// The stream.
+        stream: u32,
+        /// The basic block.
+        bb: u32,
+    },
+    /// `stop(stream)`.
+    Stop {
+        /// The stream.
+        stream: u32,
+    },
+}
+
+/// A scripted comm: what the comm handle of [`seam`] points at.
+pub struct Script {
+    /// `start` calls so far.
+    pub starts: AtomicU32,
+    /// `progress` calls so far.
+    pub progresses: AtomicU32,
+    /// `stop` calls so far.
+    pub stops: AtomicU32,
+    /// Every call, in order.
+    pub log: spin::Mutex<Vec<Call>>,
+    /// Per stream: progress calls a block run takes (the last one reports done); 0 = never done.
+    pub needed: [AtomicU32; 4],
+    /// Per stream: progress calls since the last done.
+    count: [AtomicU32; 4],
+    /// Report idle on calls that are not done.
+    pub idle: AtomicBool,
+    /// Fail the n-th progress call overall (1-based; 0 = never).
+    pub fail_progress_at: AtomicU32,
+    /// Fail every start.
+    pub fail_start: AtomicBool,
+}
+
+impl Script {
+    /// A script whose block runs take `needed` progress calls on every stream (0 = never done).
+    pub fn new(needed: u32) -> PlainArc<Self> {
+        PlainArc::new(Self {
+            starts: AtomicU32::new(0),
+            progresses: AtomicU32::new(0),
+            stops: AtomicU32::new(0),
+            log: spin::Mutex::new(Vec::new()),
+            needed: core::array::from_fn(|_| AtomicU32::new(needed)),
+            count: core::array::from_fn(|_| AtomicU32::new(0)),
+            idle: AtomicBool::new(false),
+            fail_progress_at: AtomicU32::new(0),
+            fail_start: AtomicBool::new(false),
+        })
+    }
+
+    /// The comm handle of this script, for tasks that call [`seam`].
+    ///
+    /// # Safety
+    /// The script must outlive every task that carries the handle (as `CommHandle::new`
+    /// requires of a comm); the scripted seam reads it only through atomics and a lock, so
+    /// any thread may step those tasks.
+    pub unsafe fn handle(&self) -> CommHandle {
+        // SAFETY: the caller's contract; the pointer is non-null.
+        unsafe { CommHandle::new(self as *const Script as *mut c_void) }.unwrap()
+    }
+
+    /// Every call so far, in order.
+    pub fn calls(&self) -> Vec<Call> {
+        self.log.lock().clone()
+    }
+
+    /// The blocks of the `progress` calls on `stream`, in order.
+    pub fn progress_bbs(&self, stream: u32) -> Vec<u32> {
+        self.calls()
+            .into_iter()
+            .filter_map(|c| match c {
+                Call::Progress { stream: s, bb } if s == stream => Some(bb),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// `(start, progress, stop)` calls so far.
+    pub fn counts(&self) -> (u32, u32, u32) {
+        (
+            self.starts.load(Ordering::SeqCst),
+            self.progresses.load(Ordering::SeqCst),
+            self.stops.load(Ordering::SeqCst),
+        )
+    }
+}
+
+fn script<'a>(comm: *mut c_void) -> &'a Script {
+    // SAFETY: every comm handle given to the scripted seam points at a live Script.
+    unsafe { &*(comm as *const Script) }
+}
+
+unsafe extern "C" fn start(
+    comm: *mut c_void,
+    stream: u32,
+    bb: u32,
+    _ops: *const NetOpInfo,
+    _n_ops: usize,
+    _src: *const NetSrcAddr,
+    _n_src: usize,
+    _dst: *const NetDestAddr,
+    _n_dst: usize,
+) -> u32 {
+    let s = script(comm);
+    s.starts.fetch_add(1, Ordering::SeqCst);
+    s.log.lock().push(Call::Start { stream, bb });
+    if s.fail_start.load(Ordering::SeqCst) {
+        return NrtStatus::Invalid.code();
+    }
+    0
+}
+
+unsafe extern "C" fn progress(
+    comm: *mut c_void,
+    stream: u32,
+    bb: u32,
+    idle: *mut c_int,
+    done: *mut c_int,
+) -> u32 {
+    let s = script(comm);
+    let n = s.progresses.fetch_add(1, Ordering::SeqCst) + 1;
+    s.log.lock().push(Call::Progress { stream, bb });
+    if s.fail_progress_at.load(Ordering::SeqCst) == n {
+        return NrtStatus::NetworkProxyFailure.code();
+    }
+    let needed = s.needed[stream as usize].load(Ordering::SeqCst);
+    let c = s.count[stream as usize].fetch_add(1, Ordering::SeqCst) + 1;
+    let is_done = needed != 0 && c >= needed;
+    if is_done {
+        s.count[stream as usize].store(0, Ordering::SeqCst);
+    }
+    let is_idle = !is_done && s.idle.load(Ordering::SeqCst);
+    // SAFETY: the driver passes valid out-parameters; AND them as the seam requires.
+    unsafe {
+        *idle &= c_int::from(is_idle);
+        *done &= c_int::from(is_done);
+    }
+    0
+}
+
+unsafe extern "C" fn stop(comm: *mut c_void, stream: u32) -> u32 {
+    let s = script(comm);
+    s.stops.fetch_add(1, Ordering::SeqCst);
+    s.log.lock().push(Call::Stop { stream });
+    0
+}
+
+/// The scripted seam: `extern "C"` functions over comm handles from [`Script::handle`].
+pub fn seam() -> SeamTable {
+    SeamTable {
+        start,
+        progress,
+        stop,
+    }
+}
+
+/// One empty FIFO set for (stream, bb).
+pub fn block(stream: u32, bb: u32) -> BlockFifos {
+    BlockFifos {
+        stream,
+        bb,
+        ..Default::default()
+    }
 }

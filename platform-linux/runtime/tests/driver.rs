@@ -3,121 +3,31 @@
 //!
 //! Every wait is bounded by a count and a time (`deadline`).
 
-use std::ffi::{c_int, c_void};
 use std::os::fd::{FromRawFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
 use proxy_core::driver::queue::{QueueConfig, SlotHandle, TaskBox};
 use proxy_core::driver::record::TaskRecord;
-use proxy_core::driver::task::{BlockFifos, CommHandle, NetworkTask, NetworkTaskSpec};
+use proxy_core::driver::task::{BlockFifos, NetworkTask, NetworkTaskSpec};
 use proxy_core::driver::trigger::TriggerWords;
-use proxy_core::progress::desc::{NetDestAddr, NetOpInfo, NetSrcAddr};
-use proxy_core::seam::SeamTable;
+use proxy_core::progress::testing::{seam, Script};
 use proxy_core::status::NrtStatus;
 use proxy_runtime::hostmem::{HostMem, TriggerWord, LINE};
 use proxy_runtime::worker::waiter;
 use proxy_runtime::{registry, Config, LinuxRegistry};
 
-// ---- a scripted comm behind extern "C" seam functions ---------------------------------------
-
-/// The comm handle points at one of these; every block run takes `needed` progress calls.
-struct Script {
-    starts: AtomicU32,
-    progresses: AtomicU32,
-    stops: AtomicU32,
-    needed: u32,
-    count: [AtomicU32; 4],
-    /// Report idle while not done.
-    idle: AtomicBool,
-}
-
-impl Script {
-    fn new(needed: u32) -> Arc<Self> {
-        Arc::new(Self {
-            starts: AtomicU32::new(0),
-            progresses: AtomicU32::new(0),
-            stops: AtomicU32::new(0),
-            needed,
-            count: Default::default(),
-            idle: AtomicBool::new(false),
-        })
-    }
-    fn handle(self: &Arc<Self>) -> CommHandle {
-        // SAFETY: every test keeps its Script alive until its tasks are reported.
-        unsafe { CommHandle::new(Arc::as_ptr(self) as *mut c_void) }.unwrap()
-    }
-    fn counts(&self) -> (u32, u32, u32) {
-        (
-            self.starts.load(Ordering::SeqCst),
-            self.progresses.load(Ordering::SeqCst),
-            self.stops.load(Ordering::SeqCst),
-        )
-    }
-}
-
-fn script<'a>(comm: *mut c_void) -> &'a Script {
-    // SAFETY: the comm handle of every task in these tests points at a live Script.
-    unsafe { &*(comm as *const Script) }
-}
-
-unsafe extern "C" fn start(
-    comm: *mut c_void,
-    _stream: u32,
-    _bb: u32,
-    _ops: *const NetOpInfo,
-    _n_ops: usize,
-    _src: *const NetSrcAddr,
-    _n_src: usize,
-    _dst: *const NetDestAddr,
-    _n_dst: usize,
-) -> u32 {
-    script(comm).starts.fetch_add(1, Ordering::SeqCst);
-    0
-}
-
-unsafe extern "C" fn progress(
-    comm: *mut c_void,
-    stream: u32,
-    _bb: u32,
-    idle: *mut c_int,
-    done: *mut c_int,
-) -> u32 {
-    let s = script(comm);
-    s.progresses.fetch_add(1, Ordering::SeqCst);
-    let c = s.count[stream as usize].fetch_add(1, Ordering::SeqCst) + 1;
-    let is_done = s.needed != 0 && c >= s.needed;
-    if is_done {
-        s.count[stream as usize].store(0, Ordering::SeqCst);
-    }
-    let is_idle = !is_done && s.idle.load(Ordering::SeqCst);
-    // SAFETY: the driver passes valid out-parameters.
-    unsafe {
-        *idle &= c_int::from(is_idle);
-        *done &= c_int::from(is_done);
-    }
-    0
-}
-
-unsafe extern "C" fn stop(comm: *mut c_void, _stream: u32) -> u32 {
-    script(comm).stops.fetch_add(1, Ordering::SeqCst);
-    0
-}
-
-const SEAM: SeamTable = SeamTable {
-    start,
-    progress,
-    stop,
-};
+// ---- a scripted comm behind extern "C" seam functions: proxy-core's `testing::Script` ------
 
 fn net_task(s: &Arc<Script>, id: u32, streams: &[u32]) -> TaskBox {
     Box::new(
         NetworkTask::new(NetworkTaskSpec {
             task_id: id,
-            comm: s.handle(),
+            // SAFETY: every test keeps its Script alive until its tasks are reported.
+            comm: unsafe { s.handle() },
             comm_id: 1,
-            seam: SEAM,
+            seam: seam(),
             blocks: streams
                 .iter()
                 .map(|&stream| BlockFifos {
@@ -440,9 +350,10 @@ fn memfd_trigger_from_a_child_process_starts_the_task() {
     triggers.arm();
     let task = NetworkTask::new(NetworkTaskSpec {
         task_id: 5,
-        comm: s.handle(),
+        // SAFETY: `s` lives to the end of this test, after the task ended.
+        comm: unsafe { s.handle() },
         comm_id: 1,
-        seam: SEAM,
+        seam: seam(),
         blocks: vec![BlockFifos {
             stream: 0,
             bb: 0,

@@ -27,7 +27,8 @@ fn at(now_ns: u64) -> StepEnv {
 fn spec(s: &Script, blocks: Vec<BlockFifos>) -> NetworkTaskSpec {
     NetworkTaskSpec {
         task_id: 1,
-        comm: s.handle(),
+        // SAFETY: every test keeps its script alive until its tasks are reported.
+        comm: unsafe { s.handle() },
         comm_id: 9,
         seam: seam(),
         blocks,
