@@ -9,31 +9,13 @@
 //!
 //! `NCCOM_PROXY_LIB=/path/libnccom_proxy.so` tests another build of the library.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 fn manifest_dir() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
-}
-
-/// The `libnccom_proxy.so` of this build: cargo builds the package's library (every crate type)
-/// before its integration tests, into the `deps` directory this test binary runs from.
-fn library() -> PathBuf {
-    if let Some(p) = std::env::var_os("NCCOM_PROXY_LIB") {
-        return PathBuf::from(p);
-    }
-    let exe = std::env::current_exe().expect("current_exe");
-    let deps = exe.parent().expect("test binary directory");
-    for dir in [Some(deps), deps.parent()].into_iter().flatten() {
-        let p = dir.join("libnccom_proxy.so");
-        if p.is_file() {
-            return p;
-        }
-    }
-    panic!(
-        "libnccom_proxy.so not found next to {} (build it with `cargo build -p proxy-ffi`, or set NCCOM_PROXY_LIB)",
-        exe.display()
-    );
 }
 
 /// Compiles `tests/c/<name>.c` into the test's scratch directory as `<out>`.
@@ -68,7 +50,7 @@ fn build_sendrecv(out: &str) -> PathBuf {
 }
 
 fn build_bad_input(out: &str) -> PathBuf {
-    let lib = library();
+    let lib = common::library();
     let dir = lib.parent().expect("library directory").to_owned();
     let dir = dir.to_str().expect("utf-8 path");
     compile(
@@ -98,7 +80,7 @@ fn run(mut cmd: Command) -> String {
 fn c_program_sends_1_mib_through_the_dlopened_seam() {
     let exe = build_sendrecv("seam_sendrecv");
     let mut cmd = Command::new(exe);
-    cmd.arg(library());
+    cmd.arg(common::library());
     let out = run(cmd);
     assert!(out.contains("seam_sendrecv: ok"), "{out}");
 }
@@ -138,7 +120,7 @@ fn c_programs_under_valgrind() {
         cmd
     };
     let mut cmd = valgrind(&build_sendrecv("seam_sendrecv_vg"));
-    cmd.arg(library());
+    cmd.arg(common::library());
     assert!(run(cmd).contains("seam_sendrecv: ok"));
     let cmd = valgrind(&build_bad_input("bad_input_vg"));
     assert!(run(cmd).contains("bad_input: ok"));
@@ -166,7 +148,7 @@ fn c_program_links_with_the_pkg_config_file() {
         inc.join("nccom_proxy.h"),
     )
     .expect("copy header");
-    std::fs::copy(library(), libdir.join("libnccom_proxy.so")).expect("copy library");
+    std::fs::copy(common::library(), libdir.join("libnccom_proxy.so")).expect("copy library");
     let pc = std::fs::read_to_string(manifest_dir().join("nccom_proxy.pc.in"))
         .expect("nccom_proxy.pc.in")
         .replace("@PREFIX@", prefix.to_str().expect("utf-8 path"))

@@ -10,17 +10,15 @@
 
 #![cfg(feature = "libfabric")]
 
+mod common;
+
 use std::ffi::CString;
-use std::path::PathBuf;
 use std::process::Command;
 use std::ptr;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use proxy_bootstrap::launch::{free_loopback_root, LocalLaunch, OutStream};
-use proxy_core::progress::desc::{
-    NetDestAddr, NetOpInfo, NetSrcAddr, EXEC_COMPLETE, NET_TRANSFER, NO_PEER,
-};
 use proxy_ffi_types::{
     NccomCommConfig, NccomDeviceCallbacks, NccomHostWord, NccomLibfabricDesc, NccomTransportDesc,
     NCCOM_HOST_WORD_READY, NCCOM_TRANSPORT_LIBFABRIC, NRT_INVALID,
@@ -31,24 +29,6 @@ use proxy_runtime::loader::{
 
 const CHILD_ENV: &str = "FFI_LIBFABRIC_CHILD";
 const SIZES: [usize; 4] = [1, 4097, 1 << 20, 0];
-
-/// The `libnccom_proxy.so` of this build (cargo builds the package's cdylib before its
-/// integration tests, into the `deps` directory this test binary runs from), or
-/// `$NCCOM_PROXY_LIB`.
-fn library() -> PathBuf {
-    if let Some(p) = std::env::var_os("NCCOM_PROXY_LIB") {
-        return PathBuf::from(p);
-    }
-    let exe = std::env::current_exe().expect("current_exe");
-    let deps = exe.parent().expect("test binary directory");
-    for dir in [Some(deps), deps.parent()].into_iter().flatten() {
-        let p = dir.join("libnccom_proxy.so");
-        if p.is_file() {
-            return p;
-        }
-    }
-    panic!("libnccom_proxy.so not found next to {}", exe.display());
-}
 
 fn pattern(rank: u32, e: usize, i: usize) -> u8 {
     ((rank as usize * 97 + e * 31 + i) % 251) as u8
@@ -99,15 +79,11 @@ fn libfabric_config(
     }
 }
 
-fn word(w: &AtomicU32) -> u64 {
-    w.as_ptr() as usize as u64
-}
-
 /// One rank: comm over libfabric through the loaded library, one send op to the peer and one
 /// recv op from it on stream 0, block 1; prints `RESULT status=ok bytes=N`.
 fn child(rank: u32) {
     let peer = 1 - rank;
-    let lib = ProgressLib::open(library()).expect("load libnccom_proxy.so");
+    let lib = ProgressLib::open(common::library()).expect("load libnccom_proxy.so");
     let seam = lib.seam();
     let provider = CString::new("tcp;ofi_rxm").unwrap();
     let root = CString::new(std::env::var("NEURON_RT_ROOT_COMM_ID").expect("root")).unwrap();
@@ -126,55 +102,8 @@ fn child(rank: u32) {
         .expect("nccom_comm_create over libfabric");
     eprintln!("rank {rank}: comm created in {:?}", t0.elapsed());
     let n = SIZES.len() as u32;
-    let send = NetOpInfo {
-        send_peer: peer as i32,
-        recv_peer: NO_PEER,
-        tag: 3,
-        tx_entry_cnt: n,
-        data_type_sz: 1,
-        post_send_idx_addr: word(&words[0]),
-        send_handshake_sem_addr: word(&words[1]),
-        send_complete_sem_addr: word(&words[2]),
-        ..NetOpInfo::default()
-    };
-    let recv = NetOpInfo {
-        send_peer: NO_PEER,
-        recv_peer: peer as i32,
-        tag: 3,
-        rx_entry_cnt: n,
-        data_type_sz: 1,
-        post_recv_idx_addr: word(&words[3]),
-        recv_handshake_sem_addr: word(&words[4]),
-        recv_complete_sem_addr: word(&words[5]),
-        ..NetOpInfo::default()
-    };
-    let mark = |e: usize| {
-        if e + 1 == SIZES.len() {
-            EXEC_COMPLETE
-        } else {
-            NET_TRANSFER
-        }
-    };
-    let sfifo: Vec<NetSrcAddr> = (0..SIZES.len())
-        .map(|e| NetSrcAddr {
-            net_op_idx: 0,
-            mark: mark(e),
-            addr: src[e].as_ptr() as usize as u64,
-            size: SIZES[e] as u64,
-            dest_rank: NO_PEER,
-            reserved: 0,
-        })
-        .collect();
-    let dfifo: Vec<NetDestAddr> = (0..SIZES.len())
-        .map(|e| NetDestAddr {
-            net_op_idx: 1,
-            mark: mark(e),
-            addr: dst[e].as_mut_ptr() as usize as u64,
-            size: SIZES[e] as u64,
-            src_rank: NO_PEER,
-            reserved: 0,
-        })
-        .collect();
+    let pair = common::send_recv_pair(peer as i32, peer as i32, 3, &words, &src, &mut dst, 1);
+    let (send, recv, sfifo, dfifo) = (pair.send, pair.recv, pair.src, pair.dst);
     let c = comm.as_ptr();
     // SAFETY: a live comm of the library `seam` came from, used by this thread only.
     unsafe { ncclStartNetworkProxy(&seam, c, 0, 1, &[send, recv], &sfifo, &dfifo) }.expect("start");
@@ -282,7 +211,7 @@ fn two_processes_exchange_through_the_c_abi_over_tcp() {
 
 #[test]
 fn a_malformed_root_address_is_refused_at_once() {
-    let lib = ProgressLib::open(library()).expect("load libnccom_proxy.so");
+    let lib = ProgressLib::open(common::library()).expect("load libnccom_proxy.so");
     let provider = CString::new("tcp;ofi_rxm").unwrap();
     let root = CString::new("not an address").unwrap();
     let t0 = Instant::now();

@@ -2,9 +2,8 @@
 //! cargo for its tests), and against a library that is not a progress half. The tests live here,
 //! not in `proxy-runtime`, so that no crate has a dev-dependency cycle through `proxy-ffi`.
 
-use proxy_core::progress::desc::{
-    NetDestAddr, NetOpInfo, NetSrcAddr, EXEC_COMPLETE, NET_TRANSFER, NO_PEER,
-};
+mod common;
+
 use proxy_core::status::NrtStatus;
 use proxy_ffi_types::{
     NccomCommConfig, NccomDeviceCallbacks, NccomHostWord, NccomLibfabricDesc, NccomTransportDesc,
@@ -13,43 +12,9 @@ use proxy_ffi_types::{
 use proxy_runtime::loader::{
     ncclNetworkProxyProgress, ncclStartNetworkProxy, ncclStopNetworkProxy, LoadError, ProgressLib,
 };
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
 use std::ptr;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::OnceLock;
-
-/// Path of `libnccom_proxy.so`: `$NCCOM_PROXY_LIB`; else the one cargo built next to this test
-/// binary (`target/<profile>/deps`) or in its profile directory; else a fresh
-/// `cargo build -p proxy-ffi` into a target directory of its own (so it never waits on the lock
-/// of the `cargo test` that runs us).
-fn library() -> &'static Path {
-    static LIB: OnceLock<PathBuf> = OnceLock::new();
-    LIB.get_or_init(|| {
-        if let Some(p) = std::env::var_os("NCCOM_PROXY_LIB") {
-            return PathBuf::from(p);
-        }
-        let exe = std::env::current_exe().expect("current_exe");
-        let deps = exe.parent().expect("test binary directory");
-        for dir in [Some(deps), deps.parent()].into_iter().flatten() {
-            let p = dir.join("libnccom_proxy.so");
-            if p.is_file() {
-                return p;
-            }
-        }
-        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-        let target = root.join("target/loader-tests");
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let st = Command::new(cargo)
-            .current_dir(&root)
-            .args(["build", "-p", "proxy-ffi", "--target-dir"])
-            .arg(&target)
-            .status()
-            .expect("run cargo build -p proxy-ffi");
-        assert!(st.success(), "cargo build -p proxy-ffi failed");
-        target.join("debug/libnccom_proxy.so")
-    })
-}
 
 #[test]
 fn a_library_without_the_seam_is_refused_naming_symbol_and_path() {
@@ -77,7 +42,7 @@ fn a_missing_file_is_refused_naming_the_path() {
 
 #[test]
 fn the_real_library_loads_with_its_seam_and_init_half() {
-    let lib = ProgressLib::open(library()).unwrap();
+    let lib = ProgressLib::open(common::library()).unwrap();
     assert_eq!(lib.abi_version() >> 16, NCCOM_PROXY_ABI_VERSION_MAJOR);
     assert_eq!(lib.status_str(0), "NRT_SUCCESS");
     assert_eq!(lib.status_str(1206), "NRT_NETWORK_PROXY_FAILURE");
@@ -108,13 +73,9 @@ fn pattern(e: usize, i: usize) -> u8 {
     ((e * 31 + i) % 251) as u8
 }
 
-fn word(w: &AtomicU32) -> u64 {
-    w.as_ptr() as usize as u64
-}
-
 #[test]
 fn send_recv_through_the_loaded_seam() {
-    let lib = ProgressLib::open(library()).unwrap();
+    let lib = ProgressLib::open(common::library()).unwrap();
     let seam = lib.seam();
     let group = lib.mem_group(2).unwrap();
     let callbacks = NccomDeviceCallbacks {
@@ -157,55 +118,8 @@ fn send_recv_through_the_loaded_seam() {
         ]
     };
     let n = SIZES.len() as u32;
-    let send = NetOpInfo {
-        send_peer: 1,
-        recv_peer: NO_PEER,
-        tag: 2,
-        tx_entry_cnt: n,
-        data_type_sz: 1,
-        post_send_idx_addr: word(&words[0]),
-        send_handshake_sem_addr: word(&words[1]),
-        send_complete_sem_addr: word(&words[2]),
-        ..NetOpInfo::default()
-    };
-    let recv = NetOpInfo {
-        send_peer: NO_PEER,
-        recv_peer: 0,
-        tag: 2,
-        rx_entry_cnt: n,
-        data_type_sz: 1,
-        post_recv_idx_addr: word(&words[3]),
-        recv_handshake_sem_addr: word(&words[4]),
-        recv_complete_sem_addr: word(&words[5]),
-        ..NetOpInfo::default()
-    };
-    let mark = |e: usize| {
-        if e + 1 == SIZES.len() {
-            EXEC_COMPLETE
-        } else {
-            NET_TRANSFER
-        }
-    };
-    let sfifo: Vec<NetSrcAddr> = (0..SIZES.len())
-        .map(|e| NetSrcAddr {
-            net_op_idx: 0,
-            mark: mark(e),
-            addr: src[e].as_ptr() as usize as u64,
-            size: SIZES[e] as u64,
-            dest_rank: NO_PEER,
-            reserved: 0,
-        })
-        .collect();
-    let dfifo: Vec<NetDestAddr> = (0..SIZES.len())
-        .map(|e| NetDestAddr {
-            net_op_idx: 0,
-            mark: mark(e),
-            addr: dst[e].as_mut_ptr() as usize as u64,
-            size: SIZES[e] as u64,
-            src_rank: NO_PEER,
-            reserved: 0,
-        })
-        .collect();
+    let pair = common::send_recv_pair(1, 0, 2, &words, &src, &mut dst, 0);
+    let (send, recv, sfifo, dfifo) = (pair.send, pair.recv, pair.src, pair.dst);
     let (c0, c1) = (comms[0].as_ptr(), comms[1].as_ptr());
     // SAFETY: live comms of the library `seam` came from, used by this thread only.
     unsafe {
