@@ -7,16 +7,18 @@
 //! submits tasks, collects final records, and leaves with [`SlotHandle::leave`]. No mutex on
 //! the hot path: a submission is a ring push plus one wake-word swap.
 //!
-//! Slot state machine (one word per slot, [`SlotState`]):
+//! Slot state machine (one word per slot, [`SlotState`]; the edges are [`SlotEdge`], so an
+//! edge that is not drawn here cannot be asked for):
 //! ```text
 //!  FREE ──(1) join: CAS──► ACTIVE ──(2) leave──► CLOSING ──(3) worker closes its tasks──► CLOSED
-//!    ▲                        │                                                             │
+//!    ▲                        │                     │                                       │
+//!    │                        │                     └─(7) leave, the worker gone ─► FREE     │
 //!    │                        └─(4) handle dropped without leave──► ABANDONED               │
 //!    ├──────────(5) worker closes its tasks, drops its records────────┘                     │
 //!    └──────────────────────────(6) leave collects the last records ◄──────────────────────┘
 //! ```
-//! Edge 1 is taken by [`ProxyQueue::join`], 2 and 6 by [`SlotHandle::leave`], 4 by
-//! `SlotHandle::drop`, 3 and 5 by [`Worker::tick`]; all through [`slot_transition`], which logs
+//! Edge 1 is taken by [`ProxyQueue::join`], 2, 6 and 7 by [`SlotHandle::leave`], 4 by
+//! `SlotHandle::drop`, 3 and 5 by [`Worker::tick`]; all through `slot_transition`, which logs
 //! `state=A=>B`. Ownership of the slot's owner-side ring ends (kept in the slot between owners)
 //! follows the state: the joiner owns them from ACTIVE until it stores FREE or ABANDONED; the
 //! worker owns them in ABANDONED. Every edge is a release (or AcqRel) RMW/store and every read of
@@ -145,10 +147,52 @@ struct SharedSlot {
     waiter: WaitCell,
 }
 
-/// The one transition function of the slot state machine: CAS `from → to` (AcqRel), logging
-/// `state=A=>B` at trace level. Returns `false` (and changes nothing) when the slot is not in
-/// `from`.
-fn slot_transition(slot: &SharedSlot, index: usize, from: SlotState, to: SlotState) -> bool {
+/// The edges of the slot state machine (the numbers of the module diagram). Only these can be
+/// taken: `slot_transition` takes an edge, not a pair of states.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum SlotEdge {
+    /// (1) FREE → ACTIVE: a comm claims the slot.
+    Join,
+    /// (2) ACTIVE → CLOSING: its comm leaves.
+    Leave,
+    /// (3) CLOSING → CLOSED: the worker has closed the slot's tasks and pushed their records.
+    WorkerClosed,
+    /// (4) ACTIVE → ABANDONED: the handle was dropped without `leave`.
+    Abandon,
+    /// (5) ABANDONED → FREE: the worker closed the tasks and dropped their records.
+    WorkerFreed,
+    /// (6) CLOSED → FREE: `leave` collected the last records.
+    Collected,
+    /// (7) CLOSING → FREE: `leave` with the worker gone (nothing will close the tasks).
+    CollectedWorkerGone,
+    /// ACTIVE → FREE without the closing handshake: the planted bug `SlotLeaveWithoutHandshake`.
+    #[cfg(any(loom, feature = "plants"))]
+    PlantedLeaveWithoutHandshake,
+}
+
+impl SlotEdge {
+    /// The edge's `(from, to)` states.
+    const fn states(self) -> (SlotState, SlotState) {
+        use SlotState as S;
+        match self {
+            Self::Join => (S::Free, S::Active),
+            Self::Leave => (S::Active, S::Closing),
+            Self::WorkerClosed => (S::Closing, S::Closed),
+            Self::Abandon => (S::Active, S::Abandoned),
+            Self::WorkerFreed => (S::Abandoned, S::Free),
+            Self::Collected => (S::Closed, S::Free),
+            Self::CollectedWorkerGone => (S::Closing, S::Free),
+            #[cfg(any(loom, feature = "plants"))]
+            Self::PlantedLeaveWithoutHandshake => (S::Active, S::Free),
+        }
+    }
+}
+
+/// The one transition function of the slot state machine: takes `edge` by CAS of its `from`
+/// state to its `to` state (AcqRel), logging `state=A=>B` at trace level. Returns `false` (and
+/// changes nothing) when the slot is not in the edge's `from` state.
+fn slot_transition(slot: &SharedSlot, index: usize, edge: SlotEdge) -> bool {
+    let (from, to) = edge.states();
     // AcqRel: Release hands over the ring ends / ring contents written before the edge;
     // Acquire takes over what the previous owner released.
     let ok = slot
@@ -313,7 +357,7 @@ impl ProxyQueue {
                     }
                     free
                 },
-                slot_transition(slot, index, SlotState::Free, SlotState::Active)
+                slot_transition(slot, index, SlotEdge::Join)
             );
             if !claimed {
                 continue; // lost the race for this slot: try the next one
@@ -482,12 +526,12 @@ impl SlotHandle {
             self.outstanding = 0;
             // SAFETY: (as the plant has it) we are the owner until our edge to FREE.
             slot.owner.with_mut(|p| unsafe { *p = Some(ends) });
-            let freed = slot_transition(slot, index, SlotState::Active, SlotState::Free);
+            let freed = slot_transition(slot, index, SlotEdge::PlantedLeaveWithoutHandshake);
             debug_assert!(freed);
             queue.worker_wait.notify();
             return out;
         });
-        let moved = slot_transition(slot, index, SlotState::Active, SlotState::Closing);
+        let moved = slot_transition(slot, index, SlotEdge::Leave);
         debug_assert!(moved, "leave on a slot that is not ACTIVE");
         queue.worker_wait.notify();
         waiter.wait_on(&slot.waiter, || {
@@ -513,8 +557,8 @@ impl SlotHandle {
         // SAFETY: the slot is CLOSED (or CLOSING with the worker gone) and we are its owner:
         // nobody else touches `owner` until our release edge to FREE.
         slot.owner.with_mut(|p| unsafe { *p = Some(ends) });
-        if !slot_transition(slot, index, SlotState::Closed, SlotState::Free) {
-            let freed = slot_transition(slot, index, SlotState::Closing, SlotState::Free);
+        if !slot_transition(slot, index, SlotEdge::Collected) {
+            let freed = slot_transition(slot, index, SlotEdge::CollectedWorkerGone);
             debug_assert!(freed, "leave: slot neither CLOSED nor CLOSING");
         }
         out
@@ -534,7 +578,7 @@ impl Drop for SlotHandle {
         // SAFETY: we own the slot (ACTIVE); our release edge to ABANDONED hands `owner` to the
         // worker.
         slot.owner.with_mut(|p| unsafe { *p = Some(ends) });
-        let moved = slot_transition(slot, index, SlotState::Active, SlotState::Abandoned);
+        let moved = slot_transition(slot, index, SlotEdge::Abandon);
         debug_assert!(moved);
         self.queue.worker_wait.notify();
     }
@@ -766,7 +810,7 @@ fn close_slot(index: usize, slot: &SharedSlot, ws: &mut WorkerSlot, state: SlotS
     }
     match state {
         SlotState::Closing => {
-            let moved = slot_transition(slot, index, SlotState::Closing, SlotState::Closed);
+            let moved = slot_transition(slot, index, SlotEdge::WorkerClosed);
             debug_assert!(moved);
             slot.waiter.notify();
         }
@@ -779,7 +823,7 @@ fn close_slot(index: usize, slot: &SharedSlot, ws: &mut WorkerSlot, state: SlotS
                     while ends.status.pop().is_some() {}
                 }
             });
-            let moved = slot_transition(slot, index, SlotState::Abandoned, SlotState::Free);
+            let moved = slot_transition(slot, index, SlotEdge::WorkerFreed);
             debug_assert!(moved);
         }
     }
