@@ -91,6 +91,17 @@ impl BootstrapError {
         }
     }
 
+    /// What rank `rank` reports when a peer's `Abort { origin, status, reason }` frame reaches
+    /// it (an undefined status code reads as `NRT_FAILURE`).
+    pub(crate) fn aborted(rank: u32, origin: u32, status: u32, reason: String) -> Self {
+        Self::Aborted {
+            rank,
+            origin,
+            status: NrtStatus::from_code(status).unwrap_or(NrtStatus::Failure),
+            reason,
+        }
+    }
+
     pub(crate) fn io(rank: u32, context: impl Into<String>, e: &io::Error) -> Self {
         Self::Io {
             rank,

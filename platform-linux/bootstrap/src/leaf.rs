@@ -322,12 +322,7 @@ impl<'c> Leaf<'c> {
                     status,
                     reason,
                 }),
-            ) => Err(self.fail(BootstrapError::Aborted {
-                rank,
-                origin,
-                status: NrtStatus::from_code(status).unwrap_or(NrtStatus::Failure),
-                reason,
-            })),
+            ) => Err(self.fail(BootstrapError::aborted(rank, origin, status, reason))),
             (S::AwaitWelcome, E::Frame(f)) => Err(self.fail(BootstrapError::Protocol {
                 rank,
                 message: format!("unexpected {} from the root before Welcome", f.name()),
@@ -421,14 +416,7 @@ impl Bootstrap {
                     origin,
                     status,
                     reason,
-                } => {
-                    return Err(BootstrapError::Aborted {
-                        rank: me,
-                        origin,
-                        status: NrtStatus::from_code(status).unwrap_or(NrtStatus::Failure),
-                        reason,
-                    })
-                }
+                } => return Err(BootstrapError::aborted(me, origin, status, reason)),
                 f => {
                     return Err(BootstrapError::Protocol {
                         rank: me,

@@ -580,14 +580,7 @@ impl Bootstrap {
                         origin,
                         status,
                         reason,
-                    } => {
-                        return Err(BootstrapError::Aborted {
-                            rank: me,
-                            origin,
-                            status: NrtStatus::from_code(status).unwrap_or(NrtStatus::Failure),
-                            reason,
-                        })
-                    }
+                    } => return Err(BootstrapError::aborted(me, origin, status, reason)),
                     f => {
                         return Err(BootstrapError::Protocol {
                             rank: me,
