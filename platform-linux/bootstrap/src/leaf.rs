@@ -6,7 +6,6 @@ use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
 use proxy_core::progress::net::MAX_COMM_ID;
-use proxy_core::NrtStatus;
 
 use crate::conn::{BoundedWait, Conn};
 use crate::wire::{Frame, Preface, VERSION as PROTOCOL_VERSION};
