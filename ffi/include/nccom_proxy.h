@@ -92,8 +92,9 @@ typedef volatile uint32_t nccom_host_word_t;
 #define NCCOM_BB_NONE UINT32_MAX
 
 /**
- * Value the device writes to a host index (or trigger word) to say "ready"; the proxy answers
- * by writing 0 and incrementing the handshake semaphore by 1.
+ * Value the device writes to an op's host index to say "ready" (in a trigger word the same
+ * number means "not at the net stage yet"); the proxy answers by writing 0 and incrementing
+ * the handshake semaphore by 1.
  */
 #define NCCOM_HOST_WORD_READY UINT32_MAX
 

@@ -4,7 +4,7 @@
 //! such a program against host memory.
 //!
 //! The crate never names a thread or a clock: the interpreter waits through the small
-//! [`interpreter::Wait`] trait that the platform implements (on Linux `proxy-emulator`'s
+//! [`interpreter::DeviceEnv`] trait that the platform implements (on Linux `proxy-emulator`'s
 //! spin/yield/nap wait policy with its timeout).
 //!
 //! Dependencies: `proxy-core` (descriptors, host-word handles), `half` (f16 / bf16 elements),

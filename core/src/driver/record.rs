@@ -39,7 +39,8 @@ use crate::sync::{AtomicU32, Ordering};
 ///   WAITING / PROGRESSING / IDLE ──(8) no progress past the timeout ─────────┤
 ///   any state but DONE ──(9) close: the comm leaves, or the worker exits ────┘
 /// ```
-/// Network task (`driver::task::network`): edges 1–3 in `step_init`, 4 in `step_waiting`, 5–8 in
+/// Network task (`driver::task::network`): edges 1–3 (and 7 on a `start` failure) in
+/// `step_init`, 4 in `step_waiting`, 5–8 in
 /// `step_progress` (8 also in `step_waiting`), 6–9 end through `finish`, which calls `stop`
 /// per stream when the task filed its blocks; 9 in `close`. Barrier task
 /// (`driver::task::barrier`): 1, 2 and 7 in `step_init`, 5–8 in `step_wait`, 9 in `close`.

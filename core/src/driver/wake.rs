@@ -2,7 +2,8 @@
 //! without losing a wakeup.
 //!
 //! The protocol is std's parker, on one state word changed only by read-modify-write
-//! (STYLE.md, "the lost-wakeup trap"), with one extra state so that the waiter's registration
+//! (the classic lost-wakeup trap: a check then a sleep loses a wakeup unless both sides
+//! change one word by read-modify-write), with one extra state so that the waiter's registration
 //! (how to wake it) needs no lock: `EMPTY` / `PARKED` / `NOTIFYING` / `NOTIFIED`.
 //!
 //! * The waiter ([`WaitCell::park`]) writes its [`Unpark`] handle into the cell while the word

@@ -98,8 +98,9 @@ pub const NCCOM_NO_PEER: i32 = -1;
 pub const NCCOM_NUM_STREAMS: u32 = 4;
 /// Block id meaning "none"; not a valid `bb` for `neuronStartNetworkProxy`.
 pub const NCCOM_BB_NONE: u32 = u32::MAX;
-/// Value the device writes to a host index (or trigger word) to say "ready"; the proxy answers
-/// by writing 0 and incrementing the handshake semaphore by 1.
+/// Value the device writes to an op's host index to say "ready" (in a trigger word the same
+/// number means "not at the net stage yet"); the proxy answers by writing 0 and incrementing
+/// the handshake semaphore by 1.
 pub const NCCOM_HOST_WORD_READY: u32 = u32::MAX;
 
 const _: () = {

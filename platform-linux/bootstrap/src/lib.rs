@@ -142,7 +142,7 @@ impl Bootstrap {
     /// * [`BootstrapError::Io`] when the root address cannot be listened on;
     /// * [`BootstrapError::Timeout`] when a rank is missing (the root names the missing ranks;
     ///   a leaf says whether it could connect);
-    /// * [`BootstrapError::Protocol`] for a misconfigured job (size, rank taken, version), on the
+    /// * [`BootstrapError::Misconfigured`] for a misconfigured job (size, rank taken, version), on the
     ///   root and on the rejected leaf; [`BootstrapError::Aborted`] on the other leaves;
     /// * [`BootstrapError::PeerLost`] when the root goes away.
     pub fn init(cfg: &BootstrapConfig) -> Result<Self, BootstrapError> {

@@ -1,9 +1,9 @@
 //! `proxy-perf`: nccl-tests-style measurement of collectives through the whole engine
 //! (issue 6). The binary is `src/main.rs`; everything it does is here so tests can reuse it.
 //!
-//! Dependencies: `proxy-core`, `proxy-collectives` (planner), `proxy-runtime` (registry,
-//! workers, host memory, loader, clock), `proxy-bootstrap`, `proxy-emulator`, `proxy-ffi-types`,
-//! `log`, and the only users of `clap`, `serde_json` and `plotters` in the workspace; feature
+//! Dependencies: `proxy-core` (its `std` clock), `proxy-collectives` (planner),
+//! `proxy-runtime` (registry, workers, host memory, loader), `proxy-bootstrap`,
+//! `proxy-emulator`, `proxy-ffi-types`, `log`, and the only users of `clap`, `serde_json` and `plotters` in the workspace; feature
 //! `libfabric`: `proxy-libfabric`.
 //!
 //! Per size: every rank plans the collective ([`proxy_collectives::planner`]), the proxy engine files

@@ -2,7 +2,7 @@
 //! seam (docs/design.md §4, the exact contract; seed §3).
 //!
 //! Its states and numbered edges are the one run-state diagram at
-//! [`RunState`]: edges 1–3 are taken by `step_init`, 4 by
+//! [`RunState`]: edges 1–3 (and 7 when a `start` fails) are taken by `step_init`, 4 by
 //! `step_waiting`, 5–8 by `step_progress` (8 also by `step_waiting`), 9 by `close`, each through
 //! [`TaskCore::transition`].
 //!
