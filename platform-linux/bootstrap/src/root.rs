@@ -282,8 +282,45 @@ impl Bootstrap {
         peers: &mut [Option<Peer>],
         hosts: &mut [Vec<u8>],
     ) -> Result<(), BootstrapError> {
-        let n = cfg.nranks;
         let mut pending: Vec<Conn> = Vec::new();
+        let r = Self::admit_joiners(cfg, listener, peers, hosts, &mut pending);
+        if let Err(e) = &r {
+            Self::tell_unadmitted(listener, &mut pending, e);
+        }
+        r
+    }
+
+    /// A failing root's last word to the connections it has not admitted: they may be ranks
+    /// whose `Hello` is still unread, and so may those still in the listen backlog. Closing
+    /// them unread would reset them, and they would report a lost root instead of why; so each
+    /// gets the `Abort`, then a lingering close ([`Conn::linger`]).
+    fn tell_unadmitted(listener: &TcpListener, pending: &mut Vec<Conn>, e: &BootstrapError) {
+        while let Ok((s, addr)) = listener.accept() {
+            if let Ok(c) = Conn::new(s, addr) {
+                pending.push(c);
+            }
+        }
+        let abort = Frame::Abort {
+            origin: 0,
+            status: e.status().code(),
+            reason: e.to_string(),
+        };
+        for c in pending.iter_mut() {
+            c.send_last(&abort);
+        }
+        Conn::linger(pending.iter_mut(), LINGER);
+    }
+
+    /// The admission loop of [`Bootstrap::gather_joiners`]; `pending` holds the connections that
+    /// have not said who they are yet.
+    fn admit_joiners(
+        cfg: &BootstrapConfig,
+        listener: &TcpListener,
+        peers: &mut [Option<Peer>],
+        hosts: &mut [Vec<u8>],
+        pending: &mut Vec<Conn>,
+    ) -> Result<(), BootstrapError> {
+        let n = cfg.nranks;
         let mut waiter = BoundedWait::new(cfg.timeout, cfg.warn_interval);
         let missing = |peers: &[Option<Peer>]| -> Vec<u32> {
             (1..n).filter(|&r| peers[r as usize].is_none()).collect()
@@ -321,26 +358,8 @@ impl Bootstrap {
                 let joiner = match Self::check_joiner(cfg, &mut pending[i], peers) {
                     Ok(j) => j,
                     Err(e) => {
-                        // The other connections that have not been admitted yet may be ranks
-                        // whose `Hello` is still unread: tell them too (closing them unread
-                        // would reset them, and they would report a lost root, not why).
+                        // The rejected one has had its `Reject`.
                         pending.swap_remove(i);
-                        // Connections still in the listen backlog too: closing the listener
-                        // resets them.
-                        while let Ok((s, addr)) = listener.accept() {
-                            if let Ok(c) = Conn::new(s, addr) {
-                                pending.push(c);
-                            }
-                        }
-                        let abort = Frame::Abort {
-                            origin: 0,
-                            status: e.status().code(),
-                            reason: e.to_string(),
-                        };
-                        for c in &mut pending {
-                            c.send_last(&abort);
-                        }
-                        Conn::linger(&mut pending, LINGER);
                         return Err(e);
                     }
                 };
