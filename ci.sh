@@ -44,14 +44,14 @@ setup() {
     $SUDO apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}"
   fi
-  # Miri runs on the nightly toolchain; add its components when missing (failure is reported,
-  # and the miri step then says why it is skipped).
-  if rustup toolchain list | grep -q '^nightly'; then
-    rustup component add --toolchain nightly miri rust-src >/dev/null 2>&1 \
-      || echo "note: could not add miri/rust-src to nightly; the miri step will report it"
-  else
-    echo "note: no nightly toolchain installed; the miri step will report it"
+  # Miri runs on the nightly toolchain: install it (minimal profile) or add its components
+  # when missing. A failure here is reported; the miri step then fails (unless opted out).
+  if ! rustup toolchain list | grep -q '^nightly'; then
+    rustup toolchain install nightly --profile minimal --component miri,rust-src \
+      || echo "note: could not install the nightly toolchain; the miri step will fail"
   fi
+  rustup component add --toolchain nightly miri rust-src >/dev/null 2>&1 \
+    || echo "note: could not add miri/rust-src to nightly; the miri step will fail"
 }
 
 fmt() { cargo fmt --all -- --check; }
@@ -98,8 +98,13 @@ loom() {
 
 miri() {
   if ! cargo +nightly miri --version >/dev/null 2>&1; then
-    echo "miri step skipped: 'cargo +nightly miri' is not available (see the setup step)"
-    return 0
+    if [ "${PROXY_ALLOW_SKIP_MIRI:-0}" = 1 ]; then
+      echo "miri step NOT RUN: 'cargo +nightly miri' is not available and PROXY_ALLOW_SKIP_MIRI=1"
+      return 0
+    fi
+    echo "error: 'cargo +nightly miri' is not available (see the setup step);" \
+      "set PROXY_ALLOW_SKIP_MIRI=1 to run the suite without Miri"
+    return 1
   fi
   # Few proptest cases and no failure files under Miri (slow interpreter).
   PROPTEST_CASES=8 PROPTEST_FAILURE_PERSISTENCE=off \
