@@ -114,6 +114,11 @@ plants! {
     /// test with a loop size below the entry count (`sendrecv_tests`, see this module's tests):
     /// the op fails with `NRT_HW_ERROR` and the comm with it.
     SendRecvIgnoresIndexWrap = 14,
+    /// `queue.rs: ProxyQueue::release_token` reads the drive word's waiter count with a load
+    /// before the release RMW: a slot owner that registers as a token waiter in between is not
+    /// woken, and its re-check before blocking still saw the token held (the lost-wakeup trap).
+    /// Loom model 9 (`tests/drive.rs`): a deadlock.
+    DriveReleaseChecksWaitersFirst = 15,
 }
 
 /// "No plant" in the selector's storage.

@@ -24,6 +24,20 @@
 //! worker owns them in ABANDONED. Every edge is a release (or AcqRel) RMW/store and every read of
 //! the state an acquire load, so the ring ends and the rings' contents change hands cleanly.
 //!
+//! **Who drives** (docs/design.md §9): a queue has exactly one driver at a time, the holder of
+//! its drive token (one word, `drive`: bit 0 = driven, the rest counts threads waiting for the
+//! token). In [`DriveMode::Thread`] (the default) the [`Worker`] takes the token when the queue
+//! is made and keeps it: the platform's worker thread runs `tick()`. In [`DriveMode::Caller`]
+//! no thread is spawned: runtime threads drive with [`ProxyQueue::tick`] or
+//! [`ProxyQueue::try_drive`] (a [`Driver`] guard), and a slot's owner that waits for a record
+//! ([`SlotHandle::drive_until`], [`SlotHandle::wait_record_until`], [`SlotHandle::leave`])
+//! takes the token when it is free and drives itself, or, while another thread holds it, parks
+//! on its slot's wake cell, woken by a pushed record or by the token's release. The release is
+//! one RMW that returns the waiter count (registration is an RMW on the same word), so a waiter
+//! that registered before the release is always woken, and one that registers after it finds
+//! the token free in its last re-check: no lost wakeup (loom model `tests/drive.rs`, plant
+//! `DriveReleaseChecksWaitersFirst`).
+//!
 //! Seed: `enc_proxy_queue` (296 B: `queue` deque +0x000, `active_tasks` map +0x050,
 //! `state_queue` +0x0d8, `stop` +0x120) and `enc_proxy_queue::process` (nrt:0x1cf7c0), §2.
 
@@ -36,7 +50,7 @@ use crate::driver::ring::{self, Consumer, Producer};
 use crate::driver::task::{ProxyTask, Step, StepEnv};
 use crate::driver::wake::{Park, WaitCell, Waiter};
 use crate::status::NrtStatus;
-use crate::sync::{Arc, AtomicBool, AtomicU32, CachePadded, Ordering, UnsafeCell};
+use crate::sync::{spin_loop, Arc, AtomicBool, AtomicU32, CachePadded, Ordering, UnsafeCell};
 use crate::time::Clock;
 
 /// Default number of producer slots per queue (real size; 2 under loom).
@@ -63,6 +77,32 @@ pub const DEFAULT_STATUS_CAPACITY_REAL: usize = 256;
 
 /// A task as the queue holds it.
 pub type TaskBox = Box<dyn ProxyTask>;
+
+/// Who drives a queue's `tick()` (docs/design.md §9), fixed when the queue is made.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum DriveMode {
+    /// A worker thread (`proxy-<tid>` on Linux) owns the drive token for the queue's life and
+    /// runs the loop of docs/design.md §4. The default.
+    #[default]
+    Thread,
+    /// No thread: runtime threads drive the queue (one at a time, by the drive token) with
+    /// [`ProxyQueue::tick`], [`ProxyQueue::try_drive`] or a slot's waits. A firmware has only
+    /// this mode.
+    Caller,
+}
+
+/// A submitted task and whether its box goes back to the owner when it is DONE.
+struct Submitted {
+    task: TaskBox,
+    /// `true`: returned through the slot's return ring ([`SlotHandle::take_returned`]) for
+    /// re-arming; `false`: dropped by the driver once its record is pushed.
+    keep: bool,
+}
+
+/// Drive-token word: bit 0 set while a thread drives the queue.
+const DRIVEN: u32 = 1;
+/// Drive-token word: one waiter registered (the count lives in bits 1..).
+const WAITER: u32 = 2;
 
 /// Sizes of a queue.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -133,8 +173,13 @@ impl SlotState {
 
 /// The owner-side ring ends of a slot.
 struct OwnerEnds {
-    submit: Producer<TaskBox>,
+    submit: Producer<Submitted>,
     status: Consumer<TaskRecord>,
+    /// Boxes of DONE tasks submitted with [`SlotHandle::submit_returning`].
+    returned: Consumer<TaskBox>,
+    /// Records popped while waiting for a particular task (drive-until), handed out first by
+    /// the other pops. Capacity: the status ring's (allocated once).
+    early: VecDeque<TaskRecord>,
 }
 
 struct SharedSlot {
@@ -143,8 +188,11 @@ struct SharedSlot {
     /// The owner-side ends while no handle holds them (FREE, CLOSED-after-leave, ABANDONED).
     /// Accessed only by the party the state says owns them (module docs).
     owner: UnsafeCell<Option<OwnerEnds>>,
-    /// The owner waits here for records and for CLOSED; the worker notifies.
+    /// The owner waits here for records and for CLOSED; the worker notifies, and so does a
+    /// caller-mode driver releasing the token while `wants_drive` is set.
     waiter: WaitCell,
+    /// Set while the slot's owner waits for the drive token (read by the releasing driver).
+    wants_drive: AtomicBool,
 }
 
 /// The edges of the slot state machine (the numbers of the module diagram). Only these can be
@@ -219,10 +267,17 @@ pub struct ProxyQueue {
     /// Set when the [`Worker`] is dropped (its thread ended): nothing steps tasks any more.
     exited: AtomicBool,
     status_capacity: usize,
+    mode: DriveMode,
+    /// The drive token: bit 0 [`DRIVEN`], bits 1.. the number of threads waiting for it
+    /// ([`WAITER`] each). Changed only by RMW.
+    drive: AtomicU32,
+    /// The driver-side state: touched only by the token's holder.
+    driver: UnsafeCell<DriverState>,
 }
 
-// SAFETY: the only non-Sync field is each slot's `owner` cell, accessed by one party at a time
-// as the slot's state word says (module docs); everything else is atomic.
+// SAFETY: the non-Sync fields are each slot's `owner` cell, accessed by one party at a time
+// as the slot's state word says, and `driver`, accessed only by the holder of the drive token
+// (taken and released by AcqRel RMWs on `drive`; module docs); everything else is atomic.
 unsafe impl Sync for ProxyQueue {}
 // SAFETY: as above; the ring ends are Send (TaskBox is Send).
 unsafe impl Send for ProxyQueue {}
@@ -272,47 +327,153 @@ impl core::fmt::Debug for Rejected {
 }
 
 impl ProxyQueue {
-    /// A queue with `cfg`'s sizes, and its worker (to be run on one thread: tick, then park /
-    /// spin / yield as [`Tick`] says). `clock` is read once per tick for the tasks' timeouts.
+    /// A queue with `cfg`'s sizes in [`DriveMode::Thread`], and its worker (to be run on one
+    /// thread: tick, then park / spin / yield as [`Tick`] says), which holds the drive token.
+    /// `clock` is read once per tick for the tasks' timeouts.
     ///
     /// # Errors
     /// [`NrtStatus::Invalid`] from [`QueueConfig::validate`].
     pub fn new(cfg: QueueConfig, clock: Box<dyn Clock>) -> Result<(Arc<Self>, Worker), NrtStatus> {
+        let queue = Self::build(cfg, clock, DriveMode::Thread)?;
+        // The token is free in a new queue; the worker keeps it for its life.
+        let taken = queue.take_token();
+        debug_assert!(taken);
+        Ok((queue.clone(), Worker { queue }))
+    }
+
+    /// A queue with `cfg`'s sizes in [`DriveMode::Caller`]: no worker; runtime threads drive it
+    /// ([`ProxyQueue::tick`], [`ProxyQueue::try_drive`], the slots' waits). `clock` is read once
+    /// per tick for the tasks' timeouts.
+    ///
+    /// # Errors
+    /// [`NrtStatus::Invalid`] from [`QueueConfig::validate`].
+    pub fn new_caller(cfg: QueueConfig, clock: Box<dyn Clock>) -> Result<Arc<Self>, NrtStatus> {
+        Self::build(cfg, clock, DriveMode::Caller)
+    }
+
+    fn build(
+        cfg: QueueConfig,
+        clock: Box<dyn Clock>,
+        mode: DriveMode,
+    ) -> Result<Arc<Self>, NrtStatus> {
         cfg.validate()?;
         let mut shared = Vec::with_capacity(cfg.slots);
         let mut worker_slots = Vec::with_capacity(cfg.slots);
         for _ in 0..cfg.slots {
-            let (stx, srx) = ring::channel::<TaskBox>(cfg.submit_capacity);
+            let (stx, srx) = ring::channel::<Submitted>(cfg.submit_capacity);
             let (rtx, rrx) = ring::channel::<TaskRecord>(cfg.status_capacity);
+            let (btx, brx) = ring::channel::<TaskBox>(cfg.status_capacity);
             shared.push(CachePadded::new(SharedSlot {
                 state: AtomicU32::new(SlotState::Free as u32),
                 owner: UnsafeCell::new(Some(OwnerEnds {
                     submit: stx,
                     status: rrx,
+                    returned: brx,
+                    early: VecDeque::with_capacity(cfg.status_capacity),
                 })),
                 waiter: WaitCell::new(),
+                wants_drive: AtomicBool::new(false),
             }));
             worker_slots.push(WorkerSlot {
                 submit: srx,
                 status: rtx,
+                returned: btx,
                 active: VecDeque::new(),
             });
         }
-        let queue = Arc::new(Self {
+        Ok(Arc::new(Self {
             slots: shared.into_boxed_slice(),
             worker_wait: WaitCell::new(),
             stop: AtomicBool::new(false),
             dump: AtomicBool::new(false),
             exited: AtomicBool::new(false),
             status_capacity: cfg.status_capacity,
-        });
-        let worker = Worker {
-            queue: queue.clone(),
-            slots: worker_slots,
-            clock,
-            busy_comms: Vec::new(),
-        };
-        Ok((queue, worker))
+            mode,
+            drive: AtomicU32::new(0),
+            driver: UnsafeCell::new(DriverState {
+                slots: worker_slots,
+                clock,
+                busy_comms: Vec::with_capacity(cfg.slots),
+            }),
+        }))
+    }
+
+    /// How the queue is driven.
+    pub fn mode(&self) -> DriveMode {
+        self.mode
+    }
+
+    /// Takes the drive token if it is free (free → driven by one RMW; Acquire: the previous
+    /// holder's changes to the driver state are visible).
+    fn take_token(&self) -> bool {
+        self.drive.fetch_or(DRIVEN, Ordering::AcqRel) & DRIVEN == 0
+    }
+
+    /// `true` while some thread holds the drive token.
+    pub fn is_driven(&self) -> bool {
+        self.drive.load(Ordering::Acquire) & DRIVEN != 0
+    }
+
+    /// Number of threads registered as waiting for the drive token (for tests and dumps).
+    pub fn token_waiters(&self) -> u32 {
+        self.drive.load(Ordering::Acquire) / WAITER
+    }
+
+    /// Releases the drive token and wakes every slot owner waiting for it.
+    fn release_token(&self) {
+        // One RMW that both releases and reads the waiter count: a waiter registers by an RMW
+        // on the same word, so either its registration is in `prev` (we wake it) or it comes
+        // after our release (its re-check before blocking finds the token free).
+        // PLANT: DriveReleaseChecksWaitersFirst reads the waiter count by a load before the
+        // release: a waiter that registers in between is neither counted nor sees the token
+        // free in its re-check (the lost-wakeup trap).
+        let prev = plant!(
+            DriveReleaseChecksWaitersFirst,
+            {
+                let waiters = self.drive.load(Ordering::Acquire);
+                self.drive.fetch_and(!DRIVEN, Ordering::AcqRel);
+                waiters
+            },
+            self.drive.fetch_and(!DRIVEN, Ordering::AcqRel)
+        );
+        if prev >= WAITER {
+            for slot in self.slots.iter() {
+                if slot.wants_drive.load(Ordering::Acquire) {
+                    slot.waiter.notify();
+                }
+            }
+        }
+    }
+
+    /// Takes the drive token, or `None` while another thread holds it (always, in
+    /// [`DriveMode::Thread`]: the worker holds it). The [`Driver`] releases it when dropped.
+    pub fn try_drive(&self) -> Option<Driver<'_>> {
+        // Not `then_some`: a Driver made eagerly and dropped would release a token we never took.
+        if self.take_token() {
+            Some(Driver { queue: self })
+        } else {
+            None
+        }
+    }
+
+    /// One tick by the calling thread (caller mode): takes the drive token, ticks once
+    /// ([`Driver::tick`]), releases it.
+    ///
+    /// # Errors
+    /// [`NrtStatus::Invalid`] when another thread holds the token (or the queue has a worker).
+    pub fn tick(&self) -> Result<Tick, NrtStatus> {
+        let mut d = self.try_drive().ok_or(NrtStatus::Invalid)?;
+        Ok(d.tick())
+    }
+
+    /// Runs `f` on the driver state.
+    ///
+    /// # Safety
+    /// The calling thread holds the drive token (a [`Driver`] or the [`Worker`]).
+    unsafe fn with_driver<R>(&self, f: impl FnOnce(&mut DriverState) -> R) -> R {
+        // SAFETY: the caller holds the token, so nobody else touches the state until it is
+        // released (the release RMW publishes our writes to the next holder).
+        self.driver.with_mut(|p| f(unsafe { &mut *p }))
     }
 
     /// Number of slots.
@@ -369,14 +530,17 @@ impl ProxyQueue {
                 .owner
                 .with_mut(|p| unsafe { (*p).take() })
                 .expect("a FREE slot holds its owner ends");
-            // A FREE slot's rings are empty (leave drained them); make sure of the status ring.
+            // A FREE slot's rings are empty (leave drained them); make sure of the owner's.
             while ends.status.pop().is_some() {}
+            while ends.returned.pop().is_some() {}
+            ends.early.clear();
             this.worker_wait.notify();
             return Ok(SlotHandle {
                 queue: queue.clone(),
                 index: index as u32,
                 ends: Some(ends),
                 outstanding: 0,
+                kept_out: 0,
             });
         }
         Err(NrtStatus::Resource)
@@ -419,6 +583,9 @@ pub struct SlotHandle {
     ends: Option<OwnerEnds>,
     /// Tasks submitted whose final record has not been popped yet (≤ status capacity).
     outstanding: usize,
+    /// Tasks submitted with `keep` whose box has not been taken back yet (≤ status capacity,
+    /// the return ring's size: so the driver always has room to return a box).
+    kept_out: usize,
 }
 
 impl core::fmt::Debug for SlotHandle {
@@ -455,8 +622,23 @@ impl SlotHandle {
     /// tasks as its status ring holds, or its submission ring is full: the task comes back and
     /// the caller retries after collecting records. Nothing is lost. [`NrtStatus::Closed`] when
     /// the queue's worker is gone.
-    pub fn submit(&mut self, mut task: TaskBox) -> Result<(), Rejected> {
-        let full = self.outstanding >= self.queue.status_capacity;
+    pub fn submit(&mut self, task: TaskBox) -> Result<(), Rejected> {
+        self.push(task, false)
+    }
+
+    /// As [`SlotHandle::submit`], and the task's box comes back once it is DONE: after its
+    /// record is popped, [`SlotHandle::take_returned`] hands it out for re-arming and
+    /// resubmission (the allocation-free steady state: no new box per execution).
+    ///
+    /// # Errors
+    /// As [`SlotHandle::submit`].
+    pub fn submit_returning(&mut self, task: TaskBox) -> Result<(), Rejected> {
+        self.push(task, true)
+    }
+
+    fn push(&mut self, mut task: TaskBox, keep: bool) -> Result<(), Rejected> {
+        let full = self.outstanding >= self.queue.status_capacity
+            || (keep && self.kept_out >= self.queue.status_capacity);
         let gone = self.queue.worker_exited();
         let Some(ends) = self.ends.as_mut().filter(|_| !gone) else {
             return Err(Rejected {
@@ -471,35 +653,122 @@ impl SlotHandle {
             });
         }
         task.bind_slot(self.index);
-        if let Err(task) = ends.submit.push(task) {
+        if let Err(s) = ends.submit.push(Submitted { task, keep }) {
             return Err(Rejected {
                 status: NrtStatus::QueueFull,
-                task,
+                task: s.task,
             });
         }
         self.outstanding += 1;
+        self.kept_out += usize::from(keep);
         self.queue.worker_wait.notify();
         Ok(())
     }
 
+    /// The box of a DONE task submitted with [`SlotHandle::submit_returning`], oldest first
+    /// (its record was pushed before it; `None` when none is back yet).
+    pub fn take_returned(&mut self) -> Option<TaskBox> {
+        let t = self.ends.as_mut()?.returned.pop()?;
+        self.kept_out -= 1;
+        Some(t)
+    }
+
     /// Pops the next final record, if one is ready.
     pub fn try_pop_record(&mut self) -> Option<TaskRecord> {
-        let r = self.ends.as_mut()?.status.pop()?;
+        let ends = self.ends.as_mut()?;
+        let r = ends.early.pop_front().or_else(|| ends.status.pop())?;
         self.outstanding -= 1;
         Some(r)
     }
 
     /// Waits for the next final record: spins for the waiter's budget, then parks until the
-    /// worker pushes one. `None` at once when no task is outstanding (nothing would come).
+    /// worker pushes one; in [`DriveMode::Caller`] it drives the queue itself whenever the
+    /// drive token is free. `None` at once when no task is outstanding (nothing would come).
+    /// Unbounded: prefer [`SlotHandle::wait_record_until`].
     pub fn wait_record(&mut self, waiter: &Waiter<'_>) -> Option<TaskRecord> {
+        self.wait_record_until(waiter, None).ok()
+    }
+
+    /// [`SlotHandle::wait_record`] with a deadline on `waiter.clock` (`None`: no deadline).
+    ///
+    /// # Errors
+    /// [`NrtStatus::Invalid`] when no task is outstanding; [`NrtStatus::Timeout`] when the
+    /// deadline passed first (nothing is lost: the record stays in the ring for a later pop).
+    pub fn wait_record_until(
+        &mut self,
+        waiter: &Waiter<'_>,
+        deadline_ns: Option<u64>,
+    ) -> Result<TaskRecord, NrtStatus> {
         if self.outstanding == 0 {
-            return None;
+            return Err(NrtStatus::Invalid);
         }
-        let slot = &self.queue.slots[self.index as usize];
-        let ends = self.ends.as_mut()?;
-        let r = waiter.wait_on(&slot.waiter, || ends.status.pop());
+        let r = self.wait_driving(waiter, deadline_ns, None, |ends| {
+            ends.early.pop_front().or_else(|| ends.status.pop())
+        })?;
         self.outstanding -= 1;
-        Some(r)
+        Ok(r)
+    }
+
+    /// Drives (or waits for) the queue until the final record of task `task_id` is popped and
+    /// returns it; records of other tasks popped meanwhile are kept for the next
+    /// [`SlotHandle::try_pop_record`] / waits, in order. With the drive token (caller mode,
+    /// token free) the calling thread ticks the queue and calls `hook` between ticks (the polled
+    /// device runs there; it answers `true` when it made progress). While another thread holds
+    /// the token (the worker, or another caller) it keeps calling `hook` between polls of the
+    /// status ring, yielding when the hook did nothing, and never parks: the hook's device may be
+    /// what the driver waits for. Idle driving (no tick and no hook made progress) spins for the
+    /// waiter's budget, then yields between ticks
+    /// ([`Park::yield_now`](crate::driver::wake::Park::yield_now)). A wait with no device to
+    /// run (`hook` `None`, or [`SlotHandle::wait_record_until`]) parks instead, woken by a
+    /// record push or the token's release.
+    ///
+    /// Seed: none (the seed's libnrt always has a worker thread); docs/design.md §9.
+    ///
+    /// # Errors
+    /// [`NrtStatus::Invalid`] when no task is outstanding; [`NrtStatus::Timeout`] when
+    /// `deadline_ns` (on `waiter.clock`) passed first.
+    pub fn drive_until(
+        &mut self,
+        task_id: u32,
+        deadline_ns: Option<u64>,
+        waiter: &Waiter<'_>,
+        hook: Option<&mut dyn FnMut() -> bool>,
+    ) -> Result<TaskRecord, NrtStatus> {
+        if self.outstanding == 0 {
+            return Err(NrtStatus::Invalid);
+        }
+        let r = self.wait_driving(waiter, deadline_ns, hook, |ends| {
+            if let Some(i) = ends.early.iter().position(|r| r.task_id == task_id) {
+                return ends.early.remove(i);
+            }
+            while let Some(r) = ends.status.pop() {
+                if r.task_id == task_id {
+                    return Some(r);
+                }
+                // Room: early + ring together never hold more than the status capacity.
+                ends.early.push_back(r);
+            }
+            None
+        })?;
+        self.outstanding -= 1;
+        Ok(r)
+    }
+
+    /// The owner's one wait loop: polls `poll` on the owner ends until it yields a value. When
+    /// the drive token is free, takes it and drives (tick, `hook`) until `poll` succeeds or the
+    /// deadline; otherwise spins, then parks on the slot's cell, registered as a token waiter
+    /// (woken by a record push or the token's release). Answers `Timeout` at the deadline.
+    fn wait_driving<T>(
+        &mut self,
+        waiter: &Waiter<'_>,
+        deadline_ns: Option<u64>,
+        hook: Option<&mut dyn FnMut() -> bool>,
+        mut poll: impl FnMut(&mut OwnerEnds) -> Option<T>,
+    ) -> Result<T, NrtStatus> {
+        let queue = &*self.queue;
+        let index = self.index as usize;
+        let ends = self.ends.as_mut().ok_or(NrtStatus::Closed)?;
+        wait_driving(queue, index, ends, waiter, deadline_ns, hook, &mut poll)
     }
 
     /// Leaves the queue: the slot goes CLOSING, the worker ends every queued and active task of
@@ -534,13 +803,17 @@ impl SlotHandle {
         let moved = slot_transition(slot, index, SlotEdge::Leave);
         debug_assert!(moved, "leave on a slot that is not ACTIVE");
         queue.worker_wait.notify();
-        waiter.wait_on(&slot.waiter, || {
+        // Records popped early by drive-until come first (push order).
+        out.extend(ends.early.drain(..));
+        // Wait for CLOSED; in caller mode drive the queue ourselves (the tick closes the slot).
+        let waited = wait_driving(&queue, index, &mut ends, waiter, None, None, &mut |ends| {
             while let Some(r) = ends.status.pop() {
                 out.push(r);
             }
             let closed = slot.state.load(Ordering::Acquire) == SlotState::Closed as u32;
             (closed || queue.worker_exited()).then_some(())
         });
+        debug_assert!(waited.is_ok(), "an undeadlined wait ends with its value");
         // CLOSED (or `exited`) was stored after the last push (release; acquired above):
         // drain the rest.
         while let Some(r) = ends.status.pop() {
@@ -554,6 +827,9 @@ impl SlotHandle {
             );
         }
         self.outstanding = 0;
+        self.kept_out = 0;
+        // Boxes not taken back are dropped with the slot's next join (or here, now).
+        while ends.returned.pop().is_some() {}
         // SAFETY: the slot is CLOSED (or CLOSING with the worker gone) and we are its owner:
         // nobody else touches `owner` until our release edge to FREE.
         slot.owner.with_mut(|p| unsafe { *p = Some(ends) });
@@ -584,25 +860,163 @@ impl Drop for SlotHandle {
     }
 }
 
-/// The worker side of one slot.
-struct WorkerSlot {
-    submit: Consumer<TaskBox>,
-    status: Producer<TaskRecord>,
-    /// Active tasks in submission order (seed: `active_tasks[rank]`, keyed by slot here).
-    active: VecDeque<TaskBox>,
+/// The owner's one wait loop (see [`SlotHandle::wait_driving`]).
+fn wait_driving<T>(
+    queue: &ProxyQueue,
+    index: usize,
+    ends: &mut OwnerEnds,
+    waiter: &Waiter<'_>,
+    deadline_ns: Option<u64>,
+    mut hook: Option<&mut dyn FnMut() -> bool>,
+    poll: &mut dyn FnMut(&mut OwnerEnds) -> Option<T>,
+) -> Result<T, NrtStatus> {
+    let slot = &queue.slots[index];
+    let past = |now: u64| deadline_ns.is_some_and(|d| now >= d);
+    loop {
+        if let Some(v) = poll(ends) {
+            return Ok(v);
+        }
+        if let Some(mut d) = queue.try_drive() {
+            // We drive: tick and run the hook until our value comes (the token is released
+            // when `d` drops, on every return).
+            let mut idle_since: Option<u64> = None;
+            loop {
+                let t = d.tick();
+                let moved = hook.as_deref_mut().is_some_and(|h| h());
+                if let Some(v) = poll(ends) {
+                    return Ok(v);
+                }
+                let now = waiter.clock.now_ns();
+                if past(now) {
+                    return Err(NrtStatus::Timeout);
+                }
+                if t == Tick::Continue || moved {
+                    idle_since = None;
+                    continue;
+                }
+                let since = *idle_since.get_or_insert(now);
+                if now.saturating_sub(since) >= waiter.spin_ns {
+                    waiter.park.yield_now();
+                } else {
+                    spin_loop();
+                }
+            }
+        }
+        // Another thread drives. With a hook (a polled device), keep running it between polls
+        // and yield: the device may be what the driver waits for, and nothing would wake us
+        // for it.
+        if let Some(hook) = hook.as_deref_mut() {
+            loop {
+                let moved = hook();
+                if let Some(v) = poll(ends) {
+                    return Ok(v);
+                }
+                if !queue.is_driven() {
+                    break;
+                }
+                if past(waiter.clock.now_ns()) {
+                    return Err(NrtStatus::Timeout);
+                }
+                if !moved {
+                    waiter.park.yield_now();
+                }
+            }
+            continue;
+        }
+        // No hook: spin for the budget (bounded in polls too), then park.
+        let now = waiter.clock.now_ns();
+        if past(now) {
+            return Err(NrtStatus::Timeout);
+        }
+        // Register as a token waiter (the flag before the RMW that the releaser reads), then
+        // park with a last re-check of both conditions.
+        slot.wants_drive.store(true, Ordering::Relaxed);
+        queue.drive.fetch_add(WAITER, Ordering::AcqRel);
+        let mut got = None;
+        let timeout_ns = deadline_ns.map(|d| d.saturating_sub(now));
+        slot.waiter.park_timeout(
+            waiter.park,
+            || {
+                got = poll(ends);
+                got.is_some() || !queue.is_driven()
+            },
+            timeout_ns,
+        );
+        slot.wants_drive.store(false, Ordering::Relaxed);
+        queue.drive.fetch_sub(WAITER, Ordering::AcqRel);
+        if let Some(v) = got {
+            return Ok(v);
+        }
+    }
 }
 
-/// The worker of a queue: owns the worker-side ring ends and the active lists. Run it on one
-/// thread: `loop { match tick() { Park => park(), NoProgress => spin/yield, Continue => {} } }`
-/// until [`Worker::stop_requested`].
-///
-/// Seed: `enc_proxy_queue::process` (nrt:0x1cf7c0), §2.
-pub struct Worker {
-    queue: Arc<ProxyQueue>,
+/// The drive token, held by the calling thread ([`ProxyQueue::try_drive`]): tick the queue;
+/// dropping it releases the token and wakes the slot owners waiting for it.
+pub struct Driver<'q> {
+    queue: &'q ProxyQueue,
+}
+
+impl core::fmt::Debug for Driver<'_> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Driver").field("queue", self.queue).finish()
+    }
+}
+
+impl Driver<'_> {
+    /// One tick of the driver loop (see [`Worker::tick`]).
+    pub fn tick(&mut self) -> Tick {
+        let q = self.queue;
+        // SAFETY: this guard holds the drive token.
+        unsafe { q.with_driver(|ds| ds.tick(q)) }
+    }
+
+    /// Number of active tasks over all slots.
+    pub fn active_count(&self) -> usize {
+        let q = self.queue;
+        // SAFETY: this guard holds the drive token.
+        unsafe { q.with_driver(|ds| ds.active_count()) }
+    }
+
+    /// Writes the queue's state to the log (see [`Worker::dump`]).
+    pub fn dump(&mut self) {
+        let q = self.queue;
+        // SAFETY: this guard holds the drive token.
+        unsafe { q.with_driver(|ds| ds.dump(q)) }
+    }
+}
+
+impl Drop for Driver<'_> {
+    fn drop(&mut self) {
+        self.queue.release_token();
+    }
+}
+
+/// The worker side of one slot.
+struct WorkerSlot {
+    submit: Consumer<Submitted>,
+    status: Producer<TaskRecord>,
+    /// Boxes of DONE tasks submitted with `keep`, back to the owner.
+    returned: Producer<TaskBox>,
+    /// Active tasks in submission order (seed: `active_tasks[rank]`, keyed by slot here).
+    active: VecDeque<Submitted>,
+}
+
+/// The driver-side state of a queue: the worker ends of every slot's rings, the active lists,
+/// the clock. Touched only by the drive token's holder.
+struct DriverState {
     slots: Vec<WorkerSlot>,
     clock: Box<dyn Clock>,
     /// Scratch for one tick: comms with a network task not DONE seen so far.
     busy_comms: Vec<usize>,
+}
+
+/// The worker of a [`DriveMode::Thread`] queue: holds the queue's drive token for its life.
+/// Run it on one thread: `loop { match tick() { Park => park(), NoProgress => spin/yield,
+/// Continue => {} } }` until [`Worker::stop_requested`].
+///
+/// Seed: `enc_proxy_queue::process` (nrt:0x1cf7c0), §2.
+pub struct Worker {
+    queue: Arc<ProxyQueue>,
 }
 
 impl core::fmt::Debug for Worker {
@@ -627,7 +1041,8 @@ impl Worker {
 
     /// Number of active tasks over all slots.
     pub fn active_count(&self) -> usize {
-        self.slots.iter().map(|s| s.active.len()).sum()
+        // SAFETY: the worker holds the drive token for its life.
+        unsafe { self.queue.with_driver(|ds| ds.active_count()) }
     }
 
     /// One tick of the driver loop: drain every submission ring into the active lists, step
@@ -637,10 +1052,52 @@ impl Worker {
     ///
     /// Seed: one iteration of `enc_proxy_queue::process` (drain → step → recycle), §2.
     pub fn tick(&mut self) -> Tick {
+        let q = &*self.queue;
+        // SAFETY: the worker holds the drive token for its life.
+        unsafe { q.with_driver(|ds| ds.tick(q)) }
+    }
+
+    /// Parks the worker until a submission, a join, a leave or a stop wakes it; re-checks every
+    /// submission ring and slot state after marking itself parked (so nothing that arrived
+    /// since the last tick is slept through).
+    ///
+    /// Seed: `cv.wait(mtx)` in `enc_proxy_queue::process`, §2.
+    pub fn park(&mut self, park: &dyn Park) {
+        let q = &*self.queue;
+        // SAFETY: the worker holds the drive token for its life.
+        unsafe { q.with_driver(|ds| ds.park(q, park)) }
+    }
+
+    /// Writes the queue's state to the log (error level): every non-free slot with its ring
+    /// fill levels and every active task's record.
+    pub fn dump(&mut self) {
+        let q = &*self.queue;
+        // SAFETY: the worker holds the drive token for its life.
+        unsafe { q.with_driver(|ds| ds.dump(q)) }
+    }
+}
+
+impl Drop for Worker {
+    /// The worker's thread is ending (after a stop request, or unwinding): close every task it
+    /// still holds (NRT_CLOSED, records pushed), confirm leaving slots, mark the queue exited
+    /// and wake every slot owner, so no leave waits for a worker that is gone.
+    fn drop(&mut self) {
+        let q = &*self.queue;
+        // SAFETY: the worker holds the drive token for its life (it is never released: a
+        // thread-mode queue has no other driver).
+        unsafe { q.with_driver(|ds| ds.exit(q)) }
+    }
+}
+
+impl DriverState {
+    fn active_count(&self) -> usize {
+        self.slots.iter().map(|s| s.active.len()).sum()
+    }
+
+    fn tick(&mut self, queue: &ProxyQueue) -> Tick {
         let now_ns = self.clock.now_ns();
-        let queue = self.queue.clone();
         if queue.dump.swap(false, Ordering::AcqRel) {
-            self.dump();
+            self.dump(queue);
         }
         let mut drained = false;
         let mut progressed = false;
@@ -671,33 +1128,35 @@ impl Worker {
             let mut pushed = false;
             let busy = &mut self.busy_comms;
             let status = &mut ws.status;
-            ws.active.retain_mut(|t| {
+            let returned = &mut ws.returned;
+            let mut k = 0;
+            while k < ws.active.len() {
+                let t = &mut ws.active[k].task;
                 let key = t.comm_key();
                 let may_begin = key.is_none_or(|k| !busy.contains(&k));
                 match t.step(&StepEnv { now_ns, may_begin }) {
                     Step::Done => {
-                        let rec = t.record();
-                        timed_out |= rec.status() == NrtStatus::Timeout;
-                        push_record(index, status, rec);
+                        let sub = ws.active.remove(k).expect("k < len");
+                        timed_out |= sub.task.record().status() == NrtStatus::Timeout;
+                        finish(index, status, returned, sub);
                         pushed = true;
                         progressed = true;
-                        false
                     }
                     s => {
                         progressed |= s == Step::Progressed;
-                        if let Some(k) = key {
-                            busy.push(k);
+                        if let Some(c) = key {
+                            busy.push(c);
                         }
-                        true
+                        k += 1;
                     }
                 }
-            });
+            }
             if pushed {
                 queue.slots[index].waiter.notify();
             }
         }
         if timed_out {
-            self.dump();
+            self.dump(queue);
         }
         if !any_active && !drained && !progressed {
             Tick::Park
@@ -708,13 +1167,7 @@ impl Worker {
         }
     }
 
-    /// Parks the worker until a submission, a join, a leave or a stop wakes it; re-checks every
-    /// submission ring and slot state after marking itself parked (so nothing that arrived
-    /// since the last tick is slept through).
-    ///
-    /// Seed: `cv.wait(mtx)` in `enc_proxy_queue::process`, §2.
-    pub fn park(&mut self, park: &dyn Park) {
-        let queue = self.queue.clone();
+    fn park(&mut self, queue: &ProxyQueue, park: &dyn Park) {
         let slots = &mut self.slots;
         queue.worker_wait.park(park, || {
             queue.stop_requested()
@@ -729,16 +1182,15 @@ impl Worker {
         });
     }
 
-    /// Writes the queue's state to the log (error level): every non-free slot with its ring
-    /// fill levels and every active task's record.
-    pub fn dump(&mut self) {
+    fn dump(&mut self, queue: &ProxyQueue) {
         log::error!(
-            "proxy queue dump: {} slots, {} active tasks",
+            "proxy queue dump ({:?} mode): {} slots, {} active tasks",
+            queue.mode,
             self.slots.len(),
             self.active_count()
         );
         for (index, ws) in self.slots.iter_mut().enumerate() {
-            let state = SlotState::from_u32(self.queue.slots[index].state.load(Ordering::Acquire));
+            let state = SlotState::from_u32(queue.slots[index].state.load(Ordering::Acquire));
             if state == SlotState::Free && ws.active.is_empty() {
                 continue;
             }
@@ -749,18 +1201,12 @@ impl Worker {
                 ws.active.len()
             );
             for t in &ws.active {
-                log::error!("    {:?} {:?}", t.kind(), t.record());
+                log::error!("    {:?} {:?}", t.task.kind(), t.task.record());
             }
         }
     }
-}
 
-impl Drop for Worker {
-    /// The worker's thread is ending (after a stop request, or unwinding): close every task it
-    /// still holds (NRT_CLOSED, records pushed), confirm leaving slots, mark the queue exited
-    /// and wake every slot owner, so no leave waits for a worker that is gone.
-    fn drop(&mut self) {
-        let queue = self.queue.clone();
+    fn exit(&mut self, queue: &ProxyQueue) {
         for (index, ws) in self.slots.iter_mut().enumerate() {
             let slot = &queue.slots[index];
             let state = SlotState::from_u32(slot.state.load(Ordering::Acquire));
@@ -773,9 +1219,9 @@ impl Drop for Worker {
                     if !ws.active.is_empty() {
                         log::warn!("slot {index}: worker exiting with active tasks; closing them");
                     }
-                    for mut t in ws.active.drain(..) {
-                        t.close(NrtStatus::Closed);
-                        push_record(index, &mut ws.status, t.record());
+                    while let Some(mut sub) = ws.active.pop_front() {
+                        sub.task.close(NrtStatus::Closed);
+                        finish(index, &mut ws.status, &mut ws.returned, sub);
                     }
                 }
                 SlotState::Closing | SlotState::Abandoned => close_slot(index, slot, ws, state),
@@ -786,6 +1232,21 @@ impl Drop for Worker {
         for slot in queue.slots.iter() {
             slot.waiter.notify();
         }
+    }
+}
+
+/// A DONE task leaves the driver: its final record is pushed, and its box goes back to the
+/// owner if it was submitted with `keep` (else it is dropped here).
+fn finish(
+    index: usize,
+    status: &mut Producer<TaskRecord>,
+    returned: &mut Producer<TaskBox>,
+    sub: Submitted,
+) {
+    push_record(index, status, sub.task.record());
+    if sub.keep && returned.push(sub.task).is_err() {
+        log::error!("slot {index}: return ring full, a task box dropped (admission bug)");
+        debug_assert!(false, "return ring full");
     }
 }
 
@@ -804,9 +1265,9 @@ fn close_slot(index: usize, slot: &SharedSlot, ws: &mut WorkerSlot, state: SlotS
     while let Some(t) = ws.submit.pop() {
         ws.active.push_back(t);
     }
-    for mut t in ws.active.drain(..) {
-        t.close(NrtStatus::Closed);
-        push_record(index, &mut ws.status, t.record());
+    while let Some(mut sub) = ws.active.pop_front() {
+        sub.task.close(NrtStatus::Closed);
+        finish(index, &mut ws.status, &mut ws.returned, sub);
     }
     match state {
         SlotState::Closing => {
@@ -815,12 +1276,14 @@ fn close_slot(index: usize, slot: &SharedSlot, ws: &mut WorkerSlot, state: SlotS
             slot.waiter.notify();
         }
         _ => {
-            // ABANDONED: the owner is gone and the ends are ours; drop the records nobody will
-            // read, then free the slot.
+            // ABANDONED: the owner is gone and the ends are ours; drop the records and boxes
+            // nobody will read, then free the slot.
             slot.owner.with_mut(|p| {
                 // SAFETY: the slot is ABANDONED: the worker owns `owner` until its edge to FREE.
                 if let Some(ends) = unsafe { (*p).as_mut() } {
                     while ends.status.pop().is_some() {}
+                    while ends.returned.pop().is_some() {}
+                    ends.early.clear();
                 }
             });
             let moved = slot_transition(slot, index, SlotEdge::WorkerFreed);

@@ -258,3 +258,248 @@ fn kinds_and_dump_do_not_panic() {
     let t = net(&s, 2, 1);
     assert_eq!(t.kind(), TaskKind::Network);
 }
+
+// ---- caller-driven progress (docs/design.md §9) ----
+
+fn small_caller(slots: usize, cap: usize) -> Arc<ProxyQueue> {
+    ProxyQueue::new_caller(
+        QueueConfig {
+            slots,
+            submit_capacity: cap,
+            status_capacity: cap,
+        },
+        Box::new(NoClock),
+    )
+    .unwrap()
+}
+
+/// A deadline `secs` from now on the monotonic clock (what the waits compare against).
+fn deadline(clock: &MonotonicClock, secs: u64) -> Option<u64> {
+    Some(clock.now_ns() + secs * 1_000_000_000)
+}
+
+#[test]
+fn caller_mode_ticks_and_a_second_driver_is_refused() {
+    let s = Script::new(2);
+    let q = small_caller(2, 8);
+    assert_eq!(q.mode(), DriveMode::Caller);
+    let mut h = ProxyQueue::join(&q).unwrap();
+    h.submit(net(&s, 1, 10)).unwrap();
+    let mut d = q.try_drive().expect("a free token");
+    assert!(q.is_driven());
+    // Another thread's tick (and try_drive) is refused while we hold the token.
+    let q2 = q.clone();
+    let refused = std::thread::spawn(move || (q2.tick(), q2.try_drive().is_none()))
+        .join()
+        .unwrap();
+    assert_eq!(refused, (Err(NrtStatus::Invalid), true));
+    let mut recs = Vec::new();
+    for _ in 0..100 {
+        d.tick();
+        if let Some(r) = h.try_pop_record() {
+            recs.push(r);
+            break;
+        }
+    }
+    assert_eq!(recs.len(), 1);
+    assert!(recs[0].is_done() && recs[0].status() == NrtStatus::Success);
+    drop(d);
+    assert!(!q.is_driven());
+    assert_eq!(q.tick(), Ok(Tick::Park));
+}
+
+#[test]
+fn a_worker_queue_refuses_caller_ticks() {
+    let (q, w) = small(1, 4);
+    assert_eq!(q.mode(), DriveMode::Thread);
+    assert_eq!(q.tick(), Err(NrtStatus::Invalid));
+    assert!(q.try_drive().is_none());
+    drop(w);
+}
+
+#[test]
+fn drive_until_ticks_runs_the_hook_and_keeps_other_records_in_order() {
+    let s = Script::new(3);
+    let clock = MonotonicClock;
+    let q = small_caller(1, 8);
+    let mut h = ProxyQueue::join(&q).unwrap();
+    for id in [1, 2, 3] {
+        h.submit(net(&s, id, id * 10)).unwrap();
+    }
+    let mut hooks = 0u32;
+    let r = h
+        .drive_until(
+            3,
+            deadline(&clock, 10),
+            &waiter(&clock),
+            Some(&mut || {
+                hooks += 1;
+                false
+            }),
+        )
+        .unwrap();
+    assert_eq!((r.task_id, r.status()), (3, NrtStatus::Success));
+    assert!(hooks >= 3, "the hook runs between ticks ({hooks})");
+    assert!(!q.is_driven(), "the token is released on return");
+    // Tasks 1 and 2 finished first: their records wait, in order.
+    assert_eq!(h.outstanding(), 2);
+    assert_eq!(h.try_pop_record().map(|r| r.task_id), Some(1));
+    assert_eq!(h.try_pop_record().map(|r| r.task_id), Some(2));
+    assert_eq!(h.try_pop_record(), None);
+    assert_eq!(
+        h.drive_until(9, None, &waiter(&clock), None),
+        Err(NrtStatus::Invalid),
+        "nothing outstanding: nothing would come"
+    );
+    assert!(h.leave(&waiter(&clock)).is_empty());
+}
+
+#[test]
+fn bounded_waits_time_out_and_lose_nothing() {
+    let words = crate::testutil::Words::new(&[crate::driver::trigger::TRIGGER_ARMED]);
+    let s = Script::new(1);
+    let clock = MonotonicClock;
+    let q = small_caller(1, 4);
+    let mut h = ProxyQueue::join(&q).unwrap();
+    let task = NetworkTask::new(NetworkTaskSpec {
+        task_id: 5,
+        // SAFETY: the script outlives the task (declared first; the task ends at leave).
+        comm: unsafe { s.handle() },
+        comm_id: 7,
+        seam: seam(),
+        blocks: vec![block(0, 1)],
+        schedule: None,
+        triggers: TriggerWords::new(&[words.get(0)]).unwrap(),
+        wait_for_device: true,
+        skip: false,
+        timeout_ns: None,
+    })
+    .unwrap();
+    h.submit(Box::new(task)).unwrap();
+    // The device never writes the trigger: both bounded waits answer Timeout.
+    let soon = Some(clock.now_ns() + 20_000_000);
+    assert_eq!(
+        h.wait_record_until(&waiter(&clock), soon),
+        Err(NrtStatus::Timeout)
+    );
+    assert_eq!(
+        h.drive_until(5, soon, &waiter(&clock), None),
+        Err(NrtStatus::Timeout)
+    );
+    assert_eq!(h.outstanding(), 1, "the task is still outstanding");
+    // The device writes it: the record comes, once.
+    words.get(0).store(1); // the device reached the net stage
+    let r = h
+        .wait_record_until(&waiter(&clock), deadline(&clock, 10))
+        .unwrap();
+    assert_eq!((r.task_id, r.status()), (5, NrtStatus::Success));
+    assert_eq!(h.try_pop_record(), None);
+    assert!(h.leave(&waiter(&clock)).is_empty());
+}
+
+#[test]
+fn a_waiter_is_woken_when_the_driver_releases_the_token() {
+    let s = Script::new(2);
+    let q = small_caller(2, 8);
+    let mut h = ProxyQueue::join(&q).unwrap();
+    h.submit(net(&s, 1, 10)).unwrap();
+    let d = q.try_drive().expect("a free token");
+    let q2 = q.clone();
+    let t = std::thread::spawn(move || {
+        let clock = MonotonicClock;
+        let w = Waiter {
+            park: &ThreadPark,
+            clock: &clock,
+            spin_ns: 0, // park at once: the release must wake us
+        };
+        let r = h.drive_until(1, deadline(&clock, 20), &w, None);
+        (r, h.leave(&waiter(&clock)).len())
+    });
+    // Hold the token until the other thread has registered as a token waiter (bounded).
+    let start = Instant::now();
+    while q2.token_waiters() == 0 {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "the owner never waited for the token"
+        );
+        std::thread::yield_now();
+    }
+    drop(d);
+    let (r, left) = t.join().unwrap();
+    let r = r.expect("woken by the release, then drove the task to DONE");
+    assert_eq!((r.task_id, r.status()), (1, NrtStatus::Success));
+    assert_eq!(left, 0);
+}
+
+#[test]
+fn drive_until_on_a_worker_queue_waits_for_the_worker() {
+    let s = Script::new(2);
+    let clock = MonotonicClock;
+    let (q, w) = small(1, 8);
+    let handle = spawn_worker(w);
+    let mut h = ProxyQueue::join(&q).unwrap();
+    h.submit(net(&s, 4, 10)).unwrap();
+    let mut hooks = 0;
+    let r = h
+        .drive_until(
+            4,
+            deadline(&clock, 20),
+            &waiter(&clock),
+            Some(&mut || {
+                hooks += 1;
+                true
+            }),
+        )
+        .unwrap();
+    assert_eq!((r.task_id, r.status()), (4, NrtStatus::Success));
+    assert!(
+        hooks > 0,
+        "a waiter with a hook keeps running it while the worker drives"
+    );
+    assert!(h.leave(&waiter(&clock)).is_empty());
+    q.request_stop();
+    handle.join().unwrap();
+}
+
+#[test]
+fn leave_in_caller_mode_drives_the_close_itself() {
+    let s = Script::new(1_000_000);
+    let clock = MonotonicClock;
+    let q = small_caller(1, 8);
+    let mut h = ProxyQueue::join(&q).unwrap();
+    h.submit(net(&s, 1, 10)).unwrap();
+    h.submit(net(&s, 2, 20)).unwrap();
+    assert_eq!(q.tick(), Ok(Tick::Continue));
+    let recs = h.leave(&waiter(&clock));
+    assert_eq!(recs.iter().map(|r| r.task_id).collect::<Vec<_>>(), [1, 2]);
+    assert!(recs.iter().all(|r| r.status() == NrtStatus::Closed));
+    assert_eq!(q.slot_state(0), SlotState::Free);
+    assert!(!q.is_driven());
+}
+
+#[test]
+fn returned_boxes_come_back_after_their_records() {
+    let s = Script::new(1);
+    let q = small_caller(1, 2);
+    let mut h = ProxyQueue::join(&q).unwrap();
+    h.submit_returning(net(&s, 1, 10)).unwrap();
+    h.submit_returning(net(&s, 2, 20)).unwrap();
+    for _ in 0..100 {
+        q.tick().unwrap();
+    }
+    let one = h.take_returned().expect("task 1's box is back");
+    assert_eq!(one.record().task_id, 1);
+    assert!(one.record().is_done());
+    // Capacity 2: a third returning submission waits until a box is taken back.
+    assert!(h.try_pop_record().is_some() && h.try_pop_record().is_some());
+    h.submit_returning(net(&s, 3, 30)).unwrap();
+    assert_eq!(
+        h.submit_returning(net(&s, 4, 40)).unwrap_err().status,
+        NrtStatus::QueueFull,
+        "two boxes out (one back, not taken; one in flight)"
+    );
+    let two = h.take_returned().unwrap();
+    assert_eq!(two.record().task_id, 2);
+    assert!(two.record().is_done());
+    assert!(h.leave(&waiter(&MonotonicClock)).len() <= 1);
+}

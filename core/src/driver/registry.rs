@@ -16,7 +16,7 @@
 use alloc::boxed::Box;
 use alloc::vec::Vec;
 
-use crate::driver::queue::{ProxyQueue, QueueConfig, SlotHandle, Worker};
+use crate::driver::queue::{DriveMode, ProxyQueue, QueueConfig, SlotHandle, Worker};
 use crate::driver::record::TaskRecord;
 use crate::driver::wake::Waiter;
 use crate::status::NrtStatus;
@@ -60,6 +60,9 @@ pub struct RegistryConfig {
     pub ranks_per_network_proxy: u32,
     /// Sizes of each queue.
     pub queue: QueueConfig,
+    /// Who drives each group's queue: a worker thread started through the [`Spawner`] (the
+    /// default), or the comms' own threads ([`DriveMode::Caller`]: no thread is started).
+    pub mode: DriveMode,
 }
 
 impl Default for RegistryConfig {
@@ -67,6 +70,7 @@ impl Default for RegistryConfig {
         Self {
             ranks_per_network_proxy: 1,
             queue: QueueConfig::default(),
+            mode: DriveMode::Thread,
         }
     }
 }
@@ -75,7 +79,8 @@ struct Group<H> {
     id: u32,
     queue: Arc<ProxyQueue>,
     refs: u32,
-    handle: H,
+    /// The worker thread (`None` in caller mode).
+    handle: Option<H>,
 }
 
 /// A comm's membership of a group: its group id and its slot of the group's queue.
@@ -186,15 +191,24 @@ impl<S: Spawner> Registry<S> {
                 log::debug!("group {group}: rank {rank} joined (refs {})", g.refs);
                 return Ok(Membership { group, slot });
             }
-            let (queue, worker) = ProxyQueue::new(self.cfg.queue, self.spawner.clock())?;
-            let handle = self.spawner.spawn(group, worker).inspect_err(|e| {
-                log::error!("group {group}: worker failed to start: {e}");
-            })?;
+            let (queue, handle) = match self.cfg.mode {
+                DriveMode::Thread => {
+                    let (queue, worker) = ProxyQueue::new(self.cfg.queue, self.spawner.clock())?;
+                    let handle = self.spawner.spawn(group, worker).inspect_err(|e| {
+                        log::error!("group {group}: worker failed to start: {e}");
+                    })?;
+                    (queue, Some(handle))
+                }
+                DriveMode::Caller => (
+                    ProxyQueue::new_caller(self.cfg.queue, self.spawner.clock())?,
+                    None,
+                ),
+            };
             let slot = match ProxyQueue::join(&queue) {
                 Ok(s) => s,
                 Err(e) => {
                     queue.request_stop();
-                    self.spawner.join(handle);
+                    self.join_worker(handle);
                     return Err(e);
                 }
             };
@@ -235,7 +249,7 @@ impl<S: Spawner> Registry<S> {
                         if groups[i].refs == 0 {
                             let g = groups.swap_remove(i);
                             g.queue.request_stop();
-                            self.spawner.join(g.handle);
+                            self.join_worker(g.handle);
                         }
                     }
                 });
@@ -252,7 +266,7 @@ impl<S: Spawner> Registry<S> {
             });
             if let Some(g) = last {
                 g.queue.request_stop();
-                self.spawner.join(g.handle);
+                self.join_worker(g.handle);
             }
             return records;
         });
@@ -265,11 +279,17 @@ impl<S: Spawner> Registry<S> {
             if groups[i].refs == 0 {
                 let g = groups.swap_remove(i);
                 g.queue.request_stop();
-                self.spawner.join(g.handle);
+                self.join_worker(g.handle);
                 log::debug!("group {group}: worker joined");
             }
         });
         records
+    }
+
+    fn join_worker(&self, handle: Option<S::Handle>) {
+        if let Some(h) = handle {
+            self.spawner.join(h);
+        }
     }
 
     /// Number of live groups (queues with a running worker).
@@ -282,7 +302,9 @@ impl<S: Spawner> Registry<S> {
     pub fn for_each_worker(&self, mut f: impl FnMut(u32, &S::Handle)) {
         self.with_groups(|groups| {
             for g in groups.iter() {
-                f(g.id, &g.handle);
+                if let Some(h) = &g.handle {
+                    f(g.id, h);
+                }
             }
         });
     }
@@ -292,7 +314,12 @@ impl<S: Spawner> Registry<S> {
         self.with_groups(|groups| {
             groups
                 .iter()
-                .map(|g| (g.id, self.spawner.thread_id(&g.handle)))
+                .map(|g| {
+                    (
+                        g.id,
+                        g.handle.as_ref().and_then(|h| self.spawner.thread_id(h)),
+                    )
+                })
                 .collect()
         })
     }
@@ -310,7 +337,7 @@ impl<S: Spawner> Drop for Registry<S> {
                 g.refs
             );
             g.queue.request_stop();
-            self.spawner.join(g.handle);
+            self.join_worker(g.handle);
         }
     }
 }

@@ -56,6 +56,16 @@ pub trait Park {
 
     /// A handle that wakes the calling thread (the thread that will call [`Park::park`]).
     fn unparker(&self) -> Box<dyn Unpark>;
+
+    /// As [`Park::park`], but returns after at most about `timeout_ns` nanoseconds even without
+    /// the token (a bounded wait). May return early.
+    fn park_timeout(&self, timeout_ns: u64);
+
+    /// Gives the CPU to another runnable thread, if the platform has threads (a caller-driven
+    /// loop that found nothing to do). Default: a spin hint (a firmware's main loop).
+    fn yield_now(&self) {
+        spin_loop();
+    }
 }
 
 const EMPTY: u32 = 0;
@@ -204,6 +214,61 @@ impl WaitCell {
         }
     }
 
+    /// [`WaitCell::park`] bounded by `timeout_ns` (`None`: unbounded, as `park`): blocks at most
+    /// once for about `timeout_ns`. On a timeout the cell goes back `PARKED → EMPTY`; if a
+    /// notifier took `PARKED → NOTIFYING` in between, waits for its `NOTIFIED` (it stores it right
+    /// after reading the registration, then unparks us) and consumes it. Returns after a
+    /// notification, `ready`, the timeout or a spurious wake-up: the caller re-checks.
+    pub fn park_timeout(
+        &self,
+        park: &dyn Park,
+        ready: impl FnOnce() -> bool,
+        timeout_ns: Option<u64>,
+    ) {
+        let Some(timeout_ns) = timeout_ns else {
+            return self.park(park, ready);
+        };
+        if self.try_consume() {
+            return;
+        }
+        let me = park.unparker();
+        // SAFETY: as in `park`: the word is EMPTY or NOTIFIED, no notifier reads the
+        // registration now.
+        self.unparker.with_mut(|p| unsafe { *p = Some(me) });
+        if self
+            .state
+            .compare_exchange(EMPTY, PARKED, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+        {
+            let consumed = self.try_consume();
+            debug_assert!(consumed);
+            return;
+        }
+        if ready()
+            && self
+                .state
+                .compare_exchange(PARKED, EMPTY, Ordering::Acquire, Ordering::Relaxed)
+                .is_ok()
+        {
+            return;
+        }
+        if timeout_ns > 0 {
+            park.park_timeout(timeout_ns);
+        }
+        if self.try_consume()
+            || self
+                .state
+                .compare_exchange(PARKED, EMPTY, Ordering::Acquire, Ordering::Relaxed)
+                .is_ok()
+        {
+            return;
+        }
+        // A notifier holds NOTIFYING: its NOTIFIED and unpark follow at once.
+        while !self.try_consume() {
+            park.park();
+        }
+    }
+
     /// Moves `NOTIFIED → EMPTY` (acquire: every notifier's change is visible); `false` if the
     /// word was something else.
     fn try_consume(&self) -> bool {
@@ -309,6 +374,14 @@ impl Park for ThreadPark {
         std::thread::park();
     }
 
+    fn park_timeout(&self, timeout_ns: u64) {
+        std::thread::park_timeout(core::time::Duration::from_nanos(timeout_ns));
+    }
+
+    fn yield_now(&self) {
+        std::thread::yield_now();
+    }
+
     fn unparker(&self) -> Box<dyn Unpark> {
         Box::new(ThreadUnpark(std::thread::current()))
     }
@@ -337,6 +410,15 @@ impl Unpark for LoomUnpark {
 impl Park for LoomPark {
     fn park(&self) {
         loom::thread::park();
+    }
+
+    /// loom has no timed park: the models use no deadlines, so this parks (token semantics).
+    fn park_timeout(&self, _timeout_ns: u64) {
+        loom::thread::park();
+    }
+
+    fn yield_now(&self) {
+        loom::thread::yield_now();
     }
 
     fn unparker(&self) -> Box<dyn Unpark> {
@@ -373,6 +455,9 @@ mod tests {
         }
         fn unparker(&self) -> Box<dyn Unpark> {
             Box::new(TokenUnpark(self.token.clone()))
+        }
+        fn park_timeout(&self, _timeout_ns: u64) {
+            // A timed park in a single-threaded test: the time passes, the token stays.
         }
     }
 

@@ -380,6 +380,37 @@ pub fn claim_race() {
     assert_eq!(h.leave(&waiter(0)).len(), 1);
 }
 
+/// Model 9 — the drive token of a caller-mode queue (docs/design.md §9). One slot; its owner
+/// submits a task that needs two ticks (one that progresses, one that ends it DONE), then
+/// drives until its record (`drive_until`, no spin: it parks at once when the token is held).
+/// A second runtime thread takes the token if it is free, ticks once and releases it. Whatever
+/// the interleaving, the owner must get its record: either it drives itself, or it waits
+/// registered as a token waiter and is woken by a record push or by the release. Afterwards the
+/// token is free and no waiter is left registered.
+pub fn drive_token_handoff() {
+    let queue = ProxyQueue::new_caller(one_slot(), Box::new(NoClock)).expect("valid config");
+    let mut h = ProxyQueue::join(&queue).expect("join a free slot");
+    submit(
+        &mut h,
+        Box::new(ModelTask::new(TASK_A, 1, NrtStatus::Success)),
+    )
+    .expect("submit");
+    let q = queue.clone();
+    let other = thread::spawn(move || {
+        if let Some(mut d) = q.try_drive() {
+            d.tick();
+        }
+    });
+    let rec = h
+        .drive_until(TASK_A, None, &waiter(0), None)
+        .expect("one task outstanding");
+    assert_eq!((rec.task_id, rec.status()), (TASK_A, NrtStatus::Success));
+    other.join().expect("the other driver");
+    assert!(!queue.is_driven(), "the token is released");
+    assert_eq!(queue.token_waiters(), 0, "no waiter left registered");
+    assert!(h.leave(&waiter(0)).is_empty());
+}
+
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
@@ -394,6 +425,7 @@ mod tests {
             slot_release_and_reuse();
             claim_race();
             wake_word_two_notifiers();
+            drive_token_handoff();
         }
     }
 }

@@ -109,6 +109,7 @@ pub fn registry_join_leave() {
             submit_capacity: 2,
             status_capacity: 2,
         },
+        mode: proxy_core::driver::queue::DriveMode::Thread,
     };
     let reg = Arc::new(Registry::new(spawner, cfg).expect("valid config"));
     let other = {

@@ -119,6 +119,24 @@ fn parse_op(s: &str) -> Result<RedOp, String> {
     RedOp::from_name(s).ok_or_else(|| format!("unknown op '{s}' (sum, prod, min, max)"))
 }
 
+/// `--driver`: who drives the proxy queues (docs/design.md §9).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum DriverArg {
+    /// A worker thread `proxy-<tid>` per proxy queue.
+    Thread,
+    /// No worker thread: each rank's thread drives its queue while it waits.
+    Caller,
+}
+
+/// `--device`: how the device emulator runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum DeviceArg {
+    /// A thread `device-<rank>` per rank.
+    Thread,
+    /// Polled from the driving thread's hook (one thread per rank in all).
+    Polled,
+}
+
 /// `proxy-perf`: nccl-tests-style bandwidth and latency of collectives through the whole
 /// proxy & progress engine (planner → device emulator → proxy → seam → send/recv ops →
 /// transport), every output byte checked.
@@ -190,6 +208,16 @@ pub struct Args {
     /// Ranks per network proxy (overrides `NEURON_RT_RANKS_PER_NETWORK_PROXY`).
     #[arg(long)]
     pub ranks_per_proxy: Option<u32>,
+    /// Who drives the proxy queues: `thread` (a worker thread per queue) or `caller` (each
+    /// rank's own thread drives its queue while it waits). Default: chosen by the threads
+    /// each mode needs against the CPUs available (printed in the header).
+    #[arg(long, value_enum)]
+    pub driver: Option<DriverArg>,
+    /// How the device emulator runs: `thread` (a thread per rank) or `polled` (run from the
+    /// driving thread's hook between ticks; needs `--driver caller`). Default: with the
+    /// driver (polled with caller, thread with thread).
+    #[arg(long, value_enum)]
+    pub device: Option<DeviceArg>,
     /// Write every row as JSON to this file.
     #[arg(long, value_name = "FILE")]
     pub json: Option<std::path::PathBuf>,

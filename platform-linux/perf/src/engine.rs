@@ -269,7 +269,10 @@ impl RankBarrier {
     }
 }
 
-struct DriverRank {
+/// One rank of a [`DriverEngine`]: its comm, its slot of its group's proxy queue, its barrier
+/// endpoint, its executions in flight. In caller mode ([`DriveMode::Caller`]) each rank is
+/// run by its own thread ([`DriverEngine::ranks_mut`]), which submits, drives and waits.
+pub struct DriverRank {
     /// Boxed (in-process) or a library handle: the network tasks carry its address.
     comm: EngineComm,
     member: Option<Membership>,
@@ -278,6 +281,176 @@ struct DriverRank {
     pending: std::collections::VecDeque<[u32; 2]>,
     /// Final records popped ahead of their execution's turn.
     early: Vec<TaskRecord>,
+}
+
+impl DriverRank {
+    /// Submits `exec`'s network task and barrier task through the rank's slot.
+    ///
+    /// # Errors
+    /// A message when a task cannot be built or the slot refuses it.
+    ///
+    /// # Safety
+    /// As [`Engine::submit`].
+    pub unsafe fn submit(
+        &mut self,
+        exec: Execution,
+        timeout_ns: Option<u64>,
+    ) -> Result<(), String> {
+        let r = self;
+        let comm_ptr = r.comm.handle();
+        let comm_id = r.comm.comm_id();
+        // SAFETY: the comm (boxed, or a library handle) lives in `self` until after the
+        // membership left (Drop), which ends every task carrying the handle; only the queue's
+        // worker calls the seam on it while a task is submitted.
+        let handle = unsafe { CommHandle::new(comm_ptr) }.ok_or("null comm")?;
+        let net = NetworkTask::new(NetworkTaskSpec {
+            task_id: exec.id.wrapping_mul(2),
+            comm: handle,
+            comm_id,
+            seam: r.comm.seam(),
+            blocks: exec
+                .blocks
+                .into_iter()
+                .map(|(stream, bb, f)| BlockFifos {
+                    stream,
+                    bb,
+                    ops: f.ops,
+                    src: f.src,
+                    dst: f.dst,
+                })
+                .collect(),
+            schedule: Some(exec.schedule),
+            triggers: TriggerWords::new(&host_words(&exec.net_triggers)?)
+                .map_err(|e| format!("trigger words: {e}"))?,
+            wait_for_device: true,
+            skip: false,
+            timeout_ns,
+        })
+        .map_err(|e| format!("network task: {e}"))?;
+        let barrier = BarrierTask::new(BarrierTaskSpec {
+            task_id: exec.id.wrapping_mul(2).wrapping_add(1),
+            comm_id,
+            channel: r.barrier.channel(),
+            triggers: TriggerWords::new(&host_words(&exec.barrier_triggers)?)
+                .map_err(|e| format!("barrier trigger words: {e}"))?,
+            leader: exec.leader,
+            done_semaphores: host_words(&exec.barrier_done)?,
+            skip: false,
+            timeout_ns,
+        });
+        let ids = [
+            exec.id.wrapping_mul(2),
+            exec.id.wrapping_mul(2).wrapping_add(1),
+        ];
+        let slot = &mut r.member.as_mut().ok_or("rank left")?.slot;
+        slot.submit(Box::new(net) as TaskBox)
+            .map_err(|e| format!("submit: {}", e.status))?;
+        if let Err(e) = slot.submit(Box::new(barrier) as TaskBox) {
+            // The network task is in: its record belongs to this execution's wait.
+            r.pending.push_back([ids[0], ids[0]]);
+            return Err(format!("submit: {}", e.status));
+        }
+        r.pending.push_back(ids);
+        Ok(())
+    }
+
+    /// Waits for the oldest execution in flight (see [`Engine::wait`]), polling the status
+    /// ring with `poll`.
+    ///
+    /// # Errors
+    /// As [`Engine::wait`].
+    pub fn wait(
+        &mut self,
+        poll: WaitPolicy,
+        device_failed: &dyn Fn() -> bool,
+    ) -> Result<(), String> {
+        let poll = WaitPolicy {
+            timeout: std::time::Duration::from_millis(2),
+            ..poll
+        };
+        // After the first 2 ms: check the ring (and the device) every 100 µs nap, 100 ms per
+        // round; rounds go on while the device is fine (the tasks' own no-progress timeout
+        // bounds them).
+        let slow = WaitPolicy {
+            spins: 0,
+            yields: 0,
+            nap: std::time::Duration::from_micros(100),
+            timeout: std::time::Duration::from_millis(100),
+        };
+        let r = self;
+        let Some(ids) = r.pending.pop_front() else {
+            return Ok(());
+        };
+        let slot = &mut r.member.as_mut().ok_or("rank left")?.slot;
+        let mut missing: Vec<u32> = ids.to_vec();
+        missing.dedup();
+        while !missing.is_empty() {
+            let rec = match r.early.iter().position(|e| missing.contains(&e.task_id)) {
+                Some(i) => r.early.swap_remove(i),
+                None => {
+                    // Yield-poll the status ring first, then nap-poll it (a parked consumer
+                    // costs the worker a wake-up syscall per record), watching the device: a
+                    // failed device never reaches the barrier stage, so the barrier task would
+                    // never end.
+                    let mut got = None;
+                    let mut policy = poll;
+                    loop {
+                        let _ = policy.wait(|| {
+                            got = slot.try_pop_record();
+                            got.is_some()
+                        });
+                        if got.is_some() {
+                            break;
+                        }
+                        if device_failed() {
+                            return Err(format!("the device failed; tasks {missing:?} abandoned"));
+                        }
+                        policy = slow;
+                    }
+                    got.expect("loop ends with a record")
+                }
+            };
+            let Some(i) = missing.iter().position(|&id| id == rec.task_id) else {
+                r.early.push(rec);
+                continue;
+            };
+            missing.swap_remove(i);
+            if rec.status() != NrtStatus::Success {
+                // The other task of the execution may never end (a barrier task waits for a
+                // device that waits for the failed network task): do not wait for it.
+                return Err(format!("task {} ended {}", rec.task_id, rec.status()));
+            }
+        }
+        Ok(())
+    }
+
+    /// Caller mode: drives the rank's proxy queue from this thread until the oldest execution
+    /// in flight is complete (both tasks' final records), calling `hook` between ticks (the
+    /// polled device runs there). Gives up at `deadline_ns` (monotonic clock).
+    ///
+    /// # Errors
+    /// A message naming the task that failed or timed out.
+    pub fn drive(
+        &mut self,
+        waiter: &Waiter<'_>,
+        deadline_ns: Option<u64>,
+        hook: &mut dyn FnMut() -> bool,
+    ) -> Result<(), String> {
+        let Some(ids) = self.pending.pop_front() else {
+            return Ok(());
+        };
+        let slot = &mut self.member.as_mut().ok_or("rank left")?.slot;
+        let n = if ids[0] == ids[1] { 1 } else { 2 };
+        for &id in &ids[..n] {
+            let rec = slot
+                .drive_until(id, deadline_ns, waiter, Some(&mut *hook))
+                .map_err(|e| format!("task {id}: driving the proxy queue: {e}"))?;
+            if rec.status() != NrtStatus::Success {
+                return Err(format!("task {} ended {}", rec.task_id, rec.status()));
+            }
+        }
+        Ok(())
+    }
 }
 
 /// The real driver (docs/design.md §4): every rank's comm joins the process registry's proxy queue
@@ -370,6 +543,21 @@ impl DriverEngine {
     fn waiter(&self) -> Waiter<'static> {
         proxy_runtime::worker::waiter(self.spin)
     }
+
+    /// The ranks, for caller mode: each is run by its own thread.
+    pub fn ranks_mut(&mut self) -> &mut [DriverRank] {
+        &mut self.ranks
+    }
+
+    /// The spin budget of the waits (`NEURON_RT_PROXY_SPIN_US`, or 0 when oversubscribed).
+    pub fn spin(&self) -> std::time::Duration {
+        self.spin
+    }
+
+    /// Ranks per proxy queue.
+    pub fn ranks_per_proxy(&self) -> u32 {
+        self.rpp
+    }
 }
 
 fn host_words(addrs: &[u64]) -> Result<Vec<HostWord>, String> {
@@ -384,8 +572,13 @@ fn host_words(addrs: &[u64]) -> Result<Vec<HostWord>, String> {
 
 impl Engine for DriverEngine {
     fn describe(&self) -> String {
+        let driven = if self.registry.workers().iter().any(|(_, t)| t.is_some()) {
+            "worker threads proxy-<tid>"
+        } else {
+            "driven by the ranks' threads (caller mode)"
+        };
         format!(
-            "driver: {} proxy queue(s), {} rank(s) per network proxy, worker threads proxy-<tid>; \
+            "driver: {} proxy queue(s), {} rank(s) per network proxy, {driven}; \
              network + barrier task per execution{}; completion from the status ring",
             self.registry.group_count(),
             self.rpp,
@@ -403,122 +596,13 @@ impl Engine for DriverEngine {
             .ranks
             .get_mut(rank as usize)
             .ok_or_else(|| format!("no rank {rank}"))?;
-        let comm_ptr = r.comm.handle();
-        let comm_id = r.comm.comm_id();
-        // SAFETY: the comm (boxed, or a library handle) lives in `self` until after the
-        // membership left (Drop), which ends every task carrying the handle; only the queue's
-        // worker calls the seam on it while a task is submitted.
-        let handle = unsafe { CommHandle::new(comm_ptr) }.ok_or("null comm")?;
-        let net = NetworkTask::new(NetworkTaskSpec {
-            task_id: exec.id.wrapping_mul(2),
-            comm: handle,
-            comm_id,
-            seam: r.comm.seam(),
-            blocks: exec
-                .blocks
-                .into_iter()
-                .map(|(stream, bb, f)| BlockFifos {
-                    stream,
-                    bb,
-                    ops: f.ops,
-                    src: f.src,
-                    dst: f.dst,
-                })
-                .collect(),
-            schedule: Some(exec.schedule),
-            triggers: TriggerWords::new(&host_words(&exec.net_triggers)?)
-                .map_err(|e| format!("trigger words: {e}"))?,
-            wait_for_device: true,
-            skip: false,
-            timeout_ns,
-        })
-        .map_err(|e| format!("network task: {e}"))?;
-        let barrier = BarrierTask::new(BarrierTaskSpec {
-            task_id: exec.id.wrapping_mul(2).wrapping_add(1),
-            comm_id,
-            channel: r.barrier.channel(),
-            triggers: TriggerWords::new(&host_words(&exec.barrier_triggers)?)
-                .map_err(|e| format!("barrier trigger words: {e}"))?,
-            leader: exec.leader,
-            done_semaphores: host_words(&exec.barrier_done)?,
-            skip: false,
-            timeout_ns,
-        });
-        let ids = [
-            exec.id.wrapping_mul(2),
-            exec.id.wrapping_mul(2).wrapping_add(1),
-        ];
-        let slot = &mut r.member.as_mut().ok_or("rank left")?.slot;
-        slot.submit(Box::new(net) as TaskBox)
-            .map_err(|e| format!("submit: {}", e.status))?;
-        if let Err(e) = slot.submit(Box::new(barrier) as TaskBox) {
-            // The network task is in: its record belongs to this execution's wait.
-            r.pending.push_back([ids[0], ids[0]]);
-            return Err(format!("submit: {}", e.status));
-        }
-        r.pending.push_back(ids);
-        Ok(())
+        // SAFETY: forwarded under this function's contract.
+        unsafe { r.submit(exec, timeout_ns) }
     }
 
     fn wait(&mut self, rank: u32, device_failed: &dyn Fn() -> bool) -> Result<(), String> {
-        let poll = WaitPolicy {
-            timeout: std::time::Duration::from_millis(2),
-            ..self.poll
-        };
-        // After the first 2 ms: check the ring (and the device) every 100 µs nap, 100 ms per
-        // round; rounds go on while the device is fine (the tasks' own no-progress timeout
-        // bounds them).
-        let slow = WaitPolicy {
-            spins: 0,
-            yields: 0,
-            nap: std::time::Duration::from_micros(100),
-            timeout: std::time::Duration::from_millis(100),
-        };
-        let r = &mut self.ranks[rank as usize];
-        let Some(ids) = r.pending.pop_front() else {
-            return Ok(());
-        };
-        let slot = &mut r.member.as_mut().ok_or("rank left")?.slot;
-        let mut missing: Vec<u32> = ids.to_vec();
-        missing.dedup();
-        while !missing.is_empty() {
-            let rec = match r.early.iter().position(|e| missing.contains(&e.task_id)) {
-                Some(i) => r.early.swap_remove(i),
-                None => {
-                    // Yield-poll the status ring first, then nap-poll it (a parked consumer
-                    // costs the worker a wake-up syscall per record), watching the device: a
-                    // failed device never reaches the barrier stage, so the barrier task would
-                    // never end.
-                    let mut got = None;
-                    let mut policy = poll;
-                    loop {
-                        let _ = policy.wait(|| {
-                            got = slot.try_pop_record();
-                            got.is_some()
-                        });
-                        if got.is_some() {
-                            break;
-                        }
-                        if device_failed() {
-                            return Err(format!("the device failed; tasks {missing:?} abandoned"));
-                        }
-                        policy = slow;
-                    }
-                    got.expect("loop ends with a record")
-                }
-            };
-            let Some(i) = missing.iter().position(|&id| id == rec.task_id) else {
-                r.early.push(rec);
-                continue;
-            };
-            missing.swap_remove(i);
-            if rec.status() != NrtStatus::Success {
-                // The other task of the execution may never end (a barrier task waits for a
-                // device that waits for the failed network task): do not wait for it.
-                return Err(format!("task {} ended {}", rec.task_id, rec.status()));
-            }
-        }
-        Ok(())
+        let poll = self.poll;
+        self.ranks[rank as usize].wait(poll, device_failed)
     }
 
     fn max_in_flight(&self) -> usize {

@@ -8,7 +8,7 @@
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use proxy_collectives::planner::data::{count_wrong, fill_input, POISON};
 use proxy_collectives::planner::{plan, Addresses, Collective, Fifos, PlanParams, RankPlan};
@@ -20,11 +20,15 @@ use proxy_ffi_types::{
     NCCOM_TRANSPORT_MEM,
 };
 
-use super::args::Args;
+use super::args::{Args, DeviceArg, DriverArg};
 use super::engine::{
-    counting_loaded_seam, seam_starts, DriverEngine, Engine, EngineBarrier, EngineComm, Execution,
+    counting_loaded_seam, seam_starts, DriverEngine, DriverRank, Engine, EngineBarrier, EngineComm,
+    Execution,
 };
 use proxy_bootstrap::SharedBootstrap;
+use proxy_core::driver::queue::DriveMode;
+use proxy_core::driver::wake::{ThreadPark, Waiter};
+use proxy_core::time::{Clock, MonotonicClock};
 use proxy_emulator::{DeviceError, DeviceThread, Fault, Job, WaitPolicy};
 use proxy_runtime::hostmem::{HostMem, HostMemCallbacks, LINE};
 use proxy_runtime::loader::ProgressLib;
@@ -135,10 +139,15 @@ pub struct World {
     transport: String,
     /// Where the progress half comes from, for the header.
     progress_half: String,
+    /// Who drives the proxy queues and how the devices run (resolved: flags, else the static
+    /// rule of [`default_modes`]).
+    modes: Modes,
+    /// No-progress limit of the tasks; in caller mode also each execution's drive deadline.
+    exec_timeout: Option<Duration>,
     /// Dropped before the buffers below: the comms (and their transports' registrations) go
     /// first.
-    engine: Box<dyn Engine>,
-    devices: Vec<DeviceThread>,
+    engine: DriverEngine,
+    devices: Vec<RankDevice>,
     /// By local index.
     fixed: Vec<FixedWords>,
     next_exec: u32,
@@ -150,20 +159,136 @@ pub struct World {
     retired: Vec<Vec<RankMem>>,
 }
 
-/// The wait policy and proxy configuration of a run with `ranks` ranks (`procs` processes,
-/// `local` of the ranks in this one), and whether the machine is oversubscribed.
-fn run_config(args: &Args, ranks: u32, procs: u32) -> Result<(Config, WaitPolicy, bool), String> {
+/// The driver and device modes of a run (`--driver`, `--device`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Modes {
+    /// Who drives the proxy queues.
+    pub driver: DriverArg,
+    /// How the device emulators run.
+    pub device: DeviceArg,
+    /// `true` when neither flag chose: [`default_modes`] did.
+    pub by_rule: bool,
+}
+
+impl Modes {
+    /// For the header: `driver caller, device polled (rule: 5 threads > 2 CPUs)`.
+    pub fn describe(&self, local: u32, groups: u32) -> String {
+        let name = |d: DriverArg| match d {
+            DriverArg::Thread => "thread",
+            DriverArg::Caller => "caller",
+        };
+        let dev = match self.device {
+            DeviceArg::Thread => "thread",
+            DeviceArg::Polled => "polled",
+        };
+        let cpus = available_cpus();
+        let why = if self.by_rule {
+            format!(
+                " (rule: worker mode needs {} threads, {cpus} CPUs)",
+                threads_in_thread_mode(local, groups)
+            )
+        } else {
+            " (flags)".into()
+        };
+        format!("driver {}, device {dev}{why}", name(self.driver))
+    }
+}
+
+fn available_cpus() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// Busy threads of a process in worker mode: a device per local rank, a worker per group, the
+/// producer.
+fn threads_in_thread_mode(local: u32, groups: u32) -> usize {
+    local as usize + groups as usize + 1
+}
+
+/// The static rule for the modes when no flag chooses: worker threads and device threads
+/// (`local` ranks in `groups` proxy groups: `local + groups + 1` busy threads) when they fit
+/// on the CPUs, else caller-driven queues with polled devices (one thread per rank). A flag
+/// given alone fixes its half; `--device polled` implies `--driver caller`.
+///
+/// # Errors
+/// `--driver thread --device polled` (a polled device needs the driving thread's hook).
+pub fn default_modes(
+    driver: Option<DriverArg>,
+    device: Option<DeviceArg>,
+    local: u32,
+    groups: u32,
+) -> Result<Modes, String> {
+    let fits = threads_in_thread_mode(local, groups) <= available_cpus();
+    let by_rule = driver.is_none() && device.is_none();
+    let (driver, device) = match (driver, device) {
+        (Some(DriverArg::Thread), Some(DeviceArg::Polled)) => {
+            return Err(
+                "--device polled runs from the driving thread's hook: it needs --driver caller"
+                    .into(),
+            )
+        }
+        (Some(d), Some(v)) => (d, v),
+        (Some(DriverArg::Thread), None) => (DriverArg::Thread, DeviceArg::Thread),
+        (Some(DriverArg::Caller), None) => (DriverArg::Caller, DeviceArg::Polled),
+        (None, Some(DeviceArg::Polled)) => (DriverArg::Caller, DeviceArg::Polled),
+        (None, Some(DeviceArg::Thread)) => (
+            if fits {
+                DriverArg::Thread
+            } else {
+                DriverArg::Caller
+            },
+            DeviceArg::Thread,
+        ),
+        (None, None) if fits => (DriverArg::Thread, DeviceArg::Thread),
+        (None, None) => (DriverArg::Caller, DeviceArg::Polled),
+    };
+    Ok(Modes {
+        driver,
+        device,
+        by_rule,
+    })
+}
+
+/// The wait policy and proxy configuration of a run with `ranks` ranks (`procs` processes),
+/// its modes, and whether the machine is oversubscribed.
+fn run_config(
+    args: &Args,
+    ranks: u32,
+    procs: u32,
+) -> Result<(Config, WaitPolicy, bool, Modes), String> {
     let mut cfg = Config::from_env().map_err(|e| e.to_string())?;
     if let Some(rpp) = args.ranks_per_proxy {
         cfg.ranks_per_network_proxy = rpp;
     }
-    let oversubscribed = oversubscribed_procs(ranks, cfg.ranks_per_network_proxy, procs);
+    let local = ranks.div_ceil(procs.clamp(1, ranks.max(1)));
+    let groups = local.div_ceil(cfg.ranks_per_network_proxy.max(1));
+    let modes = default_modes(args.driver, args.device, local, groups)?;
+    cfg.drive_mode = match modes.driver {
+        DriverArg::Thread => DriveMode::Thread,
+        DriverArg::Caller => DriveMode::Caller,
+    };
+    let oversubscribed = match modes.driver {
+        DriverArg::Thread => oversubscribed_procs(ranks, cfg.ranks_per_network_proxy, procs),
+        // One thread per rank (plus a device thread each with `--device thread`).
+        DriverArg::Caller => {
+            let per_rank = if modes.device == DeviceArg::Thread {
+                2
+            } else {
+                1
+            };
+            (local as usize) * per_rank > available_cpus()
+        }
+    };
     if oversubscribed && std::env::var_os("NEURON_RT_PROXY_SPIN_US").is_none() {
         // More threads than cores: a spinning worker only keeps the thread it waits for
         // off the core. Yield at once unless the user asked otherwise.
         cfg.spin = std::time::Duration::ZERO;
     }
-    Ok((cfg, wait_policy_from_env(oversubscribed), oversubscribed))
+    Ok((
+        cfg,
+        wait_policy_from_env(oversubscribed),
+        oversubscribed,
+        modes,
+    ))
 }
 
 /// Host-memory lines per rank: the fixed words, then 6 plan words per op, at most 2(n − 1)
@@ -195,7 +320,7 @@ struct Assembly {
     local: Vec<u32>,
     /// By local index.
     mems: Vec<Arc<HostMem>>,
-    engine: Box<dyn Engine>,
+    engine: DriverEngine,
     peers: Option<SharedBootstrap>,
     transport: String,
     progress_half: String,
@@ -203,6 +328,8 @@ struct Assembly {
     wait: WaitPolicy,
     /// By local index.
     cpus: Vec<Option<usize>>,
+    modes: Modes,
+    exec_timeout: Option<Duration>,
 }
 
 /// One measured mode's plans and placements (by local index).
@@ -221,14 +348,14 @@ impl World {
     /// A message when a comm, thread, the library or the transport cannot be set up.
     pub fn new(args: &Args) -> Result<Self, String> {
         let n = args.ranks;
-        let (cfg, wait, _) = run_config(args, n, 1)?;
+        let (cfg, wait, _, modes) = run_config(args, n, 1)?;
         let lines = host_lines(n);
         let mems = (0..n)
             .map(|_| HostMem::new(lines).map(Arc::new))
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| format!("host memory: {e}"))?;
         let cpus = rank_cpus(n, args.pin);
-        let (engine, progress_half): (Box<dyn Engine>, String) = match &args.progress_lib {
+        let (engine, progress_half): (DriverEngine, String) = match &args.progress_lib {
             Some(path) => {
                 let lib = ProgressLib::open(path).map_err(|e| e.to_string())?.leak();
                 let seam = counting_loaded_seam(lib.seam());
@@ -274,7 +401,7 @@ impl World {
                 drop(group);
                 let engine = DriverEngine::with_comms(comms, EngineBarrier::InProcess, &cfg, wait)?;
                 (
-                    Box::new(engine),
+                    engine,
                     format!(
                         "loaded from {} through dlopen (C ABI {:#x})",
                         lib.path().display(),
@@ -301,8 +428,10 @@ impl World {
                     unsafe { c.trust_all_addresses() };
                     comms.push(c);
                 }
-                let engine: Box<dyn Engine> = Box::new(DriverEngine::new(comms, &cfg, wait)?);
-                (engine, "in-process".to_owned())
+                (
+                    DriverEngine::new(comms, &cfg, wait)?,
+                    "in-process".to_owned(),
+                )
             }
         };
         Self::assemble(
@@ -317,6 +446,8 @@ impl World {
                 spin: (cfg.spin, wait.spins),
                 wait,
                 cpus,
+                modes,
+                exec_timeout: cfg.exec_timeout,
             },
         )
     }
@@ -348,7 +479,7 @@ impl World {
         if args.progress_lib.is_some() {
             return Err("--progress-lib runs with --transport mem only".into());
         }
-        let (cfg, wait, _) = run_config(args, n, n)?;
+        let (cfg, wait, _, modes) = run_config(args, n, n)?;
         let mem = Arc::new(HostMem::new(host_lines(n)).map_err(|e| format!("host memory: {e}"))?);
         let lf = LibfabricCommConfig {
             transport: Options {
@@ -391,13 +522,15 @@ impl World {
             Assembly {
                 local: vec![rank],
                 mems: vec![mem],
-                engine: Box::new(engine),
+                engine,
                 peers: Some(peers),
                 transport,
                 progress_half: "in-process".into(),
                 spin: (cfg.spin, wait.spins),
                 wait,
                 cpus: vec![cpus[rank as usize]],
+                modes,
+                exec_timeout: cfg.exec_timeout,
             },
         )
     }
@@ -409,9 +542,7 @@ impl World {
         let mut devices = Vec::new();
         for (&r, cpu) in a.local.iter().zip(&a.cpus) {
             let fault = (args.fault_inject && r == n - 1).then_some(Fault { entry: None });
-            devices.push(
-                DeviceThread::spawn(r, fault, a.wait, *cpu).map_err(|e| format!("device: {e}"))?,
-            );
+            devices.push(RankDevice::new(a.modes.device, r, fault, a.wait, *cpu)?);
         }
         Ok(Self {
             args: args.clone(),
@@ -421,6 +552,8 @@ impl World {
             peers: a.peers,
             transport: a.transport,
             progress_half: a.progress_half,
+            modes: a.modes,
+            exec_timeout: a.exec_timeout,
             engine: a.engine,
             devices,
             fixed: a.mems.into_iter().map(|mem| FixedWords { mem }).collect(),
@@ -449,12 +582,20 @@ impl World {
 
     /// What runs the proxy (for the header).
     pub fn engine_name(&self) -> String {
+        let local = self.local.len() as u32;
+        let rpp = self.engine.ranks_per_proxy().max(1);
         format!(
-            "{}; worker spin {} us, device spins {}",
+            "{}; {}; worker spin {} us, device spins {}",
             self.engine.describe(),
+            self.modes.describe(local, local.div_ceil(rpp)),
             self.spin.0.as_micros(),
             self.spin.1
         )
+    }
+
+    /// The resolved driver and device modes.
+    pub fn modes(&self) -> Modes {
+        self.modes
     }
 
     fn params(&self, size: u64, rank: u32, in_place: bool) -> PlanParams {
@@ -574,11 +715,16 @@ impl World {
         }
     }
 
-    /// Runs `count` executions of `reps` program executions each. With an engine that takes
-    /// two executions in flight, execution `i + 1` is submitted before execution `i` is
+    /// Runs `count` executions of `reps` program executions each and returns how long they
+    /// took. With the worker driver, execution `i + 1` is submitted before execution `i` is
     /// launched on the devices (alternating trigger sets), as a runtime enqueues proxy tasks
-    /// ahead of the device: the worker never goes quiescent between iterations.
-    fn run_execs(&mut self, prep: &Prepared, count: u32, reps: u32) -> Result<(), String> {
+    /// ahead of the device: the worker never goes quiescent between iterations. With the caller
+    /// driver every local rank runs on its own thread ([`World::run_execs_caller`]).
+    fn run_execs(&mut self, prep: &Prepared, count: u32, reps: u32) -> Result<Duration, String> {
+        if self.modes.driver == DriverArg::Caller {
+            return self.run_execs_caller(prep, count, reps);
+        }
+        let t0 = Instant::now();
         let depth = self.engine.max_in_flight().clamp(1, TRIGGER_SETS) as u32;
         let mut submitted = 0;
         while submitted < count.min(depth) {
@@ -594,12 +740,91 @@ impl World {
                 submitted += 1;
             }
         }
-        Ok(())
+        Ok(t0.elapsed())
+    }
+
+    /// Caller mode: one scoped thread per local rank runs its `count` executions (arm the
+    /// triggers, submit the network and barrier tasks, launch its device, drive its queue until
+    /// both records are final with the polled device in the hook), as nccl-tests runs a thread
+    /// per rank. The ranks start together (a barrier) and the slowest rank's time is returned.
+    fn run_execs_caller(
+        &mut self,
+        prep: &Prepared,
+        count: u32,
+        reps: u32,
+    ) -> Result<Duration, String> {
+        if let Some(e) = &self.failed {
+            return Err(format!("an earlier execution failed: {e}"));
+        }
+        let done_words: Vec<u64> = self.fixed.iter().map(FixedWords::barrier_done).collect();
+        let first_id = self.next_exec.wrapping_add(1);
+        self.next_exec = self.next_exec.wrapping_add(count);
+        let timeout_ns = self
+            .exec_timeout
+            .map(|t| u64::try_from(t.as_nanos()).unwrap_or(u64::MAX));
+        let spin = self.engine.spin();
+        let n = self.local.len();
+        let start = std::sync::Barrier::new(n);
+        let fixed = &self.fixed;
+        let local = &self.local;
+        let ranks = self.engine.ranks_mut();
+        let devices = &mut self.devices;
+        let results: Vec<Result<Duration, String>> = std::thread::scope(|sc| {
+            let handles: Vec<_> = ranks
+                .iter_mut()
+                .zip(devices.iter_mut())
+                .enumerate()
+                .map(|(r, (rank, dev))| {
+                    let ctx = RankRun {
+                        index: r,
+                        fixed,
+                        done_words: &done_words,
+                        prep,
+                        reps,
+                        first_id,
+                        timeout_ns,
+                        spin,
+                    };
+                    let start = &start;
+                    std::thread::Builder::new()
+                        .name(format!("rank-{}", local[r]))
+                        .spawn_scoped(sc, move || {
+                            start.wait();
+                            let t0 = Instant::now();
+                            for i in 0..count {
+                                ctx.execution(rank, dev, i)
+                                    .map_err(|e| format!("rank {}: {e}", local[r]))?;
+                            }
+                            Ok(t0.elapsed())
+                        })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| match h {
+                    Ok(h) => h
+                        .join()
+                        .unwrap_or_else(|_| Err("a rank thread panicked".into())),
+                    Err(e) => Err(format!("cannot start a rank thread: {e}")),
+                })
+                .collect()
+        });
+        let mut slowest = Duration::ZERO;
+        for r in results {
+            match r {
+                Ok(d) => slowest = slowest.max(d),
+                Err(e) => {
+                    self.failed.get_or_insert(e.clone());
+                    return Err(e);
+                }
+            }
+        }
+        Ok(slowest)
     }
 
     /// Runs one execution (`reps` program executions) on every rank.
     fn execute(&mut self, prep: &Prepared, reps: u32) -> Result<(), String> {
-        self.run_execs(prep, 1, reps)
+        self.run_execs(prep, 1, reps).map(|_| ())
     }
 
     fn prepare(&self, mems: &mut [RankMem], size: u64, in_place: bool) -> Result<Prepared, String> {
@@ -706,13 +931,11 @@ impl World {
                 )
             })
             .collect();
-        let t0 = Instant::now();
-        if self.args.loop_mode {
-            self.execute(&prep, iters)?;
+        let elapsed = if self.args.loop_mode {
+            self.run_execs(&prep, 1, iters)?
         } else {
-            self.run_execs(&prep, iters, 1)?;
-        }
-        let elapsed = t0.elapsed();
+            self.run_execs(&prep, iters, 1)?
+        };
         let timed_starts = seam_starts() - starts0;
         let (mut execs, mut bytes) = (0, 0);
         for (d, (e0, b0)) in self.devices.iter().zip(stats0) {
@@ -944,4 +1167,153 @@ pub fn rank_cpus(n: u32, pin: bool) -> Vec<Option<usize>> {
     (0..n as usize)
         .map(|r| (!ids.is_empty()).then(|| ids[r % ids.len()].id))
         .collect()
+}
+
+/// A rank's device emulator: its own thread, or polled from the rank's driving thread.
+enum RankDevice {
+    /// A `device-<rank>` thread.
+    Thread(DeviceThread),
+}
+
+impl RankDevice {
+    fn new(
+        mode: DeviceArg,
+        rank: u32,
+        fault: Option<Fault>,
+        wait: WaitPolicy,
+        cpu: Option<usize>,
+    ) -> Result<Self, String> {
+        match mode {
+            DeviceArg::Thread => Ok(Self::Thread(
+                DeviceThread::spawn(rank, fault, wait, cpu).map_err(|e| format!("device: {e}"))?,
+            )),
+            DeviceArg::Polled => Err("the polled device is not built in".into()),
+        }
+    }
+
+    fn stats(&self) -> &Arc<proxy_emulator::DeviceStats> {
+        match self {
+            Self::Thread(d) => d.stats(),
+        }
+    }
+
+    /// Launches `job`.
+    ///
+    /// # Safety
+    /// As [`DeviceThread::launch`].
+    unsafe fn launch(&mut self, job: Job) {
+        match self {
+            // SAFETY: forwarded under this function's contract.
+            Self::Thread(d) => unsafe { d.launch(job) },
+        }
+    }
+
+    /// The drive hook: advances a polled device; `true` when it moved. A device thread runs by
+    /// itself (`false`).
+    fn poll(&mut self) -> bool {
+        match self {
+            Self::Thread(_) => false,
+        }
+    }
+
+    fn failed(&self) -> bool {
+        match self {
+            Self::Thread(d) => d.failed(),
+        }
+    }
+
+    fn abort(&self) {
+        match self {
+            Self::Thread(d) => d.abort(),
+        }
+    }
+
+    /// Waits for the launched job to end (a polled device is polled to its end, bounded by
+    /// its own timeout).
+    fn wait(&mut self) -> Result<(), DeviceError> {
+        match self {
+            Self::Thread(d) => d.wait(),
+        }
+    }
+}
+
+/// What every rank thread of a caller-mode run shares (read only).
+struct RankRun<'a> {
+    /// The rank's local index.
+    index: usize,
+    fixed: &'a [FixedWords],
+    /// Every local rank's barrier-done semaphore (the leader raises them all).
+    done_words: &'a [u64],
+    prep: &'a Prepared,
+    reps: u32,
+    first_id: u32,
+    timeout_ns: Option<u64>,
+    spin: Duration,
+}
+
+impl RankRun<'_> {
+    /// Execution `i` of this rank: arm trigger set `i % 2`, submit the network and barrier
+    /// tasks, launch the device, drive the queue until both records are final (the device in
+    /// the hook), then collect the device's end.
+    fn execution(&self, rank: &mut DriverRank, dev: &mut RankDevice, i: u32) -> Result<(), String> {
+        let r = self.index;
+        let f = &self.fixed[r];
+        let set = i as usize % TRIGGER_SETS;
+        for t in [f.net_trigger(set), f.barrier_trigger(set)] {
+            f.mem
+                .word_at(t)
+                .ok_or_else(|| format!("trigger word {t:#x} outside the host memory"))?
+                .store(TRIGGER_ARMED);
+        }
+        let leader = r == 0;
+        let blocks = if self.prep.plans[r].ops.is_empty() {
+            Vec::new()
+        } else {
+            vec![(0, BLOCK, self.prep.fifos[r].clone())]
+        };
+        let exec = Execution {
+            id: self.first_id.wrapping_add(i),
+            blocks,
+            schedule: vec![BLOCK; self.reps as usize],
+            net_triggers: vec![f.net_trigger(set)],
+            barrier_triggers: vec![f.barrier_trigger(set)],
+            barrier_done: if leader {
+                self.done_words.to_vec()
+            } else {
+                Vec::new()
+            },
+            leader,
+        };
+        // SAFETY: the buffers and words live in the World / the caller's RankMem until this
+        // execution has been driven to its end below, or, after a failure, until the engine is
+        // gone (`row` retires the buffers; fields drop in order).
+        unsafe { rank.submit(exec, self.timeout_ns) }?;
+        let job = Job {
+            plan: self.prep.plans[r].clone(),
+            addrs: self.prep.addrs[r],
+            reps: self.reps,
+            net_triggers: vec![f.net_trigger(set)],
+            barrier_triggers: vec![f.barrier_trigger(set)],
+            barrier_done: Some(f.barrier_done()),
+        };
+        // SAFETY: as for the submission.
+        unsafe { dev.launch(job) };
+        let clock = MonotonicClock;
+        let waiter = Waiter {
+            park: &ThreadPark,
+            clock: &clock,
+            spin_ns: u64::try_from(self.spin.as_nanos()).unwrap_or(u64::MAX),
+        };
+        let deadline = self.timeout_ns.map(|t| clock.now_ns().saturating_add(t));
+        let drove = rank.drive(&waiter, deadline, &mut || dev.poll());
+        if drove.is_err() {
+            dev.abort();
+        }
+        match (dev.wait(), drove) {
+            (Err(e), _) if !matches!(e, DeviceError::Aborted { .. }) => Err(e.to_string()),
+            (_, Err(e)) => Err(e),
+            (Err(e), Ok(())) => Err(e.to_string()),
+            (Ok(()), Ok(())) => Ok(()),
+        }
+    }
 }

@@ -7,7 +7,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use proxy_core::driver::queue::QueueConfig;
+use proxy_core::driver::queue::{DriveMode, QueueConfig};
 use proxy_core::driver::registry::RegistryConfig;
 
 use crate::affinity::{parse_cpu_list, CpuListError};
@@ -28,6 +28,7 @@ pub const DEFAULT_EXEC_TIMEOUT_S: u64 = 30;
 /// | `NEURON_RT_PROXY_SPIN_US` | [`spin`](Self::spin) | 50 | µs an idle worker spins before it yields, and a waiting consumer before it parks |
 /// | `NEURON_RT_EXEC_TIMEOUT` | [`exec_timeout`](Self::exec_timeout) | 30 | seconds without progress before a task ends `NRT_TIMEOUT`; `0` = no limit |
 /// | `NEURON_RT_DBG_PROXY_EARLY_COMPLETION` | [`early_completion`](Self::early_completion) | 0 | `0`/`1`: debug; network tasks skip the network stage (DONE at INIT) |
+/// | `NEURON_RT_PROXY_DRIVE_MODE` | [`drive_mode`](Self::drive_mode) | `thread` | `thread`: a worker thread per proxy queue; `caller`: no thread, the comms' threads drive (docs/design.md §9) (this project's variable; the seed always has a worker) |
 /// | `NEURON_RT_LOG_LEVEL` | [`log_level`](Self::log_level) | unset | `ERROR`, `WARN`/`WARNING`, `INFO`, `DEBUG`, `TRACE`, `OFF` (any case) |
 ///
 /// Booleans accept `0`, `1`, `true`, `false` (any case). An empty or malformed value is an
@@ -50,6 +51,8 @@ pub struct Config {
     pub log_level: Option<log::LevelFilter>,
     /// Queue sizes (not read from the environment).
     pub queue: QueueConfig,
+    /// Who drives each proxy queue.
+    pub drive_mode: DriveMode,
 }
 
 impl Default for Config {
@@ -63,6 +66,7 @@ impl Default for Config {
             early_completion: false,
             log_level: None,
             queue: QueueConfig::default(),
+            drive_mode: DriveMode::Thread,
         }
     }
 }
@@ -173,6 +177,14 @@ impl Config {
         if let Some(v) = lookup(EARLY) {
             c.early_completion = parse_bool(EARLY, &v)?;
         }
+        const DRIVE: &str = "NEURON_RT_PROXY_DRIVE_MODE";
+        if let Some(v) = lookup(DRIVE) {
+            c.drive_mode = match v.trim().to_ascii_lowercase().as_str() {
+                "thread" => DriveMode::Thread,
+                "caller" => DriveMode::Caller,
+                _ => return Err(bad(DRIVE, &v, "must be `thread` or `caller`")),
+            };
+        }
         const LOG: &str = "NEURON_RT_LOG_LEVEL";
         if let Some(v) = lookup(LOG) {
             c.log_level = Some(parse_level(LOG, &v)?);
@@ -185,6 +197,7 @@ impl Config {
         RegistryConfig {
             ranks_per_network_proxy: self.ranks_per_network_proxy,
             queue: self.queue,
+            mode: self.drive_mode,
         }
     }
 

@@ -360,6 +360,11 @@ pub struct LoadedComm<'a> {
     handle: *mut NccomComm,
 }
 
+// SAFETY: the C ABI lets any thread call a comm's entry points as long as one thread at a time
+// does (docs/design.md §8); a `LoadedComm` is only used through `&mut` or by value, so moving it
+// to another thread keeps that rule. The library handle it borrows is shared read-only.
+unsafe impl Send for LoadedComm<'_> {}
+
 impl LoadedComm<'_> {
     /// The handle as the seam takes it (`comm` of [`SeamTable`] and the trampolines).
     pub fn as_ptr(&self) -> *mut c_void {
