@@ -142,7 +142,29 @@ pub fn total_wrong(rows: &[Row]) -> u64 {
         .sum()
 }
 
-/// nccl-tests' footer.
+/// The algorithm of each run of sizes, e.g. `direct 8..65536, ring 131072..67108864` (the
+/// planner's choice by size with `--algo auto`).
+pub fn algorithms(rows: &[Row]) -> String {
+    let mut runs: Vec<(&str, u64, u64)> = Vec::new();
+    for r in rows {
+        match runs.last_mut() {
+            Some((a, _, hi)) if *a == r.algorithm => *hi = r.size,
+            _ => runs.push((r.algorithm, r.size, r.size)),
+        }
+    }
+    runs.iter()
+        .map(|(a, lo, hi)| {
+            if lo == hi {
+                format!("{a} {lo}")
+            } else {
+                format!("{a} {lo}..{hi}")
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// nccl-tests' footer, and the algorithm per size.
 pub fn footer(rows: &[Row]) -> String {
     let wrong = total_wrong(rows);
     let avg = if rows.is_empty() {
@@ -151,10 +173,11 @@ pub fn footer(rows: &[Row]) -> String {
         rows.iter().map(|r| r.oop.busbw + r.ip.busbw).sum::<f64>() / (2 * rows.len()) as f64
     };
     format!(
-        "# Out of bounds values : {} {}\n# Avg bus bandwidth    : {:.4} \n#",
+        "# Out of bounds values : {} {}\n# Avg bus bandwidth    : {:.4} \n# Algorithm by size (B)  : {}\n#",
         wrong,
         if wrong == 0 { "OK" } else { "FAILED" },
-        avg
+        avg,
+        algorithms(rows)
     )
 }
 
