@@ -97,7 +97,8 @@ impl SeamTable {
     }
 
     /// One progress tick on `stream` (the trampoline `ncclNetworkProxyProgress`, with `bool`
-    /// out-parameters as the seed's driver side has them): ANDs into `idle` / `done`.
+    /// out-parameters as the seed's driver side has them): ANDs into `idle` / `done`; a failed
+    /// call leaves both `false`.
     ///
     /// # Errors
     /// The status the progress half returned.
@@ -117,8 +118,9 @@ impl SeamTable {
         // SAFETY: `i` and `d` are live locals; `comm` per this function's contract.
         let r =
             NrtStatus::result_of_code(unsafe { (self.progress)(comm, stream, bb, &mut i, &mut d) });
-        *idle = i != 0;
-        *done = d != 0;
+        // A failed call is neither idle nor done, whatever the library wrote.
+        *idle = r.is_ok() && i != 0;
+        *done = r.is_ok() && d != 0;
         r
     }
 
@@ -187,8 +189,9 @@ pub unsafe extern "C" fn in_process_start(
     NrtStatus::from_result(r).code()
 }
 
-/// `neuronNetworkProxyProgress` over this crate's own [`Comm`]: ANDs into `*idle` / `*done`;
-/// any failure of the comm maps to `NRT_NETWORK_PROXY_FAILURE`.
+/// `neuronNetworkProxyProgress` over this crate's own [`Comm`]: ANDs into `*idle` / `*done`
+/// (a call that fails writes 0 to both); any failure of the comm maps to
+/// `NRT_NETWORK_PROXY_FAILURE`.
 ///
 /// # Safety
 /// As [`in_process_start`]; `idle` and `done` must be null or valid for reads and writes.
@@ -208,10 +211,13 @@ pub unsafe extern "C" fn in_process_progress(
     }
     let (mut i, mut d) = (true, true);
     let r = comm.progress(stream, bb, &mut i, &mut d);
+    // A failed call reports neither idle nor done (the driver must not end the task as if the
+    // stream had drained).
+    let ok = r.is_ok();
     // SAFETY: both non-null and valid per the contract.
     unsafe {
-        *idle = c_int::from(*idle != 0 && i);
-        *done = c_int::from(*done != 0 && d);
+        *idle = c_int::from(ok && *idle != 0 && i);
+        *done = c_int::from(ok && *done != 0 && d);
     }
     NrtStatus::from_result(r).code()
 }
@@ -237,5 +243,46 @@ impl SeamTable {
             progress: in_process_progress,
             stop: in_process_stop,
         }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::progress::comm::CommConfig;
+    use crate::progress::testing::{NullTransport, RecordingDevice};
+    use crate::sync::PlainArc;
+    use crate::time::NoClock;
+    use alloc::boxed::Box;
+
+    /// A failed progress call (here: a stream out of range) writes 0 to both out-parameters,
+    /// through the `extern "C"` entry and through the table's `bool` trampoline; a good call
+    /// on an empty stream ANDs in "idle and done".
+    #[test]
+    fn a_failed_progress_call_is_neither_idle_nor_done() {
+        let mut comm = Comm::new(
+            CommConfig::new(0, 2, 7),
+            Box::new(NullTransport::default()),
+            PlainArc::new(RecordingDevice::default()),
+            PlainArc::new(NoClock),
+        )
+        .unwrap();
+        let p = &mut comm as *mut Comm as *mut c_void;
+        let (mut i, mut d): (c_int, c_int) = (1, 1);
+        // SAFETY: `p` is a live comm; the out-parameters are live locals.
+        let r = unsafe { in_process_progress(p, 7, 1, &mut i, &mut d) };
+        assert_eq!(r, NrtStatus::Invalid.code());
+        assert_eq!((i, d), (0, 0));
+        let table = SeamTable::in_process();
+        let (mut bi, mut bd) = (true, true);
+        // SAFETY: as above.
+        let r = unsafe { table.progress(p, 7, 1, &mut bi, &mut bd) };
+        assert_eq!(r, Err(NrtStatus::Invalid));
+        assert_eq!((bi, bd), (false, false));
+        let (mut i, mut d): (c_int, c_int) = (1, 1);
+        // SAFETY: as above.
+        let r = unsafe { in_process_progress(p, 0, 1, &mut i, &mut d) };
+        assert_eq!(r, NrtStatus::Success.code());
+        assert_eq!((i, d), (1, 1));
     }
 }

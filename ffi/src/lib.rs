@@ -270,6 +270,8 @@ pub unsafe extern "C" fn neuronStartNetworkProxy(
 /// stream has no active ops (the pending block, else `bb`), walks the active ops once, recycles
 /// finished ones, and ANDs its results into `*idle` / `*done` (non-zero = true). Seed both with
 /// 1 before a round of calls (one per stream); after the round they say "all idle" / "all done".
+/// A call that fails (any status but `NRT_SUCCESS`, after the pointers were checked) writes 0 to
+/// both.
 /// A stream with nothing filed (or stopped) reports idle and done.
 ///
 /// Returns `NRT_SUCCESS`; `NRT_INVALID_HANDLE` for a bad comm; `NRT_INVALID` for stream >= 4 or
@@ -295,8 +297,10 @@ pub unsafe extern "C" fn neuronNetworkProxyProgress(
             let done = c_out(WHAT, "done", done)?;
             let (mut i, mut d) = (true, true);
             let r = c.progress(stream, bb, &mut i, &mut d);
-            *idle = c_int::from(*idle != 0 && i);
-            *done = c_int::from(*done != 0 && d);
+            // A failed call reports neither idle nor done.
+            let ok = r.is_ok();
+            *idle = c_int::from(ok && *idle != 0 && i);
+            *done = c_int::from(ok && *done != 0 && d);
             r
         })
     })

@@ -159,7 +159,10 @@ int main(void) {
 
     /* ---- the seam: bad arguments on a live comm ---- */
     CHECK(neuronStartNetworkProxy(c0, 4, 1, &op, 1, src, 2, NULL, 0), NRT_INVALID);      /* stream 4 */
+    idle = 1;
+    done = 1;
     CHECK(neuronNetworkProxyProgress(c0, 4, 1, &idle, &done), NRT_INVALID);
+    EXPECT(idle == 0 && done == 0); /* a failed call is neither idle nor done */
     CHECK(neuronStopNetworkProxy(c0, 4), NRT_INVALID);
     CHECK(neuronStartNetworkProxy(c0, 0, 1, NULL, 1, src, 2, NULL, 0), NRT_INVALID);    /* NULL ops */
     CHECK(neuronStartNetworkProxy(c0, 0, 1, &op, 1, NULL, 2, NULL, 0), NRT_INVALID);    /* NULL src */

@@ -281,6 +281,9 @@ pub struct DriverRank {
     pending: std::collections::VecDeque<[u32; 2]>,
     /// Final records popped ahead of their execution's turn.
     early: Vec<TaskRecord>,
+    /// `NEURON_RT_DBG_PROXY_EARLY_COMPLETION`: every task is submitted with its skip flag
+    /// (DONE at INIT, edge 1; a debug mode in which no data moves).
+    skip: bool,
 }
 
 impl DriverRank {
@@ -323,7 +326,7 @@ impl DriverRank {
             triggers: TriggerWords::new(&host_words(&exec.net_triggers)?)
                 .map_err(|e| format!("trigger words: {e}"))?,
             wait_for_device: true,
-            skip: false,
+            skip: r.skip,
             timeout_ns,
         })
         .map_err(|e| format!("network task: {e}"))?;
@@ -335,7 +338,7 @@ impl DriverRank {
                 .map_err(|e| format!("barrier trigger words: {e}"))?,
             leader: exec.leader,
             done_semaphores: host_words(&exec.barrier_done)?,
-            skip: false,
+            skip: r.skip,
             timeout_ns,
         });
         let ids = [
@@ -527,6 +530,7 @@ impl DriverEngine {
                 barrier,
                 pending: std::collections::VecDeque::new(),
                 early: Vec::new(),
+                skip: cfg.early_completion,
             });
         }
         Ok(Self {
