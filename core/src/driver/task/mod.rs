@@ -100,6 +100,24 @@ pub trait ProxyTask: Send {
         self.core_mut().bind_slot(slot);
     }
 
+    /// Re-arms a DONE task in place for a new execution (edge 10 of [`RunState`], "resubmit"):
+    /// new `task_id`, everything else (comm, seam, FIFOs, schedule, trigger words, channel)
+    /// kept; the record and the shared [`StatusRecord`] go back to INIT with status success and
+    /// slot `u32::MAX`, and nothing is allocated. The producer arms the trigger words
+    /// ([`crate::driver::trigger::TriggerWords::arm`]) and submits the task again, as for a new
+    /// one. Called by the task's owner, never by the worker (a task handed back by its queue).
+    ///
+    /// The default re-arms the [`TaskCore`] only ([`TaskCore::rearm`], same stream mask): right
+    /// for a kind whose whole per-execution state is its core. [`NetworkTask`] and
+    /// [`BarrierTask`] override it to reset their own cursors and tickets too.
+    ///
+    /// # Errors
+    /// [`NrtStatus::Invalid`] when the task is not DONE (nothing changes).
+    fn rearm(&mut self, task_id: u32) -> Result<(), NrtStatus> {
+        let streams = self.record().streams;
+        self.core_mut().rearm(task_id, streams)
+    }
+
     /// The key of the comm whose network tasks run one at a time (`None`: not serialised,
     /// e.g. a barrier task).
     fn comm_key(&self) -> Option<usize>;
@@ -217,6 +235,58 @@ impl TaskCore {
         if changed {
             self.shared.publish(&self.rec);
         }
+    }
+
+    /// Takes a DONE task back to INIT for a new execution: edge 10 of [`RunState`]
+    /// ("resubmit"), through the same idiom as [`TaskCore::transition`] (logs `state=A=>B` at
+    /// trace level, publishes the record). The record gets `task_id` and `streams`, slot
+    /// `u32::MAX` and status success; the shared [`StatusRecord`] is reset in place (same
+    /// `Arc`, so a consumer that kept it sees the new execution); the timeout clock and the
+    /// "polled after DONE" note are reset. Allocates nothing.
+    ///
+    /// # Errors
+    /// [`NrtStatus::Invalid`] when the state is not DONE (nothing changes).
+    pub fn rearm(&mut self, task_id: u32, streams: u32) -> Result<(), NrtStatus> {
+        let from = self.state();
+        if from != RunState::Done {
+            log::error!(
+                "{:?} task={} slot={}: rearm refused in state {:?} (only a DONE task is re-armed)",
+                self.kind,
+                self.rec.task_id,
+                self.rec.slot,
+                from
+            );
+            return Err(NrtStatus::Invalid);
+        }
+        log::trace!(
+            "{:?} task={} slot={} comm={} state={:?}=>{:?} (resubmit as task {})",
+            self.kind,
+            self.rec.task_id,
+            self.rec.slot,
+            self.rec.comm_id,
+            from,
+            RunState::Init,
+            task_id
+        );
+        self.rec = TaskRecord {
+            task_id,
+            slot: u32::MAX,
+            comm_id: self.rec.comm_id,
+            streams,
+            progress_status: NrtStatus::Success.code(),
+            run_state: RunState::Init as u32,
+        };
+        self.last_progress_ns = 0;
+        self.done_poll_logged = false;
+        self.shared.publish(&self.rec);
+        Ok(())
+    }
+
+    /// Sets the record's stream mask (a task whose blocks were replaced while DONE or before
+    /// submission) and publishes it.
+    pub fn set_streams(&mut self, streams: u32) {
+        self.rec.streams = streams;
+        self.shared.publish(&self.rec);
     }
 
     /// Marks progress at `now_ns` (restarts the timeout).
