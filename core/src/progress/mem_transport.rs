@@ -65,7 +65,7 @@
 //!
 //! Seed: the `ncclNet` plugin the proxy ops drive (`ncclNet->{isend,irecv,test}`, §1 and §4),
 //! here without a network; docs/design.md §2 (the in-memory transport lives in `core`), §5 (tags,
-//! sizes, early send completion), §8 (one thread per endpoint, `poll` once per tick).
+//! sizes, early send completion), §8 (one thread per endpoint, `poll` once per round of stream calls).
 
 #[doc(hidden)]
 pub mod handoff; // public for the loom models in `loom-tests` (model 7); not a stable API

@@ -10,6 +10,12 @@
 //!   └──────────────── stop (cancel + drain requests; every op of the stream) ──────────────┘
 //! ```
 //!
+//! Steady state (docs/design.md §3): an execution of a shape the comm has run before allocates
+//! nothing: trackers are emptied in place and kept by freed ops, the block map and the scratch
+//! of `start` / `stop` keep their storage. The transport is polled once per round of stream
+//! calls (a call on a stream at or below the previous call's stream starts a round,
+//! docs/design.md §8).
+//!
 //! Seed: `ncclProxyState` (192 B × 4), `ncclProxySaveNeuron` / `ncclProxyStart`,
 //! `ncclProxyProgress`, `ncclProxyProgressOps`, `proxyReloadProxyArgs`, `recycleOp`,
 //! `neuronStopNetworkProxy`, §4; docs/design.md §3 is the exact contract.

@@ -19,7 +19,7 @@ impl Comm {
     /// network task does). A call on a stream `<=` the stream of the previous call starts a
     /// new *round*; the transport's completion queue is polled once per round, before the op
     /// walk of the round's first call that has a current block. So S streams progressed in
-    /// one round poll once, and a caller that progresses one stream only polls on every call.
+    /// one round poll once, and a caller that progresses only one stream polls on every call.
     /// The seam's signature carries no round: this rule is how the progress half sees it
     /// (docs/design.md §8).
     ///
