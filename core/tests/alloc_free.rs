@@ -5,17 +5,21 @@
 //! Two comms (ranks 0 and 1) over one `MemFabric`, each with one network task of one block on
 //! stream 0: one op info per rank with a send to the peer and a receive from it (the exchange
 //! step of a two-rank all-reduce), two entries per side, one eager (256 B, copied at post) and
-//! one large (8 KiB, lent until the receiver copies it). The tasks are stepped directly
-//! (`ProxyTask::step`, no queue) and the device side is played by hand through the host words
-//! (trigger, host indices, semaphores), as the device emulator does. After a warm-up, a
-//! counting global allocator (all threads) is armed and the same two tasks are re-armed and run
-//! for `EXECUTIONS` executions; every one must complete with the right bytes, and the counter
-//! must stay at zero.
+//! one large (8 KiB, lent until the receiver copies it; 4100 B under Miri). The tasks are
+//! stepped directly (`ProxyTask::step`, no queue) and the device side is played by hand through
+//! the host words (trigger, host indices, semaphores), as the device emulator does. After a
+//! warm-up, a counting global allocator (all threads) is armed and the same two tasks are
+//! re-armed and run for `EXECUTIONS` executions (1,000; 3 under Miri); every one must complete
+//! with the right bytes, and the counter must stay at zero.
 //!
-//! This file is its own test binary, so its global allocator counts only this test.
+//! This file is its own test binary, so its global allocator counts only this test. Not built
+//! under `--cfg loom` (the engine's atomics are loom's there, and this is no model).
+
+#![cfg(not(loom))]
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use std::sync::Arc;
 
 use proxy_core::driver::task::{
     BlockFifos, CommHandle, NetworkTask, NetworkTaskSpec, ProxyTask, Step, StepEnv,
@@ -72,12 +76,12 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static GLOBAL: Counting = Counting;
 
-/// Executions run while the counter is armed.
-const EXECUTIONS: u32 = 1_000;
+/// Executions run while the counter is armed (fewer under Miri, which interprets every byte).
+const EXECUTIONS: u32 = if cfg!(miri) { 3 } else { 1_000 };
 /// Executions run before it is armed (sizes every reused vector and pool).
 const WARM_UP: u32 = 3;
-/// Entry sizes of each side: one eager (≤ 4096 B), one large.
-const SIZES: [usize; 2] = [256, 8192];
+/// Entry sizes of each side: one eager (≤ 4096 B), one large (just above it under Miri).
+const SIZES: [usize; 2] = [256, if cfg!(miri) { 4100 } else { 8192 }];
 /// Upper bound on task steps per execution (a bounded wait: a stuck execution fails).
 const MAX_STEPS: u32 = 10_000;
 
@@ -111,10 +115,23 @@ enum Phase {
 struct Rank {
     rank: usize,
     task: NetworkTask,
-    words: &'static [Line],
+    /// From `Box::into_raw`; freed by `Drop` (the task only holds its handle, and nothing else
+    /// touches it while the task runs).
+    comm: *mut Comm,
+    /// An `Arc`, not a `Box`: moving a `Box` re-asserts unique ownership (Stacked Borrows) and
+    /// would invalidate the addresses the comm holds.
+    words: Arc<[Line]>,
     src: Vec<Vec<u8>>,
     dst: Vec<Vec<u8>>,
     phase: Phase,
+}
+
+impl Drop for Rank {
+    fn drop(&mut self) {
+        // SAFETY: `comm` came from `Box::into_raw` in `build` and is freed once, here; the task
+        // that carries its handle is never stepped again.
+        drop(unsafe { Box::from_raw(self.comm) });
+    }
 }
 
 fn pattern(rank: usize, entry: usize, exec: u32, i: usize) -> u8 {
@@ -187,9 +204,9 @@ impl Rank {
 
 fn build(fabric: &MemFabric, rank: usize) -> Rank {
     let t = fabric.endpoint(rank as u32).unwrap();
-    // SAFETY: every address the ops use is registered below and lives for the whole test
-    // (the words are leaked, the buffers are never reallocated and outlive the comm, which is
-    // leaked too: it must outlive the task that carries its handle).
+    // SAFETY: every address the ops use is registered below and lives as long as the rank:
+    // the words and buffers are never reallocated and are dropped after the comm (`Rank`'s
+    // `Drop` frees the comm first).
     let dev = unsafe { DirectHostWords::new() };
     let comm = Comm::new(
         CommConfig::new(rank as u32, 2, 5),
@@ -198,26 +215,25 @@ fn build(fabric: &MemFabric, rank: usize) -> Rank {
         PlainArc::new(NoClock),
     )
     .unwrap();
-    let comm: &'static mut Comm = Box::leak(Box::new(comm));
-    let words: &'static [Line] = Box::leak(
-        (0..WORDS)
-            .map(|_| Line(AtomicU32::new(0)))
-            .collect::<Box<[Line]>>(),
-    );
+    let comm: *mut Comm = Box::into_raw(Box::new(comm));
+    let words: Arc<[Line]> = (0..WORDS).map(|_| Line(AtomicU32::new(0))).collect();
     let src: Vec<Vec<u8>> = SIZES.iter().map(|&n| vec![0u8; n]).collect();
     let dst: Vec<Vec<u8>> = SIZES.iter().map(|&n| vec![0u8; n]).collect();
     let mut r = Rank {
         rank,
         // Replaced below, once the FIFOs exist.
         task: placeholder_task(),
+        comm,
         words,
         src,
         dst,
         phase: Phase::Finished,
     };
     let wbase = r.addr(0);
-    // SAFETY: the words and buffers live as long as the (leaked) comm is used.
+    // SAFETY: the words and buffers outlive the comm (see above); `comm` is live and used by
+    // this thread only.
     unsafe {
+        let comm = &mut *comm;
         comm.register_memory(wbase, (WORDS * 128) as u64).unwrap();
         for b in r.src.iter().chain(r.dst.iter()) {
             comm.register_memory(b.as_ptr() as usize as u64, b.len() as u64)
@@ -267,14 +283,14 @@ fn build(fabric: &MemFabric, rank: usize) -> Rank {
             reserved: 0,
         })
         .collect();
-    // SAFETY: the trigger word is leaked (lives for the rest of the program) and accessed only
-    // atomically.
-    let trigger = unsafe { HostWord::from_ref(&words[TRIGGER].0) };
+    // SAFETY: the trigger word lives as long as the rank, which owns the task that carries the
+    // handle, and is accessed only atomically.
+    let trigger = unsafe { HostWord::from_ref(&r.words[TRIGGER].0) };
     r.task = NetworkTask::new(NetworkTaskSpec {
         task_id: 0,
-        // SAFETY: the comm is leaked (outlives the task) and only this test's one thread
-        // calls the seam on it, through the task.
-        comm: unsafe { CommHandle::new(comm as *mut Comm as *mut core::ffi::c_void) }.unwrap(),
+        // SAFETY: the comm outlives the task's use of it (`Rank`'s `Drop`) and only this
+        // test's one thread calls the seam on it, through the task.
+        comm: unsafe { CommHandle::new(comm as *mut core::ffi::c_void) }.unwrap(),
         comm_id: 5,
         seam: SeamTable::in_process(),
         blocks: vec![BlockFifos {

@@ -6,7 +6,8 @@
 //! [`RunState`] (a barrier task never takes edges 3 and 4):
 //! edges 1 (skip), 2 (trigger seen: write 0, arrive) and 7 (a channel error) are taken by
 //! `step_init`; 5 (not everyone arrived: IDLE), 6 (everyone arrived: the leader increments every
-//! barrier-done semaphore), 7 and 8 (no progress past the timeout) by `step_wait`; 9 by `close`.
+//! barrier-done semaphore), 7 and 8 (no progress past the timeout) by `step_wait`; 9 by `close`;
+//! 10 (DONE → INIT, resubmit) by [`BarrierTask::rearm_with`], called by the task's owner.
 //!
 //! Seed: `enc_barrier_proxy_task::step` (nrt:0x1ce830), `inc_leader_sps_barrier_done_semas`
 //! (nrt:0x1ce7b0), §3 ("Considerations") and §5; docs/design.md §4.

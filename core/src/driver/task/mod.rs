@@ -217,6 +217,13 @@ impl TaskCore {
             from != RunState::Done,
             "transition out of DONE ({from:?}=>{to:?})"
         );
+        self.take_edge(to, status);
+    }
+
+    /// The body of every edge, [`TaskCore::transition`]'s and [`TaskCore::rearm`]'s (edge 10):
+    /// logs `state=A=>B` at trace level, sets state and status, publishes when they changed.
+    fn take_edge(&mut self, to: RunState, status: NrtStatus) {
+        let from = self.state();
         if from != to {
             log::trace!(
                 "{:?} task={} slot={} comm={} state={:?}=>{:?} status={}",
@@ -238,8 +245,8 @@ impl TaskCore {
     }
 
     /// Takes a DONE task back to INIT for a new execution: edge 10 of [`RunState`]
-    /// ("resubmit"), through the same idiom as [`TaskCore::transition`] (logs `state=A=>B` at
-    /// trace level, publishes the record). The record gets `task_id` and `streams`, slot
+    /// ("resubmit"), through the same edge body as [`TaskCore::transition`] (logs `state=A=>B`
+    /// at trace level, publishes the record). The record gets `task_id` and `streams`, slot
     /// `u32::MAX` and status success; the shared [`StatusRecord`] is reset in place (same
     /// `Arc`, so a consumer that kept it sees the new execution); the timeout clock and the
     /// "polled after DONE" note are reset. Allocates nothing.
@@ -259,26 +266,19 @@ impl TaskCore {
             return Err(NrtStatus::Invalid);
         }
         log::trace!(
-            "{:?} task={} slot={} comm={} state={:?}=>{:?} (resubmit as task {})",
+            "{:?} task={} slot={}: resubmit as task {task_id}",
             self.kind,
             self.rec.task_id,
-            self.rec.slot,
-            self.rec.comm_id,
-            from,
-            RunState::Init,
-            task_id
+            self.rec.slot
         );
-        self.rec = TaskRecord {
-            task_id,
-            slot: u32::MAX,
-            comm_id: self.rec.comm_id,
-            streams,
-            progress_status: NrtStatus::Success.code(),
-            run_state: RunState::Init as u32,
-        };
+        self.rec.task_id = task_id;
+        self.rec.slot = u32::MAX;
+        self.rec.streams = streams;
         self.last_progress_ns = 0;
         self.done_poll_logged = false;
-        self.shared.publish(&self.rec);
+        // DONE => INIT always changes the state, so the new record is published (run_state
+        // last, with release).
+        self.take_edge(RunState::Init, NrtStatus::Success);
         Ok(())
     }
 

@@ -4,7 +4,10 @@
 //! Its states and numbered edges are the one run-state diagram at
 //! [`RunState`]: edges 1–3 (and 7 when a `start` fails) are taken by `step_init`, 4 by
 //! `step_waiting`, 5–8 by `step_progress` (8 also by `step_waiting`), 9 by `close`, each through
-//! [`TaskCore::transition`].
+//! [`TaskCore::transition`]; edge 10 (DONE → INIT, resubmit) by [`NetworkTask::rearm_with`]
+//! through [`TaskCore::rearm`], called by the task's owner, never by the worker. A re-armed task
+//! keeps its blocks' FIFOs (or takes new ones by copy, [`NetworkTask::replace_fifos`]), so a
+//! steady state of resubmissions allocates nothing (docs/design.md §4).
 //!
 //! Deviations from the seed (docs/design.md §3/§4): idle/done are seeded with `true` before each
 //! stream's progress call; `stop` is called once per stream when the task ends, never on a

@@ -165,7 +165,9 @@ impl SendShared {
     /// # Safety
     /// With `eager` and `len > 0`, `buf` must be readable for `len` bytes for this call.
     /// Without `eager`, `buf` as [`LentBuf`] requires.
-    #[cfg(not(loom))]
+    ///
+    /// (Under `--cfg loom` the endpoint does not reuse descriptors: loom's `Arc` has no
+    /// `get_mut`; the handoff it models is the same either way.)
     pub unsafe fn reuse(&mut self, tag: u64, buf: *const u8, len: usize, eager: bool) {
         let mut copy = match core::mem::replace(&mut self.payload, Payload::Copied(Vec::new())) {
             Payload::Copied(v) => v,

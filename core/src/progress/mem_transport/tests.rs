@@ -128,7 +128,7 @@ fn reused_descriptors_carry_every_size_and_kind_in_turn() {
             let src = pattern(size, seed);
             let mut dst = vec![0xEE; size];
             let t = tag(i % 3);
-            let (s, r) = if (round + i as u64) % 2 == 0 {
+            let (s, r) = if (round + i as u64).is_multiple_of(2) {
                 let s = send(&mut a, 1, &src, t);
                 (s, recv(&mut b, 0, &mut dst, t))
             } else {
@@ -136,13 +136,25 @@ fn reused_descriptors_carry_every_size_and_kind_in_turn() {
                 (send(&mut a, 1, &src, t), r)
             };
             assert_eq!(s.payload_copied, size <= EAGER_MAX, "size {size}");
-            assert_eq!(wait(&mut b, r.request), done(size), "round {round} size {size}");
-            assert_eq!(wait(&mut a, s.request), done(size), "round {round} size {size}");
+            assert_eq!(
+                wait(&mut b, r.request),
+                done(size),
+                "round {round} size {size}"
+            );
+            assert_eq!(
+                wait(&mut a, s.request),
+                done(size),
+                "round {round} size {size}"
+            );
             assert!(dst == src, "round {round} size {size}: bytes differ");
         }
     }
     assert_eq!((a.outstanding(), b.outstanding()), (0, 0));
-    assert_eq!(a.spare.len(), 1, "one send at a time: one descriptor, reused throughout");
+    assert_eq!(
+        a.spare.len(),
+        1,
+        "one send at a time: one descriptor, reused throughout"
+    );
     assert_eq!(b.unexpected_len(), 0);
 }
 
