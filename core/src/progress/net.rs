@@ -98,9 +98,9 @@ pub trait Transport: Send {
     fn max_msg_size(&self) -> u64;
 
     /// Moves the transport's own progress (reads the completion queue). Called once per round
-    /// of progress calls on the comm (a call on a stream at or below the previous call's stream
-    /// starts a round, docs/design.md §8), before the round's first op walk; manual-progress
-    /// providers move nothing otherwise.
+    /// of progress calls on the comm (a call on a stream at or below the previous call's
+    /// stream, or the first after a `start` / `stop`, starts a round, docs/design.md §8), before
+    /// the round's first op walk; manual-progress providers move nothing otherwise.
     ///
     /// # Errors
     /// A failure of the transport as a whole (the comm then fails, sticky).

@@ -13,8 +13,8 @@
 //! Steady state (docs/design.md §3): an execution of a shape the comm has run before allocates
 //! nothing: trackers are emptied in place and kept by freed ops, the block map and the scratch
 //! of `start` / `stop` keep their storage. The transport is polled once per round of stream
-//! calls (a call on a stream at or below the previous call's stream starts a round,
-//! docs/design.md §8).
+//! calls (a call on a stream at or below the previous call's stream, or the first call after a
+//! `start` or `stop`, starts a round, docs/design.md §8).
 //!
 //! Seed: `ncclProxyState` (192 B × 4), `ncclProxySaveNeuron` / `ncclProxyStart`,
 //! `ncclProxyProgress`, `ncclProxyProgressOps`, `proxyReloadProxyArgs`, `recycleOp`,
@@ -101,7 +101,8 @@ pub struct Comm {
     /// `stop`'s scratch: the requests being drained (cleared, not freed).
     drain_scratch: Vec<RequestId>,
     /// The stream of the last `progress` call that got past the argument checks, or
-    /// [`BB_NONE`] before the first: a call on a stream `<=` it starts a new round.
+    /// [`BB_NONE`] before the first and after a `start` or `stop`: a call on a stream `<=` it
+    /// (or while it is none) starts a new round.
     round_last_stream: u32,
     /// `true` once the transport was polled in the current round (docs/design.md §8).
     round_polled: bool,
@@ -462,6 +463,8 @@ impl Comm {
         n: u32,
         mut init: impl FnMut(&mut ProxyOp, u32),
     ) -> Result<(), NrtStatus> {
+        // A new execution's first progress call starts a new round (docs/design.md §8).
+        self.round_last_stream = BB_NONE;
         let st = &mut self.streams[s];
         st.reserve(n)?;
         for i in 0..n {
@@ -516,6 +519,8 @@ impl Comm {
     /// Seed: `neuronStopNetworkProxy` (nccom:0x487d0), §4; docs/design.md §3.
     pub fn stop(&mut self, stream: u32) -> Result<(), NrtStatus> {
         let s = check_stream(stream)?;
+        // The next progress call starts a new round (docs/design.md §8).
+        self.round_last_stream = BB_NONE;
         let comm_id = self.config.comm_id;
         // A stream torn down with ops still active (task failure, timeout, a comm leaving):
         // log the comm's state, every block and op, for the post-mortem (docs/design.md §6).

@@ -166,6 +166,27 @@ fn the_transport_is_polled_once_per_round_of_streams() {
 }
 
 #[test]
+fn a_start_or_stop_begins_a_new_round() {
+    let (mut c, polls) = counting_comm();
+    c.start_scripted(1, 1, &[after(1000)]).unwrap();
+    tick(&mut c, 1, 1);
+    assert_eq!(polls_of(&polls), 1);
+    // A new execution on a higher stream: without the reset, 2 > 1 would join the old round.
+    c.start_scripted(2, 1, &[after(1000)]).unwrap();
+    tick(&mut c, 2, 1);
+    assert_eq!(polls_of(&polls), 2, "the first call after a start polls");
+    tick(&mut c, 3, 1); // nothing filed on 3: no walk, no poll
+    c.stop(1).unwrap();
+    let after_stop = polls_of(&polls);
+    tick(&mut c, 2, 1);
+    assert_eq!(
+        polls_of(&polls),
+        after_stop + 1,
+        "the first call after a stop polls"
+    );
+}
+
+#[test]
 fn a_single_stream_comm_polls_on_every_call() {
     let (mut c, polls) = counting_comm();
     c.start_scripted(2, 1, &[after(1000)]).unwrap();

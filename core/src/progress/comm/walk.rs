@@ -16,8 +16,8 @@ impl Comm {
     /// A stream with nothing filed (or stopped) reports idle and done.
     ///
     /// **Rounds.** The caller progresses its streams in turn, in increasing stream order (the
-    /// network task does). A call on a stream `<=` the stream of the previous call starts a
-    /// new *round*; the transport's completion queue is polled once per round, before the op
+    /// network task does). A call on a stream `<=` the stream of the previous call, or the
+    /// first call after a `start` or `stop`, starts a new *round*; the transport's completion queue is polled once per round, before the op
     /// walk of the round's first call that has a current block. So S streams progressed in
     /// one round poll once, and a caller that progresses only one stream polls on every call.
     /// The seam's signature carries no round: this rule is how the progress half sees it
@@ -43,7 +43,8 @@ impl Comm {
         }
         let comm_id = self.config.comm_id;
         // Rounds (docs/design.md §8): a call on a stream at or below the last one progressed
-        // starts a new round; the transport is polled once per round.
+        // (none after a start or stop) starts a new round; the transport is polled once per
+        // round.
         if self.round_last_stream == BB_NONE || stream <= self.round_last_stream {
             self.round_polled = false;
         }
