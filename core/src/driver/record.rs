@@ -38,6 +38,9 @@ use crate::sync::{AtomicU32, Ordering};
 ///   INIT / PROGRESSING / IDLE ──(7) a start / progress / channel error ──────┤
 ///   WAITING / PROGRESSING / IDLE ──(8) no progress past the timeout ─────────┤
 ///   any state but DONE ──(9) close: the comm leaves, or the worker exits ────┘
+///
+///   DONE(4) ──(10) resubmit: the owner re-arms the finished task in place ──► INIT(0)
+///                  (new task id, FIFOs kept; outside the queue, before it submits again)
 /// ```
 /// Network task (`driver::task::network`): edges 1–3 (and 7 on a `start` failure) in
 /// `step_init`, 4 in `step_waiting`, 5–8 in
@@ -45,7 +48,10 @@ use crate::sync::{AtomicU32, Ordering};
 /// per stream when the task filed its blocks; 9 in `close`. Barrier task
 /// (`driver::task::barrier`): 1, 2 and 7 in `step_init`, 5–8 in `step_wait`, 9 in `close`.
 /// Every edge goes through the task's one transition function, `TaskCore::transition`, which
-/// logs `state=A=>B`. DONE is final: stepping a DONE task logs once and changes nothing.
+/// logs `state=A=>B`; edge 10 goes through `TaskCore::rearm`, which takes the same edge body
+/// (it alone may leave DONE), called by the task's owner through `ProxyTask::rearm`
+/// (`NetworkTask::rearm_with`, `BarrierTask::rearm_with`), never by the worker. DONE is final for an execution: stepping a DONE task logs once and changes
+/// nothing, and the record is reused only by an explicit resubmit (edge 10).
 ///
 /// Seed: `proxy_task_run_state_t`, §3 (`INIT=0 .. DONE=4`).
 #[repr(u32)]

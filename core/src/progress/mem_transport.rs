@@ -65,7 +65,7 @@
 //!
 //! Seed: the `ncclNet` plugin the proxy ops drive (`ncclNet->{isend,irecv,test}`, §1 and §4),
 //! here without a network; docs/design.md §2 (the in-memory transport lives in `core`), §5 (tags,
-//! sizes, early send completion), §8 (one thread per endpoint, `poll` once per tick).
+//! sizes, early send completion), §8 (one thread per endpoint, `poll` once per round of stream calls).
 
 #[doc(hidden)]
 pub mod handoff; // public for the loom models in `loom-tests` (model 7); not a stable API
@@ -119,6 +119,14 @@ pub const MAX_REQUESTS: usize = 1 << 20;
 
 /// `poll` prunes withdrawn messages from the unexpected list every this many calls.
 const SWEEP_INTERVAL: u32 = 256;
+
+/// Finished send descriptors an endpoint keeps for reuse.
+pub const SPARE_DESCRIPTORS: usize = 1024;
+
+/// Per peer, the posted and unexpected lists keep the (empty) queue of a tag whose last
+/// request or message left, so the next one with that tag allocates nothing; the sweep drops
+/// empty queues only when a peer's map holds more than this many tags.
+pub const KEEP_EMPTY_TAGS: usize = 1024;
 
 /// What travels through a mailbox: the descriptor of one send.
 type Msg = Arc<SendShared>;
@@ -386,13 +394,17 @@ impl Slab {
         self.entries.get_mut(index as usize)?.req.as_mut()
     }
 
-    fn remove(&mut self, index: u32) {
+    /// Releases entry `index` and hands back its request (the caller may keep a send's
+    /// descriptor for reuse).
+    fn remove(&mut self, index: u32) -> Option<Request> {
         let entry = &mut self.entries[index as usize];
-        if entry.req.take().is_some() {
+        let req = entry.req.take();
+        if req.is_some() {
             entry.generation = entry.generation.wrapping_add(1).max(1);
             self.free.push(index);
             self.live -= 1;
         }
+        req
     }
 
     fn iter_mut(&mut self) -> impl Iterator<Item = (u32, &mut Request)> {
@@ -418,14 +430,18 @@ pub struct MemTransport {
     tx: Vec<Producer<Msg>>,
     /// Consumer of mailbox (s → self), indexed by `s`.
     rx: Vec<Consumer<Msg>>,
-    /// Per peer, per tag: slab indices of posted receives, in posting order. No empty queues.
+    /// Per peer, per tag: slab indices of posted receives, in posting order. A queue may be
+    /// empty (kept for the tag's next receive; see [`KEEP_EMPTY_TAGS`]).
     posted: Vec<BTreeMap<u64, VecDeque<u32>>>,
-    /// Per peer, per tag: messages that arrived before their receive, in arrival order. No
-    /// empty queues.
+    /// Per peer, per tag: messages that arrived before their receive, in arrival order. A
+    /// queue may be empty (kept for reuse, as in `posted`).
     unexpected: Vec<BTreeMap<u64, VecDeque<Msg>>>,
     /// Messages in `unexpected`.
     unexpected_len: usize,
     slab: Slab,
+    /// Descriptors of finished sends, kept for reuse by the next `isend` (so a steady state of
+    /// sends allocates no descriptor and, for eager sends, no payload copy buffer).
+    spare: Vec<Msg>,
     /// `poll` calls since the last prune of withdrawn unexpected messages.
     polls_since_sweep: u32,
     /// Set by `close`: posts fail, `poll` does nothing.
@@ -450,6 +466,7 @@ impl MemTransport {
             unexpected: (0..n).map(|_| BTreeMap::new()).collect(),
             unexpected_len: 0,
             slab: Slab::default(),
+            spare: Vec::new(),
             polls_since_sweep: 0,
             closed: false,
         }
@@ -505,6 +522,47 @@ impl MemTransport {
         Ok(size as usize)
     }
 
+    /// A `PENDING` send descriptor for `len` bytes at `buf`: a finished one from the spare
+    /// list that no peer holds any more, re-initialised in place, else a new one.
+    ///
+    /// # Safety
+    /// `buf` as [`Transport::isend`] requires; `len > 0` implies `buf` is not null.
+    unsafe fn descriptor(&mut self, tag: u64, buf: *const u8, len: usize, eager: bool) -> Msg {
+        #[cfg(not(loom))]
+        {
+            // The newest spare first; one a receiver still holds (it drops its reference right
+            // after its copy, which may not have happened yet on its thread) is skipped.
+            let unique = (0..self.spare.len())
+                .rev()
+                .find(|&i| Arc::get_mut(&mut self.spare[i]).is_some());
+            if let Some(i) = unique {
+                let mut msg = self.spare.swap_remove(i);
+                if let Some(m) = Arc::get_mut(&mut msg) {
+                    // SAFETY: this function's contract.
+                    unsafe { m.reuse(tag, buf, len, eager) };
+                    return msg;
+                }
+            }
+        }
+        let payload = if !eager {
+            Payload::Lent(LentBuf { ptr: buf, len })
+        } else if len == 0 {
+            Payload::Copied(Vec::new())
+        } else {
+            // SAFETY: this function's contract: `buf..buf+len` is readable for this call;
+            // `len > 0` so `buf` is not null, and `u8` needs no alignment.
+            Payload::Copied(Vec::from(unsafe { core::slice::from_raw_parts(buf, len) }))
+        };
+        Arc::new(SendShared::new(tag, payload))
+    }
+
+    /// Keeps the descriptor of a finished send for reuse (at most [`SPARE_DESCRIPTORS`]).
+    fn recycle(&mut self, msg: Msg) {
+        if cfg!(not(loom)) && self.spare.len() < SPARE_DESCRIPTORS {
+            self.spare.push(msg);
+        }
+    }
+
     /// Moves what `peer` has sent us so far (at most one mailbox-full, so the call is bounded
     /// even while the peer keeps sending) into matching receives or the unexpected list.
     fn drain(&mut self, peer: usize) {
@@ -521,7 +579,7 @@ impl MemTransport {
     fn deliver(&mut self, peer: usize, msg: Msg) {
         let tag = msg.tag;
         if let Some(queue) = self.posted[peer].get_mut(&tag) {
-            // Invariant: queues in `posted` are never empty.
+            // An empty queue (kept for reuse) means no receive is posted: unexpected below.
             if let Some(&index) = queue.front() {
                 if let Some(Request::Recv { buf, state, .. }) = self.slab.get_mut(index) {
                     // SAFETY: `buf` comes from a pending `irecv`, whose caller keeps it writable
@@ -538,9 +596,6 @@ impl MemTransport {
                         Claim::Withdrawn => return,
                     }
                     queue.pop_front();
-                    if queue.is_empty() {
-                        self.posted[peer].remove(&tag);
-                    }
                     return;
                 }
             }
@@ -572,9 +627,6 @@ impl MemTransport {
             }
             break;
         }
-        if queue.is_empty() {
-            map.remove(&tag);
-        }
         result
     }
 
@@ -583,11 +635,17 @@ impl MemTransport {
         self.polls_since_sweep = 0;
         let mut len = 0;
         for map in &mut self.unexpected {
+            let prune = map.len() > KEEP_EMPTY_TAGS;
             map.retain(|_, queue| {
                 queue.retain(|m| !m.is_withdrawn());
                 len += queue.len();
-                !queue.is_empty()
+                !(prune && queue.is_empty())
             });
+        }
+        for map in &mut self.posted {
+            if map.len() > KEEP_EMPTY_TAGS {
+                map.retain(|_, queue| !queue.is_empty());
+            }
         }
         self.unexpected_len = len;
     }
@@ -660,9 +718,6 @@ impl MemTransport {
 fn remove_posted(map: &mut BTreeMap<u64, VecDeque<u32>>, tag: u64, index: u32) {
     if let Some(queue) = map.get_mut(&tag) {
         queue.retain(|&i| i != index);
-        if queue.is_empty() {
-            map.remove(&tag);
-        }
     }
 }
 
@@ -724,16 +779,9 @@ impl Transport for MemTransport {
             return Ok(None);
         }
         let eager = len <= EAGER_MAX;
-        let payload = if !eager {
-            Payload::Lent(LentBuf { ptr: buf, len })
-        } else if len == 0 {
-            Payload::Copied(Box::default())
-        } else {
-            // SAFETY: the `isend` contract makes `buf..buf+len` readable for this call; `len > 0`
-            // so `buf` is not null (checked), and `u8` needs no alignment.
-            Payload::Copied(Box::from(unsafe { core::slice::from_raw_parts(buf, len) }))
-        };
-        let msg = Arc::new(SendShared::new(tag, payload));
+        // SAFETY: the `isend` contract makes `buf..buf+len` readable for this call (and lent
+        // until the request finishes); `len > 0` means `buf` is not null (checked).
+        let msg = unsafe { self.descriptor(tag, buf, len, eager) };
         if self.tx[peer as usize].push(msg.clone()).is_err() {
             // Not reachable (see above); answered as back-pressure, nothing is lost.
             return Ok(None);
@@ -837,7 +885,9 @@ impl Transport for MemTransport {
             },
             None => return Ok(TestOutcome::Pending), // unreachable: `lookup` found it live
         };
-        self.slab.remove(index);
+        if let Some(Request::Send { msg, .. }) = self.slab.remove(index) {
+            self.recycle(msg);
+        }
         outcome
     }
 

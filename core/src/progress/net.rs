@@ -2,7 +2,7 @@
 //! (`ncclNet_t`: connect, isend, irecv, test, iflush, regMr) and the matching tag layout.
 //!
 //! Seed: `ncclNet->{isend,irecv,iread,iflush,test}`, §1 and §4 (the calls the per-op state
-//! machine makes); docs/design.md §5 (tags) and §8 (poll once per tick per comm).
+//! machine makes); docs/design.md §5 (tags) and §8 (poll once per round of stream calls per comm).
 
 use alloc::string::String;
 use core::fmt;
@@ -97,8 +97,10 @@ pub trait Transport: Send {
     /// Largest message in bytes a single post may carry; `start` rejects larger entries.
     fn max_msg_size(&self) -> u64;
 
-    /// Moves the transport's own progress (reads the completion queue). Called once per tick per
-    /// comm before the op walk (manual-progress providers move nothing otherwise).
+    /// Moves the transport's own progress (reads the completion queue). Called once per round
+    /// of progress calls on the comm (a call on a stream at or below the previous call's
+    /// stream, or the first after a `start` / `stop`, starts a round, docs/design.md §8), before
+    /// the round's first op walk; manual-progress providers move nothing otherwise.
     ///
     /// # Errors
     /// A failure of the transport as a whole (the comm then fails, sticky).

@@ -154,6 +154,12 @@ impl RequestTracker {
         b.iter_mut().chain(a.iter_mut()).take(len)
     }
 
+    /// Empties the ring in place (the storage is kept): what a re-armed op starts from.
+    pub fn clear(&mut self) {
+        self.head = 0;
+        self.len = 0;
+    }
+
     /// Removes the first request for which `f` is true (used when draining at `stop`).
     pub fn remove_where(
         &mut self,
@@ -244,7 +250,7 @@ pub const FLAG_EARLY_RECV_POSTING: u32 = 2;
 ///
 /// Ops live in [`PoolBlock`]s and move between a stream's lists by their `next` link; they are
 /// recycled (re-armed and re-filed under their block), not freed, until the stream is stopped.
-/// An all-zero op is a valid free op.
+/// An all-zero op is a valid free op; a free op may also keep its (empty) request tracker.
 ///
 /// Seed: `ncclProxyArgs` (352 B), §4.
 #[repr(C)]
@@ -366,20 +372,23 @@ impl ProxyOp {
         }
     }
 
-    /// Re-arms the op for its next execution (the seed's inlined `recycleOp`): requests torn
-    /// down and re-made, ring cursors reset, state 1.
+    /// Re-arms the op for its next execution (the seed's inlined `recycleOp`): the request
+    /// tracker emptied in place (made only the first time the op is armed, so a recycle or a
+    /// re-filed pool op allocates nothing, docs/design.md §3), ring cursors reset, state 1.
     ///
     /// # Errors
-    /// `Resource` when the new request tracker cannot be allocated.
+    /// `Resource` when the op has no tracker yet and it cannot be allocated.
     pub fn rearm(&mut self) -> Result<(), NrtStatus> {
-        self.free_request();
         self.posted = 0;
         self.pre_post_fifo_idx = 0;
         self.completed = 0;
         self.credited = 0;
         self.last_host_idx = 0;
         self.ticks = 0;
-        self.alloc_request()?;
+        match self.tracker_mut() {
+            Some(t) => t.clear(),
+            None => self.alloc_request()?,
+        }
         self.set_state(OpState::HANDSHAKE);
         Ok(())
     }
@@ -415,12 +424,20 @@ impl ProxyOp {
         self.state = to;
     }
 
-    /// Clears the op back to the all-zero free state (tracker freed).
+    /// Clears the op back to the free state: all zero but for its request tracker, which is
+    /// kept (emptied) for the op's next use, so a stream stopped and filed again allocates no
+    /// tracker. The tracker is freed by [`ProxyOp::free_request`] (the stream does it when
+    /// its comm is destroyed). Outstanding requests in it must have been drained first.
     pub fn reset(&mut self) {
-        self.free_request();
+        let tracker = core::mem::replace(&mut self.requests[0].0, ptr::null_mut());
         // SAFETY: an all-zero `ProxyOp` is valid (every field is an integer, a nullable raw
         // pointer, or an `Option` of a reference / fn pointer, whose zero is `None`).
         unsafe { ptr::write_bytes(self as *mut ProxyOp, 0, 1) };
+        // The invariant of `requests[0]` holds: null, or the Box this op owned a moment ago.
+        self.requests[0] = Slot8(tracker);
+        if let Some(t) = self.tracker_mut() {
+            t.clear();
+        }
     }
 
     /// The op after this one on its list (null at the tail or when on no list).
@@ -509,6 +526,20 @@ impl OpList {
             }
         }
         self.tail = op;
+        self.len += 1;
+    }
+
+    /// Prepends `op`.
+    ///
+    /// # Safety
+    /// `op` must point to a live op that is on no list.
+    pub unsafe fn push_front(&mut self, op: *mut ProxyOp) {
+        // SAFETY: `op` is live and unlinked (caller).
+        unsafe { (*op).next = Slot8(self.head) };
+        if self.tail.is_null() {
+            self.tail = op;
+        }
+        self.head = op;
         self.len += 1;
     }
 

@@ -87,6 +87,79 @@ impl Transport for NullTransport {
     }
 }
 
+/// A [`NullTransport`] whose `poll` calls are also counted in a shared word, so a test can
+/// read the count while the comm owns the transport (the rounds of docs/design.md §8).
+#[derive(Debug, Default)]
+pub struct CountingTransport {
+    /// The null transport underneath (scripts, cancels).
+    pub inner: NullTransport,
+    /// `poll` calls so far (shared with the test).
+    pub polls: PlainArc<AtomicU32>,
+}
+
+impl CountingTransport {
+    /// A transport and the handle on its poll count.
+    pub fn new() -> (Self, PlainArc<AtomicU32>) {
+        let polls = PlainArc::new(AtomicU32::new(0));
+        (
+            Self {
+                inner: NullTransport::default(),
+                polls: polls.clone(),
+            },
+            polls,
+        )
+    }
+}
+
+impl Transport for CountingTransport {
+    fn name(&self) -> &str {
+        "counting"
+    }
+
+    fn max_msg_size(&self) -> u64 {
+        self.inner.max_msg_size()
+    }
+
+    fn poll(&mut self) -> Result<(), NetError> {
+        self.polls.fetch_add(1, Ordering::Relaxed);
+        self.inner.poll()
+    }
+
+    unsafe fn isend(
+        &mut self,
+        peer: u32,
+        buf: *const u8,
+        size: u64,
+        tag: u64,
+    ) -> Result<Option<Posted>, NetError> {
+        // SAFETY: the caller's contract is the trait's, passed on unchanged.
+        unsafe { self.inner.isend(peer, buf, size, tag) }
+    }
+
+    unsafe fn irecv(
+        &mut self,
+        peer: u32,
+        buf: *mut u8,
+        size: u64,
+        tag: u64,
+    ) -> Result<Option<Posted>, NetError> {
+        // SAFETY: as for `isend`.
+        unsafe { self.inner.irecv(peer, buf, size, tag) }
+    }
+
+    fn test(&mut self, request: RequestId) -> Result<TestOutcome, NetError> {
+        self.inner.test(request)
+    }
+
+    fn cancel(&mut self, request: RequestId) -> Result<(), NetError> {
+        self.inner.cancel(request)
+    }
+
+    fn scripts(&mut self) -> Option<&mut ScriptTable> {
+        Some(&mut self.inner.scripts)
+    }
+}
+
 /// Device callbacks that only record: semaphore increments are summed per address in a
 /// spin-locked table, host indices read as 0. For tests of code that never touches host words.
 #[derive(Debug, Default)]

@@ -6,7 +6,8 @@
 //! [`RunState`] (a barrier task never takes edges 3 and 4):
 //! edges 1 (skip), 2 (trigger seen: write 0, arrive) and 7 (a channel error) are taken by
 //! `step_init`; 5 (not everyone arrived: IDLE), 6 (everyone arrived: the leader increments every
-//! barrier-done semaphore), 7 and 8 (no progress past the timeout) by `step_wait`; 9 by `close`.
+//! barrier-done semaphore), 7 and 8 (no progress past the timeout) by `step_wait`; 9 by `close`;
+//! 10 (DONE → INIT, resubmit) by [`BarrierTask::rearm_with`], called by the task's owner.
 //!
 //! Seed: `enc_barrier_proxy_task::step` (nrt:0x1ce830), `inc_leader_sps_barrier_done_semas`
 //! (nrt:0x1ce7b0), §3 ("Considerations") and §5; docs/design.md §4.
@@ -205,6 +206,46 @@ impl BarrierTask {
         self.core.state()
     }
 
+    /// Re-arms this DONE task in place for a new execution (edge 10, "resubmit"; see
+    /// [`ProxyTask::rearm`]): new `task_id`, the given trigger words (`None`: keep), the same
+    /// channel endpoint (its generation count goes on, so the next barrier is the next
+    /// generation), leader flag and barrier-done semaphores. Allocates nothing.
+    ///
+    /// # Errors
+    /// [`NrtStatus::Invalid`] when the task is not DONE (nothing changes).
+    pub fn rearm_with(
+        &mut self,
+        task_id: u32,
+        triggers: Option<TriggerWords>,
+    ) -> Result<(), NrtStatus> {
+        self.core.rearm(task_id, 0)?;
+        if let Some(t) = triggers {
+            self.triggers = t;
+        }
+        self.ticket = None;
+        Ok(())
+    }
+
+    /// Replaces the leader's barrier-done semaphores by a copy of `words`, in the existing
+    /// vector (`clear` + `extend_from_slice`: no allocation when its capacity suffices). For a
+    /// task that is DONE or not yet started (INIT).
+    ///
+    /// # Errors
+    /// [`NrtStatus::Invalid`] in any other state (nothing changes).
+    pub fn replace_done_semaphores(&mut self, words: &[HostWord]) -> Result<(), NrtStatus> {
+        let state = self.core.state();
+        if !(state == RunState::Done || (state == RunState::Init && self.ticket.is_none())) {
+            log::error!(
+                "barrier task {}: replace_done_semaphores refused in state {state:?}",
+                self.core.record().task_id
+            );
+            return Err(NrtStatus::Invalid);
+        }
+        self.done_semaphores.clear();
+        self.done_semaphores.extend_from_slice(words);
+        Ok(())
+    }
+
     fn step_init(&mut self, env: &StepEnv) -> Step {
         if self.skip {
             self.core.transition(RunState::Done, NrtStatus::Success);
@@ -303,6 +344,10 @@ impl ProxyTask for BarrierTask {
 
     fn core_mut(&mut self) -> &mut TaskCore {
         &mut self.core
+    }
+
+    fn rearm(&mut self, task_id: u32) -> Result<(), NrtStatus> {
+        self.rearm_with(task_id, None)
     }
 
     fn comm_key(&self) -> Option<usize> {

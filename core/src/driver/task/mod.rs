@@ -100,6 +100,24 @@ pub trait ProxyTask: Send {
         self.core_mut().bind_slot(slot);
     }
 
+    /// Re-arms a DONE task in place for a new execution (edge 10 of [`RunState`], "resubmit"):
+    /// new `task_id`, everything else (comm, seam, FIFOs, schedule, trigger words, channel)
+    /// kept; the record and the shared [`StatusRecord`] go back to INIT with status success and
+    /// slot `u32::MAX`, and nothing is allocated. The producer arms the trigger words
+    /// ([`crate::driver::trigger::TriggerWords::arm`]) and submits the task again, as for a new
+    /// one. Called by the task's owner, never by the worker (a task handed back by its queue).
+    ///
+    /// The default re-arms the [`TaskCore`] only ([`TaskCore::rearm`], same stream mask): right
+    /// for a kind whose whole per-execution state is its core. [`NetworkTask`] and
+    /// [`BarrierTask`] override it to reset their own cursors and tickets too.
+    ///
+    /// # Errors
+    /// [`NrtStatus::Invalid`] when the task is not DONE (nothing changes).
+    fn rearm(&mut self, task_id: u32) -> Result<(), NrtStatus> {
+        let streams = self.record().streams;
+        self.core_mut().rearm(task_id, streams)
+    }
+
     /// The key of the comm whose network tasks run one at a time (`None`: not serialised,
     /// e.g. a barrier task).
     fn comm_key(&self) -> Option<usize>;
@@ -199,6 +217,13 @@ impl TaskCore {
             from != RunState::Done,
             "transition out of DONE ({from:?}=>{to:?})"
         );
+        self.take_edge(to, status);
+    }
+
+    /// The body of every edge, [`TaskCore::transition`]'s and [`TaskCore::rearm`]'s (edge 10):
+    /// logs `state=A=>B` at trace level, sets state and status, publishes when they changed.
+    fn take_edge(&mut self, to: RunState, status: NrtStatus) {
+        let from = self.state();
         if from != to {
             log::trace!(
                 "{:?} task={} slot={} comm={} state={:?}=>{:?} status={}",
@@ -217,6 +242,51 @@ impl TaskCore {
         if changed {
             self.shared.publish(&self.rec);
         }
+    }
+
+    /// Takes a DONE task back to INIT for a new execution: edge 10 of [`RunState`]
+    /// ("resubmit"), through the same edge body as [`TaskCore::transition`] (logs `state=A=>B`
+    /// at trace level, publishes the record). The record gets `task_id` and `streams`, slot
+    /// `u32::MAX` and status success; the shared [`StatusRecord`] is reset in place (same
+    /// `Arc`, so a consumer that kept it sees the new execution); the timeout clock and the
+    /// "polled after DONE" note are reset. Allocates nothing.
+    ///
+    /// # Errors
+    /// [`NrtStatus::Invalid`] when the state is not DONE (nothing changes).
+    pub fn rearm(&mut self, task_id: u32, streams: u32) -> Result<(), NrtStatus> {
+        let from = self.state();
+        if from != RunState::Done {
+            log::error!(
+                "{:?} task={} slot={}: rearm refused in state {:?} (only a DONE task is re-armed)",
+                self.kind,
+                self.rec.task_id,
+                self.rec.slot,
+                from
+            );
+            return Err(NrtStatus::Invalid);
+        }
+        log::trace!(
+            "{:?} task={} slot={}: resubmit as task {task_id}",
+            self.kind,
+            self.rec.task_id,
+            self.rec.slot
+        );
+        self.rec.task_id = task_id;
+        self.rec.slot = u32::MAX;
+        self.rec.streams = streams;
+        self.last_progress_ns = 0;
+        self.done_poll_logged = false;
+        // DONE => INIT always changes the state, so the new record is published (run_state
+        // last, with release).
+        self.take_edge(RunState::Init, NrtStatus::Success);
+        Ok(())
+    }
+
+    /// Sets the record's stream mask (a task whose blocks were replaced while DONE or before
+    /// submission) and publishes it.
+    pub fn set_streams(&mut self, streams: u32) {
+        self.rec.streams = streams;
+        self.shared.publish(&self.rec);
     }
 
     /// Marks progress at `now_ns` (restarts the timeout).

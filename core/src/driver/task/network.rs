@@ -4,7 +4,10 @@
 //! Its states and numbered edges are the one run-state diagram at
 //! [`RunState`]: edges 1–3 (and 7 when a `start` fails) are taken by `step_init`, 4 by
 //! `step_waiting`, 5–8 by `step_progress` (8 also by `step_waiting`), 9 by `close`, each through
-//! [`TaskCore::transition`].
+//! [`TaskCore::transition`]; edge 10 (DONE → INIT, resubmit) by [`NetworkTask::rearm_with`]
+//! through [`TaskCore::rearm`], called by the task's owner, never by the worker. A re-armed task
+//! keeps its blocks' FIFOs (or takes new ones by copy, [`NetworkTask::replace_fifos`]), so a
+//! steady state of resubmissions allocates nothing (docs/design.md §4).
 //!
 //! Deviations from the seed (docs/design.md §3/§4): idle/done are seeded with `true` before each
 //! stream's progress call; `stop` is called once per stream when the task ends, never on a
@@ -108,6 +111,44 @@ pub struct NetworkTaskSpec {
     pub timeout_ns: Option<u64>,
 }
 
+/// Checks `blocks` (stream < 4, id not `u32::MAX`) and returns the mask of their streams.
+fn streams_of(task_id: u32, blocks: &[BlockFifos]) -> Result<u32, NrtStatus> {
+    let mut mask = 0u32;
+    for b in blocks {
+        if b.stream >= MAX_STREAMS || b.bb == u32::MAX {
+            log::error!(
+                "network task {task_id}: invalid block (stream {}, bb {:#x})",
+                b.stream,
+                b.bb
+            );
+            return Err(NrtStatus::Invalid);
+        }
+        mask |= 1 << b.stream;
+    }
+    Ok(mask)
+}
+
+/// The default schedule into `out` (cleared first): the distinct block ids of `blocks` in
+/// order of first appearance.
+fn first_appearance(blocks: &[BlockFifos], out: &mut Vec<u32>) {
+    out.clear();
+    for b in blocks {
+        if !out.contains(&b.bb) {
+            out.push(b.bb);
+        }
+    }
+}
+
+/// One cursor at the first block per stream of `mask`, in stream order.
+fn cursors_for(mask: u32) -> heapless::Vec<StreamCursor, { MAX_STREAMS as usize }> {
+    let mut cursors = heapless::Vec::new();
+    for stream in (0..MAX_STREAMS).filter(|s| mask & (1 << s) != 0) {
+        // Cannot fail: at most MAX_STREAMS streams pass the filter.
+        let _ = cursors.push(StreamCursor { stream, cursor: 0 });
+    }
+    cursors
+}
+
 #[derive(Clone, Copy, Debug)]
 struct StreamCursor {
     stream: u32,
@@ -124,6 +165,8 @@ pub struct NetworkTask {
     seam: SeamTable,
     blocks: Vec<BlockFifos>,
     schedule: Vec<u32>,
+    /// `true` when the schedule is the default one (follows the blocks on `replace_fifos`).
+    default_schedule: bool,
     /// One cursor per stream the task runs, in stream order: at most [`MAX_STREAMS`], and the
     /// capacity is in the type (no allocation per task for them).
     cursors: heapless::Vec<StreamCursor, { MAX_STREAMS as usize }>,
@@ -155,23 +198,8 @@ impl NetworkTask {
     /// [`NrtStatus::Invalid`] when a block's stream is ≥ 4 or its id is `u32::MAX`, or an
     /// explicit schedule names `u32::MAX`. Nothing is called on the seam.
     pub fn new(spec: NetworkTaskSpec) -> Result<Self, NrtStatus> {
-        let mut streams_mask = 0u32;
-        let mut order: Vec<u32> = Vec::new();
-        for b in &spec.blocks {
-            if b.stream >= MAX_STREAMS || b.bb == u32::MAX {
-                log::error!(
-                    "network task {}: invalid block (stream {}, bb {:#x})",
-                    spec.task_id,
-                    b.stream,
-                    b.bb
-                );
-                return Err(NrtStatus::Invalid);
-            }
-            streams_mask |= 1 << b.stream;
-            if !order.contains(&b.bb) {
-                order.push(b.bb);
-            }
-        }
+        let streams_mask = streams_of(spec.task_id, &spec.blocks)?;
+        let default_schedule = spec.schedule.is_none();
         let schedule = match spec.schedule {
             Some(s) => {
                 if s.contains(&u32::MAX) {
@@ -179,13 +207,13 @@ impl NetworkTask {
                 }
                 s
             }
-            None => order,
+            None => {
+                let mut order = Vec::new();
+                first_appearance(&spec.blocks, &mut order);
+                order
+            }
         };
-        let mut cursors = heapless::Vec::new();
-        for stream in (0..MAX_STREAMS).filter(|s| streams_mask & (1 << s) != 0) {
-            // Cannot fail: at most MAX_STREAMS streams pass the filter.
-            let _ = cursors.push(StreamCursor { stream, cursor: 0 });
-        }
+        let cursors = cursors_for(streams_mask);
         Ok(Self {
             core: TaskCore::new(
                 TaskKind::Network,
@@ -198,6 +226,7 @@ impl NetworkTask {
             seam: spec.seam,
             blocks: spec.blocks,
             schedule,
+            default_schedule,
             cursors,
             triggers: spec.triggers,
             wait_for_device: spec.wait_for_device,
@@ -205,6 +234,98 @@ impl NetworkTask {
             filed: false,
             stopped: false,
         })
+    }
+
+    /// Re-arms this DONE task in place for a new execution (edge 10, "resubmit"; see
+    /// [`ProxyTask::rearm`]): new `task_id`, the given trigger words (`None`: keep), the given
+    /// explicit schedule (`None`: keep the schedule in use), the blocks and their FIFOs kept.
+    /// Stream cursors go back to the first block, and the record and shared status record go
+    /// back to INIT ([`TaskCore::rearm`]). A new schedule is copied into the existing vector
+    /// (`clear` + `extend_from_slice`: no allocation when its capacity suffices). The producer
+    /// arms the trigger words before it submits the task again.
+    ///
+    /// # Errors
+    /// [`NrtStatus::Invalid`] when the task is not DONE, or the schedule names `u32::MAX`;
+    /// nothing changes then.
+    pub fn rearm_with(
+        &mut self,
+        task_id: u32,
+        triggers: Option<TriggerWords>,
+        schedule: Option<&[u32]>,
+    ) -> Result<(), NrtStatus> {
+        if self.core.state() != RunState::Done {
+            // Refused (and logged) by the core; nothing changes.
+            return self.core.rearm(task_id, self.core.record().streams);
+        }
+        if schedule.is_some_and(|s| s.contains(&u32::MAX)) {
+            log::error!("network task {task_id}: rearm with a schedule that names u32::MAX");
+            return Err(NrtStatus::Invalid);
+        }
+        self.core.rearm(task_id, self.core.record().streams)?;
+        if let Some(t) = triggers {
+            self.triggers = t;
+        }
+        if let Some(s) = schedule {
+            self.schedule.clear();
+            self.schedule.extend_from_slice(s);
+            self.default_schedule = false;
+        }
+        for c in self.cursors.iter_mut() {
+            c.cursor = 0;
+        }
+        self.filed = false;
+        self.stopped = false;
+        Ok(())
+    }
+
+    /// Replaces the task's blocks by copies of `blocks`, reusing the storage it has: each
+    /// block's FIFOs are copied into the existing vectors (`clear` + `extend_from_slice`, no
+    /// allocation when their capacity suffices); a block beyond the current count is added,
+    /// and surplus blocks are dropped. The streams the task drives, and a default schedule
+    /// (distinct blocks in order of first appearance), follow the new blocks; an explicit
+    /// schedule is kept. For a task that is DONE (before [`NetworkTask::rearm_with`]) or still
+    /// unsubmitted in INIT.
+    ///
+    /// # Errors
+    /// [`NrtStatus::Invalid`] when the task has filed its blocks and is not DONE, or a block's
+    /// stream is ≥ 4 or its id is `u32::MAX`; nothing changes then.
+    pub fn replace_fifos(&mut self, blocks: &[BlockFifos]) -> Result<(), NrtStatus> {
+        let state = self.core.state();
+        if !(state == RunState::Done || (state == RunState::Init && !self.filed)) {
+            log::error!(
+                "network task {}: replace_fifos refused in state {state:?}",
+                self.core.record().task_id
+            );
+            return Err(NrtStatus::Invalid);
+        }
+        let mask = streams_of(self.core.record().task_id, blocks)?;
+        self.blocks.truncate(blocks.len());
+        for (i, b) in blocks.iter().enumerate() {
+            match self.blocks.get_mut(i) {
+                Some(mine) => {
+                    mine.stream = b.stream;
+                    mine.bb = b.bb;
+                    mine.ops.clear();
+                    mine.ops.extend_from_slice(&b.ops);
+                    mine.src.clear();
+                    mine.src.extend_from_slice(&b.src);
+                    mine.dst.clear();
+                    mine.dst.extend_from_slice(&b.dst);
+                }
+                None => self.blocks.push(b.clone()),
+            }
+        }
+        if self.default_schedule {
+            first_appearance(&self.blocks, &mut self.schedule);
+        }
+        self.cursors = cursors_for(mask);
+        self.core.set_streams(mask);
+        Ok(())
+    }
+
+    /// The task's blocks (stream, block id and FIFOs), in filing order.
+    pub fn blocks(&self) -> &[BlockFifos] {
+        &self.blocks
     }
 
     /// The current run state.
@@ -406,6 +527,10 @@ impl ProxyTask for NetworkTask {
 
     fn core_mut(&mut self) -> &mut TaskCore {
         &mut self.core
+    }
+
+    fn rearm(&mut self, task_id: u32) -> Result<(), NrtStatus> {
+        self.rearm_with(task_id, None, None)
     }
 
     fn comm_key(&self) -> Option<usize> {

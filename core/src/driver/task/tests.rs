@@ -408,3 +408,179 @@ fn barrier_times_out_and_closes() {
     assert_eq!(c.record().status(), NrtStatus::Closed);
     assert_eq!(c.step(&GO), Step::Done);
 }
+
+// ---- re-arm (edge 10, resubmit) -------------------------------------------------------------
+
+#[test]
+fn network_rearm_is_refused_unless_done_and_changes_nothing() {
+    let s = Script::new(2);
+    let mut t = NetworkTask::new(spec(&s, vec![block(0, 1)])).unwrap();
+    assert_eq!(t.rearm(2), Err(NrtStatus::Invalid), "INIT");
+    assert_eq!(t.step(&GO), Step::Progressed);
+    assert_eq!(t.rearm(2), Err(NrtStatus::Invalid), "PROGRESSING");
+    assert_eq!(t.record().task_id, 1);
+    assert_eq!(t.state(), RunState::Progressing);
+    run(&mut t, 10);
+    assert_eq!(s.counts(), (1, 2, 1));
+}
+
+#[test]
+fn network_rearm_runs_the_same_blocks_again_in_place() {
+    let s = Script::new(1);
+    let mut t = NetworkTask::new(spec(&s, vec![block(0, 10), block(1, 10), block(0, 20)])).unwrap();
+    t.bind_slot(4);
+    let live = t.status_record();
+    run(&mut t, 10);
+    let first = s.counts();
+    assert_eq!(
+        first,
+        (3, 4, 2),
+        "3 starts, blocks 10 and 20 on both streams, 2 stops"
+    );
+    let (ops_ptr, sched_ptr) = (t.blocks()[0].ops.as_ptr(), t.schedule().as_ptr());
+    for exec in 2..=4u32 {
+        t.rearm(exec).unwrap();
+        let r = t.record();
+        assert_eq!(
+            (r.task_id, r.slot, r.state(), r.status(), r.streams),
+            (
+                exec,
+                u32::MAX,
+                Some(RunState::Init),
+                NrtStatus::Success,
+                0b11
+            )
+        );
+        assert_eq!(live.load(), r, "the same shared record, reset in place");
+        run(&mut t, 10);
+        assert_eq!(
+            s.counts(),
+            (first.0 * exec, first.1 * exec, first.2 * exec),
+            "execution {exec} repeats the first"
+        );
+        assert!(live.load().is_done());
+    }
+    assert_eq!(t.blocks()[0].ops.as_ptr(), ops_ptr, "FIFOs kept");
+    assert_eq!(t.schedule().as_ptr(), sched_ptr, "schedule kept");
+}
+
+#[test]
+fn network_rearm_with_new_triggers_and_schedule_then_gates_again() {
+    let ws = Words::new(&[TRIGGER_ARMED]);
+    let s = Script::new(1);
+    let mut t = NetworkTask::new(spec(&s, vec![block(0, 1), block(0, 2)])).unwrap();
+    run(&mut t, 10);
+    assert_eq!(s.progress_bbs(0), vec![1, 2]);
+    let trig = TriggerWords::new(&[ws.get(0)]).unwrap();
+    assert_eq!(t.rearm_with(2, Some(trig), Some(&[2, 1, 2])), Ok(()));
+    assert_eq!(t.schedule(), &[2, 1, 2]);
+    assert_eq!(t.step(&GO), Step::Progressed, "INIT files");
+    assert_eq!(
+        t.state(),
+        RunState::Progressing,
+        "no device wait in this spec"
+    );
+    run(&mut t, 10);
+    assert_eq!(s.progress_bbs(0), vec![1, 2, 2, 1, 2]);
+    assert_eq!(
+        t.rearm_with(3, None, Some(&[u32::MAX])),
+        Err(NrtStatus::Invalid)
+    );
+    assert_eq!(t.record().task_id, 2, "a refused rearm changes nothing");
+}
+
+#[test]
+fn replace_fifos_copies_into_the_existing_vectors() {
+    let s = Script::new(1);
+    let mut b0 = block(0, 1);
+    b0.ops = vec![crate::progress::desc::NetOpInfo::default(); 4];
+    let mut t = NetworkTask::new(spec(&s, vec![b0])).unwrap();
+    let ptr = t.blocks()[0].ops.as_ptr();
+    let mut b1 = block(2, 7);
+    b1.ops = vec![
+        crate::progress::desc::NetOpInfo {
+            tag: 9,
+            ..Default::default()
+        };
+        3
+    ];
+    t.replace_fifos(core::slice::from_ref(&b1)).unwrap();
+    assert_eq!(
+        t.blocks()[0].ops.as_ptr(),
+        ptr,
+        "same storage (capacity 4 >= 3)"
+    );
+    assert_eq!(t.blocks(), core::slice::from_ref(&b1));
+    assert_eq!(
+        t.schedule(),
+        &[7],
+        "the default schedule follows the blocks"
+    );
+    assert_eq!(t.record().streams, 0b100);
+    assert_eq!(t.step(&GO), Step::Progressed);
+    assert_eq!(
+        t.replace_fifos(&[block(0, 1)]),
+        Err(NrtStatus::Invalid),
+        "not while the blocks are filed"
+    );
+    run(&mut t, 10);
+    assert_eq!(s.calls().first(), Some(&Call::Start { stream: 2, bb: 7 }));
+    assert_eq!(
+        t.replace_fifos(&[block(4, 1)]),
+        Err(NrtStatus::Invalid),
+        "stream 4"
+    );
+    t.replace_fifos(&[block(1, 3), block(1, 4)]).unwrap();
+    t.rearm(2).unwrap();
+    assert_eq!(t.record().streams, 0b10);
+    run(&mut t, 10);
+    assert_eq!(s.progress_bbs(1), vec![3, 4]);
+}
+
+#[test]
+fn barrier_rearm_runs_the_next_generation() {
+    let ws = Words::new(&[TRIGGER_ARMED, TRIGGER_ARMED, 0, 0]);
+    let b = SharedMemBarrier::new(2).unwrap();
+    let (t0, t1) = (ws.get(0), ws.get(1));
+    let sems = [ws.get(2), ws.get(3)];
+    let mut r0 = barrier(&b, 0, t0, true, &sems);
+    let mut r1 = barrier(&b, 1, t1, false, &sems);
+    assert_eq!(r0.rearm(5), Err(NrtStatus::Invalid), "INIT");
+    for exec in 1..=3u32 {
+        if exec > 1 {
+            r0.rearm(10 + exec).unwrap();
+            r1.rearm_with(20 + exec, Some(TriggerWords::new(&[t1]).unwrap()))
+                .unwrap();
+            assert_eq!(r0.state(), RunState::Init);
+            assert_eq!(r1.record().task_id, 20 + exec);
+            TriggerWords::new(&[t0, t1]).unwrap().arm();
+        }
+        assert_eq!(r0.step(&GO), Step::Idle, "gated on the trigger again");
+        t0.store(1);
+        t1.store(1);
+        assert_eq!(r0.step(&GO), Step::Progressed);
+        assert_eq!(
+            r0.step(&GO),
+            Step::Idle,
+            "rank 1 has not arrived at this generation"
+        );
+        assert_eq!(r1.step(&GO), Step::Progressed);
+        assert_eq!(r1.step(&GO), Step::Done);
+        assert_eq!(r0.step(&GO), Step::Done);
+        assert_eq!((sems[0].load(), sems[1].load()), (exec, exec));
+    }
+    r0.replace_done_semaphores(&sems[..1]).unwrap();
+    r0.rearm(99).unwrap();
+    TriggerWords::new(&[t0, t1]).unwrap().arm();
+    t0.store(1);
+    t1.store(1);
+    r0.step(&GO);
+    r1.rearm(98).unwrap();
+    r1.step(&GO);
+    assert_eq!(r0.step(&GO), Step::Done);
+    assert_eq!(
+        (sems[0].load(), sems[1].load()),
+        (4, 3),
+        "only the one semaphore left"
+    );
+}

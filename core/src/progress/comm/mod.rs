@@ -10,6 +10,12 @@
 //!   └──────────────── stop (cancel + drain requests; every op of the stream) ──────────────┘
 //! ```
 //!
+//! Steady state (docs/design.md §3): an execution of a shape the comm has run before allocates
+//! nothing: trackers are emptied in place and kept by freed ops, the block map and the scratch
+//! of `start` / `stop` keep their storage. The transport is polled once per round of stream
+//! calls (a call on a stream at or below the previous call's stream, or the first call after a
+//! `start` or `stop`, starts a round, docs/design.md §8).
+//!
 //! Seed: `ncclProxyState` (192 B × 4), `ncclProxySaveNeuron` / `ncclProxyStart`,
 //! `ncclProxyProgress`, `ncclProxyProgressOps`, `proxyReloadProxyArgs`, `recycleOp`,
 //! `neuronStopNetworkProxy`, §4; docs/design.md §3 is the exact contract.
@@ -17,7 +23,6 @@
 use crate::sync::PlainArc;
 use alloc::alloc::{alloc_zeroed, dealloc, Layout};
 use alloc::boxed::Box;
-use alloc::collections::BTreeMap;
 use alloc::vec::Vec;
 use core::ptr::{self, NonNull};
 
@@ -90,6 +95,17 @@ pub struct Comm {
     regions: Option<Vec<(u64, u64)>>,
     /// Requests `stop` could not drain: left with the transport until destroy.
     orphans: Vec<RequestId>,
+    /// `start`'s scratch, kept between calls (cleared, not freed): per op info, the count and
+    /// then the next placement index of its `[source, destination]` entries.
+    start_scratch: Vec<[u32; 2]>,
+    /// `stop`'s scratch: the requests being drained (cleared, not freed).
+    drain_scratch: Vec<RequestId>,
+    /// The stream of the last `progress` call that got past the argument checks, or
+    /// [`BB_NONE`] before the first and after a `start` or `stop`: a call on a stream `<=` it
+    /// (or while it is none) starts a new round.
+    round_last_stream: u32,
+    /// `true` once the transport was polled in the current round (docs/design.md §8).
+    round_polled: bool,
 }
 
 // SAFETY: the raw op pointers inside the streams point into pool blocks owned by this comm and
@@ -121,7 +137,7 @@ mod tests;
 mod validate;
 mod walk;
 
-pub use stream::{BlockFiles, StreamState};
+pub use stream::{BlockFiles, BlockMap, StreamState};
 use validate::check_stream;
 
 impl Comm {
@@ -163,6 +179,10 @@ impl Comm {
             clock,
             regions: Some(Vec::new()),
             orphans: Vec::new(),
+            start_scratch: Vec::new(),
+            drain_scratch: Vec::new(),
+            round_last_stream: BB_NONE,
+            round_polled: false,
         })
     }
 
@@ -308,50 +328,81 @@ impl Comm {
             return Err(e);
         }
         let s = check_stream(stream)?;
-        self.validate(bb, ops, src, dst)?;
+        // The scratch leaves `self` for the call (a move, no allocation) and always comes back.
+        let mut place = core::mem::take(&mut self.start_scratch);
+        let r = self.start_with(s, stream, bb, ops, src, dst, &mut place);
+        self.start_scratch = place;
+        r
+    }
+
+    /// `start` after the stream check, with its scratch. Groups each side's entries by op with
+    /// a counting sort (linear in the input): validation counts the entries per op, a prefix
+    /// sum turns the counts into each op's first index in the block's entry vectors, and one
+    /// pass places every entry at its op's next index (stable: FIFO order within an op). Every
+    /// vector is reused, so a steady state that files the same shapes allocates nothing.
+    #[allow(clippy::too_many_arguments)]
+    fn start_with(
+        &mut self,
+        s: usize,
+        stream: u32,
+        bb: u32,
+        ops: &[NetOpInfo],
+        src: &[NetSrcAddr],
+        dst: &[NetDestAddr],
+        place: &mut Vec<[u32; 2]>,
+    ) -> Result<(), NrtStatus> {
+        self.validate(bb, ops, src, dst, place)?;
         let n_ops: u32 = ops
             .iter()
             .map(|o| u32::from(o.tx_entry_cnt > 0) + u32::from(o.rx_entry_cnt > 0))
             .sum();
 
-        // Group each side's entries by op (stable: FIFO order within an op).
-        let st = &self.streams[s];
-        let (src_base, dst_base) = st
+        // Prefix sum: `place[k]` becomes op k's first index in the block's src / dst entries
+        // (after whatever earlier `start` calls filed under the same block).
+        let (mut next_src, mut next_dst) = self.streams[s]
             .blocks
             .get(&bb)
             .map_or((0, 0), |b| (b.src.len() as u32, b.dst.len() as u32));
-        let mut src_grouped: Vec<NetSrcAddr> = Vec::with_capacity(src.len());
-        let mut dst_grouped: Vec<NetDestAddr> = Vec::with_capacity(dst.len());
-        let mut src_start: Vec<u32> = Vec::with_capacity(ops.len());
-        let mut dst_start: Vec<u32> = Vec::with_capacity(ops.len());
-        for k in 0..ops.len() as u32 {
-            src_start.push(src_base + src_grouped.len() as u32);
-            src_grouped.extend(src.iter().filter(|e| e.net_op_idx == k));
-            dst_start.push(dst_base + dst_grouped.len() as u32);
-            dst_grouped.extend(dst.iter().filter(|e| e.net_op_idx == k));
+        for p in place.iter_mut() {
+            let [n_src, n_dst] = *p;
+            *p = [next_src, next_dst];
+            next_src += n_src;
+            next_dst += n_dst;
         }
 
         // Build on next_ops (ncclProxySaveNeuron): a send op, then a recv op, per op info.
-        let sides: Vec<(usize, bool)> = ops
+        let mut sides = ops
             .iter()
             .enumerate()
             .flat_map(|(k, o)| [(k, true, o.tx_entry_cnt), (k, false, o.rx_entry_cnt)])
-            .filter(|&(_, _, count)| count > 0)
-            .map(|(k, send, _)| (k, send))
-            .collect();
-        self.build_ops(s, stream, bb, n_ops, |op, i| {
-            let (k, send) = sides[i as usize];
-            if send {
-                sendrecv::init_send(op, &ops[k], k as u32, src_start[k]);
-            } else {
-                sendrecv::init_recv(op, &ops[k], k as u32, dst_start[k]);
+            .filter(|&(_, _, count)| count > 0);
+        let starts: &[[u32; 2]] = place;
+        self.build_ops(s, stream, bb, n_ops, |op, _| {
+            // Always `Some`: `n_ops` counts exactly the sides this yields.
+            if let Some((k, send, _)) = sides.next() {
+                if send {
+                    sendrecv::init_send(op, &ops[k], k as u32, starts[k][0]);
+                } else {
+                    sendrecv::init_recv(op, &ops[k], k as u32, starts[k][1]);
+                }
             }
         })?;
         let st = &mut self.streams[s];
-        // File (ncclProxyStart): next_ops → tail of blocks[bb].
-        let files = st.blocks.entry(bb).or_default();
-        files.src.extend_from_slice(&src_grouped);
-        files.dst.extend_from_slice(&dst_grouped);
+        // File (ncclProxyStart): next_ops → tail of blocks[bb], entries placed by op.
+        let files = st.blocks.entry_or_default(bb);
+        // Right length first (every slot is overwritten below: placement is a bijection).
+        files.src.extend_from_slice(src);
+        files.dst.extend_from_slice(dst);
+        for e in src {
+            let at = &mut place[e.net_op_idx as usize][0];
+            files.src[*at as usize] = *e;
+            *at += 1;
+        }
+        for e in dst {
+            let at = &mut place[e.net_op_idx as usize][1];
+            files.dst[*at as usize] = *e;
+            *at += 1;
+        }
         files.ops.append(&mut st.next_ops);
         log::debug!(
             "start: comm {} rank {} stream {stream} block {bb}: filed {n_ops} proxy ops",
@@ -396,11 +447,7 @@ impl Comm {
             table.extend(keys.into_iter().zip(scripts.iter().copied()));
         }
         let st = &mut self.streams[s];
-        st.blocks
-            .entry(bb)
-            .or_default()
-            .ops
-            .append(&mut st.next_ops);
+        st.blocks.entry_or_default(bb).ops.append(&mut st.next_ops);
         Ok(())
     }
 
@@ -416,6 +463,8 @@ impl Comm {
         n: u32,
         mut init: impl FnMut(&mut ProxyOp, u32),
     ) -> Result<(), NrtStatus> {
+        // A new execution's first progress call starts a new round (docs/design.md §8).
+        self.round_last_stream = BB_NONE;
         let st = &mut self.streams[s];
         st.reserve(n)?;
         for i in 0..n {
@@ -470,6 +519,8 @@ impl Comm {
     /// Seed: `neuronStopNetworkProxy` (nccom:0x487d0), §4; docs/design.md §3.
     pub fn stop(&mut self, stream: u32) -> Result<(), NrtStatus> {
         let s = check_stream(stream)?;
+        // The next progress call starts a new round (docs/design.md §8).
+        self.round_last_stream = BB_NONE;
         let comm_id = self.config.comm_id;
         // A stream torn down with ops still active (task failure, timeout, a comm leaving):
         // log the comm's state, every block and op, for the post-mortem (docs/design.md §6).
@@ -480,8 +531,9 @@ impl Comm {
                 "stop: comm {comm_id} stream {stream} torn down with active ops; state:\n{dump}"
             );
         }
-        // Cancel every outstanding request of the active ops.
-        let mut pending: Vec<RequestId> = Vec::new();
+        // Cancel every outstanding request of the active ops (into reused scratch).
+        let mut pending = core::mem::take(&mut self.drain_scratch);
+        pending.clear();
         for opp in self.streams[s].active.iter() {
             // SAFETY: ops on `active` are live; no other reference to them exists here.
             let op = unsafe { &mut *opp };
@@ -498,7 +550,8 @@ impl Comm {
                 );
             }
         }
-        let result = self.drain(&mut pending, &alloc::format!("stop: stream {stream}"));
+        let result = self.drain(&mut pending, "stop: stream", Some(stream));
+        self.drain_scratch = pending;
         // Everything back to the pool.
         let st = &mut self.streams[s];
         let mut all = OpList::new();
@@ -515,7 +568,13 @@ impl Comm {
     }
 
     /// Tests `pending` until each reports finished or failed, bounded by the drain limits.
-    fn drain(&mut self, pending: &mut Vec<RequestId>, what: &str) -> Result<(), NrtStatus> {
+    /// `what` and `stream` name the caller in the log line (no string is built on the way).
+    fn drain(
+        &mut self,
+        pending: &mut Vec<RequestId>,
+        what: &str,
+        stream: Option<u32>,
+    ) -> Result<(), NrtStatus> {
         if pending.is_empty() {
             return Ok(());
         }
@@ -541,7 +600,8 @@ impl Comm {
             polls += 1;
             if polls >= self.config.drain_max_polls || self.clock.now_ns() > deadline {
                 log::error!(
-                    "{what}: comm {}: {} requests not confirmed within the drain limit; comm failed",
+                    "{what}{}: comm {}: {} requests not confirmed within the drain limit; comm failed",
+                    stream.map_or(alloc::string::String::new(), |s| alloc::format!(" {s}")),
                     self.config.comm_id,
                     pending.len()
                 );
@@ -561,7 +621,7 @@ impl Drop for Comm {
         }
         if !self.orphans.is_empty() {
             let mut orphans = core::mem::take(&mut self.orphans);
-            let _ = self.drain(&mut orphans, "destroy: requests stop left behind");
+            let _ = self.drain(&mut orphans, "destroy: requests stop left behind", None);
             if !orphans.is_empty() {
                 log::error!(
                     "destroy: comm {}: {} requests still with the transport at close",

@@ -16,6 +16,112 @@ pub struct BlockFiles {
     pub dst: Vec<NetDestAddr>,
 }
 
+impl BlockFiles {
+    /// Empties the entry for reuse, keeping the capacity of its entry vectors. Its op list
+    /// must already be empty (the ops went back to the pool).
+    fn clear(&mut self) {
+        debug_assert!(self.ops.is_empty(), "a cleared block has no ops");
+        self.src.clear();
+        self.dst.clear();
+    }
+}
+
+/// The deferred-by-basic-block map (`basic_block_args_map`): the blocks filed on a stream,
+/// sorted by block id, looked up by binary search.
+///
+/// Its storage is kept across `stop`: a cleared entry, with the capacity of its entry vectors,
+/// goes to a spare list that the next new block takes first. So a stream that files the same
+/// blocks execution after execution (start, progress, stop, start, ...) allocates nothing once
+/// its first execution has sized it (docs/design.md §3, "allocation-free steady state").
+#[derive(Debug, Default)]
+pub struct BlockMap {
+    /// Live entries, sorted by block id (ids unique).
+    live: Vec<(u32, BlockFiles)>,
+    /// Cleared entries, reused by [`BlockMap::entry_or_default`] before anything is allocated.
+    spare: Vec<BlockFiles>,
+}
+
+impl BlockMap {
+    fn position(&self, bb: u32) -> Result<usize, usize> {
+        self.live.binary_search_by_key(&bb, |(b, _)| *b)
+    }
+
+    /// The entry of block `bb`.
+    pub fn get(&self, bb: &u32) -> Option<&BlockFiles> {
+        self.position(*bb).ok().map(|i| &self.live[i].1)
+    }
+
+    /// The entry of block `bb`, mutably.
+    pub fn get_mut(&mut self, bb: &u32) -> Option<&mut BlockFiles> {
+        match self.position(*bb) {
+            Ok(i) => Some(&mut self.live[i].1),
+            Err(_) => None,
+        }
+    }
+
+    /// The entry of block `bb`, made (from a spare entry if there is one) when missing.
+    /// Allocates only when neither the live list nor the spare list has room.
+    pub fn entry_or_default(&mut self, bb: u32) -> &mut BlockFiles {
+        let i = match self.position(bb) {
+            Ok(i) => i,
+            Err(i) => {
+                let files = self.spare.pop().unwrap_or_default();
+                self.live.insert(i, (bb, files));
+                i
+            }
+        };
+        &mut self.live[i].1
+    }
+
+    /// Blocks with an entry.
+    pub fn len(&self) -> usize {
+        self.live.len()
+    }
+
+    /// `true` when no block has an entry.
+    pub fn is_empty(&self) -> bool {
+        self.live.is_empty()
+    }
+
+    /// `(block id, entry)` in block-id order.
+    pub fn iter(&self) -> impl Iterator<Item = (&u32, &BlockFiles)> {
+        self.live.iter().map(|(b, f)| (b, f))
+    }
+
+    /// The entries in block-id order.
+    pub fn values(&self) -> impl Iterator<Item = &BlockFiles> {
+        self.live.iter().map(|(_, f)| f)
+    }
+
+    /// The entries in block-id order, mutably.
+    pub fn values_mut(&mut self) -> impl Iterator<Item = &mut BlockFiles> {
+        self.live.iter_mut().map(|(_, f)| f)
+    }
+
+    /// Removes every entry, keeping the storage (entries go to the spare list). Every entry's
+    /// op list must already be empty.
+    pub(super) fn clear(&mut self) {
+        // `Vec::drain` frees nothing; `spare` grows only to the most blocks ever filed at once.
+        for (_, mut files) in self.live.drain(..) {
+            files.clear();
+            self.spare.push(files);
+        }
+    }
+}
+
+impl core::ops::Index<&u32> for BlockMap {
+    type Output = BlockFiles;
+
+    /// # Panics
+    /// When `bb` has no entry (tests and inspection only).
+    fn index(&self, bb: &u32) -> &BlockFiles {
+        match self.get(bb) {
+            Some(f) => f,
+            None => panic!("block {bb} has no entry"),
+        }
+    }
+}
+
 /// One stream's op-FIFO: three lists plus the deferred-by-basic-block map.
 ///
 /// Invariant: every op of the stream's pool blocks is on exactly one of `pool`, `next_ops`,
@@ -33,7 +139,7 @@ pub struct StreamState {
     /// The pool blocks (`pools`, +40), freed when the comm is destroyed.
     pub(super) pool_blocks: Vec<NonNull<PoolBlock>>,
     /// The deferred-by-basic-block map (`basic_block_args_map`, +120).
-    pub(super) blocks: BTreeMap<u32, BlockFiles>,
+    pub(super) blocks: BlockMap,
     /// Block whose ops are on `active`, or [`BB_NONE`].
     pub(super) current_bb: u32,
     /// Block to load when `active` drains, or [`BB_NONE`] (`pending_basic_block_id`, +176).
@@ -47,7 +153,7 @@ impl StreamState {
             next_ops: OpList::new(),
             pool: OpList::new(),
             pool_blocks: Vec::new(),
-            blocks: BTreeMap::new(),
+            blocks: BlockMap::default(),
             current_bb: BB_NONE,
             pending_bb: BB_NONE,
         }
@@ -130,13 +236,15 @@ impl StreamState {
         Ok(())
     }
 
-    /// Returns every op of `list` to the pool, cleared.
+    /// Returns every op of `list` to the pool, cleared, at the pool's head: the next `start`
+    /// takes the ops freed last first, which kept their request trackers (`ProxyOp::reset`),
+    /// so a stream stopped and filed again with as many ops allocates no tracker.
     pub(super) fn release_list(pool: &mut OpList, list: &mut OpList) {
         while let Some(op) = list.pop_front() {
             // SAFETY: ops on a stream's lists are live ops of its pool blocks, now unlinked.
             unsafe {
                 (*op).reset();
-                pool.push_back(op);
+                pool.push_front(op);
             }
         }
     }
@@ -144,7 +252,7 @@ impl StreamState {
 
 impl Drop for StreamState {
     fn drop(&mut self) {
-        // Free the request trackers still held by ops on any list, then the blocks.
+        // Every op back to the pool, every op's request tracker freed, then the blocks.
         let mut all = OpList::new();
         all.append(&mut self.active);
         all.append(&mut self.next_ops);
@@ -153,6 +261,13 @@ impl Drop for StreamState {
         }
         Self::release_list(&mut self.pool, &mut all);
         self.pool = OpList::new();
+        for block in &self.pool_blocks {
+            for i in 0..OPS_PER_POOL_BLOCK {
+                // SAFETY: the block is live and ours; no list refers to its ops any more, so
+                // this is the only access. Frees the tracker a free op keeps (`reset`).
+                unsafe { (*ptr::addr_of_mut!((*block.as_ptr()).ops[i])).free_request() };
+            }
+        }
         for block in self.pool_blocks.drain(..) {
             // SAFETY: every block was allocated in `grow` with this layout and is freed once;
             // no list refers to its ops any more.

@@ -13,7 +13,7 @@ use crate::progress::comm::{Comm, CommConfig, BB_NONE, NUM_STREAMS};
 use crate::progress::desc::{NetOpInfo, NetSrcAddr, NET_OP_COMPLETE, NET_TRANSFER};
 use crate::progress::op::{OpState, OPS_PER_POOL_BLOCK};
 use crate::progress::scripted::Script;
-use crate::progress::testing::{NullTransport, RecordingDevice};
+use crate::progress::testing::{CountingTransport, NullTransport, RecordingDevice};
 use crate::seam::SeamTable;
 use crate::status::NrtStatus;
 use crate::time::NoClock;
@@ -118,6 +118,137 @@ fn a_block_runs_again_when_reloaded() {
         // SAFETY: live op.
         assert_eq!(unsafe { (*op).executions }, execution);
     }
+}
+
+// ---------------------------------------------------------------- rounds and reuse
+
+fn counting_comm() -> (Comm, PlainArc<crate::sync::AtomicU32>) {
+    let (t, polls) = CountingTransport::new();
+    let c = Comm::new(
+        CommConfig::new(0, 2, 7),
+        Box::new(t),
+        PlainArc::new(RecordingDevice::default()),
+        PlainArc::new(NoClock),
+    )
+    .unwrap();
+    (c, polls)
+}
+
+fn polls_of(p: &crate::sync::AtomicU32) -> u32 {
+    p.load(crate::sync::Ordering::Relaxed)
+}
+
+#[test]
+fn the_transport_is_polled_once_per_round_of_streams() {
+    let (mut c, polls) = counting_comm();
+    for s in 0..NUM_STREAMS as u32 {
+        c.start_scripted(s, 1, &[after(1000)]).unwrap();
+    }
+    for round in 1..=5u32 {
+        for s in 0..NUM_STREAMS as u32 {
+            assert_eq!(tick(&mut c, s, 1), (false, false));
+        }
+        assert_eq!(
+            polls_of(&polls),
+            round,
+            "{NUM_STREAMS} streams progressed in round {round}: one poll per round"
+        );
+    }
+    // A round that skips streams (0 and 2 only) still polls once.
+    tick(&mut c, 0, 1);
+    tick(&mut c, 2, 1);
+    assert_eq!(polls_of(&polls), 6);
+    // A stream at or below the last one starts a new round, even out of order.
+    tick(&mut c, 3, 1);
+    assert_eq!(polls_of(&polls), 6, "3 > 2: same round");
+    tick(&mut c, 1, 1);
+    assert_eq!(polls_of(&polls), 7, "1 <= 3: new round");
+}
+
+#[test]
+fn a_start_or_stop_begins_a_new_round() {
+    let (mut c, polls) = counting_comm();
+    c.start_scripted(1, 1, &[after(1000)]).unwrap();
+    tick(&mut c, 1, 1);
+    assert_eq!(polls_of(&polls), 1);
+    // A new execution on a higher stream: without the reset, 2 > 1 would join the old round.
+    c.start_scripted(2, 1, &[after(1000)]).unwrap();
+    tick(&mut c, 2, 1);
+    assert_eq!(polls_of(&polls), 2, "the first call after a start polls");
+    tick(&mut c, 3, 1); // nothing filed on 3: no walk, no poll
+    c.stop(1).unwrap();
+    let after_stop = polls_of(&polls);
+    tick(&mut c, 2, 1);
+    assert_eq!(
+        polls_of(&polls),
+        after_stop + 1,
+        "the first call after a stop polls"
+    );
+}
+
+#[test]
+fn a_single_stream_comm_polls_on_every_call() {
+    let (mut c, polls) = counting_comm();
+    c.start_scripted(2, 1, &[after(1000)]).unwrap();
+    for n in 1..=10u32 {
+        tick(&mut c, 2, 1);
+        assert_eq!(polls_of(&polls), n, "call {n} on the one stream");
+    }
+}
+
+#[test]
+fn a_round_whose_first_stream_has_nothing_to_run_polls_on_the_next() {
+    let (mut c, polls) = counting_comm();
+    c.start_scripted(1, 1, &[after(1000)]).unwrap();
+    for round in 1..=3u32 {
+        // Stream 0 has no block: no walk, no poll; stream 1 walks and polls.
+        assert_eq!(tick(&mut c, 0, 1), (true, true));
+        assert_eq!(tick(&mut c, 1, 1), (false, false));
+        assert_eq!(polls_of(&polls), round);
+    }
+}
+
+#[test]
+fn stop_keeps_the_trackers_of_freed_ops_empty_for_their_next_use() {
+    let mut c = comm();
+    c.start_scripted(0, 1, &[after(1), after(1)]).unwrap();
+    c.start_scripted(0, 2, &[after(1)]).unwrap();
+    let with_tracker = |c: &Comm| -> (usize, usize) {
+        let pool = c.stream(0).pool();
+        // SAFETY: live ops of the comm's pool.
+        let kept: Vec<usize> = pool
+            .iter()
+            .filter_map(|p| unsafe { (*p).tracker().map(|t| t.len()) })
+            .collect();
+        (kept.len(), kept.iter().sum())
+    };
+    assert_eq!(
+        with_tracker(&c),
+        (0, 0),
+        "fresh pool ops have no tracker yet"
+    );
+    assert_eq!(tick(&mut c, 0, 1), (false, true));
+    c.stop(0).unwrap();
+    assert!(c.stream(0).blocks.is_empty());
+    assert_eq!(
+        with_tracker(&c),
+        (3, 0),
+        "the three freed ops keep their (empty) trackers"
+    );
+    // The map's storage is kept too: filing again works as on a fresh stream.
+    c.start_scripted(0, 2, &[after(1)]).unwrap();
+    c.start_scripted(0, 1, &[after(2)]).unwrap();
+    assert_eq!(
+        c.stream(0)
+            .blocks
+            .iter()
+            .map(|(b, _)| *b)
+            .collect::<Vec<_>>(),
+        vec![1, 2]
+    );
+    assert_eq!(tick(&mut c, 0, 1), (false, false));
+    assert_eq!(tick(&mut c, 0, 1), (false, true));
+    assert_eq!(c.stream(0).filed(1), 1);
 }
 
 // ---------------------------------------------------------------- blocks and pending

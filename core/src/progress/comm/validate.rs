@@ -42,13 +42,18 @@ impl Comm {
         Ok(())
     }
 
-    /// Validates one `start` call as a whole (docs/design.md §6); nothing is touched.
+    /// Validates one `start` call as a whole (docs/design.md §6); nothing of the comm is
+    /// touched. `seen` is caller-owned scratch (reused, so validation allocates nothing once it
+    /// has the capacity): on success it holds, per op info, `[source entries, destination
+    /// entries]`, which then equal the op's `tx_entry_cnt` / `rx_entry_cnt` (the counting pass
+    /// of `start`'s counting sort).
     pub(super) fn validate(
         &self,
         bb: u32,
         ops: &[NetOpInfo],
         src: &[NetSrcAddr],
         dst: &[NetDestAddr],
+        seen: &mut Vec<[u32; 2]>,
     ) -> Result<(), NrtStatus> {
         if bb == BB_NONE {
             reject!("start: block id {bb:#x} is reserved for 'none'");
@@ -112,8 +117,8 @@ impl Comm {
             );
         }
         // Per op: how many entries seen so far, to check counts and marks.
-        let mut seen_tx: Vec<u32> = alloc::vec![0; ops.len()];
-        let mut seen_rx: Vec<u32> = alloc::vec![0; ops.len()];
+        seen.clear();
+        seen.resize(ops.len(), [0, 0]);
         let entries = src
             .iter()
             .map(|e| {
@@ -147,9 +152,9 @@ impl Comm {
                 );
             };
             let (seen, count) = if is_src {
-                (&mut seen_tx[k as usize], op.tx_entry_cnt)
+                (&mut seen[k as usize][0], op.tx_entry_cnt)
             } else {
-                (&mut seen_rx[k as usize], op.rx_entry_cnt)
+                (&mut seen[k as usize][1], op.rx_entry_cnt)
             };
             *seen += 1;
             if *seen > count {

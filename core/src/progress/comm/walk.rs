@@ -15,6 +15,14 @@ impl Comm {
     ///
     /// A stream with nothing filed (or stopped) reports idle and done.
     ///
+    /// **Rounds.** The caller progresses its streams in turn, in increasing stream order (the
+    /// network task does). A call on a stream `<=` the stream of the previous call, or the
+    /// first call after a `start` or `stop`, starts a new *round*; the transport's completion queue is polled once per round, before the op
+    /// walk of the round's first call that has a current block. So S streams progressed in
+    /// one round poll once, and a caller that progresses only one stream polls on every call.
+    /// The seam's signature carries no round: this rule is how the progress half sees it
+    /// (docs/design.md §8).
+    ///
     /// # Errors
     /// * `Invalid` for stream ≥ 4 (the comm is not failed by it);
     /// * `NetworkProxyFailure` when the comm has failed, now or earlier (sticky): a transport
@@ -34,6 +42,13 @@ impl Comm {
             return Err(NrtStatus::NetworkProxyFailure);
         }
         let comm_id = self.config.comm_id;
+        // Rounds (docs/design.md §8): a call on a stream at or below the last one progressed
+        // (none after a start or stop) starts a new round; the transport is polled once per
+        // round.
+        if self.round_last_stream == BB_NONE || stream <= self.round_last_stream {
+            self.round_polled = false;
+        }
+        self.round_last_stream = stream;
         let st = &mut self.streams[s];
 
         // 1. Reload (proxyReloadProxyArgs) or remember pending.
@@ -57,10 +72,14 @@ impl Comm {
         if st.current_bb == BB_NONE {
             return Ok(());
         }
-        // The transport's own progress, once per call before the op walk.
-        if let Err(e) = self.transport.poll() {
-            log::error!("comm {comm_id} stream {stream}: transport poll failed: {e}");
-            return Err(self.fail(e.status));
+        // The transport's own progress: once per round, before the first op walk of the round
+        // (the first call of the round that has a current block).
+        if !self.round_polled {
+            self.round_polled = true;
+            if let Err(e) = self.transport.poll() {
+                log::error!("comm {comm_id} stream {stream}: transport poll failed: {e}");
+                return Err(self.fail(e.status));
+            }
         }
         // 3. Walk the active ops (ncclProxyProgressOps).
         let st = &mut self.streams[s];

@@ -26,7 +26,7 @@
 //!
 //! Seed: the completion half of `ncclNet->isend` / `ncclNet->test`, §1 and §4.
 
-use alloc::boxed::Box;
+use alloc::vec::Vec;
 use core::fmt;
 
 use crate::sync::{AtomicU32, Ordering};
@@ -104,8 +104,9 @@ unsafe impl Sync for LentBuf {}
 
 /// Where the receiver copies from.
 pub enum Payload {
-    /// Small message (≤ `EAGER_MAX`): copied at `isend`, owned by this object.
-    Copied(Box<[u8]>),
+    /// Small message (≤ `EAGER_MAX`): copied at `isend`, owned by this object (a `Vec` so a
+    /// reused descriptor copies into the capacity it already has).
+    Copied(Vec<u8>),
     /// Large message: still in the sender's buffer (single copy at match time).
     Lent(LentBuf),
 }
@@ -116,8 +117,10 @@ pub struct SendShared {
     state: AtomicU32,
     /// The 64-bit matching tag (docs/design.md §5). Immutable.
     pub tag: u64,
-    /// The bytes to deliver. Immutable.
+    /// The bytes to deliver. Immutable while shared.
     payload: Payload,
+    /// A copy buffer kept while the payload is lent, for the next eager reuse.
+    spare: Vec<u8>,
 }
 
 impl fmt::Debug for SendShared {
@@ -149,7 +152,41 @@ impl SendShared {
             state: AtomicU32::new(SendState::Pending as u32),
             tag,
             payload,
+            spare: Vec::new(),
         }
+    }
+
+    /// Makes this descriptor a new `PENDING` send of `len` bytes at `buf` with `tag`: the
+    /// sender's reuse of a descriptor that no other endpoint holds any more (`&mut` proves it:
+    /// the caller got it from `Arc::get_mut`). With `eager`, the bytes are copied into the
+    /// buffer the descriptor already has (allocating only when it is too small); otherwise
+    /// the buffer is lent, and the copy buffer is kept for a later eager reuse.
+    ///
+    /// # Safety
+    /// With `eager` and `len > 0`, `buf` must be readable for `len` bytes for this call.
+    /// Without `eager`, `buf` as [`LentBuf`] requires.
+    ///
+    /// (Under `--cfg loom` the endpoint does not reuse descriptors: loom's `Arc` has no
+    /// `get_mut`; the handoff it models is the same either way.)
+    pub unsafe fn reuse(&mut self, tag: u64, buf: *const u8, len: usize, eager: bool) {
+        let mut copy = match core::mem::replace(&mut self.payload, Payload::Copied(Vec::new())) {
+            Payload::Copied(v) => v,
+            Payload::Lent(_) => core::mem::take(&mut self.spare),
+        };
+        if eager {
+            copy.clear();
+            if len > 0 {
+                // SAFETY: this function's contract: `buf` is readable for `len` bytes.
+                copy.extend_from_slice(unsafe { core::slice::from_raw_parts(buf, len) });
+            }
+            self.payload = Payload::Copied(copy);
+        } else {
+            self.spare = copy;
+            self.payload = Payload::Lent(LentBuf { ptr: buf, len });
+        }
+        self.tag = tag;
+        // A fresh word: no other endpoint holds this descriptor, so nothing races with it.
+        self.state = AtomicU32::new(SendState::Pending as u32);
     }
 
     /// `true` for a zero-byte message.
