@@ -703,8 +703,8 @@ impl Exec {
         // Snapshot the barrier-done semaphore before the trigger: the barrier cannot pass
         // (and the leader cannot increment it) before every device triggered.
         let wait = match job.barrier_done {
-            // SAFETY: the caller's contract.
             Some(a) if !job.barrier_triggers.is_empty() => {
+                // SAFETY: the caller's contract.
                 self.done_base = unsafe { self.word(a) }?.load();
                 true
             }
