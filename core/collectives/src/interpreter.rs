@@ -18,28 +18,31 @@
 //!    semaphore rose (the barrier leader increments it), then report the launch complete.
 //!
 //! The stage is one enum, [`Stage`], changed only by one transition function (which logs
-//! `device R stage=A=>B` at trace level). Its diagram, the reference the code cites by edge
+//! `device R state=A=>B` at trace level). Its diagram, the reference the code cites by edge
 //! number:
 //!
 //! ```text
-//!                (1) launch (from any stage: a launch in flight is dropped)
-//!   Idle ─────────────────────────► Launched ──(2) write the net triggers──► NetWait
-//!                                      │                                      │
-//!                                      │ (4) no net triggers                  │ (3) every net
-//!                                      ▼                                      │     trigger read 0
-//!                     ┌──────► Program{rep} ◄─────────────────────────────────┘
-//!                     │            │  │ (6) rep = reps, barrier triggers and a barrier-done
-//!   (5) program ended,└────────────┘  │     word: snapshot it, write the triggers ──► BarrierWait
-//!       rep + 1 < reps: next rep      │ (7) rep = reps, nothing to wait for (barrier triggers,
-//!       (semaphores snapshotted)      │     if any, written) ──► Done
-//!                                     ▼
-//!   BarrierWait ──(8) barrier-done rose by one ──► Done
-//!   Launched / NetWait / Program / BarrierWait ──(9) protocol error ──► Failed
-//!   any stage ──(10) abandon (the caller's timeout or abort) ──► Idle
+//! Idle ──(1) launch──► Launched ──(2) write the net triggers──► NetWait
+//!                         │                                        │
+//!                         │ (4) no net triggers                    │ (3) every net trigger reads 0
+//!                         ▼                                        │
+//!                     Program{0} ◄─────────────────────────────────┘
+//!                         │  ▲
+//!                         │  └─(5) the program ran, rep + 1 < reps: Program{rep+1}
+//!                         │        (semaphores snapshotted again)
+//!                         ├─(6) the last execution ran; barrier triggers and a barrier-done
+//!                         │     word: snapshot it, write the triggers ──► BarrierWait ──┐
+//!                         │                                                             │ (8) barrier-done
+//!                         └─(7) the last execution ran, nothing to wait for             │     rose by 1
+//!                               (barrier triggers, if any, written) ──► Done ◄──────────┘
+//! (1) launch is taken from every stage (a launch in flight is dropped as it is)
+//! Launched / NetWait / Program / BarrierWait ──(9) protocol error ──► Failed
+//! any stage ──(10) abandon (the caller's timeout or abort) ──► Idle
 //! ```
 //!
 //! `Pending` is no edge: the device stays in its stage, at the same instruction, and the next
-//! poll re-reads the same word. A program that needs no wait runs through in one poll.
+//! poll re-reads the same word. A program that needs no wait runs through in one poll. With
+//! `reps = 0`, `Program{0}` takes edge 6 or 7 at once.
 //!
 //! Semaphores are cumulative; the device snapshots each one before it arms (edges 3, 4, 5:
 //! between executions nobody touches them), so counts in the program are per execution. A
@@ -480,7 +483,7 @@ impl Device {
 impl Exec {
     /// The one transition function of [`Stage`] (module docs: the diagram).
     fn set_stage(&mut self, to: Stage) {
-        log::trace!("device {} stage={:?}=>{:?}", self.rank, self.stage, to);
+        log::trace!("device {} state={:?}=>{:?}", self.rank, self.stage, to);
         if !self.stage.edge_ok(to) {
             log::error!(
                 "device {}: stage {:?}=>{:?} is not an edge of the diagram",
