@@ -1,7 +1,6 @@
 //! The poll state machine against a fake proxy played by the test itself, on one thread
 //! (Miri-friendly: no threads, no clock): the test writes the proxy's words between polls.
 
-use alloc::boxed::Box;
 use alloc::string::ToString;
 use alloc::sync::Arc;
 use alloc::vec;
@@ -35,7 +34,9 @@ impl DeviceEnv for Counts {
 /// then the plan's words (stride 4).
 struct Setup {
     buf: Vec<u64>,
-    words: Box<[AtomicU32]>,
+    /// A `Vec`, not a `Box`: moving a `Box` retags it as unique under Stacked Borrows, which
+    /// would invalidate the word addresses the job holds (Miri).
+    words: Vec<AtomicU32>,
     job: Job,
 }
 
@@ -54,8 +55,11 @@ fn setup(reps: u32) -> Setup {
     .unwrap();
     let mut buf = vec![0u64; 64];
     let base = buf.as_mut_ptr() as u64;
-    let words: Box<[AtomicU32]> = (0..3 + p.host_words()).map(|_| AtomicU32::new(0)).collect();
-    let w = |i: usize| &words[i] as *const AtomicU32 as u64;
+    let words: Vec<AtomicU32> = (0..3 + p.host_words()).map(|_| AtomicU32::new(0)).collect();
+    // Addresses from the base pointer of the whole array (it exposes every word to Miri; a
+    // reference to one word would expose that word only).
+    let words_base = words.as_ptr() as u64;
+    let w = |i: usize| words_base + 4 * i as u64;
     let addrs = Addresses {
         input: base,
         output: base + 128,
@@ -76,7 +80,7 @@ fn setup(reps: u32) -> Setup {
 
 impl Setup {
     fn addr(&self, i: usize) -> u64 {
-        &self.words[i] as *const AtomicU32 as u64
+        self.words.as_ptr() as u64 + 4 * i as u64
     }
 
     /// The plan's word `hw` of op `op`.
