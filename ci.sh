@@ -84,11 +84,14 @@ clippy() {
     cargo clippy -p proxy-core -p loom-tests --all-targets --release -- -D warnings
   # The planted bugs compiled in (feature `plants`), as the plant tests build them.
   cargo clippy -p proxy-core --all-targets --features plants -- -D warnings
+  cargo clippy -p proxy-emulator --all-targets --features plants -- -D warnings
 }
 
 test() {
   cargo test --workspace "${FEATURES[@]}"
   cargo test -p proxy-core --features plants
+  # The protocol plants against the device emulator, threaded and polled (tests/plants.rs).
+  cargo test -p proxy-emulator --features plants --test plants
 }
 
 loom() {

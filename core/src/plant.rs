@@ -1,11 +1,13 @@
-//! Planted bugs: one deliberate bug per cross-thread handoff (and two protocol bugs), compiled
-//! into the shipping code next to the line each one breaks, off until selected.
+//! Planted bugs: one deliberate bug per cross-thread handoff (and a few protocol bugs),
+//! compiled into the shipping code next to the line each one breaks, off until selected.
 //!
 //! A model that cannot fail proves nothing, so every loom model in `loom-tests/` is also run
-//! with the bug it is there to find planted, and must fail (`loom_tests::assert_loom_catches`);
-//! the two protocol plants are shown caught by the crate's own task and send/recv tests (the
-//! tests of this module). Planting in the real code, not in a copy, means a model that catches
-//! a plant has checked the code as it ships.
+//! with the bug it is there to find planted, and must fail (`loom_tests::assert_loom_catches`).
+//! Two protocol plants are shown caught by the crate's own task and send/recv tests (the tests
+//! of this module); the protocol plants that stall the device (`NetworkSkipsTriggerGate`,
+//! `SendRecvSkipsHandshake`, `SendRecvSkipsCompletion`) by `proxy-emulator`'s plant tests,
+//! with a real device emulator as the proxy's peer. Planting in the real code, not in a copy,
+//! means a model that catches a plant has checked the code as it ships.
 //!
 //! This module exists only under `--cfg loom` or the `plants` feature. At each planted line the
 //! code reads `plant!(Name, buggy, correct)` (an expression) or `plant!(Name => { buggy })` (a
@@ -107,7 +109,9 @@ plants! {
     /// `task/network.rs: NetworkTask::step_init` goes from INIT straight to PROGRESSING, as if
     /// the task had no device trigger to wait for: it runs before the device's trigger and never
     /// consumes it. Caught by this crate's task tests (`task::tests`, see this module's tests),
-    /// and by loom model 5 (`tests/trigger.rs`): "the task started before the device's write".
+    /// by loom model 5 (`tests/trigger.rs`): "the task started before the device's write", and
+    /// by `proxy-emulator`'s plant tests (`tests/plants.rs`): the device times out waiting for
+    /// its net trigger word to be consumed.
     NetworkSkipsTriggerGate = 13,
     /// `sendrecv.rs: transfer` reads the host index as if `net_idx_loop_size` were 0 (no wrap):
     /// once the device's index wraps, the op sees a huge delta. Caught by the send/recv protocol
@@ -119,6 +123,17 @@ plants! {
     /// woken, and its re-check before blocking still saw the token held (the lost-wakeup trap).
     /// Loom model 9 (`tests/drive.rs`): a deadlock.
     DriveReleaseChecksWaitersFirst = 15,
+    /// `sendrecv.rs: step` (HANDSHAKE) answers the device's `0xFFFF_FFFF` by writing 0 to the
+    /// host index but never increments the handshake semaphore: the device, which posts only
+    /// after it sees the semaphore, stalls. Caught by `proxy-emulator`'s plant tests
+    /// (`tests/plants.rs`, a planned collective with the threaded and the polled device): the
+    /// device times out waiting for the handshake semaphore.
+    SendRecvSkipsHandshake = 16,
+    /// `sendrecv.rs: transfer` counts completed entries as credited but never increments the
+    /// complete semaphore: the device waits for completions that are never told. Caught by
+    /// `proxy-emulator`'s plant tests (`tests/plants.rs`): the device times out waiting for a
+    /// complete semaphore.
+    SendRecvSkipsCompletion = 17,
 }
 
 /// "No plant" in the selector's storage.

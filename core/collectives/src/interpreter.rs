@@ -2,25 +2,59 @@
 //! through the host-memory words only (docs/design.md §5), so the proxy has a real peer to
 //! interlock with.
 //!
-//! A [`Job`] is one *execution*, run by [`Device::execute`]:
+//! A [`Job`] is one *launch*: [`Device::launch`] stores it, and every [`Device::poll`] advances
+//! it as far as the host-memory words allow and returns without blocking: [`DevicePoll::Pending`]
+//! names the one word (and the value) the device waits for ([`WaitingFor`]), [`DevicePoll::Done`]
+//! says the launch completed, an error says the proxy broke the protocol. A launch runs in
+//! three stages:
 //! 1. **net stage**: write 1 to every trigger word of the network task, wait until the proxy
 //!    consumed each (reads 0) — a proxy that skips the trigger gate stalls here;
 //! 2. `reps` times the block's device program ([`Instr`]): arm each op side's host index with
 //!    [`HOST_INDEX_READY`], wait for the handshake semaphore, raise the host indices as send data
 //!    is ready and receive buffers are free, wait on the complete semaphores, reduce received
 //!    chunks into the output (the planner's kernels: tight loops the compiler vectorises),
-//!    copy; a proxy that skips a handshake or a semaphore makes the device wait (and time out);
+//!    copy; a proxy that skips a handshake or a semaphore leaves the device pending;
 //! 3. **barrier**: write 1 to the barrier task's trigger words, wait until its barrier-done
-//!    semaphore rose (the barrier leader increments it), then report the execution complete.
+//!    semaphore rose (the barrier leader increments it), then report the launch complete.
 //!
-//! Semaphores are cumulative; the device snapshots each one before it arms (between executions
-//! nobody touches them), so counts in the program are per execution. A semaphore that runs
-//! ahead of what the device posted is a proxy bug and fails the job ([`DeviceError`]).
+//! The stage is one enum, [`Stage`], changed only by one transition function (which logs
+//! `device R state=A=>B` at trace level). Its diagram, the reference the code cites by edge
+//! number:
 //!
-//! The interpreter never blocks, names a thread or reads a clock itself: every wait goes through
-//! the platform's [`DeviceEnv::wait`] (on Linux `proxy-emulator`'s spin / yield / nap policy with
-//! a timeout and an abort flag), and the counters a tool reads are reported through
-//! [`DeviceEnv::record`].
+//! ```text
+//! Idle ──(1) launch──► Launched ──(2) write the net triggers──► NetWait
+//!                         │                                        │
+//!                         │ (4) no net triggers                    │ (3) every net trigger reads 0
+//!                         ▼                                        │
+//!                     Program{0} ◄─────────────────────────────────┘
+//!                         │  ▲
+//!                         │  └─(5) the program ran, rep + 1 < reps: Program{rep+1}
+//!                         │        (semaphores snapshotted again)
+//!                         ├─(6) the last execution ran; barrier triggers and a barrier-done
+//!                         │     word: snapshot it, write the triggers ──► BarrierWait ──┐
+//!                         │                                                             │ (8) barrier-done
+//!                         └─(7) the last execution ran, nothing to wait for             │     rose by 1
+//!                               (barrier triggers, if any, written) ──► Done ◄──────────┘
+//! (1) launch is taken from every stage (a launch in flight is dropped as it is)
+//! Launched / NetWait / Program / BarrierWait ──(9) protocol error ──► Failed
+//! any stage ──(10) abandon (the caller's timeout or abort) ──► Idle
+//! ```
+//!
+//! `Pending` is no edge: the device stays in its stage, at the same instruction, and the next
+//! poll re-reads the same word. A program that needs no wait runs through in one poll. With
+//! `reps = 0`, `Program{0}` takes edge 6 or 7 at once.
+//!
+//! Semaphores are cumulative; the device snapshots each one before it arms (edges 3, 4, 5:
+//! between executions nobody touches them), so counts in the program are per execution. A
+//! semaphore that runs ahead of what the device posted is a proxy bug and fails the launch
+//! ([`DeviceError::Protocol`]).
+//!
+//! The interpreter never blocks, names a thread or reads a clock: timeouts belong to the caller
+//! (on Linux `proxy-emulator`'s device thread with its spin / yield / nap policy, or its polled
+//! device driven between proxy ticks), which names the word from [`WaitingFor`]. The counters a
+//! tool reads are reported through [`DeviceEnv::record`]. Steady state allocates nothing: the
+//! per-op semaphore baselines live in the [`Device`] and are reset in place at each launch
+//! (their capacity reused), and the job is moved in, never cloned.
 //!
 //! Fault injection ([`Fault`]): flips one byte of one received chunk in every execution, after
 //! the device has seen the chunk complete and before it uses it; a correct checker must then
@@ -33,7 +67,6 @@
 use alloc::format;
 use alloc::string::String;
 use alloc::sync::Arc;
-use alloc::vec;
 use alloc::vec::Vec;
 use core::fmt;
 
@@ -42,15 +75,6 @@ use proxy_core::progress::sendrecv::HOST_INDEX_READY;
 
 use crate::planner::kernels::reduce_raw;
 use crate::planner::{Addresses, Instr, OpWord, RankPlan, Side};
-
-/// Why a wait of [`DeviceEnv::wait`] ended without its condition.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum WaitEnd {
-    /// The platform's time limit passed.
-    TimedOut,
-    /// The platform gave up on the execution (e.g. its launcher's abort flag).
-    Aborted,
-}
 
 /// Something the interpreter counts (reported through [`DeviceEnv::record`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -66,41 +90,175 @@ pub enum Event {
     FaultInjected,
 }
 
-/// The platform under the interpreter: how to wait for a host word, and where the counters go.
+/// The platform under the interpreter: where the counters go. (It does not wait: the
+/// interpreter returns [`DevicePoll::Pending`] instead, and the caller decides how to wait.)
 pub trait DeviceEnv {
-    /// Waits until `cond` answers `true` (re-checking it as the platform sees fit: spinning,
-    /// yielding, napping).
-    ///
-    /// # Errors
-    /// [`WaitEnd`] when the platform stopped waiting first.
-    fn wait(&self, cond: &mut dyn FnMut() -> bool) -> Result<(), WaitEnd>;
-
     /// Counts `event` (the default ignores it).
     fn record(&self, event: Event) {
         let _ = event;
     }
 }
 
+/// The platform that counts nothing.
+impl DeviceEnv for () {}
+
+/// The one host word a pending device waits for, and the value it waits for: what a caller's
+/// timeout message names. `seen` is the value the device read last; every other field is fixed
+/// for one wait, so a change of the whole value means the device moved on (or the word moved).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum WaitingFor {
+    /// Net stage (edge 3): the network task's trigger word at `addr` to be consumed (read 0).
+    NetTrigger {
+        /// Address of the trigger word.
+        addr: u64,
+        /// The value read last (1 while the proxy has not consumed it).
+        seen: u32,
+    },
+    /// `WaitHandshake`: the handshake semaphore of `op`'s `side` to reach `target` (its value
+    /// at the start of the execution + 1).
+    Handshake {
+        /// Op index in the plan.
+        op: u32,
+        /// Op side.
+        side: Side,
+        /// Address of the handshake semaphore.
+        addr: u64,
+        /// The value that ends the wait.
+        target: u32,
+        /// The value read last.
+        seen: u32,
+    },
+    /// `Wait`: the complete semaphore of `op`'s `side` to reach `target` (its value at the
+    /// start of the execution + `upto` entries).
+    Complete {
+        /// Op index in the plan.
+        op: u32,
+        /// Op side.
+        side: Side,
+        /// Address of the complete semaphore.
+        addr: u64,
+        /// Entries of this execution that must be complete.
+        upto: u32,
+        /// The value that ends the wait.
+        target: u32,
+        /// The value read last.
+        seen: u32,
+    },
+    /// Barrier stage (edge 8): the barrier-done semaphore to reach `target` (its value before
+    /// the barrier trigger + 1).
+    BarrierDone {
+        /// Address of the barrier-done semaphore.
+        addr: u64,
+        /// The value that ends the wait.
+        target: u32,
+        /// The value read last.
+        seen: u32,
+    },
+}
+
+impl WaitingFor {
+    /// Address of the word waited on.
+    pub const fn addr(&self) -> u64 {
+        match *self {
+            WaitingFor::NetTrigger { addr, .. }
+            | WaitingFor::Handshake { addr, .. }
+            | WaitingFor::Complete { addr, .. }
+            | WaitingFor::BarrierDone { addr, .. } => addr,
+        }
+    }
+
+    /// The value of the word read last.
+    pub const fn seen(&self) -> u32 {
+        match *self {
+            WaitingFor::NetTrigger { seen, .. }
+            | WaitingFor::Handshake { seen, .. }
+            | WaitingFor::Complete { seen, .. }
+            | WaitingFor::BarrierDone { seen, .. } => seen,
+        }
+    }
+}
+
+impl fmt::Display for WaitingFor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            WaitingFor::NetTrigger { addr, seen } => {
+                write!(
+                    f,
+                    "net trigger word {addr:#x} to be consumed (last value {seen:#x})"
+                )
+            }
+            WaitingFor::Handshake {
+                op,
+                side,
+                addr,
+                target,
+                seen,
+            } => write!(
+                f,
+                "op {op} {side:?} handshake semaphore {addr:#x} to reach {target} (last value \
+                 {seen})"
+            ),
+            WaitingFor::Complete {
+                op,
+                side,
+                addr,
+                upto,
+                target,
+                seen,
+            } => write!(
+                f,
+                "op {op} {side:?} complete semaphore {addr:#x} to reach {target} (+{upto}; last \
+                 value {seen})"
+            ),
+            WaitingFor::BarrierDone { addr, target, seen } => write!(
+                f,
+                "barrier-done semaphore {addr:#x} to reach {target} (last value {seen})"
+            ),
+        }
+    }
+}
+
+/// What one [`Device::poll`] reached.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DevicePoll {
+    /// The launch waits for a host word; poll again later.
+    Pending {
+        /// The word and the value waited for.
+        waiting_for: WaitingFor,
+    },
+    /// The launch completed (answered again by every later poll until the next launch).
+    Done,
+    /// Nothing is launched (never, or the launch was abandoned).
+    Idle,
+}
+
 /// A device failure: the proxy did not answer in time, or broke the protocol.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum DeviceError {
-    /// A wait timed out; `what` names the word and the value waited for.
+    /// The caller's time limit passed while the device waited for `waiting_for` (the
+    /// interpreter itself never times out: its callers do).
     Timeout {
         /// Rank of the device.
         rank: u32,
-        /// What it waited for.
-        what: String,
+        /// What it waited for (the last [`DevicePoll::Pending`]).
+        waiting_for: WaitingFor,
     },
     /// A semaphore rose beyond what the protocol allows (e.g. more completions than posted
-    /// entries, or two handshakes in one execution), or the job names an invalid host word.
+    /// entries, or two handshakes in one execution), the job names an invalid host word, or
+    /// its program does not fit its plan.
     Protocol {
         /// Rank of the device.
         rank: u32,
         /// What was seen.
         what: String,
     },
-    /// The launcher gave up on the execution while the device waited ([`WaitEnd::Aborted`]).
+    /// The launcher gave up on the execution while the device waited (its abort flag).
     Aborted {
+        /// Rank of the device.
+        rank: u32,
+    },
+    /// The device's thread ended without reporting the launch's end (it panicked).
+    Lost {
         /// Rank of the device.
         rank: u32,
     },
@@ -109,13 +267,19 @@ pub enum DeviceError {
 impl fmt::Display for DeviceError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            DeviceError::Timeout { rank, what } => {
-                write!(f, "device {rank}: timed out waiting for {what}")
+            DeviceError::Timeout { rank, waiting_for } => {
+                write!(f, "device {rank}: timed out waiting for {waiting_for}")
             }
             DeviceError::Protocol { rank, what } => {
                 write!(f, "device {rank}: protocol violation: {what}")
             }
             DeviceError::Aborted { rank } => write!(f, "device {rank}: execution aborted"),
+            DeviceError::Lost { rank } => {
+                write!(
+                    f,
+                    "device {rank}: the device thread ended during the launch"
+                )
+            }
         }
     }
 }
@@ -130,7 +294,7 @@ pub struct Job {
     pub plan: Arc<RankPlan>,
     /// Where its buffers and host words are.
     pub addrs: Addresses,
-    /// Executions of the program in this launch (at least 1 to do anything).
+    /// Executions of the program in this launch (0 runs only the net stage and the barrier).
     pub reps: u32,
     /// The network task's trigger words (one per stream); empty = no net-stage gate.
     pub net_triggers: Vec<u64>,
@@ -148,23 +312,187 @@ pub struct Fault {
     pub entry: Option<usize>,
 }
 
-/// The device of one rank: executes jobs on the calling thread, waiting through a
-/// [`DeviceEnv`].
+/// Where a launch is (see the module docs for the diagram and its edge numbers).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stage {
+    /// Nothing launched (or the launch was abandoned, edge 10).
+    Idle,
+    /// A job is in; no word touched yet (edge 1).
+    Launched,
+    /// The net triggers are written; waiting for the proxy to consume each (edge 2).
+    NetWait,
+    /// Running execution `rep` (0-based) of the program; `rep = reps` once all ran.
+    Program {
+        /// The execution.
+        rep: u32,
+    },
+    /// The barrier triggers are written; waiting for the barrier-done semaphore (edge 6).
+    BarrierWait,
+    /// The launch completed (edges 7, 8).
+    Done,
+    /// The launch failed (edge 9); later polls answer the same error.
+    Failed,
+}
+
+impl Stage {
+    /// `true` for the edges of the diagram (module docs).
+    fn edge_ok(self, to: Stage) -> bool {
+        use Stage::*;
+        match (self, to) {
+            (_, Launched) | (_, Idle) => true,
+            (Launched, NetWait)
+            | (Launched, Program { rep: 0 })
+            | (NetWait, Program { rep: 0 }) => true,
+            (Program { rep: a }, Program { rep: b }) => b == a + 1,
+            (Program { .. }, BarrierWait) | (Program { .. }, Done) | (BarrierWait, Done) => true,
+            (Launched | NetWait | Program { .. } | BarrierWait, Failed) => true,
+            _ => false,
+        }
+    }
+}
+
+/// Where a launch is inside its stage, and the per-op semaphore state of the execution; kept
+/// apart from the job so that a poll can borrow both.
+#[derive(Debug)]
+struct Exec {
+    rank: u32,
+    stage: Stage,
+    /// `NetWait`: the next trigger to see consumed. `Program`: the next instruction.
+    cursor: usize,
+    /// `BarrierWait`: the barrier-done value before the trigger.
+    done_base: u32,
+    /// The fault target as (op, index within the op's recv side, byte offset), if any.
+    fault_target: Option<(u32, u32, u64)>,
+    /// The fault was injected in this execution.
+    flipped: bool,
+    /// Per op, per side: the handshake semaphore at the start of the execution.
+    hs_base: Vec<[u32; 2]>,
+    /// Per op, per side: the complete semaphore at the start of the execution.
+    cpl_base: Vec<[u32; 2]>,
+    /// Per op, per side: entries posted in this execution.
+    posted: Vec<[u32; 2]>,
+    /// Per op, per side: entries seen complete in this execution.
+    seen: Vec<[u32; 2]>,
+    /// The error of a failed launch (answered by every poll until the next launch).
+    error: Option<DeviceError>,
+}
+
+/// The device of one rank: launches jobs and advances them through [`Device::poll`], never
+/// blocking (see the module docs).
 #[derive(Debug)]
 pub struct Device {
-    rank: u32,
     fault: Option<Fault>,
+    job: Option<Job>,
+    exec: Exec,
 }
 
 impl Device {
     /// A device for `rank`, injecting `fault` if given.
     pub fn new(rank: u32, fault: Option<Fault>) -> Self {
-        Self { rank, fault }
+        Self {
+            fault,
+            job: None,
+            exec: Exec {
+                rank,
+                stage: Stage::Idle,
+                cursor: 0,
+                done_base: 0,
+                fault_target: None,
+                flipped: false,
+                hs_base: Vec::new(),
+                cpl_base: Vec::new(),
+                posted: Vec::new(),
+                seen: Vec::new(),
+                error: None,
+            },
+        }
     }
 
     /// The rank of this device.
     pub fn rank(&self) -> u32 {
-        self.rank
+        self.exec.rank
+    }
+
+    /// Where the launch is.
+    pub fn stage(&self) -> Stage {
+        self.exec.stage
+    }
+
+    /// The job launched last (kept until the next launch or [`Device::abandon`]).
+    pub fn job(&self) -> Option<&Job> {
+        self.job.as_ref()
+    }
+
+    /// Stores `job` and resets the launch state in place (edge 1); no host word is touched
+    /// until the next [`Device::poll`]. A launch still in flight is dropped as it is.
+    ///
+    /// # Safety
+    /// Every address of `job` (buffers per the plan's layout, host words, trigger and barrier
+    /// words) must be live and valid for the accesses the program makes for as long as this
+    /// launch can be polled: until a poll answered [`DevicePoll::Done`] or an error, or the
+    /// device is launched again, abandoned or dropped. Host words are only ever accessed
+    /// atomically; no other thread touches the buffers except the transport as the protocol
+    /// allows (between a post and its completion).
+    pub unsafe fn launch(&mut self, job: Job) {
+        let n = job.plan.ops.len();
+        let e = &mut self.exec;
+        for v in [&mut e.hs_base, &mut e.cpl_base, &mut e.posted, &mut e.seen] {
+            v.clear();
+            v.resize(n, [0; 2]);
+        }
+        e.cursor = 0;
+        e.done_base = 0;
+        e.flipped = false;
+        e.error = None;
+        e.fault_target = None;
+        self.job = Some(job);
+        e.set_stage(Stage::Launched);
+    }
+
+    /// Gives up on the launch in flight (edge 10: the caller's timeout or abort) and hands the
+    /// job back; the words stay as the device left them. Later polls answer
+    /// [`DevicePoll::Idle`].
+    pub fn abandon(&mut self) -> Option<Job> {
+        self.exec.set_stage(Stage::Idle);
+        self.job.take()
+    }
+
+    /// Advances the launch as far as the host words allow, counting into `env`; never blocks.
+    ///
+    /// # Errors
+    /// [`DeviceError::Protocol`] when the proxy broke the protocol, a word address is invalid,
+    /// or the program does not fit its plan (edge 9; every later poll answers the same error).
+    pub fn poll(&mut self, env: &impl DeviceEnv) -> Result<DevicePoll, DeviceError> {
+        let Device { fault, job, exec } = self;
+        let r = match job.as_ref() {
+            None => Ok(DevicePoll::Idle),
+            // SAFETY: `launch`'s contract: the job's addresses stay valid while it can be
+            // polled.
+            Some(job) => unsafe { exec.advance(job, *fault, env) },
+        };
+        if let Err(e) = &r {
+            if exec.stage != Stage::Failed {
+                exec.error = Some(e.clone());
+                exec.set_stage(Stage::Failed);
+            }
+        }
+        r
+    }
+}
+
+impl Exec {
+    /// The one transition function of [`Stage`] (module docs: the diagram).
+    fn set_stage(&mut self, to: Stage) {
+        log::trace!("device {} state={:?}=>{:?}", self.rank, self.stage, to);
+        if !self.stage.edge_ok(to) {
+            log::error!(
+                "device {}: stage {:?}=>{:?} is not an edge of the diagram",
+                self.rank,
+                self.stage,
+                to
+            );
+        }
+        self.stage = to;
     }
 
     fn protocol(&self, what: String) -> DeviceError {
@@ -177,265 +505,366 @@ impl Device {
     /// The checked handle on the host word at `addr`.
     ///
     /// # Safety
-    /// As [`Device::execute`]: `addr` is a live host word of the job, accessed only atomically,
-    /// until `execute` returns.
+    /// As [`Device::launch`]: `addr` is a live host word of the launched job, accessed only
+    /// atomically.
     unsafe fn word(&self, addr: u64) -> Result<HostWord, DeviceError> {
         // SAFETY: the caller's contract.
         unsafe { HostWord::from_addr(addr) }
             .ok_or_else(|| self.protocol(format!("host word address {addr:#x} is not valid")))
     }
 
-    /// Waits until the word at `addr` satisfies `cond`; returns the value seen.
-    ///
-    /// # Safety
-    /// As [`Device::word`].
-    unsafe fn wait_word(
-        &self,
-        env: &impl DeviceEnv,
-        addr: u64,
-        what: impl FnOnce() -> String,
-        cond: impl Fn(u32) -> bool,
-    ) -> Result<u32, DeviceError> {
-        // SAFETY: the caller's contract.
-        let w = unsafe { self.word(addr) }?;
-        let mut seen = 0;
-        match env.wait(&mut || {
-            seen = w.load();
-            cond(seen)
-        }) {
-            Ok(()) => Ok(seen),
-            Err(WaitEnd::Aborted) => Err(DeviceError::Aborted { rank: self.rank }),
-            Err(WaitEnd::TimedOut) => Err(DeviceError::Timeout {
-                rank: self.rank,
-                what: format!("{} (last value {seen:#x})", what()),
-            }),
+    /// Checks that the program and the entries fit the plan (no op index or entry range out of
+    /// bounds), so that the rest of the interpreter indexes without panicking.
+    fn check_plan(&self, plan: &RankPlan) -> Result<(), DeviceError> {
+        let n = plan.ops.len();
+        for (k, o) in plan.ops.iter().enumerate() {
+            let fits = |base: u32, cnt: u32, len: usize| {
+                (base as usize)
+                    .checked_add(cnt as usize)
+                    .is_some_and(|end| end <= len)
+            };
+            if !fits(o.src_base, o.tx_entry_cnt, plan.src.len())
+                || !fits(o.dst_base, o.rx_entry_cnt, plan.dst.len())
+            {
+                return Err(self.protocol(format!("op {k}: entries outside the plan's FIFOs")));
+            }
         }
-    }
-
-    /// Runs one job: net-stage trigger, `reps` executions of the program, barrier.
-    ///
-    /// # Errors
-    /// [`DeviceError`] when a wait ends without its condition or the proxy breaks the
-    /// protocol.
-    ///
-    /// # Safety
-    /// Every address of `job` (buffers per the plan's layout, host words, trigger and barrier
-    /// words) must be live and valid for the accesses the program makes until this returns;
-    /// host words are only ever accessed atomically; no other thread touches the buffers except
-    /// the transport as the protocol allows (between a post and its completion).
-    pub unsafe fn execute(&mut self, job: &Job, env: &impl DeviceEnv) -> Result<(), DeviceError> {
-        for &t in &job.net_triggers {
-            // SAFETY: per this function's contract.
-            unsafe { self.word(t) }?.store(1);
+        for e in plan.src.iter().chain(&plan.dst) {
+            if e.op as usize >= n {
+                return Err(self.protocol(format!("an entry names op {} of {n}", e.op)));
+            }
         }
-        for &t in &job.net_triggers {
-            // SAFETY: per this function's contract.
-            unsafe {
-                self.wait_word(
-                    env,
-                    t,
-                    || format!("net trigger word {t:#x} to be consumed"),
-                    |v| v == 0,
-                )
-            }?;
-        }
-        for _ in 0..job.reps {
-            // SAFETY: per this function's contract.
-            unsafe { self.run_program(job, env) }?;
-            env.record(Event::Execution);
-        }
-        if job.barrier_triggers.is_empty() {
-            return Ok(());
-        }
-        // Snapshot the barrier-done semaphore before the trigger: the barrier cannot pass
-        // (and the leader cannot increment it) before every device triggered.
-        let done_base = match job.barrier_done {
-            // SAFETY: per this function's contract.
-            Some(a) => Some(unsafe { self.word(a) }?.load()),
-            None => None,
-        };
-        for &t in &job.barrier_triggers {
-            // SAFETY: per this function's contract.
-            unsafe { self.word(t) }?.store(1);
-        }
-        if let (Some(a), Some(base)) = (job.barrier_done, done_base) {
-            // SAFETY: per this function's contract.
-            let v = unsafe {
-                self.wait_word(
-                    env,
-                    a,
-                    || format!("barrier-done semaphore {a:#x}"),
-                    |v| v.wrapping_sub(base) >= 1,
-                )
-            }?;
-            if v.wrapping_sub(base) > 1 {
-                return Err(self.protocol(format!(
-                    "barrier-done semaphore rose by {} in one execution",
-                    v.wrapping_sub(base)
-                )));
+        for ins in &plan.program {
+            let op = match *ins {
+                Instr::Arm { op, .. }
+                | Instr::WaitHandshake { op, .. }
+                | Instr::Post { op, .. }
+                | Instr::Wait { op, .. } => op,
+                Instr::Reduce { .. } | Instr::Copy { .. } => continue,
+            };
+            if op as usize >= n {
+                return Err(self.protocol(format!("the program names op {op} of {n}")));
             }
         }
         Ok(())
     }
 
     /// The fault target as (op, index within the op's recv side, byte offset), if any.
-    fn fault_target(&self, plan: &RankPlan) -> Option<(u32, u32, u64)> {
-        let f = self.fault?;
+    fn fault_target(fault: Option<Fault>, plan: &RankPlan) -> Option<(u32, u32, u64)> {
+        let f = fault?;
         let e = match f.entry {
             Some(i) => i,
             None => plan.dst.iter().position(|e| e.bytes > 0)?,
         };
         let entry = plan.dst.get(e)?;
-        let op = plan.ops[entry.op as usize];
+        let op = plan.ops.get(entry.op as usize)?;
         // The most significant byte of the first element: a change no op can hide for sums.
         let byte = (plan.params.dtype.size() as u64 - 1).min(entry.bytes.saturating_sub(1));
-        Some((entry.op, e as u32 - op.dst_base, byte))
+        Some((entry.op, (e as u32).checked_sub(op.dst_base)?, byte))
     }
 
-    /// One execution of the job's program.
+    /// Enters execution `rep` (edges 3, 4, 5): snapshots every semaphore the program waits on
+    /// and clears the per-execution counts.
     ///
     /// # Safety
-    /// As [`Device::execute`].
-    unsafe fn run_program(&mut self, job: &Job, env: &impl DeviceEnv) -> Result<(), DeviceError> {
-        let plan = &*job.plan;
+    /// As [`Exec::word`], for the job's words.
+    unsafe fn begin_execution(&mut self, job: &Job, rep: u32) -> Result<(), DeviceError> {
         let a = &job.addrs;
-        let n = plan.ops.len();
-        let w = |op: u32, hw: OpWord| a.word(hw.index(op));
-        // SAFETY: the job's host words are live (execute's contract).
-        let word = |addr: u64| unsafe { self.word(addr) };
-        let mut hs_base = vec![[0u32; 2]; n];
-        let mut cpl_base = vec![[0u32; 2]; n];
-        let mut posted = vec![[0u32; 2]; n];
-        let mut seen = vec![[0u32; 2]; n];
-        for (k, o) in plan.ops.iter().enumerate() {
+        for (k, o) in job.plan.ops.iter().enumerate() {
             for side in [Side::Send, Side::Recv] {
-                if o.entries(side) > 0 {
-                    hs_base[k][side as usize] = word(w(k as u32, OpWord::handshake(side)))?.load();
-                    cpl_base[k][side as usize] = word(w(k as u32, OpWord::complete(side)))?.load();
-                }
+                let s = side as usize;
+                let (hs, cpl) = if o.entries(side) > 0 {
+                    // SAFETY: the caller's contract.
+                    let hs = unsafe { self.word(a.word(OpWord::handshake(side).index(k as u32))) }?;
+                    // SAFETY: as above.
+                    let cpl = unsafe { self.word(a.word(OpWord::complete(side).index(k as u32))) }?;
+                    (hs.load(), cpl.load())
+                } else {
+                    (0, 0)
+                };
+                self.hs_base[k][s] = hs;
+                self.cpl_base[k][s] = cpl;
+                self.posted[k][s] = 0;
+                self.seen[k][s] = 0;
             }
         }
-        let fault = self.fault_target(plan);
-        let mut flipped = false;
-        let p = plan.params;
-        let elt = p.dtype.size() as u64;
-        for ins in &plan.program {
-            match *ins {
-                Instr::Arm { op, side } => {
-                    word(w(op, OpWord::post(side)))?.store(HOST_INDEX_READY);
-                }
-                Instr::WaitHandshake { op, side } => {
-                    let base = hs_base[op as usize][side as usize];
-                    // SAFETY: as above.
-                    let v = unsafe {
-                        self.wait_word(
-                            env,
-                            w(op, OpWord::handshake(side)),
-                            || {
-                                format!(
-                                    "op {op} {side:?} handshake semaphore to reach {}",
-                                    base + 1
-                                )
-                            },
-                            |v| v.wrapping_sub(base) >= 1,
-                        )
-                    }?;
-                    if v.wrapping_sub(base) != 1 {
-                        return Err(self.protocol(format!(
-                            "op {op} {side:?}: handshake semaphore rose by {} in one execution",
-                            v.wrapping_sub(base)
-                        )));
-                    }
-                    // The proxy writes 0 to the host index before it increments the handshake.
-                    let idx = word(w(op, OpWord::post(side)))?.load();
-                    if idx != 0 {
-                        return Err(self.protocol(format!(
-                            "op {op} {side:?}: host index {idx:#x} after the handshake (want 0)"
-                        )));
-                    }
-                }
-                Instr::Post { op, side, upto } => {
-                    posted[op as usize][side as usize] = upto;
-                    // Release (HostWord::store): the data of the posted send entries (written
-                    // by this thread) is visible to the proxy that reads the index with acquire.
-                    word(w(op, OpWord::post(side)))?.store(upto);
-                }
-                Instr::Wait { op, side, upto } => {
-                    let base = cpl_base[op as usize][side as usize];
-                    // SAFETY: as above.
-                    let v = unsafe {
-                        self.wait_word(
-                            env,
-                            w(op, OpWord::complete(side)),
-                            || {
-                                format!(
-                                    "op {op} {side:?} complete semaphore to reach {} (+{upto})",
-                                    base.wrapping_add(upto)
-                                )
-                            },
-                            |v| v.wrapping_sub(base) >= upto,
-                        )
-                    }?;
-                    let done = v.wrapping_sub(base);
-                    let max = posted[op as usize][side as usize];
-                    if done > max {
-                        return Err(self.protocol(format!(
-                            "op {op} {side:?}: {done} entries complete, only {max} posted"
-                        )));
-                    }
-                    let prev = seen[op as usize][side as usize];
-                    if side == Side::Recv && done > prev {
-                        for e in &plan.entries(op, side)[prev as usize..done as usize] {
-                            env.record(Event::RecvEntry { bytes: e.bytes });
-                        }
-                        if let Some((fop, fidx, byte)) = fault {
-                            if !flipped && fop == op && fidx < done {
-                                flipped = true;
-                                let e = plan.entries(op, side)[fidx as usize];
-                                let addr = a.of(e.loc) + byte;
-                                // SAFETY: the entry is complete (the transport is done with
-                                // it) and lies in this rank's buffers; only this thread uses
-                                // it now.
-                                unsafe { *(addr as usize as *mut u8) ^= 0xFF };
-                                env.record(Event::FaultInjected);
-                            }
-                        }
-                    }
-                    seen[op as usize][side as usize] = done.max(prev);
-                }
-                Instr::Reduce {
-                    dst,
-                    a: x,
-                    b: y,
-                    elems,
-                } => {
-                    // SAFETY: the planner's hazard tracking guarantees no transfer touches
-                    // these ranges now; they lie in the rank's buffers (execute's contract).
-                    unsafe {
-                        reduce_raw(
-                            p.dtype,
-                            p.op,
-                            a.of(dst) as usize as *mut u8,
-                            a.of(x) as usize as *const u8,
-                            a.of(y) as usize as *const u8,
-                            elems as usize,
-                        )
-                    };
-                }
-                Instr::Copy { dst, src, bytes } => {
-                    debug_assert!(bytes % elt == 0);
-                    // SAFETY: as for Reduce; the planner never copies between overlapping
-                    // ranges.
-                    unsafe {
-                        core::ptr::copy_nonoverlapping(
-                            a.of(src) as usize as *const u8,
-                            a.of(dst) as usize as *mut u8,
-                            bytes as usize,
-                        )
-                    };
-                }
-            }
-        }
+        self.flipped = false;
+        self.cursor = 0;
+        self.set_stage(Stage::Program { rep });
         Ok(())
     }
+
+    /// Advances the launch of `job` as far as the words allow.
+    ///
+    /// # Safety
+    /// As [`Device::launch`], for `job` (the launched job).
+    unsafe fn advance(
+        &mut self,
+        job: &Job,
+        fault: Option<Fault>,
+        env: &impl DeviceEnv,
+    ) -> Result<DevicePoll, DeviceError> {
+        loop {
+            match self.stage {
+                Stage::Idle => return Ok(DevicePoll::Idle),
+                Stage::Done => return Ok(DevicePoll::Done),
+                Stage::Failed => {
+                    return Err(self
+                        .error
+                        .clone()
+                        .unwrap_or_else(|| self.protocol("failed launch".into())))
+                }
+                Stage::Launched => {
+                    self.check_plan(&job.plan)?;
+                    self.fault_target = Self::fault_target(fault, &job.plan);
+                    if job.net_triggers.is_empty() {
+                        // Edge 4.
+                        // SAFETY: the caller's contract.
+                        unsafe { self.begin_execution(job, 0) }?;
+                    } else {
+                        for &t in &job.net_triggers {
+                            // SAFETY: the caller's contract.
+                            unsafe { self.word(t) }?.store(1);
+                        }
+                        self.cursor = 0;
+                        // Edge 2.
+                        self.set_stage(Stage::NetWait);
+                    }
+                }
+                Stage::NetWait => {
+                    while let Some(&t) = job.net_triggers.get(self.cursor) {
+                        // SAFETY: the caller's contract.
+                        let seen = unsafe { self.word(t) }?.load();
+                        if seen != 0 {
+                            return Ok(DevicePoll::Pending {
+                                waiting_for: WaitingFor::NetTrigger { addr: t, seen },
+                            });
+                        }
+                        self.cursor += 1;
+                    }
+                    // Edge 3.
+                    // SAFETY: the caller's contract.
+                    unsafe { self.begin_execution(job, 0) }?;
+                }
+                Stage::Program { rep } if rep >= job.reps => {
+                    // SAFETY: the caller's contract.
+                    unsafe { self.end_programs(job) }?;
+                }
+                Stage::Program { rep } => {
+                    while let Some(ins) = job.plan.program.get(self.cursor) {
+                        // SAFETY: the caller's contract.
+                        if let Some(w) = unsafe { self.step(job, *ins, env) }? {
+                            return Ok(DevicePoll::Pending { waiting_for: w });
+                        }
+                        self.cursor += 1;
+                    }
+                    env.record(Event::Execution);
+                    if rep + 1 < job.reps {
+                        // Edge 5.
+                        // SAFETY: the caller's contract.
+                        unsafe { self.begin_execution(job, rep + 1) }?;
+                    } else {
+                        // SAFETY: the caller's contract.
+                        unsafe { self.end_programs(job) }?;
+                    }
+                }
+                Stage::BarrierWait => {
+                    let Some(a) = job.barrier_done else {
+                        // Unreachable: edge 6 is taken only with a barrier-done word.
+                        self.set_stage(Stage::Done);
+                        continue;
+                    };
+                    // SAFETY: the caller's contract.
+                    let v = unsafe { self.word(a) }?.load();
+                    let rose = v.wrapping_sub(self.done_base);
+                    if rose == 0 {
+                        return Ok(DevicePoll::Pending {
+                            waiting_for: WaitingFor::BarrierDone {
+                                addr: a,
+                                target: self.done_base.wrapping_add(1),
+                                seen: v,
+                            },
+                        });
+                    }
+                    if rose > 1 {
+                        return Err(self.protocol(format!(
+                            "barrier-done semaphore rose by {rose} in one execution"
+                        )));
+                    }
+                    // Edge 8.
+                    self.set_stage(Stage::Done);
+                }
+            }
+        }
+    }
+
+    /// After the last execution: edge 6 (barrier to wait for) or 7.
+    ///
+    /// # Safety
+    /// As [`Exec::advance`].
+    unsafe fn end_programs(&mut self, job: &Job) -> Result<(), DeviceError> {
+        // Snapshot the barrier-done semaphore before the trigger: the barrier cannot pass
+        // (and the leader cannot increment it) before every device triggered.
+        let wait = match job.barrier_done {
+            Some(a) if !job.barrier_triggers.is_empty() => {
+                // SAFETY: the caller's contract.
+                self.done_base = unsafe { self.word(a) }?.load();
+                true
+            }
+            _ => false,
+        };
+        for &t in &job.barrier_triggers {
+            // SAFETY: the caller's contract.
+            unsafe { self.word(t) }?.store(1);
+        }
+        self.set_stage(if wait {
+            Stage::BarrierWait
+        } else {
+            Stage::Done
+        });
+        Ok(())
+    }
+
+    /// Runs one instruction; `Some` = it waits for that word (run it again on the next poll).
+    ///
+    /// # Safety
+    /// As [`Exec::advance`].
+    unsafe fn step(
+        &mut self,
+        job: &Job,
+        ins: Instr,
+        env: &impl DeviceEnv,
+    ) -> Result<Option<WaitingFor>, DeviceError> {
+        let plan = &*job.plan;
+        let a = &job.addrs;
+        let p = plan.params;
+        let w = |op: u32, hw: OpWord| a.word(hw.index(op));
+        match ins {
+            Instr::Arm { op, side } => {
+                // SAFETY: the caller's contract.
+                unsafe { self.word(w(op, OpWord::post(side))) }?.store(HOST_INDEX_READY);
+            }
+            Instr::WaitHandshake { op, side } => {
+                let base = self.hs_base[op as usize][side as usize];
+                let addr = w(op, OpWord::handshake(side));
+                // SAFETY: the caller's contract.
+                let v = unsafe { self.word(addr) }?.load();
+                let rose = v.wrapping_sub(base);
+                if rose == 0 {
+                    return Ok(Some(WaitingFor::Handshake {
+                        op,
+                        side,
+                        addr,
+                        target: base.wrapping_add(1),
+                        seen: v,
+                    }));
+                }
+                if rose != 1 {
+                    return Err(self.protocol(format!(
+                        "op {op} {side:?}: handshake semaphore rose by {rose} in one execution"
+                    )));
+                }
+                // The proxy writes 0 to the host index before it increments the handshake.
+                // SAFETY: the caller's contract.
+                let idx = unsafe { self.word(w(op, OpWord::post(side))) }?.load();
+                if idx != 0 {
+                    return Err(self.protocol(format!(
+                        "op {op} {side:?}: host index {idx:#x} after the handshake (want 0)"
+                    )));
+                }
+            }
+            Instr::Post { op, side, upto } => {
+                self.posted[op as usize][side as usize] = upto;
+                // Release (HostWord::store): the data of the posted send entries (written
+                // by this thread) is visible to the proxy that reads the index with acquire.
+                // SAFETY: the caller's contract.
+                unsafe { self.word(w(op, OpWord::post(side))) }?.store(upto);
+            }
+            Instr::Wait { op, side, upto } => {
+                let (k, s) = (op as usize, side as usize);
+                let base = self.cpl_base[k][s];
+                let addr = w(op, OpWord::complete(side));
+                // SAFETY: the caller's contract.
+                let v = unsafe { self.word(addr) }?.load();
+                let done = v.wrapping_sub(base);
+                if done < upto {
+                    return Ok(Some(WaitingFor::Complete {
+                        op,
+                        side,
+                        addr,
+                        upto,
+                        target: base.wrapping_add(upto),
+                        seen: v,
+                    }));
+                }
+                let max = self.posted[k][s];
+                if done > max {
+                    return Err(self.protocol(format!(
+                        "op {op} {side:?}: {done} entries complete, only {max} posted"
+                    )));
+                }
+                let entries = plan.entries(op, side);
+                if done as usize > entries.len() {
+                    return Err(self.protocol(format!(
+                        "op {op} {side:?}: the program posts {max} entries, the op has {}",
+                        entries.len()
+                    )));
+                }
+                let prev = self.seen[k][s];
+                if side == Side::Recv && done > prev {
+                    for e in &entries[prev as usize..done as usize] {
+                        env.record(Event::RecvEntry { bytes: e.bytes });
+                    }
+                    if let Some((fop, fidx, byte)) = self.fault_target {
+                        if !self.flipped && fop == op && fidx < done {
+                            self.flipped = true;
+                            let e = entries[fidx as usize];
+                            let addr = a.of(e.loc) + byte;
+                            // SAFETY: the entry is complete (the transport is done with
+                            // it) and lies in this rank's buffers; only this thread uses
+                            // it now.
+                            unsafe { *(addr as usize as *mut u8) ^= 0xFF };
+                            env.record(Event::FaultInjected);
+                        }
+                    }
+                }
+                self.seen[k][s] = done.max(prev);
+            }
+            Instr::Reduce {
+                dst,
+                a: x,
+                b: y,
+                elems,
+            } => {
+                // SAFETY: the planner's hazard tracking guarantees no transfer touches
+                // these ranges now; they lie in the rank's buffers (launch's contract).
+                unsafe {
+                    reduce_raw(
+                        p.dtype,
+                        p.op,
+                        a.of(dst) as usize as *mut u8,
+                        a.of(x) as usize as *const u8,
+                        a.of(y) as usize as *const u8,
+                        elems as usize,
+                    )
+                };
+            }
+            Instr::Copy { dst, src, bytes } => {
+                debug_assert!(bytes % p.dtype.size() as u64 == 0);
+                // SAFETY: as for Reduce; the planner never copies between overlapping
+                // ranges.
+                unsafe {
+                    core::ptr::copy_nonoverlapping(
+                        a.of(src) as usize as *const u8,
+                        a.of(dst) as usize as *mut u8,
+                        bytes as usize,
+                    )
+                };
+            }
+        }
+        Ok(None)
+    }
 }
+
+#[cfg(test)]
+mod tests;

@@ -3,9 +3,11 @@
 //! one rank's op infos, FIFOs, host words and device program) and the [`interpreter`] that runs
 //! such a program against host memory.
 //!
-//! The crate never names a thread or a clock: the interpreter waits through the small
-//! [`interpreter::DeviceEnv`] trait that the platform implements (on Linux `proxy-emulator`'s
-//! spin/yield/nap wait policy with its timeout).
+//! The crate never names a thread or a clock: the interpreter is a `poll()` state machine that
+//! never blocks ([`interpreter::Device::poll`]); how to wait between polls, and the timeout, are
+//! the platform's (on Linux `proxy-emulator`'s device thread with its spin/yield/nap policy, or
+//! its polled device driven between proxy ticks). Counters go through the small
+//! [`interpreter::DeviceEnv`] trait.
 //!
 //! Dependencies: `proxy-core` (descriptors, host-word handles), `half` (f16 / bf16 elements),
 //! `log`.

@@ -120,7 +120,13 @@ fn step(op: &mut ProxyOp, ctx: &mut OpCtx<'_>, send: bool) -> Result<(), NrtStat
             ctx.device.store_host_index(op.host_idx_addr, 0);
             op.last_host_idx = 0;
             op.pre_post_fifo_idx = 0;
-            ctx.device.inc_semaphore(op.handshake_sem_addr, 1);
+            // PLANT: SendRecvSkipsHandshake never increments the handshake semaphore: the
+            // device waits for it forever.
+            plant!(
+                SendRecvSkipsHandshake,
+                (),
+                ctx.device.inc_semaphore(op.handshake_sem_addr, 1)
+            );
             op.idle = 0;
             op.set_state(OpState::TRANSFER);
             Ok(())
@@ -297,8 +303,14 @@ fn transfer(op: &mut ProxyOp, ctx: &mut OpCtx<'_>, send: bool) -> Result<(), Nrt
             as u32;
     }
     if countable > op.credited {
-        ctx.device
-            .inc_semaphore(op.complete_sem_addr, countable - op.credited);
+        // PLANT: SendRecvSkipsCompletion credits the entries without incrementing the
+        // complete semaphore: the device never sees them complete.
+        plant!(
+            SendRecvSkipsCompletion,
+            (),
+            ctx.device
+                .inc_semaphore(op.complete_sem_addr, countable - op.credited)
+        );
         op.credited = countable;
         op.idle = 0;
     }

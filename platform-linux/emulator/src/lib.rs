@@ -1,12 +1,23 @@
-//! `proxy-emulator`: the device emulator threads. One [`DeviceThread`] per rank (thread
-//! `device-<rank>`) runs launched [`Job`]s with `proxy-collectives`' interpreter
-//! ([`Device`], see [`proxy_collectives::interpreter`] for what one execution does), waiting
-//! through a [`WaitPolicy`]; [`DeviceStats`] count what the interpreter reports.
+//! `proxy-emulator`: the device emulators. The device side of a planned collective is
+//! `proxy-collectives`' interpreter ([`Device`], a `poll()` state machine that never blocks, see
+//! [`proxy_collectives::interpreter`]); this crate drives it in one of two modes:
+//!
+//! * **threaded**: one [`DeviceThread`] per rank (thread `device-<rank>`) runs each launched
+//!   [`Job`] as a loop over [`Device::poll`], waiting between `Pending` answers with a
+//!   [`WaitPolicy`] (spin, yield, nap), with a timeout and an abort flag;
+//! * **polled**: a [`PolledDevice`] is owned by the thread that drives the proxy queue, which
+//!   calls [`PolledDevice::poll_once`] between its ticks (one thread plays producer, proxy and
+//!   device); it checks its timeout itself against a monotonic clock.
+//!
+//! Either way the device reads and writes host words only, so a proxy that skips the trigger
+//! gate, a handshake or a completion stalls it until its timeout, which names the word it waited
+//! for ([`DeviceError::Timeout`] with a [`WaitingFor`]). [`DeviceStats`] count what the
+//! interpreter reports.
 //!
 //! Every wait spins a bounded budget, then yields, then parks briefly ([`WaitPolicy`]): on a
 //! machine with fewer cores than threads (workers, devices, producers) the thread that has work
-//! must get the core. Every wait has a timeout, and ends at once when the launcher aborts
-//! ([`DeviceThread::abort`]).
+//! must get the core. The timeout is a no-progress limit: it restarts whenever the device moves
+//! on (another word, or a new value of the word it waits on).
 //!
 //! Dependencies: `proxy-core`, `proxy-collectives`, `core_affinity`.
 
@@ -16,8 +27,10 @@ use std::sync::{Arc, Mutex};
 use std::thread::{self, JoinHandle, Thread};
 use std::time::{Duration, Instant};
 
-pub use proxy_collectives::interpreter::{Device, DeviceError, Fault, Job};
-use proxy_collectives::interpreter::{DeviceEnv, Event, WaitEnd};
+pub use proxy_collectives::interpreter::{
+    Device, DeviceError, DevicePoll, Fault, Job, Stage, WaitingFor,
+};
+use proxy_collectives::interpreter::{DeviceEnv, Event};
 
 /// How a thread waits for a host word: spin, then yield, then park in short naps; give up after
 /// `timeout`.
@@ -29,7 +42,7 @@ pub struct WaitPolicy {
     pub yields: u32,
     /// Length of one park nap once spinning and yielding did not help.
     pub nap: Duration,
-    /// The wait fails after this long.
+    /// The wait fails after this long (for a device: this long without progress).
     pub timeout: Duration,
 }
 
@@ -51,36 +64,76 @@ impl WaitPolicy {
     /// # Errors
     /// `Err(elapsed)` when `timeout` passed first.
     pub fn wait(&self, mut cond: impl FnMut() -> bool) -> Result<(), Duration> {
-        for _ in 0..self.spins {
-            if cond() {
-                return Ok(());
-            }
-            std::hint::spin_loop();
-        }
-        let start = Instant::now();
-        let mut rounds = 0u32;
+        let mut b = Backoff::new(*self);
         loop {
             if cond() {
                 return Ok(());
             }
-            if rounds < self.yields {
-                rounds += 1;
-                thread::yield_now();
-            } else {
-                thread::park_timeout(self.nap);
-            }
-            // A clock read every few rounds keeps the yield loop cheap.
-            if rounds.is_multiple_of(16) || rounds >= self.yields {
-                let e = start.elapsed();
-                if e > self.timeout {
-                    return if cond() { Ok(()) } else { Err(e) };
-                }
+            if let Err(e) = b.pause() {
+                return if cond() { Ok(()) } else { Err(e) };
             }
         }
     }
 }
 
-/// Counters of one device (read by tests and tools).
+/// The pauses of one wait under a [`WaitPolicy`]: `spins` CPU pauses, then `yields` yields,
+/// then naps; the clock is read only once spinning is over (and then every 16 yields, and at
+/// every nap).
+#[derive(Clone, Copy, Debug)]
+pub struct Backoff {
+    policy: WaitPolicy,
+    spun: u32,
+    rounds: u32,
+    start: Option<Instant>,
+}
+
+impl Backoff {
+    /// A fresh wait under `policy`.
+    pub fn new(policy: WaitPolicy) -> Self {
+        Self {
+            policy,
+            spun: 0,
+            rounds: 0,
+            start: None,
+        }
+    }
+
+    /// Starts over (the waiter made progress): spin again, and the timeout counts from now.
+    pub fn reset(&mut self) {
+        *self = Self::new(self.policy);
+    }
+
+    /// One pause (spin, yield or nap, as the wait has gone on).
+    ///
+    /// # Errors
+    /// `Err(elapsed)` once `timeout` has passed since the spinning ended (the first pause after
+    /// it, or [`Backoff::reset`]).
+    pub fn pause(&mut self) -> Result<(), Duration> {
+        let p = &self.policy;
+        if self.spun < p.spins {
+            self.spun += 1;
+            std::hint::spin_loop();
+            return Ok(());
+        }
+        let start = *self.start.get_or_insert_with(Instant::now);
+        if self.rounds < p.yields {
+            self.rounds += 1;
+            thread::yield_now();
+        } else {
+            thread::park_timeout(p.nap);
+        }
+        // A clock read every few rounds keeps the yield loop cheap.
+        if self.rounds.is_multiple_of(16) || self.rounds >= p.yields {
+            let e = start.elapsed();
+            if e > p.timeout {
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Counters of one device (read by tests and tools). The interpreter's [`DeviceEnv`] on Linux.
 #[derive(Debug, Default)]
 pub struct DeviceStats {
     /// Program executions completed.
@@ -93,7 +146,7 @@ pub struct DeviceStats {
     pub faults_injected: AtomicU64,
 }
 
-impl DeviceStats {
+impl DeviceEnv for DeviceStats {
     fn record(&self, event: Event) {
         match event {
             Event::Execution => {
@@ -110,54 +163,41 @@ impl DeviceStats {
     }
 }
 
-/// The interpreter's platform on Linux: waits with a [`WaitPolicy`] (timeout included), ends
-/// every wait at once when the abort flag is raised, and counts into [`DeviceStats`].
-#[derive(Debug)]
-pub struct PolicyEnv {
-    wait: WaitPolicy,
-    stats: Arc<DeviceStats>,
-    /// Raised to make every wait end at once with [`DeviceError::Aborted`] (sticky).
-    abort: Arc<AtomicBool>,
-}
-
-impl PolicyEnv {
-    /// Waits with `wait`, fresh counters, abort flag down.
-    pub fn new(wait: WaitPolicy) -> Self {
-        Self {
-            wait,
-            stats: Arc::new(DeviceStats::default()),
-            abort: Arc::new(AtomicBool::new(false)),
+/// Runs the launch of `device` to its end on this thread: polls, and between `Pending` answers
+/// pauses with `policy`. The timeout counts from the last progress (a different [`WaitingFor`]);
+/// a raised `abort` ends the launch at the next pause (also before the first poll).
+fn drive(
+    device: &mut Device,
+    stats: &DeviceStats,
+    policy: WaitPolicy,
+    abort: &AtomicBool,
+) -> Result<(), DeviceError> {
+    let rank = device.rank();
+    let mut backoff = Backoff::new(policy);
+    let mut last = None;
+    loop {
+        if abort.load(Ordering::Acquire) {
+            device.abandon();
+            return Err(DeviceError::Aborted { rank });
         }
-    }
-
-    /// The flag that aborts the waits: once raised (it stays raised), every wait of
-    /// [`Device::execute`] with this platform ends at once with [`DeviceError::Aborted`].
-    pub fn abort_flag(&self) -> &Arc<AtomicBool> {
-        &self.abort
-    }
-
-    /// The counters.
-    pub fn stats(&self) -> &Arc<DeviceStats> {
-        &self.stats
-    }
-}
-
-impl DeviceEnv for PolicyEnv {
-    fn wait(&self, cond: &mut dyn FnMut() -> bool) -> Result<(), WaitEnd> {
-        let mut aborted = false;
-        match self.wait.wait(|| {
-            let met = cond();
-            aborted = self.abort.load(Ordering::Acquire);
-            aborted || met
-        }) {
-            Ok(()) if aborted => Err(WaitEnd::Aborted),
-            Ok(()) => Ok(()),
-            Err(_) => Err(WaitEnd::TimedOut),
+        let waiting_for = match device.poll(stats)? {
+            DevicePoll::Done | DevicePoll::Idle => return Ok(()),
+            DevicePoll::Pending { waiting_for } => waiting_for,
+        };
+        if last != Some(waiting_for) {
+            last = Some(waiting_for);
+            backoff.reset();
         }
-    }
-
-    fn record(&self, event: Event) {
-        self.stats.record(event);
+        if backoff.pause().is_err() {
+            // One last look before giving up.
+            return match device.poll(stats)? {
+                DevicePoll::Pending { waiting_for } => {
+                    device.abandon();
+                    Err(DeviceError::Timeout { rank, waiting_for })
+                }
+                DevicePoll::Done | DevicePoll::Idle => Ok(()),
+            };
+        }
     }
 }
 
@@ -177,11 +217,14 @@ struct Shared {
 }
 
 /// A device on its own thread (`device-<rank>`): [`DeviceThread::launch`] rings its doorbell,
-/// [`DeviceThread::wait`] waits for the execution to finish.
+/// the thread runs the job as a loop over [`Device::poll`] with its [`WaitPolicy`] between
+/// `Pending` answers, [`DeviceThread::wait`] waits for the execution to finish.
 pub struct DeviceThread {
+    rank: u32,
     shared: Arc<Shared>,
     stats: Arc<DeviceStats>,
-    /// The device's abort flag ([`PolicyEnv::abort_flag`]).
+    /// Raised to make the running launch, and every later one, end with
+    /// [`DeviceError::Aborted`] (sticky).
     abort: Arc<AtomicBool>,
     handle: Option<JoinHandle<()>>,
     wait: WaitPolicy,
@@ -191,6 +234,7 @@ pub struct DeviceThread {
 impl fmt::Debug for DeviceThread {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("DeviceThread")
+            .field("rank", &self.rank)
             .field("launched", &self.launched)
             .finish_non_exhaustive()
     }
@@ -198,7 +242,8 @@ impl fmt::Debug for DeviceThread {
 
 impl DeviceThread {
     /// Starts the device thread of `rank`, pinned to `cpu` if given (a pin the OS refuses is
-    /// ignored).
+    /// ignored). `wait` is its policy between `Pending` answers; its timeout is the device's
+    /// no-progress limit.
     ///
     /// # Errors
     /// The OS refused the thread.
@@ -218,10 +263,9 @@ impl DeviceThread {
             stop: AtomicBool::new(false),
         });
         let mut device = Device::new(rank, fault);
-        let env = PolicyEnv::new(wait);
-        let stats = env.stats().clone();
-        let abort = env.abort_flag().clone();
-        let s = shared.clone();
+        let stats = Arc::new(DeviceStats::default());
+        let abort = Arc::new(AtomicBool::new(false));
+        let (s, st, ab) = (shared.clone(), stats.clone(), abort.clone());
         let handle = thread::Builder::new()
             .name(format!("device-{rank}"))
             .spawn(move || {
@@ -245,9 +289,13 @@ impl DeviceThread {
                     handled += 1;
                     let job = s.job.lock().unwrap_or_else(|e| e.into_inner()).take();
                     let r = match job {
-                        // SAFETY: `launch`'s contract: the job's memory stays valid until the
-                        // launcher saw it finish.
-                        Some(j) => unsafe { device.execute(&j, &env) },
+                        Some(j) => {
+                            // SAFETY: `launch`'s contract: the job's memory stays valid until
+                            // the launcher saw it finish (this loop ends the launch before it
+                            // reports it).
+                            unsafe { device.launch(j) };
+                            drive(&mut device, &st, wait, &ab)
+                        }
                         None => Ok(()),
                     };
                     s.failed.store(r.is_err(), Ordering::Relaxed);
@@ -260,6 +308,7 @@ impl DeviceThread {
                 }
             })?;
         Ok(Self {
+            rank,
             shared,
             stats,
             abort,
@@ -277,7 +326,7 @@ impl DeviceThread {
     /// Starts `job` on the device (the previous launch must have been waited for).
     ///
     /// # Safety
-    /// As [`Device::execute`], until [`DeviceThread::wait`] has returned for this launch (or
+    /// As [`Device::launch`], until [`DeviceThread::wait`] has returned for this launch (or
     /// the `DeviceThread` is dropped, which waits for the thread).
     pub unsafe fn launch(&mut self, job: Job) {
         *self.shared.job.lock().unwrap_or_else(|e| e.into_inner()) = Some(job);
@@ -305,22 +354,28 @@ impl DeviceThread {
             && self.shared.failed.load(Ordering::Relaxed)
     }
 
-    /// Waits for the last launch to finish and returns its result.
+    /// Waits for the last launch to finish and returns its result. The wait itself has no
+    /// timeout: the device bounds every stall by its own (no-progress) timeout, and
+    /// [`DeviceThread::abort`] ends it at once.
     ///
     /// # Errors
-    /// The device's error, or a timeout of this wait (named as the device's).
+    /// The device's error; [`DeviceError::Lost`] when the device thread ended without
+    /// finishing the launch (it panicked).
     pub fn wait(&mut self) -> Result<(), DeviceError> {
         *self.shared.waiter.lock().unwrap_or_else(|e| e.into_inner()) = Some(thread::current());
         let target = self.launched;
         let shared = &self.shared;
-        let r = self
-            .wait
-            .wait(|| shared.finished.load(Ordering::Acquire) >= target);
-        if r.is_err() {
-            return Err(DeviceError::Timeout {
-                rank: u32::MAX,
-                what: "a device execution to finish".into(),
-            });
+        let mut b = Backoff::new(WaitPolicy {
+            timeout: Duration::MAX,
+            ..self.wait
+        });
+        while shared.finished.load(Ordering::Acquire) < target {
+            if self.handle.as_ref().is_none_or(JoinHandle::is_finished)
+                && shared.finished.load(Ordering::Acquire) < target
+            {
+                return Err(DeviceError::Lost { rank: self.rank });
+            }
+            let _ = b.pause();
         }
         self.shared
             .result
@@ -334,12 +389,118 @@ impl DeviceThread {
 impl Drop for DeviceThread {
     fn drop(&mut self) {
         self.shared.stop.store(true, Ordering::Release);
-        // An execution still running ends at its next wait instead of its timeout.
+        // An execution still running ends at its next pause instead of its timeout.
         self.abort.store(true, Ordering::Release);
         if let Some(h) = self.handle.take() {
             h.thread().unpark();
             let _ = h.join();
         }
+    }
+}
+
+/// A device driven by the caller's thread (the polled mode): the thread that drives the proxy
+/// queue calls [`PolledDevice::poll_once`] between its ticks, so one thread plays producer,
+/// proxy and device. Never blocks; the timeout is checked against the monotonic clock
+/// ([`Instant`]) at each call, as a no-progress limit: it counts from the last call at which
+/// the device moved on (another [`WaitingFor`], or a new value of the word).
+#[derive(Debug)]
+pub struct PolledDevice {
+    device: Device,
+    stats: Arc<DeviceStats>,
+    timeout: Duration,
+    /// What the device waited for at the last `Pending`, and since when.
+    waiting: Option<(WaitingFor, Instant)>,
+    /// The result of the last launch once it ended.
+    result: Option<Result<(), DeviceError>>,
+    launched: bool,
+}
+
+impl PolledDevice {
+    /// A polled device for `rank`, injecting `fault` if given, failing a launch that makes no
+    /// progress for `timeout`.
+    pub fn new(rank: u32, fault: Option<Fault>, timeout: Duration) -> Self {
+        Self {
+            device: Device::new(rank, fault),
+            stats: Arc::new(DeviceStats::default()),
+            timeout,
+            waiting: None,
+            result: None,
+            launched: false,
+        }
+    }
+
+    /// The rank of the device.
+    pub fn rank(&self) -> u32 {
+        self.device.rank()
+    }
+
+    /// Starts `job`: no word is touched until the next [`PolledDevice::poll_once`]. A launch
+    /// still running is dropped as it is.
+    ///
+    /// # Safety
+    /// As [`Device::launch`]: until `poll_once` answered `Some` for this launch, or the device
+    /// is launched again or dropped.
+    pub unsafe fn launch(&mut self, job: Job) {
+        // SAFETY: this function's contract.
+        unsafe { self.device.launch(job) };
+        self.waiting = None;
+        self.result = None;
+        self.launched = true;
+    }
+
+    /// Advances the launch as far as the host words allow, without blocking.
+    ///
+    /// Returns `None` while the launch runs; `Some(result)` once it ended, and the same again
+    /// at every later call until the next launch (`Some(Ok(()))` when nothing was launched).
+    /// The error is the device's: [`DeviceError::Timeout`] naming the word it waited for when
+    /// it made no progress for the timeout, or [`DeviceError::Protocol`].
+    pub fn poll_once(&mut self) -> Option<Result<(), DeviceError>> {
+        if let Some(r) = &self.result {
+            return Some(r.clone());
+        }
+        if !self.launched {
+            return Some(Ok(()));
+        }
+        let r = match self.device.poll(&*self.stats) {
+            Ok(DevicePoll::Done | DevicePoll::Idle) => Ok(()),
+            Ok(DevicePoll::Pending { waiting_for }) => {
+                let now = Instant::now();
+                match self.waiting {
+                    Some((w, since)) if w == waiting_for => {
+                        if now.duration_since(since) <= self.timeout {
+                            return None;
+                        }
+                        self.device.abandon();
+                        Err(DeviceError::Timeout {
+                            rank: self.device.rank(),
+                            waiting_for,
+                        })
+                    }
+                    _ => {
+                        self.waiting = Some((waiting_for, now));
+                        return None;
+                    }
+                }
+            }
+            Err(e) => Err(e),
+        };
+        self.result = Some(r.clone());
+        Some(r)
+    }
+
+    /// The device's counters.
+    pub fn stats(&self) -> &Arc<DeviceStats> {
+        &self.stats
+    }
+
+    /// `true` when the last launch ended with an error.
+    pub fn failed(&self) -> bool {
+        matches!(self.result, Some(Err(_)))
+    }
+
+    /// Where the launch is (see [`Stage`]).
+    pub fn stage(&self) -> Stage {
+        self.device.stage()
     }
 }
 
@@ -403,6 +564,19 @@ mod tests {
         }
     }
 
+    /// Launches `job` on a fresh device of rank 0 and drives it to its end on this thread.
+    fn execute(job: Job, policy: WaitPolicy) -> Result<(), DeviceError> {
+        let mut d = Device::new(0, None);
+        // SAFETY: every test's job points into its `Setup`, alive for the call.
+        unsafe { d.launch(job) };
+        drive(
+            &mut d,
+            &DeviceStats::default(),
+            policy,
+            &AtomicBool::new(false),
+        )
+    }
+
     fn quick() -> WaitPolicy {
         WaitPolicy {
             spins: 0,
@@ -415,11 +589,10 @@ mod tests {
     #[test]
     fn without_a_proxy_the_trigger_is_never_consumed() {
         let s = setup();
-        let mut d = Device::new(0, None);
-        // SAFETY: every address of the job points into `s`, alive for the call.
-        let e = unsafe { d.execute(&s.job, &PolicyEnv::new(quick())) }.unwrap_err();
+        let e = execute(s.job.clone(), quick()).unwrap_err();
+        let want = s.job.net_triggers[0];
         assert!(
-            matches!(&e, DeviceError::Timeout { what, .. } if what.contains("net trigger")),
+            matches!(&e, DeviceError::Timeout { rank: 0, waiting_for: WaitingFor::NetTrigger { addr, seen: 1 } } if *addr == want),
             "{e}"
         );
         assert_eq!(
@@ -435,11 +608,10 @@ mod tests {
         // The trigger is "consumed" up front, but nobody answers the -1 handshake.
         let mut job = s.job.clone();
         job.net_triggers.clear();
-        let mut d = Device::new(0, None);
-        // SAFETY: as above.
-        let e = unsafe { d.execute(&job, &PolicyEnv::new(quick())) }.unwrap_err();
+        let e = execute(job, quick()).unwrap_err();
+        let want = s.job.addrs.word(OpWord::SendHandshake.index(0));
         assert!(
-            matches!(&e, DeviceError::Timeout { what, .. } if what.contains("handshake")),
+            matches!(&e, DeviceError::Timeout { waiting_for: WaitingFor::Handshake { op: 0, side: Side::Send, addr, .. }, .. } if *addr == want),
             "{e}"
         );
         // The device armed the host index with -1.
@@ -470,9 +642,7 @@ mod tests {
             }
             word(w(OpWord::RecvComplete)).fetch_add(5);
         });
-        let mut d = Device::new(0, None);
-        // SAFETY: as above.
-        let e = unsafe { d.execute(&job, &PolicyEnv::new(quick())) }.unwrap_err();
+        let e = execute(job, quick()).unwrap_err();
         fake.join().unwrap();
         assert!(
             matches!(&e, DeviceError::Protocol { what, .. } if what.contains("only 1 posted")),
@@ -520,6 +690,84 @@ mod tests {
         unsafe { t.launch(s.job.clone()) };
         assert_eq!(t.wait(), Err(DeviceError::Aborted { rank: 0 }));
         drop(t);
+    }
+
+    /// The polled device never blocks: `None` while it waits, then (past its timeout) the
+    /// timeout naming the trigger word, answered again at every later call.
+    #[test]
+    fn polled_device_without_a_proxy_times_out_on_the_trigger() {
+        let s = setup();
+        let mut d = PolledDevice::new(0, None, Duration::from_millis(50));
+        assert_eq!(d.poll_once(), Some(Ok(())), "nothing launched");
+        // SAFETY: `s` outlives every poll below.
+        unsafe { d.launch(s.job.clone()) };
+        assert_eq!(d.poll_once(), None);
+        assert_eq!(s.words[0].load(Ordering::Acquire), 1, "trigger written");
+        assert!(!d.failed());
+        let start = Instant::now();
+        let r = loop {
+            if let Some(r) = d.poll_once() {
+                break r;
+            }
+            assert!(start.elapsed() < Duration::from_secs(10), "never timed out");
+            thread::sleep(Duration::from_millis(1));
+        };
+        let want = s.job.net_triggers[0];
+        assert!(
+            matches!(&r, Err(DeviceError::Timeout { rank: 0, waiting_for: WaitingFor::NetTrigger { addr, .. } }) if *addr == want),
+            "{r:?}"
+        );
+        assert!(d.failed());
+        assert_eq!(d.poll_once(), Some(r));
+        assert_eq!(d.stage(), Stage::Idle, "the launch was abandoned");
+    }
+
+    /// A polled device whose proxy answers in time completes, counting into its stats.
+    #[test]
+    fn polled_device_completes_when_the_words_move() {
+        let s = setup();
+        let mut job = s.job.clone();
+        job.net_triggers.clear();
+        job.barrier_triggers.clear();
+        let a = job.addrs;
+        let plan = job.plan.clone();
+        let mut d = PolledDevice::new(0, None, Duration::from_secs(30));
+        // SAFETY: `s` outlives every poll below.
+        unsafe { d.launch(job) };
+        let mut credited = vec![[0u32; 2]; plan.ops.len()];
+        let r = 'run: {
+            for _ in 0..100_000 {
+                if let Some(r) = d.poll_once() {
+                    break 'run r;
+                }
+                // The proxy: answer handshakes and credit what the device posted.
+                for (k, o) in plan.ops.iter().enumerate() {
+                    for side in [Side::Send, Side::Recv] {
+                        if o.entries(side) == 0 {
+                            continue;
+                        }
+                        let w = |hw: OpWord| word(a.word(hw.index(k as u32)));
+                        let post = w(OpWord::post(side)).load();
+                        let c = &mut credited[k][side as usize];
+                        if post == HOST_INDEX_READY {
+                            w(OpWord::post(side)).store(0);
+                            *c = 0;
+                            w(OpWord::handshake(side)).fetch_add(1);
+                        } else if post > *c {
+                            w(OpWord::complete(side)).fetch_add(post - *c);
+                            *c = post;
+                        }
+                    }
+                }
+            }
+            panic!("not done after 100000 polls: {:?}", d.stage());
+        };
+        assert_eq!(r, Ok(()));
+        assert_eq!(d.stats().executions.load(Ordering::Relaxed), 1);
+        assert_eq!(
+            d.stats().recv_entries.load(Ordering::Relaxed),
+            plan.dst.len() as u64
+        );
     }
 
     #[test]

@@ -1,0 +1,486 @@
+//! The poll state machine against a fake proxy played by the test itself, on one thread
+//! (Miri-friendly: no threads, no clock): the test writes the proxy's words between polls.
+
+use alloc::string::ToString;
+use alloc::sync::Arc;
+use alloc::vec;
+use alloc::vec::Vec;
+use core::cell::Cell;
+use core::sync::atomic::{AtomicU32, Ordering};
+
+use super::*;
+use crate::planner::{plan, Collective, DataType, PlanParams};
+
+/// Counts what the interpreter records.
+#[derive(Default)]
+struct Counts {
+    executions: Cell<u64>,
+    recv_entries: Cell<u64>,
+    faults: Cell<u64>,
+}
+
+impl DeviceEnv for Counts {
+    fn record(&self, event: Event) {
+        let c = match event {
+            Event::Execution => &self.executions,
+            Event::RecvEntry { .. } => &self.recv_entries,
+            Event::FaultInjected => &self.faults,
+        };
+        c.set(c.get() + 1);
+    }
+}
+
+/// A rank's buffers and words: word 0 the net trigger, 1 the barrier trigger, 2 barrier-done,
+/// then the plan's words (stride 4).
+struct Setup {
+    buf: Vec<u64>,
+    /// A `Vec`, not a `Box`: moving a `Box` retags it as unique under Stacked Borrows, which
+    /// would invalidate the word addresses the job holds (Miri).
+    words: Vec<AtomicU32>,
+    job: Job,
+}
+
+const NET: usize = 0;
+const BAR: usize = 1;
+const DONE: usize = 2;
+
+fn setup(reps: u32) -> Setup {
+    let p = plan(&PlanParams::new(
+        Collective::AllReduce,
+        16,
+        DataType::F32,
+        0,
+        2,
+    ))
+    .unwrap();
+    let mut buf = vec![0u64; 64];
+    let base = buf.as_mut_ptr() as u64;
+    let words: Vec<AtomicU32> = (0..3 + p.host_words()).map(|_| AtomicU32::new(0)).collect();
+    // Addresses from the base pointer of the whole array (it exposes every word to Miri; a
+    // reference to one word would expose that word only).
+    let words_base = words.as_ptr() as u64;
+    let w = |i: usize| words_base + 4 * i as u64;
+    let addrs = Addresses {
+        input: base,
+        output: base + 128,
+        scratch: base + 256,
+        words: w(3),
+        word_stride: 4,
+    };
+    let job = Job {
+        plan: Arc::new(p),
+        addrs,
+        reps,
+        net_triggers: vec![w(NET)],
+        barrier_triggers: vec![w(BAR)],
+        barrier_done: Some(w(DONE)),
+    };
+    Setup { buf, words, job }
+}
+
+impl Setup {
+    fn addr(&self, i: usize) -> u64 {
+        self.words.as_ptr() as u64 + 4 * i as u64
+    }
+
+    /// The plan's word `hw` of op `op`.
+    fn op_word(&self, op: u32, hw: OpWord) -> &AtomicU32 {
+        &self.words[3 + hw.index(op) as usize]
+    }
+}
+
+/// The proxy side, played between polls: consumes triggers, answers handshakes, credits every
+/// posted entry as complete, passes the barrier.
+#[derive(Default)]
+struct FakeProxy {
+    credited: Vec<[u32; 2]>,
+}
+
+impl FakeProxy {
+    fn answer(&mut self, s: &Setup) {
+        let ld = |a: &AtomicU32| a.load(Ordering::Acquire);
+        if ld(&s.words[NET]) == 1 {
+            s.words[NET].store(0, Ordering::Release);
+        }
+        let ops = &s.job.plan.ops;
+        self.credited.resize(ops.len(), [0; 2]);
+        for (k, o) in ops.iter().enumerate() {
+            for side in [Side::Send, Side::Recv] {
+                if o.entries(side) == 0 {
+                    continue;
+                }
+                let k32 = k as u32;
+                let post = s.op_word(k32, OpWord::post(side));
+                let c = &mut self.credited[k][side as usize];
+                match ld(post) {
+                    HOST_INDEX_READY => {
+                        post.store(0, Ordering::Release);
+                        *c = 0;
+                        s.op_word(k32, OpWord::handshake(side))
+                            .fetch_add(1, Ordering::Release);
+                    }
+                    p if p > *c => {
+                        s.op_word(k32, OpWord::complete(side))
+                            .fetch_add(p - *c, Ordering::Release);
+                        *c = p;
+                    }
+                    _ => {}
+                }
+            }
+        }
+        if ld(&s.words[BAR]) == 1 {
+            s.words[BAR].store(0, Ordering::Release);
+            s.words[DONE].fetch_add(1, Ordering::Release);
+        }
+    }
+}
+
+/// Polls `d` with `proxy` answering between polls until the launch ends (at most 1000 polls).
+fn run(d: &mut Device, s: &Setup, proxy: &mut FakeProxy, env: &Counts) -> Result<u32, DeviceError> {
+    for polls in 1..=1000 {
+        match d.poll(env)? {
+            DevicePoll::Done => return Ok(polls),
+            DevicePoll::Pending { .. } => proxy.answer(s),
+            DevicePoll::Idle => panic!("idle while launched"),
+        }
+    }
+    panic!("launch not done after 1000 polls: {:?}", d.stage());
+}
+
+/// The first instruction of the plan's program that waits for a handshake.
+fn first_handshake(p: &RankPlan) -> (u32, Side) {
+    p.program
+        .iter()
+        .find_map(|i| match *i {
+            Instr::WaitHandshake { op, side } => Some((op, side)),
+            _ => None,
+        })
+        .expect("the plan waits for a handshake")
+}
+
+#[test]
+fn nothing_launched_is_idle_and_launch_touches_no_word() {
+    let s = setup(1);
+    let mut d = Device::new(0, None);
+    assert_eq!(d.poll(&()), Ok(DevicePoll::Idle));
+    // SAFETY: every address of the job points into `s`, alive for the test.
+    unsafe { d.launch(s.job.clone()) };
+    assert_eq!(d.stage(), Stage::Launched);
+    assert_eq!(s.words[NET].load(Ordering::Relaxed), 0);
+}
+
+#[test]
+fn the_net_stage_pends_on_the_trigger_until_the_proxy_consumes_it() {
+    let s = setup(1);
+    let mut d = Device::new(0, None);
+    // SAFETY: as above.
+    unsafe { d.launch(s.job.clone()) };
+    let want = DevicePoll::Pending {
+        waiting_for: WaitingFor::NetTrigger {
+            addr: s.addr(NET),
+            seen: 1,
+        },
+    };
+    assert_eq!(d.poll(&()), Ok(want));
+    assert_eq!(
+        s.words[NET].load(Ordering::Relaxed),
+        1,
+        "the trigger written"
+    );
+    // Nothing moved: the same answer, the same stage.
+    assert_eq!(d.poll(&()), Ok(want));
+    assert_eq!(d.stage(), Stage::NetWait);
+    // The proxy consumes it: the device runs into its first handshake wait.
+    s.words[NET].store(0, Ordering::Release);
+    let (op, side) = first_handshake(&s.job.plan);
+    let hs = s.job.addrs.word(OpWord::handshake(side).index(op));
+    assert_eq!(
+        d.poll(&()),
+        Ok(DevicePoll::Pending {
+            waiting_for: WaitingFor::Handshake {
+                op,
+                side,
+                addr: hs,
+                target: 1,
+                seen: 0
+            }
+        })
+    );
+    assert_eq!(d.stage(), Stage::Program { rep: 0 });
+    assert_eq!(
+        s.op_word(op, OpWord::post(side)).load(Ordering::Relaxed),
+        HOST_INDEX_READY,
+        "the side armed before its wait"
+    );
+}
+
+#[test]
+fn a_launch_completes_against_the_proxy_and_counts_each_execution() {
+    let s = setup(3);
+    let mut d = Device::new(0, None);
+    let env = Counts::default();
+    // SAFETY: as above.
+    unsafe { d.launch(s.job.clone()) };
+    run(&mut d, &s, &mut FakeProxy::default(), &env).unwrap();
+    assert_eq!(d.stage(), Stage::Done);
+    assert_eq!(env.executions.get(), 3);
+    assert_eq!(env.recv_entries.get(), 3 * s.job.plan.dst.len() as u64);
+    assert_eq!(env.faults.get(), 0);
+    // Every handshake semaphore rose once per execution.
+    let (op, side) = first_handshake(&s.job.plan);
+    assert_eq!(
+        s.op_word(op, OpWord::handshake(side))
+            .load(Ordering::Relaxed),
+        3
+    );
+    // The barrier passed once; later polls answer Done again and touch nothing.
+    assert_eq!(s.words[DONE].load(Ordering::Relaxed), 1);
+    assert_eq!(d.poll(&env), Ok(DevicePoll::Done));
+    assert_eq!(env.executions.get(), 3);
+}
+
+#[test]
+fn the_barrier_stage_pends_on_barrier_done() {
+    let s = setup(1);
+    let mut d = Device::new(0, None);
+    let mut proxy = FakeProxy::default();
+    // SAFETY: as above.
+    unsafe { d.launch(s.job.clone()) };
+    // Answer everything but the barrier: the device ends up waiting for barrier-done.
+    s.words[DONE].store(7, Ordering::Relaxed);
+    let mut last = None;
+    for _ in 0..1000 {
+        match d.poll(&()).unwrap() {
+            DevicePoll::Pending {
+                waiting_for: w @ WaitingFor::BarrierDone { .. },
+            } => {
+                last = Some(w);
+                break;
+            }
+            DevicePoll::Pending { .. } => proxy.answer(&s),
+            other => panic!("{other:?} before the barrier"),
+        }
+    }
+    assert_eq!(
+        last,
+        Some(WaitingFor::BarrierDone {
+            addr: s.addr(DONE),
+            target: 8,
+            seen: 7
+        })
+    );
+    assert_eq!(d.stage(), Stage::BarrierWait);
+    assert_eq!(
+        s.words[BAR].load(Ordering::Relaxed),
+        1,
+        "barrier trigger written"
+    );
+    s.words[DONE].store(8, Ordering::Release);
+    assert_eq!(d.poll(&()), Ok(DevicePoll::Done));
+}
+
+#[test]
+fn relaunching_resets_the_baselines_in_place() {
+    let s = setup(2);
+    let mut d = Device::new(0, None);
+    let mut proxy = FakeProxy::default();
+    let env = Counts::default();
+    // SAFETY: as above.
+    unsafe { d.launch(s.job.clone()) };
+    run(&mut d, &s, &mut proxy, &env).unwrap();
+    let ptrs = |d: &Device| {
+        [
+            d.exec.hs_base.as_ptr(),
+            d.exec.cpl_base.as_ptr(),
+            d.exec.posted.as_ptr(),
+            d.exec.seen.as_ptr(),
+        ]
+    };
+    let before = ptrs(&d);
+    // The semaphores are cumulative now (2 executions in): the second launch counts from there.
+    s.words[NET].store(0xFFFF_FFFF, Ordering::Relaxed);
+    // SAFETY: as above.
+    unsafe { d.launch(s.job.clone()) };
+    run(&mut d, &s, &mut proxy, &env).unwrap();
+    assert_eq!(env.executions.get(), 4);
+    assert_eq!(ptrs(&d), before, "the baseline vectors were reallocated");
+    assert_eq!(s.words[DONE].load(Ordering::Relaxed), 2);
+}
+
+#[test]
+fn a_semaphore_ahead_of_the_posts_fails_the_launch_for_good() {
+    let s = setup(1);
+    let mut job = s.job.clone();
+    job.net_triggers.clear();
+    let mut d = Device::new(0, None);
+    // SAFETY: as above.
+    unsafe { d.launch(job) };
+    // Answer both handshakes of op 0, then claim 5 receive completions.
+    for _ in 0..4 {
+        let _ = d.poll(&()).unwrap();
+        for side in [Side::Send, Side::Recv] {
+            let post = s.op_word(0, OpWord::post(side));
+            if post.load(Ordering::Relaxed) == HOST_INDEX_READY {
+                post.store(0, Ordering::Relaxed);
+                s.op_word(0, OpWord::handshake(side))
+                    .fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+    s.op_word(0, OpWord::RecvComplete)
+        .fetch_add(5, Ordering::Relaxed);
+    let e = loop {
+        match d.poll(&()) {
+            Ok(DevicePoll::Pending { .. }) => {
+                // Keep the sends flowing so the device reaches the recv wait.
+                let post = s.op_word(0, OpWord::PostSend).load(Ordering::Relaxed);
+                let cpl = s.op_word(0, OpWord::SendComplete);
+                if post != HOST_INDEX_READY && cpl.load(Ordering::Relaxed) < post {
+                    cpl.store(post, Ordering::Relaxed);
+                }
+            }
+            Ok(other) => panic!("{other:?}"),
+            Err(e) => break e,
+        }
+    };
+    assert!(
+        matches!(&e, DeviceError::Protocol { what, .. } if what.contains("only 1 posted")),
+        "{e}"
+    );
+    assert_eq!(d.stage(), Stage::Failed);
+    assert_eq!(d.poll(&()), Err(e), "the error is sticky");
+}
+
+#[test]
+fn two_handshakes_in_one_execution_are_a_protocol_error() {
+    let s = setup(1);
+    let mut job = s.job.clone();
+    job.net_triggers.clear();
+    let (op, side) = first_handshake(&job.plan);
+    let mut d = Device::new(0, None);
+    // SAFETY: as above.
+    unsafe { d.launch(job) };
+    assert!(matches!(
+        d.poll(&()),
+        Ok(DevicePoll::Pending {
+            waiting_for: WaitingFor::Handshake { .. }
+        })
+    ));
+    s.op_word(op, OpWord::post(side))
+        .store(0, Ordering::Relaxed);
+    s.op_word(op, OpWord::handshake(side))
+        .fetch_add(2, Ordering::Relaxed);
+    let e = d.poll(&()).unwrap_err();
+    assert!(
+        matches!(&e, DeviceError::Protocol { what, .. } if what.contains("rose by 2")),
+        "{e}"
+    );
+}
+
+#[test]
+fn abandon_hands_the_job_back_and_goes_idle() {
+    let s = setup(1);
+    let mut d = Device::new(0, None);
+    // SAFETY: as above.
+    unsafe { d.launch(s.job.clone()) };
+    assert!(matches!(d.poll(&()), Ok(DevicePoll::Pending { .. })));
+    let job = d.abandon().expect("the launched job");
+    assert_eq!(job.reps, 1);
+    assert_eq!(d.stage(), Stage::Idle);
+    assert_eq!(d.poll(&()), Ok(DevicePoll::Idle));
+    assert!(d.job().is_none());
+}
+
+#[test]
+fn fault_injection_flips_one_received_byte_per_execution() {
+    let s = setup(2);
+    let mut d = Device::new(0, Some(Fault { entry: None }));
+    let env = Counts::default();
+    // SAFETY: as above.
+    unsafe { d.launch(s.job.clone()) };
+    run(&mut d, &s, &mut FakeProxy::default(), &env).unwrap();
+    assert_eq!(env.faults.get(), 2);
+    // The fake proxy moves no data: the buffers stay all zero but for the flipped byte (and
+    // what the program derived from it), whose top byte was flipped twice (back to zero) — so
+    // look at one execution, with and without the fault.
+    let one = |fault: Option<Fault>| {
+        let s1 = setup(1);
+        let mut d1 = Device::new(0, fault);
+        // SAFETY: as above, for `s1`.
+        unsafe { d1.launch(s1.job.clone()) };
+        run(&mut d1, &s1, &mut FakeProxy::default(), &Counts::default()).unwrap();
+        let p = &s1.job.plan;
+        let e = p.dst.iter().find(|e| e.bytes > 0).unwrap();
+        let at = s1.job.addrs.of(e.loc) + p.params.dtype.size() as u64 - 1;
+        let bytes: Vec<u8> = s1.buf.iter().flat_map(|w| w.to_ne_bytes()).collect();
+        (bytes[(at - s1.buf.as_ptr() as u64) as usize], bytes)
+    };
+    let (flipped, _) = one(Some(Fault { entry: None }));
+    assert_eq!(flipped, 0xFF);
+    let (clean, all) = one(None);
+    assert_eq!(clean, 0);
+    assert!(all.iter().all(|&b| b == 0));
+}
+
+#[test]
+fn a_program_naming_a_missing_op_is_a_protocol_error() {
+    let s = setup(1);
+    let mut p = (*s.job.plan).clone();
+    p.program.push(Instr::Arm {
+        op: 99,
+        side: Side::Send,
+    });
+    let job = Job {
+        plan: Arc::new(p),
+        ..s.job.clone()
+    };
+    let mut d = Device::new(3, None);
+    // SAFETY: as above.
+    unsafe { d.launch(job) };
+    let e = d.poll(&()).unwrap_err();
+    assert!(
+        matches!(&e, DeviceError::Protocol { rank: 3, what } if what.contains("op 99")),
+        "{e}"
+    );
+    assert_eq!(s.words[NET].load(Ordering::Relaxed), 0, "nothing written");
+}
+
+#[test]
+fn zero_reps_run_only_the_net_stage_and_the_barrier() {
+    let s = setup(0);
+    let mut d = Device::new(0, None);
+    let env = Counts::default();
+    // SAFETY: as above.
+    unsafe { d.launch(s.job.clone()) };
+    run(&mut d, &s, &mut FakeProxy::default(), &env).unwrap();
+    assert_eq!(env.executions.get(), 0);
+    assert_eq!(s.words[DONE].load(Ordering::Relaxed), 1);
+}
+
+#[test]
+fn waiting_for_names_the_word_and_the_value() {
+    let w = WaitingFor::Complete {
+        op: 1,
+        side: Side::Recv,
+        addr: 0x1000,
+        upto: 2,
+        target: 5,
+        seen: 4,
+    };
+    assert_eq!(w.addr(), 0x1000);
+    assert_eq!(w.seen(), 4);
+    let e = DeviceError::Timeout {
+        rank: 2,
+        waiting_for: w,
+    };
+    assert_eq!(
+        e.to_string(),
+        "device 2: timed out waiting for op 1 Recv complete semaphore 0x1000 to reach 5 (+2; \
+         last value 4)"
+    );
+    assert!(Stage::Launched.edge_ok(Stage::NetWait));
+    assert!(Stage::Program { rep: 0 }.edge_ok(Stage::Program { rep: 1 }));
+    assert!(!Stage::Program { rep: 0 }.edge_ok(Stage::Program { rep: 2 }));
+    assert!(!Stage::Done.edge_ok(Stage::BarrierWait));
+    assert!(!Stage::Idle.edge_ok(Stage::Failed));
+}
