@@ -134,6 +134,24 @@ impl Bootstrap {
         Ok(false)
     }
 
+    /// Moves the connections' bytes once and reports whether the bootstrap is still whole
+    /// (non-blocking): for a thread that waits on something else (a [`crate::HostBarrier`]'s
+    /// shared memory) and must notice a lost peer.
+    ///
+    /// # Errors
+    /// The sticky failure; a lost peer or an abort; the root left.
+    pub fn check_alive(&mut self) -> Result<(), BootstrapError> {
+        self.pump()?;
+        if self.root_left() {
+            let e = BootstrapError::Closed {
+                rank: self.rank,
+                what: "the root closed its bootstrap".to_owned(),
+            };
+            return Err(self.fail(e));
+        }
+        Ok(())
+    }
+
     fn group_mut(&mut self, group: GroupId) -> Result<&mut GroupState, BootstrapError> {
         let n = self.groups.len();
         self.groups.get_mut(group.0 as usize).ok_or_else(|| {

@@ -19,6 +19,11 @@
 //! and compare wrapping, as [`SharedMemBarrier`](proxy_core::driver::task::SharedMemBarrier):
 //! a generation stays passed.
 //!
+//! Liveness: every [`LIVENESS_EVERY`] "not yet" answers, any rank moves the bootstrap's bytes
+//! once (`try_lock`, [`Bootstrap::check_alive`]), so a lost process (its connection closed
+//! without `Bye`) fails the barrier everywhere: the root sees the closed connection and aborts
+//! every rank, and a rank whose bootstrap failed writes the status into its host's region.
+//!
 //! Set-up ([`HostBarrier::setup`], collective and blocking, once per comm): all-gather of the
 //! host keys (hostname and boot id, [`host_identity`]); the host leader (its lowest rank)
 //! creates `/dev/shm/proxy-barrier-<root port>-<bootstrap comm id>-<comm>-<pid>-<seq>` (mode
@@ -72,10 +77,16 @@ impl HostBarrierConfig {
     }
 }
 
+/// Polls answered "not yet" between two liveness checks of the bootstrap
+/// ([`Bootstrap::check_alive`], with `try_lock`).
+pub const LIVENESS_EVERY: u32 = 64;
+
+/// A liveness check failed.
+struct LivenessError(BootstrapError);
+
 /// The leader's part between hosts.
 #[derive(Debug)]
 struct Cross {
-    boot: SharedBootstrap,
     group: GroupId,
     /// The group generation started and not yet seen passed.
     ticket: Option<BarrierTicket>,
@@ -92,6 +103,10 @@ struct Cross {
 #[derive(Debug)]
 pub struct HostBarrier {
     region: ShmRegion,
+    /// The group barrier (leader) and the liveness checks (everyone).
+    boot: SharedBootstrap,
+    /// "Not yet" answers since the last liveness check.
+    idle_polls: u32,
     comm: u32,
     rank: u32,
     /// This rank's index among its host's ranks, and how many there are.
@@ -231,6 +246,8 @@ impl HostBarrier {
         );
         Ok(Self {
             region,
+            boot: boot.clone(),
+            idle_polls: 0,
             comm: cfg.comm,
             rank,
             index,
@@ -239,7 +256,6 @@ impl HostBarrier {
             leader,
             cross: match (leader, group) {
                 (true, Some(group)) => Some(Cross {
-                    boot: boot.clone(),
                     group,
                     ticket: None,
                 }),
@@ -292,6 +308,25 @@ impl HostBarrier {
         self.region.word(L_ARRIVED + index)
     }
 
+    /// Every [`LIVENESS_EVERY`] "not yet": checks the bootstrap for a lost peer (only if it is
+    /// free). A follower whose host leader died, or a leader whose follower died, learns it
+    /// here (the root sees the lost connection and aborts every rank).
+    fn liveness(&mut self) -> Result<(), LivenessError> {
+        self.idle_polls += 1;
+        if self.idle_polls < LIVENESS_EVERY {
+            return Ok(());
+        }
+        self.idle_polls = 0;
+        let r = match self.boot.inner.try_lock() {
+            Ok(mut b) => b.check_alive(),
+            Err(TryLockError::Poisoned(p)) => p.into_inner().check_alive(),
+            Err(TryLockError::WouldBlock) => Ok(()),
+        };
+        r.map_err(LivenessError)
+    }
+
+    /// A bootstrap failure (group barrier or liveness check): written into the region (the
+    /// host's other ranks fail at their next poll), logged once, mapped to its status.
     fn fail(&mut self, e: &BootstrapError) -> NrtStatus {
         let s = e.status();
         // Tell the host's other ranks (they fail at their next poll).
@@ -304,7 +339,7 @@ impl HostBarrier {
         if !self.logged {
             self.logged = true;
             log::error!(
-                "host barrier comm {} rank {}: between hosts: {e}",
+                "host barrier comm {} rank {}: over the bootstrap: {e}",
                 self.comm,
                 self.rank
             );
@@ -329,6 +364,15 @@ impl HostBarrier {
         Some(s)
     }
 
+    /// `ticket`'s generation has been released on this host.
+    fn released(&self, ticket: BarrierTicket) -> bool {
+        // Acquire: pairs with the leader's release store.
+        reached(
+            self.region.word(L_RELEASED).load(Ordering::Acquire),
+            ticket.0,
+        )
+    }
+
     /// Leader: every local rank is at `g` or later.
     fn host_arrived(&self, g: u32) -> bool {
         (0..self.nlocal).all(|i| reached(self.arrived(i).load(Ordering::Acquire), g))
@@ -339,7 +383,7 @@ impl HostBarrier {
         let Some(c) = self.cross.as_mut() else {
             return Ok(true);
         };
-        let mut guard = match c.boot.inner.try_lock() {
+        let mut guard = match self.boot.inner.try_lock() {
             Ok(b) => b,
             Err(TryLockError::Poisoned(p)) => p.into_inner(),
             // The main thread holds the bootstrap (an all-gather): not yet.
@@ -390,23 +434,27 @@ impl BarrierChannel for HostBarrier {
 
     /// `Ok(true)` once every rank of the comm (all hosts) has arrived at `ticket`'s generation.
     fn poll(&mut self, ticket: BarrierTicket) -> Result<bool, NrtStatus> {
-        let released = self.region.word(L_RELEASED);
-        // Acquire: pairs with the leader's release store.
-        if reached(released.load(Ordering::Acquire), ticket.0) {
+        if self.released(ticket) {
             return Ok(true);
         }
         if let Some(s) = self.failed() {
             return Err(s);
         }
-        if !self.leader || !self.host_arrived(ticket.0) {
-            return Ok(false);
+        let passed = self.leader && self.host_arrived(ticket.0) && self.cross_poll(ticket.0)?;
+        if passed {
+            // Release: pairs with every local rank's acquire load in `released`.
+            self.region
+                .word(L_RELEASED)
+                .store(ticket.0, Ordering::Release);
+            return Ok(true);
         }
-        if !self.cross_poll(ticket.0)? {
-            return Ok(false);
+        if let Err(LivenessError(e)) = self.liveness() {
+            // A generation released meanwhile has passed, whatever the bootstrap says.
+            if self.released(ticket) {
+                return Ok(true);
+            }
+            return Err(self.fail(&e));
         }
-        self.region
-            .word(L_RELEASED)
-            .store(ticket.0, Ordering::Release);
-        Ok(true)
+        Ok(false)
     }
 }

@@ -12,7 +12,9 @@
 //! * two comms (two barriers) interleaved in each of 3 processes, 200 and 133 generations;
 //! * two simulated hosts (host keys given to [`HostBarrierConfig`]), 2 + 2 processes × 100
 //!   generations: the leaders meet over the bootstrap (group barrier), followers through the
-//!   region;
+//!   region, while another thread of each process keeps taking the bootstrap's lock;
+//! * a process that exits without closing its bootstrap (after generation 5) fails generation 6
+//!   of the others (`NRT_NETWORK_PROXY_FAILURE`), on the leader and on the follower;
 //! * `/dev/shm` has no region of the run left once the first generation has passed (every
 //!   leader unlinked its file before it returned from set-up) and after the processes exit.
 //!
@@ -32,6 +34,7 @@ use proxy_bootstrap::{
     HOST_BARRIER_PREFIX,
 };
 use proxy_core::driver::task::{BarrierChannel, BarrierTicket};
+use proxy_core::NrtStatus;
 
 const SCENARIO_ENV: &str = "HB_SCENARIO";
 const COUNTERS_ENV: &str = "HB_COUNTERS";
@@ -156,6 +159,48 @@ fn wait_all(bs: &mut [&mut Checked], c: &Counters, what: &str) {
     }
 }
 
+/// Ranks 0 and 1 wait at generation 6 for rank 2, which exits after generation 5 without
+/// closing its bootstrap: both must fail (the root sees the closed connection, aborts rank 1).
+fn child_lost(boot: &SharedBootstrap, rank: u32, c: &Counters) {
+    let mut a = Checked {
+        hb: HostBarrier::setup(boot, &HostBarrierConfig::new(9)).unwrap(),
+        slot: 0,
+        gen: 0,
+        ticket: None,
+        violations: 0,
+    };
+    for _ in 0..5 {
+        a.arrive(c, rank);
+        wait_all(&mut [&mut a], c, "before the loss");
+    }
+    if rank == 2 {
+        // A crash: no Bye, the connection just closes.
+        std::process::exit(3);
+    }
+    let t = a.hb.arrive().unwrap();
+    let start = Instant::now();
+    let err = loop {
+        match a.hb.poll(t) {
+            Ok(false) => {}
+            Ok(true) => panic!("rank {rank}: generation 6 passed without rank 2"),
+            Err(e) => break e,
+        }
+        assert!(
+            start.elapsed() < POLL_DEADLINE,
+            "rank {rank}: the loss of rank 2 not noticed within {POLL_DEADLINE:?}"
+        );
+        std::thread::yield_now();
+    };
+    // Later calls fail too (the region says so).
+    assert!(a.hb.arrive().is_err());
+    println!(
+        "RESULT gens={} violations={} error={}",
+        a.gen,
+        a.violations,
+        err.code()
+    );
+}
+
 fn child(scenario: &str) {
     let mut cfg = BootstrapConfig::from_env(None, None, None).unwrap();
     cfg.timeout = Duration::from_secs(60);
@@ -163,6 +208,10 @@ fn child(scenario: &str) {
     let boot = SharedBootstrap::new(Bootstrap::init(&cfg).unwrap());
     let (rank, nranks) = (cfg.rank, cfg.nranks);
     let counters = Counters::open(&PathBuf::from(std::env::var(COUNTERS_ENV).unwrap()), nranks);
+    if scenario == "lost_follower" {
+        child_lost(&boot, rank, &counters);
+        return;
+    }
     let host_key = (scenario == "two_hosts").then(|| format!("simhost-{}", rank / 2).into_bytes());
     let make = |comm: u32, slot: u32| Checked {
         hb: HostBarrier::setup(
@@ -180,6 +229,20 @@ fn child(scenario: &str) {
     };
     let mut a = make(7, 0);
     let mut b = (scenario == "two_comms").then(|| make(8, 1));
+    // Two hosts: another thread keeps taking the bootstrap (as the main thread's all-gathers
+    // would), so the leaders' try_lock often finds it busy and must answer "not yet".
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let hog = (scenario == "two_hosts").then(|| {
+        let (boot, stop) = (boot.clone(), stop.clone());
+        std::thread::spawn(move || {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let g = boot.lock();
+                std::thread::sleep(Duration::from_micros(200));
+                drop(g);
+                std::thread::sleep(Duration::from_micros(200));
+            }
+        })
+    });
     // After the first generation every leader has returned from set-up (it unlinked its file
     // before arriving).
     a.arrive(&counters, rank);
@@ -196,6 +259,10 @@ fn child(scenario: &str) {
             }
             _ => wait_all(&mut [&mut a], &counters, "one comm"),
         }
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    if let Some(h) = hog {
+        h.join().unwrap();
     }
     let (bgen, bviol) = b.as_ref().map_or((0, 0), |b| (b.gen, b.violations));
     println!(
@@ -235,6 +302,16 @@ fn result(l: &LocalLaunch, rank: u32) -> HashMap<String, String> {
 
 /// Runs `scenario` on `nranks` processes; returns every rank's RESULT and the root port.
 fn run(scenario: &str, nranks: u32) -> (Vec<HashMap<String, String>>, u16) {
+    run_expecting(scenario, nranks, &[])
+}
+
+/// As [`run`], with `(rank, exit code)` for the ranks that exit otherwise than with 0 (and
+/// print no RESULT).
+fn run_expecting(
+    scenario: &str,
+    nranks: u32,
+    other_exits: &[(u32, i32)],
+) -> (Vec<HashMap<String, String>>, u16) {
     let _g = serial();
     let dir = std::env::temp_dir().join(format!(
         "hb-test-{}-{scenario}-{}",
@@ -262,6 +339,15 @@ fn run(scenario: &str, nranks: u32) -> (Vec<HashMap<String, String>>, u16) {
     }
     let exits = l.wait_all(GROUP_LIMIT);
     for e in &exits {
+        if let Some(&(_, code)) = other_exits.iter().find(|(r, _)| *r == e.rank) {
+            assert_eq!(
+                e.status.and_then(|s| s.code()),
+                Some(code),
+                "rank {} of {scenario}: {e:?}",
+                e.rank
+            );
+            continue;
+        }
         assert!(
             e.success(),
             "rank {} of {scenario}: {e:?}; stderr: {:#?}",
@@ -269,7 +355,10 @@ fn run(scenario: &str, nranks: u32) -> (Vec<HashMap<String, String>>, u16) {
             l.output(e.rank, OutStream::Stderr)
         );
     }
-    let res = (0..nranks).map(|r| result(&l, r)).collect();
+    let res = (0..nranks)
+        .filter(|r| !other_exits.iter().any(|(o, _)| o == r))
+        .map(|r| result(&l, r))
+        .collect();
     let _ = std::fs::remove_dir_all(&dir);
     (res, root.port())
 }
@@ -335,6 +424,26 @@ fn two_simulated_hosts_meet_through_their_leaders() {
         // Every generation of a leader went through the group barrier; none of a follower's.
         assert_eq!(num(m, "cross"), if leader { 100 } else { 0 }, "rank {r}");
         assert_eq!(num(m, "left_after_setup"), 0, "rank {r}");
+    }
+    assert_eq!(leftovers(port), Vec::<String>::new(), "after exit");
+}
+
+#[test]
+fn a_lost_process_fails_the_barrier_of_the_others() {
+    let (res, port) = run_expecting("lost_follower", 3, &[(2, 3)]);
+    assert_eq!(res.len(), 2);
+    for (r, m) in res.iter().enumerate() {
+        assert_eq!(
+            num(m, "gens"),
+            5,
+            "rank {r}: generations passed before the loss"
+        );
+        assert_eq!(num(m, "violations"), 0, "rank {r}");
+        assert_eq!(
+            num(m, "error"),
+            u64::from(NrtStatus::NetworkProxyFailure.code()),
+            "rank {r}"
+        );
     }
     assert_eq!(leftovers(port), Vec::<String>::new(), "after exit");
 }
