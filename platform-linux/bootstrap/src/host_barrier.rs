@@ -27,13 +27,15 @@
 //! Set-up ([`HostBarrier::setup`], collective and blocking, once per comm): all-gather of the
 //! host keys (hostname and boot id, [`host_identity`]); the host leader (its lowest rank)
 //! creates `/dev/shm/proxy-barrier-<root port>-<bootstrap comm id>-<comm>-<pid>-<seq>` (mode
-//! 0600, `O_EXCL`); all-gather of the names; every local rank maps it; all-gather of the
+//! 0600, `O_EXCL`; the temporary directory when there is no `/dev/shm`); all-gather of the paths; every local rank maps it; all-gather of the
 //! outcome; the leader unlinks the file. So nothing is left in `/dev/shm` once set-up has
 //! returned, whatever happens to the processes later (a crash during set-up itself can leave
 //! the file).
 //!
 //! Seed: `enc_barrier` between processes, §3 ("Considerations"); docs/design.md §4.
 
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::TryLockError;
@@ -45,7 +47,8 @@ use crate::barrier::reached;
 use crate::shm::ShmRegion;
 use crate::*;
 
-/// Where the regions are created.
+/// Where the regions are created (when it is not a directory, the system's temporary
+/// directory is used instead; the leader sends the whole path).
 pub const HOST_BARRIER_DIR: &str = "/dev/shm";
 /// The first part of every region's file name (the rest: `<root port>-<bootstrap comm
 /// id>-<comm>-<pid>-<seq>`).
@@ -65,6 +68,9 @@ pub struct HostBarrierConfig {
     /// Tests only: this rank's host key instead of [`host_identity`] (ranks with equal keys
     /// share a region; different keys simulate hosts on one machine).
     pub host_key: Option<Vec<u8>>,
+    /// Where the host leader creates the region (read on leaders only): `None` is
+    /// [`HOST_BARRIER_DIR`], or the temporary directory when that is not a directory.
+    pub dir: Option<PathBuf>,
 }
 
 impl HostBarrierConfig {
@@ -73,6 +79,7 @@ impl HostBarrierConfig {
         Self {
             comm,
             host_key: None,
+            dir: None,
         }
     }
 }
@@ -171,13 +178,22 @@ impl HostBarrier {
                 cfg.comm,
                 std::process::id()
             );
-            let path = PathBuf::from(HOST_BARRIER_DIR).join(&name);
+            let dir = match &cfg.dir {
+                Some(d) => d.clone(),
+                None if std::path::Path::new(HOST_BARRIER_DIR).is_dir() => {
+                    PathBuf::from(HOST_BARRIER_DIR)
+                }
+                None => std::env::temp_dir(),
+            };
+            let path = dir.join(&name);
             match ShmRegion::create(&path, lines) {
                 Ok(r) => {
-                    unlink.0 = Some(path);
                     r.word(L_MAGIC).store(MAGIC, Ordering::Release);
                     created = Some(r);
-                    format!("ok:{name}").into_bytes()
+                    let mut blob = b"ok:".to_vec();
+                    blob.extend_from_slice(path.as_os_str().as_bytes());
+                    unlink.0 = Some(path);
+                    blob
                 }
                 Err(e) => format!("err:cannot create {}: {e}", path.display()).into_bytes(),
             }
@@ -188,10 +204,10 @@ impl HostBarrier {
         let region = match created {
             Some(r) => Ok(r),
             None => {
-                let theirs = String::from_utf8_lossy(&names[local[0] as usize]).into_owned();
-                match theirs.strip_prefix("ok:") {
-                    Some(name) => {
-                        let path = PathBuf::from(HOST_BARRIER_DIR).join(name);
+                let theirs = &names[local[0] as usize];
+                match theirs.strip_prefix(b"ok:") {
+                    Some(path) => {
+                        let path = PathBuf::from(OsStr::from_bytes(path));
                         ShmRegion::open(&path, lines)
                             .map_err(|e| format!("cannot map {}: {e}", path.display()))
                             .and_then(|r| {
@@ -205,7 +221,7 @@ impl HostBarrier {
                     None => Err(format!(
                         "host leader rank {}: {}",
                         local[0],
-                        theirs.strip_prefix("err:").unwrap_or(&theirs)
+                        String::from_utf8_lossy(theirs.strip_prefix(b"err:").unwrap_or(theirs))
                     )),
                 }
             }

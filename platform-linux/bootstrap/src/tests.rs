@@ -357,6 +357,40 @@ fn group_barrier_among_some_ranks_is_relayed_by_a_root_outside_it() {
 }
 
 #[test]
+fn host_barrier_set_up_failure_is_reported_everywhere_and_loses_nothing() {
+    let out = run_ranks(3, &[0, 1, 2], Duration::from_secs(10), |c| {
+        let shared = SharedBootstrap::new(Bootstrap::init(&c).unwrap());
+        let bad = HostBarrierConfig {
+            dir: Some("/nonexistent-proxy-host-barrier-test".into()),
+            ..HostBarrierConfig::new(5)
+        };
+        let e = HostBarrier::setup(&shared, &bad).unwrap_err();
+        let msg = match &e {
+            BootstrapError::Config(m) => m.clone(),
+            e => panic!("rank {}: {e}", c.rank),
+        };
+        assert!(
+            msg.contains("cannot create") && msg.contains("nonexistent-proxy-host-barrier-test"),
+            "{msg}"
+        );
+        // The bootstrap is intact: the next set-up works and its barriers pass.
+        let mut hb = HostBarrier::setup(&shared, &HostBarrierConfig::new(6)).unwrap();
+        assert_eq!((hb.local_ranks(), hb.local_index()), (3, c.rank as usize));
+        for _ in 0..10 {
+            let t = hb.arrive().unwrap();
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while !hb.poll(t).unwrap() {
+                assert!(Instant::now() < deadline, "generation {}", t.0);
+                thread::yield_now();
+            }
+        }
+        let last = shared.lock().all_gather(&[c.rank as u8]).unwrap();
+        last.concat()
+    });
+    assert_eq!(out, vec![vec![0, 1, 2]; 3]);
+}
+
+#[test]
 fn host_barrier_of_one_process_passes_at_once() {
     let c = BootstrapConfig::from_lookup(None, None, None, |_| None).unwrap();
     let shared = SharedBootstrap::new(Bootstrap::init(&c).unwrap());

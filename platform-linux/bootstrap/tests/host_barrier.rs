@@ -219,6 +219,7 @@ fn child(scenario: &str) {
             &HostBarrierConfig {
                 comm,
                 host_key: host_key.clone(),
+                ..HostBarrierConfig::default()
             },
         )
         .unwrap(),
