@@ -314,11 +314,7 @@ fn run_expecting(
     other_exits: &[(u32, i32)],
 ) -> (Vec<HashMap<String, String>>, u16) {
     let _g = serial();
-    let dir = std::env::temp_dir().join(format!(
-        "hb-test-{}-{scenario}-{}",
-        std::process::id(),
-        Instant::now().elapsed().as_nanos()
-    ));
+    let dir = std::env::temp_dir().join(format!("hb-test-{}-{scenario}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let counters = dir.join("counters");
     std::fs::write(&counters, vec![0u8; 4 * 2 * nranks as usize]).unwrap();
