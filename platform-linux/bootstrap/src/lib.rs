@@ -77,7 +77,9 @@ use self::conn::{Backoff, Conn};
 pub use self::error::BootstrapError;
 pub use self::group::GroupId;
 use self::group::GroupState;
-pub use self::host_barrier::{HostBarrier, HostBarrierConfig, HOST_BARRIER_PREFIX};
+pub use self::host_barrier::{
+    HostBarrier, HostBarrierConfig, HOST_BARRIER_DIR, HOST_BARRIER_PREFIX, LIVENESS_EVERY,
+};
 use self::root::Peer;
 use self::wire::Frame;
 pub use self::wire::{MAGIC, MAX_FRAME, VERSION as PROTOCOL_VERSION};
