@@ -100,7 +100,7 @@ impl Bootstrap {
 /// all-gathers or barriers while barrier tasks are in flight.
 #[derive(Clone, Debug)]
 pub struct SharedBootstrap {
-    inner: Arc<Mutex<Bootstrap>>,
+    pub(crate) inner: Arc<Mutex<Bootstrap>>,
 }
 
 impl SharedBootstrap {

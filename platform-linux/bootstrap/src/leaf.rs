@@ -401,6 +401,9 @@ impl Bootstrap {
                 {
                     self.released = gen;
                 }
+                Frame::GroupRelease { group, gen } => {
+                    crate::group::leaf_group_release(&mut self.groups, me, group, gen)?;
+                }
                 Frame::Gathered { seq, blobs }
                     if seq == next_gather && blobs.len() == n && gathered.is_none() =>
                 {

@@ -1,7 +1,7 @@
 //! `proxy-bootstrap`: the bootstrap between processes over TCP.
 //!
-//! Dependencies: `proxy-core` (the barrier-channel trait, statuses) and `log` only; no thread
-//! runtime, no transport (`proxy-libfabric` builds a comm on top of it).
+//! Dependencies: `proxy-core` (the barrier-channel trait, statuses), `log` and `libc` (the
+//! host barrier's `mmap`); no thread runtime, no transport (`proxy-libfabric` builds a comm on top of it).
 //!
 //! Rank 0 listens on the root address, the other ranks
 //! connect to it; together they agree on a comm id, all-gather byte blobs (libfabric endpoint
@@ -13,7 +13,8 @@
 //!   rank 2 ─┼──TCP──► rank 0 (root)   root → leaf: preface, Welcome{comm id, hosts}  (all joined)
 //!   rank 3 ─┘   star  listens on      all-gather:  Gather{seq, blob} ↑   Gathered{seq, blobs} ↓
 //!                     NEURON_RT_      barrier:     Arrive{gen}       ↑   Release{gen}         ↓
-//!                     ROOT_COMM_ID    failure:     Abort{origin, status, reason} both ways
+//!                     ROOT_COMM_ID    group:       GroupArrive{g,gen} ↑  GroupRelease{g,gen}  ↓
+//!                                     failure:     Abort{origin, status, reason} both ways
 //!                                     close:       Bye, then shutdown and wait for the peer's EOF
 //! ```
 //!
@@ -33,6 +34,12 @@
 //! * **Non-blocking barrier** for a task's `step()`: [`Bootstrap::barrier_start`], then
 //!   [`Bootstrap::barrier_poll`] until it answers `true`; successive barriers are generations.
 //!   [`SharedBootstrap::barrier_channel`] gives the same behind a mutex, for the worker thread.
+//! * **Group barriers** ([`Bootstrap::register_group`], `group_barrier_start` / `_poll`): the
+//!   same non-blocking barrier among a subset of the ranks, relayed by the root.
+//! * **Hierarchical barrier** ([`HostBarrier`], one per comm): the processes of a host meet in a
+//!   shared-memory region (`/dev/shm`, unlinked once every local rank mapped it), the host
+//!   leaders in a group barrier; the leader takes the shared bootstrap only with `try_lock`, so
+//!   the worker that steps a barrier task never blocks on it.
 //! * **Failure is sticky**: after an error every call returns it. A peer that closes its
 //!   connection without `Bye` (a killed process) fails the bootstrap of every rank that still
 //!   uses it.
@@ -49,8 +56,11 @@ mod config;
 mod conn;
 mod error;
 mod exchange;
+mod group;
+mod host_barrier;
 mod leaf;
 mod root;
+mod shm;
 
 use std::net::{Shutdown, SocketAddr};
 use std::time::{Duration, Instant};
@@ -65,6 +75,11 @@ pub use self::barrier::{BootstrapBarrier, SharedBootstrap};
 pub use self::config::{host_identity, parse_root, BootstrapConfig};
 use self::conn::{Backoff, Conn};
 pub use self::error::BootstrapError;
+pub use self::group::GroupId;
+use self::group::GroupState;
+pub use self::host_barrier::{
+    HostBarrier, HostBarrierConfig, HOST_BARRIER_DIR, HOST_BARRIER_PREFIX, LIVENESS_EVERY,
+};
 use self::root::Peer;
 use self::wire::Frame;
 pub use self::wire::{MAGIC, MAX_FRAME, VERSION as PROTOCOL_VERSION};
@@ -127,6 +142,8 @@ pub struct Bootstrap {
     released: u32,
     /// All-gathers completed.
     gather_seq: u32,
+    /// Registered group barriers, by [`GroupId`].
+    groups: Vec<GroupState>,
     /// The sticky failure.
     failed: Option<BootstrapError>,
     closed: bool,
@@ -193,6 +210,7 @@ impl Bootstrap {
             barrier_gen: 0,
             released: 0,
             gather_seq: 0,
+            groups: Vec::new(),
             failed: None,
             closed: false,
         }

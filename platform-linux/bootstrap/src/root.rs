@@ -587,6 +587,9 @@ impl Bootstrap {
                 };
                 match f {
                     Frame::Arrive { gen } if gen == p.arrived.wrapping_add(1) => p.arrived = gen,
+                    Frame::GroupArrive { group, gen } => {
+                        crate::group::root_group_arrive(&mut self.groups, me, r, group, gen)?;
+                    }
                     Frame::Gather { seq, blob } if seq == next_gather && p.gather.is_none() => {
                         p.gather = Some(blob);
                     }
@@ -621,7 +624,8 @@ impl Bootstrap {
                 )));
             }
         }
-        self.release_barriers()
+        self.release_barriers()?;
+        self.release_groups()
     }
 
     /// Root: releases every generation that every rank has reached.

@@ -305,6 +305,109 @@ fn shared_barrier_channel_from_another_thread() {
 }
 
 #[test]
+fn group_barrier_among_some_ranks_is_relayed_by_a_root_outside_it() {
+    let out = run_ranks(3, &[0, 1, 2], Duration::from_secs(10), |c| {
+        let mut b = Bootstrap::init(&c).unwrap();
+        assert!(matches!(
+            b.register_group(&[2, 1]),
+            Err(BootstrapError::Config(_))
+        ));
+        assert!(matches!(
+            b.register_group(&[1, 3]),
+            Err(BootstrapError::Config(_))
+        ));
+        let g = b.register_group(&[1, 2]).unwrap();
+        assert_eq!(g, GroupId(0));
+        // Every rank has registered before any member starts.
+        b.barrier().unwrap();
+        let mut passed = 0u32;
+        if c.rank == 0 {
+            assert!(matches!(
+                b.group_barrier_start(g),
+                Err(BootstrapError::Config(_))
+            ));
+        } else {
+            for want in 1..=20u32 {
+                let t = b.group_barrier_start(g).unwrap();
+                assert_eq!(t.0, want);
+                // The previous generation has not passed: a second start is refused.
+                if want == 1 && c.rank == 1 {
+                    assert!(matches!(
+                        b.group_barrier_start(g),
+                        Err(BootstrapError::Config(_))
+                    ));
+                }
+                let deadline = Instant::now() + Duration::from_secs(5);
+                // The root relays while it waits in the all-gather below.
+                while !b.group_barrier_poll(g, t).unwrap() {
+                    assert!(Instant::now() < deadline, "group generation {want}");
+                    thread::yield_now();
+                }
+                passed += 1;
+            }
+        }
+        let all = b.all_gather(&passed.to_le_bytes()).unwrap();
+        all.concat()
+    });
+    let want: Vec<u8> = [0u32, 20, 20]
+        .iter()
+        .flat_map(|v| v.to_le_bytes())
+        .collect();
+    assert_eq!(out, vec![want.clone(), want.clone(), want]);
+}
+
+#[test]
+fn host_barrier_set_up_failure_is_reported_everywhere_and_loses_nothing() {
+    let out = run_ranks(3, &[0, 1, 2], Duration::from_secs(10), |c| {
+        let shared = SharedBootstrap::new(Bootstrap::init(&c).unwrap());
+        let bad = HostBarrierConfig {
+            dir: Some("/nonexistent-proxy-host-barrier-test".into()),
+            ..HostBarrierConfig::new(5)
+        };
+        let e = HostBarrier::setup(&shared, &bad).unwrap_err();
+        let msg = match &e {
+            BootstrapError::Config(m) => m.clone(),
+            e => panic!("rank {}: {e}", c.rank),
+        };
+        assert!(
+            msg.contains("cannot create") && msg.contains("nonexistent-proxy-host-barrier-test"),
+            "{msg}"
+        );
+        // The bootstrap is intact: the next set-up works and its barriers pass.
+        let mut hb = HostBarrier::setup(&shared, &HostBarrierConfig::new(6)).unwrap();
+        assert_eq!((hb.local_ranks(), hb.local_index()), (3, c.rank as usize));
+        for _ in 0..10 {
+            let t = hb.arrive().unwrap();
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while !hb.poll(t).unwrap() {
+                assert!(Instant::now() < deadline, "generation {}", t.0);
+                thread::yield_now();
+            }
+        }
+        let last = shared.lock().all_gather(&[c.rank as u8]).unwrap();
+        last.concat()
+    });
+    assert_eq!(out, vec![vec![0, 1, 2]; 3]);
+}
+
+#[test]
+fn host_barrier_of_one_process_passes_at_once() {
+    let c = BootstrapConfig::from_lookup(None, None, None, |_| None).unwrap();
+    let shared = SharedBootstrap::new(Bootstrap::init(&c).unwrap());
+    let mut hb = HostBarrier::setup(&shared, &HostBarrierConfig::new(3)).unwrap();
+    assert_eq!((hb.hosts(), hb.local_ranks(), hb.local_index()), (1, 1, 0));
+    assert!(hb.is_host_leader());
+    assert!(matches!(hb.arrived_of(1), Err(NrtStatus::Invalid)));
+    for g in 1..=5 {
+        let t = hb.arrive().unwrap();
+        assert_eq!(t.0, g);
+        assert_eq!(hb.arrived_of(0).unwrap(), g);
+        assert!(hb.poll(t).unwrap());
+    }
+    assert_eq!(hb.cross_host_generations(), 0);
+}
+
+#[test]
 fn barrier_start_twice_is_refused() {
     run_ranks(2, &[0, 1], Duration::from_secs(10), |c| {
         let mut b = Bootstrap::init(&c).unwrap();

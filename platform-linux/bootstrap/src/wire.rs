@@ -6,6 +6,9 @@
 //!  frame     length u32 (of what follows, 1 ..= MAX_FRAME)  type u8  payload
 //! ```
 //!
+//! Version 2 added the group barrier frames (`GroupArrive`, `GroupRelease`: a barrier among a
+//! registered subset of the ranks, the host leaders of a [`crate::HostBarrier`]).
+//!
 //! A leaf writes its preface and `Hello` as soon as it is connected; the root writes its preface
 //! with its first frame (`Welcome` or `Reject`). A peer whose first bytes are not the magic is
 //! not a bootstrap peer: the root drops it without a reply.
@@ -15,7 +18,7 @@ use std::fmt;
 /// The four bytes that open every bootstrap connection.
 pub const MAGIC: [u8; 4] = *b"PXBS";
 /// The protocol version; both sides must speak the same one.
-pub const VERSION: u16 = 1;
+pub const VERSION: u16 = 2;
 /// Length of the preface: magic, version, reserved.
 pub const PREFACE_LEN: usize = 8;
 /// Largest frame accepted (type byte and payload): a length above it is a protocol error.
@@ -59,6 +62,8 @@ const T_GATHERED: u8 = 6;
 const T_ARRIVE: u8 = 7;
 const T_RELEASE: u8 = 8;
 const T_BYE: u8 = 9;
+const T_GROUP_ARRIVE: u8 = 10;
+const T_GROUP_RELEASE: u8 = 11;
 
 /// One frame.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -123,6 +128,20 @@ pub enum Frame {
     },
     /// Either way: the sender is closing cleanly; nothing follows.
     Bye,
+    /// Leaf → root: the leaf arrived at generation `gen` of group barrier `group`.
+    GroupArrive {
+        /// Group id ([`crate::Bootstrap::register_group`] order, from 0).
+        group: u32,
+        /// Generation (1, 2, ..., wrapping).
+        gen: u32,
+    },
+    /// Root → member leaf: every member of `group` has arrived at generation `gen`.
+    GroupRelease {
+        /// Group id.
+        group: u32,
+        /// Generation.
+        gen: u32,
+    },
 }
 
 impl Frame {
@@ -138,6 +157,8 @@ impl Frame {
             Self::Arrive { .. } => "Arrive",
             Self::Release { .. } => "Release",
             Self::Bye => "Bye",
+            Self::GroupArrive { .. } => "GroupArrive",
+            Self::GroupRelease { .. } => "GroupRelease",
         }
     }
 
@@ -201,6 +222,16 @@ impl Frame {
                 w.u32(*gen);
             }
             Self::Bye => w.u8(T_BYE),
+            Self::GroupArrive { group, gen } => {
+                w.u8(T_GROUP_ARRIVE);
+                w.u32(*group);
+                w.u32(*gen);
+            }
+            Self::GroupRelease { group, gen } => {
+                w.u8(T_GROUP_RELEASE);
+                w.u32(*group);
+                w.u32(*gen);
+            }
         }
         let len = out.len() - start - 4;
         assert!(
@@ -262,6 +293,14 @@ impl Frame {
             T_ARRIVE => Self::Arrive { gen: r.u32()? },
             T_RELEASE => Self::Release { gen: r.u32()? },
             T_BYE => Self::Bye,
+            T_GROUP_ARRIVE => Self::GroupArrive {
+                group: r.u32()?,
+                gen: r.u32()?,
+            },
+            T_GROUP_RELEASE => Self::GroupRelease {
+                group: r.u32()?,
+                gen: r.u32()?,
+            },
             t => return Err(WireError(format!("unknown frame type {t}"))),
         };
         if !r.0.is_empty() {
@@ -383,6 +422,11 @@ mod tests {
             Frame::Arrive { gen: u32::MAX },
             Frame::Release { gen: 0 },
             Frame::Bye,
+            Frame::GroupArrive { group: 3, gen: 7 },
+            Frame::GroupRelease {
+                group: 0,
+                gen: u32::MAX,
+            },
         ]
     }
 
@@ -431,7 +475,7 @@ mod tests {
         assert_eq!(read_preface(b"PX"), Preface::Incomplete);
         assert_eq!(read_preface(b"PY"), Preface::WrongMagic);
         let mut v2 = p;
-        v2[4] = 2;
-        assert_eq!(read_preface(&v2), Preface::Version(2));
+        v2[4] = 3;
+        assert_eq!(read_preface(&v2), Preface::Version(3));
     }
 }

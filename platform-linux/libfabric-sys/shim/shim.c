@@ -38,6 +38,10 @@ ssize_t lfsys_fi_tsend(struct fid_ep *ep, const void *buf, size_t len, void *des
 		       fi_addr_t dest_addr, uint64_t tag, void *context)
 { return fi_tsend(ep, buf, len, desc, dest_addr, tag, context); }
 
+ssize_t lfsys_fi_tinject(struct fid_ep *ep, const void *buf, size_t len,
+			 fi_addr_t dest_addr, uint64_t tag)
+{ return fi_tinject(ep, buf, len, dest_addr, tag); }
+
 ssize_t lfsys_fi_trecv(struct fid_ep *ep, void *buf, size_t len, void *desc,
 		       fi_addr_t src_addr, uint64_t tag, uint64_t ignore, void *context)
 { return fi_trecv(ep, buf, len, desc, src_addr, tag, ignore, context); }

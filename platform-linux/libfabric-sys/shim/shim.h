@@ -46,6 +46,10 @@ const char *lfsys_fi_av_straddr(struct fid_av *av, const void *addr, char *buf,
 /** `fi_tsend(3)`: posts a tagged send. */
 ssize_t lfsys_fi_tsend(struct fid_ep *ep, const void *buf, size_t len, void *desc,
 		       fi_addr_t dest_addr, uint64_t tag, void *context);
+/** `fi_tinject(3)` (`fi_tagged(3)`): a tagged send of at most `tx_attr->inject_size` bytes;
+ *  the buffer is reusable when it returns and no completion is generated. */
+ssize_t lfsys_fi_tinject(struct fid_ep *ep, const void *buf, size_t len,
+			 fi_addr_t dest_addr, uint64_t tag);
 /** `fi_trecv(3)`: posts a tagged receive. */
 ssize_t lfsys_fi_trecv(struct fid_ep *ep, void *buf, size_t len, void *desc,
 		       fi_addr_t src_addr, uint64_t tag, uint64_t ignore, void *context);

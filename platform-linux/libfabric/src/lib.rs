@@ -30,6 +30,12 @@
 //!   on `-FI_EAGAIN`), `abs(err)` is taken (shm writes it negative), and the request fails with
 //!   the provider's `fi_cq_strerror` text. Truncation (a receive smaller than the message) is
 //!   such a failure, never a short receive; on tcp it also kills the connection.
+//! * **Inject**: a send of at most the entry's `tx_attr.inject_size` bytes (lowered by
+//!   [`Options::max_inject_size`]) goes out with `fi_tinject`: the provider has copied the
+//!   payload when the call returns and generates no completion, so the post reports
+//!   `payload_copied` and the request is already done (its first `test` answers `Done`); no
+//!   registration is made for it. `-FI_EAGAIN` is back-pressure as for any post. Larger sends
+//!   use `fi_tsend` and complete through the CQ.
 //! * **Memory registration** whenever the entry's `mr_mode` asks for it (`FI_MR_LOCAL`,
 //!   `FI_MR_VIRT_ADDR`, `FI_MR_ALLOCATED`, `FI_MR_PROV_KEY`; efa asks for all), lazily from the
 //!   posted buffers through a cache keyed by address range (`mr.rs`).
@@ -93,6 +99,9 @@ pub struct Options {
     pub rx_size: Option<usize>,
     /// How long [`Transport::close`] polls for cancelled requests before closing anyway.
     pub close_drain: Duration,
+    /// Lower the inject threshold (bytes) below the provider's `tx_attr.inject_size`;
+    /// `Some(0)` sends everything with `fi_tsend`.
+    pub max_inject_size: Option<usize>,
 }
 
 impl Default for Options {
@@ -105,6 +114,7 @@ impl Default for Options {
             tx_size: None,
             rx_size: None,
             close_drain: DEFAULT_CLOSE_DRAIN,
+            max_inject_size: None,
         }
     }
 }
@@ -161,6 +171,10 @@ pub struct LibfabricTransport {
     attrs: ProviderAttrs,
     /// Largest message accepted (provider limit, possibly lowered by [`Options`]).
     max_msg: u64,
+    /// Sends of at most this many bytes use `fi_tinject` (0: none).
+    inject_max: usize,
+    /// Sends that went out with `fi_tinject`.
+    injected: u64,
     /// Tags must fit in these bits.
     tag_mask: u64,
     /// Register memory for posts.
@@ -302,11 +316,16 @@ impl LibfabricTransport {
         } else {
             (1u64 << attrs.tag_bits) - 1
         };
+        let inject_max = opts
+            .max_inject_size
+            .map_or(attrs.inject_size, |m| m.min(attrs.inject_size));
         let mut t = Self {
             name: format!("libfabric/{}", attrs.provider),
             rank,
             nranks,
             max_msg,
+            inject_max,
+            injected: 0,
             tag_mask,
             register,
             mr_cfg: MrConfig {
@@ -328,13 +347,15 @@ impl LibfabricTransport {
         drop((with_rma, plain));
         log::info!(
             "{}: rank {rank}/{nranks} opened domain {} ({:?}), mr_mode {:#x} (register: {}), \
-             max_msg_size {}, tx/rx {}/{}, {} tag bits, libfabric {} (built against {})",
+             max_msg_size {}, inject up to {} B, tx/rx {}/{}, {} tag bits, libfabric {} (built \
+             against {})",
             t.name,
             t.attrs.domain,
             request,
             t.attrs.mr_mode,
             t.register,
             t.max_msg,
+            t.inject_max,
             t.attrs.tx_size,
             t.attrs.rx_size,
             t.attrs.tag_bits,
@@ -462,6 +483,17 @@ impl LibfabricTransport {
         self.mrs.len()
     }
 
+    /// Sends of at most this many bytes go out with `fi_tinject` (the provider's
+    /// `tx_attr.inject_size`, possibly lowered by [`Options::max_inject_size`]; 0: none).
+    pub fn inject_size(&self) -> usize {
+        self.inject_max
+    }
+
+    /// Number of sends that went out with `fi_tinject` (payload copied, done at once).
+    pub fn injected_sends(&self) -> u64 {
+        self.injected
+    }
+
     /// Number of requests the provider still owns (posted, not yet completed).
     pub fn in_flight(&self) -> usize {
         self.reqs.in_flight()
@@ -546,6 +578,9 @@ impl LibfabricTransport {
         tag: u64,
     ) -> Result<Option<Posted>, NetError> {
         let addr = self.check_post(kind, peer, size, tag)?;
+        if kind == Kind::Send && self.inject_max > 0 && size <= self.inject_max as u64 {
+            return self.post_inject(addr, peer, buf, size, tag);
+        }
         let (mr, desc) = if self.register && size > 0 {
             let (region, desc) = self
                 .mrs
@@ -616,6 +651,55 @@ impl LibfabricTransport {
                 "{}: fi_{} of {size} B tag {tag:#x} to/from rank {peer} failed: {} ({ret})",
                 self.name,
                 if kind == Kind::Send { "tsend" } else { "trecv" },
+                fi_error_text(ret)
+            ),
+        ))
+    }
+}
+
+impl LibfabricTransport {
+    /// Posts a send of at most the inject size with `fi_tinject`: on success the payload is
+    /// copied and no completion will come, so the request is done at once.
+    fn post_inject(
+        &mut self,
+        addr: fi::fi_addr_t,
+        peer: u32,
+        buf: *mut u8,
+        size: u64,
+        tag: u64,
+    ) -> Result<Option<Posted>, NetError> {
+        // SAFETY: the endpoint is open and connected; the caller's contract keeps `buf..+size`
+        // readable for the duration of the call, which is all fi_tinject needs (it copies the
+        // payload before returning); `size` is at most the entry's inject_size, so no
+        // descriptor and no context are needed.
+        let ret = unsafe {
+            fi::fi_tinject(
+                self.obj.ep,
+                buf.cast_const().cast(),
+                size as usize,
+                addr,
+                tag,
+            )
+        };
+        if ret == 0 {
+            let (index, _) = self.reqs.reserve(Kind::Send, peer, size, tag, None);
+            let request = self.reqs.mark_done_now(index, size);
+            self.injected += 1;
+            return Ok(Some(Posted {
+                request,
+                payload_copied: true,
+            }));
+        }
+        if ret == neg(fi::FI_EAGAIN) || (self.enomem_is_backpressure && ret == neg(fi::FI_ENOMEM)) {
+            // Back-pressure, as for fi_tsend: only reading the CQ moves the provider on.
+            self.progress()?;
+            return Ok(None);
+        }
+        Err(NetError::failure(
+            Some(peer),
+            format!(
+                "{}: fi_tinject of {size} B tag {tag:#x} to rank {peer} failed: {} ({ret})",
+                self.name,
                 fi_error_text(ret)
             ),
         ))

@@ -62,7 +62,7 @@ pub(super) enum State {
     InFlight,
     /// Posted and `fi_cancel` asked for; still owned by the provider.
     Cancelling,
-    /// Completed; `size` bytes transferred.
+    /// Completed; `size` bytes transferred (for an inject, straight from `Reserved`).
     Done(u64),
     /// Completed with `FI_ECANCELED`.
     Cancelled,
@@ -176,6 +176,15 @@ impl Requests {
         debug_assert_eq!(slot.state, State::Reserved);
         slot.state = State::InFlight;
         self.in_flight += 1;
+        (u64::from(slot.generation) << 32) | u64::from(index)
+    }
+
+    /// An inject went out: the request is done without the provider ever owning the context
+    /// (`Reserved` => `Done(size)`; no completion will come). Returns the request id.
+    pub(super) fn mark_done_now(&mut self, index: u32, size: u64) -> RequestId {
+        let slot = &mut self.slots[index as usize];
+        debug_assert_eq!(slot.state, State::Reserved);
+        slot.state = State::Done(size);
         (u64::from(slot.generation) << 32) | u64::from(index)
     }
 

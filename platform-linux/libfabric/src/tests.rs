@@ -78,15 +78,23 @@ fn drive(what: &str, ts: &mut Pair, mut step: impl FnMut(&mut Pair) -> bool) {
     panic!("{what}: not done after {MAX_ROUNDS} rounds");
 }
 
-/// Posts a send, retrying on back-pressure.
+/// Posts a send, retrying on back-pressure; checks that exactly the sends up to the inject size
+/// report their payload copied.
 fn send(ts: &mut Pair, from: usize, to: u32, buf: &[u8], tag: u64) -> RequestId {
     let mut id = None;
+    let inject = ts[from].inject_size();
+    let copied = inject > 0 && buf.len() <= inject;
     drive("post send", ts, |ts| {
         // SAFETY: `buf` outlives the request: every test waits for it (or closes) before
         // dropping the buffer.
         match unsafe { ts[from].isend(to, buf.as_ptr(), buf.len() as u64, tag) } {
             Ok(Some(p)) => {
-                assert!(!p.payload_copied);
+                assert_eq!(
+                    p.payload_copied,
+                    copied,
+                    "{} B send, inject size {inject}",
+                    buf.len()
+                );
                 id = Some(p.request);
                 true
             }
@@ -255,9 +263,11 @@ fn tcp_exchange_with_forced_registration() {
     );
 }
 
-/// Thousands of sends posted before the receiver polls: back-pressure (`Ok(None)`) is hit, and
-/// nothing is lost or reordered (one tag for all: order alone decides the matching).
-fn backpressure(provider: &str, opts: Options) {
+/// Thousands of sends posted before the receiver polls: back-pressure (`Ok(None)`) is hit when
+/// `expect_pressure`, and nothing is lost or reordered (one tag for all: order alone decides the
+/// matching). The 64 B messages are injects unless `opts` turns inject off (then checked: every
+/// send, the warm-up's included, went out with `fi_tinject`, retries after `-FI_EAGAIN` too).
+fn backpressure(provider: &str, opts: Options, expect_pressure: bool) {
     const N: usize = 5000;
     const LEN: usize = 64;
     let mut ts = pair(provider, opts);
@@ -295,10 +305,12 @@ fn backpressure(provider: &str, opts: Options) {
         }
     }
     let before_pressure = sids.len();
-    assert!(
-        send_pressure > 0,
-        "{provider}: {N} sends posted without back-pressure"
-    );
+    if expect_pressure {
+        assert!(
+            send_pressure > 0,
+            "{provider}: {N} sends posted without back-pressure"
+        );
+    }
 
     // Phase 2: receives in order, remaining sends in order, both retrying; test in order.
     let (mut recv_pressure, mut sent_done, mut recv_done) = (0u64, 0usize, 0usize);
@@ -356,34 +368,65 @@ fn backpressure(provider: &str, opts: Options) {
             u64::from_le_bytes(d[..8].try_into().unwrap())
         );
     }
+    let injects = ts[0].inject_size() >= LEN;
+    assert_eq!(
+        ts[0].injected_sends(),
+        if injects { N as u64 + 1 } else { 0 },
+        "{provider}: injected sends (inject size {})",
+        ts[0].inject_size()
+    );
     eprintln!(
         "{provider}: {before_pressure} sends before back-pressure; {send_pressure} send and \
-         {recv_pressure} receive retries"
+         {recv_pressure} receive retries; inject {injects}"
     );
     close(&mut ts);
 }
 
+/// `tcp;ofi_rxm` buffers 64 B injects without pushing back (5000 went out unpolled here), so
+/// its back-pressure is checked with inject off, and its injects for order and loss only.
 #[test]
 fn tcp_backpressure_loses_nothing_and_keeps_order() {
-    backpressure(TCP, Options::default());
+    backpressure(TCP, NO_INJECT, true);
+    backpressure(TCP, Options::default(), false);
 }
 
+/// shm's injects push back (`-FI_EAGAIN`) like its sends.
 #[test]
 fn shm_backpressure_loses_nothing_and_keeps_order() {
-    backpressure(SHM, Options::default());
+    backpressure(SHM, Options::default(), true);
+    backpressure(SHM, NO_INJECT, true);
 }
+
+/// Inject off: every send goes through `fi_tsend` and the CQ.
+const NO_INJECT: Options = Options {
+    provider: None,
+    all_ranks_local: false,
+    max_msg_size: None,
+    register_memory: None,
+    tx_size: None,
+    rx_size: None,
+    close_drain: super::DEFAULT_CLOSE_DRAIN,
+    max_inject_size: Some(0),
+};
 
 /// The retry storm of issue 7: tiny queues (provider attributes) push back every few posts.
 #[test]
 fn tiny_queues_retry_storm_loses_nothing() {
-    for p in [TCP, SHM] {
+    for (p, inject, pressure) in [
+        (TCP, None, false),
+        (TCP, Some(0), true),
+        (SHM, None, true),
+        (SHM, Some(0), true),
+    ] {
         backpressure(
             p,
             Options {
                 tx_size: Some(8),
                 rx_size: Some(8),
+                max_inject_size: inject,
                 ..Options::default()
             },
+            pressure,
         );
     }
 }
@@ -665,7 +708,14 @@ fn automatic_choice_prefers_shm_locally_and_tcp_otherwise() {
 /// releases both (shm reports a leaked one as -FI_EBUSY from fi_close(domain)).
 #[test]
 fn registrations_sharing_a_start_are_all_released() {
-    let mut ts = pair(SHM, Options::default());
+    // The sends are what is counted: inject off (an injected send registers nothing).
+    let mut ts = pair(
+        SHM,
+        Options {
+            max_inject_size: Some(0),
+            ..Options::default()
+        },
+    );
     assert!(ts[0].registers_memory(), "shm asks for FI_MR_VIRT_ADDR");
     let buf = vec![0u8; 3 * 4096];
     let page = (buf.as_ptr() as usize).next_multiple_of(4096) - buf.as_ptr() as usize;
@@ -743,4 +793,116 @@ fn shorter_message_reports_its_size() {
         assert_eq!(&dst[..32], &src[..], "{p}");
         close(&mut ts);
     }
+}
+
+/// Sends up to the inject size go out with `fi_tinject`: the post reports the payload copied,
+/// the buffer may be overwritten as soon as it returns, the provider owns nothing (no CQ entry
+/// will come) and the first test answers `Done`. One byte more takes `fi_tsend`.
+fn inject(provider: &str) {
+    let mut ts = pair(provider, Options::default());
+    let inject = ts[0].inject_size();
+    assert!(
+        inject > 0 && inject == ts[0].attrs().inject_size,
+        "{provider}: inject size {inject}, entry {}",
+        ts[0].attrs().inject_size
+    );
+    eprintln!("{provider}: inject size {inject} B");
+    let mut idx = 0;
+    for (size, injected) in [(8, true), (inject, true), (inject + 1, false)] {
+        idx += 1;
+        let tag = make_tag(4, 0, 0, 1, idx);
+        let want = pattern(u64::from(idx) + 77, size);
+        let mut src = want.clone();
+        let mut dst = vec![0u8; size];
+        let r = recv(&mut ts, 1, 0, dst.as_mut_ptr(), size, tag);
+        let before = ts[0].injected_sends();
+        let mut posted = None;
+        drive("post send", &mut ts, |ts| {
+            // SAFETY: `src` lives until the request finished (waited for below), and is
+            // written only after a post that reported the payload copied.
+            match unsafe { ts[0].isend(1, src.as_ptr(), size as u64, tag) } {
+                Ok(Some(p)) => {
+                    posted = Some(p);
+                    true
+                }
+                Ok(None) => false,
+                Err(e) => panic!("{provider}: isend {size} B: {e}"),
+            }
+        });
+        let p = posted.expect("posted");
+        let case = format!("{provider} {size} B (inject size {inject})");
+        assert_eq!(p.payload_copied, injected, "{case}: payload_copied");
+        assert_eq!(
+            ts[0].injected_sends() - before,
+            u64::from(injected),
+            "{case}: injected sends"
+        );
+        if injected {
+            assert_eq!(ts[0].in_flight(), 0, "{case}: the provider owns nothing");
+            assert_eq!(
+                ts[0].registrations(),
+                0,
+                "{case}: an inject registers nothing"
+            );
+            // The buffer is reusable at return: the receiver still gets what was sent.
+            src.fill(0xA5);
+            // Done at once, without reading the CQ for it.
+            assert_eq!(
+                ts[0].test(p.request),
+                Ok(TestOutcome::Done { size: size as u64 }),
+                "{case}"
+            );
+        } else {
+            assert_eq!(
+                ts[0].in_flight(),
+                1,
+                "{case}: in flight until its completion"
+            );
+            assert_eq!(
+                wait(&mut ts, 0, p.request),
+                Ok(TestOutcome::Done { size: size as u64 }),
+                "{case}"
+            );
+        }
+        assert_eq!(
+            wait(&mut ts, 1, r),
+            Ok(TestOutcome::Done { size: size as u64 }),
+            "{case}: receive"
+        );
+        assert!(dst == want, "{case}: data differ");
+    }
+    assert_eq!(ts[0].injected_sends(), 2);
+    close(&mut ts);
+}
+
+#[test]
+fn tcp_small_sends_inject() {
+    inject(TCP);
+}
+
+#[test]
+fn shm_small_sends_inject() {
+    inject(SHM);
+}
+
+#[test]
+fn max_inject_size_zero_sends_everything_through_the_cq() {
+    let mut ts = pair(
+        SHM,
+        Options {
+            max_inject_size: Some(0),
+            ..Options::default()
+        },
+    );
+    assert_eq!(ts[0].inject_size(), 0);
+    let mut dst = [0u8; 8];
+    let tag = make_tag(4, 0, 0, 2, 1);
+    let r = recv(&mut ts, 1, 0, dst.as_mut_ptr(), 8, tag);
+    // `send` checks payload_copied is false (inject size 0).
+    let s = send(&mut ts, 0, 1, b"8 bytes!", tag);
+    assert_eq!(wait(&mut ts, 0, s), Ok(TestOutcome::Done { size: 8 }));
+    assert_eq!(wait(&mut ts, 1, r), Ok(TestOutcome::Done { size: 8 }));
+    assert_eq!(&dst, b"8 bytes!");
+    assert_eq!(ts[0].injected_sends(), 0);
+    close(&mut ts);
 }

@@ -4,8 +4,9 @@
 //! It goes through [`counting_seam`]: the in-process seam with a counter on `start`, so tests can
 //! check that `--loop` files each block once per stream for the whole run. The driver engine
 //! also steps comms of a progress half loaded with `dlopen` ([`EngineComm::Loaded`], through
-//! [`counting_loaded_seam`]) and runs its barrier tasks over the bootstrap connections when the
-//! ranks are processes ([`EngineBarrier::Bootstrap`]).
+//! [`counting_loaded_seam`]) and runs its barrier tasks through a hierarchical barrier (shared
+//! memory per host, the host leaders over the bootstrap) when the ranks are processes
+//! ([`EngineBarrier::Bootstrap`], [`HostBarrier`]).
 
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -28,7 +29,7 @@ use proxy_core::seam::{
 };
 use proxy_core::status::NrtStatus;
 
-use proxy_bootstrap::SharedBootstrap;
+use proxy_bootstrap::{HostBarrier, HostBarrierConfig, SharedBootstrap};
 use proxy_emulator::WaitPolicy;
 use proxy_runtime::loader::LoadedComm;
 use proxy_runtime::{Config, LinuxRegistry};
@@ -174,9 +175,9 @@ pub trait Engine {
 /// A rank's barrier endpoint shared by its successive barrier tasks (the endpoint counts
 /// generations, and each task takes its channel by value). Only one barrier task of a rank is
 /// active at a time, so the lock is never contended.
-struct SharedEndpoint(Arc<Mutex<SharedMemBarrierEndpoint>>);
+struct SharedEndpoint<T>(Arc<Mutex<T>>);
 
-impl BarrierChannel for SharedEndpoint {
+impl<T: BarrierChannel> BarrierChannel for SharedEndpoint<T> {
     fn arrive(&mut self) -> Result<BarrierTicket, NrtStatus> {
         self.0.lock().unwrap_or_else(|e| e.into_inner()).arrive()
     }
@@ -247,8 +248,9 @@ impl EngineComm {
 pub enum EngineBarrier {
     /// Every rank of the comm is in this process: a shared-memory barrier among them.
     InProcess,
-    /// Each process runs some ranks of the comm: the barrier between processes runs over the
-    /// bootstrap connections (one channel per process; its lowest local rank leads).
+    /// Each process runs one rank of the comm: the barrier between processes is a
+    /// [`HostBarrier`] of the comm set up over this bootstrap (shared memory among the
+    /// processes of a host, the host leaders over the bootstrap connections).
     Bootstrap(SharedBootstrap),
 }
 
@@ -256,15 +258,15 @@ pub enum EngineBarrier {
 enum RankBarrier {
     /// Shared by its successive barrier tasks (the endpoint counts generations).
     Shared(Arc<Mutex<SharedMemBarrierEndpoint>>),
-    /// A fresh channel over the bootstrap per task (the generations live in the bootstrap).
-    Bootstrap(SharedBootstrap),
+    /// The comm's hierarchical barrier between processes, shared likewise.
+    Host(Arc<Mutex<HostBarrier>>),
 }
 
 impl RankBarrier {
     fn channel(&self) -> Box<dyn BarrierChannel> {
         match self {
             Self::Shared(ep) => Box::new(SharedEndpoint(ep.clone())),
-            Self::Bootstrap(b) => Box::new(b.barrier_channel()),
+            Self::Host(hb) => Box::new(SharedEndpoint(hb.clone())),
         }
     }
 }
@@ -510,6 +512,21 @@ impl DriverEngine {
             ),
             EngineBarrier::Bootstrap(_) => None,
         };
+        // Collective over the bootstrap: every process of the run sets it up here.
+        let host = match &barrier {
+            EngineBarrier::Bootstrap(boot) => {
+                let [c] = comms.as_slice() else {
+                    return Err(format!(
+                        "a barrier between processes needs one rank per process, not {}",
+                        comms.len()
+                    ));
+                };
+                let hb = HostBarrier::setup(boot, &HostBarrierConfig::new(c.comm_id()))
+                    .map_err(|e| format!("barrier between processes: {e}"))?;
+                Some(Arc::new(Mutex::new(hb)))
+            }
+            EngineBarrier::InProcess => None,
+        };
         let mut ranks = Vec::new();
         for (i, comm) in comms.into_iter().enumerate() {
             let r = comm.rank();
@@ -521,8 +538,7 @@ impl DriverEngine {
                     b.endpoint(i as u32)
                         .map_err(|e| format!("barrier endpoint {r}: {e}"))?,
                 ))),
-                (None, EngineBarrier::Bootstrap(boot)) => RankBarrier::Bootstrap(boot.clone()),
-                (None, EngineBarrier::InProcess) => unreachable!("made above"),
+                (None, _) => RankBarrier::Host(host.clone().ok_or("no barrier")?),
             };
             ranks.push(DriverRank {
                 comm,
@@ -587,7 +603,7 @@ impl Engine for DriverEngine {
             self.registry.group_count(),
             self.rpp,
             if self.across_processes {
-                " (barrier between processes over the bootstrap)"
+                " (barrier between processes: shared memory per host, leaders over the bootstrap)"
             } else {
                 ""
             }

@@ -486,7 +486,12 @@ fn libfabric_all_reduce_two_processes_tcp_and_shm() {
             "{}",
             r.out
         );
-        assert!(r.out.contains("barrier between processes"), "{}", r.out);
+        assert!(
+            r.out
+                .contains("barrier between processes: shared memory per host"),
+            "{}",
+            r.out
+        );
         assert!(r.out.contains("# Out of bounds values : 0 OK"), "{}", r.out);
         assert_eq!(zero_wrong_rows(&r.out), 20, "8 B .. 4 MiB by 2\n{}", r.out);
         // Only rank 0 prints the table (forwarded once by the launcher).
