@@ -413,6 +413,8 @@ pub struct PolledDevice {
     /// The result of the last launch once it ended.
     result: Option<Result<(), DeviceError>>,
     launched: bool,
+    /// The last `poll_once` moved the launch on (a new wait, or its end).
+    moved: bool,
 }
 
 impl PolledDevice {
@@ -426,6 +428,7 @@ impl PolledDevice {
             waiting: None,
             result: None,
             launched: false,
+            moved: false,
         }
     }
 
@@ -455,12 +458,14 @@ impl PolledDevice {
     /// The error is the device's: [`DeviceError::Timeout`] naming the word it waited for when
     /// it made no progress for the timeout, or [`DeviceError::Protocol`].
     pub fn poll_once(&mut self) -> Option<Result<(), DeviceError>> {
+        self.moved = false;
         if let Some(r) = &self.result {
             return Some(r.clone());
         }
         if !self.launched {
             return Some(Ok(()));
         }
+        self.moved = true;
         let r = match self.device.poll(&*self.stats) {
             Ok(DevicePoll::Done | DevicePoll::Idle) => Ok(()),
             Ok(DevicePoll::Pending { waiting_for }) => {
@@ -468,6 +473,7 @@ impl PolledDevice {
                 match self.waiting {
                     Some((w, since)) if w == waiting_for => {
                         if now.duration_since(since) <= self.timeout {
+                            self.moved = false;
                             return None;
                         }
                         self.device.abandon();
@@ -491,6 +497,24 @@ impl PolledDevice {
     /// The device's counters.
     pub fn stats(&self) -> &Arc<DeviceStats> {
         &self.stats
+    }
+
+    /// `true` when the last [`PolledDevice::poll_once`] moved the launch on (it waits for
+    /// another word or value now, or it ended): what a drive hook answers, so the driving thread
+    /// yields only when neither the proxy nor the device moved.
+    pub fn moved(&self) -> bool {
+        self.moved
+    }
+
+    /// Gives up on the running launch (the proxy side failed): it ends with
+    /// [`DeviceError::Aborted`] and no word is touched again. No effect once it ended.
+    pub fn abort(&mut self) {
+        if self.launched && self.result.is_none() {
+            self.device.abandon();
+            self.result = Some(Err(DeviceError::Aborted {
+                rank: self.device.rank(),
+            }));
+        }
     }
 
     /// `true` when the last launch ended with an error.

@@ -29,7 +29,7 @@ use proxy_bootstrap::SharedBootstrap;
 use proxy_core::driver::queue::DriveMode;
 use proxy_core::driver::wake::{ThreadPark, Waiter};
 use proxy_core::time::{Clock, MonotonicClock};
-use proxy_emulator::{DeviceError, DeviceThread, Fault, Job, WaitPolicy};
+use proxy_emulator::{DeviceError, DeviceThread, Fault, Job, PolledDevice, WaitPolicy};
 use proxy_runtime::hostmem::{HostMem, HostMemCallbacks, LINE};
 use proxy_runtime::loader::ProgressLib;
 use proxy_runtime::Config;
@@ -691,7 +691,7 @@ impl World {
             let dev = &self.devices[r];
             if let Err(e) = self.engine.wait(r as u32, &|| dev.failed()) {
                 proxy_err.get_or_insert(format!("rank {}: {e}", self.local[r]));
-                for d in &self.devices {
+                for d in &mut self.devices {
                     d.abort();
                 }
             }
@@ -1173,6 +1173,8 @@ pub fn rank_cpus(n: u32, pin: bool) -> Vec<Option<usize>> {
 enum RankDevice {
     /// A `device-<rank>` thread.
     Thread(DeviceThread),
+    /// Polled from the rank's driving thread between ticks (caller mode).
+    Polled(PolledDevice),
 }
 
 impl RankDevice {
@@ -1187,13 +1189,14 @@ impl RankDevice {
             DeviceArg::Thread => Ok(Self::Thread(
                 DeviceThread::spawn(rank, fault, wait, cpu).map_err(|e| format!("device: {e}"))?,
             )),
-            DeviceArg::Polled => Err("the polled device is not built in".into()),
+            DeviceArg::Polled => Ok(Self::Polled(PolledDevice::new(rank, fault, wait.timeout))),
         }
     }
 
     fn stats(&self) -> &Arc<proxy_emulator::DeviceStats> {
         match self {
             Self::Thread(d) => d.stats(),
+            Self::Polled(d) => d.stats(),
         }
     }
 
@@ -1205,6 +1208,8 @@ impl RankDevice {
         match self {
             // SAFETY: forwarded under this function's contract.
             Self::Thread(d) => unsafe { d.launch(job) },
+            // SAFETY: as above.
+            Self::Polled(d) => unsafe { d.launch(job) },
         }
     }
 
@@ -1213,18 +1218,24 @@ impl RankDevice {
     fn poll(&mut self) -> bool {
         match self {
             Self::Thread(_) => false,
+            Self::Polled(d) => {
+                let _ = d.poll_once();
+                d.moved()
+            }
         }
     }
 
     fn failed(&self) -> bool {
         match self {
             Self::Thread(d) => d.failed(),
+            Self::Polled(d) => d.failed(),
         }
     }
 
-    fn abort(&self) {
+    fn abort(&mut self) {
         match self {
             Self::Thread(d) => d.abort(),
+            Self::Polled(d) => d.abort(),
         }
     }
 
@@ -1233,6 +1244,13 @@ impl RankDevice {
     fn wait(&mut self) -> Result<(), DeviceError> {
         match self {
             Self::Thread(d) => d.wait(),
+            Self::Polled(d) => loop {
+                // Bounded: the device fails itself after its no-progress timeout.
+                if let Some(r) = d.poll_once() {
+                    break r;
+                }
+                std::thread::yield_now();
+            },
         }
     }
 }
