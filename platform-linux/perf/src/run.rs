@@ -1173,8 +1173,9 @@ pub fn rank_cpus(n: u32, pin: bool) -> Vec<Option<usize>> {
 enum RankDevice {
     /// A `device-<rank>` thread.
     Thread(DeviceThread),
-    /// Polled from the rank's driving thread between ticks (caller mode).
-    Polled(PolledDevice),
+    /// Polled from the rank's driving thread between ticks (caller mode). Boxed: it holds the
+    /// interpreter's state inline.
+    Polled(Box<PolledDevice>),
 }
 
 impl RankDevice {
@@ -1189,7 +1190,7 @@ impl RankDevice {
             DeviceArg::Thread => Ok(Self::Thread(
                 DeviceThread::spawn(rank, fault, wait, cpu).map_err(|e| format!("device: {e}"))?,
             )),
-            DeviceArg::Polled => Ok(Self::Polled(PolledDevice::new(rank, fault, wait.timeout))),
+            DeviceArg::Polled => Ok(Self::Polled(Box::new(PolledDevice::new(rank, fault, wait.timeout)))),
         }
     }
 
