@@ -33,7 +33,7 @@
 
 use alloc::boxed::Box;
 
-use crate::sync::{spin_loop, AtomicU32, Ordering, UnsafeCell};
+use crate::sync::{spin_loop, AtomicU32, Ordering, PlainArc, UnsafeCell};
 use crate::time::Clock;
 
 /// Wakes one particular thread (the platform's half of the protocol).
@@ -46,6 +46,13 @@ pub trait Unpark: Send + Sync {
 
     /// A second handle on the same thread.
     fn clone_box(&self) -> Box<dyn Unpark>;
+
+    /// `true` when this handle wakes the calling thread: a waiter that parks again keeps its
+    /// registration instead of making a new one (no allocation per park). Default `false`
+    /// (always register anew).
+    fn is_current(&self) -> bool {
+        false
+    }
 }
 
 /// Blocks the calling thread (the platform's half of the protocol).
@@ -83,7 +90,9 @@ pub struct WaitCell {
     state: AtomicU32,
     /// How to wake the current waiter: written by the waiter in `EMPTY`, read by the notifier
     /// that moved `PARKED → NOTIFYING`.
-    unparker: UnsafeCell<Option<Box<dyn Unpark>>>,
+    /// Shared (reference-counted, never a loom type: not part of the modelled handoff) so that a
+    /// notifier can keep the handle past its `NOTIFIED` store while the waiter re-registers.
+    unparker: UnsafeCell<Option<PlainArc<dyn Unpark>>>,
 }
 
 // SAFETY: `unparker` is written only by the one waiter while the word is EMPTY and read only by
@@ -152,9 +161,7 @@ impl WaitCell {
         // We hold NOTIFYING: the registration is ours to read until we leave it.
         // SAFETY: module docs: the waiter writes `unparker` only in EMPTY, and cannot leave
         // PARKED/NOTIFYING for EMPTY until we store NOTIFIED below.
-        let u = self
-            .unparker
-            .with(|p| unsafe { (*p).as_ref().map(|u| u.clone_box()) });
+        let u = self.unparker.with(|p| unsafe { (*p).clone() });
         // AcqRel RMW (not a plain store), so the release chain to the waiter is unbroken.
         self.state.swap(NOTIFIED, Ordering::AcqRel);
         if let Some(u) = u {
@@ -172,11 +179,10 @@ impl WaitCell {
         if self.try_consume() {
             return;
         }
-        let me = park.unparker();
         // SAFETY: the word is EMPTY or NOTIFIED (we are the only waiter, every park returns in
         // EMPTY, and notifiers move EMPTY only to NOTIFIED), so no notifier reads the
         // registration now (that happens only in NOTIFYING).
-        self.unparker.with_mut(|p| unsafe { *p = Some(me) });
+        unsafe { self.register(park) };
         // AcqRel on success: Release publishes the registration to the notifier that takes
         // PARKED → NOTIFYING. Acquire on failure: a NOTIFIED that raced in is consumed next.
         // PLANT: WakeParkByPlainStore marks PARKED by a load, a check and a plain store: a
@@ -231,10 +237,9 @@ impl WaitCell {
         if self.try_consume() {
             return;
         }
-        let me = park.unparker();
         // SAFETY: as in `park`: the word is EMPTY or NOTIFIED, no notifier reads the
         // registration now.
-        self.unparker.with_mut(|p| unsafe { *p = Some(me) });
+        unsafe { self.register(park) };
         if self
             .state
             .compare_exchange(EMPTY, PARKED, Ordering::AcqRel, Ordering::Acquire)
@@ -266,6 +271,24 @@ impl WaitCell {
         // A notifier holds NOTIFYING: its NOTIFIED and unpark follow at once.
         while !self.try_consume() {
             park.park();
+        }
+    }
+
+    /// Registers the calling thread's unpark handle, keeping the current one when it already
+    /// wakes this thread ([`Unpark::is_current`]).
+    ///
+    /// # Safety
+    /// The word is EMPTY or NOTIFIED and the caller is the cell's one waiter (no notifier reads
+    /// the registration now).
+    unsafe fn register(&self, park: &dyn Park) {
+        // SAFETY: the caller's contract: nobody else touches the registration now.
+        let current = self
+            .unparker
+            .with(|p| unsafe { (*p).as_ref().is_some_and(|u| u.is_current()) });
+        if !current {
+            let me: PlainArc<dyn Unpark> = PlainArc::from(park.unparker());
+            // SAFETY: as above.
+            self.unparker.with_mut(|p| unsafe { *p = Some(me) });
         }
     }
 
@@ -365,6 +388,11 @@ impl Unpark for ThreadUnpark {
 
     fn clone_box(&self) -> Box<dyn Unpark> {
         Box::new(self.clone())
+    }
+
+    fn is_current(&self) -> bool {
+        // Thread ids are never reused within a process.
+        self.0.id() == std::thread::current().id()
     }
 }
 
@@ -476,7 +504,8 @@ mod tests {
         let p = TokenPark::default();
         // Simulate the waiter's registration + PARKED, then a notifier.
         // SAFETY: single-threaded test: no other access to the cell.
-        c.unparker.with_mut(|u| unsafe { *u = Some(p.unparker()) });
+        c.unparker
+            .with_mut(|u| unsafe { *u = Some(PlainArc::from(p.unparker())) });
         c.state.store(PARKED, Ordering::SeqCst);
         c.notify();
         assert_eq!(c.state.load(Ordering::SeqCst), NOTIFIED);

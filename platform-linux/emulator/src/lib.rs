@@ -214,6 +214,9 @@ struct Shared {
     /// The thread waiting in [`DeviceThread::wait`], unparked when a launch finishes.
     waiter: Mutex<Option<Thread>>,
     stop: AtomicBool,
+    /// The job of the last finished launch, handed back for the next launch of the same shape
+    /// ([`DeviceThread::take_job`]: no allocation per execution).
+    returned: Mutex<Option<Job>>,
 }
 
 /// A device on its own thread (`device-<rank>`): [`DeviceThread::launch`] rings its doorbell,
@@ -261,6 +264,7 @@ impl DeviceThread {
             failed: AtomicBool::new(false),
             waiter: Mutex::new(None),
             stop: AtomicBool::new(false),
+            returned: Mutex::new(None),
         });
         let mut device = Device::new(rank, fault);
         let stats = Arc::new(DeviceStats::default());
@@ -300,6 +304,7 @@ impl DeviceThread {
                     };
                     s.failed.store(r.is_err(), Ordering::Relaxed);
                     *s.result.lock().unwrap_or_else(|e| e.into_inner()) = Some(r);
+                    *s.returned.lock().unwrap_or_else(|e| e.into_inner()) = device.abandon();
                     // Release: the result and `failed` are visible to whoever sees the count.
                     s.finished.store(handled, Ordering::Release);
                     if let Some(t) = s.waiter.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
@@ -336,6 +341,20 @@ impl DeviceThread {
         if let Some(h) = &self.handle {
             h.thread().unpark();
         }
+    }
+
+    /// The job of the last launch, once [`DeviceThread::wait`] returned for it (`None` before,
+    /// or when taken): launch it again for the next execution of the same shape instead of
+    /// building a new one.
+    pub fn take_job(&mut self) -> Option<Job> {
+        if self.shared.finished.load(Ordering::Acquire) < self.launched {
+            return None;
+        }
+        self.shared
+            .returned
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
     }
 
     /// Makes the running execution, and every later one, end at once with
@@ -504,6 +523,14 @@ impl PolledDevice {
     /// yields only when neither the proxy nor the device moved.
     pub fn moved(&self) -> bool {
         self.moved
+    }
+
+    /// The job of the last launch once it ended (`None` while it runs, or when taken): launch
+    /// it again for the next execution of the same shape instead of building a new one.
+    pub fn take_job(&mut self) -> Option<Job> {
+        self.result.as_ref()?;
+        self.launched = false;
+        self.device.abandon()
     }
 
     /// Gives up on the running launch (the proxy side failed): it ends with

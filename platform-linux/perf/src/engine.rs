@@ -18,7 +18,7 @@ use proxy_core::driver::record::TaskRecord;
 use proxy_core::driver::registry::Membership;
 use proxy_core::driver::task::{
     BarrierChannel, BarrierTask, BarrierTaskSpec, BarrierTicket, BlockFifos, CommHandle,
-    NetworkTask, NetworkTaskSpec, SharedMemBarrier, SharedMemBarrierEndpoint,
+    NetworkTask, NetworkTaskSpec, SharedMemBarrier, SharedMemBarrierEndpoint, TaskKind,
 };
 use proxy_core::driver::trigger::{HostWord, TriggerWords};
 use proxy_core::driver::wake::Waiter;
@@ -271,6 +271,22 @@ impl RankBarrier {
     }
 }
 
+/// An execution in flight: its task ids (`n` of them submitted) and, for tasks that come back,
+/// the trigger set and shape they are kept for.
+#[derive(Clone, Copy, Debug)]
+struct Pending {
+    ids: [u32; 2],
+    n: usize,
+    keep: Option<(usize, u64)>,
+}
+
+/// The two tasks of a finished execution, kept for re-arming.
+struct Kept {
+    key: u64,
+    net: TaskBox,
+    barrier: TaskBox,
+}
+
 /// One rank of a [`DriverEngine`]: its comm, its slot of its group's proxy queue, its barrier
 /// endpoint, its executions in flight. In caller mode ([`DriveMode::Caller`]) each rank is
 /// run by its own thread ([`DriverEngine::ranks_mut`]), which submits, drives and waits.
@@ -279,8 +295,10 @@ pub struct DriverRank {
     comm: EngineComm,
     member: Option<Membership>,
     barrier: RankBarrier,
-    /// Task ids of the executions submitted and not yet waited for, oldest first.
-    pending: std::collections::VecDeque<[u32; 2]>,
+    /// The executions submitted and not yet waited for, oldest first.
+    pending: std::collections::VecDeque<Pending>,
+    /// Per trigger set: the tasks of its last execution, kept for re-arming.
+    cache: [Option<Kept>; 2],
     /// Final records popped ahead of their execution's turn.
     early: Vec<TaskRecord>,
     /// `NEURON_RT_DBG_PROXY_EARLY_COMPLETION`: every task is submitted with its skip flag
@@ -289,7 +307,8 @@ pub struct DriverRank {
 }
 
 impl DriverRank {
-    /// Submits `exec`'s network task and barrier task through the rank's slot.
+    /// Submits `exec`'s network task and barrier task through the rank's slot (new tasks, not
+    /// kept after they end).
     ///
     /// # Errors
     /// A message when a task cannot be built or the slot refuses it.
@@ -301,6 +320,64 @@ impl DriverRank {
         exec: Execution,
         timeout_ns: Option<u64>,
     ) -> Result<(), String> {
+        let id = exec.id;
+        // SAFETY: forwarded under this function's contract.
+        let (net, barrier) = unsafe { self.build(exec, timeout_ns) }?;
+        self.push(net, barrier, id, None)
+    }
+
+    /// Submits execution `id` on trigger set `set` (0 or 1) of the shape `key` (the caller's
+    /// name for "these FIFOs, words and schedule"): re-arms the two tasks kept from the last
+    /// execution of that set and shape ([`proxy_core::driver::task::ProxyTask::rearm`], nothing
+    /// allocated), or builds
+    /// them from `build()` when there are none. Either way the tasks come back when they end
+    /// ([`SlotHandle::submit_returning`]) and are kept for the next execution of the set.
+    ///
+    /// # Errors
+    /// A message when `build` fails, a task cannot be built or re-armed, or the slot refuses
+    /// it.
+    ///
+    /// # Safety
+    /// As [`Engine::submit`], for the execution `build` describes (a re-armed task carries the
+    /// same addresses as the one `build` made for this key).
+    pub unsafe fn submit_keyed(
+        &mut self,
+        key: u64,
+        set: usize,
+        id: u32,
+        timeout_ns: Option<u64>,
+        build: impl FnOnce() -> Result<Execution, String>,
+    ) -> Result<(), String> {
+        let kept = self.cache[set].take().filter(|k| k.key == key);
+        let (net, barrier) = match kept {
+            Some(mut k) => {
+                k.net
+                    .rearm(id.wrapping_mul(2))
+                    .map_err(|e| format!("re-arming the network task: {e}"))?;
+                k.barrier
+                    .rearm(id.wrapping_mul(2).wrapping_add(1))
+                    .map_err(|e| format!("re-arming the barrier task: {e}"))?;
+                (k.net, k.barrier)
+            }
+            None => {
+                let exec = build()?;
+                debug_assert_eq!(exec.id, id);
+                // SAFETY: forwarded under this function's contract.
+                unsafe { self.build(exec, timeout_ns) }?
+            }
+        };
+        self.push(net, barrier, id, Some((set, key)))
+    }
+
+    /// The two tasks of `exec`.
+    ///
+    /// # Safety
+    /// As [`Engine::submit`].
+    unsafe fn build(
+        &mut self,
+        exec: Execution,
+        timeout_ns: Option<u64>,
+    ) -> Result<(TaskBox, TaskBox), String> {
         let r = self;
         let comm_ptr = r.comm.handle();
         let comm_id = r.comm.comm_id();
@@ -343,20 +420,61 @@ impl DriverRank {
             skip: r.skip,
             timeout_ns,
         });
-        let ids = [
-            exec.id.wrapping_mul(2),
-            exec.id.wrapping_mul(2).wrapping_add(1),
-        ];
-        let slot = &mut r.member.as_mut().ok_or("rank left")?.slot;
-        slot.submit(Box::new(net) as TaskBox)
-            .map_err(|e| format!("submit: {}", e.status))?;
-        if let Err(e) = slot.submit(Box::new(barrier) as TaskBox) {
+        Ok((Box::new(net), Box::new(barrier)))
+    }
+
+    /// Submits the two tasks of execution `id`; `keep`: returned and kept for trigger set and
+    /// shape `(set, key)`.
+    fn push(
+        &mut self,
+        net: TaskBox,
+        barrier: TaskBox,
+        id: u32,
+        keep: Option<(usize, u64)>,
+    ) -> Result<(), String> {
+        let ids = [id.wrapping_mul(2), id.wrapping_mul(2).wrapping_add(1)];
+        let slot = &mut self.member.as_mut().ok_or("rank left")?.slot;
+        let submit = |slot: &mut proxy_core::driver::queue::SlotHandle, t: TaskBox| {
+            if keep.is_some() {
+                slot.submit_returning(t)
+            } else {
+                slot.submit(t)
+            }
+        };
+        submit(slot, net).map_err(|e| format!("submit: {}", e.status))?;
+        if let Err(e) = submit(slot, barrier) {
             // The network task is in: its record belongs to this execution's wait.
-            r.pending.push_back([ids[0], ids[0]]);
+            self.pending.push_back(Pending {
+                ids,
+                n: 1,
+                keep: None,
+            });
             return Err(format!("submit: {}", e.status));
         }
-        r.pending.push_back(ids);
+        self.pending.push_back(Pending { ids, n: 2, keep });
         Ok(())
+    }
+
+    /// After execution `p` completed: keeps its two returned tasks for the next execution of
+    /// its trigger set and shape.
+    fn keep_returned(&mut self, p: &Pending) {
+        let Some((set, key)) = p.keep else {
+            return;
+        };
+        let Some(m) = self.member.as_mut() else {
+            return;
+        };
+        let (mut net, mut barrier) = (None, None);
+        for _ in 0..2 {
+            match m.slot.take_returned() {
+                Some(t) if t.kind() == TaskKind::Network => net = Some(t),
+                Some(t) => barrier = Some(t),
+                None => break,
+            }
+        }
+        if let (Some(net), Some(barrier)) = (net, barrier) {
+            self.cache[set] = Some(Kept { key, net, barrier });
+        }
     }
 
     /// Waits for the oldest execution in flight (see [`Engine::wait`]), polling the status
@@ -382,15 +500,19 @@ impl DriverRank {
             nap: std::time::Duration::from_micros(100),
             timeout: std::time::Duration::from_millis(100),
         };
-        let r = self;
-        let Some(ids) = r.pending.pop_front() else {
+        let Some(p) = self.pending.pop_front() else {
             return Ok(());
         };
+        let r = &mut *self;
         let slot = &mut r.member.as_mut().ok_or("rank left")?.slot;
-        let mut missing: Vec<u32> = ids.to_vec();
-        missing.dedup();
-        while !missing.is_empty() {
-            let rec = match r.early.iter().position(|e| missing.contains(&e.task_id)) {
+        // The execution's task ids still missing (no allocation: at most two).
+        let mut missing = [Some(p.ids[0]), (p.n == 2).then_some(p.ids[1])];
+        while missing.iter().any(Option::is_some) {
+            let rec = match r
+                .early
+                .iter()
+                .position(|e| missing.contains(&Some(e.task_id)))
+            {
                 Some(i) => r.early.swap_remove(i),
                 None => {
                     // Yield-poll the status ring first, then nap-poll it (a parked consumer
@@ -408,24 +530,29 @@ impl DriverRank {
                             break;
                         }
                         if device_failed() {
-                            return Err(format!("the device failed; tasks {missing:?} abandoned"));
+                            return Err(format!(
+                                "the device failed; tasks {:?} abandoned",
+                                missing.iter().flatten().collect::<Vec<_>>()
+                            ));
                         }
                         policy = slow;
                     }
                     got.expect("loop ends with a record")
                 }
             };
-            let Some(i) = missing.iter().position(|&id| id == rec.task_id) else {
+            let Some(m) = missing.iter_mut().find(|m| **m == Some(rec.task_id)) else {
+                // Room: reserved for a full status ring when the rank was made.
                 r.early.push(rec);
                 continue;
             };
-            missing.swap_remove(i);
+            *m = None;
             if rec.status() != NrtStatus::Success {
                 // The other task of the execution may never end (a barrier task waits for a
                 // device that waits for the failed network task): do not wait for it.
                 return Err(format!("task {} ended {}", rec.task_id, rec.status()));
             }
         }
+        self.keep_returned(&p);
         Ok(())
     }
 
@@ -441,12 +568,11 @@ impl DriverRank {
         deadline_ns: Option<u64>,
         hook: &mut dyn FnMut() -> bool,
     ) -> Result<(), String> {
-        let Some(ids) = self.pending.pop_front() else {
+        let Some(p) = self.pending.pop_front() else {
             return Ok(());
         };
         let slot = &mut self.member.as_mut().ok_or("rank left")?.slot;
-        let n = if ids[0] == ids[1] { 1 } else { 2 };
-        for &id in &ids[..n] {
+        for &id in &p.ids[..p.n] {
             let rec = slot
                 .drive_until(id, deadline_ns, waiter, Some(&mut *hook))
                 .map_err(|e| format!("task {id}: driving the proxy queue: {e}"))?;
@@ -454,6 +580,7 @@ impl DriverRank {
                 return Err(format!("task {} ended {}", rec.task_id, rec.status()));
             }
         }
+        self.keep_returned(&p);
         Ok(())
     }
 }
@@ -544,8 +671,9 @@ impl DriverEngine {
                 comm,
                 member: Some(member),
                 barrier,
-                pending: std::collections::VecDeque::new(),
-                early: Vec::new(),
+                pending: std::collections::VecDeque::with_capacity(cfg.queue.status_capacity),
+                cache: [None, None],
+                early: Vec::with_capacity(cfg.queue.status_capacity),
                 skip: cfg.early_completion,
             });
         }
@@ -572,6 +700,11 @@ impl DriverEngine {
     /// The spin budget of the waits (`NEURON_RT_PROXY_SPIN_US`, or 0 when oversubscribed).
     pub fn spin(&self) -> std::time::Duration {
         self.spin
+    }
+
+    /// The tasks' no-progress limit in ns (`NEURON_RT_EXEC_TIMEOUT`; `None`: no limit).
+    pub fn timeout_ns(&self) -> Option<u64> {
+        self.timeout_ns
     }
 
     /// Ranks per proxy queue.

@@ -151,6 +151,10 @@ pub struct World {
     /// By local index.
     fixed: Vec<FixedWords>,
     next_exec: u32,
+    /// `prepare` calls so far (the generation of the next [`Prepared`]).
+    preparations: u32,
+    /// Every local rank's barrier-done semaphore, by local index (the leader raises them all).
+    done_words: Vec<u64>,
     /// The first failure: the world runs nothing after it (tasks may still be in flight).
     failed: Option<String>,
     /// Buffers kept until the engine is gone: of earlier rows when a transport may have
@@ -337,6 +341,15 @@ struct Prepared {
     plans: Vec<Arc<RankPlan>>,
     addrs: Vec<Addresses>,
     fifos: Vec<Fifos>,
+    /// Which `prepare` made it (unique in the World): with the reps, the shape key of its
+    /// executions' kept tasks and jobs.
+    generation: u32,
+}
+
+/// The key under which the tasks and device jobs of `prep`'s executions with `reps` program
+/// executions are kept for re-arming.
+fn shape_key(prep: &Prepared, reps: u32) -> u64 {
+    (u64::from(prep.generation) << 32) | u64::from(reps)
 }
 
 impl World {
@@ -556,8 +569,14 @@ impl World {
             exec_timeout: a.exec_timeout,
             engine: a.engine,
             devices,
+            done_words: a
+                .mems
+                .iter()
+                .map(|mem| FixedWords { mem: mem.clone() }.barrier_done())
+                .collect(),
             fixed: a.mems.into_iter().map(|mem| FixedWords { mem }).collect(),
             next_exec: 0,
+            preparations: 0,
             failed: None,
             retired: Vec::new(),
         })
@@ -625,39 +644,23 @@ impl World {
             return Err(format!("an earlier execution failed: {e}"));
         }
         let n = self.local.len();
-        let done_words: Vec<u64> = self.fixed.iter().map(FixedWords::barrier_done).collect();
         self.next_exec = self.next_exec.wrapping_add(1);
+        let id = self.next_exec;
+        let key = shape_key(prep, reps);
+        let timeout_ns = self.engine.timeout_ns();
         for r in 0..n {
             let f = &self.fixed[r];
-            // Arm the triggers before the tasks are submitted (docs/design.md §4).
-            for t in [f.net_trigger(set), f.barrier_trigger(set)] {
-                f.mem
-                    .word_at(t)
-                    .ok_or_else(|| format!("trigger word {t:#x} outside the host memory"))?
-                    .store(TRIGGER_ARMED);
-            }
-            let blocks = if prep.plans[r].ops.is_empty() {
-                Vec::new()
-            } else {
-                vec![(0, BLOCK, prep.fifos[r].clone())]
-            };
-            let exec = Execution {
-                id: self.next_exec,
-                blocks,
-                schedule: vec![BLOCK; reps as usize],
-                net_triggers: vec![f.net_trigger(set)],
-                barrier_triggers: vec![f.barrier_trigger(set)],
-                barrier_done: if r == 0 {
-                    done_words.clone()
-                } else {
-                    Vec::new()
-                },
-                leader: r == 0,
-            };
+            arm_triggers(f, set)?;
+            let done = &self.done_words;
             // SAFETY: the buffers and words live in `self` / the caller's RankMem until the
             // execution has been waited for (`complete`), or, after a failure, until the
             // engine is gone (`row` retires the buffers; fields drop in order).
-            if let Err(e) = unsafe { self.engine.submit(r as u32, exec) } {
+            let submitted = unsafe {
+                self.engine.ranks_mut()[r].submit_keyed(key, set, id, timeout_ns, || {
+                    Ok(execution_of(prep, f, r, set, id, reps, done))
+                })
+            };
+            if let Err(e) = submitted {
                 let e = format!("rank {}: {e}", self.local[r]);
                 self.failed = Some(e.clone());
                 return Err(e);
@@ -670,18 +673,11 @@ impl World {
     /// waits for the devices and for the execution's task records.
     fn complete(&mut self, prep: &Prepared, reps: u32, set: usize) -> Result<(), String> {
         let n = self.local.len();
+        let key = shape_key(prep, reps);
         for r in 0..n {
             let f = &self.fixed[r];
-            let job = Job {
-                plan: prep.plans[r].clone(),
-                addrs: prep.addrs[r],
-                reps,
-                net_triggers: vec![f.net_trigger(set)],
-                barrier_triggers: vec![f.barrier_trigger(set)],
-                barrier_done: Some(f.barrier_done()),
-            };
             // SAFETY: as in `submit`.
-            unsafe { self.devices[r].launch(job) };
+            unsafe { self.devices[r].launch(key, set, || job_of(prep, f, r, set, reps)) };
         }
         // The proxy side first: it stops waiting as soon as a task failed or the rank's device
         // did; then the devices, aborted if the proxy side gave up (they would only wait for
@@ -722,7 +718,7 @@ impl World {
     /// driver every local rank runs on its own thread ([`World::run_execs_caller`]).
     fn run_execs(&mut self, prep: &Prepared, count: u32, reps: u32) -> Result<Duration, String> {
         if self.modes.driver == DriverArg::Caller {
-            return self.run_execs_caller(prep, count, reps);
+            return self.run_execs_caller(prep, count, reps, 0, None);
         }
         let t0 = Instant::now();
         let depth = self.engine.max_in_flight().clamp(1, TRIGGER_SETS) as u32;
@@ -746,19 +742,23 @@ impl World {
     /// Caller mode: one scoped thread per local rank runs its `count` executions (arm the
     /// triggers, submit the network and barrier tasks, launch its device, drive its queue until
     /// both records are final with the polled device in the hook), as nccl-tests runs a thread
-    /// per rank. The ranks start together (a barrier) and the slowest rank's time is returned.
+    /// per rank. The ranks first run `warmup` untimed executions, then meet (a barrier), and
+    /// `arm(true)` is called (by rank 0's thread, with every rank between executions) before
+    /// the `count` timed ones and `arm(false)` after them; the slowest rank's time is returned.
+    /// A rank that fails stops executing but still meets the others, so none waits forever.
     fn run_execs_caller(
         &mut self,
         prep: &Prepared,
         count: u32,
         reps: u32,
+        warmup: u32,
+        arm: Option<&(dyn Fn(bool) + Sync)>,
     ) -> Result<Duration, String> {
         if let Some(e) = &self.failed {
             return Err(format!("an earlier execution failed: {e}"));
         }
-        let done_words: Vec<u64> = self.fixed.iter().map(FixedWords::barrier_done).collect();
         let first_id = self.next_exec.wrapping_add(1);
-        self.next_exec = self.next_exec.wrapping_add(count);
+        self.next_exec = self.next_exec.wrapping_add(warmup).wrapping_add(count);
         let timeout_ns = self
             .exec_timeout
             .map(|t| u64::try_from(t.as_nanos()).unwrap_or(u64::MAX));
@@ -778,7 +778,7 @@ impl World {
                     let ctx = RankRun {
                         index: r,
                         fixed,
-                        done_words: &done_words,
+                        done_words: &self.done_words,
                         prep,
                         reps,
                         first_id,
@@ -789,13 +789,32 @@ impl World {
                     std::thread::Builder::new()
                         .name(format!("rank-{}", local[r]))
                         .spawn_scoped(sc, move || {
+                            let mut err = None;
+                            let mut run = |from: u32, to: u32| {
+                                for i in from..to {
+                                    if err.is_some() {
+                                        break;
+                                    }
+                                    if let Err(e) = ctx.execution(rank, dev, i) {
+                                        err = Some(format!("rank {}: {e}", local[r]));
+                                    }
+                                }
+                            };
+                            start.wait();
+                            run(0, warmup);
+                            start.wait();
+                            if let (0, Some(arm)) = (r, arm) {
+                                arm(true);
+                            }
                             start.wait();
                             let t0 = Instant::now();
-                            for i in 0..count {
-                                ctx.execution(rank, dev, i)
-                                    .map_err(|e| format!("rank {}: {e}", local[r]))?;
+                            run(warmup, warmup + count);
+                            let elapsed = t0.elapsed();
+                            start.wait();
+                            if let (0, Some(arm)) = (r, arm) {
+                                arm(false);
                             }
-                            Ok(t0.elapsed())
+                            err.map_or(Ok(elapsed), Err)
                         })
                 })
                 .collect();
@@ -827,11 +846,18 @@ impl World {
         self.run_execs(prep, 1, reps).map(|_| ())
     }
 
-    fn prepare(&self, mems: &mut [RankMem], size: u64, in_place: bool) -> Result<Prepared, String> {
+    fn prepare(
+        &mut self,
+        mems: &mut [RankMem],
+        size: u64,
+        in_place: bool,
+    ) -> Result<Prepared, String> {
+        self.preparations = self.preparations.wrapping_add(1);
         let mut prep = Prepared {
             plans: Vec::new(),
             addrs: Vec::new(),
             fifos: Vec::new(),
+            generation: self.preparations,
         };
         for (r, m) in mems.iter_mut().enumerate() {
             let p = plan(&self.params(size, self.local[r], in_place)).map_err(|e| e.to_string())?;
@@ -995,6 +1021,64 @@ impl World {
         })
     }
 
+    /// The allocation-free steady state, measured from outside: runs `warmup` executions of
+    /// `size` (out of place, execution mode: one network and one barrier task per rank per
+    /// execution), then calls `arm(true)`, runs `iters` more, calls `arm(false)`, and returns
+    /// the wrong elements of a checked execution after them. A caller's counting allocator
+    /// that counts while armed sees what the steady state allocates, on every thread. With the
+    /// caller driver the calls happen on rank 0's thread while every rank thread is between
+    /// executions.
+    ///
+    /// # Errors
+    /// A message when planning, the proxy or a device fails.
+    pub fn count_steady_state(
+        &mut self,
+        size: u64,
+        warmup: u32,
+        iters: u32,
+        arm: &(dyn Fn(bool) + Sync),
+    ) -> Result<u64, String> {
+        let mut mems = self.buffers(size)?;
+        let prep = self.prepare(&mut mems, size, false)?;
+        self.fill_inputs(&prep);
+        let r = if self.modes.driver == DriverArg::Caller {
+            self.run_execs_caller(&prep, iters, 1, warmup, Some(arm))
+                .map(|_| ())
+        } else {
+            self.run_execs(&prep, warmup, 1).and_then(|_| {
+                arm(true);
+                let r = self.run_execs(&prep, iters, 1);
+                arm(false);
+                r.map(|_| ())
+            })
+        };
+        let wrong = r.and_then(|()| {
+            self.poison_outputs(&prep);
+            self.execute(&prep, 1)?;
+            Ok(self.wrong(&prep))
+        });
+        self.retired.push(mems);
+        wrong
+    }
+
+    /// Every local rank's buffers for `size` (out of place and in place).
+    fn buffers(&self, size: u64) -> Result<Vec<RankMem>, String> {
+        self.local
+            .iter()
+            .map(|&r| {
+                let po = plan(&self.params(size, r, false)).map_err(|e| e.to_string())?;
+                let pi = plan(&self.params(size, r, true)).map_err(|e| e.to_string())?;
+                let lo = po.layout;
+                Ok(RankMem {
+                    input: alloc_bytes(lo.input_bytes),
+                    output: alloc_bytes(lo.output_bytes),
+                    shared: alloc_bytes(pi.layout.shared_bytes()),
+                    scratch: alloc_bytes(lo.scratch_bytes.max(pi.layout.scratch_bytes)),
+                })
+            })
+            .collect()
+    }
+
     /// Measures one size (out of place, then in place).
     ///
     /// # Errors
@@ -1005,21 +1089,7 @@ impl World {
         }
         let n = self.args.ranks;
         let probe = plan(&self.params(size, 0, false)).map_err(|e| e.to_string())?;
-        let mut mems: Vec<RankMem> = self
-            .local
-            .iter()
-            .map(|&r| {
-                let po = plan(&self.params(size, r, false)).expect("planned above");
-                let pi = plan(&self.params(size, r, true)).expect("planned above");
-                let lo = po.layout;
-                RankMem {
-                    input: alloc_bytes(lo.input_bytes),
-                    output: alloc_bytes(lo.output_bytes),
-                    shared: alloc_bytes(pi.layout.shared_bytes()),
-                    scratch: alloc_bytes(lo.scratch_bytes.max(pi.layout.scratch_bytes)),
-                }
-            })
-            .collect();
+        let mut mems = self.buffers(size)?;
         let oop = self.measure(&mut mems, size, false);
         let ip = oop.is_ok().then(|| self.measure(&mut mems, size, true));
         if self.peers.is_some() || self.failed.is_some() {
@@ -1170,12 +1240,22 @@ pub fn rank_cpus(n: u32, pin: bool) -> Vec<Option<usize>> {
 }
 
 /// A rank's device emulator: its own thread, or polled from the rank's driving thread.
-enum RankDevice {
+enum DeviceKind {
     /// A `device-<rank>` thread.
     Thread(DeviceThread),
     /// Polled from the rank's driving thread between ticks (caller mode). Boxed: it holds the
     /// interpreter's state inline.
     Polled(Box<PolledDevice>),
+}
+
+/// A rank's device and the jobs of its last executions, kept per trigger set for the next
+/// execution of the same shape (no allocation per execution).
+struct RankDevice {
+    dev: DeviceKind,
+    /// Per trigger set: `(shape key, job)` of its last finished execution.
+    jobs: [Option<(u64, Job)>; TRIGGER_SETS],
+    /// `(shape key, trigger set)` of the job the device holds now.
+    current: Option<(u64, usize)>,
 }
 
 impl RankDevice {
@@ -1186,40 +1266,62 @@ impl RankDevice {
         wait: WaitPolicy,
         cpu: Option<usize>,
     ) -> Result<Self, String> {
-        match mode {
-            DeviceArg::Thread => Ok(Self::Thread(
+        let dev = match mode {
+            DeviceArg::Thread => DeviceKind::Thread(
                 DeviceThread::spawn(rank, fault, wait, cpu).map_err(|e| format!("device: {e}"))?,
-            )),
-            DeviceArg::Polled => Ok(Self::Polled(Box::new(PolledDevice::new(rank, fault, wait.timeout)))),
-        }
+            ),
+            DeviceArg::Polled => {
+                DeviceKind::Polled(Box::new(PolledDevice::new(rank, fault, wait.timeout)))
+            }
+        };
+        Ok(Self {
+            dev,
+            jobs: [None, None],
+            current: None,
+        })
     }
 
     fn stats(&self) -> &Arc<proxy_emulator::DeviceStats> {
-        match self {
-            Self::Thread(d) => d.stats(),
-            Self::Polled(d) => d.stats(),
+        match &self.dev {
+            DeviceKind::Thread(d) => d.stats(),
+            DeviceKind::Polled(d) => d.stats(),
         }
     }
 
-    /// Launches `job`.
+    /// Launches the job of trigger set `set` and shape `key`: the one kept from the last
+    /// execution of that set and shape, else `build()`'s.
     ///
     /// # Safety
-    /// As [`DeviceThread::launch`].
-    unsafe fn launch(&mut self, job: Job) {
-        match self {
+    /// As [`DeviceThread::launch`] for the job `build` describes.
+    unsafe fn launch(&mut self, key: u64, set: usize, build: impl FnOnce() -> Job) {
+        if let Some((k, s)) = self.current.take() {
+            let back = match &mut self.dev {
+                DeviceKind::Thread(d) => d.take_job(),
+                DeviceKind::Polled(d) => d.take_job(),
+            };
+            if let Some(j) = back {
+                self.jobs[s] = Some((k, j));
+            }
+        }
+        let job = match self.jobs[set].take() {
+            Some((k, j)) if k == key => j,
+            _ => build(),
+        };
+        self.current = Some((key, set));
+        match &mut self.dev {
             // SAFETY: forwarded under this function's contract.
-            Self::Thread(d) => unsafe { d.launch(job) },
+            DeviceKind::Thread(d) => unsafe { d.launch(job) },
             // SAFETY: as above.
-            Self::Polled(d) => unsafe { d.launch(job) },
+            DeviceKind::Polled(d) => unsafe { d.launch(job) },
         }
     }
 
     /// The drive hook: advances a polled device; `true` when it moved. A device thread runs by
     /// itself (`false`).
     fn poll(&mut self) -> bool {
-        match self {
-            Self::Thread(_) => false,
-            Self::Polled(d) => {
+        match &mut self.dev {
+            DeviceKind::Thread(_) => false,
+            DeviceKind::Polled(d) => {
                 let _ = d.poll_once();
                 d.moved()
             }
@@ -1227,26 +1329,25 @@ impl RankDevice {
     }
 
     fn failed(&self) -> bool {
-        match self {
-            Self::Thread(d) => d.failed(),
-            Self::Polled(d) => d.failed(),
+        match &self.dev {
+            DeviceKind::Thread(d) => d.failed(),
+            DeviceKind::Polled(d) => d.failed(),
         }
     }
 
     fn abort(&mut self) {
-        match self {
-            Self::Thread(d) => d.abort(),
-            Self::Polled(d) => d.abort(),
+        match &mut self.dev {
+            DeviceKind::Thread(d) => d.abort(),
+            DeviceKind::Polled(d) => d.abort(),
         }
     }
 
     /// Waits for the launched job to end (a polled device is polled to its end, bounded by
-    /// its own timeout).
+    /// its own no-progress timeout).
     fn wait(&mut self) -> Result<(), DeviceError> {
-        match self {
-            Self::Thread(d) => d.wait(),
-            Self::Polled(d) => loop {
-                // Bounded: the device fails itself after its no-progress timeout.
+        match &mut self.dev {
+            DeviceKind::Thread(d) => d.wait(),
+            DeviceKind::Polled(d) => loop {
                 if let Some(r) = d.poll_once() {
                     break r;
                 }
@@ -1254,6 +1355,60 @@ impl RankDevice {
             },
         }
     }
+}
+
+/// Rank `r`'s execution `id` on trigger set `set` (`reps` program executions of the block).
+fn execution_of(
+    prep: &Prepared,
+    f: &FixedWords,
+    r: usize,
+    set: usize,
+    id: u32,
+    reps: u32,
+    done_words: &[u64],
+) -> Execution {
+    let leader = r == 0;
+    Execution {
+        id,
+        blocks: if prep.plans[r].ops.is_empty() {
+            Vec::new()
+        } else {
+            vec![(0, BLOCK, prep.fifos[r].clone())]
+        },
+        schedule: vec![BLOCK; reps as usize],
+        net_triggers: vec![f.net_trigger(set)],
+        barrier_triggers: vec![f.barrier_trigger(set)],
+        barrier_done: if leader {
+            done_words.to_vec()
+        } else {
+            Vec::new()
+        },
+        leader,
+    }
+}
+
+/// Rank `r`'s device job for trigger set `set`.
+fn job_of(prep: &Prepared, f: &FixedWords, r: usize, set: usize, reps: u32) -> Job {
+    Job {
+        plan: prep.plans[r].clone(),
+        addrs: prep.addrs[r],
+        reps,
+        net_triggers: vec![f.net_trigger(set)],
+        barrier_triggers: vec![f.barrier_trigger(set)],
+        barrier_done: Some(f.barrier_done()),
+    }
+}
+
+/// Arms rank `f`'s trigger words of set `set` (before its tasks are submitted, docs/design.md
+/// §4).
+fn arm_triggers(f: &FixedWords, set: usize) -> Result<(), String> {
+    for t in [f.net_trigger(set), f.barrier_trigger(set)] {
+        f.mem
+            .word_at(t)
+            .ok_or_else(|| format!("trigger word {t:#x} outside the host memory"))?
+            .store(TRIGGER_ARMED);
+    }
+    Ok(())
 }
 
 /// What every rank thread of a caller-mode run shares (read only).
@@ -1277,46 +1432,23 @@ impl RankRun<'_> {
     fn execution(&self, rank: &mut DriverRank, dev: &mut RankDevice, i: u32) -> Result<(), String> {
         let r = self.index;
         let f = &self.fixed[r];
-        let set = i as usize % TRIGGER_SETS;
-        for t in [f.net_trigger(set), f.barrier_trigger(set)] {
-            f.mem
-                .word_at(t)
-                .ok_or_else(|| format!("trigger word {t:#x} outside the host memory"))?
-                .store(TRIGGER_ARMED);
-        }
-        let leader = r == 0;
-        let blocks = if self.prep.plans[r].ops.is_empty() {
-            Vec::new()
-        } else {
-            vec![(0, BLOCK, self.prep.fifos[r].clone())]
-        };
-        let exec = Execution {
-            id: self.first_id.wrapping_add(i),
-            blocks,
-            schedule: vec![BLOCK; self.reps as usize],
-            net_triggers: vec![f.net_trigger(set)],
-            barrier_triggers: vec![f.barrier_trigger(set)],
-            barrier_done: if leader {
-                self.done_words.to_vec()
-            } else {
-                Vec::new()
-            },
-            leader,
-        };
+        // One execution in flight per rank: trigger set 0 every time (its tasks and job are
+        // re-armed, nothing allocated).
+        let set = 0;
+        let id = self.first_id.wrapping_add(i);
+        let key = shape_key(self.prep, self.reps);
+        arm_triggers(f, set)?;
+        let (prep, reps, done) = (self.prep, self.reps, self.done_words);
         // SAFETY: the buffers and words live in the World / the caller's RankMem until this
         // execution has been driven to its end below, or, after a failure, until the engine is
         // gone (`row` retires the buffers; fields drop in order).
-        unsafe { rank.submit(exec, self.timeout_ns) }?;
-        let job = Job {
-            plan: self.prep.plans[r].clone(),
-            addrs: self.prep.addrs[r],
-            reps: self.reps,
-            net_triggers: vec![f.net_trigger(set)],
-            barrier_triggers: vec![f.barrier_trigger(set)],
-            barrier_done: Some(f.barrier_done()),
-        };
+        unsafe {
+            rank.submit_keyed(key, set, id, self.timeout_ns, || {
+                Ok(execution_of(prep, f, r, set, id, reps, done))
+            })
+        }?;
         // SAFETY: as for the submission.
-        unsafe { dev.launch(job) };
+        unsafe { dev.launch(key, set, || job_of(prep, f, r, set, reps)) };
         let clock = MonotonicClock;
         let waiter = Waiter {
             park: &ThreadPark,
