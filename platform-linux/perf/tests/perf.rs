@@ -33,36 +33,47 @@ fn check_sizes(a: &Args, sizes: &[u64]) {
     }
 }
 
+/// The two driver/device mode pairs every correctness matrix runs in: worker threads with
+/// device threads, and caller-driven queues with polled devices (one thread per rank).
+const MODES: [[&str; 4]; 2] = [
+    ["--driver", "thread", "--device", "thread"],
+    ["--driver", "caller", "--device", "polled"],
+];
+
 /// Every collective × ranks {1,2,3,4} × sizes {1 element, a count that is a multiple of
-/// neither nranks nor the chunk, 1 MiB} × {float, int32}: 0 wrong.
+/// neither nranks nor the chunk, 1 MiB} × {float, int32} × both mode pairs: 0 wrong.
 #[test]
 fn every_collective_ranks_sizes_and_types() {
     let t0 = Instant::now();
-    for c in [
-        "all-reduce",
-        "all-gather",
-        "reduce-scatter",
-        "broadcast",
-        "send-recv",
-        "all-to-all",
-    ] {
-        for ranks in 1..=4u32 {
-            for (ty, elt) in [("float", 4u64), ("int32", 4)] {
-                let r = ranks.to_string();
-                let root = (ranks - 1).to_string();
-                let a = args(&[
-                    c, "--ranks", &r, "-d", ty, "-r", &root, "-n", "1", "-w", "0", "-c", "1",
-                    "--chunk", "64K",
-                ]);
-                // 1 element (per rank block for the blocked collectives), 131083 elements
-                // (odd, not a multiple of 3 or 4, nor of the 16384-element chunk), 1 MiB.
-                let one = elt
-                    * if matches!(c, "all-gather" | "reduce-scatter" | "all-to-all") {
-                        u64::from(ranks)
-                    } else {
-                        1
-                    };
-                check_sizes(&a, &[one, 131_083 * elt, 1 << 20]);
+    for modes in MODES {
+        for c in [
+            "all-reduce",
+            "all-gather",
+            "reduce-scatter",
+            "broadcast",
+            "send-recv",
+            "all-to-all",
+        ] {
+            for ranks in 1..=4u32 {
+                for (ty, elt) in [("float", 4u64), ("int32", 4)] {
+                    let r = ranks.to_string();
+                    let root = (ranks - 1).to_string();
+                    let mut v = vec![
+                        c, "--ranks", &r, "-d", ty, "-r", &root, "-n", "1", "-w", "0", "-c", "1",
+                        "--chunk", "64K",
+                    ];
+                    v.extend_from_slice(&modes);
+                    let a = args(&v);
+                    // 1 element (per rank block for the blocked collectives), 131083 elements
+                    // (odd, not a multiple of 3 or 4, nor of the 16384-element chunk), 1 MiB.
+                    let one = elt
+                        * if matches!(c, "all-gather" | "reduce-scatter" | "all-to-all") {
+                            u64::from(ranks)
+                        } else {
+                            1
+                        };
+                    check_sizes(&a, &[one, 131_083 * elt, 1 << 20]);
+                }
             }
         }
     }
@@ -765,4 +776,62 @@ fn progress_lib_that_cannot_be_loaded_is_refused_clearly() {
         err.contains("libc.so.6") && err.contains("neuronStartNetworkProxy"),
         "{err}"
     );
+}
+
+/// Every collective × 1–4 processes over libfabric tcp and shm, in both mode pairs: 0 wrong in
+/// every row (8 B, 512 B, 32 KiB, 2 MiB).
+#[test]
+fn libfabric_every_collective_both_modes() {
+    let runs: Vec<(&str, u32)> = [
+        "all-reduce",
+        "all-gather",
+        "reduce-scatter",
+        "broadcast",
+        "send-recv",
+        "all-to-all",
+    ]
+    .iter()
+    .flat_map(|&c| (1..=4).map(move |n| (c, n)))
+    .collect();
+    for provider in ["tcp", "shm"] {
+        for modes in MODES {
+            for &(c, ranks) in &runs {
+                let r = ranks.to_string();
+                let mut v = vec![
+                    c,
+                    "--transport",
+                    "libfabric",
+                    "--provider",
+                    provider,
+                    "--ranks",
+                    &r,
+                    "-b",
+                    "8",
+                    "-e",
+                    "2M",
+                    "-f",
+                    "64",
+                    "-n",
+                    "2",
+                    "-w",
+                    "1",
+                    "-c",
+                    "1",
+                ];
+                v.extend_from_slice(&modes);
+                let b = run_bounded(
+                    &v,
+                    &[
+                        ("NEURON_RT_BOOTSTRAP_TIMEOUT", "30"),
+                        ("NEURON_RT_EXEC_TIMEOUT", "20"),
+                    ],
+                    Duration::from_secs(90),
+                );
+                let what = format!("{c} {provider} {ranks} ranks {modes:?}");
+                eprintln!("{what}: {:.1} s", b.took.as_secs_f64());
+                assert_eq!(b.code, Some(0), "{what}:\n{}\n{}", b.out, b.err);
+                assert_eq!(zero_wrong_rows(&b.out), 4, "{what}\n{}", b.out);
+            }
+        }
+    }
 }
