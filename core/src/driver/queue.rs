@@ -665,8 +665,9 @@ impl SlotHandle {
         Ok(())
     }
 
-    /// The box of a DONE task submitted with [`SlotHandle::submit_returning`], oldest first
-    /// (its record was pushed before it; `None` when none is back yet).
+    /// The box of a DONE task submitted with [`SlotHandle::submit_returning`], in the order the
+    /// tasks ended (`None` when none is back yet). A box is back before its record is pushed:
+    /// once a task's record was popped, its box is here.
     pub fn take_returned(&mut self) -> Option<TaskBox> {
         let t = self.ends.as_mut()?.returned.pop()?;
         self.kept_out -= 1;
@@ -1235,19 +1236,25 @@ impl DriverState {
     }
 }
 
-/// A DONE task leaves the driver: its final record is pushed, and its box goes back to the
-/// owner if it was submitted with `keep` (else it is dropped here).
+/// A DONE task leaves the driver: its box goes back to the owner if it was submitted with
+/// `keep` (else it is dropped here), then its final record is pushed. Box first: an owner that
+/// has popped the record finds the box already in the return ring.
 fn finish(
     index: usize,
     status: &mut Producer<TaskRecord>,
     returned: &mut Producer<TaskBox>,
     sub: Submitted,
 ) {
-    push_record(index, status, sub.task.record());
-    if sub.keep && returned.push(sub.task).is_err() {
-        log::error!("slot {index}: return ring full, a task box dropped (admission bug)");
-        debug_assert!(false, "return ring full");
+    let rec = sub.task.record();
+    if sub.keep {
+        if returned.push(sub.task).is_err() {
+            log::error!("slot {index}: return ring full, a task box dropped (admission bug)");
+            debug_assert!(false, "return ring full");
+        }
+    } else {
+        drop(sub.task);
     }
+    push_record(index, status, rec);
 }
 
 /// Pushes a final record; there is always room (admission limit), so a failure is a bug that

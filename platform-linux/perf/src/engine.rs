@@ -465,11 +465,20 @@ impl DriverRank {
             return;
         };
         let (mut net, mut barrier) = (None, None);
+        // The boxes are back before their records (both popped): the next two in the ring, in
+        // the order the tasks ended. Checked by task id; a box of another task is dropped (the
+        // next execution of the set then builds new tasks).
         for _ in 0..2 {
-            match m.slot.take_returned() {
-                Some(t) if t.kind() == TaskKind::Network => net = Some(t),
-                Some(t) => barrier = Some(t),
-                None => break,
+            let Some(t) = m.slot.take_returned() else {
+                break;
+            };
+            let id = t.record().task_id;
+            if id == p.ids[0] && t.kind() == TaskKind::Network {
+                net = Some(t);
+            } else if id == p.ids[1] && t.kind() == TaskKind::Barrier {
+                barrier = Some(t);
+            } else {
+                log::debug!("a returned task {id} that is not of execution {:?}", p.ids);
             }
         }
         if let (Some(net), Some(barrier)) = (net, barrier) {
