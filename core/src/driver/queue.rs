@@ -273,6 +273,10 @@ pub struct ProxyQueue {
     drive: AtomicU32,
     /// The driver-side state: touched only by the token's holder.
     driver: UnsafeCell<DriverState>,
+    /// One past the highest slot index ever claimed: a tick looks at no slot above it (a
+    /// queue of 64 slots with 2 comms scans 2). Only grows (`fetch_max` at join, release; the
+    /// driver's acquire load then sees the claimed slot's state).
+    high_water: AtomicU32,
 }
 
 // SAFETY: the non-Sync fields are each slot's `owner` cell, accessed by one party at a time
@@ -390,6 +394,7 @@ impl ProxyQueue {
             status_capacity: cfg.status_capacity,
             mode,
             drive: AtomicU32::new(0),
+            high_water: AtomicU32::new(0),
             driver: UnsafeCell::new(DriverState {
                 slots: worker_slots,
                 clock,
@@ -534,6 +539,8 @@ impl ProxyQueue {
             while ends.status.pop().is_some() {}
             while ends.returned.pop().is_some() {}
             ends.early.clear();
+            this.high_water
+                .fetch_max(index as u32 + 1, Ordering::AcqRel);
             this.worker_wait.notify();
             return Ok(SlotHandle {
                 queue: queue.clone(),
@@ -881,17 +888,28 @@ fn wait_driving<T>(
             // We drive: tick and run the hook until our value comes (the token is released
             // when `d` drops, on every return).
             let mut idle_since: Option<u64> = None;
+            let mut rounds = 0u32;
             loop {
                 let t = d.tick();
                 let moved = hook.as_deref_mut().is_some_and(|h| h());
                 if let Some(v) = poll(ends) {
                     return Ok(v);
                 }
+                rounds = rounds.wrapping_add(1);
+                let busy = t == Tick::Continue || moved;
+                // The clock only every 64 rounds while something moves (or without a spin
+                // budget): the deadline is coarse, a clock read is not free.
+                if (busy || waiter.spin_ns == 0) && !rounds.is_multiple_of(64) {
+                    if !busy {
+                        waiter.park.yield_now();
+                    }
+                    continue;
+                }
                 let now = waiter.clock.now_ns();
                 if past(now) {
                     return Err(NrtStatus::Timeout);
                 }
-                if t == Tick::Continue || moved {
+                if busy {
                     idle_since = None;
                     continue;
                 }
@@ -1097,13 +1115,15 @@ impl DriverState {
 
     fn tick(&mut self, queue: &ProxyQueue) -> Tick {
         let now_ns = self.clock.now_ns();
-        if queue.dump.swap(false, Ordering::AcqRel) {
+        // A load first: the RMW only when a dump was asked for (the flag's line stays shared).
+        if queue.dump.load(Ordering::Relaxed) && queue.dump.swap(false, Ordering::AcqRel) {
             self.dump(queue);
         }
         let mut drained = false;
         let mut progressed = false;
         let mut timed_out = false;
-        for (index, ws) in self.slots.iter_mut().enumerate() {
+        let hw = (queue.high_water.load(Ordering::Acquire) as usize).min(self.slots.len());
+        for (index, ws) in self.slots[..hw].iter_mut().enumerate() {
             let slot = &queue.slots[index];
             match SlotState::from_u32(slot.state.load(Ordering::Acquire)) {
                 SlotState::Free | SlotState::Closed => {}
@@ -1121,7 +1141,7 @@ impl DriverState {
         }
         self.busy_comms.clear();
         let mut any_active = false;
-        for (index, ws) in self.slots.iter_mut().enumerate() {
+        for (index, ws) in self.slots[..hw].iter_mut().enumerate() {
             if ws.active.is_empty() {
                 continue;
             }

@@ -434,6 +434,8 @@ pub struct PolledDevice {
     launched: bool,
     /// The last `poll_once` moved the launch on (a new wait, or its end).
     moved: bool,
+    /// Polls since the wait last changed (the clock is read every 64 of them).
+    unchanged: u32,
 }
 
 impl PolledDevice {
@@ -448,6 +450,7 @@ impl PolledDevice {
             result: None,
             launched: false,
             moved: false,
+            unchanged: 0,
         }
     }
 
@@ -487,26 +490,26 @@ impl PolledDevice {
         self.moved = true;
         let r = match self.device.poll(&*self.stats) {
             Ok(DevicePoll::Done | DevicePoll::Idle) => Ok(()),
-            Ok(DevicePoll::Pending { waiting_for }) => {
-                let now = Instant::now();
-                match self.waiting {
-                    Some((w, since)) if w == waiting_for => {
-                        if now.duration_since(since) <= self.timeout {
-                            self.moved = false;
-                            return None;
-                        }
-                        self.device.abandon();
-                        Err(DeviceError::Timeout {
-                            rank: self.device.rank(),
-                            waiting_for,
-                        })
-                    }
-                    _ => {
-                        self.waiting = Some((waiting_for, now));
+            Ok(DevicePoll::Pending { waiting_for }) => match self.waiting {
+                Some((w, since)) if w == waiting_for => {
+                    // The clock every 64 unchanged polls: the timeout is coarse.
+                    self.unchanged = self.unchanged.wrapping_add(1);
+                    if !self.unchanged.is_multiple_of(64) || since.elapsed() <= self.timeout {
+                        self.moved = false;
                         return None;
                     }
+                    self.device.abandon();
+                    Err(DeviceError::Timeout {
+                        rank: self.device.rank(),
+                        waiting_for,
+                    })
                 }
-            }
+                _ => {
+                    self.waiting = Some((waiting_for, Instant::now()));
+                    self.unchanged = 0;
+                    return None;
+                }
+            },
             Err(e) => Err(e),
         };
         self.result = Some(r.clone());
