@@ -599,6 +599,8 @@ NRT_STATUS neuronStartNetworkProxy(struct nccom_comm_t *comm,
  * stream has no active ops (the pending block, else `bb`), walks the active ops once, recycles
  * finished ones, and ANDs its results into `*idle` / `*done` (non-zero = true). Seed both with
  * 1 before a round of calls (one per stream); after the round they say "all idle" / "all done".
+ * A call that fails (any status but `NRT_SUCCESS`, after the pointers were checked) writes 0 to
+ * both.
  * A stream with nothing filed (or stopped) reports idle and done.
  *
  * Returns `NRT_SUCCESS`; `NRT_INVALID_HANDLE` for a bad comm; `NRT_INVALID` for stream >= 4 or
