@@ -81,40 +81,58 @@ impl Comm {
                 return Err(self.fail(e.status));
             }
         }
-        // 3. Walk the active ops (ncclProxyProgressOps).
+        // 3. Walk the active ops (ncclProxyProgressOps). Every active op belongs to the current
+        // block (checked per op), so its files are looked up once: their entries for the ops'
+        // context, their op list to file recycled ops under (split borrows of the stream).
+        let last_op_count = self.last_op_count;
+        let rank = self.config.rank;
         let st = &mut self.streams[s];
+        let current_bb = st.current_bb;
+        let StreamState { active, blocks, .. } = st;
+        let Some(files) = blocks.get_mut(&current_bb) else {
+            log::error!(
+                "progressOps: comm {comm_id} stream {stream}: current block {current_bb} is not in the map"
+            );
+            return Err(self.fail(NrtStatus::NetworkProxyFailure));
+        };
+        let BlockFiles {
+            ops: filed,
+            src,
+            dst,
+        } = files;
+        let mut ctx = OpCtx {
+            transport: &mut *self.transport,
+            device: &*self.device,
+            src,
+            dst,
+            comm_id,
+            rank,
+            stream,
+        };
         let mut all_idle = true;
         let mut prev: *mut ProxyOp = ptr::null_mut();
-        let mut cur = st.active.head();
+        let mut cur = active.head();
         let mut failure = None;
         while !cur.is_null() {
             // SAFETY: `cur` is an op on `active` (live, in this stream's pool blocks); no other
             // reference to it exists while `op` is used.
             let op = unsafe { &mut *cur };
-            if op.op_count >= self.last_op_count {
+            if op.op_count >= last_op_count {
                 log::error!(
-                    "progressOps: comm {comm_id} stream {stream} block {}: op {} ({}) has op count {} not below the comm's last op count {}",
-                    st.current_bb, op.net_op_idx, op.kind_name(), op.op_count, self.last_op_count
+                    "progressOps: comm {comm_id} stream {stream} block {current_bb}: op {} ({}) has op count {} not below the comm's last op count {last_op_count}",
+                    op.net_op_idx, op.kind_name(), op.op_count
                 );
                 failure = Some(NrtStatus::NetworkProxyFailure);
                 break;
             }
-            if op.basic_block_id != st.current_bb {
+            if op.basic_block_id != current_bb {
                 log::error!(
-                    "progressOps: comm {comm_id} stream {stream}: op {} ({}) of block {} is active while block {} is current",
-                    op.net_op_idx, op.kind_name(), op.basic_block_id, st.current_bb
+                    "progressOps: comm {comm_id} stream {stream}: op {} ({}) of block {} is active while block {current_bb} is current",
+                    op.net_op_idx, op.kind_name(), op.basic_block_id
                 );
                 failure = Some(NrtStatus::NetworkProxyFailure);
                 break;
             }
-            let Some(files) = st.blocks.get(&op.basic_block_id) else {
-                log::error!(
-                    "recycleOp: comm {comm_id} stream {stream}: block {} of op {} is not in the map",
-                    op.basic_block_id, op.net_op_idx
-                );
-                failure = Some(NrtStatus::NetworkProxyFailure);
-                break;
-            };
             let Some(progress) = op.progress.0 else {
                 log::error!(
                     "progressOps: comm {comm_id} stream {stream}: op {} has no progress function",
@@ -123,19 +141,9 @@ impl Comm {
                 failure = Some(NrtStatus::NetworkProxyFailure);
                 break;
             };
-            let mut ctx = OpCtx {
-                transport: &mut *self.transport,
-                device: &*self.device,
-                src: &files.src,
-                dst: &files.dst,
-                comm_id,
-                rank: self.config.rank,
-                stream,
-            };
             if let Err(e) = progress(op, &mut ctx) {
                 log::error!(
-                    "comm {comm_id} rank {} stream {stream} block {} op {} ({}, peer {}): {e}",
-                    self.config.rank,
+                    "comm {comm_id} rank {rank} stream {stream} block {} op {} ({}, peer {}): {e}",
                     op.basic_block_id,
                     op.net_op_idx,
                     op.kind_name(),
@@ -147,18 +155,16 @@ impl Comm {
             all_idle &= op.idle != 0;
             let next = op.next_op();
             if op.state() == OpState::DONE {
-                // Recycle: re-arm, unlink, file again under its own block. `op` is last used
-                // here; the list links are then written through raw pointers only.
+                // Recycle: re-arm, unlink, file again under its own block (the current one).
+                // `op` is last used here; the list links are then written through raw
+                // pointers only.
                 op.executions += 1;
                 let armed = op.rearm();
-                let bb_of_op = op.basic_block_id;
                 // SAFETY: `prev` is null or the op before `cur` on `active`.
-                let unlinked = unsafe { st.active.unlink_after(prev) };
+                let unlinked = unsafe { active.unlink_after(prev) };
                 debug_assert_eq!(unlinked, cur);
-                if let Some(files) = st.blocks.get_mut(&bb_of_op) {
-                    // SAFETY: `cur` is live and on no list.
-                    unsafe { files.ops.push_back(cur) };
-                }
+                // SAFETY: `cur` is live and on no list.
+                unsafe { filed.push_back(cur) };
                 if let Err(e) = armed {
                     failure = Some(e);
                     break;
