@@ -515,6 +515,55 @@ fn libfabric_all_reduce_two_processes_tcp_and_shm() {
     }
 }
 
+/// Issue 13: all-reduce of 32 MiB with 3 rank processes over shm hung on every run (each rank
+/// ended `NRT_TIMEOUT`). shm completes sends in posting order, and the ring plan posted all 22
+/// step-0 sends at once, ahead of the peer's 4-receive window; the device's wait on a later
+/// send (before receiving into a range it had sent) queued behind them, in a cycle through
+/// every rank. Now step 0's sends are paced with the peer's receive window (docs/design.md
+/// §5). Bounded: a short exec timeout turns a regression into a failed run, and the whole run
+/// is killed after 90 s. Asserts exit 0 and a checked row with 0 wrong elements.
+#[cfg(feature = "libfabric")]
+#[test]
+fn libfabric_shm_three_ranks_32_mib_all_reduce_completes() {
+    let r = run_bounded(
+        &[
+            "all-reduce",
+            "--transport",
+            "libfabric",
+            "--provider",
+            "shm",
+            "--ranks",
+            "3",
+            "-b",
+            "32M",
+            "-e",
+            "32M",
+            "-n",
+            "2",
+            "-w",
+            "1",
+            "-c",
+            "1",
+        ],
+        &[
+            ("NEURON_RT_BOOTSTRAP_TIMEOUT", "30"),
+            ("NEURON_RT_EXEC_TIMEOUT", "20"),
+        ],
+        Duration::from_secs(90),
+    );
+    eprintln!("shm 3 ranks 32 MiB: {:.1} s", r.took.as_secs_f64());
+    assert_eq!(r.code, Some(0), "\n{}\n{}", r.out, r.err);
+    assert!(
+        r.out
+            .contains("ranks 3 | transport libfabric (provider shm)"),
+        "{}",
+        r.out
+    );
+    assert!(!r.err.contains("NRT_TIMEOUT"), "{}", r.err);
+    assert_eq!(zero_wrong_rows(&r.out), 1, "one row, 32 MiB\n{}", r.out);
+    assert!(r.out.contains("# Out of bounds values : 0 OK"), "{}", r.out);
+}
+
 /// A provider that is not offered here fails every rank with a clear message, and the launcher
 /// exits with the error status instead of waiting.
 #[cfg(feature = "libfabric")]

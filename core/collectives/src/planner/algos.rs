@@ -204,7 +204,21 @@ impl Ring {
                 )
             })
             .collect();
-        for c in 0..chunks {
+        // Step 0's sends need no data from anyone, so nothing orders them but this: a send
+        // goes out no earlier than the program point where the peer posts its receive (the
+        // peer runs the same program). With a window, the first `w` sends go now and send
+        // `(0, c + w)` right after the receive `(0, c + w)` below; with every receive posted
+        // at the start, every send goes now. Posting all of them at once would leave sends
+        // unmatched for most of the execution, and a provider that completes sends in posting
+        // order (shm) would then hold back the completion of every later send behind them:
+        // the device waits on such a completion (a buffer it reuses) before it posts what the
+        // peer needs to post those receives — a cycle (docs/design.md §5, "Sends never run
+        // ahead of the peer's receives").
+        let first_sends = match self.policy(0) {
+            Policy::Window => self.w.min(chunks),
+            Policy::Start | Policy::AfterPrev => chunks,
+        };
+        for c in 0..first_sends {
             let (l, n) = self.src(0, c);
             b.send(ops[0], l, n);
         }
@@ -249,6 +263,11 @@ impl Ring {
                 if self.policy(s) == Policy::Window && c + self.w < chunks {
                     let (l, n) = self.dst(s, c + self.w);
                     b.recv(ops[s as usize], l, n);
+                    if s == 0 {
+                        // Paced with the peer's receive window (see the first sends above).
+                        let (l, n) = self.src(0, c + self.w);
+                        b.send(ops[0], l, n);
+                    }
                 }
             }
         }
@@ -382,11 +401,17 @@ impl Gen {
         let selfslot = |c: u64| Loc::new(Buf::Scratch, ((n - 1) * w + c % w) * slot);
         // Input block sent to rank `dest` (all-reduce: the whole vector).
         let in_block = |dest: u64| if scatter { dest * count } else { 0 };
-        for c in 0..chunks {
+        // Sends are paced with the peers' receive windows, as in the ring: the first `w`
+        // chunks now, chunk `c + w` right after the receives of chunk `c + w` below
+        // (docs/design.md §5, "Sends never run ahead of the peer's receives").
+        let send_chunk = |g: &mut Self, c: u64| {
             for (k, &op) in (1..n).zip(&ops) {
-                let (off, bytes) = self.chunk(in_block((r + k) % n), count, c);
-                self.b.send(op, Loc::new(Buf::Input, off), bytes);
+                let (off, bytes) = g.chunk(in_block((r + k) % n), count, c);
+                g.b.send(op, Loc::new(Buf::Input, off), bytes);
             }
+        };
+        for c in 0..w {
+            send_chunk(self, c);
         }
         for c in 0..w {
             for (k, &op) in (1..n).zip(&ops) {
@@ -419,6 +444,7 @@ impl Gen {
                     let (_, bytes) = self.chunk(0, count, c + w);
                     self.b.recv(op, rslot(k, c + w), bytes);
                 }
+                send_chunk(self, c + w);
             }
         }
     }

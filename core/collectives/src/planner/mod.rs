@@ -22,7 +22,17 @@
 //! no byte range is read while a receive into it is in flight, nor written while a send from it
 //! or a receive into it is in flight (in-place layouts alias the input and the output, and the
 //! tracker sees that). The planner's own tests run every plan through an in-memory simulation
-//! of the device, the proxy and the transport with an independent race detector.
+//! of the device, the proxy and the transport with an independent race detector, once with
+//! sends completing as they meet their receives and once with each rank's sends completing in
+//! posting order (the shm provider).
+//!
+//! # How sends are paced
+//! A send entry is posted no earlier than the program point where the peer posts the matching
+//! receive. Sends that need no data (a ring's step 0, direct all-reduce / reduce-scatter) go
+//! out `pipeline_depth` chunks ahead, then one chunk per receive-window slot the program
+//! re-posts. Without this a provider that completes sends in posting order deadlocks any
+//! program that waits on a send mid-way (docs/design.md §5, "Sends never run ahead of the
+//! peer's receives"; issue 13).
 //!
 //! # Algorithms
 //! * ring (bandwidth): all-reduce = reduce-scatter then all-gather around the ring, `2(n−1)`

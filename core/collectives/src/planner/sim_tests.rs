@@ -2,13 +2,18 @@
 //! device program runs against a model of the proxy (handshake, in-order posting with at most
 //! 128 outstanding requests per op side, in-order completion counting) and of the transport
 //! (entry `i` of a send meets entry `i` of the partner receive, exact sizes, the copy at match
-//! time). An independent race detector checks every device access and every post against the
+//! time). In [`SendCompletion::InPostOrder`] mode a send is reported complete only once it and
+//! every send its rank posted before it (to any peer, on any op) have met their receives: the
+//! shm provider's behaviour (its response queue is read in order and stops at the first busy
+//! entry), under which a device program that waits on a send completion while earlier sends
+//! of its rank still wait for receives that the peers post later deadlocks. An independent
+//! race detector checks every device access and every post against the
 //! transfers in flight, by real addresses (so in-place aliasing is seen as it is), and the
 //! outputs are compared bit-exactly with the expected results.
 
 extern crate std;
 
-use alloc::collections::BTreeMap;
+use alloc::collections::{BTreeMap, BTreeSet, VecDeque};
 use alloc::format;
 use alloc::string::String;
 use alloc::vec;
@@ -242,20 +247,53 @@ impl RankSim {
 /// (src rank, dst rank, op tag, entry index) → the side that arrived first: (rank, op, is_send).
 type Pending = BTreeMap<(u32, u32, u32, u32), (u32, u32, bool)>;
 
+/// When the simulated transport reports a send complete.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum SendCompletion {
+    /// As soon as it meets its receive (any order: tcp;ofi_rxm, the in-memory transport).
+    OnMatch,
+    /// Only after every send the rank posted before it has met its receive (shm).
+    InPostOrder,
+}
+
 struct World {
     ranks: Vec<RankSim>,
     pending: Pending,
+    mode: SendCompletion,
+    /// Per rank, in post order: the sends not yet reported complete, as (op, entry).
+    send_order: Vec<VecDeque<(u32, u32)>>,
+    /// Sends that met their receive but wait for an earlier send (`InPostOrder`): (rank, op, entry).
+    matched: BTreeSet<(u32, u32, u32)>,
 }
 
 impl World {
-    fn new(p: PlanParams) -> Self {
+    fn new(p: PlanParams, mode: SendCompletion) -> Self {
         let ranks = (0..p.nranks)
             .map(|r| RankSim::new(&p.for_rank(r)))
             .collect();
         Self {
             ranks,
             pending: BTreeMap::new(),
+            mode,
+            send_order: (0..p.nranks).map(|_| VecDeque::new()).collect(),
+            matched: BTreeSet::new(),
         }
+    }
+
+    /// `InPostOrder`: reports every matched send at the head of each rank's post order.
+    fn complete_sends_in_order(&mut self) -> bool {
+        let mut moved = false;
+        for r in 0..self.ranks.len() {
+            while let Some(&(k, i)) = self.send_order[r].front() {
+                if !self.matched.remove(&(r as u32, k, i)) {
+                    break;
+                }
+                self.send_order[r].pop_front();
+                self.complete(r as u32, k, Side::Send, i);
+                moved = true;
+            }
+        }
+        moved
     }
 
     fn complete(&mut self, rank: u32, op: u32, side: Side, idx: u32) {
@@ -297,6 +335,9 @@ impl World {
                             Side::Recv => (op_info.recv_peer as u32, me, op_info.tag, idx),
                         };
                         let send = side == Side::Send;
+                        if send && self.mode == SendCompletion::InPostOrder {
+                            self.send_order[r].push_back((k as u32, idx));
+                        }
                         match self.pending.remove(&key) {
                             None => {
                                 self.pending.insert(key, (me, k as u32, send));
@@ -329,7 +370,14 @@ impl World {
                                         se.bytes as usize,
                                     )
                                 };
-                                self.complete(sr, sk, Side::Send, si);
+                                match self.mode {
+                                    SendCompletion::OnMatch => {
+                                        self.complete(sr, sk, Side::Send, si);
+                                    }
+                                    SendCompletion::InPostOrder => {
+                                        self.matched.insert((sr, sk, si));
+                                    }
+                                }
                                 self.complete(rr, rk_, Side::Recv, ri);
                             }
                         }
@@ -337,6 +385,7 @@ impl World {
                 }
             }
         }
+        moved |= self.complete_sends_in_order();
         moved
     }
 
@@ -368,7 +417,11 @@ impl World {
             }
             if !moved {
                 let states: Vec<String> = self.ranks.iter().map(RankSim::describe).collect();
-                panic!("deadlock after {round} rounds:\n{}", states.join("\n"));
+                panic!(
+                    "deadlock after {round} rounds ({:?}):\n{}",
+                    self.mode,
+                    states.join("\n")
+                );
             }
         }
         panic!("no completion within the round limit");
@@ -394,11 +447,15 @@ impl World {
     }
 }
 
+/// Runs `p` on every rank under both send-completion models; asserts no deadlock, no race and
+/// bit-exact outputs.
 fn check(p: PlanParams, seed: u64) {
-    let mut w = World::new(p);
-    w.run(seed);
-    let wrong = w.wrong();
-    assert_eq!(wrong, 0, "{wrong} wrong elements for {p:?}");
+    for mode in [SendCompletion::OnMatch, SendCompletion::InPostOrder] {
+        let mut w = World::new(p, mode);
+        w.run(seed);
+        let wrong = w.wrong();
+        assert_eq!(wrong, 0, "{wrong} wrong elements for {p:?} ({mode:?})");
+    }
 }
 
 fn params(c: Collective, n: u32, count: u64, d: DataType, algo: Algorithm) -> PlanParams {
@@ -470,6 +527,40 @@ fn every_collective_one_mib() {
                 p.chunk_bytes = 64 << 10;
                 p.in_place = in_place;
                 check(p, u64::from(n) * 7 + 3);
+            }
+        }
+    }
+}
+
+/// Issue 13: `proxy-perf all-reduce --provider shm --ranks 3 -b 32M` hung. Its shape, scaled
+/// down: 22 chunks per segment (32 MiB / 3 ranks / 512 KiB chunks) against a window of 4, on
+/// a transport that completes sends in post order (shm). Before step 0's sends were paced
+/// with the peer's receive window, all 22 went out at the start, and the device's wait on a
+/// later send (all-reduce: before receiving into a range it sent in the reduce-scatter phase;
+/// reduce-scatter: before reusing a staging slot) queued behind them: every rank deadlocked.
+#[test]
+fn ring_with_sends_completed_in_post_order_does_not_deadlock() {
+    let chunk_elems = 16u64;
+    for (c, n) in [
+        (Collective::AllReduce, 3u32),
+        (Collective::AllReduce, 4),
+        (Collective::ReduceScatter, 3),
+        (Collective::ReduceScatter, 4),
+    ] {
+        // All-reduce: count over all segments; reduce-scatter: count per rank block.
+        let count = match c {
+            Collective::AllReduce => u64::from(n) * 22 * chunk_elems - 5,
+            _ => 22 * chunk_elems - 5,
+        };
+        for in_place in [false, true] {
+            let mut p = params(c, n, count, DataType::F32, Algorithm::Ring);
+            p.chunk_bytes = chunk_elems * 4;
+            p.in_place = in_place;
+            for seed in [3, 17, 101] {
+                let mut w = World::new(p, SendCompletion::InPostOrder);
+                w.run(seed);
+                let wrong = w.wrong();
+                assert_eq!(wrong, 0, "{wrong} wrong elements for {p:?}");
             }
         }
     }
