@@ -196,8 +196,14 @@ pub const DEFAULT_CHUNK_BYTES: u64 = 512 << 10;
 /// Default pipeline depth: receives in flight per op side into scratch slots.
 pub const DEFAULT_PIPELINE_DEPTH: u32 = 4;
 /// Default size (bytes of the larger buffer) at or below which [`Algorithm::Auto`] picks the
-/// direct (one-step) algorithm.
-pub const DEFAULT_DIRECT_THRESHOLD_BYTES: u64 = 64 << 10;
+/// direct (one-step) algorithm with 3 or more ranks. Measured crossover (proxy-perf all-reduce,
+/// caller + polled, in-process, 2-core VM, 2026-12-01): direct is faster up to 128 KiB with 3
+/// and 4 ranks (e.g. 40 vs 50 µs and 64 vs 76 µs at 128 KiB), ring from 256 KiB (89–130 vs
+/// 77–88 µs with 3 ranks, 110–121 vs 219–282 µs with 4); see BENCHMARKS.md.
+pub const DEFAULT_DIRECT_THRESHOLD_BYTES: u64 = 128 << 10;
+/// [`DEFAULT_DIRECT_THRESHOLD_BYTES`] for 2 ranks, where direct stays ahead up to 256 KiB (17–18
+/// vs 32 µs) and the two are level at 512 KiB.
+pub const DEFAULT_DIRECT_THRESHOLD_BYTES_2_RANKS: u64 = 256 << 10;
 
 /// Everything a plan is made from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -230,7 +236,8 @@ pub struct PlanParams {
 
 impl PlanParams {
     /// Parameters with the defaults: auto algorithm, sum, root 0, out of place,
-    /// [`DEFAULT_CHUNK_BYTES`], [`DEFAULT_PIPELINE_DEPTH`], [`DEFAULT_DIRECT_THRESHOLD_BYTES`].
+    /// [`DEFAULT_CHUNK_BYTES`], [`DEFAULT_PIPELINE_DEPTH`], [`DEFAULT_DIRECT_THRESHOLD_BYTES`]
+    /// ([`DEFAULT_DIRECT_THRESHOLD_BYTES_2_RANKS`] with 2 ranks).
     pub const fn new(
         collective: Collective,
         count: u64,
@@ -250,7 +257,11 @@ impl PlanParams {
             root: 0,
             in_place: false,
             pipeline_depth: DEFAULT_PIPELINE_DEPTH,
-            direct_threshold_bytes: DEFAULT_DIRECT_THRESHOLD_BYTES,
+            direct_threshold_bytes: if nranks == 2 {
+                DEFAULT_DIRECT_THRESHOLD_BYTES_2_RANKS
+            } else {
+                DEFAULT_DIRECT_THRESHOLD_BYTES
+            },
         }
     }
 
