@@ -34,22 +34,6 @@ pub const EXIT_WRONG: i32 = 1;
 /// Exit status for a usage or setup error, or a failed execution.
 pub const EXIT_ERROR: i32 = 2;
 
-/// `NEURON_RT_RANKS_PER_NETWORK_PROXY` (default 1).
-///
-/// # Errors
-/// A message for a value that is not a positive integer.
-pub fn ranks_per_proxy_from_env() -> Result<u32, String> {
-    match std::env::var("NEURON_RT_RANKS_PER_NETWORK_PROXY") {
-        Err(_) => Ok(1),
-        Ok(v) => match v.trim().parse::<u32>() {
-            Ok(n) if n > 0 => Ok(n),
-            _ => Err(format!(
-                "NEURON_RT_RANKS_PER_NETWORK_PROXY='{v}' is not a positive integer"
-            )),
-        },
-    }
-}
-
 /// The tool's logger: `LEVEL target: message` lines on stderr.
 struct StderrLogger;
 
@@ -170,10 +154,8 @@ fn join(args: &Args) -> Result<i32, String> {
 /// process measures every row); `--json` / `--plot` from that process too. Returns the exit
 /// status.
 fn sweep(args: &Args, world: &mut run::World) -> Result<i32, String> {
-    let rpp = match args.ranks_per_proxy {
-        Some(r) => r,
-        None => ranks_per_proxy_from_env()?,
-    };
+    // The grouping in effect (caller mode may have chosen it by the CPUs).
+    let rpp = world.ranks_per_proxy();
     let printer = world.first_rank() == 0;
     let engine = world.engine_name();
     let mut out = std::io::stdout().lock();

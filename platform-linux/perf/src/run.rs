@@ -270,6 +270,13 @@ fn run_config(
         DriverArg::Thread => DriveMode::Thread,
         DriverArg::Caller => DriveMode::Caller,
     };
+    // Caller mode runs one thread per proxy group: unless the user chose the grouping, group
+    // the local ranks so that the threads fit on the CPUs (4 ranks on 2 CPUs: 2 per group).
+    let chosen = args.ranks_per_proxy.is_some()
+        || std::env::var_os("NEURON_RT_RANKS_PER_NETWORK_PROXY").is_some();
+    if modes.driver == DriverArg::Caller && !chosen {
+        cfg.ranks_per_network_proxy = (local as usize).div_ceil(available_cpus()).max(1) as u32;
+    }
     let oversubscribed = match modes.driver {
         DriverArg::Thread => oversubscribed_procs(ranks, cfg.ranks_per_network_proxy, procs),
         // One thread per rank (plus a device thread each with `--device thread`).
@@ -617,6 +624,12 @@ impl World {
         self.modes
     }
 
+    /// Ranks per proxy queue in effect (`--ranks-per-proxy`, else the environment, else in
+    /// caller mode the local ranks spread over the CPUs).
+    pub fn ranks_per_proxy(&self) -> u32 {
+        self.engine.ranks_per_proxy()
+    }
+
     fn params(&self, size: u64, rank: u32, in_place: bool) -> PlanParams {
         let a = &self.args;
         let elt = a.dtype.size() as u64;
@@ -763,20 +776,25 @@ impl World {
             .exec_timeout
             .map(|t| u64::try_from(t.as_nanos()).unwrap_or(u64::MAX));
         let spin = self.engine.spin();
+        // One thread per proxy group: it is the producer of the group's ranks, drives the
+        // group's queue and polls the group's devices (with one rank per group, a thread per
+        // rank).
+        let per = self.engine.ranks_per_proxy().max(1) as usize;
         let n = self.local.len();
-        let start = std::sync::Barrier::new(n);
+        let threads = n.div_ceil(per);
+        let start = std::sync::Barrier::new(threads);
         let fixed = &self.fixed;
         let local = &self.local;
         let ranks = self.engine.ranks_mut();
         let devices = &mut self.devices;
         let results: Vec<Result<Duration, String>> = std::thread::scope(|sc| {
             let handles: Vec<_> = ranks
-                .iter_mut()
-                .zip(devices.iter_mut())
+                .chunks_mut(per)
+                .zip(devices.chunks_mut(per))
                 .enumerate()
-                .map(|(r, (rank, dev))| {
-                    let ctx = RankRun {
-                        index: r,
+                .map(|(g, (ranks, devs))| {
+                    let ctx = GroupRun {
+                        first: g * per,
                         fixed,
                         done_words: &self.done_words,
                         prep,
@@ -786,8 +804,9 @@ impl World {
                         spin,
                     };
                     let start = &start;
+                    let name = format!("rank-{}", local[g * per]);
                     std::thread::Builder::new()
-                        .name(format!("rank-{}", local[r]))
+                        .name(name)
                         .spawn_scoped(sc, move || {
                             let mut err = None;
                             let mut run = |from: u32, to: u32| {
@@ -795,15 +814,15 @@ impl World {
                                     if err.is_some() {
                                         break;
                                     }
-                                    if let Err(e) = ctx.execution(rank, dev, i) {
-                                        err = Some(format!("rank {}: {e}", local[r]));
+                                    if let Err(e) = ctx.execution(ranks, devs, i) {
+                                        err = Some(e);
                                     }
                                 }
                             };
                             start.wait();
                             run(0, warmup);
                             start.wait();
-                            if let (0, Some(arm)) = (r, arm) {
+                            if let (0, Some(arm)) = (g, arm) {
                                 arm(true);
                             }
                             start.wait();
@@ -811,7 +830,7 @@ impl World {
                             run(warmup, warmup + count);
                             let elapsed = t0.elapsed();
                             start.wait();
-                            if let (0, Some(arm)) = (r, arm) {
+                            if let (0, Some(arm)) = (g, arm) {
                                 arm(false);
                             }
                             err.map_or(Ok(elapsed), Err)
@@ -1411,10 +1430,11 @@ fn arm_triggers(f: &FixedWords, set: usize) -> Result<(), String> {
     Ok(())
 }
 
-/// What every rank thread of a caller-mode run shares (read only).
-struct RankRun<'a> {
-    /// The rank's local index.
-    index: usize,
+/// What a group thread of a caller-mode run needs (read only): the group's ranks are the local
+/// indices `first..first + ranks.len()`.
+struct GroupRun<'a> {
+    /// Local index of the group's first rank.
+    first: usize,
     fixed: &'a [FixedWords],
     /// Every local rank's barrier-done semaphore (the leader raises them all).
     done_words: &'a [u64],
@@ -1425,30 +1445,38 @@ struct RankRun<'a> {
     spin: Duration,
 }
 
-impl RankRun<'_> {
-    /// Execution `i` of this rank: arm trigger set `i % 2`, submit the network and barrier
-    /// tasks, launch the device, drive the queue until both records are final (the device in
-    /// the hook), then collect the device's end.
-    fn execution(&self, rank: &mut DriverRank, dev: &mut RankDevice, i: u32) -> Result<(), String> {
-        let r = self.index;
-        let f = &self.fixed[r];
-        // One execution in flight per rank: trigger set 0 every time (its tasks and job are
-        // re-armed, nothing allocated).
+impl GroupRun<'_> {
+    /// Execution `i` of the group's ranks: for each, arm trigger set 0 (one execution in
+    /// flight: its tasks and job are re-armed, nothing allocated), submit the network and
+    /// barrier tasks and launch the device; then drive the group's queue until every rank's
+    /// records are final, every device of the group polled in the hook; then collect the
+    /// devices' ends.
+    fn execution(
+        &self,
+        ranks: &mut [DriverRank],
+        devs: &mut [RankDevice],
+        i: u32,
+    ) -> Result<(), String> {
         let set = 0;
         let id = self.first_id.wrapping_add(i);
         let key = shape_key(self.prep, self.reps);
-        arm_triggers(f, set)?;
         let (prep, reps, done) = (self.prep, self.reps, self.done_words);
-        // SAFETY: the buffers and words live in the World / the caller's RankMem until this
-        // execution has been driven to its end below, or, after a failure, until the engine is
-        // gone (`row` retires the buffers; fields drop in order).
-        unsafe {
-            rank.submit_keyed(key, set, id, self.timeout_ns, || {
-                Ok(execution_of(prep, f, r, set, id, reps, done))
-            })
-        }?;
-        // SAFETY: as for the submission.
-        unsafe { dev.launch(key, set, || job_of(prep, f, r, set, reps)) };
+        for (k, (rank, dev)) in ranks.iter_mut().zip(devs.iter_mut()).enumerate() {
+            let r = self.first + k;
+            let f = &self.fixed[r];
+            arm_triggers(f, set)?;
+            // SAFETY: the buffers and words live in the World / the caller's RankMem until this
+            // execution has been driven to its end below, or, after a failure, until the engine
+            // is gone (`row` retires the buffers; fields drop in order).
+            unsafe {
+                rank.submit_keyed(key, set, id, self.timeout_ns, || {
+                    Ok(execution_of(prep, f, r, set, id, reps, done))
+                })
+            }
+            .map_err(|e| format!("local rank {r}: {e}"))?;
+            // SAFETY: as for the submission.
+            unsafe { dev.launch(key, set, || job_of(prep, f, r, set, reps)) };
+        }
         let clock = MonotonicClock;
         let waiter = Waiter {
             park: &ThreadPark,
@@ -1456,15 +1484,30 @@ impl RankRun<'_> {
             spin_ns: u64::try_from(self.spin.as_nanos()).unwrap_or(u64::MAX),
         };
         let deadline = self.timeout_ns.map(|t| clock.now_ns().saturating_add(t));
-        let drove = rank.drive(&waiter, deadline, &mut || dev.poll());
-        if drove.is_err() {
-            dev.abort();
+        let mut drove = Ok(());
+        for (k, rank) in ranks.iter_mut().enumerate() {
+            let mut hook = || devs.iter_mut().fold(false, |moved, d| d.poll() | moved);
+            if let Err(e) = rank.drive(&waiter, deadline, &mut hook) {
+                drove = Err(format!("local rank {}: {e}", self.first + k));
+                break;
+            }
         }
-        match (dev.wait(), drove) {
-            (Err(e), _) if !matches!(e, DeviceError::Aborted { .. }) => Err(e.to_string()),
-            (_, Err(e)) => Err(e),
-            (Err(e), Ok(())) => Err(e.to_string()),
-            (Ok(()), Ok(())) => Ok(()),
+        if drove.is_err() {
+            devs.iter_mut().for_each(RankDevice::abort);
+        }
+        let mut device_err = None;
+        for (k, dev) in devs.iter_mut().enumerate() {
+            match dev.wait() {
+                Ok(()) | Err(DeviceError::Aborted { .. }) => {}
+                Err(e) => {
+                    device_err.get_or_insert(format!("local rank {}: {e}", self.first + k));
+                }
+            }
+        }
+        // A device's own failure names the cause better than the proxy's timeout.
+        match device_err {
+            Some(e) => Err(e),
+            None => drove,
         }
     }
 }
