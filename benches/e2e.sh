@@ -121,15 +121,16 @@ if ! timeout 3600 cargo build --release -p proxy-perf --features libfabric >"$OU
     exit 1
 fi
 PP="$ROOT/target/release/proxy-perf"
-HELP="$("$PP" --help 2>&1)"
-# The driver/device mode flags, if this proxy-perf has them: "flag value" pairs to combine.
+HELP="$("$PP" -h 2>&1)"
+# The driver/device mode flags, if this proxy-perf has them: their values (from clap's
+# "[possible values: a, b]", else the given defaults), or nothing.
 modes_of() { # $1 flag, $2 default values
-    if grep -q -- "--$1" <<<"$HELP"; then
-        local vals
-        vals="$(grep -A3 -- "--$1" <<<"$HELP" | grep -o 'possible values: [^]]*' | head -1 |
-            sed 's/possible values: //; s/,//g')"
-        echo "${vals:-$2}"
-    fi
+    awk -v flag="--$1" -v def="$2" '
+        found && /^ *(-[A-Za-z], )?--[a-z]/ { exit }
+        found && /possible values: / { v = $0; sub(/.*possible values: /, "", v); sub(/\].*/, "", v); gsub(/,/, "", v); print v; printed = 1; exit }
+        { line = $0; sub(/^ *(-[A-Za-z], )?/, "", line) }
+        !found && index(line, flag) == 1 && substr(line, length(flag) + 1, 1) ~ /^( |<|=|)$/ { found = 1 }
+        END { if (found && !printed) print def }' <<<"$HELP"
 }
 DRIVERS="$(modes_of driver "thread caller")"
 DEVICES="$(modes_of device "thread polled")"

@@ -259,14 +259,7 @@ fn main() {
     mutex_condvar_parked(&mut c);
     c.final_summary();
 
-    // criterion's own flags and a filter: run the quiescent part only without a filter, or with
-    // one that `quiescent` matches, and never in `--test` / `--list` mode.
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    if args.iter().any(|a| a == "--test" || a == "--list") {
-        return;
-    }
-    let filter = args.iter().find(|a| !a.starts_with('-'));
-    if filter.is_some_and(|f| !"quiescent".contains(f.as_str()) && !f.contains("quiescent")) {
+    if !proxy_benches::plain_run_selected("quiescent") {
         return;
     }
     let ms = std::env::var("BENCH_QUIESCENT_MS")

@@ -42,5 +42,19 @@ pub fn quick() -> criterion::Criterion {
         .measurement_time(Duration::from_secs(1))
 }
 
+/// `true` when a bench binary's plain (non-criterion) part `name` should run: only under
+/// `cargo bench` (which passes `--bench`), not in `--test` / `--list` mode, and without a
+/// filter argument or with one that `name` contains (or that contains `name`).
+pub fn plain_run_selected(name: &str) -> bool {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if !args.iter().any(|a| a == "--bench") || args.iter().any(|a| a == "--test" || a == "--list") {
+        return false;
+    }
+    match args.iter().find(|a| !a.starts_with('-')) {
+        None => true,
+        Some(f) => name.contains(f.as_str()) || f.contains(name),
+    }
+}
+
 /// The warm-up time of [`quick`]: [`stats::Recorder`] ignores what was recorded before it.
 pub const WARM_UP: Duration = Duration::from_millis(300);
