@@ -2,7 +2,9 @@
 //! ops whose host index is never posted), in ns per op, against the seed's shapes in std:
 //! a `Mutex<Vec<Box<dyn Op>>>` active list walked per tick, a `HashMap<u32, Vec<Box<dyn Op>>>`
 //! block map looked up and walked per tick, and a `Mutex<VecDeque<Box<Task>>>` + `Condvar`
-//! queue push/pop per task (against our SPSC ring's push/pop of the same boxes).
+//! queue push/pop per task (against our SPSC ring's push/pop of the same boxes). The case
+//! `engine_recording_device` walks the same ops with host indices that read as a constant
+//! (`RecordingDevice`), which separates the host-word reads from the walk itself.
 //!
 //! `cargo bench -p proxy-benches --bench tick` (one case: `-- 'tick_cost/engine'`).
 #![allow(missing_docs)]
@@ -96,6 +98,14 @@ fn tick_cost(c: &mut Criterion) {
         // The engine: Comm::progress over K idle send ops.
         let mut s = IdleStream::new(k);
         run_case(&mut g, "engine", k, || {
+            std::hint::black_box(s.tick());
+        });
+        drop(s);
+
+        // The same walk with host indices that read as a constant (RecordingDevice): what
+        // the reads of K distinct host words add.
+        let mut s = IdleStream::with_recording_device(k);
+        run_case(&mut g, "engine_recording_device", k, || {
             std::hint::black_box(s.tick());
         });
         drop(s);

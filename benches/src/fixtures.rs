@@ -10,8 +10,8 @@ use proxy_core::driver::task::{
 use proxy_core::driver::trigger::TriggerWords;
 use proxy_core::progress::comm::{Comm, CommConfig};
 use proxy_core::progress::desc::{NetOpInfo, NetSrcAddr, MAX_OP_TAG, NET_OP_COMPLETE, NO_PEER};
-use proxy_core::progress::device::DirectHostWords;
-use proxy_core::progress::testing::NullTransport;
+use proxy_core::progress::device::{DeviceCallbacks, DirectHostWords};
+use proxy_core::progress::testing::{NullTransport, RecordingDevice};
 use proxy_core::status::NrtStatus;
 use proxy_core::time::NoClock;
 
@@ -41,17 +41,31 @@ impl IdleStream {
     /// # Panics
     /// If the comm rejects the setup (a bug in this fixture) or `ops` / `per_start` is 0.
     pub fn with_starts(ops: usize, per_start: usize) -> Self {
+        Self::build(ops, per_start, true)
+    }
+
+    /// [`IdleStream::new`] with [`RecordingDevice`] as the device callbacks: host indices read
+    /// as a constant 0 without touching memory (separates the host-word reads from the walk).
+    pub fn with_recording_device(ops: usize) -> Self {
+        Self::build(ops, OPS_PER_START, false)
+    }
+
+    fn build(ops: usize, per_start: usize, direct: bool) -> Self {
         assert!(ops > 0 && per_start > 0);
         let words: Box<[AtomicU32]> = (0..ops + 3).map(|_| AtomicU32::new(0)).collect();
         let base = words.as_ptr() as u64;
         let addr = |i: usize| base + 4 * i as u64;
-        // SAFETY: every address the comm is given lies in `words`, 4-byte-aligned u32s only
-        // accessed atomically, and the words outlive the comm (drop order above).
-        let device = unsafe { DirectHostWords::new() };
+        let device: Arc<dyn DeviceCallbacks> = if direct {
+            // SAFETY: every address the comm is given lies in `words`, 4-byte-aligned u32s
+            // only accessed atomically, and the words outlive the comm (drop order above).
+            Arc::new(unsafe { DirectHostWords::new() })
+        } else {
+            Arc::new(RecordingDevice::default())
+        };
         let mut comm = Comm::new(
             CommConfig::new(0, 2, 1),
             Box::new(NullTransport::default()),
-            Arc::new(device),
+            device,
             Arc::new(NoClock),
         )
         .expect("comm");
@@ -185,6 +199,9 @@ mod tests {
         }
         assert_eq!(s.comm().stream(0).active().len(), 300);
         assert_eq!(s.ops(), 300);
+        let mut r = IdleStream::with_recording_device(5);
+        assert_eq!(r.tick(), (true, false));
+        assert_eq!(r.comm().stream(0).active().len(), 5);
     }
 
     #[test]

@@ -15,8 +15,8 @@
 //! | `engine` | `progress_tick` | one `Comm::progress` over 1, 16, 128 active scripted ops | — (per-op cost) |
 //! | `engine` | `seam` | a progress call through the in-process `SeamTable` | `Comm::progress` called directly |
 //! | `engine` | `mem_transport` | one 1 MiB isend/irecv/test through `MemTransport` | `copy_from_slice` of 1 MiB |
-//! | `tick` | `tick_cost` | `Comm::progress` over K ∈ {1, 8, 128, 1024} idle send ops (host index not posted), ns per op | the seed's std shapes: `Mutex<Vec<Box<dyn Op>>>` walk, `HashMap<u32, Vec<Box<dyn Op>>>` lookup + walk, `Mutex<VecDeque<Box<Task>>>` + `Condvar` push/pop |
-//! | `handoff` | `handoff` | submit → first step → record seen, two spinning threads, our ring | `rtrb`, `crossbeam_queue::ArrayQueue`, `std::sync::mpsc`, `Mutex<VecDeque>` + `Condvar` |
+//! | `tick` | `tick_cost` | `Comm::progress` over K ∈ {1, 8, 128, 1024} idle send ops (host index not posted), ns per op; the same with `RecordingDevice` (no host-word reads) | the seed's std shapes: `Mutex<Vec<Box<dyn Op>>>` walk, `HashMap<u32, Vec<Box<dyn Op>>>` lookup + walk, `Mutex<VecDeque<Box<Task>>>` + `Condvar` push/pop |
+//! | `handoff` | `handoff`, then `rounds` | submit → first step → record seen, two spinning threads pinned to two CPUs, our ring (p50 / p99 over 5 interleaved rounds) | `rtrb`, `crossbeam_queue::ArrayQueue`, `std::sync::mpsc`, `Mutex<VecDeque>` + `Condvar` |
 //! | `wake` | `wake` | submit → first step with the worker parked: `ProxyQueue` + `Worker::park` (`WaitCell` + `ThreadPark`), and a bare ring + `WaitCell` | `Mutex<VecDeque>` + `Condvar` |
 //! | `wake` | (plain run) | CPU per second of a quiescent `Worker` looping spin / yield / park | — |
 //! | `scale` | `scale_tasks` | `Worker::tick` and bytes per task with 1 → 10,000 idle barrier tasks on one queue | — |
