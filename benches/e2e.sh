@@ -111,8 +111,8 @@ HAVE_TIME=0; [ -x /usr/bin/time ] && HAVE_TIME=1
 # ---- machine -------------------------------------------------------------------------------
 log "e2e $(date -u +%Y-%m-%dT%H:%M:%SZ) quick=$QUICK timeout=${TO}s out=$OUT"
 log "machine: nproc $(nproc), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'), kernel $(uname -r)"
-[ "$HAVE_MPI" = 1 ] && log "mpirun: $(mpirun --version 2>/dev/null | head -1)"
-[ "$HAVE_FI" = 1 ] && log "libfabric: $(fi_info --version 2>/dev/null | tr '\n' ' ')"
+[ "$HAVE_MPI" = 1 ] && log "mpirun: $(timeout 10 mpirun --version 2>/dev/null | head -1)"
+[ "$HAVE_FI" = 1 ] && log "libfabric: $(timeout 10 fi_info --version 2>/dev/null | tr '\n' ' ')"
 
 # ---- proxy-perf build ----------------------------------------------------------------------
 log "building proxy-perf (cargo build --release -p proxy-perf --features libfabric)"
@@ -121,7 +121,7 @@ if ! timeout 3600 cargo build --release -p proxy-perf --features libfabric >"$OU
     exit 1
 fi
 PP="$ROOT/target/release/proxy-perf"
-HELP="$("$PP" -h 2>&1)"
+HELP="$(timeout 30 "$PP" -h 2>&1)"
 # The driver/device mode flags, if this proxy-perf has them: their values (from clap's
 # "[possible values: a, b]", else the given defaults), or nothing.
 modes_of() { # $1 flag, $2 default values
@@ -224,7 +224,7 @@ done
 # ---- Open MPI ------------------------------------------------------------------------------
 if [ "$HAVE_MPI" = 1 ]; then
     MPIB="$OUT/mpi_bench"
-    if ! mpicc -O2 -o "$MPIB" "$ROOT/benches/mpi/allreduce.c" >"$OUT/mpicc.log" 2>&1; then
+    if ! timeout 120 mpicc -O2 -o "$MPIB" "$ROOT/benches/mpi/allreduce.c" >"$OUT/mpicc.log" 2>&1; then
         log "mpicc failed (see $OUT/mpicc.log); Open MPI skipped"
         HAVE_MPI=0
     fi
