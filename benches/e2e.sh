@@ -111,6 +111,7 @@ HAVE_TIME=0; [ -x /usr/bin/time ] && HAVE_TIME=1
 # ---- machine -------------------------------------------------------------------------------
 log "e2e $(date -u +%Y-%m-%dT%H:%M:%SZ) quick=$QUICK timeout=${TO}s out=$OUT"
 log "machine: nproc $(nproc), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'), kernel $(uname -r)"
+log "load average at start: $(cut -d' ' -f1-3 /proc/loadavg) (a shared machine: compare within this run)"
 [ "$HAVE_MPI" = 1 ] && log "mpirun: $(timeout 10 mpirun --version 2>/dev/null | head -1)"
 [ "$HAVE_FI" = 1 ] && log "libfabric: $(timeout 10 fi_info --version 2>/dev/null | tr '\n' ' ')"
 
@@ -324,6 +325,7 @@ awk -F'\t' '
         }
     }' "$RES" >"$TABLE"
 echo
+log "load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
 log "side by side (ratio > 1: proxy-perf slower); raw rows in $RES, logs in $OUT"
 cat "$TABLE"
 
