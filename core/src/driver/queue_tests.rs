@@ -8,6 +8,7 @@ use alloc::vec::Vec;
 use std::time::{Duration, Instant};
 
 use super::*;
+use crate::driver::record::RunState;
 use crate::driver::task::{
     BarrierTask, BarrierTaskSpec, NetworkTask, NetworkTaskSpec, SharedMemBarrier, TaskKind,
 };
@@ -502,4 +503,181 @@ fn returned_boxes_come_back_after_their_records() {
     assert_eq!(two.record().task_id, 2);
     assert!(two.record().is_done());
     assert!(h.leave(&waiter(&MonotonicClock)).len() <= 1);
+}
+
+// ---- bounded leave (docs/design.md §9) ----
+
+/// A deadline 20 ms from now: long enough to be a real wait, short for a test that expects
+/// `NRT_TIMEOUT` (the status is asserted, never the time).
+fn soon(clock: &MonotonicClock) -> Option<u64> {
+    Some(clock.now_ns() + 20_000_000)
+}
+
+#[test]
+fn bounded_leave_times_out_keeps_every_record_and_a_retry_finishes() {
+    let quick = Script::new(1);
+    let never = Script::new(0);
+    let clock = MonotonicClock;
+    let (q, mut w) = small(1, 8); // the test is the worker: nothing ticks unless it does
+    let mut h = ProxyQueue::join(&q).unwrap();
+    h.submit(net(&quick, 1, 1)).unwrap();
+    h.submit(net(&never, 2, 1)).unwrap();
+    h.submit(net(&never, 3, 1)).unwrap();
+    for _ in 0..4 {
+        w.tick(); // task 1 completes; its record stays unpopped; 2 is active, 3 waits
+    }
+    assert_eq!(w.active_count(), 2);
+    let (status, mut h) = h
+        .leave_until(&waiter(&clock), soon(&clock))
+        .expect_err("nobody closes the slot");
+    assert_eq!(status, NrtStatus::Timeout);
+    assert!(h.is_leaving());
+    assert_eq!(q.slot_state(0), SlotState::Closing);
+    assert_eq!(h.outstanding(), 3, "nothing reported yet");
+    let refused = h
+        .submit(net(&quick, 4, 1))
+        .expect_err("a leaving slot refuses tasks");
+    assert_eq!(refused.status, NrtStatus::Closed);
+    // A second timed-out try does not take the leave edge again.
+    let (status, h) = h
+        .leave_until(&waiter(&clock), soon(&clock))
+        .expect_err("still nobody closes it");
+    assert_eq!(status, NrtStatus::Timeout);
+    w.tick(); // the worker closes the slot's tasks: CLOSED
+    assert_eq!(q.slot_state(0), SlotState::Closed);
+    let recs = h
+        .leave_until(&waiter(&clock), deadline(&clock, 10))
+        .expect("the slot is closed");
+    let got: Vec<(u32, NrtStatus)> = recs.iter().map(|r| (r.task_id, r.status())).collect();
+    assert_eq!(
+        got,
+        [
+            (1, NrtStatus::Success),
+            (2, NrtStatus::Closed),
+            (3, NrtStatus::Closed)
+        ],
+        "every record exactly once, in push order"
+    );
+    assert_eq!(
+        never.counts(),
+        (2, never.counts().1, 2),
+        "only task 2 filed and stopped"
+    );
+    assert_eq!(q.slot_state(0), SlotState::Free);
+    let again = ProxyQueue::join(&q).unwrap();
+    assert_eq!(again.slot(), 0, "the slot is reusable");
+    let (_, again) = again
+        .leave_until(&waiter(&clock), soon(&clock))
+        .expect_err("the test has not ticked");
+    w.tick();
+    assert!(again
+        .leave_until(&waiter(&clock), deadline(&clock, 10))
+        .unwrap()
+        .is_empty());
+}
+
+#[test]
+fn dropping_a_timed_out_leave_frees_the_slot_in_either_state() {
+    let never = Script::new(0);
+    let clock = MonotonicClock;
+    let (q, mut w) = small(1, 4);
+    // Dropped while CLOSING: edge 8, then the worker closes the task and frees the slot.
+    let mut h = ProxyQueue::join(&q).unwrap();
+    let t = net(&never, 1, 1);
+    let live = t.status_record();
+    h.submit(t).unwrap();
+    w.tick();
+    let (_, h) = h.leave_until(&waiter(&clock), soon(&clock)).unwrap_err();
+    drop(h);
+    assert_eq!(q.slot_state(0), SlotState::Abandoned);
+    w.tick();
+    assert_eq!(q.slot_state(0), SlotState::Free);
+    let r = live.load();
+    assert_eq!(
+        (r.state(), r.status()),
+        (Some(RunState::Done), NrtStatus::Closed)
+    );
+    assert_eq!(
+        (never.counts().0, never.counts().2),
+        (2, 2),
+        "filed and stopped once"
+    );
+    // Dropped once CLOSED: the handle frees the slot itself (edge 6).
+    let mut h = ProxyQueue::join(&q).unwrap();
+    h.submit(net(&never, 2, 1)).unwrap();
+    w.tick();
+    let (_, h) = h.leave_until(&waiter(&clock), soon(&clock)).unwrap_err();
+    w.tick();
+    assert_eq!(q.slot_state(0), SlotState::Closed);
+    drop(h);
+    assert_eq!(q.slot_state(0), SlotState::Free);
+    assert_eq!(w.tick(), Tick::Park, "nothing left");
+}
+
+#[test]
+fn bounded_leave_in_caller_mode_times_out_while_another_thread_drives() {
+    let never = Script::new(0);
+    let clock = MonotonicClock;
+    let q = small_caller(1, 4);
+    let mut h = ProxyQueue::join(&q).unwrap();
+    h.submit(net(&never, 1, 1)).unwrap();
+    let d = q.try_drive().expect("a free token");
+    // The token is held (by this thread, as if by another driver that never ticks).
+    let (status, h) = h.leave_until(&waiter(&clock), soon(&clock)).unwrap_err();
+    assert_eq!(status, NrtStatus::Timeout);
+    drop(d);
+    let recs = h
+        .leave_until(&waiter(&clock), deadline(&clock, 10))
+        .expect("the leave drives the close itself");
+    assert_eq!(recs.len(), 1);
+    assert_eq!((recs[0].task_id, recs[0].status()), (1, NrtStatus::Closed));
+    assert_eq!(q.slot_state(0), SlotState::Free);
+}
+
+#[test]
+fn registry_bounded_leave_keeps_the_reference_until_the_slot_is_left() {
+    use crate::driver::registry::{Registry, RegistryConfig, Spawner};
+    /// Caller mode: no thread is ever spawned.
+    struct NoThreads;
+    impl Spawner for NoThreads {
+        type Handle = ();
+        fn spawn(&self, _group: u32, _worker: Worker) -> Result<(), NrtStatus> {
+            Err(NrtStatus::Invalid)
+        }
+        fn join(&self, _handle: ()) {}
+        fn thread_id(&self, _handle: &()) -> Option<u64> {
+            None
+        }
+        fn clock(&self) -> Box<dyn Clock> {
+            Box::new(NoClock)
+        }
+    }
+    let never = Script::new(0);
+    let clock = MonotonicClock;
+    let reg = Registry::new(
+        NoThreads,
+        RegistryConfig {
+            mode: DriveMode::Caller,
+            ..RegistryConfig::default()
+        },
+    )
+    .unwrap();
+    let mut m = reg.join(0).unwrap();
+    m.slot.submit(net(&never, 1, 1)).unwrap();
+    let q = m.slot.queue().clone();
+    let d = q.try_drive().unwrap();
+    let (status, m) = reg
+        .leave_until(m, &waiter(&clock), soon(&clock))
+        .unwrap_err();
+    assert_eq!(status, NrtStatus::Timeout);
+    assert_eq!(reg.group_count(), 1, "the reference is kept");
+    drop(d);
+    let recs = reg
+        .leave_until(m, &waiter(&clock), deadline(&clock, 10))
+        .unwrap();
+    assert_eq!(
+        recs.iter().map(|r| r.status()).collect::<Vec<_>>(),
+        [NrtStatus::Closed]
+    );
+    assert_eq!(reg.group_count(), 0, "the last leave removed the group");
 }
