@@ -681,3 +681,104 @@ fn registry_bounded_leave_keeps_the_reference_until_the_slot_is_left() {
     );
     assert_eq!(reg.group_count(), 0, "the last leave removed the group");
 }
+
+// ---- abort and failure of one comm among several (docs/design.md §9) ----
+
+#[test]
+fn an_aborted_or_failing_comm_does_not_stop_the_queue_for_the_others() {
+    use crate::progress::abort::AbortHandle;
+    let a = Script::new(0); // never done: aborted mid-run
+    let f = Script::new(0); // fails at its third progress call
+    f.fail_progress_at.store(3, crate::sync::Ordering::SeqCst);
+    let b = Script::new(20); // a healthy comm beside them
+    let (q, mut w) = small(3, 8);
+    let mut ha = ProxyQueue::join(&q).unwrap();
+    let mut hf = ProxyQueue::join(&q).unwrap();
+    let mut hb = ProxyQueue::join(&q).unwrap();
+    let abort = AbortHandle::new();
+    let with_abort = |s: &Script, id: u32| -> TaskBox {
+        Box::new(
+            NetworkTask::new(NetworkTaskSpec {
+                task_id: id,
+                // SAFETY: the script outlives the task (it ends before the test returns).
+                comm: unsafe { s.handle() },
+                comm_id: 8,
+                seam: seam(),
+                blocks: vec![block(0, 1), block(1, 1)],
+                schedule: None,
+                triggers: TriggerWords::none(),
+                wait_for_device: false,
+                skip: false,
+                timeout_ns: None,
+            })
+            .unwrap()
+            .with_abort(abort.clone()),
+        )
+    };
+    ha.submit(with_abort(&a, 1)).unwrap();
+    ha.submit(with_abort(&a, 2)).unwrap(); // queued behind task 1 (same comm)
+    hf.submit(net(&f, 10, 1)).unwrap();
+    hb.submit(net(&b, 20, 1)).unwrap();
+    for _ in 0..3 {
+        w.tick();
+    }
+    let requester = {
+        let abort = abort.clone();
+        std::thread::spawn(move || abort.abort())
+    };
+    assert!(requester.join().unwrap());
+    let mut recs = Vec::new();
+    for _ in 0..100 {
+        w.tick();
+        for h in [&mut ha, &mut hf, &mut hb] {
+            while let Some(r) = h.try_pop_record() {
+                recs.push((r.task_id, r.status()));
+            }
+        }
+        if recs.len() == 4 {
+            break;
+        }
+    }
+    recs.sort_by_key(|r| r.0);
+    assert_eq!(
+        recs,
+        [
+            (1, NrtStatus::Closed),
+            (2, NrtStatus::Closed),
+            (10, NrtStatus::NetworkProxyFailure),
+            (20, NrtStatus::Success)
+        ],
+        "each task reported once; the healthy comm completed"
+    );
+    assert_eq!(
+        a.counts().2,
+        2,
+        "the aborted task stopped its two streams once"
+    );
+    assert_eq!(
+        a.counts().0,
+        2,
+        "the queued task of the aborted comm never filed"
+    );
+    // The queue serves the next comm after the failure: the failed comm leaves, a new one
+    // takes its slot and runs to success.
+    let (_, hf) = hf
+        .leave_until(&waiter(&MonotonicClock), Some(0))
+        .unwrap_err();
+    w.tick();
+    assert!(hf
+        .leave_until(&waiter(&MonotonicClock), deadline(&MonotonicClock, 10))
+        .unwrap()
+        .is_empty());
+    let c = Script::new(2);
+    let mut hc = ProxyQueue::join(&q).unwrap();
+    hc.submit(net(&c, 30, 1)).unwrap();
+    let got = tick_until(&mut w, &mut hc, 1);
+    assert_eq!((got[0].task_id, got[0].status()), (30, NrtStatus::Success));
+    assert_eq!(
+        w.tick(),
+        Tick::Park,
+        "nothing active is left: the worker may park"
+    );
+    drop((ha, hb, hc));
+}
