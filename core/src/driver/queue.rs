@@ -828,6 +828,9 @@ impl SlotHandle {
     /// the worker confirms), submissions answer [`NrtStatus::Closed`]. Call `leave_until`
     /// again to finish leaving (it does not take edge 2 again), or drop the handle: the worker
     /// then closes what is left and frees the slot (edge 8; the records are dropped).
+    // The error hands the handle itself back by value (nothing is lost and nothing is
+    // allocated on the timeout path); its size is the handle's.
+    #[allow(clippy::result_large_err)]
     pub fn leave_until(
         mut self,
         waiter: &Waiter<'_>,
