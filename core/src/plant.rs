@@ -140,6 +140,12 @@ plants! {
     /// replaces the status the driving thread may already have applied. Loom model 10
     /// (`tests/abort.rs`): "exactly one abort request wins".
     AbortFirstByLoadStore = 18,
+    /// `queue.rs: SlotHandle::drop_leaving` (the drop of a handle whose bounded leave timed
+    /// out) frees a CLOSING slot at once (edge 7, as if the worker were gone) instead of handing
+    /// it to the worker (edge 8, CLOSING → ABANDONED): the worker may still step or close the
+    /// old comm's tasks, and push their records, while a new comm owns the slot. Loom model 11
+    /// (`tests/leave_timeout.rs`): "the new owner's leave reports only its own task".
+    SlotDropLeavingFreesClosing = 19,
 }
 
 /// "No plant" in the selector's storage.

@@ -29,7 +29,8 @@
 //! handle back with every record collected so far kept in it (nothing is lost): the caller
 //! may pop them, retry the leave (which does not take edge 2 again), or drop the handle
 //! (edge 8: the worker closes what is left and frees the slot). A leaving handle refuses
-//! submissions (`NRT_CLOSED`). Ownership of the slot's owner-side ring ends (kept in the slot between owners)
+//! submissions (`NRT_CLOSED`). The drop of a leaving handle against the worker's close is loom
+//! model 11 (`loom-tests/tests/leave_timeout.rs`, plant `SlotDropLeavingFreesClosing`). Ownership of the slot's owner-side ring ends (kept in the slot between owners)
 //! follows the state: the joiner owns them from ACTIVE until it stores FREE or ABANDONED; the
 //! worker owns them in ABANDONED. Every edge is a release (or AcqRel) RMW/store and every read of
 //! the state an acquire load, so the ring ends and the rings' contents change hands cleanly.
@@ -963,6 +964,18 @@ impl SlotHandle {
             "slot {index}: handle of a timed-out leave dropped; {} records not collected",
             self.outstanding
         );
+        // PLANT: SlotDropLeavingFreesClosing frees a CLOSING slot at once (edge 7, as if the
+        // worker were gone), without the worker's confirmation: it may still run the old tasks.
+        plant!(SlotDropLeavingFreesClosing => {
+            while ends.status.pop().is_some() {}
+            ends.early.clear();
+            // SAFETY: (as the plant has it) we own the slot until our edge to FREE.
+            slot.owner.with_mut(|p| unsafe { *p = Some(ends) });
+            if !slot_transition(slot, index, SlotEdge::CollectedWorkerGone) {
+                let _ = slot_transition(slot, index, SlotEdge::Collected);
+            }
+            return;
+        });
         if slot.state.load(Ordering::Acquire) == SlotState::Closing as u32
             && !self.queue.worker_exited()
         {
