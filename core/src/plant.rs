@@ -97,12 +97,12 @@ plants! {
     /// a check and a plain store instead of one CAS, so a receiver's claim can slip in between
     /// and both sides win. Loom model 7 (`tests/mem_transport.rs`): a causality violation.
     HandoffWithdrawByLoadStore = 10,
-    /// `registry.rs: Registry::leave` reads the refcount in one critical section and writes the
+    /// `registry.rs: Registry::drop_ref` (the end of `leave` / `leave_until`) reads the refcount in one critical section and writes the
     /// decrement (and decides "last") in a second: two comms leaving at once can both write
     /// `refs - 1`. Loom model 8 (`tests/registry.rs`): the group or its worker outlives the last
     /// leave.
     RegistrySplitDecrement = 11,
-    /// `registry.rs: Registry::leave` removes the group under the lock but stops and joins its
+    /// `registry.rs: Registry::drop_ref` (the end of `leave` / `leave_until`) removes the group under the lock but stops and joins its
     /// last worker after releasing it: a join in between starts a second worker while the old
     /// one runs. Loom model 8 (`tests/registry.rs`): "a second worker started".
     RegistryStopOutsideLock = 12,
@@ -134,6 +134,18 @@ plants! {
     /// `proxy-emulator`'s plant tests (`tests/plants.rs`): the device times out waiting for a
     /// complete semaphore.
     SendRecvSkipsCompletion = 17,
+    /// `progress/abort.rs: AbortHandle::abort_with` decides "this request is the first" on a
+    /// load and then stores its status, instead of one CAS from 0: two racing requests (a user
+    /// abort and a failure detector) can both be told they aborted the comm, and the later store
+    /// replaces the status the driving thread may already have applied. Loom model 10
+    /// (`tests/abort.rs`): "exactly one abort request wins".
+    AbortFirstByLoadStore = 18,
+    /// `queue.rs: SlotHandle::drop_leaving` (the drop of a handle whose bounded leave timed
+    /// out) frees a CLOSING slot at once (edge 7, as if the worker were gone) instead of handing
+    /// it to the worker (edge 8, CLOSING → ABANDONED): the worker may still step or close the
+    /// old comm's tasks, and push their records, while a new comm owns the slot. Loom model 11
+    /// (`tests/leave_timeout.rs`): "the new owner's leave reports only its own task".
+    SlotDropLeavingFreesClosing = 19,
 }
 
 /// "No plant" in the selector's storage.

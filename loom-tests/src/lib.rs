@@ -23,6 +23,8 @@
 //! | 7 | `tests/mem_transport.rs` | in-memory transport mailbox and send handoff | `HandoffWithdrawByLoadStore` |
 //! | 8 | `tests/registry.rs` | registry join/leave vs worker start/stop | `RegistrySplitDecrement`, `RegistryStopOutsideLock` |
 //! | 9 | `tests/drive.rs` | caller-mode drive token: a waiting owner vs the token's release | `DriveReleaseChecksWaitersFirst` |
+//! | 10 | `tests/abort.rs` | a comm's abort word: two racing requests vs the driving thread stepping its task | `AbortFirstByLoadStore` |
+//! | 11 | `tests/leave_timeout.rs` | a timed-out bounded leave whose handle is dropped vs the worker closing the slot; the slot's reuse | `SlotDropLeavingFreesClosing` |
 //!
 //! The two protocol plants (`NetworkSkipsTriggerGate`, `SendRecvIgnoresIndexWrap`) are caught by
 //! proxy-core's own tests (`cargo test -p proxy-core --features plants`); model 5 catches the

@@ -11,15 +11,26 @@
 //! edge that is not drawn here cannot be asked for):
 //! ```text
 //!  FREE ──(1) join: CAS──► ACTIVE ──(2) leave──► CLOSING ──(3) worker closes its tasks──► CLOSED
-//!    ▲                        │                     │                                       │
-//!    │                        │                     └─(7) leave, the worker gone ─► FREE     │
+//!    ▲                        │                     │  │                                    │
+//!    │                        │                     │  └─(7) leave, the worker gone ─► FREE  │
+//!    │                        │                     └─(8) handle of a timed-out leave        │
+//!    │                        │                           dropped ──► ABANDONED              │
 //!    │                        └─(4) handle dropped without leave──► ABANDONED               │
 //!    ├──────────(5) worker closes its tasks, drops its records────────┘                     │
 //!    └──────────────────────────(6) leave collects the last records ◄──────────────────────┘
 //! ```
-//! Edge 1 is taken by [`ProxyQueue::join`], 2, 6 and 7 by [`SlotHandle::leave`], 4 by
-//! `SlotHandle::drop`, 3 and 5 by [`Worker::tick`]; all through `slot_transition`, which logs
-//! `state=A=>B`. Ownership of the slot's owner-side ring ends (kept in the slot between owners)
+//! Edge 1 is taken by [`ProxyQueue::join`], 2, 6 and 7 by [`SlotHandle::leave`] /
+//! [`SlotHandle::leave_until`] (6 and 7 also by `SlotHandle::drop` of a handle whose bounded
+//! leave timed out, with the records dropped), 4 and 8 by `SlotHandle::drop`, 3 and 5 by
+//! [`Worker::tick`]; all through `slot_transition`, which logs `state=A=>B`.
+//!
+//! **Bounded leave** (docs/design.md §9): [`SlotHandle::leave_until`] takes edge 2 once and
+//! waits for CLOSED until a deadline. At the deadline it answers `NRT_TIMEOUT` and hands the
+//! handle back with every record collected so far kept in it (nothing is lost): the caller
+//! may pop them, retry the leave (which does not take edge 2 again), or drop the handle
+//! (edge 8: the worker closes what is left and frees the slot). A leaving handle refuses
+//! submissions (`NRT_CLOSED`). The drop of a leaving handle against the worker's close is loom
+//! model 11 (`loom-tests/tests/leave_timeout.rs`, plant `SlotDropLeavingFreesClosing`). Ownership of the slot's owner-side ring ends (kept in the slot between owners)
 //! follows the state: the joiner owns them from ACTIVE until it stores FREE or ABANDONED; the
 //! worker owns them in ABANDONED. Every edge is a release (or AcqRel) RMW/store and every read of
 //! the state an acquire load, so the ring ends and the rings' contents change hands cleanly.
@@ -213,6 +224,9 @@ enum SlotEdge {
     Collected,
     /// (7) CLOSING → FREE: `leave` with the worker gone (nothing will close the tasks).
     CollectedWorkerGone,
+    /// (8) CLOSING → ABANDONED: the handle of a timed-out bounded leave was dropped before the
+    /// worker confirmed.
+    AbandonLeaving,
     /// ACTIVE → FREE without the closing handshake: the planted bug `SlotLeaveWithoutHandshake`.
     #[cfg(any(loom, feature = "plants"))]
     PlantedLeaveWithoutHandshake,
@@ -230,6 +244,7 @@ impl SlotEdge {
             Self::WorkerFreed => (S::Abandoned, S::Free),
             Self::Collected => (S::Closed, S::Free),
             Self::CollectedWorkerGone => (S::Closing, S::Free),
+            Self::AbandonLeaving => (S::Closing, S::Abandoned),
             #[cfg(any(loom, feature = "plants"))]
             Self::PlantedLeaveWithoutHandshake => (S::Active, S::Free),
         }
@@ -548,6 +563,7 @@ impl ProxyQueue {
                 ends: Some(ends),
                 outstanding: 0,
                 kept_out: 0,
+                leaving: false,
             });
         }
         Err(NrtStatus::Resource)
@@ -593,6 +609,9 @@ pub struct SlotHandle {
     /// Tasks submitted with `keep` whose box has not been taken back yet (≤ status capacity,
     /// the return ring's size: so the driver always has room to return a box).
     kept_out: usize,
+    /// `true` once a bounded leave took edge 2 (the slot is CLOSING or CLOSED) and timed out:
+    /// submissions are refused, and a retry does not take edge 2 again.
+    leaving: bool,
 }
 
 impl core::fmt::Debug for SlotHandle {
@@ -628,7 +647,8 @@ impl SlotHandle {
     /// [`Rejected`] with [`NrtStatus::QueueFull`] when the slot already has as many unreported
     /// tasks as its status ring holds, or its submission ring is full: the task comes back and
     /// the caller retries after collecting records. Nothing is lost. [`NrtStatus::Closed`] when
-    /// the queue's worker is gone.
+    /// the queue's worker is gone, or the handle is leaving (a timed-out
+    /// [`SlotHandle::leave_until`]).
     pub fn submit(&mut self, task: TaskBox) -> Result<(), Rejected> {
         self.push(task, false)
     }
@@ -646,7 +666,7 @@ impl SlotHandle {
     fn push(&mut self, mut task: TaskBox, keep: bool) -> Result<(), Rejected> {
         let full = self.outstanding >= self.queue.status_capacity
             || (keep && self.kept_out >= self.queue.status_capacity);
-        let gone = self.queue.worker_exited();
+        let gone = self.queue.worker_exited() || self.leaving;
         let Some(ends) = self.ends.as_mut().filter(|_| !gone) else {
             return Err(Rejected {
                 status: NrtStatus::Closed,
@@ -784,15 +804,53 @@ impl SlotHandle {
     /// first) and pushes their records, then confirms (CLOSED); the handle collects every
     /// record not yet popped and frees the slot. Returns those records, in push order.
     ///
-    /// Waits (spin, then park) for the worker. If the worker is gone (its [`Worker`] was
-    /// dropped, which closes and reports every task it held), leave does not wait for it.
-    pub fn leave(mut self, waiter: &Waiter<'_>) -> Vec<TaskRecord> {
+    /// Waits (spin, then park) for the worker, without a deadline: prefer
+    /// [`SlotHandle::leave_until`]. If the worker is gone (its [`Worker`] was dropped, which
+    /// closes and reports every task it held), leave does not wait for it.
+    pub fn leave(self, waiter: &Waiter<'_>) -> Vec<TaskRecord> {
+        match self.leave_until(waiter, None) {
+            Ok(records) => records,
+            Err((status, handle)) => {
+                // Not reachable: a wait without a deadline ends only with its value.
+                log::error!(
+                    "slot {}: leave without a deadline ended {status}",
+                    handle.index
+                );
+                debug_assert!(false, "an undeadlined leave ended {status}");
+                Vec::new()
+            }
+        }
+    }
+
+    /// [`SlotHandle::leave`] with a deadline on `waiter.clock` (`None`: none).
+    ///
+    /// The first call takes edge 2 (ACTIVE → CLOSING) and wakes the worker; then it waits
+    /// (in caller mode drives the queue itself while the drive token is free) for CLOSED.
+    /// Returns every record not popped before, in push order.
+    ///
+    /// Seed: none (the seed's `enc_free_global_comm` waits unbounded); docs/design.md §9.
+    ///
+    /// # Errors
+    /// `(NrtStatus::Timeout, handle)` when the deadline passed first: nothing is lost. The
+    /// records collected so far stay in the handle (the next [`SlotHandle::try_pop_record`],
+    /// waits or leave hand them out first, in order), the slot stays CLOSING (or CLOSED, once
+    /// the worker confirms), submissions answer [`NrtStatus::Closed`]. Call `leave_until`
+    /// again to finish leaving (it does not take edge 2 again), or drop the handle: the worker
+    /// then closes what is left and frees the slot (edge 8; the records are dropped).
+    // The error hands the handle itself back by value (nothing is lost and nothing is
+    // allocated on the timeout path); its size is the handle's.
+    #[allow(clippy::result_large_err)]
+    pub fn leave_until(
+        mut self,
+        waiter: &Waiter<'_>,
+        deadline_ns: Option<u64>,
+    ) -> Result<Vec<TaskRecord>, (NrtStatus, SlotHandle)> {
         let mut out = Vec::new();
         let index = self.index as usize;
         let queue = self.queue.clone();
         let slot = &queue.slots[index];
         let Some(mut ends) = self.ends.take() else {
-            return out;
+            return Ok(out);
         };
         // PLANT: SlotLeaveWithoutHandshake frees the slot at once (ACTIVE → FREE), with no
         // ACTIVE → CLOSING → (worker) CLOSED handshake: the worker may still run the tasks.
@@ -806,22 +864,46 @@ impl SlotHandle {
             let freed = slot_transition(slot, index, SlotEdge::PlantedLeaveWithoutHandshake);
             debug_assert!(freed);
             queue.worker_wait.notify();
-            return out;
+            return Ok(out);
         });
-        let moved = slot_transition(slot, index, SlotEdge::Leave);
-        debug_assert!(moved, "leave on a slot that is not ACTIVE");
-        queue.worker_wait.notify();
-        // Records popped early by drive-until come first (push order).
+        if !self.leaving {
+            let moved = slot_transition(slot, index, SlotEdge::Leave);
+            debug_assert!(moved, "leave on a slot that is not ACTIVE");
+            queue.worker_wait.notify();
+        }
+        // Records popped early by drive-until (or kept by a timed-out leave) come first (push
+        // order).
         out.extend(ends.early.drain(..));
         // Wait for CLOSED; in caller mode drive the queue ourselves (the tick closes the slot).
-        let waited = wait_driving(&queue, index, &mut ends, waiter, None, None, &mut |ends| {
-            while let Some(r) = ends.status.pop() {
-                out.push(r);
-            }
-            let closed = slot.state.load(Ordering::Acquire) == SlotState::Closed as u32;
-            (closed || queue.worker_exited()).then_some(())
-        });
-        debug_assert!(waited.is_ok(), "an undeadlined wait ends with its value");
+        let waited = wait_driving(
+            &queue,
+            index,
+            &mut ends,
+            waiter,
+            deadline_ns,
+            None,
+            &mut |ends| {
+                while let Some(r) = ends.status.pop() {
+                    out.push(r);
+                }
+                let closed = slot.state.load(Ordering::Acquire) == SlotState::Closed as u32;
+                (closed || queue.worker_exited()).then_some(())
+            },
+        );
+        if let Err(status) = waited {
+            // Keep what we collected, in order, for the next pop or leave: `early` holds at
+            // most the status capacity (every record here is of an outstanding task).
+            ends.early.extend(out);
+            self.ends = Some(ends);
+            self.leaving = true;
+            log::warn!(
+                "slot {index}: leave timed out waiting for the driver to close the slot's \
+                 tasks ({} records kept, {} tasks outstanding); retry or drop the handle",
+                self.ends.as_ref().map_or(0, |e| e.early.len()),
+                self.outstanding
+            );
+            return Err((status, self));
+        }
         // CLOSED (or `exited`) was stored after the last push (release; acquired above):
         // drain the rest.
         while let Some(r) = ends.status.pop() {
@@ -836,6 +918,7 @@ impl SlotHandle {
         }
         self.outstanding = 0;
         self.kept_out = 0;
+        self.leaving = false;
         // Boxes not taken back are dropped with the slot's next join (or here, now).
         while ends.returned.pop().is_some() {}
         // SAFETY: the slot is CLOSED (or CLOSING with the worker gone) and we are its owner:
@@ -845,7 +928,13 @@ impl SlotHandle {
             let freed = slot_transition(slot, index, SlotEdge::CollectedWorkerGone);
             debug_assert!(freed, "leave: slot neither CLOSED nor CLOSING");
         }
-        out
+        Ok(out)
+    }
+
+    /// `true` once a bounded leave timed out on this handle (the slot is CLOSING or CLOSED;
+    /// submissions are refused; call [`SlotHandle::leave_until`] again or drop it).
+    pub fn is_leaving(&self) -> bool {
+        self.leaving
     }
 }
 
@@ -856,6 +945,10 @@ impl Drop for SlotHandle {
         };
         let index = self.index as usize;
         let slot = &self.queue.slots[index];
+        if self.leaving {
+            self.drop_leaving(index, ends);
+            return;
+        }
         log::warn!(
             "slot {index}: handle dropped without leave; its tasks end NRT_CLOSED unreported"
         );
@@ -865,6 +958,64 @@ impl Drop for SlotHandle {
         let moved = slot_transition(slot, index, SlotEdge::Abandon);
         debug_assert!(moved);
         self.queue.worker_wait.notify();
+    }
+}
+
+impl SlotHandle {
+    /// Drop of a handle whose bounded leave timed out: the slot is CLOSING (the worker has not
+    /// confirmed yet) or CLOSED. CLOSING: edge 8 to ABANDONED, the worker closes what is left
+    /// and frees the slot (or edge 7 when the worker is gone). CLOSED: the records are dropped
+    /// here and edge 6 frees the slot. Never waits.
+    fn drop_leaving(&mut self, index: usize, mut ends: OwnerEnds) {
+        let slot = &self.queue.slots[index];
+        log::warn!(
+            "slot {index}: handle of a timed-out leave dropped; {} records not collected",
+            self.outstanding
+        );
+        // PLANT: SlotDropLeavingFreesClosing frees a CLOSING slot at once (edge 7, as if the
+        // worker were gone), without the worker's confirmation: it may still run the old tasks.
+        plant!(SlotDropLeavingFreesClosing => {
+            while ends.status.pop().is_some() {}
+            ends.early.clear();
+            // SAFETY: (as the plant has it) we own the slot until our edge to FREE.
+            slot.owner.with_mut(|p| unsafe { *p = Some(ends) });
+            if !slot_transition(slot, index, SlotEdge::CollectedWorkerGone) {
+                let _ = slot_transition(slot, index, SlotEdge::Collected);
+            }
+            return;
+        });
+        if slot.state.load(Ordering::Acquire) == SlotState::Closing as u32
+            && !self.queue.worker_exited()
+        {
+            // SAFETY: the slot is CLOSING and we are its owner; our release edge to ABANDONED
+            // hands `owner` to the worker (which drops the records and frees the slot).
+            slot.owner.with_mut(|p| unsafe { *p = Some(ends) });
+            if slot_transition(slot, index, SlotEdge::AbandonLeaving) {
+                self.queue.worker_wait.notify();
+                return;
+            }
+            // The worker confirmed (CLOSED) in between: the ends are still ours (CLOSED is an
+            // owner state); take them back.
+            // SAFETY: the CAS failed, so the slot is CLOSED and we still own `owner`.
+            ends = match slot.owner.with_mut(|p| unsafe { (*p).take() }) {
+                Some(e) => e,
+                None => return,
+            };
+        }
+        // CLOSED (or CLOSING with the worker gone): nothing will push any more.
+        while ends.status.pop().is_some() {}
+        while ends.returned.pop().is_some() {}
+        ends.early.clear();
+        // SAFETY: we own the slot (CLOSED, or CLOSING with the worker gone) until our release
+        // edge to FREE.
+        slot.owner.with_mut(|p| unsafe { *p = Some(ends) });
+        if !slot_transition(slot, index, SlotEdge::Collected) {
+            let freed = slot_transition(slot, index, SlotEdge::CollectedWorkerGone);
+            debug_assert!(
+                freed,
+                "drop of a leaving handle: slot neither CLOSED nor CLOSING"
+            );
+        }
     }
 }
 

@@ -8,6 +8,7 @@ use alloc::vec::Vec;
 use std::time::{Duration, Instant};
 
 use super::*;
+use crate::driver::record::RunState;
 use crate::driver::task::{
     BarrierTask, BarrierTaskSpec, NetworkTask, NetworkTaskSpec, SharedMemBarrier, TaskKind,
 };
@@ -502,4 +503,282 @@ fn returned_boxes_come_back_after_their_records() {
     assert_eq!(two.record().task_id, 2);
     assert!(two.record().is_done());
     assert!(h.leave(&waiter(&MonotonicClock)).len() <= 1);
+}
+
+// ---- bounded leave (docs/design.md §9) ----
+
+/// A deadline 20 ms from now: long enough to be a real wait, short for a test that expects
+/// `NRT_TIMEOUT` (the status is asserted, never the time).
+fn soon(clock: &MonotonicClock) -> Option<u64> {
+    Some(clock.now_ns() + 20_000_000)
+}
+
+#[test]
+fn bounded_leave_times_out_keeps_every_record_and_a_retry_finishes() {
+    let quick = Script::new(1);
+    let never = Script::new(0);
+    let clock = MonotonicClock;
+    let (q, mut w) = small(1, 8); // the test is the worker: nothing ticks unless it does
+    let mut h = ProxyQueue::join(&q).unwrap();
+    h.submit(net(&quick, 1, 1)).unwrap();
+    h.submit(net(&never, 2, 1)).unwrap();
+    h.submit(net(&never, 3, 1)).unwrap();
+    for _ in 0..4 {
+        w.tick(); // task 1 completes; its record stays unpopped; 2 is active, 3 waits
+    }
+    assert_eq!(w.active_count(), 2);
+    let (status, mut h) = h
+        .leave_until(&waiter(&clock), soon(&clock))
+        .expect_err("nobody closes the slot");
+    assert_eq!(status, NrtStatus::Timeout);
+    assert!(h.is_leaving());
+    assert_eq!(q.slot_state(0), SlotState::Closing);
+    assert_eq!(h.outstanding(), 3, "nothing reported yet");
+    let refused = h
+        .submit(net(&quick, 4, 1))
+        .expect_err("a leaving slot refuses tasks");
+    assert_eq!(refused.status, NrtStatus::Closed);
+    // A second timed-out try does not take the leave edge again.
+    let (status, h) = h
+        .leave_until(&waiter(&clock), soon(&clock))
+        .expect_err("still nobody closes it");
+    assert_eq!(status, NrtStatus::Timeout);
+    w.tick(); // the worker closes the slot's tasks: CLOSED
+    assert_eq!(q.slot_state(0), SlotState::Closed);
+    let recs = h
+        .leave_until(&waiter(&clock), deadline(&clock, 10))
+        .expect("the slot is closed");
+    let got: Vec<(u32, NrtStatus)> = recs.iter().map(|r| (r.task_id, r.status())).collect();
+    assert_eq!(
+        got,
+        [
+            (1, NrtStatus::Success),
+            (2, NrtStatus::Closed),
+            (3, NrtStatus::Closed)
+        ],
+        "every record exactly once, in push order"
+    );
+    assert_eq!(
+        never.counts(),
+        (2, never.counts().1, 2),
+        "only task 2 filed and stopped"
+    );
+    assert_eq!(q.slot_state(0), SlotState::Free);
+    let again = ProxyQueue::join(&q).unwrap();
+    assert_eq!(again.slot(), 0, "the slot is reusable");
+    let (_, again) = again
+        .leave_until(&waiter(&clock), soon(&clock))
+        .expect_err("the test has not ticked");
+    w.tick();
+    assert!(again
+        .leave_until(&waiter(&clock), deadline(&clock, 10))
+        .unwrap()
+        .is_empty());
+}
+
+#[test]
+fn dropping_a_timed_out_leave_frees_the_slot_in_either_state() {
+    let never = Script::new(0);
+    let clock = MonotonicClock;
+    let (q, mut w) = small(1, 4);
+    // Dropped while CLOSING: edge 8, then the worker closes the task and frees the slot.
+    let mut h = ProxyQueue::join(&q).unwrap();
+    let t = net(&never, 1, 1);
+    let live = t.status_record();
+    h.submit(t).unwrap();
+    w.tick();
+    let (_, h) = h.leave_until(&waiter(&clock), soon(&clock)).unwrap_err();
+    drop(h);
+    assert_eq!(q.slot_state(0), SlotState::Abandoned);
+    w.tick();
+    assert_eq!(q.slot_state(0), SlotState::Free);
+    let r = live.load();
+    assert_eq!(
+        (r.state(), r.status()),
+        (Some(RunState::Done), NrtStatus::Closed)
+    );
+    assert_eq!(
+        (never.counts().0, never.counts().2),
+        (2, 2),
+        "filed and stopped once"
+    );
+    // Dropped once CLOSED: the handle frees the slot itself (edge 6).
+    let mut h = ProxyQueue::join(&q).unwrap();
+    h.submit(net(&never, 2, 1)).unwrap();
+    w.tick();
+    let (_, h) = h.leave_until(&waiter(&clock), soon(&clock)).unwrap_err();
+    w.tick();
+    assert_eq!(q.slot_state(0), SlotState::Closed);
+    drop(h);
+    assert_eq!(q.slot_state(0), SlotState::Free);
+    assert_eq!(w.tick(), Tick::Park, "nothing left");
+}
+
+#[test]
+fn bounded_leave_in_caller_mode_times_out_while_another_thread_drives() {
+    let never = Script::new(0);
+    let clock = MonotonicClock;
+    let q = small_caller(1, 4);
+    let mut h = ProxyQueue::join(&q).unwrap();
+    h.submit(net(&never, 1, 1)).unwrap();
+    let d = q.try_drive().expect("a free token");
+    // The token is held (by this thread, as if by another driver that never ticks).
+    let (status, h) = h.leave_until(&waiter(&clock), soon(&clock)).unwrap_err();
+    assert_eq!(status, NrtStatus::Timeout);
+    drop(d);
+    let recs = h
+        .leave_until(&waiter(&clock), deadline(&clock, 10))
+        .expect("the leave drives the close itself");
+    assert_eq!(recs.len(), 1);
+    assert_eq!((recs[0].task_id, recs[0].status()), (1, NrtStatus::Closed));
+    assert_eq!(q.slot_state(0), SlotState::Free);
+}
+
+#[test]
+fn registry_bounded_leave_keeps_the_reference_until_the_slot_is_left() {
+    use crate::driver::registry::{Registry, RegistryConfig, Spawner};
+    /// Caller mode: no thread is ever spawned.
+    struct NoThreads;
+    impl Spawner for NoThreads {
+        type Handle = ();
+        fn spawn(&self, _group: u32, _worker: Worker) -> Result<(), NrtStatus> {
+            Err(NrtStatus::Invalid)
+        }
+        fn join(&self, _handle: ()) {}
+        fn thread_id(&self, _handle: &()) -> Option<u64> {
+            None
+        }
+        fn clock(&self) -> Box<dyn Clock> {
+            Box::new(NoClock)
+        }
+    }
+    let never = Script::new(0);
+    let clock = MonotonicClock;
+    let reg = Registry::new(
+        NoThreads,
+        RegistryConfig {
+            mode: DriveMode::Caller,
+            ..RegistryConfig::default()
+        },
+    )
+    .unwrap();
+    let mut m = reg.join(0).unwrap();
+    m.slot.submit(net(&never, 1, 1)).unwrap();
+    let q = m.slot.queue().clone();
+    let d = q.try_drive().unwrap();
+    let (status, m) = reg
+        .leave_until(m, &waiter(&clock), soon(&clock))
+        .unwrap_err();
+    assert_eq!(status, NrtStatus::Timeout);
+    assert_eq!(reg.group_count(), 1, "the reference is kept");
+    drop(d);
+    let recs = reg
+        .leave_until(m, &waiter(&clock), deadline(&clock, 10))
+        .unwrap();
+    assert_eq!(
+        recs.iter().map(|r| r.status()).collect::<Vec<_>>(),
+        [NrtStatus::Closed]
+    );
+    assert_eq!(reg.group_count(), 0, "the last leave removed the group");
+}
+
+// ---- abort and failure of one comm among several (docs/design.md §9) ----
+
+#[test]
+fn an_aborted_or_failing_comm_does_not_stop_the_queue_for_the_others() {
+    use crate::progress::abort::AbortHandle;
+    let a = Script::new(0); // never done: aborted mid-run
+    let f = Script::new(0); // fails at its third progress call
+    f.fail_progress_at.store(3, crate::sync::Ordering::SeqCst);
+    let b = Script::new(20); // a healthy comm beside them
+    let (q, mut w) = small(3, 8);
+    let mut ha = ProxyQueue::join(&q).unwrap();
+    let mut hf = ProxyQueue::join(&q).unwrap();
+    let mut hb = ProxyQueue::join(&q).unwrap();
+    let abort = AbortHandle::new();
+    let with_abort = |s: &Script, id: u32| -> TaskBox {
+        Box::new(
+            NetworkTask::new(NetworkTaskSpec {
+                task_id: id,
+                // SAFETY: the script outlives the task (it ends before the test returns).
+                comm: unsafe { s.handle() },
+                comm_id: 8,
+                seam: seam(),
+                blocks: vec![block(0, 1), block(1, 1)],
+                schedule: None,
+                triggers: TriggerWords::none(),
+                wait_for_device: false,
+                skip: false,
+                timeout_ns: None,
+            })
+            .unwrap()
+            .with_abort(abort.clone()),
+        )
+    };
+    ha.submit(with_abort(&a, 1)).unwrap();
+    ha.submit(with_abort(&a, 2)).unwrap(); // queued behind task 1 (same comm)
+    hf.submit(net(&f, 10, 1)).unwrap();
+    hb.submit(net(&b, 20, 1)).unwrap();
+    for _ in 0..3 {
+        w.tick();
+    }
+    let requester = {
+        let abort = abort.clone();
+        std::thread::spawn(move || abort.abort())
+    };
+    assert!(requester.join().unwrap());
+    let mut recs = Vec::new();
+    for _ in 0..100 {
+        w.tick();
+        for h in [&mut ha, &mut hf, &mut hb] {
+            while let Some(r) = h.try_pop_record() {
+                recs.push((r.task_id, r.status()));
+            }
+        }
+        if recs.len() == 4 {
+            break;
+        }
+    }
+    recs.sort_by_key(|r| r.0);
+    assert_eq!(
+        recs,
+        [
+            (1, NrtStatus::Closed),
+            (2, NrtStatus::Closed),
+            (10, NrtStatus::NetworkProxyFailure),
+            (20, NrtStatus::Success)
+        ],
+        "each task reported once; the healthy comm completed"
+    );
+    assert_eq!(
+        a.counts().2,
+        2,
+        "the aborted task stopped its two streams once"
+    );
+    assert_eq!(
+        a.counts().0,
+        2,
+        "the queued task of the aborted comm never filed"
+    );
+    // The queue serves the next comm after the failure: the failed comm leaves, a new one
+    // takes its slot and runs to success.
+    let (_, hf) = hf
+        .leave_until(&waiter(&MonotonicClock), Some(0))
+        .unwrap_err();
+    w.tick();
+    assert!(hf
+        .leave_until(&waiter(&MonotonicClock), deadline(&MonotonicClock, 10))
+        .unwrap()
+        .is_empty());
+    let c = Script::new(2);
+    let mut hc = ProxyQueue::join(&q).unwrap();
+    hc.submit(net(&c, 30, 1)).unwrap();
+    let got = tick_until(&mut w, &mut hc, 1);
+    assert_eq!((got[0].task_id, got[0].status()), (30, NrtStatus::Success));
+    assert_eq!(
+        w.tick(),
+        Tick::Park,
+        "nothing active is left: the worker may park"
+    );
+    drop((ha, hb, hc));
 }

@@ -19,25 +19,27 @@ use crate::sync::{AtomicU32, Ordering};
 /// The run state of a proxy task. The numbers are ABI (they appear at offset 0x14 of the status
 /// record).
 ///
-/// This is the one run-state diagram of the project: both task kinds cite its edge numbers
-/// (the barrier task never takes edges 3 and 4).
+/// This is the one run-state diagram of the project: both task kinds cite its edge numbers.
 ///
 /// ```text
 ///   INIT(0) ──(1) skip flag ─────────────────────────────────────────────────┐
-///    │  │  (stays: network — an earlier network task of its comm is not DONE;  │
-///    │  │          barrier — a trigger word still reads 0xFFFF_FFFF)           │
+///    │  │  (stays: network — an earlier network task of its comm is not DONE) │
 ///    │  └─(2) network: every block filed, no device wait ──► PROGRESSING(1)   │
-///    │        barrier: trigger seen, written 0, arrived          ▲    │       │
+///    │        barrier: trigger already seen, written 0, arrived  ▲    │       │
 ///    │                                                           │(5) │(5)    │
 ///    └─(3) network: every block filed, wait for the device       │    ▼       │
-///          ──► WAITING_DEVICE_TRIGGER(2) ──(4) every trigger  ──►┘  IDLE(3)   │
+///          barrier: trigger not written yet (timeout starts)     │  IDLE(3)   │
+///          ──► WAITING_DEVICE_TRIGGER(2) ──(4) every trigger  ──►┘            │
 ///                                           word ≠ 0xFFFF_FFFF,               │
-///                                           write 0 to each                   ▼
+///                                           write 0 to each                   │
+///                                           (barrier: and arrive)             ▼
 ///   PROGRESSING / IDLE ──(6) success: every stream's schedule ran; ───────► DONE(4)
 ///                            barrier passed, leader incremented               ▲
-///   INIT / PROGRESSING / IDLE ──(7) a start / progress / channel error ──────┤
+///   INIT / WAITING / PROGRESSING / IDLE ──(7) a start / progress / channel ──┤
+///                                              error                          │
 ///   WAITING / PROGRESSING / IDLE ──(8) no progress past the timeout ─────────┤
-///   any state but DONE ──(9) close: the comm leaves, or the worker exits ────┘
+///   any state but DONE ──(9) close: the comm leaves, the worker exits, or ───┘
+///                            the comm's abort request is seen at a step
 ///
 ///   DONE(4) ──(10) resubmit: the owner re-arms the finished task in place ──► INIT(0)
 ///                  (new task id, FIFOs kept; outside the queue, before it submits again)
@@ -45,8 +47,12 @@ use crate::sync::{AtomicU32, Ordering};
 /// Network task (`driver::task::network`): edges 1–3 (and 7 on a `start` failure) in
 /// `step_init`, 4 in `step_waiting`, 5–8 in
 /// `step_progress` (8 also in `step_waiting`), 6–9 end through `finish`, which calls `stop`
-/// per stream when the task filed its blocks; 9 in `close`. Barrier task
-/// (`driver::task::barrier`): 1, 2 and 7 in `step_init`, 5–8 in `step_wait`, 9 in `close`.
+/// per stream when the task filed its blocks; 9 in `close` and at the top of `step` (abort).
+/// Barrier task (`driver::task::barrier`): 1, 2, 3 and 7 in `step_init`, 4, 7 and 8 in
+/// `step_trigger`, 5–8 in `step_wait`, 9 in `close` and at the top of `step` (abort).
+/// Every wait is bounded by the task's no-progress limit (edge 8) once the task has left
+/// INIT; only a network task waiting in INIT behind an earlier task of its comm (whose own
+/// limit bounds it) has none.
 /// Every edge goes through the task's one transition function, `TaskCore::transition`, which
 /// logs `state=A=>B`; edge 10 goes through `TaskCore::rearm`, which takes the same edge body
 /// (it alone may leave DONE), called by the task's owner through `ProxyTask::rearm`

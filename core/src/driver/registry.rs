@@ -235,8 +235,51 @@ impl<S: Spawner> Registry<S> {
     ///
     /// Seed: `enc_free_global_comm` → `~enc_proxy_queue` (stop, notify, join), §2.
     pub fn leave(&self, m: Membership, waiter: &Waiter<'_>) -> Vec<TaskRecord> {
+        match self.leave_until(m, waiter, None) {
+            Ok(records) => records,
+            Err((status, m)) => {
+                // Not reachable: a leave without a deadline ends only with its records.
+                log::error!("group {}: leave without a deadline ended {status}", m.group);
+                debug_assert!(false, "an undeadlined leave ended {status}");
+                Vec::new()
+            }
+        }
+    }
+
+    /// [`Registry::leave`] with a deadline on `waiter.clock` for the slot's part
+    /// ([`SlotHandle::leave_until`]: the driver closing the comm's tasks).
+    ///
+    /// The reference is dropped (and, for the last one, the worker stopped and joined) only
+    /// once the slot is left. Joining a stopped worker is bounded by one tick of it: every task
+    /// step is non-blocking, and a stream's teardown drains for at most its comm's drain limit
+    /// (docs/design.md §9, "Bounded waits").
+    ///
+    /// # Errors
+    /// `(NrtStatus::Timeout, membership)` when the deadline passed before the slot was closed:
+    /// nothing is lost, the reference is kept, and the membership's slot keeps the records
+    /// collected so far (see [`SlotHandle::leave_until`]). Call `leave_until` again, or drop
+    /// the membership (the group then keeps its reference until the registry is dropped).
+    // The error hands the handle itself back by value (nothing is lost and nothing is
+    // allocated on the timeout path); its size is the handle's.
+    #[allow(clippy::result_large_err)]
+    pub fn leave_until(
+        &self,
+        m: Membership,
+        waiter: &Waiter<'_>,
+        deadline_ns: Option<u64>,
+    ) -> Result<Vec<TaskRecord>, (NrtStatus, Membership)> {
         let group = m.group;
-        let records = m.slot.leave(waiter);
+        let records = match m.slot.leave_until(waiter, deadline_ns) {
+            Ok(r) => r,
+            Err((status, slot)) => return Err((status, Membership { group, slot })),
+        };
+        self.drop_ref(group);
+        Ok(records)
+    }
+
+    /// Drops one reference on `group`; the last one stops, wakes and joins its worker under
+    /// the registry's lock.
+    fn drop_ref(&self, group: u32) {
         // PLANT: RegistrySplitDecrement reads the count in one critical section and writes
         // `refs - 1` (and decides "last") in a second: two leaves can both write the same value.
         plant!(RegistrySplitDecrement => {
@@ -254,7 +297,7 @@ impl<S: Spawner> Registry<S> {
                     }
                 });
             }
-            return records;
+            return;
         });
         // PLANT: RegistryStopOutsideLock removes the last group under the lock but stops and
         // joins its worker after releasing it: a join in between starts a second worker.
@@ -268,7 +311,7 @@ impl<S: Spawner> Registry<S> {
                 g.queue.request_stop();
                 self.join_worker(g.handle);
             }
-            return records;
+            return;
         });
         self.with_groups(|groups| {
             let Some(i) = groups.iter().position(|g| g.id == group) else {
@@ -283,7 +326,6 @@ impl<S: Spawner> Registry<S> {
                 log::debug!("group {group}: worker joined");
             }
         });
-        records
     }
 
     fn join_worker(&self, handle: Option<S::Handle>) {

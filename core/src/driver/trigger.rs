@@ -205,6 +205,32 @@ impl TriggerWords {
     }
 }
 
+impl TriggerWords {
+    /// The words with the values they hold now, for a log line:
+    /// `[0x7f00=0xffffffff, 0x7f04=0x1]` (address `=` value; `[]` when there are none).
+    /// Each value is read when the line is formatted (acquire).
+    pub fn describe(&self) -> TriggerWordsNow<'_> {
+        TriggerWordsNow(self)
+    }
+}
+
+/// [`TriggerWords::describe`]: the words and their current values, as `Display`.
+#[derive(Clone, Copy, Debug)]
+pub struct TriggerWordsNow<'a>(&'a TriggerWords);
+
+impl fmt::Display for TriggerWordsNow<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("[")?;
+        for (i, w) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            write!(f, "{:#x}={:#x}", w.addr(), w.load())?;
+        }
+        f.write_str("]")
+    }
+}
+
 impl Default for TriggerWords {
     fn default() -> Self {
         Self::none()
@@ -230,6 +256,13 @@ mod tests {
         assert!(t.can_start());
         t.consume();
         assert_eq!((a.load(), b.load()), (0, 0));
+        b.store(TRIGGER_ARMED);
+        let line = alloc::format!("{}", t.describe());
+        assert_eq!(
+            line,
+            alloc::format!("[{:#x}=0x0, {:#x}=0xffffffff]", a.addr(), b.addr())
+        );
+        assert_eq!(alloc::format!("{}", TriggerWords::none().describe()), "[]");
     }
 
     #[test]

@@ -117,6 +117,12 @@ pub const MAX_FABRIC_RANKS: u32 = 256;
 /// "cannot start now" until `test` releases some.
 pub const MAX_REQUESTS: usize = 1 << 20;
 
+/// Polls the endpoint's drop spins (spin hint) while a peer copies out of a lent buffer,
+/// before it calls the relax hook between polls.
+pub const WITHDRAW_SPIN_POLLS: u64 = 1 << 10;
+/// Polls after which the endpoint's drop warns that it still waits for a peer's copy.
+pub const WITHDRAW_WARN_POLLS: u64 = 1 << 20;
+
 /// `poll` prunes withdrawn messages from the unexpected list every this many calls.
 const SWEEP_INTERVAL: u32 = 256;
 
@@ -417,10 +423,13 @@ impl Slab {
 
 /// One rank's endpoint of a [`MemFabric`]; implements [`Transport`].
 ///
-/// `Send`, not `Sync`: one thread at a time drives it (docs/design.md §8). Dropping it (or
-/// [`Transport::close`]) withdraws every send still in flight, waiting out a copy the receiver
-/// may be in the middle of, so no peer touches this endpoint's buffers afterwards; the peers'
-/// requests with this rank then fail at their next `test` instead of staying pending.
+/// `Send`, not `Sync`: one thread at a time drives it (docs/design.md §8).
+/// [`Transport::close`] and [`Transport::cancel`] withdraw every send still unmatched without
+/// waiting (a send the receiver is copying finishes, and its `test` says so). Dropping the
+/// endpoint withdraws every send and waits out a copy the receiver may be in the middle of
+/// out of a lent buffer (spin, then the relax hook, [`MemTransport::set_relax`]), so no peer
+/// touches this endpoint's buffers afterwards; the peers' requests with this rank then fail at
+/// their next `test` instead of staying pending.
 ///
 /// Seed: one comm's `ncclNet` instance (`isend` / `irecv` / `test`, §1 and §4).
 pub struct MemTransport {
@@ -446,6 +455,8 @@ pub struct MemTransport {
     polls_since_sweep: u32,
     /// Set by `close`: posts fail, `poll` does nothing.
     closed: bool,
+    /// Called between polls while the drop waits for a peer's copy (after the spin phase).
+    relax: fn(),
 }
 
 // Compile-time check: the endpoint can move to its worker thread.
@@ -469,6 +480,7 @@ impl MemTransport {
             spare: Vec::new(),
             polls_since_sweep: 0,
             closed: false,
+            relax: spin_loop,
         }
     }
 
@@ -698,18 +710,67 @@ impl MemTransport {
         }
     }
 
-    /// Withdraws every send still in flight, waiting out copies in progress: afterwards no peer
-    /// reads any of this endpoint's send buffers.
-    fn withdraw_all_sends(&mut self) {
+    /// Withdraws every send still `PENDING`, without waiting: a send the receiver is copying
+    /// right now finishes (its `test` answers `Pending`, then `Done`). Returns the number of
+    /// sends still being copied.
+    fn withdraw_pending_sends(&mut self) -> usize {
+        let mut copying = 0;
         for (_, req) in self.slab.iter_mut() {
             if let Request::Send { msg, .. } = req {
-                // Terminates: `COPYING` lasts one `memcpy` inside the receiver's call
-                // (`handoff.rs`), and only `PENDING` can be withdrawn, never re-entered.
-                while !msg.withdraw() {
+                copying += usize::from(!msg.withdraw());
+            }
+        }
+        copying
+    }
+
+    /// The endpoint's drop: withdraws every send, and waits for the copies under way out of a
+    /// *lent* buffer (an eager send's bytes live in its descriptor, which the receiver keeps
+    /// alive), so that no peer reads the caller's buffers once the endpoint is gone. The wait
+    /// backs off: [`WITHDRAW_SPIN_POLLS`] polls with a spin hint, then the relax hook
+    /// ([`MemTransport::set_relax`]) between polls; past [`WITHDRAW_WARN_POLLS`] it logs a
+    /// warning naming the send, once.
+    ///
+    /// This is the one wait with no limit, and at the bound it warns and keeps waiting: it
+    /// waits for a `memcpy` another thread is already running inside its own transport call
+    /// (`COPYING` never waits for anything itself), never for a peer's progress or the
+    /// network; returning earlier would let the caller free a buffer that is being read. It
+    /// runs only at destroy, off the driving path: the comm's teardown has already drained
+    /// (bounded) every request it knew.
+    fn withdraw_all_sends_for_drop(&mut self) {
+        let relax = self.relax;
+        for (_, req) in self.slab.iter_mut() {
+            let Request::Send { peer, msg, .. } = req else {
+                continue;
+            };
+            let mut polls: u64 = 0;
+            while !msg.withdraw() {
+                if !msg.is_lent() {
+                    break; // our bytes are in the descriptor the receiver holds
+                }
+                polls += 1;
+                if polls == WITHDRAW_WARN_POLLS {
+                    log::warn!(
+                        "mem: rank {}: drop waits for peer {peer} to finish copying the {}-byte \
+                         message with tag {:#x} out of the lent buffer",
+                        self.rank,
+                        msg.len(),
+                        msg.tag
+                    );
+                }
+                if polls < WITHDRAW_SPIN_POLLS {
                     spin_loop();
+                } else {
+                    relax();
                 }
             }
         }
+    }
+
+    /// Sets the hook the endpoint's drop calls between polls while it waits for a peer's copy
+    /// out of a lent buffer, once [`WITHDRAW_SPIN_POLLS`] have spun (default: a spin hint; a
+    /// std platform passes `std::thread::yield_now`).
+    pub fn set_relax(&mut self, relax: fn()) {
+        self.relax = relax;
     }
 }
 
@@ -916,13 +977,20 @@ impl Transport for MemTransport {
         Ok(())
     }
 
-    /// Withdraws every send in flight (waiting out copies in progress) and every posted
-    /// receive, drops the unexpected list and the mailboxes; later posts fail. Requests stay
-    /// testable: each reports `Done` or `Cancelled`. Peers' requests with this rank then fail
-    /// at their next `test` ("closed its endpoint"), as after a drop.
+    /// Withdraws every send still unmatched and every posted receive, drops the unexpected
+    /// list and the mailboxes; later posts fail. Never waits: a send the receiver is copying
+    /// right now finishes on the receiver's side (its `test` answers `Pending`, then `Done`).
+    /// Requests stay testable: each reports `Done` or `Cancelled`. Peers' requests with this
+    /// rank then fail at their next `test` ("closed its endpoint"), as after a drop.
     fn close(&mut self) -> Result<(), NetError> {
         self.closed = true;
-        self.withdraw_all_sends();
+        let copying = self.withdraw_pending_sends();
+        if copying > 0 {
+            log::debug!(
+                "mem: rank {}: close with {copying} sends being copied by their receivers",
+                self.rank
+            );
+        }
         for (_, req) in self.slab.iter_mut() {
             if let Request::Recv { state, .. } = req {
                 if matches!(state, RecvState::Posted) {
@@ -937,8 +1005,10 @@ impl Transport for MemTransport {
             map.clear();
         }
         self.unexpected_len = 0;
-        // Our sends are withdrawn (above), so dropping the ring handles is safe; peers then see
-        // this endpoint as gone and fail their requests with it instead of waiting forever.
+        // Our sends are withdrawn or being copied by a receiver that already popped them, so
+        // dropping the ring handles is safe (a descriptor lives as long as its last `Arc`);
+        // peers then see this endpoint as gone and fail their requests with it instead of
+        // waiting forever.
         self.tx.clear();
         self.rx.clear();
         Ok(())
@@ -947,7 +1017,7 @@ impl Transport for MemTransport {
 
 impl Drop for MemTransport {
     fn drop(&mut self) {
-        self.withdraw_all_sends();
+        self.withdraw_all_sends_for_drop();
     }
 }
 

@@ -5,6 +5,7 @@
 //!
 //! Seed: libnccom's `ncclProxyProgress` / `ncclProxyProgressOps` (nccom:0x40f40, nccom:0x40a80), §4.
 
+pub mod abort;
 pub mod comm;
 pub mod desc;
 pub mod device;

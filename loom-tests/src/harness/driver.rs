@@ -411,6 +411,68 @@ pub fn drive_token_handoff() {
     assert!(h.leave(&waiter(0)).is_empty());
 }
 
+/// Model 11 — a bounded leave that times out, and its handle dropped, while the worker ticks
+/// (docs/design.md §9, "Bounded waits"). Comm A submits a task (two steps), leaves with a
+/// deadline already past (so the leave answers `NRT_TIMEOUT` unless the worker has closed the
+/// slot already) and drops the handle it gets back: the slot goes CLOSING → ABANDONED (edge 8)
+/// or, if the worker confirmed first, the handle frees the CLOSED slot itself. Then comm B
+/// joins (retrying while the slot is not free yet), submits a task and leaves. Checks: A's task
+/// ended (DONE) before the slot was free again; B gets the same slot, and its leave reports only
+/// its own task, exactly once (nothing of A's reaches the new owner).
+pub fn leave_timeout_then_drop() {
+    let (queue, worker) = new_queue(one_slot());
+    let mut a = ProxyQueue::join(&queue).expect("join a free slot");
+    let task = ModelTask::new(TASK_A, 1, NrtStatus::Success);
+    let a_live = task.live();
+    submit(&mut a, Box::new(task)).expect("submit");
+    let worker = thread::spawn(move || run_worker(worker));
+    match a.leave_until(&waiter(0), Some(0)) {
+        Ok(recs) => assert_eq!(
+            recs.iter().map(|r| r.task_id).collect::<Vec<_>>(),
+            [TASK_A],
+            "a leave that finished reports the task once"
+        ),
+        Err((status, handle)) => {
+            assert_eq!(status, NrtStatus::Timeout);
+            assert!(handle.is_leaving());
+            drop(handle);
+        }
+    }
+    let mut tries = 0;
+    let mut b = loop {
+        match ProxyQueue::join(&queue) {
+            Ok(b) => break b,
+            Err(e) => {
+                assert_eq!(e, NrtStatus::Resource, "the one slot is still being freed");
+                tries += 1;
+                assert!(
+                    tries < SPIN_BOUND,
+                    "the dropped leave's slot was never freed"
+                );
+                thread::yield_now();
+            }
+        }
+    };
+    assert!(
+        a_live.load().is_done(),
+        "the slot was free again before the old comm's task had ended"
+    );
+    assert_eq!(b.slot(), 0, "the released slot is reused");
+    submit(
+        &mut b,
+        Box::new(ModelTask::new(TASK_B, 0, NrtStatus::Success)),
+    )
+    .expect("submit");
+    let recs = b.leave(&waiter(0));
+    assert_eq!(
+        recs.iter().map(|r| (r.task_id, r.slot)).collect::<Vec<_>>(),
+        [(TASK_B, 0)],
+        "the new owner's leave reports only its own task, exactly once"
+    );
+    queue.request_stop();
+    worker.join().unwrap();
+}
+
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
@@ -426,6 +488,7 @@ mod tests {
             claim_race();
             wake_word_two_notifiers();
             drive_token_handoff();
+            leave_timeout_then_drop();
         }
     }
 }

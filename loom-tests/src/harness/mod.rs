@@ -12,6 +12,7 @@ pub(crate) use loom::thread;
 #[cfg(not(loom))]
 pub(crate) use std::thread;
 
+pub mod abort;
 pub mod driver;
 pub mod registry;
 pub mod trigger;

@@ -3,11 +3,22 @@
 //! It never touches the progress half.
 //!
 //! Its states and numbered edges are the one run-state diagram at
-//! [`RunState`] (a barrier task never takes edges 3 and 4):
-//! edges 1 (skip), 2 (trigger seen: write 0, arrive) and 7 (a channel error) are taken by
-//! `step_init`; 5 (not everyone arrived: IDLE), 6 (everyone arrived: the leader increments every
-//! barrier-done semaphore), 7 and 8 (no progress past the timeout) by `step_wait`; 9 by `close`;
-//! 10 (DONE → INIT, resubmit) by [`BarrierTask::rearm_with`], called by the task's owner.
+//! [`RunState`]:
+//! edges 1 (skip), 2 (trigger already seen at the first step: write 0, arrive), 3 (trigger
+//! not written yet: wait for it, the timeout clock starts) and 7 (a channel error) are taken by
+//! `step_init`; 4 (trigger seen: write 0, arrive), 7 and 8 (no trigger within the limit) by
+//! `step_trigger`; 5 (not everyone arrived: IDLE), 6 (everyone arrived: the leader increments
+//! every barrier-done semaphore), 7 and 8 (no progress past the timeout) by `step_wait`; 9 by
+//! `close` and by an abort request seen at a step ([`BarrierTask::with_abort`]); 10 (DONE →
+//! INIT, resubmit) by [`BarrierTask::rearm_with`], called by the task's owner.
+//!
+//! Every wait is bounded (docs/design.md §9, "Bounded waits"): the trigger wait in
+//! WAITING_DEVICE_TRIGGER ends `NRT_TIMEOUT` after the task's limit with a log line naming the
+//! task and its trigger words (their addresses and values), as the network task's trigger wait
+//! does; the wait for the other ranks likewise. While it waits the task logs a warning every
+//! [`WAIT_WARN_INTERVAL_NS`](super::WAIT_WARN_INTERVAL_NS) of the queue's clock with the
+//! cumulative wait and where it waits (the trigger words, or the barrier generation).
+//! (Deviation from the seed, whose barrier waits for its trigger in INIT, untimed.)
 //!
 //! Seed: `enc_barrier_proxy_task::step` (nrt:0x1ce830), `inc_leader_sps_barrier_done_semas`
 //! (nrt:0x1ce7b0), §3 ("Considerations") and §5; docs/design.md §4.
@@ -18,6 +29,7 @@ use alloc::vec::Vec;
 use super::{ProxyTask, Step, StepEnv, TaskCore, TaskKind};
 use crate::driver::record::RunState;
 use crate::driver::trigger::{HostWord, TriggerWords};
+use crate::progress::abort::AbortHandle;
 use crate::status::NrtStatus;
 use crate::sync::{Arc, AtomicU32, CachePadded, Ordering};
 
@@ -154,7 +166,9 @@ pub struct BarrierTaskSpec {
     pub done_semaphores: Vec<HostWord>,
     /// Skip: INIT goes straight to DONE with success.
     pub skip: bool,
-    /// No-progress limit in nanoseconds once the task has left INIT (`None`: none).
+    /// No-progress limit in nanoseconds (`None`: none), from the task's first step: the wait
+    /// for the device trigger (WAITING_DEVICE_TRIGGER) and the wait for the other ranks each
+    /// end `NRT_TIMEOUT` past it.
     pub timeout_ns: Option<u64>,
 }
 
@@ -169,6 +183,8 @@ pub struct BarrierTask {
     done_semaphores: Vec<HostWord>,
     skip: bool,
     ticket: Option<BarrierTicket>,
+    /// The comm's abort request, read at every step (`None`: the task is not abortable).
+    abort: Option<AbortHandle>,
 }
 
 impl core::fmt::Debug for BarrierTask {
@@ -198,7 +214,17 @@ impl BarrierTask {
             done_semaphores: spec.done_semaphores,
             skip: spec.skip,
             ticket: None,
+            abort: None,
         }
+    }
+
+    /// The same task, ending DONE with the abort's status (edge 9, `NRT_CLOSED` for a plain
+    /// abort) at its first step after `abort` is requested: the comm's
+    /// [`AbortHandle`] (`Comm::abort_handle`), or any handle the producer shares with the comm's
+    /// other tasks. Kept across [`BarrierTask::rearm_with`].
+    pub fn with_abort(mut self, abort: AbortHandle) -> Self {
+        self.abort = Some(abort);
+        self
     }
 
     /// The current run state.
@@ -246,20 +272,64 @@ impl BarrierTask {
         Ok(())
     }
 
+    /// INIT: edges 1, 2, 3 (and 7 when the arrival fails).
     fn step_init(&mut self, env: &StepEnv) -> Step {
         if self.skip {
             self.core.transition(RunState::Done, NrtStatus::Success);
             return Step::Done;
         }
-        if !self.triggers.can_start() {
-            return Step::Idle;
+        if self.triggers.can_start() {
+            return self.arrive(env, RunState::Init);
         }
+        // Edge 3: wait for the device, timed from now (docs/design.md §9, "Bounded waits").
+        self.core.note_progress(env.now_ns);
+        self.core
+            .transition(RunState::WaitingDeviceTrigger, NrtStatus::Success);
+        Step::Progressed
+    }
+
+    /// WAITING_DEVICE_TRIGGER: edge 4 (the trigger came), 8 (not within the limit).
+    fn step_trigger(&mut self, env: &StepEnv) -> Step {
+        if self.triggers.can_start() {
+            return self.arrive(env, RunState::WaitingDeviceTrigger);
+        }
+        let rec = self.core.record();
+        if self.core.timed_out(env.now_ns) {
+            log::error!(
+                "barrier task {} comm {}: no device trigger within the limit of {} ms \
+                 (waited {} ms); trigger words {}",
+                rec.task_id,
+                rec.comm_id,
+                self.core.timeout_ns().unwrap_or(0) / 1_000_000,
+                self.core.waited_ns(env.now_ns) / 1_000_000,
+                self.triggers.describe()
+            );
+            self.core.transition(RunState::Done, NrtStatus::Timeout);
+            return Step::Done;
+        }
+        if let Some(waited) = self.core.wait_warning_due(env.now_ns) {
+            log::warn!(
+                "barrier task {} comm {}: still waiting for the device trigger after {} ms \
+                 (state WAITING_DEVICE_TRIGGER, limit {}); trigger words {}",
+                rec.task_id,
+                rec.comm_id,
+                waited / 1_000_000,
+                LimitMs(self.core.timeout_ns()),
+                self.triggers.describe()
+            );
+        }
+        Step::Idle
+    }
+
+    /// The trigger is seen (from `from`, INIT or WAITING_DEVICE_TRIGGER): consume it, arrive
+    /// at the channel, PROGRESSING (edge 2 or 4); DONE with the channel's error (edge 7).
+    fn arrive(&mut self, env: &StepEnv, from: RunState) -> Step {
         self.triggers.consume();
         match self.channel.arrive() {
             Ok(t) => self.ticket = Some(t),
             Err(e) => {
                 log::error!(
-                    "barrier task {} comm {}: arrive failed: {}",
+                    "barrier task {} comm {}: arrive failed (in {from:?}): {}",
                     self.core.record().task_id,
                     self.core.record().comm_id,
                     e
@@ -291,14 +361,30 @@ impl BarrierTask {
                 Step::Done
             }
             Ok(false) => {
+                let rec = self.core.record();
                 if self.core.timed_out(env.now_ns) {
                     log::error!(
-                        "barrier task {} comm {}: timed out waiting for the other ranks",
-                        self.core.record().task_id,
-                        self.core.record().comm_id
+                        "barrier task {} comm {}: timed out waiting for the other ranks \
+                         (generation {}, waited {} ms)",
+                        rec.task_id,
+                        rec.comm_id,
+                        ticket.0,
+                        self.core.waited_ns(env.now_ns) / 1_000_000
                     );
                     self.core.transition(RunState::Done, NrtStatus::Timeout);
                     return Step::Done;
+                }
+                if let Some(waited) = self.core.wait_warning_due(env.now_ns) {
+                    log::warn!(
+                        "barrier task {} comm {}: still waiting for the other ranks after {} ms \
+                         (state {:?}, generation {}, limit {})",
+                        rec.task_id,
+                        rec.comm_id,
+                        waited / 1_000_000,
+                        self.core.state(),
+                        ticket.0,
+                        LimitMs(self.core.timeout_ns())
+                    );
                 }
                 self.core.transition(RunState::Idle, NrtStatus::Success);
                 Step::Idle
@@ -317,14 +403,38 @@ impl BarrierTask {
     }
 }
 
+/// A no-progress limit for a log line: `N ms`, or `none`.
+pub(super) struct LimitMs(pub(super) Option<u64>);
+
+impl core::fmt::Display for LimitMs {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self.0 {
+            Some(ns) => write!(f, "{} ms", ns / 1_000_000),
+            None => f.write_str("none"),
+        }
+    }
+}
+
 impl ProxyTask for BarrierTask {
     /// Seed: `enc_barrier_proxy_task::step` (nrt:0x1ce830), §3.
     fn step(&mut self, env: &StepEnv) -> Step {
-        match self.core.state() {
-            RunState::Init => self.step_init(env),
-            RunState::Progressing | RunState::Idle | RunState::WaitingDeviceTrigger => {
-                self.step_wait(env)
+        let state = self.core.state();
+        if state != RunState::Done {
+            if let Some(status) = self.abort.as_ref().and_then(AbortHandle::aborted) {
+                // Edge 9: the comm was aborted (from any thread); applied at this step.
+                log::warn!(
+                    "barrier task {} comm {}: comm aborted; ends {status} (was {state:?})",
+                    self.core.record().task_id,
+                    self.core.record().comm_id
+                );
+                self.close(status);
+                return Step::Done;
             }
+        }
+        match state {
+            RunState::Init => self.step_init(env),
+            RunState::WaitingDeviceTrigger => self.step_trigger(env),
+            RunState::Progressing | RunState::Idle => self.step_wait(env),
             RunState::Done => {
                 self.core.polled_after_done();
                 Step::Done

@@ -24,6 +24,11 @@ use crate::driver::record::{RunState, StatusRecord, TaskRecord};
 use crate::status::NrtStatus;
 use crate::sync::Arc;
 
+/// Interval of the "still waiting" warning: a task that waits (no progress) logs one warning
+/// each time its cumulative wait passes another multiple of this, on the queue's clock
+/// ([`StepEnv::now_ns`]): 10 s. Any progress restarts the count.
+pub const WAIT_WARN_INTERVAL_NS: u64 = 10_000_000_000;
+
 /// What the queue tells a task for one step.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct StepEnv {
@@ -153,6 +158,10 @@ pub struct TaskCore {
     last_progress_ns: u64,
     /// `true` once "polled after DONE" has been logged.
     done_poll_logged: bool,
+    /// "Still waiting" warnings logged since the last progress.
+    warned: u32,
+    /// "Still waiting" warnings logged in this execution (for tests and dumps).
+    warnings: u32,
 }
 
 impl TaskCore {
@@ -179,6 +188,8 @@ impl TaskCore {
             timeout_ns,
             last_progress_ns: 0,
             done_poll_logged: false,
+            warned: 0,
+            warnings: 0,
         }
     }
 
@@ -276,6 +287,8 @@ impl TaskCore {
         self.rec.streams = streams;
         self.last_progress_ns = 0;
         self.done_poll_logged = false;
+        self.warned = 0;
+        self.warnings = 0;
         // DONE => INIT always changes the state, so the new record is published (run_state
         // last, with release).
         self.take_edge(RunState::Init, NrtStatus::Success);
@@ -289,17 +302,49 @@ impl TaskCore {
         self.shared.publish(&self.rec);
     }
 
-    /// Marks progress at `now_ns` (restarts the timeout).
+    /// Marks progress at `now_ns` (restarts the timeout and the "still waiting" warnings).
     pub fn note_progress(&mut self, now_ns: u64) {
         self.last_progress_ns = now_ns;
+        self.warned = 0;
     }
 
     /// `true` when the no-progress limit has passed at `now_ns`.
     pub fn timed_out(&self, now_ns: u64) -> bool {
         match self.timeout_ns {
-            Some(t) => now_ns.saturating_sub(self.last_progress_ns) > t,
+            Some(t) => self.waited_ns(now_ns) > t,
             None => false,
         }
+    }
+
+    /// The no-progress limit in ns (`None`: none).
+    pub fn timeout_ns(&self) -> Option<u64> {
+        self.timeout_ns
+    }
+
+    /// Nanoseconds without progress at `now_ns` (the cumulative wait; meaningful once the task
+    /// has left INIT).
+    pub fn waited_ns(&self, now_ns: u64) -> u64 {
+        now_ns.saturating_sub(self.last_progress_ns)
+    }
+
+    /// `Some(waited_ns)` when the wait has just passed another multiple of
+    /// [`WAIT_WARN_INTERVAL_NS`] since the last progress: the caller logs the warning, with the
+    /// task's position. At most one warning per interval, however often the task is stepped.
+    pub fn wait_warning_due(&mut self, now_ns: u64) -> Option<u64> {
+        let waited = self.waited_ns(now_ns);
+        let due = u64::from(self.warned).saturating_add(1) * WAIT_WARN_INTERVAL_NS;
+        if waited < due {
+            return None;
+        }
+        // Several intervals may have passed between two steps: one warning, counted up to now.
+        self.warned = u32::try_from(waited / WAIT_WARN_INTERVAL_NS).unwrap_or(u32::MAX);
+        self.warnings = self.warnings.saturating_add(1);
+        Some(waited)
+    }
+
+    /// "Still waiting" warnings logged in this execution.
+    pub fn wait_warnings(&self) -> u32 {
+        self.warnings
     }
 
     /// Logs (once) that a DONE task was stepped again.

@@ -20,6 +20,14 @@
 //! single requests, and the progress half reports idle exactly when no op moved); a `start`
 //! failure part-way through INIT stops every stream of the task (some blocks were filed).
 //!
+//! Bounded waits (docs/design.md §9): the trigger wait (WAITING_DEVICE_TRIGGER) and the
+//! progress rounds end `NRT_TIMEOUT` once the task has made no progress for its limit; a slow
+//! peer that keeps moving (any round that is not idle, any block switch) restarts the clock and
+//! never times out. While it waits the task logs a warning every
+//! [`WAIT_WARN_INTERVAL_NS`](super::WAIT_WARN_INTERVAL_NS) of the queue's clock with the
+//! cumulative wait, its state, each stream's block and place in the schedule, and its trigger
+//! words. An abort request ([`NetworkTask::with_abort`]) ends it at its next step (edge 9).
+//!
 //! Seed: `enc_network_proxy_task::step` (nrt:0x1d0620), `init_network_proxy` (nrt:0x1ce5b0),
 //! `proxy_progress` (nrt:0x1d03f0), `check_basic_block_switch` (nrt:0x1d01c0), §3.
 
@@ -27,9 +35,11 @@ use alloc::vec::Vec;
 use core::ffi::c_void;
 use core::ptr::NonNull;
 
+use super::barrier::LimitMs;
 use super::{ProxyTask, Step, StepEnv, TaskCore, TaskKind};
 use crate::driver::record::RunState;
 use crate::driver::trigger::TriggerWords;
+use crate::progress::abort::AbortHandle;
 use crate::progress::desc::{NetDestAddr, NetOpInfo, NetSrcAddr};
 use crate::seam::SeamTable;
 use crate::status::NrtStatus;
@@ -177,6 +187,8 @@ pub struct NetworkTask {
     filed: bool,
     /// `true` once `stop` has been called per stream.
     stopped: bool,
+    /// The comm's abort request, read at every step (`None`: the task is not abortable).
+    abort: Option<AbortHandle>,
 }
 
 impl core::fmt::Debug for NetworkTask {
@@ -233,7 +245,42 @@ impl NetworkTask {
             skip: spec.skip,
             filed: false,
             stopped: false,
+            abort: None,
         })
+    }
+
+    /// The same task, ending DONE with the abort's status (edge 9: `stop` per stream first if
+    /// it filed its blocks; `NRT_CLOSED` for a plain abort) at its first step after `abort` is
+    /// requested: the comm's [`AbortHandle`] (`Comm::abort_handle`, which the comm's own
+    /// `start` / `progress` also apply), or any handle the producer shares with the comm's
+    /// other tasks. Kept across [`NetworkTask::rearm_with`].
+    pub fn with_abort(mut self, abort: AbortHandle) -> Self {
+        self.abort = Some(abort);
+        self
+    }
+
+    /// Where the task is, for a log line: each stream's block and its place in the schedule.
+    fn position(&self) -> Position<'_> {
+        Position(self)
+    }
+
+    /// Logs the "still waiting" warning when one is due (every
+    /// [`WAIT_WARN_INTERVAL_NS`](super::WAIT_WARN_INTERVAL_NS) without progress).
+    fn warn_if_due(&mut self, now_ns: u64) {
+        if let Some(waited) = self.core.wait_warning_due(now_ns) {
+            let rec = self.core.record();
+            log::warn!(
+                "network task {} comm {}: no progress for {} ms (state {:?}, limit {}); {}; \
+                 trigger words {}",
+                rec.task_id,
+                rec.comm_id,
+                waited / 1_000_000,
+                self.core.state(),
+                LimitMs(self.core.timeout_ns()),
+                self.position(),
+                self.triggers.describe()
+            );
+        }
     }
 
     /// Re-arms this DONE task in place for a new execution (edge 10, "resubmit"; see
@@ -415,13 +462,17 @@ impl NetworkTask {
         }
         if self.core.timed_out(env.now_ns) {
             log::error!(
-                "network task {} comm {}: timed out waiting for the device trigger",
+                "network task {} comm {}: timed out waiting for the device trigger \
+                 (waited {} ms); trigger words {}",
                 self.core.record().task_id,
-                self.core.record().comm_id
+                self.core.record().comm_id,
+                self.core.waited_ns(env.now_ns) / 1_000_000,
+                self.triggers.describe()
             );
             self.finish(NrtStatus::Timeout);
             return Step::Done;
         }
+        self.warn_if_due(env.now_ns);
         Step::Idle
     }
 
@@ -480,12 +531,16 @@ impl NetworkTask {
             self.core.note_progress(env.now_ns);
         } else if self.core.timed_out(env.now_ns) {
             log::error!(
-                "network task {} comm {}: no progress within the timeout",
+                "network task {} comm {}: no progress within the timeout (waited {} ms); {}",
                 self.core.record().task_id,
-                self.core.record().comm_id
+                self.core.record().comm_id,
+                self.core.waited_ns(env.now_ns) / 1_000_000,
+                self.position()
             );
             self.finish(NrtStatus::Timeout);
             return Step::Done;
+        } else {
+            self.warn_if_due(env.now_ns);
         }
         let next = if all_idle {
             RunState::Idle
@@ -501,10 +556,53 @@ impl NetworkTask {
     }
 }
 
+/// [`NetworkTask::position`]: `stream 0 at block 2 (1 of 3), stream 1 finished`. The task
+/// cannot count the ops or requests outstanding: the seam shows it only idle / done per call
+/// (the comm's own dump, `Comm::dump`, has them per op).
+struct Position<'a>(&'a NetworkTask);
+
+impl core::fmt::Display for Position<'_> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        let t = self.0;
+        for (i, c) in t.cursors.iter().enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            match t.schedule.get(c.cursor) {
+                Some(bb) => write!(
+                    f,
+                    "stream {} at block {} ({} of {})",
+                    c.stream,
+                    bb,
+                    c.cursor + 1,
+                    t.schedule.len()
+                )?,
+                None => write!(f, "stream {} finished", c.stream)?,
+            }
+        }
+        Ok(())
+    }
+}
+
 impl ProxyTask for NetworkTask {
     /// Seed: `enc_network_proxy_task::step` (nrt:0x1d0620), §3.
     fn step(&mut self, env: &StepEnv) -> Step {
-        match self.core.state() {
+        let state = self.core.state();
+        if state != RunState::Done {
+            if let Some(status) = self.abort.as_ref().and_then(AbortHandle::aborted) {
+                // Edge 9: the comm was aborted (from any thread); applied at this step.
+                log::warn!(
+                    "network task {} comm {}: comm aborted; ends {status} (was {state:?}, \
+                     filed {})",
+                    self.core.record().task_id,
+                    self.core.record().comm_id,
+                    self.filed
+                );
+                self.finish(status);
+                return Step::Done;
+            }
+        }
+        match state {
             RunState::Init => self.step_init(env),
             RunState::WaitingDeviceTrigger => self.step_waiting(env),
             RunState::Progressing | RunState::Idle => self.step_progress(env),

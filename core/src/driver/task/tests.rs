@@ -334,10 +334,20 @@ fn barrier_gates_on_trigger_waits_for_every_rank_and_leader_increments() {
     let sems = [ws.get(2), ws.get(3)];
     let mut r0 = barrier(&b, 0, t0, true, &sems);
     let mut r1 = barrier(&b, 1, t1, false, &sems);
-    assert_eq!(r0.step(&GO), Step::Idle);
-    assert_eq!(r0.state(), RunState::Init);
-    t0.store(1);
+    // Edge 3: no trigger yet, the task waits for it (timed) in WAITING_DEVICE_TRIGGER.
     assert_eq!(r0.step(&GO), Step::Progressed);
+    assert_eq!(r0.state(), RunState::WaitingDeviceTrigger);
+    assert_eq!(r0.step(&GO), Step::Idle);
+    assert_eq!(r0.state(), RunState::WaitingDeviceTrigger);
+    assert_eq!(
+        t0.load(),
+        TRIGGER_ARMED,
+        "an unwritten trigger is not consumed"
+    );
+    t0.store(1);
+    // Edge 4: trigger seen, consumed, arrived.
+    assert_eq!(r0.step(&GO), Step::Progressed);
+    assert_eq!(r0.state(), RunState::Progressing);
     assert_eq!(t0.load(), 0);
     for _ in 0..3 {
         assert_eq!(r0.step(&GO), Step::Idle);
@@ -555,7 +565,8 @@ fn barrier_rearm_runs_the_next_generation() {
             assert_eq!(r1.record().task_id, 20 + exec);
             TriggerWords::new(&[t0, t1]).unwrap().arm();
         }
-        assert_eq!(r0.step(&GO), Step::Idle, "gated on the trigger again");
+        assert_eq!(r0.step(&GO), Step::Progressed, "gated on the trigger again");
+        assert_eq!(r0.state(), RunState::WaitingDeviceTrigger);
         t0.store(1);
         t1.store(1);
         assert_eq!(r0.step(&GO), Step::Progressed);
@@ -583,4 +594,268 @@ fn barrier_rearm_runs_the_next_generation() {
         (4, 3),
         "only the one semaphore left"
     );
+}
+
+// ---- bounded waits (docs/design.md §9) -------------------------------------------------------
+
+use crate::driver::task::WAIT_WARN_INTERVAL_NS;
+use crate::progress::abort::AbortHandle;
+
+const SEC: u64 = 1_000_000_000;
+
+#[test]
+fn barrier_whose_trigger_never_comes_times_out_without_arriving() {
+    let ws = Words::new(&[TRIGGER_ARMED, 0]);
+    let b = SharedMemBarrier::new(2).unwrap();
+    let (trig, sem) = (ws.get(0), ws.get(1));
+    let mut t = BarrierTask::new(BarrierTaskSpec {
+        timeout_ns: Some(30 * SEC),
+        ..barrier_spec(&b, 0, trig, &[sem])
+    });
+    assert_eq!(t.step(&at(5 * SEC)), Step::Progressed, "edge 3");
+    assert_eq!(t.state(), RunState::WaitingDeviceTrigger);
+    for k in 2..=7 {
+        // every 5 s up to 35 s: exactly the limit at 35 s, still waiting
+        assert_eq!(t.step(&at(k * 5 * SEC)), Step::Idle, "at {} s", k * 5);
+    }
+    assert_eq!(t.step(&at(35 * SEC + 1)), Step::Done, "edge 8");
+    let r = t.record();
+    assert_eq!(
+        (r.state(), r.status()),
+        (Some(RunState::Done), NrtStatus::Timeout)
+    );
+    assert_eq!(trig.load(), TRIGGER_ARMED, "the trigger was never consumed");
+    assert_eq!(sem.load(), 0, "nothing incremented");
+    // It never arrived: rank 1's barrier of the same generation does not pass alone.
+    let mut e1 = b.endpoint(1).unwrap();
+    let g = e1.arrive().unwrap();
+    assert!(!e1.poll(g).unwrap(), "rank 0 never arrived");
+    assert_eq!(
+        t.core().wait_warnings(),
+        3,
+        "warned at 10 s, 20 s and 30 s of waiting"
+    );
+}
+
+#[test]
+fn barrier_trigger_arriving_late_within_the_limit_runs_the_barrier() {
+    let ws = Words::new(&[TRIGGER_ARMED, TRIGGER_ARMED, 0]);
+    let b = SharedMemBarrier::new(2).unwrap();
+    let (t0, t1, sem) = (ws.get(0), ws.get(1), ws.get(2));
+    let mut r0 = BarrierTask::new(BarrierTaskSpec {
+        timeout_ns: Some(10 * SEC),
+        ..barrier_spec(&b, 0, t0, &[sem])
+    });
+    let mut r1 = BarrierTask::new(BarrierTaskSpec {
+        timeout_ns: Some(10 * SEC),
+        leader: false,
+        ..barrier_spec(&b, 1, t1, &[])
+    });
+    assert_eq!(r0.step(&at(0)), Step::Progressed);
+    t0.store(1);
+    assert_eq!(
+        r0.step(&at(9 * SEC)),
+        Step::Progressed,
+        "edge 4, restarts the clock"
+    );
+    assert_eq!(r0.state(), RunState::Progressing);
+    // Rank 1's trigger was written before its first step: edge 2 straight away.
+    t1.store(1);
+    assert_eq!(r1.step(&at(18 * SEC)), Step::Progressed);
+    assert_eq!(r1.state(), RunState::Progressing);
+    assert_eq!(
+        r0.step(&at(18 * SEC)),
+        Step::Done,
+        "9 s after arriving: within the limit"
+    );
+    assert_eq!(r0.record().status(), NrtStatus::Success);
+    assert_eq!(sem.load(), 1);
+    assert_eq!(r1.step(&at(18 * SEC)), Step::Done);
+    assert_eq!(r1.record().status(), NrtStatus::Success);
+}
+
+fn barrier_spec(
+    b: &SharedMemBarrier,
+    rank: u32,
+    trig: HostWord,
+    sems: &[HostWord],
+) -> BarrierTaskSpec {
+    BarrierTaskSpec {
+        task_id: 40 + rank,
+        comm_id: 3,
+        channel: Box::new(b.endpoint(rank).unwrap()),
+        triggers: TriggerWords::new(&[trig]).unwrap(),
+        leader: true,
+        done_semaphores: sems.to_vec(),
+        skip: false,
+        timeout_ns: None,
+    }
+}
+
+#[test]
+fn a_waiting_task_warns_every_interval_and_progress_restarts_the_count() {
+    let s = Script::new(0);
+    s.idle.store(true, crate::sync::Ordering::SeqCst);
+    let mut t = NetworkTask::new(spec(&s, vec![block(0, 1), block(1, 1)])).unwrap();
+    assert_eq!(t.step(&at(0)), Step::Progressed, "filed");
+    let warnings = |t: &NetworkTask| t.core().wait_warnings();
+    assert_eq!(t.step(&at(WAIT_WARN_INTERVAL_NS - 1)), Step::Idle);
+    assert_eq!(warnings(&t), 0);
+    t.step(&at(WAIT_WARN_INTERVAL_NS));
+    assert_eq!(warnings(&t), 1, "at 10 s");
+    for k in 1..=5 {
+        t.step(&at(WAIT_WARN_INTERVAL_NS + k * SEC));
+    }
+    assert_eq!(warnings(&t), 1, "once per interval, however often stepped");
+    t.step(&at(5 * WAIT_WARN_INTERVAL_NS));
+    assert_eq!(
+        warnings(&t),
+        2,
+        "one warning for several intervals passed between steps"
+    );
+    t.step(&at(5 * WAIT_WARN_INTERVAL_NS + 1));
+    assert_eq!(warnings(&t), 2);
+    // A busy round is progress: the count of this wait starts again from it.
+    s.idle.store(false, crate::sync::Ordering::SeqCst);
+    let busy_at = 6 * WAIT_WARN_INTERVAL_NS;
+    assert_eq!(t.step(&at(busy_at)), Step::Progressed);
+    s.idle.store(true, crate::sync::Ordering::SeqCst);
+    t.step(&at(busy_at + WAIT_WARN_INTERVAL_NS - 1));
+    assert_eq!(warnings(&t), 2);
+    t.step(&at(busy_at + WAIT_WARN_INTERVAL_NS));
+    assert_eq!(warnings(&t), 3);
+    assert_eq!(
+        t.state(),
+        RunState::Idle,
+        "no limit: a warning never ends the task"
+    );
+}
+
+#[test]
+fn trigger_wait_warns_while_it_waits() {
+    let ws = Words::new(&[TRIGGER_ARMED]);
+    let s = Script::new(1);
+    let mut t = NetworkTask::new(NetworkTaskSpec {
+        triggers: TriggerWords::new(&[ws.get(0)]).unwrap(),
+        wait_for_device: true,
+        timeout_ns: Some(25 * SEC),
+        ..spec(&s, vec![block(0, 1)])
+    })
+    .unwrap();
+    assert_eq!(t.step(&at(0)), Step::Progressed);
+    for k in 1..=25 {
+        assert_eq!(t.step(&at(k * SEC)), Step::Idle);
+    }
+    assert_eq!(t.core().wait_warnings(), 2, "at 10 s and 20 s");
+    assert_eq!(t.step(&at(25 * SEC + 1)), Step::Done);
+    assert_eq!(t.record().status(), NrtStatus::Timeout);
+    assert_eq!(
+        s.counts(),
+        (1, 0, 1),
+        "filed, never progressed, stopped once"
+    );
+}
+
+#[test]
+fn a_slow_peer_that_keeps_moving_never_times_out() {
+    // Every round takes 0.9 of the limit and moves something (not idle); the whole run is
+    // 50 limits long. Timeout = no progress, so the task ends with success.
+    let s = Script::new(50);
+    s.idle.store(false, crate::sync::Ordering::SeqCst);
+    let limit = 1_000;
+    let mut t = NetworkTask::new(NetworkTaskSpec {
+        timeout_ns: Some(limit),
+        ..spec(&s, vec![block(0, 1)])
+    })
+    .unwrap();
+    let mut now = 0;
+    let mut steps = 0;
+    while t.step(&at(now)) != Step::Done {
+        now += limit * 9 / 10;
+        steps += 1;
+        assert!(steps < 1_000, "task never finished");
+    }
+    assert!(
+        now > 40 * limit,
+        "the run outlasted the limit many times over ({now} ns)"
+    );
+    assert_eq!(t.record().status(), NrtStatus::Success);
+    assert_eq!(s.counts(), (1, 50, 1));
+}
+
+#[test]
+fn abort_ends_a_network_task_in_every_state_with_one_stop_per_filed_stream() {
+    let ws = Words::new(&[TRIGGER_ARMED]);
+    // INIT (never filed): no seam call at all.
+    let s = Script::new(5);
+    let h = AbortHandle::new();
+    let mut t = NetworkTask::new(spec(&s, vec![block(0, 1), block(1, 1)]))
+        .unwrap()
+        .with_abort(h.clone());
+    assert!(h.abort());
+    assert_eq!(t.step(&GO), Step::Done);
+    assert_eq!(t.record().status(), NrtStatus::Closed);
+    assert_eq!(s.counts(), (0, 0, 0));
+    // WAITING_DEVICE_TRIGGER: stops each filed stream once.
+    let s = Script::new(5);
+    let h = AbortHandle::new();
+    let mut t = NetworkTask::new(NetworkTaskSpec {
+        triggers: TriggerWords::new(&[ws.get(0)]).unwrap(),
+        wait_for_device: true,
+        ..spec(&s, vec![block(0, 1), block(1, 1)])
+    })
+    .unwrap()
+    .with_abort(h.clone());
+    assert_eq!(t.step(&GO), Step::Progressed);
+    assert_eq!(t.step(&GO), Step::Idle);
+    assert!(h.abort_with(NrtStatus::NetworkProxyFailure));
+    assert!(!h.abort(), "the first reason stays");
+    assert_eq!(t.step(&GO), Step::Done);
+    assert_eq!(t.record().status(), NrtStatus::NetworkProxyFailure);
+    assert_eq!(s.counts(), (2, 0, 2));
+    assert_eq!(t.step(&GO), Step::Done, "DONE stays DONE");
+    assert_eq!(s.counts(), (2, 0, 2));
+    // PROGRESSING, across a re-arm: the handle is kept.
+    let s = Script::new(5);
+    let h = AbortHandle::new();
+    let mut t = NetworkTask::new(spec(&s, vec![block(0, 1)]))
+        .unwrap()
+        .with_abort(h.clone());
+    run(&mut t, 10);
+    t.rearm(2).unwrap();
+    assert_eq!(t.step(&GO), Step::Progressed);
+    assert_eq!(t.step(&GO), Step::Progressed);
+    h.abort();
+    assert_eq!(t.step(&GO), Step::Done);
+    assert_eq!(t.record().status(), NrtStatus::Closed);
+    assert_eq!(
+        s.counts(),
+        (2, 5 + 1, 2),
+        "two executions filed and stopped once each"
+    );
+}
+
+#[test]
+fn abort_ends_a_barrier_task_waiting_for_its_trigger_or_the_other_ranks() {
+    let ws = Words::new(&[TRIGGER_ARMED, 0]);
+    let b = SharedMemBarrier::new(2).unwrap();
+    let h = AbortHandle::new();
+    let mut t =
+        BarrierTask::new(barrier_spec(&b, 0, ws.get(0), &[ws.get(1)])).with_abort(h.clone());
+    assert_eq!(t.step(&GO), Step::Progressed);
+    h.abort();
+    assert_eq!(t.step(&GO), Step::Done);
+    assert_eq!(t.record().status(), NrtStatus::Closed);
+    assert_eq!(ws.get(0).load(), TRIGGER_ARMED);
+    // Waiting for the other rank (trigger written, arrived).
+    let h = AbortHandle::new();
+    let mut t =
+        BarrierTask::new(barrier_spec(&b, 1, ws.get(0), &[ws.get(1)])).with_abort(h.clone());
+    ws.get(0).store(1);
+    assert_eq!(t.step(&GO), Step::Progressed);
+    assert_eq!(t.step(&GO), Step::Idle);
+    h.abort();
+    assert_eq!(t.step(&GO), Step::Done);
+    assert_eq!(t.record().status(), NrtStatus::Closed);
+    assert_eq!(ws.get(1).load(), 0, "an aborted barrier increments nothing");
 }

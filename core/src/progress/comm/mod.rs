@@ -26,6 +26,7 @@ use alloc::boxed::Box;
 use alloc::vec::Vec;
 use core::ptr::{self, NonNull};
 
+use crate::progress::abort::AbortHandle;
 use crate::progress::desc::{
     NetDestAddr, NetOpInfo, NetSrcAddr, EXEC_COMPLETE, MAX_ENTRIES_PER_OP, MAX_OP_TAG,
     NET_OP_COMPLETE, NET_TRANSFER, NO_PEER,
@@ -46,6 +47,9 @@ pub const BB_NONE: u32 = u32::MAX;
 pub const DEFAULT_DRAIN_LIMIT_NS: u64 = 1_000_000_000;
 /// Default cap on `stop`'s drain polls (bounds the drain even with a clock that does not move).
 pub const DEFAULT_DRAIN_MAX_POLLS: u64 = 50_000_000;
+/// Polls of a drain that spin (`spin_loop` between them) before it backs off to the comm's
+/// relax hook ([`Comm::set_drain_relax`]) between polls.
+pub const DRAIN_SPIN_POLLS: u64 = 64;
 
 /// What a comm is created with.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -56,9 +60,11 @@ pub struct CommConfig {
     pub nranks: u32,
     /// Id shared by every rank of the comm, `< 2^15` (it is in every transport tag).
     pub comm_id: u32,
-    /// `stop` waits at most this long (ns) for cancelled requests to be confirmed.
+    /// A teardown (the `stop` calls in a row that end a task, or a destroy) waits at most
+    /// this long (ns) for cancelled requests to be confirmed, over all its streams together.
     pub drain_limit_ns: u64,
-    /// `stop` polls the transport at most this many times while draining.
+    /// A teardown polls the transport at most this many times while draining, over all its
+    /// streams together.
     pub drain_max_polls: u64,
 }
 
@@ -100,6 +106,17 @@ pub struct Comm {
     start_scratch: Vec<[u32; 2]>,
     /// `stop`'s scratch: the requests being drained (cleared, not freed).
     drain_scratch: Vec<RequestId>,
+    /// The budget of the teardown under way, `(deadline_ns, polls_left)`: set by the first
+    /// drain after a `start` / `progress` (or at destroy), shared by the drains that follow,
+    /// so one teardown of up to four streams waits at most one drain limit.
+    teardown: Option<(u64, u64)>,
+    /// Called between drain polls once [`DRAIN_SPIN_POLLS`] have spun (default: a spin hint;
+    /// a std platform passes its thread yield).
+    relax: fn(),
+    /// The comm's abort request (shared with its tasks and any thread that may abort it).
+    abort: AbortHandle,
+    /// `true` once the abort was applied (streams stopped, comm failed with its status).
+    abort_applied: bool,
     /// The stream of the last `progress` call that got past the argument checks, or
     /// [`BB_NONE`] before the first and after a `start` or `stop`: a call on a stream `<=` it
     /// (or while it is none) starts a new round.
@@ -181,6 +198,10 @@ impl Comm {
             orphans: Vec::new(),
             start_scratch: Vec::new(),
             drain_scratch: Vec::new(),
+            teardown: None,
+            relax: spin_loop,
+            abort: AbortHandle::new(),
+            abort_applied: false,
             round_last_stream: BB_NONE,
             round_polled: false,
         })
@@ -191,9 +212,52 @@ impl Comm {
         &self.config
     }
 
-    /// The sticky fatal error, if the comm has failed.
+    /// The sticky fatal error, if the comm has failed (an applied abort's status included).
     pub fn fatal_error(&self) -> Option<NrtStatus> {
         self.fatal
+    }
+
+    /// The comm's abort handle (a clone sharing one word): any thread may call
+    /// [`AbortHandle::abort`] on it at any time. The thread that drives the comm applies it at
+    /// the comm's next `start` or `progress` (the comm fails with the abort's status, every
+    /// stream is stopped: requests cancelled and drained, ops back to the pool; `start` and
+    /// `progress` then answer that status) and at the next step of every task that carries
+    /// the handle (`NetworkTask::with_abort`, `BarrierTask::with_abort`: they end DONE with
+    /// it). Destroying an aborted comm is an ordinary destroy (its streams are already empty).
+    ///
+    /// Seed: none; docs/design.md §9 ("Abort").
+    pub fn abort_handle(&self) -> AbortHandle {
+        self.abort.clone()
+    }
+
+    /// Sets the hook a teardown's drain calls between transport polls once
+    /// [`DRAIN_SPIN_POLLS`] polls have spun (the default is a spin hint; a std platform passes
+    /// `std::thread::yield_now`, so a drain waiting for a slow transport gives the CPU to
+    /// other threads, such as a peer's driving thread, instead of spinning on it).
+    pub fn set_drain_relax(&mut self, relax: fn()) {
+        self.relax = relax;
+    }
+
+    /// Applies a requested abort once: the comm fails with the abort's status and every
+    /// stream is stopped (cancel + drain, one teardown budget). Returns the status while the
+    /// comm is aborted (`None` when it is not).
+    fn check_abort(&mut self) -> Option<NrtStatus> {
+        let status = self.abort.aborted()?;
+        if !self.abort_applied {
+            self.abort_applied = true;
+            log::warn!(
+                "comm {} rank {}: abort applied ({status}): stopping every stream",
+                self.config.comm_id,
+                self.config.rank
+            );
+            if self.fatal.is_none() {
+                self.fatal = Some(status);
+            }
+            for s in 0..NUM_STREAMS as u32 {
+                let _ = self.stop(s);
+            }
+        }
+        Some(status)
     }
 
     /// The comm's last op count (`start` gives each new op this value, then advances it).
@@ -222,13 +286,15 @@ impl Comm {
     pub fn dump(&self, out: &mut dyn core::fmt::Write) -> core::fmt::Result {
         writeln!(
             out,
-            "comm {} rank {}/{} transport {} last_op_count {} fatal {:?}",
+            "comm {} rank {}/{} transport {} last_op_count {} fatal {:?} aborted {:?} orphans {}",
             self.config.comm_id,
             self.config.rank,
             self.config.nranks,
             self.transport.name(),
             self.last_op_count,
-            self.fatal
+            self.fatal,
+            self.abort.aborted(),
+            self.orphans.len()
         )?;
         for (s, st) in self.streams.iter().enumerate() {
             writeln!(
@@ -305,6 +371,8 @@ impl Comm {
     /// map entry for `bb`. May be called for many blocks before the first `progress`.
     ///
     /// # Errors
+    /// * the abort's status when the comm was aborted ([`Comm::abort_handle`]; the abort is
+    ///   applied first, see there);
     /// * the sticky fatal error when the comm has failed;
     /// * `Invalid` for stream ≥ 4, `bb == u32::MAX`, an empty op FIFO, FIFO lengths that differ
     ///   from the ops' entry counts, `net_op_idx` out of range, a wrong or unknown mark, a peer
@@ -323,6 +391,14 @@ impl Comm {
         src: &[NetSrcAddr],
         dst: &[NetDestAddr],
     ) -> Result<(), NrtStatus> {
+        if let Some(e) = self.check_abort() {
+            log::error!(
+                "start on aborted comm {} rejected: {e}",
+                self.config.comm_id
+            );
+            return Err(e);
+        }
+        self.teardown = None;
         if let Some(e) = self.fatal {
             log::error!("start on failed comm {} rejected: {e}", self.config.comm_id);
             return Err(e);
@@ -427,7 +503,7 @@ impl Comm {
         scripts: &[crate::progress::scripted::Script],
     ) -> Result<(), NrtStatus> {
         use crate::progress::scripted;
-        if let Some(e) = self.fatal {
+        if let Some(e) = self.check_abort().or(self.fatal) {
             return Err(e);
         }
         let s = check_stream(stream)?;
@@ -516,6 +592,16 @@ impl Comm {
     ///   requests stay with the transport until the comm is dropped (no buffer is reused while
     ///   the transport may still touch it). The stream is torn down all the same.
     ///
+    /// **Bounded** (docs/design.md §9): the `stop` calls in a row with no `start` or
+    /// `progress` between them (a task ending: one per stream; an abort) form one teardown
+    /// and share one budget of `drain_limit_ns` and `drain_max_polls`. A drain polls and
+    /// tests its requests, spinning between polls for [`DRAIN_SPIN_POLLS`] polls, then calling
+    /// the relax hook ([`Comm::set_drain_relax`]) between them; once the budget is spent, a
+    /// later drain of the same teardown makes one pass and leaves what is still pending with
+    /// the transport (orphans, drained again at destroy). So a comm leaving its queue stalls
+    /// the other comms of the group (the tick that closes its tasks) for at most one drain
+    /// limit, whatever the number of streams.
+    ///
     /// Seed: `neuronStopNetworkProxy` (nccom:0x487d0), §4; docs/design.md §3.
     pub fn stop(&mut self, stream: u32) -> Result<(), NrtStatus> {
         let s = check_stream(stream)?;
@@ -567,8 +653,10 @@ impl Comm {
         result
     }
 
-    /// Tests `pending` until each reports finished or failed, bounded by the drain limits.
-    /// `what` and `stream` name the caller in the log line (no string is built on the way).
+    /// Tests `pending` until each reports finished or failed, within the teardown's budget
+    /// (see [`Comm::stop`]): spin between polls for [`DRAIN_SPIN_POLLS`] polls, then call the
+    /// relax hook between them. `what` and `stream` name the caller in the log line (no
+    /// string is built on the way).
     fn drain(
         &mut self,
         pending: &mut Vec<RequestId>,
@@ -578,12 +666,16 @@ impl Comm {
         if pending.is_empty() {
             return Ok(());
         }
-        let deadline = self
-            .clock
-            .now_ns()
-            .saturating_add(self.config.drain_limit_ns);
+        let (deadline, mut polls_left) = *self.teardown.get_or_insert_with(|| {
+            (
+                self.clock
+                    .now_ns()
+                    .saturating_add(self.config.drain_limit_ns),
+                self.config.drain_max_polls,
+            )
+        });
         let mut polls = 0u64;
-        loop {
+        let result = loop {
             let _ = self.transport.poll();
             let transport = &mut self.transport;
             pending.retain(|&id| match transport.test(id) {
@@ -595,27 +687,43 @@ impl Comm {
                 }
             });
             if pending.is_empty() {
-                return Ok(());
+                break Ok(());
             }
             polls += 1;
-            if polls >= self.config.drain_max_polls || self.clock.now_ns() > deadline {
+            polls_left = polls_left.saturating_sub(1);
+            if polls_left == 0 || self.clock.now_ns() > deadline {
                 log::error!(
-                    "{what}{}: comm {}: {} requests not confirmed within the drain limit; comm failed",
+                    "{what}{}: comm {}: {} requests not confirmed within the drain limit \
+                     ({} polls in this drain); comm failed",
                     stream.map_or(alloc::string::String::new(), |s| alloc::format!(" {s}")),
                     self.config.comm_id,
-                    pending.len()
+                    pending.len(),
+                    polls
                 );
                 self.orphans.append(pending);
                 self.fail(NrtStatus::Timeout);
-                return Err(NrtStatus::Timeout);
+                break Err(NrtStatus::Timeout);
             }
-            spin_loop();
-        }
+            // Back off: spin a little (a cancel is usually confirmed at once), then let the
+            // platform give the CPU away between polls.
+            if polls < DRAIN_SPIN_POLLS {
+                spin_loop();
+            } else {
+                (self.relax)();
+            }
+        };
+        self.teardown = Some((deadline, polls_left));
+        result
     }
 }
 
 impl Drop for Comm {
+    /// Destroy: stops every stream and drains the requests an earlier stop left behind, all
+    /// within one teardown budget of its own (one drain limit; see [`Comm::stop`]), then
+    /// closes the transport. Runs once (Rust drops a value once), also after an abort or a
+    /// failure: an aborted comm's streams are already empty, so nothing is stopped twice.
     fn drop(&mut self) {
+        self.teardown = None;
         for s in 0..NUM_STREAMS as u32 {
             let _ = self.stop(s);
         }

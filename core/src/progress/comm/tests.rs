@@ -882,3 +882,205 @@ fn dump_names_streams_blocks_and_ops() {
     );
     assert_eq!(out.matches("active scripted op").count(), 2, "{out}");
 }
+
+// ---------------------------------------------------------------- bounded teardown, abort
+
+/// A transport whose requests never confirm (`stuck`) or confirm as cancelled at once; counts
+/// `poll` and `close` calls in shared words, so the test reads them after the comm is gone.
+#[derive(Debug, Default)]
+struct DrainTransport {
+    inner: NullTransport,
+    stuck: bool,
+    polls: PlainArc<crate::sync::AtomicU32>,
+    closes: PlainArc<crate::sync::AtomicU32>,
+}
+
+impl crate::progress::net::Transport for DrainTransport {
+    fn name(&self) -> &str {
+        "drain-test"
+    }
+    fn max_msg_size(&self) -> u64 {
+        1 << 20
+    }
+    fn poll(&mut self) -> Result<(), crate::progress::net::NetError> {
+        self.polls.fetch_add(1, crate::sync::Ordering::Relaxed);
+        Ok(())
+    }
+    unsafe fn isend(
+        &mut self,
+        peer: u32,
+        buf: *const u8,
+        size: u64,
+        tag: u64,
+    ) -> Result<Option<crate::progress::net::Posted>, crate::progress::net::NetError> {
+        // SAFETY: the trait's contract, passed on.
+        unsafe { self.inner.isend(peer, buf, size, tag) }
+    }
+    unsafe fn irecv(
+        &mut self,
+        peer: u32,
+        buf: *mut u8,
+        size: u64,
+        tag: u64,
+    ) -> Result<Option<crate::progress::net::Posted>, crate::progress::net::NetError> {
+        // SAFETY: as above.
+        unsafe { self.inner.irecv(peer, buf, size, tag) }
+    }
+    fn test(
+        &mut self,
+        _request: crate::progress::net::RequestId,
+    ) -> Result<crate::progress::net::TestOutcome, crate::progress::net::NetError> {
+        Ok(if self.stuck {
+            crate::progress::net::TestOutcome::Pending
+        } else {
+            crate::progress::net::TestOutcome::Cancelled
+        })
+    }
+    fn cancel(
+        &mut self,
+        request: crate::progress::net::RequestId,
+    ) -> Result<(), crate::progress::net::NetError> {
+        self.inner.cancel(request)
+    }
+    fn close(&mut self) -> Result<(), crate::progress::net::NetError> {
+        self.closes.fetch_add(1, crate::sync::Ordering::Relaxed);
+        Ok(())
+    }
+    fn scripts(&mut self) -> Option<&mut crate::progress::scripted::ScriptTable> {
+        Some(&mut self.inner.scripts)
+    }
+}
+
+type Counter = PlainArc<crate::sync::AtomicU32>;
+
+fn drain_comm(stuck: bool, max_polls: u64) -> (Comm, Counter, Counter) {
+    let t = DrainTransport {
+        stuck,
+        ..DrainTransport::default()
+    };
+    let (polls, closes) = (t.polls.clone(), t.closes.clone());
+    let mut cfg = CommConfig::new(0, 2, 7);
+    cfg.drain_max_polls = max_polls;
+    let c = Comm::new(
+        cfg,
+        Box::new(t),
+        PlainArc::new(RecordingDevice::default()),
+        PlainArc::new(NoClock),
+    )
+    .unwrap();
+    (c, polls, closes)
+}
+
+static RELAXES: crate::sync::AtomicU32 = crate::sync::AtomicU32::new(0);
+
+fn count_relax() {
+    RELAXES.fetch_add(1, crate::sync::Ordering::Relaxed);
+}
+
+#[test]
+fn one_teardown_of_four_streams_waits_for_at_most_one_drain_budget() {
+    use crate::progress::comm::DRAIN_SPIN_POLLS;
+    let (mut c, polls, closes) = drain_comm(true, 100);
+    c.set_drain_relax(count_relax);
+    let n = |p: &Counter| p.load(crate::sync::Ordering::Relaxed);
+    // Four streams' drains in a row (a task ending), each with a request that never confirms.
+    let mut results = Vec::new();
+    for s in 0..4u32 {
+        let mut pending = vec![100 + u64::from(s)];
+        results.push(c.drain(&mut pending, "test: stream", Some(s)));
+        assert!(
+            pending.is_empty(),
+            "the undrained request moved to the orphans"
+        );
+    }
+    assert_eq!(results, vec![Err(NrtStatus::Timeout); 4]);
+    assert_eq!(
+        n(&polls),
+        100 + 3,
+        "the budget, then one pass per later drain"
+    );
+    assert_eq!(
+        RELAXES.load(crate::sync::Ordering::Relaxed),
+        100 - DRAIN_SPIN_POLLS as u32,
+        "spins first, then the relax hook between polls"
+    );
+    assert_eq!(c.fatal_error(), Some(NrtStatus::Timeout));
+    assert_eq!(c.orphans.len(), 4);
+    // A progress call ends the teardown: the next one has a budget of its own.
+    let (mut idle, mut done) = (true, true);
+    assert_eq!(
+        c.progress(0, 1, &mut idle, &mut done),
+        Err(NrtStatus::NetworkProxyFailure),
+        "the comm failed"
+    );
+    let mut pending = vec![200];
+    assert_eq!(c.drain(&mut pending, "test", None), Err(NrtStatus::Timeout));
+    assert_eq!(n(&polls), 203);
+    // Destroy: its own budget for the five orphans, then close, once.
+    drop(c);
+    assert_eq!(n(&polls), 303, "destroy drains once, within one budget");
+    assert_eq!(n(&closes), 1);
+}
+
+#[test]
+fn abort_from_another_thread_is_applied_at_the_next_progress_and_destroy_is_clean() {
+    let (mut c, polls, closes) = drain_comm(false, 1_000);
+    c.start_scripted(0, 1, &[after(100), after(100)]).unwrap();
+    c.start_scripted(2, 1, &[after(100)]).unwrap();
+    c.start_scripted(2, 2, &[after(100)]).unwrap();
+    assert_eq!(tick(&mut c, 0, 1), (false, false));
+    let h = c.abort_handle();
+    let requester = std::thread::spawn(move || h.abort());
+    assert!(requester.join().unwrap(), "the first request wins");
+    assert_eq!(
+        c.fatal_error(),
+        None,
+        "not applied before the driving thread's next call"
+    );
+    let (mut idle, mut done) = (true, true);
+    assert_eq!(
+        c.progress(2, 1, &mut idle, &mut done),
+        Err(NrtStatus::Closed)
+    );
+    assert_eq!(c.fatal_error(), Some(NrtStatus::Closed));
+    for s in 0..NUM_STREAMS {
+        let st = c.stream(s);
+        assert!(
+            st.active.is_empty() && st.blocks.is_empty(),
+            "stream {s} stopped"
+        );
+        assert_eq!(
+            st.pool.len(),
+            st.capacity(),
+            "stream {s}: every op back in the pool"
+        );
+        assert_eq!((st.current_bb, st.pending_bb), (BB_NONE, BB_NONE));
+    }
+    // Later calls answer the abort's status; stop still works (nothing left to stop).
+    assert_eq!(
+        c.progress(0, 1, &mut idle, &mut done),
+        Err(NrtStatus::Closed)
+    );
+    assert_eq!(
+        c.start_scripted(1, 3, &[after(1)]),
+        Err(NrtStatus::Closed),
+        "nothing is filed on an aborted comm"
+    );
+    assert_eq!(c.stop(0), Ok(()));
+    assert!(
+        !c.abort_handle().abort(),
+        "a second request changes nothing"
+    );
+    let polls_before = polls.load(crate::sync::Ordering::Relaxed);
+    drop(c);
+    assert_eq!(
+        polls.load(crate::sync::Ordering::Relaxed),
+        polls_before,
+        "destroy after abort has nothing to drain"
+    );
+    assert_eq!(
+        closes.load(crate::sync::Ordering::Relaxed),
+        1,
+        "closed once"
+    );
+}

@@ -25,6 +25,8 @@ impl Comm {
     ///
     /// # Errors
     /// * `Invalid` for stream ≥ 4 (the comm is not failed by it);
+    /// * the abort's status once the comm was aborted ([`Comm::abort_handle`]): the first
+    ///   such call applies the abort (every stream stopped);
     /// * `NetworkProxyFailure` when the comm has failed, now or earlier (sticky): a transport
     ///   error, or a broken op invariant (op count not below the comm's last op count, or an
     ///   active op of another block), each logged with comm, stream, block and op.
@@ -38,6 +40,11 @@ impl Comm {
         done: &mut bool,
     ) -> Result<(), NrtStatus> {
         let s = check_stream(stream)?;
+        if let Some(status) = self.check_abort() {
+            return Err(status);
+        }
+        // Not a teardown any more: the next stop starts a new drain budget.
+        self.teardown = None;
         if self.fatal.is_some() {
             return Err(NrtStatus::NetworkProxyFailure);
         }

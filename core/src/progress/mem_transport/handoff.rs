@@ -19,7 +19,10 @@
 //! either the receiver owns the buffer (and will finish), or the sender has withdrawn it and the
 //! receiver will never read it. Edge (2) is a plain release store by the thread that took (1).
 //! `COPYING` never outlives one call on the receiving endpoint (only a `memcpy` and a trace log
-//! line run between (1) and (2)), so a sender that sees it only has to wait that long.
+//! line run between (1) and (2)). Nothing on the sender's driving path waits for it: `cancel`
+//! and `close` withdraw what is `PENDING` and leave a send being copied to finish (its next
+//! `test` reports it); only the endpoint's drop waits, and only for a lent buffer being copied
+//! (see `MemTransport`'s `Drop`).
 //!
 //! `DONE`, `CANCELLED` and `REJECTED` are final; the sender's `test` reports them and drops its
 //! `Arc`.
@@ -187,6 +190,13 @@ impl SendShared {
         self.tag = tag;
         // A fresh word: no other endpoint holds this descriptor, so nothing races with it.
         self.state = AtomicU32::new(SendState::Pending as u32);
+    }
+
+    /// `true` while the payload is the sender's lent buffer (a large message): only such a
+    /// send makes a sender that goes away wait for a copy under way. An eager send's bytes
+    /// live in this descriptor, which the receiver keeps alive by its own `Arc`.
+    pub fn is_lent(&self) -> bool {
+        matches!(self.payload, Payload::Lent(_))
     }
 
     /// `true` for a zero-byte message.
