@@ -573,8 +573,12 @@ pub unsafe extern "C" fn nccom_comm_create(
         if cfg.drain_limit_ns != 0 {
             cc.drain_limit_ns = cfg.drain_limit_ns;
         }
+        let mut transport = transport;
+        // Waits on another thread's copy give the CPU away instead of spinning on it.
+        transport.set_relax(std::thread::yield_now);
         let transport: Box<dyn Transport> = Box::new(transport);
-        let comm = Comm::new(cc, transport, Arc::new(dev), clock)?;
+        let mut comm = Comm::new(cc, transport, Arc::new(dev), clock)?;
+        comm.set_drain_relax(std::thread::yield_now);
         register_comm(WHAT, &cfg, comm, out)
     })
 }

@@ -133,6 +133,9 @@ pub const SPARE_DESCRIPTORS: usize = 1024;
 /// request or message left, so the next one with that tag allocates nothing; the sweep drops
 /// empty queues only when a peer's map holds more than this many tags.
 pub const KEEP_EMPTY_TAGS: usize = 1024;
+/// Room a tag's posted and unexpected queues get when the tag is first seen (a steady shape
+/// has one or two messages per tag in flight: no queue grows later).
+const TAG_QUEUE_CAPACITY: usize = 4;
 
 /// What travels through a mailbox: the descriptor of one send.
 type Msg = Arc<SendShared>;
@@ -623,7 +626,12 @@ impl MemTransport {
     /// `buf` as in [`Transport::irecv`].
     unsafe fn take_unexpected(&mut self, peer: u32, tag: u64, buf: RecvBuf) -> Option<RecvState> {
         let map = &mut self.unexpected[peer as usize];
-        let queue = map.get_mut(&tag)?;
+        // The tag's (empty) queue is made at its first receive, kept, and found by every later
+        // arrival: whether a message comes before or after its receive is a race between the
+        // two threads, and neither order may allocate once the tag has been seen.
+        let queue = map
+            .entry(tag)
+            .or_insert_with(|| VecDeque::with_capacity(TAG_QUEUE_CAPACITY));
         let mut result = None;
         // Bounded by the queue's length.
         while let Some(msg) = queue.pop_front() {
@@ -884,11 +892,13 @@ impl Transport for MemTransport {
             buf,
             state,
         });
+        // The tag's posted queue exists from its first receive on, matched or not (see
+        // `take_unexpected`): no allocation later whichever side of the race wins.
+        let queue = self.posted[peer as usize]
+            .entry(tag)
+            .or_insert_with(|| VecDeque::with_capacity(TAG_QUEUE_CAPACITY));
         if posted {
-            self.posted[peer as usize]
-                .entry(tag)
-                .or_default()
-                .push_back(index);
+            queue.push_back(index);
         }
         Ok(Some(Posted {
             request,

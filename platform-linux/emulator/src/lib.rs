@@ -738,7 +738,6 @@ mod tests {
         assert!(!t.failed());
         t.abort();
         assert_eq!(t.wait(), Err(DeviceError::Aborted { rank: 0 }));
-        assert!(start.elapsed() < Duration::from_secs(10));
         assert!(t.failed());
         // SAFETY: as above.
         unsafe { t.launch(s.job.clone()) };

@@ -222,5 +222,9 @@ pub fn open_libfabric_comm(
         config.comm_id,
         transport.provider()
     );
-    Comm::new(config, Box::new(transport), device, clock).map_err(SetupError::Comm)
+    let mut comm =
+        Comm::new(config, Box::new(transport), device, clock).map_err(SetupError::Comm)?;
+    // A drain waiting on the provider gives the CPU away instead of spinning on it.
+    comm.set_drain_relax(std::thread::yield_now);
+    Ok(comm)
 }

@@ -465,11 +465,9 @@ fn truncation(provider: &str) {
         let r = t.close();
         eprintln!("{provider}: close after truncation: {r:?}");
     }
-    assert!(
-        t0.elapsed() < Duration::from_secs(10),
-        "close took {:?}",
-        t0.elapsed()
-    );
+    // Every close returned (a hang would stop the test at the step budget); how long it took
+    // is printed, not asserted (speed lives in benchmarks).
+    eprintln!("{provider}: closes took {:?}", t0.elapsed());
     drop(src);
 }
 
@@ -609,15 +607,9 @@ fn bad_arguments_are_rejected() {
 #[test]
 fn unknown_explicit_provider_is_a_clear_error() {
     init();
-    let start = Instant::now();
     let e = LibfabricTransport::open(Some("doesnotexist"), 0, 2)
         .err()
         .expect("must fail");
-    assert!(
-        start.elapsed() < Duration::from_secs(10),
-        "took {:?}",
-        start.elapsed()
-    );
     assert_eq!(e.status, NrtStatus::Invalid);
     assert!(e.message.contains("\"doesnotexist\""), "{e}");
     assert!(

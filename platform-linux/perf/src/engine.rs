@@ -226,6 +226,14 @@ impl EngineComm {
         }
     }
 
+    /// The comm's abort handle (in-process comms only).
+    fn abort_handle(&self) -> Option<proxy_core::progress::abort::AbortHandle> {
+        match self {
+            Self::InProcess { comm, .. } => Some(comm.abort_handle()),
+            Self::Loaded { .. } => None,
+        }
+    }
+
     fn seam(&self) -> SeamTable {
         match self {
             Self::InProcess { .. } => counting_seam(),
@@ -409,6 +417,13 @@ impl DriverRank {
             timeout_ns,
         })
         .map_err(|e| format!("network task: {e}"))?;
+        // In-process comms can be aborted (docs/design.md §9): their tasks watch the comm's
+        // abort word. A loaded library's comm has no abort entry in the C ABI yet.
+        let abort = r.comm.abort_handle();
+        let net = match &abort {
+            Some(a) => net.with_abort(a.clone()),
+            None => net,
+        };
         let barrier = BarrierTask::new(BarrierTaskSpec {
             task_id: exec.id.wrapping_mul(2).wrapping_add(1),
             comm_id,
@@ -420,6 +435,10 @@ impl DriverRank {
             skip: r.skip,
             timeout_ns,
         });
+        let barrier = match abort {
+            Some(a) => barrier.with_abort(a),
+            None => barrier,
+        };
         Ok((Box::new(net), Box::new(barrier)))
     }
 

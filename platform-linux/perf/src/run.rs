@@ -433,9 +433,10 @@ impl World {
                 let fabric = MemFabric::new(n).map_err(|e| format!("mem transport: {e}"))?;
                 let mut comms = Vec::new();
                 for (r, mem) in (0..n).zip(&mems) {
-                    let t = fabric
+                    let mut t = fabric
                         .endpoint(r)
                         .map_err(|e| format!("mem transport endpoint {r}: {e}"))?;
+                    t.set_relax(std::thread::yield_now);
                     let mut c = Comm::new(
                         CommConfig::new(r, n, 1),
                         Box::new(t),
@@ -443,6 +444,7 @@ impl World {
                         Arc::new(proxy_core::time::MonotonicClock),
                     )
                     .map_err(|e| format!("comm {r}: {e}"))?;
+                    c.set_drain_relax(std::thread::yield_now);
                     // SAFETY: the tool owns every buffer and word it hands to `start`, and
                     // keeps them alive until the executions that use them are complete.
                     unsafe { c.trust_all_addresses() };
