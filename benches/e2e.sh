@@ -20,13 +20,15 @@
 #   (--driver thread|caller, --device thread|polled) when `proxy-perf --help` lists those flags
 #   (the script says which it found). time = µs per collective (out of place), busbw in GB/s.
 #   For 8 B the run is wrapped in /usr/bin/time -v and repeated with 1/5 of the iterations:
-#   "vol Δ" = voluntary context switches per collective, (vcs(n) - vcs(n/5)) / (2 · (n - n/5))
-#   (out-of-place and in-place each run n), which removes setup and teardown; "all" = every
-#   switch of the long run (voluntary + involuntary, setup included) over its collectives.
-#   Involuntary switches are preemptions: on a loaded machine they measure the load.
+#   context switches per collective, (cs(n) - cs(n/5)) / (2 · (n - n/5)) (out-of-place and
+#   in-place each run n), which removes setup and teardown, for voluntary switches (the
+#   thread blocked: park, futex, poll) and involuntary ones (preempted, or a sched_yield that
+#   switched: Linux counts a yield as involuntary). On a loaded machine both carry noise; a
+#   small negative value means "about zero".
 # * benches/mpi/allreduce.c (built with mpicc here): the same collectives and sizes with the
-#   nccl-tests definitions (time per op of the slowest rank; algbw = size / time; busbw =
-#   algbw · 2(n−1)/n for all-reduce, · 1 for send-recv), over vader and over ofi tcp.
+#   nccl-tests definitions (time per op of the slowest rank, the median of 3 timed phases;
+#   algbw = size / time; busbw = algbw · 2(n−1)/n for all-reduce, · 1 for send-recv), over
+#   vader and over ofi tcp.
 # * fi_pingpong -e rdm on 127.0.0.1 with "tcp;ofi_rxm" and shm, 8 B and 64 KiB: one-way µs per
 #   transfer (usec/xfer), the floor for a 2-rank send-recv.
 #
@@ -157,7 +159,7 @@ mode_name() { [ "$1" = "-/-" ] && echo default || echo "drv=${1%/*},dev=${1#*/}"
 # Parses the first data row: "time busbw wrong" (out of place).
 pp_parse() { awk '$1 ~ /^[0-9]+$/ && NF >= 13 { print $6, $8, $9; exit }' "$1"; }
 vcs_of() { awk -F: '/Voluntary context switches/ { s += $2 } END { print s + 0 }' "$1"; }
-cs_of() { awk -F: '/context switches/ { s += $2 } END { print s + 0 }' "$1"; }
+ics_of() { awk -F: '/Involuntary context switches/ { s += $2 } END { print s + 0 }' "$1"; }
 
 pp_run() { # coll ranks size transport-name mode
     local coll="$1" ranks="$2" size="$3" tr="$4" mode="$5"
@@ -183,12 +185,11 @@ pp_run() { # coll ranks size transport-name mode
         for i in "${!cmd1[@]}"; do [ "${cmd1[$i]}" = -n ] && cmd1[$((i + 1))]=$n1; done
         bounded /usr/bin/time -v -o "$OUT/$tag.short.time" "${cmd1[@]}" >"$OUT/$tag.short.log" 2>&1
         if [ "$rc" = 0 ] && [ -s "$OUT/$tag.time" ] && [ -s "$OUT/$tag.short.time" ]; then
-            # "voluntary Δ/all": voluntary switches per collective from the difference of the
-            # two runs; all switches (voluntary + involuntary, setup included) of the long run
-            # over its collectives (out-of-place and in-place: warm-up, timed, checked).
+            # "vol Δ/invol Δ": voluntary and involuntary switches per collective, each from
+            # the difference of the two runs.
             cs="$(awk -v a="$(vcs_of "$OUT/$tag.time")" -v b="$(vcs_of "$OUT/$tag.short.time")" \
-                -v t="$(cs_of "$OUT/$tag.time")" -v d=$((2 * (n - n1))) -v c=$((2 * (n + w + 1))) \
-                'BEGIN { printf "%.1f/%.1f", (a - b) / d, t / c }')"
+                -v ia="$(ics_of "$OUT/$tag.time")" -v ib="$(ics_of "$OUT/$tag.short.time")" \
+                -v d=$((2 * (n - n1))) 'BEGIN { printf "%.1f/%.1f", (a - b) / d, (ia - ib) / d }')"
         fi
     else
         bounded "${cmd[@]}" >"$OUT/$tag.log" 2>&1
@@ -306,7 +307,7 @@ awk -F'\t' '
     function cell(v) { return v == "" ? "-" : v }
     function ratio(a, b) { return (a + 0 > 0 && b + 0 > 0) ? sprintf("%.2f", a / b) : "-" }
     END {
-        print "| collective | ranks | size (B) | proxy-perf transport | mode | proxy-perf µs | busbw GB/s | ctx sw/coll (vol Δ/all) | peer | peer µs | peer busbw GB/s | ratio µs (pp/peer) |"
+        print "| collective | ranks | size (B) | proxy-perf transport | mode | proxy-perf µs | busbw GB/s | ctx sw/coll (vol Δ/invol Δ) | peer | peer µs | peer busbw GB/s | ratio µs (pp/peer) |"
         print "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
         for (i = 1; i <= nr; i++) {
             split(rows[i], f, "\t")
