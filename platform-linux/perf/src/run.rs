@@ -163,7 +163,8 @@ pub struct World {
     retired: Vec<Vec<RankMem>>,
 }
 
-/// The driver and device modes of a run (`--driver`, `--device`).
+/// The driver and device modes of a run (`--driver`, `--device`), and the thread counts the rule
+/// weighed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Modes {
     /// Who drives the proxy queues.
@@ -172,11 +173,18 @@ pub struct Modes {
     pub device: DeviceArg,
     /// `true` when neither flag chose: [`default_modes`] did.
     pub by_rule: bool,
+    /// Busy threads on this host in worker mode (every process of the run on this host).
+    pub thread_mode_threads: usize,
+    /// Busy threads on this host in caller + polled mode.
+    pub caller_mode_threads: usize,
+    /// CPUs this process may use.
+    pub cpus: usize,
 }
 
 impl Modes {
-    /// For the header: `driver caller, device polled (rule: 5 threads > 2 CPUs)`.
-    pub fn describe(&self, local: u32, groups: u32) -> String {
+    /// For the header, e.g. `driver caller, device polled (rule: worker mode needs 5 busy
+    /// threads, caller mode 2, 2 CPUs)`.
+    pub fn describe(&self) -> String {
         let name = |d: DriverArg| match d {
             DriverArg::Thread => "thread",
             DriverArg::Caller => "caller",
@@ -185,11 +193,10 @@ impl Modes {
             DeviceArg::Thread => "thread",
             DeviceArg::Polled => "polled",
         };
-        let cpus = available_cpus();
         let why = if self.by_rule {
             format!(
-                " (rule: worker mode needs {} threads, {cpus} CPUs)",
-                threads_in_thread_mode(local, groups)
+                " (rule: worker mode needs {} busy threads, caller mode {}, {} CPUs)",
+                self.thread_mode_threads, self.caller_mode_threads, self.cpus
             )
         } else {
             " (flags)".into()
@@ -202,26 +209,35 @@ fn available_cpus() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
-/// Busy threads of a process in worker mode: a device per local rank, a worker per group, the
-/// producer.
-fn threads_in_thread_mode(local: u32, groups: u32) -> usize {
-    local as usize + groups as usize + 1
-}
-
-/// The static rule for the modes when no flag chooses: worker threads and device threads
-/// (`local` ranks in `groups` proxy groups: `local + groups + 1` busy threads) when they fit
-/// on the CPUs, else caller-driven queues with polled devices (one thread per rank). A flag
-/// given alone fixes its half; `--device polled` implies `--driver caller`.
+/// The static rule for the modes when no flag chooses, from the busy threads each needs on this
+/// host (`procs` processes of the run here, `local` ranks each): worker mode needs per process
+/// a device thread per rank, a worker per group (`thread_groups`) and the producer; caller +
+/// polled mode one thread per group (`caller_groups`).
+///
+/// 1. Worker mode when its threads fit on the CPUs (the seed's shape).
+/// 2. Else caller + polled when its threads fit.
+/// 3. Else worker mode: oversubscribed either way, and spinning callers then degrade more
+///    (measured here, 8 B all-reduce over libfabric with 4 processes on 2 CPUs: 53–110 µs in
+///    worker mode against 153–222 µs caller + polled; BENCHMARKS.md).
+///
+/// A flag given alone fixes its half; `--device polled` implies `--driver caller`.
 ///
 /// # Errors
 /// `--driver thread --device polled` (a polled device needs the driving thread's hook).
 pub fn default_modes(
     driver: Option<DriverArg>,
     device: Option<DeviceArg>,
+    procs: u32,
     local: u32,
-    groups: u32,
+    thread_groups: u32,
+    caller_groups: u32,
 ) -> Result<Modes, String> {
-    let fits = threads_in_thread_mode(local, groups) <= available_cpus();
+    let cpus = available_cpus();
+    let procs = procs.max(1) as usize;
+    let thread_mode_threads = procs * (local as usize + thread_groups as usize + 1);
+    let caller_mode_threads = procs * caller_groups as usize;
+    let worker_fits = thread_mode_threads <= cpus;
+    let caller = !worker_fits && caller_mode_threads <= cpus;
     let by_rule = driver.is_none() && device.is_none();
     let (driver, device) = match (driver, device) {
         (Some(DriverArg::Thread), Some(DeviceArg::Polled)) => {
@@ -235,20 +251,23 @@ pub fn default_modes(
         (Some(DriverArg::Caller), None) => (DriverArg::Caller, DeviceArg::Polled),
         (None, Some(DeviceArg::Polled)) => (DriverArg::Caller, DeviceArg::Polled),
         (None, Some(DeviceArg::Thread)) => (
-            if fits {
-                DriverArg::Thread
-            } else {
+            if caller {
                 DriverArg::Caller
+            } else {
+                DriverArg::Thread
             },
             DeviceArg::Thread,
         ),
-        (None, None) if fits => (DriverArg::Thread, DeviceArg::Thread),
-        (None, None) => (DriverArg::Caller, DeviceArg::Polled),
+        (None, None) if caller => (DriverArg::Caller, DeviceArg::Polled),
+        (None, None) => (DriverArg::Thread, DeviceArg::Thread),
     };
     Ok(Modes {
         driver,
         device,
         by_rule,
+        thread_mode_threads,
+        caller_mode_threads,
+        cpus,
     })
 }
 
@@ -263,30 +282,47 @@ fn run_config(
     if let Some(rpp) = args.ranks_per_proxy {
         cfg.ranks_per_network_proxy = rpp;
     }
-    let local = ranks.div_ceil(procs.clamp(1, ranks.max(1)));
+    let procs = procs.clamp(1, ranks.max(1));
+    let local = ranks.div_ceil(procs);
     let groups = local.div_ceil(cfg.ranks_per_network_proxy.max(1));
-    let modes = default_modes(args.driver, args.device, local, groups)?;
+    // Caller mode groups the local ranks so its threads fit, unless the user chose.
+    let chosen = args.ranks_per_proxy.is_some()
+        || std::env::var_os("NEURON_RT_RANKS_PER_NETWORK_PROXY").is_some();
+    let caller_rpp = if chosen {
+        cfg.ranks_per_network_proxy.max(1)
+    } else {
+        (local as usize).div_ceil(available_cpus()).max(1) as u32
+    };
+    let modes = default_modes(
+        args.driver,
+        args.device,
+        procs,
+        local,
+        groups,
+        local.div_ceil(caller_rpp),
+    )?;
     cfg.drive_mode = match modes.driver {
         DriverArg::Thread => DriveMode::Thread,
         DriverArg::Caller => DriveMode::Caller,
     };
     // Caller mode runs one thread per proxy group: unless the user chose the grouping, group
     // the local ranks so that the threads fit on the CPUs (4 ranks on 2 CPUs: 2 per group).
-    let chosen = args.ranks_per_proxy.is_some()
-        || std::env::var_os("NEURON_RT_RANKS_PER_NETWORK_PROXY").is_some();
-    if modes.driver == DriverArg::Caller && !chosen {
-        cfg.ranks_per_network_proxy = (local as usize).div_ceil(available_cpus()).max(1) as u32;
+    if modes.driver == DriverArg::Caller {
+        cfg.ranks_per_network_proxy = caller_rpp;
     }
     let oversubscribed = match modes.driver {
         DriverArg::Thread => oversubscribed_procs(ranks, cfg.ranks_per_network_proxy, procs),
-        // One thread per rank (plus a device thread each with `--device thread`).
+        // One thread per group on every process here (plus a device thread per rank with
+        // `--device thread`).
         DriverArg::Caller => {
-            let per_rank = if modes.device == DeviceArg::Thread {
-                2
+            let devices = if modes.device == DeviceArg::Thread {
+                procs as usize * local as usize
             } else {
-                1
+                0
             };
-            (local as usize) * per_rank > available_cpus()
+            let groups =
+                procs as usize * local.div_ceil(cfg.ranks_per_network_proxy.max(1)) as usize;
+            groups + devices > available_cpus()
         }
     };
     if oversubscribed && std::env::var_os("NEURON_RT_PROXY_SPIN_US").is_none() {
@@ -610,12 +646,10 @@ impl World {
 
     /// What runs the proxy (for the header).
     pub fn engine_name(&self) -> String {
-        let local = self.local.len() as u32;
-        let rpp = self.engine.ranks_per_proxy().max(1);
         format!(
             "{}; {}; worker spin {} us, device spins {}",
             self.engine.describe(),
-            self.modes.describe(local, local.div_ceil(rpp)),
+            self.modes.describe(),
             self.spin.0.as_micros(),
             self.spin.1
         )
