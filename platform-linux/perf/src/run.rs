@@ -819,6 +819,15 @@ impl World {
         let n = self.local.len();
         let threads = n.div_ceil(per);
         let start = std::sync::Barrier::new(threads);
+        // When the group threads fit on the CPUs, each gets its own: two spinning drivers left
+        // to the scheduler can share one CPU for a while, and then every hand-off between them
+        // waits out a spin budget or a time slice (measured: 8 B executions at 170 µs instead
+        // of 10).
+        // Counted over every process of the run on this host; a thread's CPU follows its first
+        // global rank, so the processes' threads spread too.
+        let cpus = core_affinity::get_core_ids().unwrap_or_default();
+        let host_threads = self.modes.caller_mode_threads;
+        let pin = host_threads > 1 && host_threads <= cpus.len();
         let fixed = &self.fixed;
         let local = &self.local;
         let ranks = self.engine.ranks_mut();
@@ -841,9 +850,13 @@ impl World {
                     };
                     let start = &start;
                     let name = format!("rank-{}", local[g * per]);
+                    let cpu = pin.then(|| cpus[(local[g * per] as usize / per) % cpus.len()]);
                     std::thread::Builder::new()
                         .name(name)
                         .spawn_scoped(sc, move || {
+                            if let Some(c) = cpu {
+                                core_affinity::set_for_current(c);
+                            }
                             let mut err = None;
                             let mut run = |from: u32, to: u32| {
                                 for i in from..to {
