@@ -128,8 +128,8 @@ run_step fmt 60 fmt
 run_step facade 10 facade
 run_step no_std 300 no_std
 run_step clippy 480 clippy
-run_step test 900 test
+run_step test 600 test
 run_step loom 240 loom
-run_step miri 290 miri
+run_step miri 590 miri
 [ "${PROXY_CI_INNER:-0}" = 1 ] || \
   echo "=== all steps passed in $(( $(date +%s) - TOTAL_START ))s (suite budget 2700s)"
