@@ -549,22 +549,20 @@ fn ring_with_sends_completed_in_post_order_does_not_deadlock() {
     let chunk_elems = 16u64;
     // Under Miri (an interpreter, in CI's budget) one shape with 8 chunks against the window of
     // 4: still more chunks than the window, the case that deadlocked.
-    let (shapes, chunks, in_places, seeds): (&[(Collective, u32)], u64, &[bool], &[u64]) =
-        if cfg!(miri) {
-            (&[(Collective::AllReduce, 3)], 8, &[false], &[3])
-        } else {
-            (
-                &[
-                    (Collective::AllReduce, 3),
-                    (Collective::AllReduce, 4),
-                    (Collective::ReduceScatter, 3),
-                    (Collective::ReduceScatter, 4),
-                ],
-                22,
-                &[false, true],
-                &[3, 17, 101],
-            )
-        };
+    let miri = cfg!(miri);
+    let shapes: &[(Collective, u32)] = if miri {
+        &[(Collective::AllReduce, 3)]
+    } else {
+        &[
+            (Collective::AllReduce, 3),
+            (Collective::AllReduce, 4),
+            (Collective::ReduceScatter, 3),
+            (Collective::ReduceScatter, 4),
+        ]
+    };
+    let chunks: u64 = if miri { 8 } else { 22 };
+    let in_places: &[bool] = if miri { &[false] } else { &[false, true] };
+    let seeds: &[u64] = if miri { &[3] } else { &[3, 17, 101] };
     for &(c, n) in shapes {
         // All-reduce: count over all segments; reduce-scatter: count per rank block.
         let count = match c {
