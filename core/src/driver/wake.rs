@@ -176,8 +176,21 @@ impl WaitCell {
     /// Returns after one notification (or `ready`); the caller re-checks its condition and calls
     /// again if needed (a notification may be for a change it has already seen).
     pub fn park(&self, park: &dyn Park, ready: impl FnOnce() -> bool) {
-        if self.try_consume() {
+        if !self.begin_park(park, ready) {
             return;
+        }
+        // PARKED, NOTIFYING or NOTIFIED: wait for NOTIFIED and consume it.
+        while !self.try_consume() {
+            park.park();
+        }
+    }
+
+    /// The first half of both parks: consumes a pending notification, registers, marks the cell
+    /// PARKED and re-checks `ready`. `true`: the caller must block until NOTIFIED (the word is
+    /// PARKED, NOTIFYING or NOTIFIED); `false`: it returns at once (the word is EMPTY).
+    fn begin_park(&self, park: &dyn Park, ready: impl FnOnce() -> bool) -> bool {
+        if self.try_consume() {
+            return false;
         }
         // SAFETY: the word is EMPTY or NOTIFIED (we are the only waiter, every park returns in
         // EMPTY, and notifiers move EMPTY only to NOTIFIED), so no notifier reads the
@@ -204,7 +217,7 @@ impl WaitCell {
             // Only a notifier's EMPTY → NOTIFIED can have intervened.
             let consumed = self.try_consume();
             debug_assert!(consumed);
-            return;
+            return false;
         }
         if ready()
             && self
@@ -212,12 +225,9 @@ impl WaitCell {
                 .compare_exchange(PARKED, EMPTY, Ordering::Acquire, Ordering::Relaxed)
                 .is_ok()
         {
-            return;
+            return false;
         }
-        // PARKED, NOTIFYING or NOTIFIED: wait for NOTIFIED and consume it.
-        while !self.try_consume() {
-            park.park();
-        }
+        true
     }
 
     /// [`WaitCell::park`] bounded by `timeout_ns` (`None`: unbounded, as `park`): blocks at most
@@ -234,27 +244,7 @@ impl WaitCell {
         let Some(timeout_ns) = timeout_ns else {
             return self.park(park, ready);
         };
-        if self.try_consume() {
-            return;
-        }
-        // SAFETY: as in `park`: the word is EMPTY or NOTIFIED, no notifier reads the
-        // registration now.
-        unsafe { self.register(park) };
-        if self
-            .state
-            .compare_exchange(EMPTY, PARKED, Ordering::AcqRel, Ordering::Acquire)
-            .is_err()
-        {
-            let consumed = self.try_consume();
-            debug_assert!(consumed);
-            return;
-        }
-        if ready()
-            && self
-                .state
-                .compare_exchange(PARKED, EMPTY, Ordering::Acquire, Ordering::Relaxed)
-                .is_ok()
-        {
+        if !self.begin_park(park, ready) {
             return;
         }
         if timeout_ns > 0 {
