@@ -11,7 +11,7 @@ export CARGO_TERM_COLOR=never
 export RUST_BACKTRACE=1
 export CARGO_INCREMENTAL=0
 
-ALL_STEPS=(setup fmt facade no_std clippy test loom miri)
+ALL_STEPS=(setup fmt facade no_std baremetal clippy test loom miri)
 STEPS=("$@")
 [ ${#STEPS[@]} -eq 0 ] && STEPS=("${ALL_STEPS[@]}")
 
@@ -39,11 +39,12 @@ setup() {
   # Toolchain, components and targets of rust-toolchain.toml. rustup does not always add a
   # toolchain file's targets by itself, so add them explicitly (a no-op when present).
   rustup show active-toolchain
-  rustup component add rustfmt clippy
+  rustup component add rustfmt clippy llvm-tools
   rustup target add thumbv7em-none-eabihf x86_64-unknown-none
   # System packages: the libfabric backend's build needs libfabric-dev, libclang-dev
-  # (bindgen) and pkg-config; the C-ABI tests use valgrind.
-  local pkgs=(libfabric-dev libclang-dev pkg-config valgrind gcc)
+  # (bindgen) and pkg-config; the C-ABI tests use valgrind; the baremetal step runs the
+  # firmware example under qemu-system-arm.
+  local pkgs=(libfabric-dev libclang-dev pkg-config valgrind gcc qemu-system-arm)
   local missing=()
   for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
   if [ ${#missing[@]} -gt 0 ]; then
@@ -78,6 +79,70 @@ no_std() {
   cargo build -p proxy-core --target x86_64-unknown-none
   cargo build -p proxy-collectives --target thumbv7em-none-eabihf
   cargo build -p proxy-collectives --target x86_64-unknown-none
+}
+
+# The firmware example (core/firmware-example, its own workspace) on QEMU's Cortex-M4 board
+# mps2-an386. Must match the runner in core/firmware-example/.cargo/config.toml.
+QEMU_M4=(qemu-system-arm -cpu cortex-m4 -machine mps2-an386 -nographic
+  -semihosting-config enable=on,target=native -kernel)
+FW_DIR=core/firmware-example
+FW_ELF=target/thumbv7em-none-eabihf/release/proxy-firmware-example
+
+baremetal() {
+  # QEMU: install it when missing; a QEMU still missing (or without the board) fails the step.
+  if ! command -v qemu-system-arm >/dev/null 2>&1; then
+    if [ "$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi
+    $SUDO apt-get update -qq || true
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends \
+      qemu-system-arm || true
+  fi
+  if ! command -v qemu-system-arm >/dev/null 2>&1; then
+    echo "error: qemu-system-arm is missing and could not be installed"; return 1
+  fi
+  if ! qemu-system-arm -machine help | grep -q '^mps2-an386 '; then
+    echo "error: this qemu-system-arm has no mps2-an386 board"; return 1
+  fi
+  rustup target add thumbv7em-none-eabihf
+  rustup component add llvm-tools
+  local host size out rc want got
+  host=$(rustc -vV | sed -n 's/^host: //p')
+  size="$(rustc --print sysroot)/lib/rustlib/$host/bin/llvm-size"
+  cd "$FW_DIR"
+  cargo fmt --check
+  # No `atomic::Atomic<T>` (whose lock-freedom would need asserting) anywhere in the image.
+  if cargo tree --locked -e normal --prefix none | grep -q '^atomic '; then
+    echo "error: the firmware now depends on the 'atomic' crate: assert its types lock-free"
+    return 1
+  fi
+  cargo clippy --locked -- -D warnings
+  cargo build --release --locked
+  # The run: every output byte checked; the checksum of the outputs against the expected one
+  # (expected-checksum; regenerate: `cargo run --release` in core/firmware-example, copy the
+  # `checksum:` value, after checking why it changed).
+  rc=0; out=$(timeout 60 "${QEMU_M4[@]}" "$FW_ELF" 2>&1) || rc=$?
+  echo "$out"
+  [ "$rc" = 124 ] && { echo "error: the firmware did not exit within 60 s"; return 1; }
+  [ "$rc" = 0 ] || { echo "error: the firmware exited $rc"; return 1; }
+  want=$(head -n 1 expected-checksum)
+  got=$(echo "$out" | sed -n 's/^checksum: //p')
+  if [ "$got" != "$want" ]; then
+    echo "error: checksum $got, expected $want (core/firmware-example/expected-checksum)"
+    return 1
+  fi
+  echo "checksum $got as expected"
+  echo "flash (text = .vector_table + .text + .rodata) and RAM (data + bss; bss holds the heap):"
+  "$size" "$FW_ELF"
+  # The check must bite: one byte of rank 1's output element 37 flipped, the firmware must
+  # exit non-zero and name the element.
+  cargo build --release --locked --features break-check
+  rc=0; out=$(timeout 60 "${QEMU_M4[@]}" "$FW_ELF" 2>&1) || rc=$?
+  echo "$out"
+  [ "$rc" = 124 ] && { echo "error: the break-check firmware did not exit within 60 s"; return 1; }
+  if [ "$rc" = 0 ]; then echo "error: the break-check firmware exited 0"; return 1; fi
+  if ! echo "$out" | grep -q 'rank 1 element 37: got'; then
+    echo "error: the break-check firmware did not name rank 1 element 37"; return 1
+  fi
+  echo "break-check: exit $rc, the corrupted element reported"
 }
 
 # The libfabric transport is the crate proxy-libfabric (built with --workspace); proxy-perf's
@@ -127,6 +192,7 @@ run_step setup 420 setup
 run_step fmt 60 fmt
 run_step facade 10 facade
 run_step no_std 300 no_std
+run_step baremetal 300 baremetal
 run_step clippy 480 clippy
 run_step test 600 test
 run_step loom 240 loom
