@@ -3,15 +3,31 @@
 //! **Scheme.** SysTick is a 24-bit down-counter clocked by the core (25 MHz on QEMU's
 //! `mps2-an386`, [`CORE_HZ`]). It reloads with [`RELOAD`] (the full 24 bits), so it wraps every
 //! 2^24 cycles (0.67 s) and raises the SysTick exception, whose handler ([`on_wrap`]) adds one
-//! to [`WRAPS`], a plain `u64` behind a `critical_section::Mutex` (interrupts off on this one
-//! core): the target has no 64-bit atomics, and none is needed. [`SysTickClock::now_ns`] reads,
-//! inside one critical section (so the handler cannot run in between), the wrap count, the
-//! counter, and the SysTick pending bit: a set bit means the counter has wrapped but the
-//! handler has not counted it yet (it runs when the section ends), so the read counts one wrap
-//! more and takes the counter again (now after the wrap). Ticks = wraps · 2^24 + (RELOAD −
-//! counter); ns = ticks · 10^9 / CORE_HZ, split so nothing overflows. A u64 of wraps lasts
-//! 2^64 · 0.67 s: it never wraps. The critical section is a few instructions long, far below
-//! one wrap period, so at most one wrap can be pending while it runs.
+//! to `WRAPS`, a plain `u64` behind a `critical_section::Mutex` (interrupts off on this one
+//! core): the target has no 64-bit atomics, and none is needed. A read
+//! ([`SysTickClock::ticks`]) runs in one critical section, so the handler cannot run in the
+//! middle of it:
+//! 1. ticks = `WRAPS` · 2^24 + (RELOAD − counter);
+//! 2. if the SysTick exception is pending, the counter has wrapped but the handler has not
+//!    counted it yet (it runs when the section ends): count one wrap more and take the counter
+//!    again (now after the wrap);
+//! 3. if the result is still below the last one returned (`LAST`), the counter has reloaded
+//!    but no pend shows it: add one wrap. Seen under QEMU on a loaded host (the firmware
+//!    prints how many reads took this step): the counter reloaded and the pend came only at
+//!    the next wrap, so `WRAPS` stayed one behind from then on and every later read took this
+//!    step. QEMU computes the counter from the host clock but pends from a timer callback on
+//!    its main thread, which can come late. On silicon the reload and the pend are the same
+//!    clock edge. A result still below `LAST` (only possible when no read happened for a
+//!    whole period while the count was behind) is raised to `LAST`: the clock never goes
+//!    back, by construction;
+//! 4. store the result in `LAST`; ns = ticks · 10^9 / CORE_HZ, split so nothing overflows.
+//!
+//! Step 3 needs a read at least once per wrap period (0.67 s) to see an uncounted wrap; the
+//! engine's loops read the clock far more often. A read that misses one is low by a period
+//! until a later read corrects it, so an interval measured across it can look up to 0.67 s
+//! longer (a timeout ends that much early). A u64 of wraps never wraps (2^64 · 0.67 s). The
+//! critical section is a few instructions long, far below one wrap period, so at most one
+//! wrap can be pending while it runs.
 
 use core::cell::Cell;
 
@@ -27,8 +43,17 @@ pub const CORE_HZ: u64 = 25_000_000;
 /// SysTick's reload value: the whole 24-bit range (a wrap every 2^24 cycles).
 pub const RELOAD: u32 = 0x00FF_FFFF;
 
-/// SysTick wraps counted by the exception handler (written only in critical sections).
+/// SysTick wraps counted by the exception handler (used only in critical sections).
 static WRAPS: Mutex<Cell<u64>> = Mutex::new(Cell::new(0));
+
+/// The ticks the last read returned (used only in critical sections).
+static LAST: Mutex<Cell<u64>> = Mutex::new(Cell::new(0));
+
+/// Reads that took step 3 (module docs), for the self-test's report.
+static LATE_PENDS: Mutex<Cell<u32>> = Mutex::new(Cell::new(0));
+
+/// Ticks of one wrap period.
+const PERIOD: u64 = RELOAD as u64 + 1;
 
 /// Starts SysTick as the time base: core clock, full reload, exception on every wrap.
 pub fn start(mut syst: SYST) {
@@ -53,17 +78,27 @@ pub fn on_wrap() {
 pub struct SysTickClock;
 
 impl SysTickClock {
-    /// Core-clock ticks since [`start`].
+    /// Core-clock ticks since [`start`]; never smaller than the last read (module docs).
     pub fn ticks(&self) -> u64 {
         critical_section::with(|cs| {
             let wraps = WRAPS.borrow(cs).get();
             let current = SYST::get_current();
-            if SCB::is_pendst_pending() {
-                // Wrapped, not counted yet: count it, and read the counter after the wrap.
-                (wraps + 1) * (u64::from(RELOAD) + 1) + u64::from(RELOAD - SYST::get_current())
+            let mut t = if SCB::is_pendst_pending() {
+                // Step 2: wrapped, not counted yet.
+                (wraps + 1) * PERIOD + u64::from(RELOAD - SYST::get_current())
             } else {
-                wraps * (u64::from(RELOAD) + 1) + u64::from(RELOAD - current)
+                wraps * PERIOD + u64::from(RELOAD - current)
+            };
+            let last = LAST.borrow(cs);
+            if t < last.get() {
+                // Step 3: reloaded before the pending bit showed it.
+                t += PERIOD;
+                let late = LATE_PENDS.borrow(cs);
+                late.set(late.get().wrapping_add(1));
             }
+            let t = t.max(last.get());
+            last.set(t);
+            t
         })
     }
 }
@@ -73,6 +108,12 @@ impl Clock for SysTickClock {
         let t = self.ticks();
         (t / CORE_HZ) * 1_000_000_000 + (t % CORE_HZ) * 1_000_000_000 / CORE_HZ
     }
+}
+
+/// Reads so far that found the counter reloaded before the pending bit showed the wrap
+/// (step 3 of the module docs).
+pub fn late_pends() -> u32 {
+    critical_section::with(|cs| LATE_PENDS.borrow(cs).get())
 }
 
 /// SysTick wraps counted so far.

@@ -55,6 +55,11 @@ impl CountingHeap {
         self.used.load(Ordering::Relaxed)
     }
 
+    /// Starts a new high-water mark at the bytes in use now (per run figures).
+    pub fn reset_peak(&self) {
+        self.peak.store(self.used(), Ordering::Relaxed);
+    }
+
     /// High-water mark of [`CountingHeap::used`] (bytes requested; the allocator's own
     /// overhead, 8 bytes or so per block, is not in it).
     pub fn peak(&self) -> usize {

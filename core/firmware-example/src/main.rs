@@ -101,8 +101,9 @@ fn main() -> ! {
     let clock_ok = match clock::self_test(1, 100_000_000) {
         Ok(reads) => {
             hprintln!(
-                "clock: SysTick wrap counted, {} reads, never backwards, now {} us",
+                "clock: SysTick wrap counted, {} reads, never backwards ({} read(s) saw the reload before the pend), now {} us",
                 reads,
+                clock::late_pends(),
                 SysTickClock.now_ns() / 1000
             );
             true
@@ -114,10 +115,15 @@ fn main() -> ! {
     };
     let ok = run_all() && clock_ok;
     hprintln!(
-        "heap: {} bytes, high-water {} bytes, in use at exit {} bytes",
+        "heap: {} bytes, high-water {} bytes (largest run), in use at exit {} bytes",
         HEAP_BYTES,
         HEAP.peak(),
         HEAP.used()
+    );
+    hprintln!(
+        "clock: {} SysTick wraps counted, {} read(s) corrected a late pend",
+        clock::wraps(),
+        clock::late_pends()
     );
     match stack::high_water() {
         Some(b) => hprintln!("stack: high-water {} bytes", b),
@@ -141,9 +147,11 @@ fn run_all() -> bool {
     for (i, spec) in RUNS.iter().enumerate() {
         let corrupt = (cfg!(feature = "break-check") && i == BREAK.0)
             .then(|| (BREAK.1, BREAK.2 * spec.dtype.size() + 1));
+        HEAP.reset_peak();
         match run::run(spec, corrupt) {
             Ok(o) => {
                 summary(spec, &o);
+                hprintln!("  heap high-water of the run: {} bytes", HEAP.peak());
                 checksum = run::fnv1a(checksum, &o.checksum.to_le_bytes());
                 if o.wrong > 0 {
                     ok = false;
