@@ -43,14 +43,24 @@ setup() {
   rustup target add thumbv7em-none-eabihf x86_64-unknown-none
   # System packages: the libfabric backend's build needs libfabric-dev, libclang-dev
   # (bindgen) and pkg-config; the C-ABI tests use valgrind; the baremetal step runs the
-  # firmware example under qemu-system-arm.
+  # firmware example under qemu-system-arm (installed without its recommended GUI and
+  # firmware-image packages, which it does not need).
   local pkgs=(libfabric-dev libclang-dev pkg-config valgrind gcc qemu-system-arm)
-  local missing=()
-  for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
-  if [ ${#missing[@]} -gt 0 ]; then
+  local missing=() lean=()
+  for p in "${pkgs[@]}"; do
+    dpkg -s "$p" >/dev/null 2>&1 && continue
+    if [ "$p" = qemu-system-arm ]; then lean+=("$p"); else missing+=("$p"); fi
+  done
+  if [ ${#missing[@]} -gt 0 ] || [ ${#lean[@]} -gt 0 ]; then
     if [ "$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi
     $SUDO apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}"
+    if [ ${#missing[@]} -gt 0 ]; then
+      DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}"
+    fi
+    if [ ${#lean[@]} -gt 0 ]; then
+      DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends \
+        "${lean[@]}"
+    fi
   fi
   # Miri runs on the nightly toolchain: install it (minimal profile) or add its components
   # when missing. A failure here is reported; the miri step then fails (unless opted out).
@@ -88,7 +98,8 @@ QEMU_M4=(qemu-system-arm -cpu cortex-m4 -machine mps2-an386 -nographic
 FW_DIR=core/firmware-example
 FW_ELF=target/thumbv7em-none-eabihf/release/proxy-firmware-example
 
-baremetal() {
+# In a subshell: it works inside the example's folder.
+baremetal() (
   # QEMU: install it when missing; a QEMU still missing (or without the board) fails the step.
   if ! command -v qemu-system-arm >/dev/null 2>&1; then
     if [ "$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi
@@ -99,18 +110,22 @@ baremetal() {
   if ! command -v qemu-system-arm >/dev/null 2>&1; then
     echo "error: qemu-system-arm is missing and could not be installed"; return 1
   fi
-  if ! qemu-system-arm -machine help | grep -q '^mps2-an386 '; then
+  # Outputs are captured before grep reads them (with pipefail, `grep -q` on a pipe could
+  # make the writer fail on SIGPIPE).
+  local machines host size deps out rc want got
+  machines=$(qemu-system-arm -machine help)
+  if ! grep -q '^mps2-an386 ' <<<"$machines"; then
     echo "error: this qemu-system-arm has no mps2-an386 board"; return 1
   fi
   rustup target add thumbv7em-none-eabihf
   rustup component add llvm-tools
-  local host size out rc want got
   host=$(rustc -vV | sed -n 's/^host: //p')
   size="$(rustc --print sysroot)/lib/rustlib/$host/bin/llvm-size"
   cd "$FW_DIR"
   cargo fmt --check
   # No `atomic::Atomic<T>` (whose lock-freedom would need asserting) anywhere in the image.
-  if cargo tree --locked -e normal --prefix none | grep -q '^atomic '; then
+  deps=$(cargo tree --locked -e normal --prefix none)
+  if grep -q '^atomic ' <<<"$deps"; then
     echo "error: the firmware now depends on the 'atomic' crate: assert its types lock-free"
     return 1
   fi
@@ -124,7 +139,7 @@ baremetal() {
   [ "$rc" = 124 ] && { echo "error: the firmware did not exit within 60 s"; return 1; }
   [ "$rc" = 0 ] || { echo "error: the firmware exited $rc"; return 1; }
   want=$(head -n 1 expected-checksum)
-  got=$(echo "$out" | sed -n 's/^checksum: //p')
+  got=$(sed -n 's/^checksum: //p' <<<"$out")
   if [ "$got" != "$want" ]; then
     echo "error: checksum $got, expected $want (core/firmware-example/expected-checksum)"
     return 1
@@ -139,11 +154,11 @@ baremetal() {
   echo "$out"
   [ "$rc" = 124 ] && { echo "error: the break-check firmware did not exit within 60 s"; return 1; }
   if [ "$rc" = 0 ]; then echo "error: the break-check firmware exited 0"; return 1; fi
-  if ! echo "$out" | grep -q 'rank 1 element 37: got'; then
+  if ! grep -q 'rank 1 element 37: got' <<<"$out"; then
     echo "error: the break-check firmware did not name rank 1 element 37"; return 1
   fi
   echo "break-check: exit $rc, the corrupted element reported"
-}
+)
 
 # The libfabric transport is the crate proxy-libfabric (built with --workspace); proxy-perf's
 # --transport libfabric and the C ABI's NCCOM_TRANSPORT_LIBFABRIC are `libfabric` features of
