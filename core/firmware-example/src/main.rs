@@ -113,13 +113,17 @@ fn main() -> ! {
             false
         }
     };
-    let ok = run_all() && clock_ok;
+    let (runs_ok, heap_peak) = run_all();
+    // Everything a run allocates is freed when it ends: bytes still in use are a leak.
+    let leaked = HEAP.used();
     hprintln!(
-        "heap: {} bytes, high-water {} bytes (largest run), in use at exit {} bytes",
+        "heap: {} bytes, high-water {} bytes (largest run), in use at exit {} bytes{}",
         HEAP_BYTES,
-        HEAP.peak(),
-        HEAP.used()
+        heap_peak,
+        leaked,
+        if leaked == 0 { "" } else { ": LEAK" }
     );
+    let ok = runs_ok && clock_ok && leaked == 0;
     hprintln!(
         "clock: {} SysTick wraps counted, {} read(s) corrected a late pend",
         clock::wraps(),
@@ -139,11 +143,12 @@ fn main() -> ! {
     }
 }
 
-/// Runs every spec of [`RUNS`], prints one line each and the checksum; `true` when all ran and
-/// every output element is right.
-fn run_all() -> bool {
+/// Runs every spec of [`RUNS`], prints one line each and the checksum. Returns `true` when all
+/// ran and every output element is right, and the largest heap high-water mark of a run.
+fn run_all() -> (bool, usize) {
     let mut ok = true;
     let mut checksum = FNV_BASIS;
+    let mut heap_peak = 0;
     for (i, spec) in RUNS.iter().enumerate() {
         let corrupt = (cfg!(feature = "break-check") && i == BREAK.0)
             .then(|| (BREAK.1, BREAK.2 * spec.dtype.size() + 1));
@@ -152,6 +157,7 @@ fn run_all() -> bool {
             Ok(o) => {
                 summary(spec, &o);
                 hprintln!("  heap high-water of the run: {} bytes", HEAP.peak());
+                heap_peak = heap_peak.max(HEAP.peak());
                 checksum = run::fnv1a(checksum, &o.checksum.to_le_bytes());
                 if o.wrong > 0 {
                     ok = false;
@@ -174,7 +180,7 @@ fn run_all() -> bool {
         }
     }
     hprintln!("checksum: {:#010x}", checksum);
-    ok
+    (ok, heap_peak)
 }
 
 fn summary(spec: &Spec, o: &Outcome) {

@@ -314,13 +314,16 @@ impl Rank {
         unsafe { core::slice::from_raw_parts(self.output.as_ptr().cast::<u8>(), n) }
     }
 
-    /// Flips every bit of output byte `byte` (the `break-check` corruption).
+    /// Flips every bit of output byte `byte` (the `break-check` corruption); a byte past the
+    /// buffer is ignored.
     fn corrupt(&mut self, byte: usize) {
-        // SAFETY: the output buffer's own bytes; nothing else runs any more.
-        let out = unsafe {
-            core::slice::from_raw_parts_mut(self.output.as_mut_ptr().cast::<u8>(), byte + 1)
-        };
-        out[byte] ^= 0xFF;
+        let len = self.output.len() * 8;
+        // SAFETY: the output buffer's own `len` bytes; nothing else runs any more.
+        let out =
+            unsafe { core::slice::from_raw_parts_mut(self.output.as_mut_ptr().cast::<u8>(), len) };
+        if let Some(b) = out.get_mut(byte) {
+            *b ^= 0xFF;
+        }
     }
 
     fn first_wrong(&self, rank: u32) -> Option<WrongElement> {
