@@ -121,6 +121,9 @@ baremetal() (
   rustup component add llvm-tools
   host=$(rustc -vV | sed -n 's/^host: //p')
   size="$(rustc --print sysroot)/lib/rustlib/$host/bin/llvm-size"
+  if [ ! -x "$size" ]; then
+    echo "error: $size is missing (rustup component add llvm-tools)"; return 1
+  fi
   cd "$FW_DIR"
   cargo fmt --check
   # No `atomic::Atomic<T>` (whose lock-freedom would need asserting) anywhere in the image.
