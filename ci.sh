@@ -11,7 +11,7 @@ export CARGO_TERM_COLOR=never
 export RUST_BACKTRACE=1
 export CARGO_INCREMENTAL=0
 
-ALL_STEPS=(setup fmt facade no_std clippy test loom miri)
+ALL_STEPS=(setup fmt facade no_std baremetal clippy test loom miri)
 STEPS=("$@")
 [ ${#STEPS[@]} -eq 0 ] && STEPS=("${ALL_STEPS[@]}")
 
@@ -39,17 +39,28 @@ setup() {
   # Toolchain, components and targets of rust-toolchain.toml. rustup does not always add a
   # toolchain file's targets by itself, so add them explicitly (a no-op when present).
   rustup show active-toolchain
-  rustup component add rustfmt clippy
+  rustup component add rustfmt clippy llvm-tools
   rustup target add thumbv7em-none-eabihf x86_64-unknown-none
   # System packages: the libfabric backend's build needs libfabric-dev, libclang-dev
-  # (bindgen) and pkg-config; the C-ABI tests use valgrind.
-  local pkgs=(libfabric-dev libclang-dev pkg-config valgrind gcc)
-  local missing=()
-  for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
-  if [ ${#missing[@]} -gt 0 ]; then
+  # (bindgen) and pkg-config; the C-ABI tests use valgrind; the baremetal step runs the
+  # firmware example under qemu-system-arm (installed without its recommended GUI and
+  # firmware-image packages, which it does not need).
+  local pkgs=(libfabric-dev libclang-dev pkg-config valgrind gcc qemu-system-arm)
+  local missing=() lean=()
+  for p in "${pkgs[@]}"; do
+    dpkg -s "$p" >/dev/null 2>&1 && continue
+    if [ "$p" = qemu-system-arm ]; then lean+=("$p"); else missing+=("$p"); fi
+  done
+  if [ ${#missing[@]} -gt 0 ] || [ ${#lean[@]} -gt 0 ]; then
     if [ "$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi
     $SUDO apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}"
+    if [ ${#missing[@]} -gt 0 ]; then
+      DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}"
+    fi
+    if [ ${#lean[@]} -gt 0 ]; then
+      DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends \
+        "${lean[@]}"
+    fi
   fi
   # Miri runs on the nightly toolchain: install it (minimal profile) or add its components
   # when missing. A failure here is reported; the miri step then fails (unless opted out).
@@ -79,6 +90,78 @@ no_std() {
   cargo build -p proxy-collectives --target thumbv7em-none-eabihf
   cargo build -p proxy-collectives --target x86_64-unknown-none
 }
+
+# The firmware example (core/firmware-example, its own workspace) on QEMU's Cortex-M4 board
+# mps2-an386. Must match the runner in core/firmware-example/.cargo/config.toml.
+QEMU_M4=(qemu-system-arm -cpu cortex-m4 -machine mps2-an386 -nographic
+  -semihosting-config enable=on,target=native -kernel)
+FW_DIR=core/firmware-example
+FW_ELF=target/thumbv7em-none-eabihf/release/proxy-firmware-example
+
+# In a subshell: it works inside the example's folder.
+baremetal() (
+  # QEMU: install it when missing; a QEMU still missing (or without the board) fails the step.
+  if ! command -v qemu-system-arm >/dev/null 2>&1; then
+    if [ "$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi
+    $SUDO apt-get update -qq || true
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends \
+      qemu-system-arm || true
+  fi
+  if ! command -v qemu-system-arm >/dev/null 2>&1; then
+    echo "error: qemu-system-arm is missing and could not be installed"; return 1
+  fi
+  # Outputs are captured before grep reads them (with pipefail, `grep -q` on a pipe could
+  # make the writer fail on SIGPIPE).
+  local machines host size deps out rc want got
+  machines=$(qemu-system-arm -machine help)
+  if ! grep -q '^mps2-an386 ' <<<"$machines"; then
+    echo "error: this qemu-system-arm has no mps2-an386 board"; return 1
+  fi
+  rustup target add thumbv7em-none-eabihf
+  rustup component add llvm-tools
+  host=$(rustc -vV | sed -n 's/^host: //p')
+  size="$(rustc --print sysroot)/lib/rustlib/$host/bin/llvm-size"
+  if [ ! -x "$size" ]; then
+    echo "error: $size is missing (rustup component add llvm-tools)"; return 1
+  fi
+  cd "$FW_DIR"
+  cargo fmt --check
+  # No `atomic::Atomic<T>` (whose lock-freedom would need asserting) anywhere in the image.
+  deps=$(cargo tree --locked -e normal --prefix none)
+  if grep -q '^atomic ' <<<"$deps"; then
+    echo "error: the firmware now depends on the 'atomic' crate: assert its types lock-free"
+    return 1
+  fi
+  cargo clippy --locked -- -D warnings
+  cargo build --release --locked
+  # The run: every output byte checked; the checksum of the outputs against the expected one
+  # (expected-checksum; regenerate: `cargo run --release` in core/firmware-example, copy the
+  # `checksum:` value, after checking why it changed).
+  rc=0; out=$(timeout 60 "${QEMU_M4[@]}" "$FW_ELF" 2>&1) || rc=$?
+  echo "$out"
+  [ "$rc" = 124 ] && { echo "error: the firmware did not exit within 60 s"; return 1; }
+  [ "$rc" = 0 ] || { echo "error: the firmware exited $rc"; return 1; }
+  want=$(head -n 1 expected-checksum)
+  got=$(sed -n 's/^checksum: //p' <<<"$out")
+  if [ "$got" != "$want" ]; then
+    echo "error: checksum $got, expected $want (core/firmware-example/expected-checksum)"
+    return 1
+  fi
+  echo "checksum $got as expected"
+  echo "flash (text = .vector_table + .text + .rodata) and RAM (data + bss; bss holds the heap):"
+  "$size" "$FW_ELF"
+  # The check must bite: one byte of rank 1's output element 37 flipped, the firmware must
+  # exit non-zero and name the element.
+  cargo build --release --locked --features break-check
+  rc=0; out=$(timeout 60 "${QEMU_M4[@]}" "$FW_ELF" 2>&1) || rc=$?
+  echo "$out"
+  [ "$rc" = 124 ] && { echo "error: the break-check firmware did not exit within 60 s"; return 1; }
+  if [ "$rc" = 0 ]; then echo "error: the break-check firmware exited 0"; return 1; fi
+  if ! grep -q 'rank 1 element 37: got' <<<"$out"; then
+    echo "error: the break-check firmware did not name rank 1 element 37"; return 1
+  fi
+  echo "break-check: exit $rc, the corrupted element reported"
+)
 
 # The libfabric transport is the crate proxy-libfabric (built with --workspace); proxy-perf's
 # --transport libfabric and the C ABI's NCCOM_TRANSPORT_LIBFABRIC are `libfabric` features of
@@ -127,6 +210,7 @@ run_step setup 420 setup
 run_step fmt 60 fmt
 run_step facade 10 facade
 run_step no_std 300 no_std
+run_step baremetal 300 baremetal
 run_step clippy 480 clippy
 run_step test 600 test
 run_step loom 240 loom
