@@ -11,7 +11,7 @@ export CARGO_TERM_COLOR=never
 export RUST_BACKTRACE=1
 export CARGO_INCREMENTAL=0
 
-ALL_STEPS=(setup fmt facade no_std clippy test loom miri)
+ALL_STEPS=(setup fmt facade no_std clippy test netns loom miri)
 STEPS=("$@")
 [ ${#STEPS[@]} -eq 0 ] && STEPS=("${ALL_STEPS[@]}")
 
@@ -42,8 +42,8 @@ setup() {
   rustup component add rustfmt clippy
   rustup target add thumbv7em-none-eabihf x86_64-unknown-none
   # System packages: the libfabric backend's build needs libfabric-dev, libclang-dev
-  # (bindgen) and pkg-config; the C-ABI tests use valgrind.
-  local pkgs=(libfabric-dev libclang-dev pkg-config valgrind gcc)
+  # (bindgen) and pkg-config; the C-ABI tests use valgrind; the netns step uses iproute2.
+  local pkgs=(libfabric-dev libclang-dev pkg-config valgrind gcc iproute2)
   local missing=()
   for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
   if [ ${#missing[@]} -gt 0 ]; then
@@ -101,6 +101,12 @@ test() {
   cargo test -p proxy-emulator --features plants --test plants
 }
 
+# Four hosts in network namespaces (needs root and iproute2; PROXY_ALLOW_SKIP_NETNS=1 skips
+# when they are missing): an all-reduce across them, and a link taken down mid-collective.
+netns() {
+  platform-linux/perf/tests/netns.sh
+}
+
 loom() {
   RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=3 CARGO_TARGET_DIR=target/loom \
     cargo test -p loom-tests --release
@@ -127,8 +133,9 @@ run_step setup 420 setup
 run_step fmt 60 fmt
 run_step facade 10 facade
 run_step no_std 300 no_std
-run_step clippy 480 clippy
+run_step clippy 360 clippy
 run_step test 600 test
+run_step netns 120 netns
 run_step loom 240 loom
 run_step miri 590 miri
 [ "${PROXY_CI_INNER:-0}" = 1 ] || \
