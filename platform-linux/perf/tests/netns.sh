@@ -45,6 +45,9 @@ cleanup() {
   rm -rf "$TMP"
 }
 trap cleanup EXIT
+# A stop by ci.sh's budget (SIGTERM) or ^C still removes the namespaces.
+trap 'exit 143' TERM
+trap 'exit 130' INT
 
 [ "$(id -u)" = 0 ] || skip_or_fail "not root"
 command -v ip >/dev/null || skip_or_fail "no 'ip' (apt-get install iproute2)"
