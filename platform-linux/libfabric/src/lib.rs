@@ -201,6 +201,8 @@ pub struct LibfabricTransport {
     /// The dead-peer check of the comm's bootstrap, run after each poll
     /// ([`LibfabricTransport::set_peer_watch`]).
     watch: Option<PeerWatch>,
+    /// The watch's failure, as reported (sticky; the drain's polls get a clone).
+    watch_failed: Option<NetError>,
 }
 
 // SAFETY: the libfabric objects are opened with FI_THREAD_DOMAIN: any thread may use them as
@@ -345,6 +347,7 @@ impl LibfabricTransport {
             mrs: MrCache::default(),
             closed: false,
             watch: None,
+            watch_failed: None,
             attrs,
         };
         // On failure `t` is dropped, which closes whatever was opened.
@@ -385,6 +388,9 @@ impl LibfabricTransport {
 
     /// The dead-peer check of [`LibfabricTransport::set_peer_watch`], as a transport failure.
     fn check_peers(&mut self) -> Result<(), NetError> {
+        if let Some(e) = &self.watch_failed {
+            return Err(e.clone());
+        }
         let Some(w) = self.watch.as_mut() else {
             return Ok(());
         };
@@ -393,7 +399,9 @@ impl LibfabricTransport {
                 Some(r) => format!("{}: rank {r} lost (bootstrap): {e}", self.name),
                 None => format!("{}: the bootstrap failed: {e}", self.name),
             };
-            NetError::failure(e.lost_rank(), message)
+            let e = NetError::failure(e.lost_rank(), message);
+            self.watch_failed = Some(e.clone());
+            e
         })
     }
 
