@@ -11,7 +11,7 @@ export CARGO_TERM_COLOR=never
 export RUST_BACKTRACE=1
 export CARGO_INCREMENTAL=0
 
-ALL_STEPS=(setup fmt facade no_std baremetal clippy test loom miri)
+ALL_STEPS=(setup fmt facade no_std baremetal clippy test netns loom miri)
 STEPS=("$@")
 [ ${#STEPS[@]} -eq 0 ] && STEPS=("${ALL_STEPS[@]}")
 
@@ -42,10 +42,10 @@ setup() {
   rustup component add rustfmt clippy llvm-tools
   rustup target add thumbv7em-none-eabihf x86_64-unknown-none
   # System packages: the libfabric backend's build needs libfabric-dev, libclang-dev
-  # (bindgen) and pkg-config; the C-ABI tests use valgrind; the baremetal step runs the
-  # firmware example under qemu-system-arm (installed without its recommended GUI and
-  # firmware-image packages, which it does not need).
-  local pkgs=(libfabric-dev libclang-dev pkg-config valgrind gcc qemu-system-arm)
+  # (bindgen) and pkg-config; the C-ABI tests use valgrind; the netns step uses iproute2; the
+  # baremetal step runs the firmware example under qemu-system-arm (installed without its
+  # recommended GUI and firmware-image packages, which it does not need).
+  local pkgs=(libfabric-dev libclang-dev pkg-config valgrind gcc iproute2 qemu-system-arm)
   local missing=() lean=()
   for p in "${pkgs[@]}"; do
     dpkg -s "$p" >/dev/null 2>&1 && continue
@@ -184,6 +184,12 @@ test() {
   cargo test -p proxy-emulator --features plants --test plants
 }
 
+# Four hosts in network namespaces (needs root and iproute2; PROXY_ALLOW_SKIP_NETNS=1 skips
+# when they are missing): an all-reduce across them, and a link taken down mid-collective.
+netns() {
+  platform-linux/perf/tests/netns.sh
+}
+
 loom() {
   RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=3 CARGO_TARGET_DIR=target/loom \
     cargo test -p loom-tests --release
@@ -211,8 +217,9 @@ run_step fmt 60 fmt
 run_step facade 10 facade
 run_step no_std 300 no_std
 run_step baremetal 300 baremetal
-run_step clippy 480 clippy
+run_step clippy 360 clippy
 run_step test 600 test
+run_step netns 120 netns
 run_step loom 240 loom
 run_step miri 590 miri
 [ "${PROXY_CI_INNER:-0}" = 1 ] || \

@@ -4,14 +4,17 @@
 //!
 //! Creation is collective: every rank of the comm calls `nccom_comm_create` with the same
 //! `nranks`, `comm_id`, provider and root address, and each call blocks until every rank is
-//! connected, at most the bootstrap timeout. The bootstrap connections are closed once the comm
-//! exists (the C ABI has no barrier; a runtime synchronises its processes itself).
+//! connected, at most the bootstrap timeout. The bootstrap connections stay open for the comm's
+//! life: its transport watches them for a lost peer (docs/design.md §9, "Liveness"), so a rank
+//! that dies fails the comm on every other rank with `NRT_NETWORK_PROXY_FAILURE` naming it,
+//! instead of leaving them to the exec timeout. Destroying the comm closes them (`Bye`). The
+//! C ABI has no barrier over them; a runtime synchronises its processes itself.
 
 use std::ffi::{c_char, CStr};
 use std::sync::Arc;
 use std::time::Duration;
 
-use proxy_bootstrap::{Bootstrap, BootstrapConfig};
+use proxy_bootstrap::{Bootstrap, BootstrapConfig, SharedBootstrap};
 use proxy_core::progress::comm::Comm;
 use proxy_core::progress::device::DeviceCallbacks;
 use proxy_core::status::NrtStatus;
@@ -89,7 +92,7 @@ pub unsafe fn create(
         bc.timeout = Duration::from_millis(lf.bootstrap_timeout_ms);
     }
     bc.comm_id = Some(cfg.comm_id);
-    let mut boot = Bootstrap::init(&bc).map_err(|e| fail(&e, e.status()))?;
+    let boot = Bootstrap::init(&bc).map_err(|e| fail(&e, e.status()))?;
     if boot.comm_id() != cfg.comm_id {
         let e = format!(
             "comm id {} differs from the root's {} (every rank must give the same comm_id)",
@@ -106,8 +109,8 @@ pub unsafe fn create(
         comm_id: Some(cfg.comm_id),
         drain_limit: (cfg.drain_limit_ns != 0).then(|| Duration::from_nanos(cfg.drain_limit_ns)),
     };
-    let comm =
-        open_libfabric_comm(&mut boot, &lc, device, clock).map_err(|e| fail(&e, e.status()))?;
-    boot.close();
-    Ok(comm)
+    // The comm's transport keeps the only other handle: the connections live as long as the
+    // comm, and close (with `Bye`) when it is destroyed.
+    let boot = SharedBootstrap::new(boot);
+    open_libfabric_comm(&boot, &lc, device, clock).map_err(|e| fail(&e, e.status()))
 }

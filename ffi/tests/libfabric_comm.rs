@@ -3,7 +3,10 @@
 //! comm with `nccom_comm_create` over `tcp;ofi_rxm` on the loopback interface (bootstrap root
 //! on 127.0.0.1), plays the device itself and exchanges entries of 1 B, 4 KiB + 1, 1 MiB and
 //! 0 B with the other process through the seam, both directions at once; bytes and semaphore
-//! totals are checked. Also: a malformed root address is refused at once.
+//! totals are checked. Also: a malformed root address is refused at once; and a peer whose
+//! process dies after creation fails the survivor's comm with `NRT_NETWORK_PROXY_FAILURE`
+//! naming it (the library keeps the bootstrap connections open for the comm's life and watches
+//! them; the shm provider used there never notices a dead peer by itself).
 //!
 //! The test binary re-executes itself (the ignored test `child_entry`) through the bootstrap's
 //! local launcher; every wait is bounded by time.
@@ -28,6 +31,8 @@ use proxy_runtime::loader::{
 };
 
 const CHILD_ENV: &str = "FFI_LIBFABRIC_CHILD";
+/// `lost`: the dead-peer scenario ([`child_lost`]); anything else: the exchange.
+const SCENARIO_ENV: &str = "FFI_LIBFABRIC_SCENARIO";
 const SIZES: [usize; 4] = [1, 4097, 1 << 20, 0];
 
 fn pattern(rank: u32, e: usize, i: usize) -> u8 {
@@ -168,8 +173,54 @@ fn child_entry() {
             .expect("PROXY_RANK")
             .parse()
             .expect("rank");
-        child(rank);
+        if std::env::var(SCENARIO_ENV).as_deref() == Ok("lost") {
+            child_lost(rank);
+        } else {
+            child(rank);
+        }
     }
+}
+
+/// The dead-peer scenario: both ranks create the comm over shm; rank 1 then exits without
+/// destroying it (its bootstrap connection closes without `Bye`, as a killed process's does);
+/// rank 0 files a send and a recv with rank 1 and progresses until the comm fails (at most
+/// 20 s), then prints `RESULT status=<status>`.
+fn child_lost(rank: u32) {
+    let lib = ProgressLib::open(common::library()).expect("load libnccom_proxy.so");
+    let seam = lib.seam();
+    let provider = CString::new("shm").unwrap();
+    let root = CString::new(std::env::var("NEURON_RT_ROOT_COMM_ID").expect("root")).unwrap();
+    let words: Vec<AtomicU32> = (0..6).map(|_| AtomicU32::new(0)).collect();
+    let src: Vec<Vec<u8>> = vec![vec![1u8; 4096]];
+    let mut dst: Vec<Vec<u8>> = vec![vec![0u8; 4096]];
+    // SAFETY: every buffer and word lives until the comm is destroyed (rank 0) or the process
+    // exits (rank 1); the words are accessed only atomically.
+    let comm = unsafe { lib.create_comm(&libfabric_config(rank, 2, &provider, &root, 30_000)) }
+        .expect("nccom_comm_create over libfabric");
+    if rank == 1 {
+        println!("RESULT status=exiting");
+        std::process::exit(0);
+    }
+    let pair = common::send_recv_pair(1, 1, 3, &words, &src, &mut dst, 1);
+    let (send, recv, sfifo, dfifo) = (pair.send, pair.recv, pair.src, pair.dst);
+    let c = comm.as_ptr();
+    // SAFETY: a live comm of the library `seam` came from, used by this thread only.
+    unsafe { ncclStartNetworkProxy(&seam, c, 0, 1, &[send, recv], &sfifo, &dfifo) }.expect("start");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        assert!(Instant::now() < deadline, "the comm never failed");
+        let (mut idle, mut done) = (true, true);
+        // SAFETY: as above.
+        match unsafe { ncclNetworkProxyProgress(&seam, c, 0, 1, &mut idle, &mut done) } {
+            Ok(()) => std::thread::sleep(Duration::from_millis(1)),
+            Err(s) => break s,
+        }
+    };
+    // SAFETY: as above.
+    let _ = unsafe { ncclStopNetworkProxy(&seam, c, 0) };
+    let _ = comm.destroy();
+    drop((src, dst, words));
+    println!("RESULT status={}", status.as_str());
 }
 
 #[test]
@@ -207,6 +258,60 @@ fn two_processes_exchange_through_the_c_abi_over_tcp() {
         assert!(out.contains(&want), "rank {}: {out:?}", e.rank);
     }
     eprintln!("2 processes over the C ABI in {:?}", start.elapsed());
+}
+
+#[test]
+fn a_dead_peer_fails_the_comm_through_the_c_abi() {
+    let mut l = LocalLaunch::new(2, free_loopback_root().expect("root"), true);
+    for r in 0..2 {
+        let mut c = Command::new(std::env::current_exe().expect("test binary"));
+        c.args([
+            "child_entry",
+            "--exact",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+            "-q",
+        ])
+        .env(CHILD_ENV, "1")
+        .env(SCENARIO_ENV, "lost")
+        .env("FI_TCP_IFACE", "lo")
+        .env("NEURON_RT_LOG_LEVEL", "ERROR")
+        .env_remove("FI_PROVIDER");
+        l.spawn(r, c).expect("spawn");
+    }
+    let pids: Vec<u32> = (0..2).filter_map(|r| l.pid(r)).collect();
+    let exits = l.wait_all(Duration::from_secs(60));
+    // The shm provider's regions of the process that exited without closing its comm.
+    if let Ok(dir) = std::fs::read_dir("/dev/shm") {
+        for e in dir.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if pids.iter().any(|p| name.starts_with(&format!("{p}:"))) {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
+    }
+    for e in &exits {
+        let err = l.output(e.rank, OutStream::Stderr).join("\n");
+        assert!(
+            e.success(),
+            "rank {} ended {:?} (killed at deadline: {}); stderr:\n{err}",
+            e.rank,
+            e.status,
+            e.killed_at_deadline
+        );
+    }
+    let out = l.output(0, OutStream::Stdout);
+    assert!(
+        out.iter()
+            .any(|s| s == "RESULT status=NRT_NETWORK_PROXY_FAILURE"),
+        "rank 0: {out:?}"
+    );
+    let err = l.output(0, OutStream::Stderr).join("\n");
+    assert!(
+        err.contains("lost rank 1"),
+        "rank 0 must name rank 1:\n{err}"
+    );
 }
 
 #[test]

@@ -3,6 +3,7 @@
 
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpStream};
+use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
 use crate::wire::{Frame, Preface};
@@ -76,6 +77,74 @@ impl BoundedWait {
     }
 }
 
+/// Idle time before the first keepalive probe, and the interval between probes, of every
+/// bootstrap connection (`TCP_KEEPIDLE`, `TCP_KEEPINTVL`; whole seconds, the kernel's unit).
+pub const KEEPALIVE_IDLE: Duration = Duration::from_secs(1);
+/// How long a bootstrap connection may go without the peer acknowledging data or keepalive
+/// probes before the kernel resets it (`TCP_USER_TIMEOUT`): a peer host that is gone (link down,
+/// host crashed) fails the connection within about this, plus one probe interval. A stopped but
+/// living process is not affected (its kernel still acknowledges).
+pub const PEER_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// `setsockopt` of one `c_int` option.
+fn set_int_opt(fd: i32, level: i32, name: i32, value: i32) -> io::Result<()> {
+    // SAFETY: `fd` is an open socket owned by the caller's stream for the whole call; the option
+    // value is a live c_int of the length passed.
+    let r = unsafe {
+        libc::setsockopt(
+            fd,
+            level,
+            name,
+            (&value as *const i32).cast(),
+            std::mem::size_of::<i32>() as libc::socklen_t,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Sets keepalive ([`KEEPALIVE_IDLE`]) and `TCP_USER_TIMEOUT` ([`PEER_TIMEOUT`]) on `stream`.
+pub(crate) fn set_liveness_options(stream: &TcpStream) -> io::Result<()> {
+    let fd = stream.as_raw_fd();
+    let idle = KEEPALIVE_IDLE.as_secs().max(1) as i32;
+    set_int_opt(fd, libc::SOL_SOCKET, libc::SO_KEEPALIVE, 1)?;
+    set_int_opt(fd, libc::IPPROTO_TCP, libc::TCP_KEEPIDLE, idle)?;
+    set_int_opt(fd, libc::IPPROTO_TCP, libc::TCP_KEEPINTVL, idle)?;
+    set_int_opt(fd, libc::IPPROTO_TCP, libc::TCP_KEEPCNT, 2)?;
+    set_int_opt(
+        fd,
+        libc::IPPROTO_TCP,
+        libc::TCP_USER_TIMEOUT,
+        PEER_TIMEOUT.as_millis() as i32,
+    )
+}
+
+/// `getsockopt` of one `c_int` option (tests read the liveness options back).
+#[cfg(test)]
+pub(crate) fn int_opt(stream: &TcpStream, level: i32, name: i32) -> io::Result<i32> {
+    let mut value: i32 = 0;
+    let mut len = std::mem::size_of::<i32>() as libc::socklen_t;
+    // SAFETY: the stream's socket is open for the call; value and len are live and len is
+    // value's size.
+    let r = unsafe {
+        libc::getsockopt(
+            stream.as_raw_fd(),
+            level,
+            name,
+            (&mut value as *mut i32).cast(),
+            &mut len,
+        )
+    };
+    if r == 0 {
+        Ok(value)
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
 /// One TCP connection of the bootstrap: non-blocking, with its own read and write buffers.
 #[derive(Debug)]
 pub(crate) struct Conn {
@@ -101,6 +170,12 @@ impl Conn {
         stream.set_nonblocking(true)?;
         // Small frames: latency matters more than packet count.
         let _ = stream.set_nodelay(true);
+        // Dead-peer detection (docs/design.md §9, "Liveness"): a peer host that stops answering
+        // resets the connection after about PEER_TIMEOUT. A platform without the options keeps
+        // the plain connection (the exec timeout stays the last resort).
+        if let Err(e) = set_liveness_options(&stream) {
+            log::warn!("bootstrap connection with {addr}: cannot set TCP keepalive options: {e}");
+        }
         Ok(Self {
             stream,
             addr,

@@ -91,6 +91,15 @@ impl BootstrapError {
         }
     }
 
+    /// The rank this failure says is gone: the peer of [`BootstrapError::PeerLost`] (on a leaf
+    /// also a leaf the root reported lost). `None` for every other failure.
+    pub fn lost_rank(&self) -> Option<u32> {
+        match self {
+            Self::PeerLost { peer, .. } => Some(*peer),
+            _ => None,
+        }
+    }
+
     /// What rank `rank` reports when a peer's `Abort { origin, status, reason }` frame reaches
     /// it (an undefined status code reads as `NRT_FAILURE`).
     pub(crate) fn aborted(rank: u32, origin: u32, status: u32, reason: String) -> Self {

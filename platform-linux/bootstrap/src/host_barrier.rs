@@ -14,8 +14,9 @@
 //!
 //! Region layout (64-byte lines, one `u32` at the start of each): line 0 the magic, line 1
 //! `released` (written by the leader only), line 2 `failed` (an `NrtStatus` code, 0 = none,
-//! written by the leader when its cross-host part fails), lines `3..3 + nlocal` every local
-//! rank's `arrived` generation (each written by its own rank only). Generations count from 1
+//! written by any rank whose bootstrap failed), line 3 `lost` (the rank that failure names + 1,
+//! 0 = none; written just before `failed`, for the other ranks' log lines), lines
+//! `4..4 + nlocal` every local rank's `arrived` generation (each written by its own rank only). Generations count from 1
 //! and compare wrapping, as [`SharedMemBarrier`](proxy_core::driver::task::SharedMemBarrier):
 //! a generation stays passed.
 //!
@@ -58,7 +59,8 @@ const MAGIC: u32 = u32::from_le_bytes(*b"PXHB");
 const L_MAGIC: usize = 0;
 const L_RELEASED: usize = 1;
 const L_FAILED: usize = 2;
-const L_ARRIVED: usize = 3;
+const L_LOST: usize = 3;
+const L_ARRIVED: usize = 4;
 
 /// How to set up a [`HostBarrier`].
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -345,6 +347,16 @@ impl HostBarrier {
     /// host's other ranks fail at their next poll), logged once, mapped to its status.
     fn fail(&mut self, e: &BootstrapError) -> NrtStatus {
         let s = e.status();
+        // Which rank was lost, if any, for the other ranks' log lines (first writer wins;
+        // written before `failed`, whose AcqRel CAS publishes it).
+        if let Some(r) = e.lost_rank() {
+            let _ = self.region.word(L_LOST).compare_exchange(
+                0,
+                r.saturating_add(1),
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            );
+        }
         // Tell the host's other ranks (they fail at their next poll).
         let _ = self.region.word(L_FAILED).compare_exchange(
             0,
@@ -371,11 +383,22 @@ impl HostBarrier {
         let s = NrtStatus::from_code(code).unwrap_or(NrtStatus::Failure);
         if !self.logged {
             self.logged = true;
-            log::error!(
-                "host barrier comm {} rank {}: the host leader failed: {s}",
-                self.comm,
-                self.rank
-            );
+            // After the acquire load of `failed`: the `lost` written before it is visible.
+            match self.region.word(L_LOST).load(Ordering::Relaxed) {
+                0 => log::error!(
+                    "host barrier comm {} rank {}: another rank of this host failed over the \
+                     bootstrap: {s}",
+                    self.comm,
+                    self.rank
+                ),
+                r => log::error!(
+                    "host barrier comm {} rank {}: lost rank {} (seen by another rank of this \
+                     host): {s}",
+                    self.comm,
+                    self.rank,
+                    r - 1
+                ),
+            }
         }
         Some(s)
     }

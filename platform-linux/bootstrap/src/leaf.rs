@@ -419,6 +419,13 @@ impl Bootstrap {
                     status,
                     reason,
                 } => return Err(BootstrapError::aborted(me, origin, status, reason)),
+                Frame::Lost { rank, reason } => {
+                    return Err(BootstrapError::PeerLost {
+                        rank: me,
+                        peer: rank,
+                        message: format!("the root (rank 0) reports: {reason}"),
+                    })
+                }
                 f => {
                     return Err(BootstrapError::Protocol {
                         rank: me,

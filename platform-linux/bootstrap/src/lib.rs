@@ -15,6 +15,7 @@
 //!                     NEURON_RT_      barrier:     Arrive{gen}       ↑   Release{gen}         ↓
 //!                     ROOT_COMM_ID    group:       GroupArrive{g,gen} ↑  GroupRelease{g,gen}  ↓
 //!                                     failure:     Abort{origin, status, reason} both ways
+//!                                     lost leaf:   Lost{rank, reason}                   ↓
 //!                                     close:       Bye, then shutdown and wait for the peer's EOF
 //! ```
 //!
@@ -43,6 +44,11 @@
 //! * **Failure is sticky**: after an error every call returns it. A peer that closes its
 //!   connection without `Bye` (a killed process) fails the bootstrap of every rank that still
 //!   uses it.
+//! * **Dead peers** ([`PeerWatch`], docs/design.md §9 "Liveness"): every connection has TCP
+//!   keepalive and `TCP_USER_TIMEOUT` ([`PEER_TIMEOUT`]); a comm keeps the bootstrap open for
+//!   its life and checks it without blocking from its progress rounds. The root, on losing a
+//!   leaf, sends `Lost{rank}` to every other leaf, so every rank reports
+//!   [`BootstrapError::PeerLost`] naming the dead rank.
 //!
 //! Seed: the bootstrap of the nccom communicator (NCCL's `bootstrap.cc` shape: root listener,
 //! all-gather of handles), §1; docs/design.md §4 (barrier task between processes).
@@ -61,6 +67,7 @@ mod host_barrier;
 mod leaf;
 mod root;
 mod shm;
+mod watch;
 
 use std::net::{Shutdown, SocketAddr};
 use std::time::{Duration, Instant};
@@ -74,6 +81,7 @@ use self::barrier::reached;
 pub use self::barrier::{BootstrapBarrier, SharedBootstrap};
 pub use self::config::{host_identity, parse_root, BootstrapConfig};
 use self::conn::{Backoff, Conn};
+pub use self::conn::{KEEPALIVE_IDLE, PEER_TIMEOUT};
 pub use self::error::BootstrapError;
 pub use self::group::GroupId;
 use self::group::GroupState;
@@ -81,6 +89,7 @@ pub use self::host_barrier::{
     HostBarrier, HostBarrierConfig, HOST_BARRIER_DIR, HOST_BARRIER_PREFIX, LIVENESS_EVERY,
 };
 use self::root::Peer;
+pub use self::watch::{PeerWatch, WATCH_INTERVAL};
 use self::wire::Frame;
 pub use self::wire::{MAGIC, MAX_FRAME, VERSION as PROTOCOL_VERSION};
 
@@ -283,6 +292,26 @@ impl Bootstrap {
             return e.clone();
         }
         log::error!("{err}");
+        if let BootstrapError::PeerLost { peer, message, .. } = &err {
+            // A lost peer (docs/design.md §9, "Liveness", part 2): the root tells every other
+            // leaf which rank it lost (`Lost`); a leaf that lost the root, or was told of a lost
+            // rank, has no one left to tell.
+            if let Role::Root { peers } = &mut self.role {
+                let lost = Frame::Lost {
+                    rank: *peer,
+                    reason: message.clone(),
+                };
+                for (r, p) in peers.iter_mut().enumerate() {
+                    if let Some(p) = p {
+                        if r as u32 != *peer && !p.left && !p.conn.eof {
+                            p.conn.send_last(&lost);
+                        }
+                    }
+                }
+            }
+            self.failed = Some(err.clone());
+            return err;
+        }
         let (origin, status, reason) = match &err {
             BootstrapError::Aborted {
                 origin,

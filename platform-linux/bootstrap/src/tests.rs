@@ -269,12 +269,151 @@ fn a_lost_peer_fails_the_barrier_of_every_rank() {
                 matches!(e, BootstrapError::PeerLost { peer: 2, .. }),
                 "root: {e}"
             ),
-            _ => assert!(
-                matches!(e, BootstrapError::Aborted { origin: 0, .. }),
-                "{e}"
-            ),
+            // The root told the other leaf which rank it lost (`Lost`).
+            _ => assert!(matches!(e, BootstrapError::PeerLost { peer: 2, .. }), "{e}"),
         }
+        assert_eq!(e.lost_rank(), Some(2), "{e}");
         assert_eq!(e.status(), NrtStatus::NetworkProxyFailure);
+    }
+}
+
+/// A crash of `rank` in a test: its connections go away without `Bye`.
+fn crash(b: &mut Bootstrap) {
+    match &b.role {
+        Role::Leaf { conn, .. } => conn.stream.shutdown(Shutdown::Both).unwrap(),
+        Role::Root { peers } => {
+            for p in peers.iter().flatten() {
+                p.conn.stream.shutdown(Shutdown::Both).unwrap();
+            }
+        }
+    }
+    b.closed = true;
+}
+
+#[test]
+fn every_connection_has_keepalive_and_a_user_timeout() {
+    let out = run_ranks(2, &[0, 1], Duration::from_secs(10), |c| {
+        let b = Bootstrap::init(&c).unwrap();
+        let streams: Vec<&std::net::TcpStream> = match &b.role {
+            Role::Leaf { conn, .. } => vec![&conn.stream],
+            Role::Root { peers } => peers.iter().flatten().map(|p| &p.conn.stream).collect(),
+        };
+        assert_eq!(streams.len(), 1, "rank {}", c.rank);
+        let s = streams[0];
+        let opt = |level, name| conn::int_opt(s, level, name).unwrap();
+        (
+            opt(libc::SOL_SOCKET, libc::SO_KEEPALIVE),
+            opt(libc::IPPROTO_TCP, libc::TCP_KEEPIDLE),
+            opt(libc::IPPROTO_TCP, libc::TCP_KEEPINTVL),
+            opt(libc::IPPROTO_TCP, libc::TCP_KEEPCNT),
+            opt(libc::IPPROTO_TCP, libc::TCP_USER_TIMEOUT),
+        )
+    });
+    for (rank, got) in out.into_iter().enumerate() {
+        assert_eq!(
+            got,
+            (
+                1,
+                KEEPALIVE_IDLE.as_secs() as i32,
+                KEEPALIVE_IDLE.as_secs() as i32,
+                2,
+                PEER_TIMEOUT.as_millis() as i32
+            ),
+            "rank {rank}: (keepalive, idle s, interval s, count, user timeout ms)"
+        );
+    }
+}
+
+/// Polls `w` until it fails, at most `limit` (a bound that fails the test, not a speed check).
+fn watch_until_failed(w: &mut PeerWatch, limit: Duration) -> BootstrapError {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Err(e) = w.check() {
+            return e;
+        }
+        assert!(Instant::now() < deadline, "no failure within {limit:?}");
+        thread::sleep(Duration::from_millis(1));
+    }
+}
+
+#[test]
+fn a_watch_names_a_lost_leaf_on_every_rank() {
+    let out = run_ranks(4, &[0, 1, 2, 3], Duration::from_secs(10), |c| {
+        let mut b = Bootstrap::init(&c).unwrap();
+        b.barrier().unwrap();
+        if c.rank == 2 {
+            crash(&mut b);
+            return None;
+        }
+        let shared = SharedBootstrap::new(b);
+        let mut w = PeerWatch::new(&shared);
+        let e = watch_until_failed(&mut w, Duration::from_secs(8));
+        // Sticky: the next check answers the same without touching the bootstrap.
+        assert_eq!(w.check().unwrap_err(), e);
+        assert!(w.counts().0 >= 1);
+        Some((c.rank, e))
+    });
+    let out: Vec<_> = out.into_iter().flatten().collect();
+    assert_eq!(out.len(), 3);
+    for (rank, e) in out {
+        assert_eq!(e.lost_rank(), Some(2), "rank {rank}: {e}");
+        assert_eq!(e.status(), NrtStatus::NetworkProxyFailure);
+        let text = e.to_string();
+        assert!(text.contains("lost rank 2"), "rank {rank}: {text}");
+        if rank != 0 {
+            assert!(text.contains("the root (rank 0) reports"), "{text}");
+        }
+    }
+}
+
+#[test]
+fn a_watch_names_a_lost_root_on_every_leaf() {
+    let out = run_ranks(3, &[0, 1, 2], Duration::from_secs(10), |c| {
+        let mut b = Bootstrap::init(&c).unwrap();
+        b.barrier().unwrap();
+        if c.rank == 0 {
+            crash(&mut b);
+            return None;
+        }
+        let mut w = PeerWatch::new(&SharedBootstrap::new(b));
+        Some(watch_until_failed(&mut w, Duration::from_secs(8)))
+    });
+    for e in out.into_iter().flatten() {
+        assert_eq!(e.lost_rank(), Some(0), "{e}");
+        assert_eq!(e.status(), NrtStatus::NetworkProxyFailure);
+    }
+}
+
+#[test]
+fn a_clean_close_is_not_a_lost_peer_and_a_busy_bootstrap_is_skipped() {
+    let out = run_ranks(2, &[0, 1], Duration::from_secs(10), |c| {
+        let b = Bootstrap::init(&c).unwrap();
+        let shared = SharedBootstrap::new(b);
+        let mut w = PeerWatch::new(&shared).with_interval(Duration::ZERO);
+        // Held by another user (an all-gather): the check is skipped, not waited for.
+        {
+            let _held = shared.lock();
+            w.check().unwrap();
+            assert_eq!(w.counts(), (0, 1));
+        }
+        shared.lock().barrier().unwrap();
+        if c.rank == 0 {
+            // The root closes cleanly (Bye) while the leaf still watches.
+            shared.lock().close();
+            return (0, Ok(()));
+        }
+        // The leaf: watching for a while after the root's Bye finds nothing wrong.
+        let until = Instant::now() + Duration::from_millis(300);
+        let mut r = Ok(());
+        while Instant::now() < until && r.is_ok() {
+            r = w.check();
+            thread::sleep(Duration::from_millis(1));
+        }
+        assert!(shared.lock().root_left(), "the root's Bye was read");
+        (1, r)
+    });
+    for (rank, r) in out {
+        assert_eq!(r, Ok(()), "rank {rank}");
     }
 }
 

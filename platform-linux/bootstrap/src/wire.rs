@@ -9,6 +9,9 @@
 //! Version 2 added the group barrier frames (`GroupArrive`, `GroupRelease`: a barrier among a
 //! registered subset of the ranks, the host leaders of a [`crate::HostBarrier`]).
 //!
+//! Version 3 added `Lost` (root → leaf: a rank's connection was lost; a leaf sees only the root,
+//! so this is how it learns that another leaf died, docs/design.md §9 "Liveness").
+//!
 //! A leaf writes its preface and `Hello` as soon as it is connected; the root writes its preface
 //! with its first frame (`Welcome` or `Reject`). A peer whose first bytes are not the magic is
 //! not a bootstrap peer: the root drops it without a reply.
@@ -18,7 +21,7 @@ use std::fmt;
 /// The four bytes that open every bootstrap connection.
 pub const MAGIC: [u8; 4] = *b"PXBS";
 /// The protocol version; both sides must speak the same one.
-pub const VERSION: u16 = 2;
+pub const VERSION: u16 = 3;
 /// Length of the preface: magic, version, reserved.
 pub const PREFACE_LEN: usize = 8;
 /// Largest frame accepted (type byte and payload): a length above it is a protocol error.
@@ -64,6 +67,7 @@ const T_RELEASE: u8 = 8;
 const T_BYE: u8 = 9;
 const T_GROUP_ARRIVE: u8 = 10;
 const T_GROUP_RELEASE: u8 = 11;
+const T_LOST: u8 = 12;
 
 /// One frame.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -142,6 +146,15 @@ pub enum Frame {
         /// Generation.
         gen: u32,
     },
+    /// Root → leaf: the root lost rank `rank`'s connection (closed without `Bye`, or reset);
+    /// the bootstrap has failed and every rank fails with `NRT_NETWORK_PROXY_FAILURE` naming
+    /// `rank`. The root closes its side after it.
+    Lost {
+        /// The lost rank.
+        rank: u32,
+        /// What the root saw.
+        reason: String,
+    },
 }
 
 impl Frame {
@@ -159,6 +172,7 @@ impl Frame {
             Self::Bye => "Bye",
             Self::GroupArrive { .. } => "GroupArrive",
             Self::GroupRelease { .. } => "GroupRelease",
+            Self::Lost { .. } => "Lost",
         }
     }
 
@@ -232,6 +246,11 @@ impl Frame {
                 w.u32(*group);
                 w.u32(*gen);
             }
+            Self::Lost { rank, reason } => {
+                w.u8(T_LOST);
+                w.u32(*rank);
+                w.bytes(reason.as_bytes());
+            }
         }
         let len = out.len() - start - 4;
         assert!(
@@ -300,6 +319,10 @@ impl Frame {
             T_GROUP_RELEASE => Self::GroupRelease {
                 group: r.u32()?,
                 gen: r.u32()?,
+            },
+            T_LOST => Self::Lost {
+                rank: r.u32()?,
+                reason: r.string()?,
             },
             t => return Err(WireError(format!("unknown frame type {t}"))),
         };
@@ -426,6 +449,10 @@ mod tests {
             Frame::GroupRelease {
                 group: 0,
                 gen: u32::MAX,
+            },
+            Frame::Lost {
+                rank: 5,
+                reason: "closed without Bye".into(),
             },
         ]
     }

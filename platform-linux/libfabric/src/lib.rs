@@ -61,6 +61,7 @@ use std::ptr;
 use std::time::{Duration, Instant};
 
 use libfabric_sys as fi;
+use proxy_bootstrap::PeerWatch;
 use proxy_core::progress::net::{MrHandle, NetError, Posted, RequestId, TestOutcome, Transport};
 
 use self::info::{HintSizes, InfoList, Request};
@@ -197,6 +198,11 @@ pub struct LibfabricTransport {
     mrs: MrCache,
     /// [`Transport::close`] has run.
     closed: bool,
+    /// The dead-peer check of the comm's bootstrap, run after each poll
+    /// ([`LibfabricTransport::set_peer_watch`]).
+    watch: Option<PeerWatch>,
+    /// The watch's failure, as reported (sticky; the drain's polls get a clone).
+    watch_failed: Option<NetError>,
 }
 
 // SAFETY: the libfabric objects are opened with FI_THREAD_DOMAIN: any thread may use them as
@@ -340,6 +346,8 @@ impl LibfabricTransport {
             reqs: Requests::default(),
             mrs: MrCache::default(),
             closed: false,
+            watch: None,
+            watch_failed: None,
             attrs,
         };
         // On failure `t` is dropped, which closes whatever was opened.
@@ -367,6 +375,34 @@ impl LibfabricTransport {
             fi::PKG_VERSION,
         );
         Ok(t)
+    }
+
+    /// Watches the comm's bootstrap connections for a lost peer (docs/design.md §9,
+    /// "Liveness"): after each [`Transport::poll`] the transport runs [`PeerWatch::check`]
+    /// (rate-limited, never blocking), and a lost peer fails the poll, so the comm fails with
+    /// `NRT_NETWORK_PROXY_FAILURE` naming the rank. The watch keeps the bootstrap open as long
+    /// as the transport lives.
+    pub fn set_peer_watch(&mut self, watch: PeerWatch) {
+        self.watch = Some(watch);
+    }
+
+    /// The dead-peer check of [`LibfabricTransport::set_peer_watch`], as a transport failure.
+    fn check_peers(&mut self) -> Result<(), NetError> {
+        if let Some(e) = &self.watch_failed {
+            return Err(e.clone());
+        }
+        let Some(w) = self.watch.as_mut() else {
+            return Ok(());
+        };
+        w.check().map_err(|e| {
+            let message = match e.lost_rank() {
+                Some(r) => format!("{}: rank {r} lost (bootstrap): {e}", self.name),
+                None => format!("{}: the bootstrap failed: {e}", self.name),
+            };
+            let e = NetError::failure(e.lost_rank(), message);
+            self.watch_failed = Some(e.clone());
+            e
+        })
     }
 
     /// This endpoint's address (`fi_getname`): what the bootstrap all-gathers.
@@ -717,7 +753,8 @@ impl Transport for LibfabricTransport {
 
     fn poll(&mut self) -> Result<(), NetError> {
         self.check_open()?;
-        self.progress()
+        self.progress()?;
+        self.check_peers()
     }
 
     unsafe fn isend(

@@ -3,8 +3,13 @@
 //!
 //! ```text
 //!  open_with(rank, nranks) ─► all-gather {ok, provider, name | error} ─► connect(names)
-//!        ─► all-gather {connected | error} ─► Comm::new(rank, nranks, comm id)
+//!        ─► all-gather {connected | error} ─► set_peer_watch ─► Comm::new(rank, nranks, comm id)
 //! ```
+//!
+//! The comm's transport keeps the bootstrap open for the comm's life and watches it for a lost
+//! peer ([`PeerWatch`], docs/design.md §9 "Liveness"): a rank that dies fails the comm on every
+//! other rank with `NRT_NETWORK_PROXY_FAILURE`, naming it, in a few milliseconds (a killed
+//! process) or about [`proxy_bootstrap::PEER_TIMEOUT`] (a host that stops answering).
 //!
 //! Each step's outcome is all-gathered, so a rank that cannot open its endpoint (a provider
 //! that is not offered, say) makes every rank fail at once with a message naming it, instead of
@@ -20,7 +25,7 @@ use proxy_core::progress::net::NetError;
 use proxy_core::time::Clock;
 use proxy_core::NrtStatus;
 
-use proxy_bootstrap::{Bootstrap, BootstrapError};
+use proxy_bootstrap::{BootstrapError, PeerWatch, SharedBootstrap};
 
 use crate::{LibfabricTransport, Options};
 
@@ -128,7 +133,11 @@ fn outcomes(me: u32, blobs: Vec<Vec<u8>>) -> Result<Vec<Vec<u8>>, SetupError> {
 
 /// Opens a libfabric endpoint for this process's rank, exchanges endpoint names through `boot`,
 /// connects, and creates the comm (rank, nranks and comm id from the bootstrap). Every rank of
-/// the bootstrap must call it at the same point.
+/// the bootstrap must call it at the same point. Holds `boot`'s lock until it returns.
+///
+/// The comm's transport keeps a handle on `boot` and checks its connections for a lost peer
+/// from its polls ([`PeerWatch`], every [`proxy_bootstrap::WATCH_INTERVAL`] at most, with
+/// `try_lock`): the bootstrap stays open until the comm is dropped (and the caller's handles).
 ///
 /// # Errors
 /// * [`SetupError::Transport`]: this rank's endpoint could not be opened or connected;
@@ -140,22 +149,23 @@ fn outcomes(me: u32, blobs: Vec<Vec<u8>>) -> Result<Vec<Vec<u8>>, SetupError> {
 /// # Examples
 /// ```no_run
 /// use std::sync::Arc;
-/// use proxy_bootstrap::{Bootstrap, BootstrapConfig};
+/// use proxy_bootstrap::{Bootstrap, BootstrapConfig, SharedBootstrap};
 /// use proxy_libfabric::net_setup::{open_libfabric_comm, LibfabricCommConfig};
 /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
-/// let mut boot = Bootstrap::init(&BootstrapConfig::from_env(None, None, None)?)?;
+/// let boot = SharedBootstrap::new(Bootstrap::init(&BootstrapConfig::from_env(None, None, None)?)?);
 /// // SAFETY: every host-word address later given to the comm is a live, aligned AtomicU32.
 /// let device = Arc::new(unsafe { proxy_core::progress::device::DirectHostWords::new() });
 /// let clock = Arc::new(proxy_core::time::NoClock);
-/// let comm = open_libfabric_comm(&mut boot, &LibfabricCommConfig::default(), device, clock)?;
+/// let comm = open_libfabric_comm(&boot, &LibfabricCommConfig::default(), device, clock)?;
 /// # Ok(()) }
 /// ```
 pub fn open_libfabric_comm(
-    boot: &mut Bootstrap,
+    shared: &SharedBootstrap,
     cfg: &LibfabricCommConfig,
     device: Arc<dyn DeviceCallbacks>,
     clock: Arc<dyn Clock>,
 ) -> Result<Comm, SetupError> {
+    let mut boot = shared.lock();
     let (rank, nranks) = (boot.rank(), boot.nranks());
     let mut opts = cfg.transport.clone();
     opts.all_ranks_local |= boot.all_local();
@@ -211,6 +221,7 @@ pub fn open_libfabric_comm(
     let all = outcomes(rank, boot.all_gather(&mine)?);
     connected.map_err(SetupError::Transport)?;
     all?;
+    transport.set_peer_watch(PeerWatch::new(shared));
 
     // 3. The comm.
     let mut config = CommConfig::new(rank, nranks, cfg.comm_id.unwrap_or(boot.comm_id()));

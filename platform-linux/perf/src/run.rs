@@ -521,13 +521,16 @@ impl World {
     #[cfg(feature = "libfabric")]
     pub fn join(
         args: &Args,
-        mut boot: proxy_bootstrap::Bootstrap,
+        boot: proxy_bootstrap::Bootstrap,
         provider: Option<String>,
     ) -> Result<Self, String> {
         use proxy_libfabric::net_setup::{open_libfabric_comm, LibfabricCommConfig};
         use proxy_libfabric::Options;
 
         let (rank, n) = (boot.rank(), boot.nranks());
+        // Shared from here: the comm's transport watches it for lost peers (docs/design.md §9,
+        // "Liveness"); the barrier tasks and the combination of results use it too.
+        let peers = SharedBootstrap::new(boot);
         if n != args.ranks {
             return Err(format!(
                 "this process is rank {rank} of {n} processes, but --ranks is {}",
@@ -547,7 +550,7 @@ impl World {
             ..LibfabricCommConfig::default()
         };
         let mut comm = open_libfabric_comm(
-            &mut boot,
+            &peers,
             &lf,
             Arc::new(HostMemCallbacks::new(mem.clone())),
             Arc::new(proxy_core::time::MonotonicClock),
@@ -564,7 +567,6 @@ impl World {
                 .strip_prefix("libfabric/")
                 .unwrap_or(comm.transport().name())
         );
-        let peers = SharedBootstrap::new(boot);
         let engine = DriverEngine::with_comms(
             vec![EngineComm::InProcess {
                 rank,

@@ -94,6 +94,8 @@ pub struct Comm {
     streams: [StreamState; NUM_STREAMS],
     last_op_count: u64,
     fatal: Option<NrtStatus>,
+    /// The rank the fatal error names, when the transport named one (a lost peer).
+    fatal_peer: Option<u32>,
     transport: Box<dyn Transport>,
     device: PlainArc<dyn DeviceCallbacks>,
     clock: PlainArc<dyn Clock>,
@@ -137,6 +139,7 @@ impl core::fmt::Debug for Comm {
             .field("transport", &self.transport.name())
             .field("last_op_count", &self.last_op_count)
             .field("fatal", &self.fatal)
+            .field("fatal_peer", &self.fatal_peer)
             .finish_non_exhaustive()
     }
 }
@@ -191,6 +194,7 @@ impl Comm {
             ],
             last_op_count: 0,
             fatal: None,
+            fatal_peer: None,
             transport,
             device,
             clock,
@@ -215,6 +219,12 @@ impl Comm {
     /// The sticky fatal error, if the comm has failed (an applied abort's status included).
     pub fn fatal_error(&self) -> Option<NrtStatus> {
         self.fatal
+    }
+
+    /// The rank the sticky fatal error names, when the transport's failure named one (e.g. a
+    /// peer whose process or host was lost, docs/design.md §9 "Liveness"); `None` otherwise.
+    pub fn fatal_peer(&self) -> Option<u32> {
+        self.fatal_peer
     }
 
     /// The comm's abort handle (a clone sharing one word): any thread may call
@@ -286,13 +296,14 @@ impl Comm {
     pub fn dump(&self, out: &mut dyn core::fmt::Write) -> core::fmt::Result {
         writeln!(
             out,
-            "comm {} rank {}/{} transport {} last_op_count {} fatal {:?} aborted {:?} orphans {}",
+            "comm {} rank {}/{} transport {} last_op_count {} fatal {:?} fatal_peer {:?} aborted {:?} orphans {}",
             self.config.comm_id,
             self.config.rank,
             self.config.nranks,
             self.transport.name(),
             self.last_op_count,
             self.fatal,
+            self.fatal_peer,
             self.abort.aborted(),
             self.orphans.len()
         )?;

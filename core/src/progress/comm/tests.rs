@@ -893,6 +893,8 @@ struct DrainTransport {
     stuck: bool,
     polls: PlainArc<crate::sync::AtomicU32>,
     closes: PlainArc<crate::sync::AtomicU32>,
+    /// Every `poll` fails with this (a lost peer, say).
+    poll_error: Option<crate::progress::net::NetError>,
 }
 
 impl crate::progress::net::Transport for DrainTransport {
@@ -904,7 +906,10 @@ impl crate::progress::net::Transport for DrainTransport {
     }
     fn poll(&mut self) -> Result<(), crate::progress::net::NetError> {
         self.polls.fetch_add(1, crate::sync::Ordering::Relaxed);
-        Ok(())
+        match &self.poll_error {
+            Some(e) => Err(e.clone()),
+            None => Ok(()),
+        }
     }
     unsafe fn isend(
         &mut self,
@@ -969,6 +974,40 @@ fn drain_comm(stuck: bool, max_polls: u64) -> (Comm, Counter, Counter) {
     )
     .unwrap();
     (c, polls, closes)
+}
+
+#[test]
+fn a_poll_failure_naming_a_peer_fails_the_comm_and_keeps_the_peer() {
+    use crate::progress::net::NetError;
+    let t = DrainTransport {
+        poll_error: Some(NetError::failure(Some(3), "rank 3 lost (bootstrap)")),
+        ..DrainTransport::default()
+    };
+    let mut c = Comm::new(
+        CommConfig::new(0, 4, 7),
+        Box::new(t),
+        PlainArc::new(RecordingDevice::default()),
+        PlainArc::new(NoClock),
+    )
+    .unwrap();
+    c.start_scripted(1, 2, &[after(5)]).unwrap();
+    assert_eq!(c.fatal_peer(), None);
+    let (mut idle, mut done) = (true, true);
+    assert_eq!(
+        c.progress(1, 2, &mut idle, &mut done),
+        Err(NrtStatus::NetworkProxyFailure)
+    );
+    assert_eq!(c.fatal_error(), Some(NrtStatus::NetworkProxyFailure));
+    assert_eq!(c.fatal_peer(), Some(3));
+    // Sticky, and in the dump.
+    assert_eq!(
+        c.progress(1, 2, &mut idle, &mut done),
+        Err(NrtStatus::NetworkProxyFailure)
+    );
+    let mut out = alloc::string::String::new();
+    c.dump(&mut out).unwrap();
+    assert!(out.contains("fatal_peer Some(3)"), "{out}");
+    c.stop(1).unwrap();
 }
 
 static RELAXES: crate::sync::AtomicU32 = crate::sync::AtomicU32::new(0);

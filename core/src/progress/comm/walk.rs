@@ -85,6 +85,9 @@ impl Comm {
             self.round_polled = true;
             if let Err(e) = self.transport.poll() {
                 log::error!("comm {comm_id} stream {stream}: transport poll failed: {e}");
+                if self.fatal.is_none() {
+                    self.fatal_peer = e.peer;
+                }
                 return Err(self.fail(e.status));
             }
         }

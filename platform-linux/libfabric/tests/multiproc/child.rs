@@ -565,7 +565,7 @@ fn drive(
 /// with the memory registered, the blocks, and the (not yet started) device.
 struct Setup {
     /// `None` while the driver scenario shares it with its barrier tasks.
-    boot: Option<Bootstrap>,
+    boot: Option<SharedBootstrap>,
     rank: u32,
     provider: String,
     task_timeout: Duration,
@@ -589,8 +589,11 @@ fn setup(victim: Option<u32>, gated: bool) -> Setup {
             .unwrap_or(60_000),
     );
     let cfg = BootstrapConfig::from_env(None, None, None).expect("bootstrap config");
-    let mut boot = Bootstrap::init(&cfg).expect("bootstrap");
-    let (rank, nranks) = (boot.rank(), boot.nranks());
+    let boot = SharedBootstrap::new(Bootstrap::init(&cfg).expect("bootstrap"));
+    let (rank, nranks) = {
+        let b = boot.lock();
+        (b.rank(), b.nranks())
+    };
 
     let words: Arc<[AtomicU32]> = (0..WORDS).map(|_| AtomicU32::new(0)).collect();
     let mut src: Vec<Vec<Vec<u8>>> = (0..STREAMS)
@@ -613,7 +616,7 @@ fn setup(victim: Option<u32>, gated: bool) -> Setup {
     };
     let clock = Arc::new(MonotonicClock);
     let mut comm =
-        Box::new(open_libfabric_comm(&mut boot, &lf, device_cb, clock).expect("libfabric comm"));
+        Box::new(open_libfabric_comm(&boot, &lf, device_cb, clock).expect("libfabric comm"));
     // SAFETY: the words and buffers stay allocated and unmoved until the comm is dropped (the
     // scenarios drop it first); the words are only accessed atomically.
     unsafe {
@@ -690,7 +693,8 @@ fn conclude(
     device_result: &Result<u64, String>,
     mut fields: Vec<(&str, String)>,
 ) -> ! {
-    let mut boot = st.boot.take().expect("bootstrap");
+    let shared = st.boot.take().expect("bootstrap");
+    let mut boot = shared.lock();
     let boot_result = match boot.barrier() {
         Ok(()) => "ok".to_owned(),
         Err(e) => {
@@ -807,7 +811,7 @@ fn driver(victim: Option<u32>) -> ! {
     };
     let reg = registry(&config).expect("registry");
     let mut m = reg.join(st.rank).expect("join");
-    let shared_boot = SharedBootstrap::new(st.boot.take().expect("bootstrap"));
+    let shared_boot = st.boot.take().expect("bootstrap");
     let timeout_ns = Some(u64::try_from(st.task_timeout.as_nanos()).unwrap());
     let mut tasks: Vec<TaskBox> = Vec::new();
     for e in 0..EXECUTIONS {
@@ -891,11 +895,12 @@ fn driver(victim: Option<u32>) -> ! {
         }
         (None, Ok(_)) => "MISSING_RECORDS".to_owned(),
     };
-    st.boot = Some(
+    // The comm (and its peer watch) is gone: no other handle may remain.
+    st.boot = Some(SharedBootstrap::new(
         shared_boot
             .try_unwrap()
-            .unwrap_or_else(|_| panic!("a barrier channel outlived its task")),
-    );
+            .unwrap_or_else(|_| panic!("a barrier channel or peer watch outlived its user")),
+    ));
     conclude(
         st,
         status,

@@ -1,0 +1,127 @@
+//! Dead-peer detection for a comm's life ([`PeerWatch`], docs/design.md §9 "Liveness").
+//!
+//! The bootstrap connections stay open as long as a comm built over them lives. Every
+//! connection has TCP keepalive and `TCP_USER_TIMEOUT` ([`crate::PEER_TIMEOUT`]), so the kernel
+//! resets it when the peer's host stops answering; a killed process closes it at once. The
+//! driving thread checks the connections without blocking, at most every
+//! [`WATCH_INTERVAL`]: one non-blocking read per connection ([`Bootstrap::watch_peers`]),
+//! taking the shared bootstrap only with `try_lock` (a blocking all-gather of the main thread,
+//! or a host barrier's group barrier, holds it: the check is skipped, not waited for).
+//!
+//! ```text
+//!   leaf 2 dies ──EOF/reset──► root: PeerLost{2} ──Lost{2}──► leaf 1, leaf 3: PeerLost{2}
+//!   root dies   ──EOF/reset──► every leaf: PeerLost{0}
+//! ```
+//!
+//! A peer that closed cleanly (`Bye`) is not lost: a leaf whose root said `Bye` has nothing
+//! more to watch, and the root skips leaves that said it.
+
+use std::sync::TryLockError;
+use std::time::{Duration, Instant};
+
+use crate::*;
+
+/// Default interval between two checks of a [`PeerWatch`] (a check costs one non-blocking
+/// `read` per bootstrap connection).
+pub const WATCH_INTERVAL: Duration = Duration::from_millis(5);
+
+impl Bootstrap {
+    /// Moves the connections' bytes once and reports a lost peer (non-blocking): what a
+    /// [`PeerWatch`] calls. Unlike [`Bootstrap::check_alive`], a root that closed cleanly
+    /// (`Bye`) and a closed bootstrap are not failures: there is just nothing left to watch.
+    ///
+    /// # Errors
+    /// The sticky failure; [`BootstrapError::PeerLost`] naming the lost rank (on a leaf also
+    /// when the root reports another leaf lost); an abort from another rank.
+    pub fn watch_peers(&mut self) -> Result<(), BootstrapError> {
+        if let Some(e) = &self.failed {
+            return Err(e.clone());
+        }
+        if self.closed {
+            return Ok(());
+        }
+        self.pump()
+    }
+}
+
+/// The dead-peer check of one comm over a [`SharedBootstrap`]: [`PeerWatch::check`] is cheap
+/// enough to call from every progress round (a clock read when not due) and never blocks.
+///
+/// Holds a handle on the bootstrap, so the connections stay open while the watch lives (the
+/// last handle dropped closes them with `Bye`). The failure is sticky: after the first error
+/// every check returns it.
+#[derive(Debug)]
+pub struct PeerWatch {
+    boot: SharedBootstrap,
+    every: Duration,
+    next: Instant,
+    /// Checks made (bootstrap taken) and skipped (bootstrap busy), for tests and logs.
+    checks: u64,
+    skipped: u64,
+    failed: Option<BootstrapError>,
+}
+
+impl PeerWatch {
+    /// A watch over `boot`, checking at most every [`WATCH_INTERVAL`].
+    pub fn new(boot: &SharedBootstrap) -> Self {
+        Self {
+            boot: boot.clone(),
+            every: WATCH_INTERVAL,
+            next: Instant::now(),
+            checks: 0,
+            skipped: 0,
+            failed: None,
+        }
+    }
+
+    /// The same watch with another interval between checks (`Duration::ZERO`: every call).
+    pub fn with_interval(mut self, every: Duration) -> Self {
+        self.every = every;
+        self
+    }
+
+    /// The bootstrap this watch keeps open.
+    pub fn bootstrap(&self) -> &SharedBootstrap {
+        &self.boot
+    }
+
+    /// Checks made so far (the bootstrap was free), and checks skipped (it was busy).
+    pub fn counts(&self) -> (u64, u64) {
+        (self.checks, self.skipped)
+    }
+
+    /// When due, checks the bootstrap connections once without blocking (`try_lock`; a busy
+    /// bootstrap is checked at the next due call).
+    ///
+    /// # Errors
+    /// The first failure [`Bootstrap::watch_peers`] reported (logged once, naming the lost
+    /// rank), then the same error at every call.
+    pub fn check(&mut self) -> Result<(), BootstrapError> {
+        if let Some(e) = &self.failed {
+            return Err(e.clone());
+        }
+        let now = Instant::now();
+        if now < self.next {
+            return Ok(());
+        }
+        self.next = now + self.every;
+        let r = match self.boot.inner.try_lock() {
+            Ok(mut b) => b.watch_peers(),
+            Err(TryLockError::Poisoned(p)) => p.into_inner().watch_peers(),
+            Err(TryLockError::WouldBlock) => {
+                self.skipped += 1;
+                return Ok(());
+            }
+        };
+        self.checks += 1;
+        if let Err(e) = r {
+            match e.lost_rank() {
+                Some(peer) => log::error!("peer watch: rank {peer} lost: {e}"),
+                None => log::error!("peer watch: the bootstrap failed: {e}"),
+            }
+            self.failed = Some(e.clone());
+            return Err(e);
+        }
+        Ok(())
+    }
+}
