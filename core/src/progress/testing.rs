@@ -87,6 +87,75 @@ impl Transport for NullTransport {
     }
 }
 
+/// A [`NullTransport`] whose cancelled requests are confirmed only once the transport has
+/// been polled `confirm_after_polls` times in all (`u64::MAX`: never): a slow or stuck
+/// teardown. `poll` calls are counted in a shared word the test reads while the comm owns
+/// the transport.
+#[derive(Debug, Default)]
+pub struct SlowCancelTransport {
+    /// The null transport underneath (scripts, cancels).
+    pub inner: NullTransport,
+    /// Polls after which every request tests as cancelled.
+    pub confirm_after_polls: u64,
+    /// Number of `poll` calls (shared).
+    pub polls: PlainArc<AtomicU32>,
+}
+
+impl Transport for SlowCancelTransport {
+    fn name(&self) -> &str {
+        "slow-cancel"
+    }
+
+    fn max_msg_size(&self) -> u64 {
+        u64::from(u32::MAX)
+    }
+
+    fn poll(&mut self) -> Result<(), NetError> {
+        self.polls.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    unsafe fn isend(
+        &mut self,
+        peer: u32,
+        buf: *const u8,
+        size: u64,
+        tag: u64,
+    ) -> Result<Option<Posted>, NetError> {
+        // SAFETY: the caller's contract is the trait's, passed on unchanged.
+        unsafe { self.inner.isend(peer, buf, size, tag) }
+    }
+
+    unsafe fn irecv(
+        &mut self,
+        peer: u32,
+        buf: *mut u8,
+        size: u64,
+        tag: u64,
+    ) -> Result<Option<Posted>, NetError> {
+        // SAFETY: as for `isend`.
+        unsafe { self.inner.irecv(peer, buf, size, tag) }
+    }
+
+    fn test(&mut self, _request: RequestId) -> Result<TestOutcome, NetError> {
+        Ok(
+            if u64::from(self.polls.load(Ordering::Relaxed)) >= self.confirm_after_polls {
+                TestOutcome::Cancelled
+            } else {
+                TestOutcome::Pending
+            },
+        )
+    }
+
+    fn cancel(&mut self, request: RequestId) -> Result<(), NetError> {
+        self.inner.cancel(request)
+    }
+
+    fn scripts(&mut self) -> Option<&mut ScriptTable> {
+        Some(&mut self.inner.scripts)
+    }
+}
+
 /// A [`NullTransport`] whose `poll` calls are also counted in a shared word, so a test can
 /// read the count while the comm owns the transport (the rounds of docs/design.md §8).
 #[derive(Debug, Default)]
@@ -362,6 +431,7 @@ pub fn seam() -> SeamTable {
         start,
         progress,
         stop,
+        stop_step: None,
     }
 }
 
