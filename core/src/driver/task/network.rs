@@ -3,7 +3,8 @@
 //!
 //! Its states and numbered edges are the one run-state diagram at
 //! [`RunState`]: edges 1–3 (and 7 when a `start` fails) are taken by `step_init`, 4 by
-//! `step_waiting`, 5–8 by `step_progress` (8 also by `step_waiting`), 9 by `close`, each through
+//! `step_waiting`, 5–8 by `step_progress` (8 also by `step_waiting`), 9 by `close` /
+//! `begin_close`, 11 (to CLOSING) and 12 (CLOSING → DONE) by `teardown_step`, each through
 //! [`TaskCore::transition`]; edge 10 (DONE → INIT, resubmit) by [`NetworkTask::rearm_with`]
 //! through [`TaskCore::rearm`], called by the task's owner, never by the worker. A re-armed task
 //! keeps its blocks' FIFOs (or takes new ones by copy, [`NetworkTask::replace_fifos`]), so a
@@ -12,6 +13,14 @@
 //! Deviations from the seed (docs/design.md §3/§4): idle/done are seeded with `true` before each
 //! stream's progress call; `stop` is called once per stream when the task ends, never on a
 //! block switch; a stream whose schedule is exhausted is not called again.
+//!
+//! **Teardown off the tick** (docs/design.md §3): when the task ends on the tick (edges 6–9)
+//! it tears its streams down with the seam's stepped stop (`stop_step`, one bounded step per
+//! stream and tick, falling back to the blocking `stop` when the seam has none); while some
+//! stream's cancelled requests are unconfirmed it is CLOSING (edge 11) and each later step
+//! makes one more step of each such stream, DONE (edge 12) once all are over (confirmed, or
+//! the progress half's drain limit passed: NRT_TIMEOUT, orphans). The worker's exit closes
+//! with the blocking `stop` (`ProxyTask::close`): nothing would step the task again.
 //!
 //! Choices this module makes where docs/design.md is silent: a skipped task (edge 1) also waits its
 //! turn behind an earlier network task of its comm, so the network tasks of a slot complete in

@@ -230,10 +230,12 @@ impl Comm {
     /// The comm's abort handle (a clone sharing one word): any thread may call
     /// [`AbortHandle::abort`] on it at any time. The thread that drives the comm applies it at
     /// the comm's next `start` or `progress` (the comm fails with the abort's status, every
-    /// stream is stopped: requests cancelled and drained, ops back to the pool; `start` and
-    /// `progress` then answer that status) and at the next step of every task that carries
+    /// stream's teardown begins, see below; `start` and `progress` then answer that status) and at the next step of every task that carries
     /// the handle (`NetworkTask::with_abort`, `BarrierTask::with_abort`: they end DONE with
-    /// it). Destroying an aborted comm is an ordinary destroy (its streams are already empty).
+    /// it). Applying it never blocks: each stream's teardown is begun as by
+    /// [`Comm::stop_step`] (requests cancelled, one bounded step of the drain; ops with
+    /// unconfirmed requests held out of the pool until a later `stop_step`, a `stop` or
+    /// destroy sees them confirmed). Destroying an aborted comm is an ordinary destroy.
     ///
     /// Seed: none; docs/design.md §9 ("Abort").
     pub fn abort_handle(&self) -> AbortHandle {
@@ -249,7 +251,7 @@ impl Comm {
     }
 
     /// Applies a requested abort once: the comm fails with the abort's status and every
-    /// stream is stopped (cancel + drain, one teardown budget). Returns the status while the
+    /// stream's teardown begins (cancel, one bounded step of the drain, one teardown budget). Returns the status while the
     /// comm is aborted (`None` when it is not).
     fn check_abort(&mut self) -> Option<NrtStatus> {
         let status = self.abort.aborted()?;
@@ -263,8 +265,12 @@ impl Comm {
             if self.fatal.is_none() {
                 self.fatal = Some(status);
             }
+            // One bounded step of each stream's teardown, never a blocking drain: the caller
+            // may be a driver's tick. What is still pending is finished by the stepped stops
+            // of the task that ends (or a stop, or destroy).
             for s in 0..NUM_STREAMS as u32 {
-                let _ = self.stop(s);
+                let mut done = false;
+                let _ = self.stop_step(s, &mut done);
             }
         }
         Some(status)
