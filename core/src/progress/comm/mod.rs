@@ -50,6 +50,14 @@ pub const DEFAULT_DRAIN_MAX_POLLS: u64 = 50_000_000;
 /// Polls of a drain that spin (`spin_loop` between them) before it backs off to the comm's
 /// relax hook ([`Comm::set_drain_relax`]) between polls.
 pub const DRAIN_SPIN_POLLS: u64 = 64;
+/// Polls of a synchronous drain that call the relax hook, after the [`DRAIN_SPIN_POLLS`] that
+/// spin, before it parks ([`Comm::set_drain_park`], when the platform gave a park hook).
+pub const DRAIN_RELAX_POLLS: u64 = 1024;
+/// First park of a synchronous drain's backoff, in ns; each later park doubles it, up to
+/// [`DRAIN_PARK_MAX_NS`], and no park goes past the teardown's deadline.
+pub const DRAIN_PARK_FIRST_NS: u64 = 10_000;
+/// Longest park of a synchronous drain's backoff, in ns (1 ms).
+pub const DRAIN_PARK_MAX_NS: u64 = 1_000_000;
 /// Transport polls one call of [`Comm::stop_step`] makes at most (one step of a stepped
 /// teardown, docs/design.md §3).
 pub const STOP_STEP_POLLS: u64 = 4;
@@ -116,6 +124,9 @@ pub struct Comm {
     /// Called between drain polls once [`DRAIN_SPIN_POLLS`] have spun (default: a spin hint;
     /// a std platform passes its thread yield).
     relax: fn(),
+    /// Parks the thread for about the given ns between drain polls once the relax polls are
+    /// spent ([`Comm::set_drain_park`]; `None`: keep calling the relax hook).
+    park: Option<fn(u64)>,
     /// The comm's abort request (shared with its tasks and any thread that may abort it).
     abort: AbortHandle,
     /// `true` once the abort was applied (streams stopped, comm failed with its status).
@@ -204,6 +215,7 @@ impl Comm {
             start_scratch: Vec::new(),
             teardown: None,
             relax: spin_loop,
+            park: None,
             abort: AbortHandle::new(),
             abort_applied: false,
             round_last_stream: BB_NONE,
@@ -248,6 +260,17 @@ impl Comm {
     /// other threads, such as a peer's driving thread, instead of spinning on it).
     pub fn set_drain_relax(&mut self, relax: fn()) {
         self.relax = relax;
+    }
+
+    /// Sets the hook a synchronous drain (`stop`, destroy) calls between transport polls once
+    /// [`DRAIN_SPIN_POLLS`] have spun and [`DRAIN_RELAX_POLLS`] have called the relax hook:
+    /// `park(ns)` should block the calling thread for about `ns` nanoseconds (a std platform
+    /// passes a `std::thread::sleep` wrapper). The parks back off from
+    /// [`DRAIN_PARK_FIRST_NS`], doubling up to [`DRAIN_PARK_MAX_NS`], and none goes past the
+    /// teardown's deadline. Without a hook (the default: `proxy-core` has no sleep) the drain
+    /// keeps calling the relax hook. The stepped teardown ([`Comm::stop_step`]) never parks.
+    pub fn set_drain_park(&mut self, park: fn(u64)) {
+        self.park = Some(park);
     }
 
     /// Applies a requested abort once: the comm fails with the abort's status and every
@@ -771,7 +794,8 @@ impl Comm {
 
     /// Tests `pending` until each reports finished or failed, within the teardown's budget
     /// (see [`Comm::stop`]): spin between polls for [`DRAIN_SPIN_POLLS`] polls, then call the
-    /// relax hook between them. With `step`, returns `Ok` after that many polls with requests
+    /// relax hook between them for [`DRAIN_RELAX_POLLS`], then park with a growing timeout
+    /// when the platform gave a park hook ([`Comm::set_drain_park`]), else relax on. With `step`, returns `Ok` after that many polls with requests
     /// still pending (and never calls the relax hook). `what` and `stream` name the caller in
     /// the log line (no string is built on the way).
     fn drain(
@@ -793,6 +817,7 @@ impl Comm {
             )
         });
         let mut polls = 0u64;
+        let mut park_ns = DRAIN_PARK_FIRST_NS;
         let result = loop {
             let _ = self.transport.poll();
             let transport = &mut self.transport;
@@ -830,7 +855,15 @@ impl Comm {
                 // Back off: spin a little (a cancel is usually confirmed at once), then let
                 // the platform give the CPU away between polls.
                 None if polls < DRAIN_SPIN_POLLS => spin_loop(),
-                None => (self.relax)(),
+                None => match self.park {
+                    Some(park) if polls >= DRAIN_SPIN_POLLS + DRAIN_RELAX_POLLS => {
+                        // Never past the deadline (checked above: now <= deadline).
+                        let left = deadline.saturating_sub(self.clock.now_ns());
+                        park(park_ns.min(left).max(1));
+                        park_ns = (park_ns * 2).min(DRAIN_PARK_MAX_NS);
+                    }
+                    _ => (self.relax)(),
+                },
             }
         };
         self.teardown = Some((deadline, polls_left));

@@ -1262,3 +1262,44 @@ fn the_synchronous_stop_finishes_a_stepped_teardown_and_destroy_drains_one() {
     assert!(c.stream(2).closing());
     drop(c);
 }
+
+static PARKS: crate::sync::AtomicU32 = crate::sync::AtomicU32::new(0);
+static PARKED_NS: crate::sync::AtomicU32 = crate::sync::AtomicU32::new(0);
+
+fn count_park(ns: u64) {
+    PARKS.fetch_add(1, crate::sync::Ordering::Relaxed);
+    PARKED_NS.fetch_max(ns as u32, crate::sync::Ordering::Relaxed);
+}
+
+#[test]
+fn a_synchronous_drain_spins_then_relaxes_then_parks_with_backoff() {
+    use crate::progress::comm::{
+        DRAIN_PARK_FIRST_NS, DRAIN_PARK_MAX_NS, DRAIN_RELAX_POLLS, DRAIN_SPIN_POLLS,
+    };
+    let budget = DRAIN_SPIN_POLLS + DRAIN_RELAX_POLLS + 20;
+    let (mut c, _polls, _closes) = drain_comm(true, budget);
+    c.set_drain_park(count_park);
+    let mut pending = vec![7];
+    assert_eq!(
+        c.drain(&mut pending, "test", None, None),
+        Err(NrtStatus::Timeout)
+    );
+    // Polls 1..=64 spin, 65..=1088 relax; from poll 1088 on each poll but the budget's last
+    // (1108) is followed by a park: 20 parks.
+    assert_eq!(PARKS.load(crate::sync::Ordering::Relaxed), 20);
+    // 10 us doubling: 10, 20, 40, ... capped at 1 ms.
+    assert_eq!(DRAIN_PARK_FIRST_NS << 6, 640_000);
+    assert_eq!(
+        u64::from(PARKED_NS.load(crate::sync::Ordering::Relaxed)),
+        DRAIN_PARK_MAX_NS
+    );
+    // The stepped teardown never parks.
+    let (mut c, _polls) = slow_comm(u64::MAX, 1_000);
+    c.set_drain_park(count_park);
+    two_active_ops_with_requests(&mut c);
+    for _ in 0..100 {
+        let mut done = false;
+        let _ = c.stop_step(0, &mut done);
+    }
+    assert_eq!(PARKS.load(crate::sync::Ordering::Relaxed), 20);
+}
