@@ -310,6 +310,9 @@ pub struct Script {
     pub fail_progress_at: AtomicU32,
     /// Fail every start.
     pub fail_start: AtomicBool,
+    /// Stepped stops ([`stepped_seam`]) answer "not done" this many times in all before they
+    /// answer done (each "not done" counts it down).
+    pub stop_steps_pending: AtomicU32,
 }
 
 impl Script {
@@ -325,6 +328,7 @@ impl Script {
             idle: AtomicBool::new(false),
             fail_progress_at: AtomicU32::new(0),
             fail_start: AtomicBool::new(false),
+            stop_steps_pending: AtomicU32::new(0),
         })
     }
 
@@ -423,6 +427,31 @@ unsafe extern "C" fn stop(comm: *mut c_void, stream: u32) -> u32 {
     s.stops.fetch_add(1, Ordering::SeqCst);
     s.log.lock().push(Call::Stop { stream });
     0
+}
+
+/// The stepped stop of [`stepped_seam`]: "not done" while [`Script::stop_steps_pending`] is
+/// above zero (counting it down), else done, counted and logged as a `stop`.
+unsafe extern "C" fn stop_step(comm: *mut c_void, stream: u32, done: *mut c_int) -> u32 {
+    let s = script(comm);
+    let pending = s
+        .stop_steps_pending
+        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+        .is_ok();
+    if !pending {
+        s.stops.fetch_add(1, Ordering::SeqCst);
+        s.log.lock().push(Call::Stop { stream });
+    }
+    // SAFETY: the driver passes a valid out-parameter.
+    unsafe { *done = c_int::from(!pending) };
+    0
+}
+
+/// [`seam`] with the stepped stop (`stop_step`), scripted by [`Script::stop_steps_pending`].
+pub fn stepped_seam() -> SeamTable {
+    SeamTable {
+        stop_step: Some(stop_step),
+        ..seam()
+    }
 }
 
 /// The scripted seam: `extern "C"` functions over comm handles from [`Script::handle`].

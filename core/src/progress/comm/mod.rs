@@ -645,8 +645,9 @@ impl Comm {
     /// the relax hook ([`Comm::set_drain_relax`]) between them; once the budget is spent, a
     /// later drain of the same teardown makes one pass and leaves what is still pending with
     /// the transport (orphans, drained again at destroy). A synchronous teardown of up to four
-    /// streams therefore blocks its caller for at most one drain limit; the driver never calls
-    /// it on its tick (it steps [`Comm::stop_step`] instead, docs/design.md §3).
+    /// streams therefore blocks its caller for at most one drain limit; the driver does not
+    /// call it on its tick when the seam has the stepped form (it steps [`Comm::stop_step`]
+    /// instead, docs/design.md §3).
     ///
     /// Seed: `neuronStopNetworkProxy` (nccom:0x487d0), §4; docs/design.md §3.
     pub fn stop(&mut self, stream: u32) -> Result<(), NrtStatus> {
