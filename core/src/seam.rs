@@ -48,9 +48,17 @@ pub type ProgressFn = unsafe extern "C" fn(
 /// Seed: `neuronStopNetworkProxy` (nccom:0x487d0), B3.
 pub type StopFn = unsafe extern "C" fn(comm: *mut c_void, stream: u32) -> u32;
 
-/// The seam table: the progress half's three entry points.
+/// `NRT_STATUS neuronStopNetworkProxyStep(nccom_comm_t *comm, uint32_t stream, int *done)`:
+/// one bounded, non-blocking step of a stream teardown (not in the seed; docs/design.md §3,
+/// "Stepped teardown"). Writes `*done` non-zero once the stream's cancelled requests are
+/// confirmed (or, with `NRT_TIMEOUT`, orphaned at the drain limit), zero while some are still
+/// pending: call again later. Any status other than `NRT_SUCCESS` ends the stream's teardown
+/// (`*done` is then non-zero).
+pub type StopStepFn = unsafe extern "C" fn(comm: *mut c_void, stream: u32, done: *mut c_int) -> u32;
+
+/// The seam table: the progress half's three entry points, and the optional stepped stop.
 ///
-/// Seed: the neuron-slot table in libnrt's `.bss`, §1.
+/// Seed: the neuron-slot table in libnrt's `.bss`, §1 (`stop_step` is not in the seed).
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct SeamTable {
@@ -58,8 +66,13 @@ pub struct SeamTable {
     pub start: StartFn,
     /// `neuronNetworkProxyProgress`.
     pub progress: ProgressFn,
-    /// `neuronStopNetworkProxy`.
+    /// `neuronStopNetworkProxy`: synchronous, drains before it returns (the C ABI's contract:
+    /// a caller may free its buffers once it returns).
     pub stop: StopFn,
+    /// `neuronStopNetworkProxyStep`, when the progress half has it: the network task then
+    /// tears its streams down one bounded step per tick instead of blocking the tick in
+    /// `stop` (docs/design.md §3). `None`: the task calls `stop`.
+    pub stop_step: Option<StopStepFn>,
 }
 
 impl SeamTable {
@@ -134,6 +147,26 @@ impl SeamTable {
     pub unsafe fn stop(&self, comm: *mut c_void, stream: u32) -> Result<(), NrtStatus> {
         // SAFETY: per this function's contract.
         NrtStatus::result_of_code(unsafe { (self.stop)(comm, stream) })
+    }
+
+    /// One step of a stream teardown: `Ok(true)` once the stream's teardown is over, `Ok(false)`
+    /// while cancelled requests are still pending (call again on a later tick). Without a
+    /// `stop_step` entry this is the synchronous [`SeamTable::stop`] (always over when it
+    /// returns).
+    ///
+    /// # Errors
+    /// The status the progress half returned; the stream's teardown is then over.
+    ///
+    /// # Safety
+    /// As [`SeamTable::start`].
+    pub unsafe fn stop_step(&self, comm: *mut c_void, stream: u32) -> Result<bool, NrtStatus> {
+        let Some(step) = self.stop_step else {
+            // SAFETY: per this function's contract.
+            return unsafe { self.stop(comm, stream) }.map(|()| true);
+        };
+        let mut done: c_int = 1;
+        // SAFETY: `done` is a live local; `comm` per this function's contract.
+        NrtStatus::result_of_code(unsafe { step(comm, stream, &mut done) }).map(|()| done != 0)
     }
 }
 
@@ -234,14 +267,38 @@ pub unsafe extern "C" fn in_process_stop(comm: *mut c_void, stream: u32) -> u32 
     NrtStatus::from_result(comm.stop(stream)).code()
 }
 
+/// `neuronStopNetworkProxyStep` over this crate's own [`Comm`] ([`Comm::stop_step`]).
+///
+/// # Safety
+/// As [`in_process_start`]; `done` must be null or valid for writes (null: `Invalid`).
+pub unsafe extern "C" fn in_process_stop_step(
+    comm: *mut c_void,
+    stream: u32,
+    done: *mut c_int,
+) -> u32 {
+    // SAFETY: per this function's contract.
+    let Some(comm) = (unsafe { (comm as *mut Comm).as_mut() }) else {
+        return NrtStatus::InvalidHandle.code();
+    };
+    if done.is_null() {
+        return NrtStatus::Invalid.code();
+    }
+    let mut d = true;
+    let r = comm.stop_step(stream, &mut d);
+    // SAFETY: non-null and valid per the contract.
+    unsafe { *done = c_int::from(d || r.is_err()) };
+    NrtStatus::from_result(r).code()
+}
+
 impl SeamTable {
-    /// The in-process seam: the table filled with this crate's own progress half; the comm
-    /// handle is a `*mut Comm`.
+    /// The in-process seam: the table filled with this crate's own progress half (the stepped
+    /// stop included); the comm handle is a `*mut Comm`.
     pub const fn in_process() -> Self {
         Self {
             start: in_process_start,
             progress: in_process_progress,
             stop: in_process_stop,
+            stop_step: Some(in_process_stop_step),
         }
     }
 }
@@ -284,5 +341,67 @@ mod tests {
         let r = unsafe { in_process_progress(p, 0, 1, &mut i, &mut d) };
         assert_eq!(r, NrtStatus::Success.code());
         assert_eq!((i, d), (1, 1));
+    }
+
+    /// The C form of `stop` keeps the seed's contract: it returns only once the cancelled
+    /// requests are confirmed (here after 50 polls), also on a stream whose stepped teardown
+    /// is under way; the stepped C form answers "not done" until then.
+    #[test]
+    fn the_c_stop_drains_before_it_returns_and_the_step_does_not() {
+        use crate::progress::scripted::Script;
+        use crate::progress::testing::SlowCancelTransport;
+        let t = SlowCancelTransport {
+            confirm_after_polls: 50,
+            ..SlowCancelTransport::default()
+        };
+        let polls = t.polls.clone();
+        let mut comm = Comm::new(
+            CommConfig::new(0, 2, 7),
+            Box::new(t),
+            PlainArc::new(RecordingDevice::default()),
+            PlainArc::new(NoClock),
+        )
+        .unwrap();
+        let script = Script {
+            complete_after: 100,
+            idle_mask: 0,
+            fail_tick: 0,
+        };
+        for s in 0..2 {
+            comm.start_scripted(s, 1, &[script]).unwrap();
+            let (mut i, mut d) = (true, true);
+            comm.progress(s, 1, &mut i, &mut d).unwrap();
+            comm.track_test_requests(s, 1, &[u64::from(s) + 1]).unwrap();
+        }
+        let p = &mut comm as *mut Comm as *mut c_void;
+        let mut done: c_int = 1;
+        // SAFETY: `p` is a live comm used by this thread only; `done` is a live local.
+        let r = unsafe { in_process_stop_step(p, 0, &mut done) };
+        assert_eq!(
+            (r, done),
+            (NrtStatus::Success.code(), 0),
+            "a step does not wait"
+        );
+        let n = || polls.load(crate::sync::Ordering::Relaxed);
+        assert!(n() < 50);
+        // SAFETY: as above.
+        let r = unsafe { in_process_stop(p, 1) };
+        assert_eq!(r, NrtStatus::Success.code());
+        assert_eq!(n(), 50, "stop returned only at the confirming poll");
+        let st = comm.stream(1);
+        assert!(!st.closing());
+        assert_eq!(st.pool().len(), st.capacity());
+        // Stream 0's stepped teardown: its request was confirmed meanwhile; a C stop finishes
+        // it at once.
+        // SAFETY: as above.
+        let r = unsafe { in_process_stop(p, 0) };
+        assert_eq!(r, NrtStatus::Success.code());
+        assert!(!comm.stream(0).closing());
+        assert_eq!(comm.stream(0).pool().len(), comm.stream(0).capacity());
+        assert_eq!(comm.fatal_error(), None);
+        // A null `done` is refused.
+        // SAFETY: as above; a null out-parameter is part of the contract.
+        let r = unsafe { in_process_stop_step(p, 0, core::ptr::null_mut()) };
+        assert_eq!(r, NrtStatus::Invalid.code());
     }
 }

@@ -579,8 +579,16 @@ pub unsafe extern "C" fn nccom_comm_create(
         let transport: Box<dyn Transport> = Box::new(transport);
         let mut comm = Comm::new(cc, transport, Arc::new(dev), clock)?;
         comm.set_drain_relax(std::thread::yield_now);
+        comm.set_drain_park(park_ns);
         register_comm(WHAT, &cfg, comm, out)
     })
+}
+
+/// The drain park hook of the library's comms (`Comm::set_drain_park`): a destroy or a C
+/// caller's `neuronStopNetworkProxy` waiting on slow cancels sleeps, with backoff, instead of
+/// yielding in a loop.
+fn park_ns(ns: u64) {
+    std::thread::sleep(std::time::Duration::from_nanos(ns));
 }
 
 /// The end of `nccom_comm_create`: the address mode, a handle, `*out`.

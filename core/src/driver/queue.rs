@@ -1285,7 +1285,7 @@ impl DriverState {
                     }
                 }
                 state @ (SlotState::Closing | SlotState::Abandoned) => {
-                    close_slot(index, slot, ws, state);
+                    close_slot(index, slot, ws, state, false);
                     progressed = true;
                 }
             }
@@ -1396,7 +1396,9 @@ impl DriverState {
                         finish(index, &mut ws.status, &mut ws.returned, sub);
                     }
                 }
-                SlotState::Closing | SlotState::Abandoned => close_slot(index, slot, ws, state),
+                SlotState::Closing | SlotState::Abandoned => {
+                    close_slot(index, slot, ws, state, true)
+                }
             }
         }
         // Release: the records pushed above are visible to an owner that acquires `exited`.
@@ -1438,14 +1440,37 @@ fn push_record(index: usize, status: &mut Producer<TaskRecord>, rec: TaskRecord)
 }
 
 /// Edges 3 and 5: end every queued and active task of a leaving slot with NRT_CLOSED.
-fn close_slot(index: usize, slot: &SharedSlot, ws: &mut WorkerSlot, state: SlotState) {
+///
+/// On the tick (`sync == false`) this never blocks: each task gets
+/// [`ProxyTask::begin_close`] in submission order; a network task whose streams still have
+/// cancelled requests pending stays active in CLOSING (the tick's step loop makes one bounded
+/// teardown step of it per tick, docs/design.md §3) and the tasks behind it wait (they are
+/// closed at the tick that finds it DONE, so records keep submission order); the slot takes
+/// its edge only at the tick that finds its active list empty. The other comms of the group
+/// keep being stepped meanwhile. At the
+/// worker's exit (`sync`), which steps nothing afterwards, every task is closed synchronously
+/// ([`ProxyTask::close`], the blocking stop, one drain limit per comm at most).
+fn close_slot(index: usize, slot: &SharedSlot, ws: &mut WorkerSlot, state: SlotState, sync: bool) {
     // The owner's pushes happened before its release edge (acquired by our load).
     while let Some(t) = ws.submit.pop() {
         ws.active.push_back(t);
     }
-    while let Some(mut sub) = ws.active.pop_front() {
-        sub.task.close(NrtStatus::Closed);
-        finish(index, &mut ws.status, &mut ws.returned, sub);
+    // In submission order, up to the first task that stays CLOSING: the tasks behind it are
+    // closed at a later tick, so the records still come in submission order.
+    while let Some(front) = ws.active.front_mut() {
+        let step = if sync {
+            front.task.close(NrtStatus::Closed);
+            Step::Done
+        } else {
+            front.task.begin_close(NrtStatus::Closed)
+        };
+        if step != Step::Done {
+            // Still CLOSING: the slot's edge waits for a later tick.
+            return;
+        }
+        if let Some(sub) = ws.active.pop_front() {
+            finish(index, &mut ws.status, &mut ws.returned, sub);
+        }
     }
     match state {
         SlotState::Closing => {

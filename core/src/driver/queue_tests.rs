@@ -782,3 +782,257 @@ fn an_aborted_or_failing_comm_does_not_stop_the_queue_for_the_others() {
     );
     drop((ha, hb, hc));
 }
+
+// ------------------------------------------------- stepped teardown: off the tick (issue 13)
+
+mod teardown {
+    use super::*;
+    use crate::progress::comm::{Comm, CommConfig, STOP_STEP_POLLS};
+    use crate::progress::desc::{NetDestAddr, NetOpInfo, NetSrcAddr};
+    use crate::progress::scripted::Script as OpScript;
+    use crate::progress::testing::{NullTransport, RecordingDevice, SlowCancelTransport};
+    use crate::seam::{in_process_progress, in_process_stop, in_process_stop_step, SeamTable};
+    use crate::sync::{AtomicU32, PlainArc};
+    use core::ffi::c_void;
+
+    /// `start` of these tests' seam: files one scripted op on the in-process comm that
+    /// completes after `bb` progress calls, and gives it `n_ops` outstanding requests (ids
+    /// `1..=n_ops`), as if it had posted them.
+    ///
+    /// # Safety
+    /// `comm` is a live `*mut Comm` used by this thread only.
+    #[allow(clippy::too_many_arguments)]
+    unsafe extern "C" fn scripted_start(
+        comm: *mut c_void,
+        stream: u32,
+        bb: u32,
+        _ops: *const NetOpInfo,
+        n_ops: usize,
+        _src: *const NetSrcAddr,
+        _n_src: usize,
+        _dst: *const NetDestAddr,
+        _n_dst: usize,
+    ) -> u32 {
+        // SAFETY: per this function's contract.
+        let c = unsafe { &mut *(comm as *mut Comm) };
+        let script = OpScript {
+            complete_after: bb,
+            idle_mask: 0,
+            fail_tick: 0,
+        };
+        let ids: Vec<u64> = (1..=n_ops as u64).collect();
+        let r = c.start_scripted(stream, bb, &[script]).and_then(|()| {
+            if ids.is_empty() {
+                Ok(())
+            } else {
+                c.track_test_requests(stream, bb, &ids)
+            }
+        });
+        NrtStatus::from_result(r).code()
+    }
+
+    fn seam() -> SeamTable {
+        SeamTable {
+            start: scripted_start,
+            progress: in_process_progress,
+            stop: in_process_stop,
+            stop_step: Some(in_process_stop_step),
+        }
+    }
+
+    fn comm(transport: Box<dyn crate::progress::net::Transport>, max_polls: u64) -> Box<Comm> {
+        let mut cfg = CommConfig::new(0, 2, 7);
+        cfg.drain_max_polls = max_polls;
+        Box::new(
+            Comm::new(
+                cfg,
+                transport,
+                PlainArc::new(RecordingDevice::default()),
+                PlainArc::new(NoClock),
+            )
+            .unwrap(),
+        )
+    }
+
+    /// A network task on stream 0 of `c`: one block whose scripted op completes after
+    /// `ticks` progress calls and has `requests` outstanding requests.
+    fn task(c: &mut Comm, id: u32, ticks: u32, requests: usize) -> TaskBox {
+        let p = c as *mut Comm as *mut c_void;
+        Box::new(
+            NetworkTask::new(NetworkTaskSpec {
+                task_id: id,
+                // SAFETY: every test keeps its comm alive (and untouched) until its task is
+                // reported, and ticks the queue on its own thread.
+                comm: unsafe { CommHandle::new(p) }.unwrap(),
+                comm_id: id,
+                seam: seam(),
+                blocks: vec![BlockFifos {
+                    stream: 0,
+                    bb: ticks,
+                    ops: vec![NetOpInfo::default(); requests],
+                    ..Default::default()
+                }],
+                schedule: None,
+                triggers: TriggerWords::none(),
+                wait_for_device: false,
+                skip: false,
+                timeout_ns: None,
+            })
+            .unwrap(),
+        )
+    }
+
+    use crate::driver::task::{BlockFifos, CommHandle};
+
+    /// Comm A (slow or stuck cancels) leaves while its task has two requests in flight;
+    /// comm B, on the same queue, runs a 12-call block. Returns (tick at which B's task was
+    /// DONE, tick at which A's was DONE, most polls of A's transport in one tick, A's polls in
+    /// all), ticks counted from the leave, and checks the records, both comms' pools and
+    /// the slot's close.
+    fn leave_with_requests_in_flight(
+        confirm_after_polls: u64,
+        max_polls: u64,
+    ) -> (u32, u32, u32, u32, Box<Comm>) {
+        let clock = MonotonicClock;
+        let (q, mut w) = small(2, 8);
+        let t = SlowCancelTransport {
+            confirm_after_polls,
+            ..SlowCancelTransport::default()
+        };
+        let a_polls: PlainArc<AtomicU32> = t.polls.clone();
+        let mut a = comm(Box::new(t), max_polls);
+        let mut b = comm(Box::new(NullTransport::default()), max_polls);
+        let ha = ProxyQueue::join(&q).unwrap();
+        let mut hb = ProxyQueue::join(&q).unwrap();
+        let ta = task(&mut a, 1, 1_000_000, 2);
+        let tb = task(&mut b, 2, 12, 0);
+        let (ra, rb) = (ta.status_record(), tb.status_record());
+        let mut ha = ha;
+        ha.submit(ta).unwrap();
+        hb.submit(tb).unwrap();
+        // Tick 1 files both blocks, tick 2 makes the first progress call of each.
+        w.tick();
+        w.tick();
+        assert_eq!(ra.load().state(), Some(RunState::Progressing));
+        assert_eq!(rb.load().state(), Some(RunState::Progressing));
+        // A leaves: edge 2 now; the bounded leave returns at once (this test is the worker).
+        let Err((NrtStatus::Timeout, ha)) = ha.leave_until(&waiter(&clock), Some(0)) else {
+            panic!("the leave waits for the worker");
+        };
+        let (mut ticks, mut b_done, mut a_done, mut most) = (0u32, 0u32, 0u32, 0u32);
+        while a_done == 0 || b_done == 0 {
+            let before = a_polls.load(Ordering::Relaxed);
+            w.tick();
+            ticks += 1;
+            most = most.max(a_polls.load(Ordering::Relaxed) - before);
+            if b_done == 0 && rb.load().is_done() {
+                b_done = ticks;
+            }
+            if a_done == 0 && ra.load().is_done() {
+                a_done = ticks;
+            } else if a_done == 0 {
+                assert_eq!(ra.load().state(), Some(RunState::Closing), "tick {ticks}");
+                assert_eq!(
+                    q.slot_state(ha.slot() as usize),
+                    SlotState::Closing,
+                    "the slot waits for its task"
+                );
+            }
+            assert!(ticks < 1_000, "bounded");
+        }
+        assert_eq!(rb.load().status(), NrtStatus::Success);
+        assert_eq!(ra.load().status(), NrtStatus::Closed);
+        // A's op is back in the pool, nothing held.
+        let st = a.stream(0);
+        assert!(!st.closing());
+        assert_eq!(st.pool().len(), st.capacity());
+        assert_eq!(b.stream(0).pool().len(), b.stream(0).capacity());
+        // The next tick takes the slot's edge 3; the leave then collects A's record.
+        w.tick();
+        let recs = ha.leave_until(&waiter(&clock), Some(0)).unwrap();
+        assert_eq!(recs.len(), 1);
+        assert_eq!((recs[0].task_id, recs[0].status()), (1, NrtStatus::Closed));
+        assert_eq!(hb.try_pop_record().map(|r| r.task_id), Some(2));
+        let polls = a_polls.load(Ordering::Relaxed);
+        drop(hb);
+        drop(w);
+        (b_done, a_done, most, polls, a)
+    }
+
+    #[test]
+    fn a_leaving_comm_whose_cancels_confirm_slowly_never_stalls_the_other_comm() {
+        let (b_done, a_done, most, polls, a) = leave_with_requests_in_flight(80, 1_000_000);
+        // B needs 11 more progress calls after the leave: one per tick, none lost to A.
+        assert_eq!(b_done, 11);
+        // A: one teardown step at the close and one in the step loop of the first tick
+        // (polls 2..9), then one per tick; the 80th poll confirms, in tick 19.
+        assert_eq!(a_done, 19);
+        assert!(b_done < a_done, "B finished while A was still closing");
+        assert_eq!(
+            most,
+            2 * STOP_STEP_POLLS as u32,
+            "no tick drains A to the end"
+        );
+        assert_eq!(polls, 80, "not one poll after the confirmation");
+        assert_eq!(a.fatal_error(), None);
+        assert_eq!(a.orphan_count(), 0);
+    }
+
+    #[test]
+    fn a_leaving_comm_whose_cancels_never_confirm_ends_at_the_drain_limit() {
+        let (b_done, a_done, most, polls, a) = leave_with_requests_in_flight(u64::MAX, 20);
+        assert_eq!(b_done, 11, "B is not slowed down");
+        // Budget of 20 polls from the first step: 8 in tick 1, then 4 a tick: spent in tick 4.
+        assert_eq!(a_done, 4);
+        assert_eq!(most, 2 * STOP_STEP_POLLS as u32);
+        assert_eq!(
+            polls,
+            1 + 20,
+            "one progress round, then the teardown's budget"
+        );
+        assert_eq!(a.fatal_error(), Some(NrtStatus::Timeout));
+        assert_eq!(
+            a.orphan_count(),
+            2,
+            "the unconfirmed requests left with the transport"
+        );
+    }
+
+    #[test]
+    fn the_worker_exiting_finishes_a_closing_task_synchronously() {
+        let clock = MonotonicClock;
+        let (q, mut w) = small(2, 8);
+        let t = SlowCancelTransport {
+            confirm_after_polls: u64::MAX,
+            ..SlowCancelTransport::default()
+        };
+        let polls: PlainArc<AtomicU32> = t.polls.clone();
+        let mut a = comm(Box::new(t), 1_000);
+        let mut ha = ProxyQueue::join(&q).unwrap();
+        let ta = task(&mut a, 1, 1_000_000, 2);
+        let ra = ta.status_record();
+        ha.submit(ta).unwrap();
+        w.tick();
+        w.tick();
+        let Err((_, ha)) = ha.leave_until(&waiter(&clock), Some(0)) else {
+            panic!("the leave waits for the worker");
+        };
+        w.tick();
+        assert_eq!(ra.load().state(), Some(RunState::Closing));
+        assert_eq!(
+            polls.load(Ordering::Relaxed),
+            1 + 2 * STOP_STEP_POLLS as u32
+        );
+        // The worker goes: nothing will step the task again, so its close is synchronous
+        // (the blocking stop, at most the drain budget).
+        drop(w);
+        assert_eq!(ra.load().state(), Some(RunState::Done));
+        assert_eq!(ra.load().status(), NrtStatus::Closed);
+        assert_eq!(polls.load(Ordering::Relaxed), 1 + 1_000);
+        assert_eq!(a.fatal_error(), Some(NrtStatus::Timeout));
+        assert_eq!(a.orphan_count(), 2);
+        let recs = ha.leave_until(&waiter(&clock), Some(0)).unwrap();
+        assert_eq!(recs.len(), 1);
+        assert!(q.worker_exited());
+    }
+}

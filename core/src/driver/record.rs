@@ -43,11 +43,22 @@ use crate::sync::{AtomicU32, Ordering};
 ///
 ///   DONE(4) ──(10) resubmit: the owner re-arms the finished task in place ──► INIT(0)
 ///                  (new task id, FIFOs kept; outside the queue, before it submits again)
+///
+///   any state but DONE ──(11) network: the task ends (the cause of 6–9) but ──► CLOSING(5)
+///                             a stream's stepped teardown has cancelled
+///                             requests not yet confirmed
+///   CLOSING(5) ──(12) every stream's teardown confirmed, or its drain limit ──► DONE(4)
+///                     passed (NRT_TIMEOUT), or a synchronous close (the worker exits)
 /// ```
+/// CLOSING carries the final status from the cause of edge 11 (a teardown error replaces a
+/// success); the no-progress limit does not apply there (the progress half's drain limit
+/// bounds it, docs/design.md §3).
 /// Network task (`driver::task::network`): edges 1–3 (and 7 on a `start` failure) in
 /// `step_init`, 4 in `step_waiting`, 5–8 in
-/// `step_progress` (8 also in `step_waiting`), 6–9 end through `finish`, which calls `stop`
-/// per stream when the task filed its blocks; 9 in `close` and at the top of `step` (abort).
+/// `step_progress` (8 also in `step_waiting`), 6–9 end through `finish`, which tears down
+/// each stream when the task filed its blocks (one step of the seam's stepped stop, or the
+/// synchronous stop) and takes edge 11 instead while a teardown is pending; 12 in
+/// `step_closing` (or `close`); 9 in `close` / `begin_close` and at the top of `step` (abort).
 /// Barrier task (`driver::task::barrier`): 1, 2, 3 and 7 in `step_init`, 4, 7 and 8 in
 /// `step_trigger`, 5–8 in `step_wait`, 9 in `close` and at the top of `step` (abort).
 /// Every wait is bounded by the task's no-progress limit (edge 8) once the task has left
@@ -59,7 +70,7 @@ use crate::sync::{AtomicU32, Ordering};
 /// (`NetworkTask::rearm_with`, `BarrierTask::rearm_with`), never by the worker. DONE is final for an execution: stepping a DONE task logs once and changes
 /// nothing, and the record is reused only by an explicit resubmit (edge 10).
 ///
-/// Seed: `proxy_task_run_state_t`, §3 (`INIT=0 .. DONE=4`).
+/// Seed: `proxy_task_run_state_t`, §3 (`INIT=0 .. DONE=4`; CLOSING=5 is this project's).
 #[repr(u32)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum RunState {
@@ -73,6 +84,10 @@ pub enum RunState {
     Idle = 3,
     /// `PROXY_TASK_STATE_DONE` (4): finished (the record's status says how); removed by the queue.
     Done = 4,
+    /// CLOSING (5, not in the seed): a network task that has ended, its final status in the
+    /// record, still waiting for its streams' cancelled requests to be confirmed (one bounded
+    /// step per tick, docs/design.md §3). Not terminal: the buffers may still be in use.
+    Closing = 5,
 }
 
 impl RunState {
@@ -84,6 +99,7 @@ impl RunState {
             2 => Self::WaitingDeviceTrigger,
             3 => Self::Idle,
             4 => Self::Done,
+            5 => Self::Closing,
             _ => return None,
         })
     }
@@ -245,9 +261,9 @@ mod tests {
         assert_eq!(s.load(), r);
         assert!(r.is_done());
         assert_eq!(r.status(), NrtStatus::Closed);
-        for v in 0..5 {
+        for v in 0..6 {
             assert_eq!(RunState::from_u32(v).unwrap() as u32, v);
         }
-        assert_eq!(RunState::from_u32(5), None);
+        assert_eq!(RunState::from_u32(6), None);
     }
 }

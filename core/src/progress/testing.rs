@@ -87,6 +87,75 @@ impl Transport for NullTransport {
     }
 }
 
+/// A [`NullTransport`] whose cancelled requests are confirmed only once the transport has
+/// been polled `confirm_after_polls` times in all (`u64::MAX`: never): a slow or stuck
+/// teardown. `poll` calls are counted in a shared word the test reads while the comm owns
+/// the transport.
+#[derive(Debug, Default)]
+pub struct SlowCancelTransport {
+    /// The null transport underneath (scripts, cancels).
+    pub inner: NullTransport,
+    /// Polls after which every request tests as cancelled.
+    pub confirm_after_polls: u64,
+    /// Number of `poll` calls (shared).
+    pub polls: PlainArc<AtomicU32>,
+}
+
+impl Transport for SlowCancelTransport {
+    fn name(&self) -> &str {
+        "slow-cancel"
+    }
+
+    fn max_msg_size(&self) -> u64 {
+        u64::from(u32::MAX)
+    }
+
+    fn poll(&mut self) -> Result<(), NetError> {
+        self.polls.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    unsafe fn isend(
+        &mut self,
+        peer: u32,
+        buf: *const u8,
+        size: u64,
+        tag: u64,
+    ) -> Result<Option<Posted>, NetError> {
+        // SAFETY: the caller's contract is the trait's, passed on unchanged.
+        unsafe { self.inner.isend(peer, buf, size, tag) }
+    }
+
+    unsafe fn irecv(
+        &mut self,
+        peer: u32,
+        buf: *mut u8,
+        size: u64,
+        tag: u64,
+    ) -> Result<Option<Posted>, NetError> {
+        // SAFETY: as for `isend`.
+        unsafe { self.inner.irecv(peer, buf, size, tag) }
+    }
+
+    fn test(&mut self, _request: RequestId) -> Result<TestOutcome, NetError> {
+        Ok(
+            if u64::from(self.polls.load(Ordering::Relaxed)) >= self.confirm_after_polls {
+                TestOutcome::Cancelled
+            } else {
+                TestOutcome::Pending
+            },
+        )
+    }
+
+    fn cancel(&mut self, request: RequestId) -> Result<(), NetError> {
+        self.inner.cancel(request)
+    }
+
+    fn scripts(&mut self) -> Option<&mut ScriptTable> {
+        Some(&mut self.inner.scripts)
+    }
+}
+
 /// A [`NullTransport`] whose `poll` calls are also counted in a shared word, so a test can
 /// read the count while the comm owns the transport (the rounds of docs/design.md §8).
 #[derive(Debug, Default)]
@@ -241,6 +310,9 @@ pub struct Script {
     pub fail_progress_at: AtomicU32,
     /// Fail every start.
     pub fail_start: AtomicBool,
+    /// Stepped stops ([`stepped_seam`]) answer "not done" this many times in all before they
+    /// answer done (each "not done" counts it down).
+    pub stop_steps_pending: AtomicU32,
 }
 
 impl Script {
@@ -256,6 +328,7 @@ impl Script {
             idle: AtomicBool::new(false),
             fail_progress_at: AtomicU32::new(0),
             fail_start: AtomicBool::new(false),
+            stop_steps_pending: AtomicU32::new(0),
         })
     }
 
@@ -356,12 +429,38 @@ unsafe extern "C" fn stop(comm: *mut c_void, stream: u32) -> u32 {
     0
 }
 
+/// The stepped stop of [`stepped_seam`]: "not done" while [`Script::stop_steps_pending`] is
+/// above zero (counting it down), else done, counted and logged as a `stop`.
+unsafe extern "C" fn stop_step(comm: *mut c_void, stream: u32, done: *mut c_int) -> u32 {
+    let s = script(comm);
+    let pending = s
+        .stop_steps_pending
+        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+        .is_ok();
+    if !pending {
+        s.stops.fetch_add(1, Ordering::SeqCst);
+        s.log.lock().push(Call::Stop { stream });
+    }
+    // SAFETY: the driver passes a valid out-parameter.
+    unsafe { *done = c_int::from(!pending) };
+    0
+}
+
+/// [`seam`] with the stepped stop (`stop_step`), scripted by [`Script::stop_steps_pending`].
+pub fn stepped_seam() -> SeamTable {
+    SeamTable {
+        stop_step: Some(stop_step),
+        ..seam()
+    }
+}
+
 /// The scripted seam: `extern "C"` functions over comm handles from [`Script::handle`].
 pub fn seam() -> SeamTable {
     SeamTable {
         start,
         progress,
         stop,
+        stop_step: None,
     }
 }
 

@@ -104,6 +104,7 @@ pub fn abort_race() {
             start: counting_start,
             progress: counting_progress,
             stop: counting_stop,
+            stop_step: None,
         },
         blocks: vec![BlockFifos {
             stream: 0,

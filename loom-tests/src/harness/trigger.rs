@@ -168,6 +168,7 @@ pub fn model_seam() -> SeamTable {
         start: model_start,
         progress: model_progress,
         stop: model_stop,
+        stop_step: None,
     }
 }
 

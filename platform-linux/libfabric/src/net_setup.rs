@@ -237,5 +237,6 @@ pub fn open_libfabric_comm(
         Comm::new(config, Box::new(transport), device, clock).map_err(SetupError::Comm)?;
     // A drain waiting on the provider gives the CPU away instead of spinning on it.
     comm.set_drain_relax(std::thread::yield_now);
+    comm.set_drain_park(|ns| std::thread::sleep(std::time::Duration::from_nanos(ns)));
     Ok(comm)
 }

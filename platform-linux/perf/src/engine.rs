@@ -25,7 +25,8 @@ use proxy_core::driver::wake::Waiter;
 use proxy_core::progress::comm::Comm;
 use proxy_core::progress::desc::{NetDestAddr, NetOpInfo, NetSrcAddr};
 use proxy_core::seam::{
-    in_process_progress, in_process_start, in_process_stop, SeamTable, StartFn,
+    in_process_progress, in_process_start, in_process_stop, in_process_stop_step, SeamTable,
+    StartFn,
 };
 use proxy_core::status::NrtStatus;
 
@@ -70,6 +71,7 @@ pub const fn counting_seam() -> SeamTable {
         start: counting_start,
         progress: in_process_progress,
         stop: in_process_stop,
+        stop_step: Some(in_process_stop_step),
     }
 }
 

@@ -481,6 +481,7 @@ impl World {
                     )
                     .map_err(|e| format!("comm {r}: {e}"))?;
                     c.set_drain_relax(std::thread::yield_now);
+                    c.set_drain_park(|ns| std::thread::sleep(Duration::from_nanos(ns)));
                     // SAFETY: the tool owns every buffer and word it hands to `start`, and
                     // keeps them alive until the executions that use them are complete.
                     unsafe { c.trust_all_addresses() };

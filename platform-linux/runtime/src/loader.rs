@@ -224,6 +224,9 @@ impl ProgressLib {
                 start: std::mem::transmute::<NeuronStartNetworkProxyFn, StartFn>(start),
                 progress: std::mem::transmute::<NeuronNetworkProxyProgressFn, ProgressFn>(progress),
                 stop: std::mem::transmute::<NeuronStopNetworkProxyFn, StopFn>(stop),
+                // The C ABI has no stepped stop yet (docs/design.md §3, planned): a loaded
+                // library's network tasks stop synchronously.
+                stop_step: None,
             }
         };
         log::info!(

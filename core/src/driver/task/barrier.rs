@@ -435,6 +435,13 @@ impl ProxyTask for BarrierTask {
             RunState::Init => self.step_init(env),
             RunState::WaitingDeviceTrigger => self.step_trigger(env),
             RunState::Progressing | RunState::Idle => self.step_wait(env),
+            RunState::Closing => {
+                // A barrier task never takes edge 11 (it has no streams to tear down); should
+                // a record say CLOSING, the task ends with the status it carries.
+                let status = self.core.record().status();
+                self.core.transition(RunState::Done, status);
+                Step::Done
+            }
             RunState::Done => {
                 self.core.polled_after_done();
                 Step::Done

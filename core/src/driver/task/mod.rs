@@ -74,9 +74,22 @@ pub trait ProxyTask: Send {
     /// Seed: `enc_proxy_task::step`, §2/§3.
     fn step(&mut self, env: &StepEnv) -> Step;
 
-    /// Ends the task now with `status` (DONE), as when its comm leaves the queue: a network
-    /// task that has filed its blocks calls `stop` per stream first. No effect on a DONE task.
+    /// Ends the task now with `status` (DONE when it returns), synchronously: a network task
+    /// that has filed its blocks tears its streams down with the blocking `stop` (the worker
+    /// exiting, which steps nothing afterwards). A CLOSING task finishes its teardown the same
+    /// way and keeps the status it carries. No effect on a DONE task.
     fn close(&mut self, status: NrtStatus);
+
+    /// Ends the task with `status` without blocking the tick (a comm leaving its queue): a
+    /// network task that has filed its blocks makes one bounded step of each stream's
+    /// teardown and, while cancelled requests are pending, goes to CLOSING (edge 11 of
+    /// [`RunState`]); its later steps finish the teardown (edge 12). Answers [`Step::Done`]
+    /// once the task is DONE. On a CLOSING task it changes nothing (answers [`Step::Idle`]).
+    /// The default is [`ProxyTask::close`] (right for a kind whose close never blocks).
+    fn begin_close(&mut self, status: NrtStatus) -> Step {
+        self.close(status);
+        Step::Done
+    }
 
     /// The bookkeeping the task kind keeps in a [`TaskCore`] (its record, its kind).
     fn core(&self) -> &TaskCore;

@@ -3,7 +3,8 @@
 //!
 //! Its states and numbered edges are the one run-state diagram at
 //! [`RunState`]: edges 1–3 (and 7 when a `start` fails) are taken by `step_init`, 4 by
-//! `step_waiting`, 5–8 by `step_progress` (8 also by `step_waiting`), 9 by `close`, each through
+//! `step_waiting`, 5–8 by `step_progress` (8 also by `step_waiting`), 9 by `close` /
+//! `begin_close`, 11 (to CLOSING) and 12 (CLOSING → DONE) by `teardown_step`, each through
 //! [`TaskCore::transition`]; edge 10 (DONE → INIT, resubmit) by [`NetworkTask::rearm_with`]
 //! through [`TaskCore::rearm`], called by the task's owner, never by the worker. A re-armed task
 //! keeps its blocks' FIFOs (or takes new ones by copy, [`NetworkTask::replace_fifos`]), so a
@@ -12,6 +13,14 @@
 //! Deviations from the seed (docs/design.md §3/§4): idle/done are seeded with `true` before each
 //! stream's progress call; `stop` is called once per stream when the task ends, never on a
 //! block switch; a stream whose schedule is exhausted is not called again.
+//!
+//! **Teardown off the tick** (docs/design.md §3): when the task ends on the tick (edges 6–9)
+//! it tears its streams down with the seam's stepped stop (`stop_step`, one bounded step per
+//! stream and tick, falling back to the blocking `stop` when the seam has none); while some
+//! stream's cancelled requests are unconfirmed it is CLOSING (edge 11) and each later step
+//! makes one more step of each such stream, DONE (edge 12) once all are over (confirmed, or
+//! the progress half's drain limit passed: NRT_TIMEOUT, orphans). The worker's exit closes
+//! with the blocking `stop` (`ProxyTask::close`): nothing would step the task again.
 //!
 //! Choices this module makes where docs/design.md is silent: a skipped task (edge 1) also waits its
 //! turn behind an earlier network task of its comm, so the network tasks of a slot complete in
@@ -185,8 +194,13 @@ pub struct NetworkTask {
     skip: bool,
     /// `true` once INIT has called `start` (the task then stops its streams when it ends).
     filed: bool,
-    /// `true` once `stop` has been called per stream.
+    /// `true` once the teardown of its streams has begun (`stop` or the first stepped stop per
+    /// stream).
     stopped: bool,
+    /// Streams (bit `s`) whose stepped teardown has not answered done yet (CLOSING).
+    draining: u32,
+    /// The status the task ends with (set when it ends, kept through CLOSING).
+    close_status: NrtStatus,
     /// The comm's abort request, read at every step (`None`: the task is not abortable).
     abort: Option<AbortHandle>,
 }
@@ -245,6 +259,8 @@ impl NetworkTask {
             skip: spec.skip,
             filed: false,
             stopped: false,
+            draining: 0,
+            close_status: NrtStatus::Success,
             abort: None,
         })
     }
@@ -322,6 +338,8 @@ impl NetworkTask {
         }
         self.filed = false;
         self.stopped = false;
+        self.draining = 0;
+        self.close_status = NrtStatus::Success;
         Ok(())
     }
 
@@ -385,29 +403,84 @@ impl NetworkTask {
         &self.schedule
     }
 
-    /// Ends the task with `status`: `stop` per stream once if it has filed its blocks (a stop
-    /// error replaces a success status), then DONE. Edges 6–9.
-    fn finish(&mut self, status: NrtStatus) {
-        let mut status = status;
-        if self.filed && !self.stopped {
-            self.stopped = true;
-            for c in &self.cursors {
-                // SAFETY: `comm` per CommHandle::new's contract; we are the worker thread.
-                if let Err(e) = unsafe { self.seam.stop(self.comm.as_ptr(), c.stream) } {
+    /// Ends the task with `status` without blocking (edges 6–9): [`NetworkTask::end`] with
+    /// stepped teardowns.
+    fn finish(&mut self, status: NrtStatus) -> Step {
+        self.end(status, false)
+    }
+
+    /// Ends the task with `status`: when it has filed its blocks, tears each of its streams
+    /// down once (`sync`: the blocking `stop`; else one step of the seam's stepped stop, which
+    /// is `stop` when the seam has none), a teardown error replacing a success status; DONE
+    /// once every teardown is over, else CLOSING (edge 11), which later steps finish (edge
+    /// 12, [`NetworkTask::teardown_step`]). A CLOSING task keeps the status it carries; a
+    /// DONE one changes nothing.
+    fn end(&mut self, status: NrtStatus, sync: bool) -> Step {
+        match self.core.state() {
+            RunState::Done => return Step::Done,
+            RunState::Closing => {}
+            _ => {
+                self.close_status = status;
+                self.draining = 0;
+                if self.filed && !self.stopped {
+                    self.stopped = true;
+                    self.draining = self.core.record().streams;
+                }
+            }
+        }
+        self.teardown_step(sync)
+    }
+
+    /// One step of the teardown of every stream still draining (bounded: one seam call per
+    /// stream, each a few polls unless `sync`), then DONE with the final status when none is
+    /// left (edges 6–9, or 12 from CLOSING), else CLOSING (edge 11; a repeat only updates the
+    /// status). Answers `Done`, or `Progressed` when a stream's teardown ended (or the task
+    /// just entered CLOSING), else `Idle`.
+    fn teardown_step(&mut self, sync: bool) -> Step {
+        let mut moved = self.core.state() != RunState::Closing;
+        for i in 0..self.cursors.len() {
+            let stream = self.cursors[i].stream;
+            let bit = 1u32 << stream;
+            if self.draining & bit == 0 {
+                continue;
+            }
+            // SAFETY: `comm` per CommHandle::new's contract; we are the worker thread.
+            let r = unsafe {
+                if sync {
+                    self.seam.stop(self.comm.as_ptr(), stream).map(|()| true)
+                } else {
+                    self.seam.stop_step(self.comm.as_ptr(), stream)
+                }
+            };
+            match r {
+                Ok(false) => continue,
+                Ok(true) => {}
+                Err(e) => {
                     log::error!(
                         "network task {} comm {}: stop(stream {}) failed: {}",
                         self.core.record().task_id,
                         self.core.record().comm_id,
-                        c.stream,
+                        stream,
                         e
                     );
-                    if status == NrtStatus::Success {
-                        status = e;
+                    if self.close_status == NrtStatus::Success {
+                        self.close_status = e;
                     }
                 }
             }
+            self.draining &= !bit;
+            moved = true;
         }
-        self.core.transition(RunState::Done, status);
+        if self.draining == 0 {
+            self.core.transition(RunState::Done, self.close_status);
+            return Step::Done;
+        }
+        self.core.transition(RunState::Closing, self.close_status);
+        if moved {
+            Step::Progressed
+        } else {
+            Step::Idle
+        }
     }
 
     /// INIT: edges 1–3.
@@ -435,8 +508,7 @@ impl NetworkTask {
                     b.bb,
                     e
                 );
-                self.finish(e);
-                return Step::Done;
+                return self.finish(e);
             }
         }
         self.core.note_progress(env.now_ns);
@@ -469,8 +541,7 @@ impl NetworkTask {
                 self.core.waited_ns(env.now_ns) / 1_000_000,
                 self.triggers.describe()
             );
-            self.finish(NrtStatus::Timeout);
-            return Step::Done;
+            return self.finish(NrtStatus::Timeout);
         }
         self.warn_if_due(env.now_ns);
         Step::Idle
@@ -519,12 +590,10 @@ impl NetworkTask {
             }
         }
         if let Some(e) = failure {
-            self.finish(e);
-            return Step::Done;
+            return self.finish(e);
         }
         if self.cursors.iter().all(|c| c.cursor >= self.schedule.len()) {
-            self.finish(NrtStatus::Success);
-            return Step::Done;
+            return self.finish(NrtStatus::Success);
         }
         let progressed = switched || !all_idle;
         if progressed {
@@ -537,8 +606,7 @@ impl NetworkTask {
                 self.core.waited_ns(env.now_ns) / 1_000_000,
                 self.position()
             );
-            self.finish(NrtStatus::Timeout);
-            return Step::Done;
+            return self.finish(NrtStatus::Timeout);
         } else {
             self.warn_if_due(env.now_ns);
         }
@@ -588,7 +656,7 @@ impl ProxyTask for NetworkTask {
     /// Seed: `enc_network_proxy_task::step` (nrt:0x1d0620), §3.
     fn step(&mut self, env: &StepEnv) -> Step {
         let state = self.core.state();
-        if state != RunState::Done {
+        if state != RunState::Done && state != RunState::Closing {
             if let Some(status) = self.abort.as_ref().and_then(AbortHandle::aborted) {
                 // Edge 9: the comm was aborted (from any thread); applied at this step.
                 log::warn!(
@@ -598,14 +666,16 @@ impl ProxyTask for NetworkTask {
                     self.core.record().comm_id,
                     self.filed
                 );
-                self.finish(status);
-                return Step::Done;
+                return self.finish(status);
             }
         }
         match state {
             RunState::Init => self.step_init(env),
             RunState::WaitingDeviceTrigger => self.step_waiting(env),
             RunState::Progressing | RunState::Idle => self.step_progress(env),
+            // Edge 12 once every stream's teardown is over (bounded by the progress half's
+            // drain limit, which answers done with NRT_TIMEOUT at the latest).
+            RunState::Closing => self.teardown_step(false),
             RunState::Done => {
                 self.core.polled_after_done();
                 Step::Done
@@ -614,8 +684,13 @@ impl ProxyTask for NetworkTask {
     }
 
     fn close(&mut self, status: NrtStatus) {
-        if self.core.state() != RunState::Done {
-            self.finish(status);
+        self.end(status, true);
+    }
+
+    fn begin_close(&mut self, status: NrtStatus) -> Step {
+        match self.core.state() {
+            RunState::Closing => Step::Idle,
+            _ => self.end(status, false),
         }
     }
 

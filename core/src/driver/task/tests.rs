@@ -859,3 +859,59 @@ fn abort_ends_a_barrier_task_waiting_for_its_trigger_or_the_other_ranks() {
     assert_eq!(t.record().status(), NrtStatus::Closed);
     assert_eq!(ws.get(1).load(), 0, "an aborted barrier increments nothing");
 }
+
+// ---- ending with a teardown pending (CLOSING, edges 11 and 12) ----------------------------
+
+#[test]
+fn a_task_whose_stepped_stops_are_pending_is_closing_until_every_stream_is_done() {
+    let s = Script::new(1);
+    s.stop_steps_pending.store(3, crate::sync::Ordering::SeqCst);
+    let mut t = NetworkTask::new(NetworkTaskSpec {
+        seam: crate::progress::testing::stepped_seam(),
+        ..spec(&s, vec![block(0, 1), block(1, 1)])
+    })
+    .unwrap();
+    assert_eq!(t.step(&GO), Step::Progressed); // INIT => PROGRESSING
+                                               // Both streams finish their block; stream 0 and 1's first stepped stops are pending.
+    assert_eq!(t.step(&GO), Step::Progressed);
+    assert_eq!(t.state(), RunState::Closing);
+    assert_eq!(t.record().status(), NrtStatus::Success);
+    assert_eq!(s.counts().2, 0, "no stream's teardown over yet");
+    // A close on the tick changes nothing while CLOSING; the next step makes one more step
+    // of each stream still draining: stream 0 pending (the third), stream 1 done.
+    assert_eq!(t.begin_close(NrtStatus::Closed), Step::Idle);
+    assert_eq!(t.step(&GO), Step::Progressed);
+    assert_eq!(t.state(), RunState::Closing);
+    assert_eq!(s.calls().last(), Some(&Call::Stop { stream: 1 }));
+    // Stream 0 done: edge 12, with the status the task ended with.
+    assert_eq!(t.step(&GO), Step::Done);
+    assert_eq!(t.state(), RunState::Done);
+    assert_eq!(t.record().status(), NrtStatus::Success);
+    assert_eq!(s.counts().2, 2, "one teardown per stream");
+    assert_eq!(t.step(&GO), Step::Done, "DONE is final");
+}
+
+#[test]
+fn a_synchronous_close_finishes_a_closing_task_and_a_close_on_the_tick_may_close() {
+    let s = Script::new(0); // never done
+    s.stop_steps_pending
+        .store(100, crate::sync::Ordering::SeqCst);
+    let mut t = NetworkTask::new(NetworkTaskSpec {
+        seam: crate::progress::testing::stepped_seam(),
+        ..spec(&s, vec![block(0, 1)])
+    })
+    .unwrap();
+    t.step(&GO);
+    t.step(&GO);
+    // The comm leaves: edge 11 (a teardown pending), the status NRT_CLOSED.
+    assert_eq!(t.begin_close(NrtStatus::Closed), Step::Progressed);
+    assert_eq!(t.state(), RunState::Closing);
+    assert_eq!(t.record().status(), NrtStatus::Closed);
+    assert_eq!(t.step(&GO), Step::Idle, "nothing confirmed: idle, not done");
+    // The worker exits: the blocking stop ends it (edge 12), keeping its status.
+    t.close(NrtStatus::Closed);
+    assert_eq!(t.state(), RunState::Done);
+    assert_eq!(t.record().status(), NrtStatus::Closed);
+    assert_eq!(s.counts().2, 1);
+    assert_eq!(s.calls().last(), Some(&Call::Stop { stream: 0 }));
+}

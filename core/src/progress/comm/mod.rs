@@ -50,6 +50,17 @@ pub const DEFAULT_DRAIN_MAX_POLLS: u64 = 50_000_000;
 /// Polls of a drain that spin (`spin_loop` between them) before it backs off to the comm's
 /// relax hook ([`Comm::set_drain_relax`]) between polls.
 pub const DRAIN_SPIN_POLLS: u64 = 64;
+/// Polls of a synchronous drain that call the relax hook, after the [`DRAIN_SPIN_POLLS`] that
+/// spin, before it parks ([`Comm::set_drain_park`], when the platform gave a park hook).
+pub const DRAIN_RELAX_POLLS: u64 = 1024;
+/// First park of a synchronous drain's backoff, in ns; each later park doubles it, up to
+/// [`DRAIN_PARK_MAX_NS`], and no park goes past the teardown's deadline.
+pub const DRAIN_PARK_FIRST_NS: u64 = 10_000;
+/// Longest park of a synchronous drain's backoff, in ns (1 ms).
+pub const DRAIN_PARK_MAX_NS: u64 = 1_000_000;
+/// Transport polls one call of [`Comm::stop_step`] makes at most (one step of a stepped
+/// teardown, docs/design.md §3).
+pub const STOP_STEP_POLLS: u64 = 4;
 
 /// What a comm is created with.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -106,8 +117,6 @@ pub struct Comm {
     /// `start`'s scratch, kept between calls (cleared, not freed): per op info, the count and
     /// then the next placement index of its `[source, destination]` entries.
     start_scratch: Vec<[u32; 2]>,
-    /// `stop`'s scratch: the requests being drained (cleared, not freed).
-    drain_scratch: Vec<RequestId>,
     /// The budget of the teardown under way, `(deadline_ns, polls_left)`: set by the first
     /// drain after a `start` / `progress` (or at destroy), shared by the drains that follow,
     /// so one teardown of up to four streams waits at most one drain limit.
@@ -115,6 +124,9 @@ pub struct Comm {
     /// Called between drain polls once [`DRAIN_SPIN_POLLS`] have spun (default: a spin hint;
     /// a std platform passes its thread yield).
     relax: fn(),
+    /// Parks the thread for about the given ns between drain polls once the relax polls are
+    /// spent ([`Comm::set_drain_park`]; `None`: keep calling the relax hook).
+    park: Option<fn(u64)>,
     /// The comm's abort request (shared with its tasks and any thread that may abort it).
     abort: AbortHandle,
     /// `true` once the abort was applied (streams stopped, comm failed with its status).
@@ -201,9 +213,9 @@ impl Comm {
             regions: Some(Vec::new()),
             orphans: Vec::new(),
             start_scratch: Vec::new(),
-            drain_scratch: Vec::new(),
             teardown: None,
             relax: spin_loop,
+            park: None,
             abort: AbortHandle::new(),
             abort_applied: false,
             round_last_stream: BB_NONE,
@@ -230,10 +242,12 @@ impl Comm {
     /// The comm's abort handle (a clone sharing one word): any thread may call
     /// [`AbortHandle::abort`] on it at any time. The thread that drives the comm applies it at
     /// the comm's next `start` or `progress` (the comm fails with the abort's status, every
-    /// stream is stopped: requests cancelled and drained, ops back to the pool; `start` and
-    /// `progress` then answer that status) and at the next step of every task that carries
+    /// stream's teardown begins, see below; `start` and `progress` then answer that status) and at the next step of every task that carries
     /// the handle (`NetworkTask::with_abort`, `BarrierTask::with_abort`: they end DONE with
-    /// it). Destroying an aborted comm is an ordinary destroy (its streams are already empty).
+    /// it). Applying it never blocks: each stream's teardown is begun as by
+    /// [`Comm::stop_step`] (requests cancelled, one bounded step of the drain; ops with
+    /// unconfirmed requests held out of the pool until a later `stop_step`, a `stop` or
+    /// destroy sees them confirmed). Destroying an aborted comm is an ordinary destroy.
     ///
     /// Seed: none; docs/design.md §9 ("Abort").
     pub fn abort_handle(&self) -> AbortHandle {
@@ -248,8 +262,19 @@ impl Comm {
         self.relax = relax;
     }
 
+    /// Sets the hook a synchronous drain (`stop`, destroy) calls between transport polls once
+    /// [`DRAIN_SPIN_POLLS`] have spun and [`DRAIN_RELAX_POLLS`] have called the relax hook:
+    /// `park(ns)` should block the calling thread for about `ns` nanoseconds (a std platform
+    /// passes a `std::thread::sleep` wrapper). The parks back off from
+    /// [`DRAIN_PARK_FIRST_NS`], doubling up to [`DRAIN_PARK_MAX_NS`], and none goes past the
+    /// teardown's deadline. Without a hook (the default: `proxy-core` has no sleep) the drain
+    /// keeps calling the relax hook. The stepped teardown ([`Comm::stop_step`]) never parks.
+    pub fn set_drain_park(&mut self, park: fn(u64)) {
+        self.park = Some(park);
+    }
+
     /// Applies a requested abort once: the comm fails with the abort's status and every
-    /// stream is stopped (cancel + drain, one teardown budget). Returns the status while the
+    /// stream's teardown begins (cancel, one bounded step of the drain, one teardown budget). Returns the status while the
     /// comm is aborted (`None` when it is not).
     fn check_abort(&mut self) -> Option<NrtStatus> {
         let status = self.abort.aborted()?;
@@ -263,8 +288,12 @@ impl Comm {
             if self.fatal.is_none() {
                 self.fatal = Some(status);
             }
+            // One bounded step of each stream's teardown, never a blocking drain: the caller
+            // may be a driver's tick. What is still pending is finished by the stepped stops
+            // of the task that ends (or a stop, or destroy).
             for s in 0..NUM_STREAMS as u32 {
-                let _ = self.stop(s);
+                let mut done = false;
+                let _ = self.stop_step(s, &mut done);
             }
         }
         Some(status)
@@ -388,7 +417,8 @@ impl Comm {
     /// * `Invalid` for stream ≥ 4, `bb == u32::MAX`, an empty op FIFO, FIFO lengths that differ
     ///   from the ops' entry counts, `net_op_idx` out of range, a wrong or unknown mark, a peer
     ///   ≥ nranks, a size that is not a multiple of `data_type_sz` or is above the transport's
-    ///   maximum, a missing or unregistered address (the log line names the range);
+    ///   maximum, a missing or unregistered address (the log line names the range), or a
+    ///   stream whose stepped teardown ([`Comm::stop_step`]) is under way;
     /// * `Resource` when a pool block cannot be allocated.
     ///
     /// A rejected call files nothing.
@@ -409,12 +439,13 @@ impl Comm {
             );
             return Err(e);
         }
-        self.teardown = None;
+        self.end_teardown();
         if let Some(e) = self.fatal {
             log::error!("start on failed comm {} rejected: {e}", self.config.comm_id);
             return Err(e);
         }
         let s = check_stream(stream)?;
+        self.refuse_if_closing(s, "start")?;
         // The scratch leaves `self` for the call (a move, no allocation) and always comes back.
         let mut place = core::mem::take(&mut self.start_scratch);
         let r = self.start_with(s, stream, bb, ops, src, dst, &mut place);
@@ -518,6 +549,7 @@ impl Comm {
             return Err(e);
         }
         let s = check_stream(stream)?;
+        self.refuse_if_closing(s, "start_scripted")?;
         if bb == BB_NONE || scripts.is_empty() || self.transport.scripts().is_none() {
             reject!(
                 "start_scripted: block {bb:#x} / {} scripts on transport {}",
@@ -595,7 +627,10 @@ impl Comm {
     /// Stream teardown: cancels the requests of ops in flight, polls the transport until each
     /// reports completion or cancellation (at most the drain limit), then returns every op of
     /// the stream (active, filed, being built) to the pool and sets current and pending blocks
-    /// to none. Works on a failed comm. The stream is then empty and reusable.
+    /// to none. Works on a failed comm, and on a stream whose stepped teardown
+    /// ([`Comm::stop_step`]) is under way (it finishes it). The stream is then empty and
+    /// reusable: when `stop` returns, the transport touches none of the stream's buffers any
+    /// more (or the requests that might were orphaned, `Timeout`).
     ///
     /// # Errors
     /// * `Invalid` for stream ≥ 4;
@@ -609,15 +644,61 @@ impl Comm {
     /// tests its requests, spinning between polls for [`DRAIN_SPIN_POLLS`] polls, then calling
     /// the relax hook ([`Comm::set_drain_relax`]) between them; once the budget is spent, a
     /// later drain of the same teardown makes one pass and leaves what is still pending with
-    /// the transport (orphans, drained again at destroy). So a comm leaving its queue stalls
-    /// the other comms of the group (the tick that closes its tasks) for at most one drain
-    /// limit, whatever the number of streams.
+    /// the transport (orphans, drained again at destroy). A synchronous teardown of up to four
+    /// streams therefore blocks its caller for at most one drain limit; the driver does not
+    /// call it on its tick when the seam has the stepped form (it steps [`Comm::stop_step`]
+    /// instead, docs/design.md §3).
     ///
     /// Seed: `neuronStopNetworkProxy` (nccom:0x487d0), §4; docs/design.md §3.
     pub fn stop(&mut self, stream: u32) -> Result<(), NrtStatus> {
         let s = check_stream(stream)?;
         // The next progress call starts a new round (docs/design.md §8).
         self.round_last_stream = BB_NONE;
+        self.begin_stop(s, stream);
+        self.drain_stream(s, stream, None)
+    }
+
+    /// One bounded, non-blocking step of a stream teardown (the stepped form of
+    /// [`Comm::stop`], for a driver that must not block its tick): the first call cancels
+    /// the requests of the ops in flight and takes the stream's ops off it (ops without a
+    /// request go back to the pool at once; ops with one are held out of the pool); every call
+    /// then polls the transport at most [`STOP_STEP_POLLS`] times (spinning between polls,
+    /// never calling the relax hook) and tests the cancelled requests. `done` is set to `true`
+    /// once every cancelled request is confirmed (the held ops are then back in the pool and
+    /// the stream is empty and reusable, as after `stop`), `false` while some are pending:
+    /// call again (on a later tick). While a stepped teardown is under way, `start` and
+    /// `progress` on the stream are refused (`Invalid`); `stop` finishes it synchronously
+    /// (destroy does).
+    ///
+    /// # Errors
+    /// * `Invalid` for stream ≥ 4 (`done` is set: there is nothing to tear down);
+    /// * `Timeout` (`done` set) when the teardown's budget (`drain_limit_ns`,
+    ///   `drain_max_polls`, shared with the other streams' teardown as for `stop`) is spent:
+    ///   the unconfirmed requests become orphans (left with the transport until destroy), the
+    ///   held ops go back to the pool and the comm is failed with `Timeout`.
+    ///
+    /// **Bounded**: one call makes at most [`STOP_STEP_POLLS`] polls; a teardown answers
+    /// `done` within one drain budget of its first call (in time and in polls), however often
+    /// it is called.
+    ///
+    /// Seed: none (the seed's stop is synchronous); docs/design.md §3 ("Stepped teardown").
+    pub fn stop_step(&mut self, stream: u32, done: &mut bool) -> Result<(), NrtStatus> {
+        *done = true;
+        let s = check_stream(stream)?;
+        self.round_last_stream = BB_NONE;
+        if !self.streams[s].closing {
+            self.begin_stop(s, stream);
+        }
+        let r = self.drain_stream(s, stream, Some(STOP_STEP_POLLS));
+        *done = !self.streams[s].closing;
+        r
+    }
+
+    /// The first half of a teardown of stream `s`: logs the comm's state when ops were still
+    /// active, cancels every outstanding request of the active ops (into the stream's
+    /// `closing_reqs`), holds the ops that had requests on `closing_ops`, returns every other
+    /// op of the stream to the pool, clears the block map and marks the stream closing.
+    fn begin_stop(&mut self, s: usize, stream: u32) {
         let comm_id = self.config.comm_id;
         // A stream torn down with ops still active (task failure, timeout, a comm leaving):
         // log the comm's state, every block and op, for the post-mortem (docs/design.md §6).
@@ -628,51 +709,102 @@ impl Comm {
                 "stop: comm {comm_id} stream {stream} torn down with active ops; state:\n{dump}"
             );
         }
-        // Cancel every outstanding request of the active ops (into reused scratch).
-        let mut pending = core::mem::take(&mut self.drain_scratch);
-        pending.clear();
-        for opp in self.streams[s].active.iter() {
-            // SAFETY: ops on `active` are live; no other reference to them exists here.
+        let st = &mut self.streams[s];
+        st.closing = true;
+        // Requests of an earlier step of this teardown were cancelled then.
+        let first = st.closing_reqs.len();
+        // Cancel every outstanding request of the active ops (into the kept vector); an op
+        // that had one is held until its requests are confirmed.
+        let mut all = OpList::new();
+        all.append(&mut st.active);
+        let mut rest = OpList::new();
+        while let Some(opp) = all.pop_front() {
+            // SAFETY: `opp` is a live op of this stream, just unlinked; no other reference.
             let op = unsafe { &mut *opp };
+            let mut had = false;
             if let Some(t) = op.tracker_mut() {
                 while let Some(r) = t.pop_front() {
-                    pending.push(r.id);
+                    st.closing_reqs.push(r.id);
+                    had = true;
+                }
+            }
+            // SAFETY: `opp` is live and on no list.
+            unsafe {
+                if had {
+                    st.closing_ops.push_back(opp);
+                } else {
+                    rest.push_back(opp);
                 }
             }
         }
-        for &id in &pending {
+        rest.append(&mut st.next_ops);
+        for files in st.blocks.values_mut() {
+            rest.append(&mut files.ops);
+        }
+        StreamState::release_list(&mut st.pool, &mut rest);
+        st.blocks.clear();
+        st.current_bb = BB_NONE;
+        st.pending_bb = BB_NONE;
+        for &id in &st.closing_reqs[first..] {
             if let Err(e) = self.transport.cancel(id) {
                 log::warn!(
                     "stop: comm {comm_id} stream {stream}: cancel of request {id} failed: {e}"
                 );
             }
         }
-        let result = self.drain(&mut pending, "stop: stream", Some(stream));
-        self.drain_scratch = pending;
-        // Everything back to the pool.
+    }
+
+    /// The second half of a teardown of stream `s`: drains its cancelled requests (`step`:
+    /// at most that many polls, else until confirmed or the budget is spent). Once none is
+    /// pending (confirmed, or orphaned at the limit) the held ops go back to the pool and the
+    /// stream is no longer closing.
+    fn drain_stream(&mut self, s: usize, stream: u32, step: Option<u64>) -> Result<(), NrtStatus> {
+        let mut pending = core::mem::take(&mut self.streams[s].closing_reqs);
+        let result = self.drain(&mut pending, "stop: stream", Some(stream), step);
         let st = &mut self.streams[s];
-        let mut all = OpList::new();
-        all.append(&mut st.active);
-        all.append(&mut st.next_ops);
-        for files in st.blocks.values_mut() {
-            all.append(&mut files.ops);
+        st.closing_reqs = pending;
+        if st.closing_reqs.is_empty() {
+            StreamState::release_list(&mut st.pool, &mut st.closing_ops);
+            st.closing = false;
         }
-        StreamState::release_list(&mut st.pool, &mut all);
-        st.blocks.clear();
-        st.current_bb = BB_NONE;
-        st.pending_bb = BB_NONE;
         result
+    }
+
+    /// `Invalid` (logged) while a stepped teardown of stream `s` is under way: its cancelled
+    /// requests may still touch buffers a new block could name.
+    fn refuse_if_closing(&self, s: usize, what: &str) -> Result<(), NrtStatus> {
+        let st = &self.streams[s];
+        if st.closing {
+            reject!(
+                "{what} on comm {} stream {s} refused: its teardown is under way ({} cancelled \
+                 requests not confirmed)",
+                self.config.comm_id,
+                st.closing_reqs.len()
+            );
+        }
+        Ok(())
+    }
+
+    /// Ends the teardown budget (a `start` or `progress` call), unless a stepped teardown is
+    /// still under way on some stream: its budget runs on until it is done.
+    fn end_teardown(&mut self) {
+        if self.streams.iter().all(|st| !st.closing) {
+            self.teardown = None;
+        }
     }
 
     /// Tests `pending` until each reports finished or failed, within the teardown's budget
     /// (see [`Comm::stop`]): spin between polls for [`DRAIN_SPIN_POLLS`] polls, then call the
-    /// relax hook between them. `what` and `stream` name the caller in the log line (no
-    /// string is built on the way).
+    /// relax hook between them for [`DRAIN_RELAX_POLLS`], then park with a growing timeout
+    /// when the platform gave a park hook ([`Comm::set_drain_park`]), else relax on. With `step`, returns `Ok` after that many polls with requests
+    /// still pending (and never calls the relax hook). `what` and `stream` name the caller in
+    /// the log line (no string is built on the way).
     fn drain(
         &mut self,
         pending: &mut Vec<RequestId>,
         what: &str,
         stream: Option<u32>,
+        step: Option<u64>,
     ) -> Result<(), NrtStatus> {
         if pending.is_empty() {
             return Ok(());
@@ -686,6 +818,7 @@ impl Comm {
             )
         });
         let mut polls = 0u64;
+        let mut park_ns = DRAIN_PARK_FIRST_NS;
         let result = loop {
             let _ = self.transport.poll();
             let transport = &mut self.transport;
@@ -715,12 +848,23 @@ impl Comm {
                 self.fail(NrtStatus::Timeout);
                 break Err(NrtStatus::Timeout);
             }
-            // Back off: spin a little (a cancel is usually confirmed at once), then let the
-            // platform give the CPU away between polls.
-            if polls < DRAIN_SPIN_POLLS {
-                spin_loop();
-            } else {
-                (self.relax)();
+            match step {
+                // A step of a stepped teardown: a few polls, spinning between them, never
+                // giving the CPU away (the caller's tick goes on to the other comms).
+                Some(n) if polls >= n => break Ok(()),
+                Some(_) => spin_loop(),
+                // Back off: spin a little (a cancel is usually confirmed at once), then let
+                // the platform give the CPU away between polls.
+                None if polls < DRAIN_SPIN_POLLS => spin_loop(),
+                None => match self.park {
+                    Some(park) if polls >= DRAIN_SPIN_POLLS + DRAIN_RELAX_POLLS => {
+                        // Never past the deadline (checked above: now <= deadline).
+                        let left = deadline.saturating_sub(self.clock.now_ns());
+                        park(park_ns.min(left).max(1));
+                        park_ns = (park_ns * 2).min(DRAIN_PARK_MAX_NS);
+                    }
+                    _ => (self.relax)(),
+                },
             }
         };
         self.teardown = Some((deadline, polls_left));
@@ -740,7 +884,12 @@ impl Drop for Comm {
         }
         if !self.orphans.is_empty() {
             let mut orphans = core::mem::take(&mut self.orphans);
-            let _ = self.drain(&mut orphans, "destroy: requests stop left behind", None);
+            let _ = self.drain(
+                &mut orphans,
+                "destroy: requests stop left behind",
+                None,
+                None,
+            );
             if !orphans.is_empty() {
                 log::error!(
                     "destroy: comm {}: {} requests still with the transport at close",

@@ -125,7 +125,9 @@ impl core::ops::Index<&u32> for BlockMap {
 /// One stream's op-FIFO: three lists plus the deferred-by-basic-block map.
 ///
 /// Invariant: every op of the stream's pool blocks is on exactly one of `pool`, `next_ops`,
-/// `active`, or one `blocks[bb].ops`; ops on `active` all have `basic_block_id == current_bb`.
+/// `active`, `closing_ops`, or one `blocks[bb].ops`; ops on `active` all have
+/// `basic_block_id == current_bb`; `closing_ops` and `closing_reqs` are empty unless
+/// `closing`.
 ///
 /// Seed: `ncclProxyState` (192 B), §4.
 #[derive(Debug)]
@@ -144,6 +146,15 @@ pub struct StreamState {
     pub(super) current_bb: u32,
     /// Block to load when `active` drains, or [`BB_NONE`] (`pending_basic_block_id`, +176).
     pub(super) pending_bb: u32,
+    /// `true` from the first call of a stepped teardown ([`Comm::stop_step`]) until its
+    /// cancelled requests are confirmed (or orphaned at the drain limit): `start` and
+    /// `progress` on the stream are refused meanwhile.
+    pub(super) closing: bool,
+    /// The cancelled requests of the teardown under way, not confirmed yet (kept, cleared,
+    /// between teardowns).
+    pub(super) closing_reqs: Vec<RequestId>,
+    /// The ops those requests belonged to: out of the pool until the requests are confirmed.
+    pub(super) closing_ops: OpList,
 }
 
 impl StreamState {
@@ -156,7 +167,25 @@ impl StreamState {
             blocks: BlockMap::default(),
             current_bb: BB_NONE,
             pending_bb: BB_NONE,
+            closing: false,
+            closing_reqs: Vec::new(),
+            closing_ops: OpList::new(),
         }
+    }
+
+    /// `true` while a stepped teardown of the stream is under way ([`Comm::stop_step`]).
+    pub fn closing(&self) -> bool {
+        self.closing
+    }
+
+    /// Cancelled requests of the teardown under way that the transport has not confirmed.
+    pub fn closing_requests(&self) -> usize {
+        self.closing_reqs.len()
+    }
+
+    /// Ops held out of the pool until their cancelled requests are confirmed.
+    pub fn closing_ops(&self) -> u32 {
+        self.closing_ops.len()
     }
 
     /// Ops in the stream's pool blocks (128 per block).
@@ -256,6 +285,7 @@ impl Drop for StreamState {
         let mut all = OpList::new();
         all.append(&mut self.active);
         all.append(&mut self.next_ops);
+        all.append(&mut self.closing_ops);
         for b in self.blocks.values_mut() {
             all.append(&mut b.ops);
         }
@@ -273,5 +303,52 @@ impl Drop for StreamState {
             // no list refers to its ops any more.
             unsafe { dealloc(block.as_ptr() as *mut u8, Layout::new::<PoolBlock>()) };
         }
+    }
+}
+
+impl Comm {
+    /// Requests left with the transport by a teardown that passed its drain limit (drained
+    /// again, once, at destroy).
+    pub fn orphan_count(&self) -> usize {
+        self.orphans.len()
+    }
+
+    /// Gives the first active op of `stream` (else the first op filed under `bb`) the
+    /// outstanding requests `ids`, as if it had posted them: a teardown then cancels them and
+    /// waits for the transport to confirm each. Test scaffolding (`cfg(test)` or feature
+    /// `testing`).
+    ///
+    /// # Errors
+    /// `Invalid` when the stream is out of range or has no such op, or its tracker is full.
+    #[cfg(any(test, feature = "testing"))]
+    pub fn track_test_requests(
+        &mut self,
+        stream: u32,
+        bb: u32,
+        ids: &[RequestId],
+    ) -> Result<(), NrtStatus> {
+        let s = check_stream(stream)?;
+        let st = &mut self.streams[s];
+        let opp = match st.active.iter().next() {
+            Some(op) => op,
+            None => match st.blocks.get(&bb).and_then(|f| f.ops.iter().next()) {
+                Some(op) => op,
+                None => return Err(NrtStatus::Invalid),
+            },
+        };
+        // SAFETY: ops on the stream's lists are live; `&mut self` makes this the only access.
+        let op = unsafe { &mut *opp };
+        if op.tracker().is_none() {
+            op.alloc_request()?;
+        }
+        let t = op.tracker_mut().ok_or(NrtStatus::Invalid)?;
+        for &id in ids {
+            t.push(crate::progress::op::TrackedRequest {
+                id,
+                ..Default::default()
+            })
+            .map_err(|_| NrtStatus::Invalid)?;
+        }
+        Ok(())
     }
 }

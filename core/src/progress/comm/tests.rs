@@ -1026,7 +1026,7 @@ fn one_teardown_of_four_streams_waits_for_at_most_one_drain_budget() {
     let mut results = Vec::new();
     for s in 0..4u32 {
         let mut pending = vec![100 + u64::from(s)];
-        results.push(c.drain(&mut pending, "test: stream", Some(s)));
+        results.push(c.drain(&mut pending, "test: stream", Some(s), None));
         assert!(
             pending.is_empty(),
             "the undrained request moved to the orphans"
@@ -1053,7 +1053,10 @@ fn one_teardown_of_four_streams_waits_for_at_most_one_drain_budget() {
         "the comm failed"
     );
     let mut pending = vec![200];
-    assert_eq!(c.drain(&mut pending, "test", None), Err(NrtStatus::Timeout));
+    assert_eq!(
+        c.drain(&mut pending, "test", None, None),
+        Err(NrtStatus::Timeout)
+    );
     assert_eq!(n(&polls), 203);
     // Destroy: its own budget for the five orphans, then close, once.
     drop(c);
@@ -1122,4 +1125,181 @@ fn abort_from_another_thread_is_applied_at_the_next_progress_and_destroy_is_clea
         1,
         "closed once"
     );
+}
+
+// ---------------------------------------------------------------- stepped teardown
+
+/// A comm over a [`SlowCancelTransport`] confirming after `confirm` polls, with `max_polls`
+/// as its drain budget, and its poll counter.
+fn slow_comm(confirm: u64, max_polls: u64) -> (Comm, PlainArc<crate::sync::AtomicU32>) {
+    use crate::progress::testing::SlowCancelTransport;
+    let t = SlowCancelTransport {
+        confirm_after_polls: confirm,
+        ..SlowCancelTransport::default()
+    };
+    let polls = t.polls.clone();
+    let mut cfg = CommConfig::new(0, 2, 7);
+    cfg.drain_max_polls = max_polls;
+    let c = Comm::new(
+        cfg,
+        Box::new(t),
+        PlainArc::new(RecordingDevice::default()),
+        PlainArc::new(NoClock),
+    )
+    .unwrap();
+    (c, polls)
+}
+
+/// Two scripted ops active on stream 0 (block 1), the first with two outstanding requests.
+fn two_active_ops_with_requests(c: &mut Comm) {
+    c.start_scripted(0, 1, &[after(100), after(100)]).unwrap();
+    assert_eq!(tick(c, 0, 1), (false, false));
+    c.track_test_requests(0, 1, &[11, 12]).unwrap();
+}
+
+fn step(c: &mut Comm, stream: u32) -> (Result<(), NrtStatus>, bool) {
+    let mut done = false;
+    let r = c.stop_step(stream, &mut done);
+    (r, done)
+}
+
+#[test]
+fn a_stepped_stop_holds_the_ops_until_the_cancels_are_confirmed() {
+    use crate::progress::comm::STOP_STEP_POLLS;
+    let (mut c, polls) = slow_comm(14, 1_000);
+    two_active_ops_with_requests(&mut c);
+    let cap = c.stream(0).capacity();
+    let before = u64::from(polls.load(crate::sync::Ordering::Relaxed));
+    // Step 1: cancels, holds the op with requests, frees the other, polls at most 4 times.
+    assert_eq!(step(&mut c, 0), (Ok(()), false));
+    let st = c.stream(0);
+    assert!(st.closing());
+    assert_eq!(st.closing_requests(), 2);
+    assert_eq!(st.closing_ops(), 1, "the op with requests is held");
+    assert_eq!(st.pool().len(), cap - 1, "the op without requests is free");
+    assert!(st.active().is_empty() && st.no_blocks_filed());
+    assert_eq!(
+        u64::from(polls.load(crate::sync::Ordering::Relaxed)) - before,
+        STOP_STEP_POLLS
+    );
+    // Meanwhile the stream takes no new block and no progress; other streams do.
+    assert_eq!(c.start_scripted(0, 2, &[after(1)]), Err(NrtStatus::Invalid));
+    let (mut idle, mut done) = (true, true);
+    assert_eq!(
+        c.progress(0, 1, &mut idle, &mut done),
+        Err(NrtStatus::Invalid)
+    );
+    assert_eq!(
+        c.fatal_error(),
+        None,
+        "a refused call does not fail the comm"
+    );
+    c.start_scripted(1, 1, &[after(1)]).unwrap();
+    assert_eq!(tick(&mut c, 1, 1), (false, true));
+    // Polls so far: 1 (the first progress), 4 (step 1), 1 (stream 1's round). Step 2 (polls
+    // 7..10) finds them pending, step 3 sees them confirmed at the 14th poll overall.
+    assert_eq!(polls.load(crate::sync::Ordering::Relaxed), 6);
+    let mut steps = 1;
+    loop {
+        steps += 1;
+        if step(&mut c, 0).1 {
+            break;
+        }
+        assert!(steps < 10, "bounded");
+    }
+    assert_eq!(steps, 3);
+    assert_eq!(polls.load(crate::sync::Ordering::Relaxed), 14);
+    let st = c.stream(0);
+    assert!(!st.closing());
+    assert_eq!(st.closing_ops(), 0);
+    assert_eq!(
+        st.pool().len(),
+        cap,
+        "every op back in the pool once confirmed"
+    );
+    assert_eq!(c.orphan_count(), 0);
+    assert_eq!(c.fatal_error(), None);
+    // The stream is reusable; a step on an empty stream is done at once, polling nothing.
+    assert_eq!(step(&mut c, 0), (Ok(()), true));
+    assert_eq!(polls.load(crate::sync::Ordering::Relaxed), 14);
+    c.start_scripted(0, 2, &[after(1)]).unwrap();
+}
+
+#[test]
+fn a_stepped_stop_at_the_drain_limit_orphans_and_fails_with_timeout() {
+    let (mut c, polls) = slow_comm(u64::MAX, 10);
+    two_active_ops_with_requests(&mut c);
+    let cap = c.stream(0).capacity();
+    let base = polls.load(crate::sync::Ordering::Relaxed);
+    assert_eq!(step(&mut c, 0), (Ok(()), false));
+    assert_eq!(step(&mut c, 0), (Ok(()), false));
+    // The budget of 10 polls runs out in the third step.
+    assert_eq!(step(&mut c, 0), (Err(NrtStatus::Timeout), true));
+    assert_eq!(polls.load(crate::sync::Ordering::Relaxed) - base, 10);
+    assert_eq!(c.fatal_error(), Some(NrtStatus::Timeout));
+    assert_eq!(c.orphan_count(), 2);
+    let st = c.stream(0);
+    assert!(!st.closing());
+    assert_eq!(st.pool().len(), cap);
+}
+
+#[test]
+fn the_synchronous_stop_finishes_a_stepped_teardown_and_destroy_drains_one() {
+    let (mut c, polls) = slow_comm(30, 1_000);
+    two_active_ops_with_requests(&mut c);
+    c.start_scripted(2, 1, &[after(100)]).unwrap();
+    assert_eq!(tick(&mut c, 2, 1), (false, false));
+    c.track_test_requests(2, 1, &[21]).unwrap();
+    assert_eq!(step(&mut c, 0), (Ok(()), false));
+    assert_eq!(step(&mut c, 2), (Ok(()), false));
+    // stop drains before it returns (the C ABI's contract).
+    assert_eq!(c.stop(0), Ok(()));
+    assert!(polls.load(crate::sync::Ordering::Relaxed) >= 30);
+    assert!(!c.stream(0).closing());
+    assert_eq!(c.stream(0).pool().len(), c.stream(0).capacity());
+    // Stream 2 is still closing (its requests were confirmed by the polls of stream 0's
+    // drain, but no step has tested them yet); destroy finishes it.
+    assert!(c.stream(2).closing());
+    drop(c);
+}
+
+static PARKS: crate::sync::AtomicU32 = crate::sync::AtomicU32::new(0);
+static PARKED_NS: crate::sync::AtomicU32 = crate::sync::AtomicU32::new(0);
+
+fn count_park(ns: u64) {
+    PARKS.fetch_add(1, crate::sync::Ordering::Relaxed);
+    PARKED_NS.fetch_max(ns as u32, crate::sync::Ordering::Relaxed);
+}
+
+#[test]
+fn a_synchronous_drain_spins_then_relaxes_then_parks_with_backoff() {
+    use crate::progress::comm::{
+        DRAIN_PARK_FIRST_NS, DRAIN_PARK_MAX_NS, DRAIN_RELAX_POLLS, DRAIN_SPIN_POLLS,
+    };
+    let budget = DRAIN_SPIN_POLLS + DRAIN_RELAX_POLLS + 20;
+    let (mut c, _polls, _closes) = drain_comm(true, budget);
+    c.set_drain_park(count_park);
+    let mut pending = vec![7];
+    assert_eq!(
+        c.drain(&mut pending, "test", None, None),
+        Err(NrtStatus::Timeout)
+    );
+    // Polls 1..=64 spin, 65..=1088 relax; from poll 1088 on each poll but the budget's last
+    // (1108) is followed by a park: 20 parks.
+    assert_eq!(PARKS.load(crate::sync::Ordering::Relaxed), 20);
+    // 10 us doubling: 10, 20, 40, ... capped at 1 ms.
+    assert_eq!(DRAIN_PARK_FIRST_NS << 6, 640_000);
+    assert_eq!(
+        u64::from(PARKED_NS.load(crate::sync::Ordering::Relaxed)),
+        DRAIN_PARK_MAX_NS
+    );
+    // The stepped teardown never parks.
+    let (mut c, _polls) = slow_comm(u64::MAX, 1_000);
+    c.set_drain_park(count_park);
+    two_active_ops_with_requests(&mut c);
+    for _ in 0..100 {
+        let mut done = false;
+        let _ = c.stop_step(0, &mut done);
+    }
+    assert_eq!(PARKS.load(crate::sync::Ordering::Relaxed), 20);
 }

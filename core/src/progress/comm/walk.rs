@@ -24,7 +24,8 @@ impl Comm {
     /// (docs/design.md §8).
     ///
     /// # Errors
-    /// * `Invalid` for stream ≥ 4 (the comm is not failed by it);
+    /// * `Invalid` for stream ≥ 4, or while the stream's stepped teardown
+    ///   ([`Comm::stop_step`]) is under way (the comm is not failed by either);
     /// * the abort's status once the comm was aborted ([`Comm::abort_handle`]): the first
     ///   such call applies the abort (every stream stopped);
     /// * `NetworkProxyFailure` when the comm has failed, now or earlier (sticky): a transport
@@ -43,8 +44,10 @@ impl Comm {
         if let Some(status) = self.check_abort() {
             return Err(status);
         }
-        // Not a teardown any more: the next stop starts a new drain budget.
-        self.teardown = None;
+        self.refuse_if_closing(s, "progress")?;
+        // Not a teardown any more: the next stop starts a new drain budget (unless a stepped
+        // teardown is still under way on another stream).
+        self.end_teardown();
         if self.fatal.is_some() {
             return Err(NrtStatus::NetworkProxyFailure);
         }
