@@ -4,7 +4,8 @@
 //! over an in-memory group, created with `NCCOM_COMM_CHECK_ADDRESSES` and one registered arena
 //! that this target owns, between two unregistered guard zones.
 //!
-//! Addresses are inside the arena, just before or past it (in a guard zone), NULL or wild. The
+//! Most inputs are shaped (counts, marks, sizes, flags in range; FIFOs built from the ops), so
+//! that the addresses decide. Addresses are inside the arena, just before or past it (in a guard zone), NULL or wild. The
 //! properties (a panic is a crash to libFuzzer):
 //! * a call that names memory outside the arena (a host word of a side with entries, a buffer
 //!   of non-zero size) returns an error, and a rejected call files nothing (progress on the
@@ -43,7 +44,7 @@ enum Addr {
     Wild(u64),
 }
 
-#[derive(Arbitrary, Debug)]
+#[derive(Arbitrary, Clone, Debug)]
 struct OpIn {
     send_peer: i8,
     recv_peer: i8,
@@ -58,7 +59,7 @@ struct OpIn {
     words: [Addr; 6],
 }
 
-#[derive(Arbitrary, Debug)]
+#[derive(Arbitrary, Clone, Debug)]
 struct EntryIn {
     op: u8,
     mark: u8,
@@ -77,6 +78,56 @@ struct Input {
     src: Vec<EntryIn>,
     dst: Vec<EntryIn>,
     rounds: u8,
+    /// Shape the call: fields that validation checks one by one are brought into range and
+    /// the FIFOs are built from the ops' entry counts with the right marks, so that the
+    /// addresses (still as drawn) decide; else every field stays as drawn.
+    shape: bool,
+}
+
+/// Brings `inp`'s fields into range and rebuilds its FIFOs from the ops' entry counts (marks
+/// right, entries taken in turn from the drawn ones); the addresses stay as drawn.
+fn shape(inp: &Input) -> (Vec<OpIn>, Vec<EntryIn>, Vec<EntryIn>) {
+    let mut ops: Vec<OpIn> = inp.ops.iter().take(8).cloned().collect();
+    let (mut src, mut dst) = (Vec::new(), Vec::new());
+    for (k, o) in ops.iter_mut().enumerate() {
+        o.data_type_sz = [1, 2, 4, 8][usize::from(o.data_type_sz % 4)];
+        o.tag %= 1 << 14;
+        o.reserved = [0; 2];
+        o.flags = (o.flags.0 % 2, o.flags.1 % 2);
+        o.credits.0 %= 129;
+        o.send_peer = o.send_peer.rem_euclid(2);
+        o.recv_peer = o.recv_peer.rem_euclid(2);
+        o.tx %= 5;
+        o.rx %= 5;
+        for (side, count, pool) in [(&mut src, o.tx, &inp.src), (&mut dst, o.rx, &inp.dst)] {
+            for j in 0..count {
+                let mut e = pool
+                    .get((k + usize::from(j)) % pool.len().max(1))
+                    .cloned()
+                    .unwrap_or(EntryIn {
+                        op: 0,
+                        mark: 0,
+                        addr: Addr::In(0),
+                        size: 0,
+                        huge: false,
+                        peer: -1,
+                        reserved: 0,
+                    });
+                e.op = k as u8;
+                e.mark = if j + 1 == count { 2 } else { 0 };
+                e.reserved = 0;
+                e.peer = e.peer.clamp(-1, 1);
+                e.huge = false;
+                if let Addr::In(off) = e.addr {
+                    let room = ARENA as u32 - off % ARENA as u32;
+                    e.size %= room + 1;
+                }
+                e.size = e.size / u32::from(o.data_type_sz) * u32::from(o.data_type_sz);
+                side.push(e);
+            }
+        }
+    }
+    (ops, src, dst)
 }
 
 unsafe extern "C" fn inc(addr: *mut NccomHostWord, val: u32) {
@@ -135,19 +186,32 @@ fuzz_target!(|inp: Input| {
     mem[..g].fill(CANARY);
     mem[n - g..].fill(CANARY);
     let base = mem.as_mut_ptr() as usize as u64 + GUARD as u64;
-    let resolve = |a: Addr| match a {
-        Addr::In(off) => base + u64::from(off) % ARENA as u64,
+    // Host words inside the arena are 4-aligned in shaped calls.
+    let align = if inp.shape { 4 } else { 1 };
+    let resolve_aligned = |a: Addr, align: u64| match a {
+        Addr::In(off) => base + u64::from(off) % ARENA as u64 / align * align,
         Addr::PastEnd(k) => base + ARENA as u64 + u64::from(k),
         Addr::Before(k) => base - u64::from(k.max(1)),
         Addr::Null => 0,
         Addr::Wild(w) => w,
     };
-    let inside =
-        |a: u64, len: u64| a >= base && a.checked_add(len).is_some_and(|e| e <= base + ARENA as u64);
+    let resolve = |a: Addr| resolve_aligned(a, 1);
+    let word = |a: Addr| resolve_aligned(a, align);
+    let (ops_in, src_in, dst_in) = if inp.shape {
+        shape(&inp)
+    } else {
+        (inp.ops.clone(), inp.src.clone(), inp.dst.clone())
+    };
+    let inside = |a: u64, len: u64| {
+        a >= base && a.checked_add(len).is_some_and(|e| e <= base + ARENA as u64)
+    };
 
     let mut group = ptr::null_mut();
     // SAFETY: `group` is a live local.
-    assert_eq!(unsafe { nccom_mem_group_create(2, &mut group) }, NRT_SUCCESS);
+    assert_eq!(
+        unsafe { nccom_mem_group_create(2, &mut group) },
+        NRT_SUCCESS
+    );
     let comms = [create(0, group), create(1, group)];
     for &c in &comms {
         // SAFETY: the arena lives until after both comms are destroyed (below); its words are
@@ -158,8 +222,7 @@ fuzz_target!(|inp: Input| {
         assert_eq!(s, NRT_SUCCESS);
     }
 
-    let ops: Vec<NetOpInfo> = inp
-        .ops
+    let ops: Vec<NetOpInfo> = ops_in
         .iter()
         .take(8)
         .map(|o| NetOpInfo {
@@ -175,12 +238,12 @@ fuzz_target!(|inp: Input| {
             early_recv_posting: o.flags.1 % 3,
             reserved: o.reserved,
             data_type_sz: u32::from(o.data_type_sz % 10),
-            post_send_idx_addr: resolve(o.words[0]),
-            post_recv_idx_addr: resolve(o.words[1]),
-            send_handshake_sem_addr: resolve(o.words[2]),
-            send_complete_sem_addr: resolve(o.words[3]),
-            recv_handshake_sem_addr: resolve(o.words[4]),
-            recv_complete_sem_addr: resolve(o.words[5]),
+            post_send_idx_addr: word(o.words[0]),
+            post_recv_idx_addr: word(o.words[1]),
+            send_handshake_sem_addr: word(o.words[2]),
+            send_complete_sem_addr: word(o.words[3]),
+            recv_handshake_sem_addr: word(o.words[4]),
+            recv_complete_sem_addr: word(o.words[5]),
         })
         .collect();
     let size = |e: &EntryIn| {
@@ -190,10 +253,9 @@ fuzz_target!(|inp: Input| {
             u64::from(e.size) % (ARENA as u64 + 1)
         }
     };
-    let src: Vec<NetSrcAddr> = inp
-        .src
+    let src: Vec<NetSrcAddr> = src_in
         .iter()
-        .take(16)
+        .take(40)
         .map(|e| NetSrcAddr {
             net_op_idx: u32::from(e.op % 10),
             mark: u32::from(e.mark % 5),
@@ -203,10 +265,9 @@ fuzz_target!(|inp: Input| {
             reserved: u32::from(e.reserved),
         })
         .collect();
-    let dst: Vec<NetDestAddr> = inp
-        .dst
+    let dst: Vec<NetDestAddr> = dst_in
         .iter()
-        .take(16)
+        .take(40)
         .map(|e| NetDestAddr {
             net_op_idx: u32::from(e.op % 10),
             mark: u32::from(e.mark % 5),
@@ -262,11 +323,18 @@ fuzz_target!(|inp: Input| {
         )
     };
     if outside {
-        assert_ne!(s, NRT_SUCCESS, "a call naming memory outside the arena was accepted");
+        assert_ne!(
+            s, NRT_SUCCESS,
+            "a call naming memory outside the arena was accepted"
+        );
     }
     let (pstream, pbb) = (stream.min(3), if bb == NCCOM_BB_NONE { 0 } else { bb });
     if s != NRT_SUCCESS {
-        assert_eq!(progress(c, pstream, pbb), Ok((true, true)), "a rejected call filed something");
+        assert_eq!(
+            progress(c, pstream, pbb),
+            Ok((true, true)),
+            "a rejected call filed something"
+        );
     } else {
         for _ in 0..inp.rounds % 16 {
             // Any status: a bad combination of valid fields may fail the comm here.
