@@ -12,8 +12,9 @@
 //! * a call that names a range outside the registered arena (a host word of an op with entries
 //!   on that side, or a buffer of non-zero size) is rejected, and a rejected call files
 //!   nothing (the stream then reports idle and done, and the op count does not move);
-//! * whatever was accepted, `progress` never panics, `stop` succeeds and leaves the stream idle
-//!   and done;
+//! * whatever was accepted, `progress` (with the device played between rounds: host indices
+//!   ready, then every entry posted once the handshake is seen, so bytes move) never panics,
+//!   `stop` succeeds and leaves the stream idle and done;
 //! * nothing outside the arena is written (the guard zones keep their pattern), and under Miri
 //!   nothing outside the test's allocations is touched at all.
 //!
@@ -22,6 +23,7 @@
 
 #![cfg(not(loom))]
 
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
 use proptest::prelude::*;
@@ -297,6 +299,42 @@ fn shape(inp: &Input) -> (Vec<OpIn>, Vec<EntryIn>, Vec<EntryIn>) {
     (ops, src, dst)
 }
 
+/// One step of the device for every op of an accepted call: a side's host index reads
+/// `0xFFFF_FFFF` (ready) until its handshake semaphore has been raised, then the side's entry
+/// count (every entry posted), so that accepted calls move bytes. Words may alias each other
+/// and the buffers (drawn freely): whatever the device writes stays in the arena.
+fn play_device(ops: &[NetOpInfo]) {
+    let word = |a: u64| {
+        // SAFETY: only called for accepted calls, whose host words of the sides with entries
+        // lie 4-aligned in the registered arena, alive for the whole case; every access to
+        // them is atomic.
+        unsafe { &*(a as usize as *const AtomicU32) }
+    };
+    for o in ops {
+        for (count, idx, hs) in [
+            (
+                o.tx_entry_cnt,
+                o.post_send_idx_addr,
+                o.send_handshake_sem_addr,
+            ),
+            (
+                o.rx_entry_cnt,
+                o.post_recv_idx_addr,
+                o.recv_handshake_sem_addr,
+            ),
+        ] {
+            if count > 0 {
+                let v = if word(hs).load(Ordering::Acquire) >= 1 {
+                    count
+                } else {
+                    u32::MAX
+                };
+                word(idx).store(v, Ordering::Release);
+            }
+        }
+    }
+}
+
 /// Runs one case; returns what the property says about it (an error string when broken).
 fn run(inp: &Input) -> Result<(), TestCaseError> {
     let mem = Memory::new();
@@ -398,6 +436,7 @@ fn run(inp: &Input) -> Result<(), TestCaseError> {
         }
         Ok(()) => {
             for _ in 0..inp.rounds {
+                play_device(&ops);
                 let (mut idle, mut done) = (true, true);
                 // Any status: a bad combination of valid fields may fail the comm here.
                 let _ = c.progress(stream, inp.bb, &mut idle, &mut done);
