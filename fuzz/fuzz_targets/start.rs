@@ -10,8 +10,9 @@
 //! * a call that names memory outside the arena (a host word of a side with entries, a buffer
 //!   of non-zero size) returns an error, and a rejected call files nothing (progress on the
 //!   stream reports idle and done);
-//! * after an accepted call, progress never crashes and stop succeeds; the stream is then idle
-//!   and done;
+//! * after an accepted call, progress (the device played between rounds: host indices ready,
+//!   then every entry posted once the handshake is seen, so bytes move) never crashes and stop
+//!   succeeds; the stream is then idle and done;
 //! * the guard zones keep their pattern (nothing outside the arena is written); a wild address
 //!   that is touched crashes the target (SIGSEGV, or AddressSanitizer under `cargo fuzz`).
 //!
@@ -179,6 +180,40 @@ fn progress(c: *mut NccomComm, stream: u32, bb: u32) -> Result<(bool, bool), NRT
     }
 }
 
+/// One device step for every op of an accepted call: a side's host index reads `0xFFFF_FFFF`
+/// (ready) until its handshake semaphore is raised, then its entry count (all posted), so that
+/// accepted calls move bytes (words may alias each other and the buffers: all in the arena).
+fn play_device(ops: &[NetOpInfo]) {
+    let word = |a: u64| {
+        // SAFETY: only called for accepted calls, whose host words of the sides with entries
+        // lie 4-aligned in the registered arena, alive for the whole run; accessed atomically.
+        unsafe { AtomicU32::from_ptr(a as usize as *mut u32) }
+    };
+    for o in ops {
+        for (count, idx, hs) in [
+            (
+                o.tx_entry_cnt,
+                o.post_send_idx_addr,
+                o.send_handshake_sem_addr,
+            ),
+            (
+                o.rx_entry_cnt,
+                o.post_recv_idx_addr,
+                o.recv_handshake_sem_addr,
+            ),
+        ] {
+            if count > 0 {
+                let v = if word(hs).load(Ordering::Acquire) >= 1 {
+                    count
+                } else {
+                    NCCOM_HOST_WORD_READY
+                };
+                word(idx).store(v, Ordering::Release);
+            }
+        }
+    }
+}
+
 fuzz_target!(|inp: Input| {
     let mut mem = vec![0u64; (2 * GUARD + ARENA) / 8];
     let g = GUARD / 8;
@@ -337,6 +372,7 @@ fuzz_target!(|inp: Input| {
         );
     } else {
         for _ in 0..inp.rounds % 16 {
+            play_device(&ops);
             // Any status: a bad combination of valid fields may fail the comm here.
             let _ = progress(c, pstream, bb);
             let _ = progress(comms[1], pstream, bb);
