@@ -132,7 +132,7 @@ fn pattern(cycle: u32, e: usize, i: usize) -> u8 {
 }
 
 fn cycle(i: u32) {
-    let complete = i % 2 == 0;
+    let complete = i.is_multiple_of(2);
     let words: Vec<Line> = (0..WORDS).map(|_| Line(AtomicU32::new(0))).collect();
     let src: Vec<Vec<u8>> = SIZES
         .iter()

@@ -197,7 +197,7 @@ fn args(i: u32, libfabric: bool) -> Args {
     let size = if libfabric { TCP_SIZE } else { SIZE }.to_string();
     let mut v = vec!["proxy-perf", "all-reduce", "--ranks", "2", "-b", &size];
     v.extend_from_slice(&["-e", &size]);
-    if (i / 2) % 2 == 0 {
+    if (i / 2).is_multiple_of(2) {
         v.extend_from_slice(&["--driver", "thread", "--device", "thread"]);
     } else {
         v.extend_from_slice(&["--driver", "caller", "--device", "polled"]);
