@@ -1433,12 +1433,22 @@ impl RankDevice {
     fn wait_unless(&mut self, give_up: &dyn Fn() -> bool) -> Result<(), DeviceError> {
         match &mut self.dev {
             DeviceKind::Thread(d) => {
+                // Spin, then yield, then nap between checks (the device thread needs the CPU
+                // more than this check does); the device's own timeout bounds the wait.
+                let mut checks = 0u32;
                 while !d.finished() {
                     if give_up() {
                         d.abort();
                         break;
                     }
-                    std::thread::yield_now();
+                    checks = checks.saturating_add(1);
+                    if checks < 64 {
+                        std::hint::spin_loop();
+                    } else if checks < 1024 {
+                        std::thread::yield_now();
+                    } else {
+                        std::thread::sleep(Duration::from_micros(20));
+                    }
                 }
                 d.wait()
             }
