@@ -365,6 +365,12 @@ impl DeviceThread {
         self.abort.store(true, Ordering::Release);
     }
 
+    /// `true` when the last launch has finished, well or not (it does not wait): then
+    /// [`DeviceThread::wait`] returns at once.
+    pub fn finished(&self) -> bool {
+        self.shared.finished.load(Ordering::Acquire) >= self.launched
+    }
+
     /// `true` when the last launch has finished with an error (whether or not
     /// [`DeviceThread::wait`] took the result; it does not wait).
     pub fn failed(&self) -> bool {

@@ -741,6 +741,18 @@ impl DriverEngine {
     pub fn ranks_per_proxy(&self) -> u32 {
         self.rpp
     }
+
+    /// The abort handles of the engine's in-process comms, one per rank in [`Engine::submit`]
+    /// order (a loaded library's comm has none and is left out). Any thread may call
+    /// [`AbortHandle::abort`](proxy_core::progress::abort::AbortHandle::abort) on them at any
+    /// time: every task of the comm then ends `NRT_CLOSED` at its next step (docs/design.md
+    /// §9, "Abort").
+    pub fn abort_handles(&self) -> Vec<proxy_core::progress::abort::AbortHandle> {
+        self.ranks
+            .iter()
+            .filter_map(|r| r.comm.abort_handle())
+            .collect()
+    }
 }
 
 fn host_words(addrs: &[u64]) -> Result<Vec<HostWord>, String> {

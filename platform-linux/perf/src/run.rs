@@ -28,6 +28,7 @@ use super::engine::{
 use proxy_bootstrap::SharedBootstrap;
 use proxy_core::driver::queue::DriveMode;
 use proxy_core::driver::wake::{ThreadPark, Waiter};
+use proxy_core::progress::abort::AbortHandle;
 use proxy_core::time::{Clock, MonotonicClock};
 use proxy_emulator::{DeviceError, DeviceThread, Fault, Job, PolledDevice, WaitPolicy};
 use proxy_runtime::hostmem::{HostMem, HostMemCallbacks, LINE};
@@ -663,6 +664,14 @@ impl World {
         self.modes
     }
 
+    /// The abort handles of this process's comms (in-process progress half only; none with
+    /// `--progress-lib`), for a caller that aborts a run from another thread (the soak test):
+    /// the run's tasks then end `NRT_CLOSED`, the running measurement returns an error and the
+    /// world runs nothing more; dropping it ends and frees everything.
+    pub fn abort_handles(&self) -> Vec<AbortHandle> {
+        self.engine.abort_handles()
+    }
+
     /// Ranks per proxy queue in effect (`--ranks-per-proxy`, else the environment, else in
     /// caller mode the local ranks spread over the CPUs).
     pub fn ranks_per_proxy(&self) -> u32 {
@@ -833,6 +842,7 @@ impl World {
         let pin = host_threads > 1 && host_threads <= cpus.len();
         let fixed = &self.fixed;
         let local = &self.local;
+        let aborts = self.engine.abort_handles();
         let ranks = self.engine.ranks_mut();
         let devices = &mut self.devices;
         let results: Vec<Result<Duration, String>> = std::thread::scope(|sc| {
@@ -850,6 +860,7 @@ impl World {
                         first_id,
                         timeout_ns,
                         spin,
+                        aborts: &aborts,
                     };
                     let start = &start;
                     let name = format!("rank-{}", local[g * per]);
@@ -1416,11 +1427,40 @@ impl RankDevice {
     /// Waits for the launched job to end (a polled device is polled to its end, bounded by
     /// its own no-progress timeout).
     fn wait(&mut self) -> Result<(), DeviceError> {
+        self.wait_unless(&|| false)
+    }
+
+    /// As [`RankDevice::wait`], but gives the device up ([`RankDevice::abort`]: the wait ends
+    /// with [`DeviceError::Aborted`]) as soon as `give_up` answers `true` while it has not
+    /// finished (checked between polls, or between yields while a device thread runs).
+    fn wait_unless(&mut self, give_up: &dyn Fn() -> bool) -> Result<(), DeviceError> {
         match &mut self.dev {
-            DeviceKind::Thread(d) => d.wait(),
+            DeviceKind::Thread(d) => {
+                // Spin, then yield, then nap between checks (the device thread needs the CPU
+                // more than this check does); the device's own timeout bounds the wait.
+                let mut checks = 0u32;
+                while !d.finished() {
+                    if give_up() {
+                        d.abort();
+                        break;
+                    }
+                    checks = checks.saturating_add(1);
+                    if checks < 64 {
+                        std::hint::spin_loop();
+                    } else if checks < 1024 {
+                        std::thread::yield_now();
+                    } else {
+                        std::thread::sleep(Duration::from_micros(20));
+                    }
+                }
+                d.wait()
+            }
             DeviceKind::Polled(d) => loop {
                 if let Some(r) = d.poll_once() {
                     break r;
+                }
+                if give_up() {
+                    d.abort();
                 }
                 std::thread::yield_now();
             },
@@ -1495,6 +1535,10 @@ struct GroupRun<'a> {
     first_id: u32,
     timeout_ns: Option<u64>,
     spin: Duration,
+    /// The abort handles of every local comm: a group's device may wait for words that another
+    /// group's tasks raise (the barrier leader raises every local rank's barrier-done
+    /// semaphore), which an aborted comm never does.
+    aborts: &'a [AbortHandle],
 }
 
 impl GroupRun<'_> {
@@ -1548,9 +1592,22 @@ impl GroupRun<'_> {
             devs.iter_mut().for_each(RankDevice::abort);
         }
         let mut device_err = None;
+        // A comm aborted while this group's tasks completed (by another thread, or another
+        // group's tasks ending with it) may leave this group's device waiting for a word an
+        // aborted task would have raised (the leader's barrier-done semaphore): the wait gives
+        // the device up then, and the execution fails with the abort.
+        let aborted = || self.aborts.iter().find_map(AbortHandle::aborted);
         for (k, dev) in devs.iter_mut().enumerate() {
-            match dev.wait() {
-                Ok(()) | Err(DeviceError::Aborted { .. }) => {}
+            match dev.wait_unless(&|| aborted().is_some()) {
+                Ok(()) => {}
+                Err(DeviceError::Aborted { .. }) => {
+                    if let (Ok(()), Some(s)) = (&drove, aborted()) {
+                        device_err.get_or_insert(format!(
+                            "local rank {}: the comm was aborted ({s}); its device was given up",
+                            self.first + k
+                        ));
+                    }
+                }
                 Err(e) => {
                     device_err.get_or_insert(format!("local rank {}: {e}", self.first + k));
                 }

@@ -286,9 +286,12 @@ impl SendShared {
     /// or (3), or finding that the sender took (4).
     ///
     /// # Safety
-    /// `dst` must be valid for writes of `dst_len` bytes, not accessed by anything else during
-    /// the call, and not overlap the message payload (the `irecv` contract). The caller must be
-    /// the one receiver of this descriptor (it popped it from the mailbox).
+    /// `dst` must be valid for writes of `dst_len` bytes and not accessed by anything else during
+    /// the call (the `irecv` contract). It may overlap the message payload: a comm's send to its
+    /// own rank whose source and destination overlap in its registered memory is a call that
+    /// the safe `Comm::start` accepts, so the copy is a `memmove` (the received bytes are then
+    /// whatever the overlap leaves, never undefined behaviour). The caller must be the one
+    /// receiver of this descriptor (it popped it from the mailbox).
     pub unsafe fn claim_and_copy(&self, dst: *mut u8, dst_len: usize) -> Claim {
         let len = self.len();
         if len != dst_len {
@@ -315,9 +318,10 @@ impl SendShared {
             // `self` is), or the sender's lent buffer, which the `isend` caller keeps valid and
             // unmodified until the request is finished, and it cannot finish while the word is
             // `COPYING` (we won (1), so (4) cannot happen and (2) is ours). `dst` is writable for
-            // `dst_len == len` bytes and does not overlap `src` (this function's contract).
-            // `len > 0`, so neither pointer may be null or dangling.
-            unsafe { core::ptr::copy_nonoverlapping(src, dst, len) };
+            // `dst_len == len` bytes (this function's contract). `len > 0`, so neither pointer
+            // may be null or dangling. `copy`, not `copy_nonoverlapping`: the ranges may overlap
+            // (a self-send within one comm's registered memory, see the contract).
+            unsafe { core::ptr::copy(src, dst, len) };
         }
         // A failure here is impossible: we hold `COPYING`, which only we leave.
         let _ = self.transition(Edge::Finish);
