@@ -38,7 +38,9 @@
 //!   use `fi_tsend` and complete through the CQ.
 //! * **Memory registration** whenever the entry's `mr_mode` asks for it (`FI_MR_LOCAL`,
 //!   `FI_MR_VIRT_ADDR`, `FI_MR_ALLOCATED`, `FI_MR_PROV_KEY`; efa asks for all), lazily from the
-//!   posted buffers through a cache keyed by address range (`mr.rs`).
+//!   posted buffers through a bounded LRU cache keyed by address range ([`MrCacheLimits`],
+//!   `mr.rs`) that never closes a region a posted request uses. Memory that was posted must be
+//!   invalidated ([`Transport::invalidate`]) before it is freed or unmapped.
 //! * **Requests** live in a slab whose contexts start with `struct fi_context2` (`FI_CONTEXT` /
 //!   `FI_CONTEXT2` mode; `requests.rs`).
 //! * **Close** cancels every request in flight and drains the CQ (bounded) before `fi_close`
@@ -64,7 +66,11 @@ use libfabric_sys as fi;
 use proxy_core::progress::net::{MrHandle, NetError, Posted, RequestId, TestOutcome, Transport};
 
 use self::info::{HintSizes, InfoList, Request};
-use self::mr::{MrCache, MrConfig};
+use self::mr::{FiRegistrar, MrCache, MrConfig, RegionId};
+pub use self::mr::{
+    Invalidated, MrCacheLimits, MrCacheStats, DEFAULT_MR_CACHE_BYTES, DEFAULT_MR_CACHE_ENTRIES,
+    MR_CACHE_BYTES_VAR, MR_CACHE_ENTRIES_VAR,
+};
 use self::objects::Objects;
 use self::requests::{Kind, Requests, State};
 
@@ -102,6 +108,9 @@ pub struct Options {
     /// Lower the inject threshold (bytes) below the provider's `tx_attr.inject_size`;
     /// `Some(0)` sends everything with `fi_tsend`.
     pub max_inject_size: Option<usize>,
+    /// Bounds of the registration cache; `None` reads [`MrCacheLimits::from_env`]
+    /// (`NEURON_RT_MR_CACHE_ENTRIES`, `NEURON_RT_MR_CACHE_BYTES`, else the defaults).
+    pub mr_cache: Option<MrCacheLimits>,
 }
 
 impl Default for Options {
@@ -115,6 +124,7 @@ impl Default for Options {
             rx_size: None,
             close_drain: DEFAULT_CLOSE_DRAIN,
             max_inject_size: None,
+            mr_cache: None,
         }
     }
 }
@@ -218,6 +228,18 @@ fn fi_error_text(ret: isize) -> String {
     }
 }
 
+/// The [`FiRegistrar`] of a transport, from its fields (so that `self.mrs` stays borrowable).
+macro_rules! fi_registrar {
+    ($t:expr) => {
+        FiRegistrar {
+            domain: $t.obj.domain,
+            ep: $t.obj.ep,
+            cfg: $t.mr_cfg,
+            provider: &$t.attrs.provider,
+        }
+    };
+}
+
 /// `-FI_x` as the `ssize_t` that data-path calls return.
 const fn neg(errno: u32) -> isize {
     -(errno as isize)
@@ -287,6 +309,10 @@ impl LibfabricTransport {
                 addr_format: i.addr_format,
             }
         };
+        let mr_limits = match opts.mr_cache {
+            Some(l) => l,
+            None => MrCacheLimits::from_env()?,
+        };
         let asks_registration = attrs.mr_mode
             & (fi::FI_MR_LOCAL | fi::FI_MR_VIRT_ADDR | fi::FI_MR_ALLOCATED | fi::FI_MR_PROV_KEY)
             != 0;
@@ -338,7 +364,7 @@ impl LibfabricTransport {
             local_name: Vec::new(),
             peers: Vec::new(),
             reqs: Requests::default(),
-            mrs: MrCache::default(),
+            mrs: MrCache::new(mr_limits),
             closed: false,
             attrs,
         };
@@ -499,14 +525,34 @@ impl LibfabricTransport {
         self.reqs.in_flight()
     }
 
-    /// Drops cached registrations overlapping `addr..addr+len`: call it before freeing or
-    /// unmapping memory that was posted (the cache does not watch the address space). Returns
-    /// how many were dropped.
+    /// Takes the cached registrations overlapping `addr..addr+len` out of the cache: call it
+    /// before freeing or unmapping memory that was posted (the cache does not watch the address
+    /// space), so that a later buffer at the same address gets a fresh registration. Unused
+    /// regions are closed now; a region posted requests still use is detached: closed when its
+    /// last request completes, never handed out again. Says how many of each.
     ///
     /// # Errors
-    /// [`NetError::invalid`] when a posted request still uses that memory.
-    pub fn invalidate(&mut self, addr: u64, len: u64) -> Result<usize, NetError> {
-        self.mrs.invalidate(addr, len)
+    /// [`NetError::invalid`] for `len == 0` or a range that wraps (nothing changes).
+    pub fn invalidate_range(&mut self, addr: u64, len: u64) -> Result<Invalidated, NetError> {
+        let mut reg = fi_registrar!(self);
+        self.mrs.invalidate(&mut reg, addr, len)
+    }
+
+    /// The registration cache's counters (registrations made and closed, evictions, uncached
+    /// registrations, invalidations).
+    pub fn registration_stats(&self) -> MrCacheStats {
+        self.mrs.stats()
+    }
+
+    /// The registration cache's bounds in effect.
+    pub fn registration_limits(&self) -> MrCacheLimits {
+        self.mrs.limits()
+    }
+
+    /// One request on `region` finished (or its post failed).
+    pub(crate) fn release_region(&mut self, region: RegionId) {
+        let mut reg = fi_registrar!(self);
+        self.mrs.release(&mut reg, region);
     }
 
     fn check_open(&self) -> Result<(), NetError> {
@@ -582,20 +628,15 @@ impl LibfabricTransport {
             return self.post_inject(addr, peer, buf, size, tag);
         }
         let (mr, desc) = if self.register && size > 0 {
-            let (region, desc) = self
-                .mrs
-                .lookup_or_register(
-                    self.obj.domain,
-                    self.obj.ep,
-                    self.mr_cfg,
-                    &self.attrs.provider,
-                    buf as u64,
-                    size,
-                )
-                .map_err(|mut e| {
-                    e.peer = Some(peer);
-                    e
-                })?;
+            let mut reg = fi_registrar!(self);
+            // Counts one request on the region; released when the post fails or completes.
+            let (region, desc) =
+                self.mrs
+                    .acquire(&mut reg, buf as u64, size)
+                    .map_err(|mut e| {
+                        e.peer = Some(peer);
+                        e
+                    })?;
             (Some(region), desc)
         } else {
             (None, ptr::null_mut())
@@ -629,9 +670,6 @@ impl LibfabricTransport {
             }
         };
         if ret == 0 {
-            if let Some(region) = mr {
-                self.mrs.acquire(region);
-            }
             let request = self.reqs.mark_posted(index);
             return Ok(Some(Posted {
                 request,
@@ -639,6 +677,9 @@ impl LibfabricTransport {
             }));
         }
         self.reqs.unreserve(index);
+        if let Some(region) = mr {
+            self.release_region(region);
+        }
         if ret == neg(fi::FI_EAGAIN) || (self.enomem_is_backpressure && ret == neg(fi::FI_ENOMEM)) {
             // Back-pressure: the provider moves on only when its CQ is read (manual progress;
             // tcp's connection setup answers -FI_EAGAIN until then).
@@ -804,21 +845,34 @@ impl Transport for LibfabricTransport {
         if !self.register {
             return Ok(0);
         }
-        self.mrs.register(
-            self.obj.domain,
-            self.obj.ep,
-            self.mr_cfg,
-            &self.attrs.provider,
-            addr,
-            len,
-        )
+        let mut reg = fi_registrar!(self);
+        self.mrs.register(&mut reg, addr, len)
     }
 
     fn deregister(&mut self, mr: MrHandle) -> Result<(), NetError> {
         if mr == 0 || self.closed {
             return Ok(());
         }
-        self.mrs.deregister(mr)
+        let mut reg = fi_registrar!(self);
+        self.mrs.deregister(&mut reg, mr)
+    }
+
+    fn invalidate(&mut self, addr: u64, len: u64) -> Result<(), NetError> {
+        if self.closed {
+            return Ok(()); // Every registration was closed with the transport.
+        }
+        let done = self.invalidate_range(addr, len)?;
+        if done.closed + done.deferred > 0 {
+            log::debug!(
+                "{}: invalidate {addr:#x}..{:#x}: {} registrations closed, {} detached until \
+                 their requests complete",
+                self.name,
+                addr + len,
+                done.closed,
+                done.deferred
+            );
+        }
+        Ok(())
     }
 
     fn close(&mut self) -> Result<(), NetError> {
@@ -867,7 +921,8 @@ impl Transport for LibfabricTransport {
         // do), the others after it.
         let mr_first = self.attrs.mr_mode & fi::FI_MR_ENDPOINT != 0;
         if mr_first {
-            if let Err(e) = self.mrs.close_all() {
+            let mut reg = fi_registrar!(self);
+            if let Err(e) = self.mrs.close_all(&mut reg) {
                 first_err.get_or_insert(e);
             }
         }
@@ -900,7 +955,8 @@ impl Transport for LibfabricTransport {
             });
         }
         if !mr_first {
-            if let Err(e) = self.mrs.close_all() {
+            let mut reg = fi_registrar!(self);
+            if let Err(e) = self.mrs.close_all(&mut reg) {
                 first_err.get_or_insert(e);
             }
         }
