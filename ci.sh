@@ -11,7 +11,7 @@ export CARGO_TERM_COLOR=never
 export RUST_BACKTRACE=1
 export CARGO_INCREMENTAL=0
 
-ALL_STEPS=(setup fmt facade no_std clippy test loom miri)
+ALL_STEPS=(setup fmt facade no_std clippy test killed_peer loom miri)
 STEPS=("$@")
 [ ${#STEPS[@]} -eq 0 ] && STEPS=("${ALL_STEPS[@]}")
 
@@ -101,6 +101,22 @@ test() {
   cargo test -p proxy-emulator --features plants --test plants
 }
 
+killed_peer() {
+  # A peer killed mid-transfer over tcp;ofi_rxm, 20 times (the two scenarios of
+  # platform-linux/libfabric/tests/multiproc.rs in turn: the comm driven directly, and through a
+  # proxy queue): libfabric 1.17's tcp provider once crashed the survivor about one run in 30
+  # (docs/design.md section 5, "tcp and a killed peer"); any failure fails the step. A 1 s
+  # no-progress timeout and 200 ms teardown drains keep each run at about 3 s.
+  cargo test -p proxy-libfabric --test multiproc --no-run
+  local i t
+  for i in $(seq 1 20); do
+    if [ $((i % 2)) = 1 ]; then t=killed_peer_tcp; else t=killed_peer_driver_tcp; fi
+    echo "killed_peer: run $i of 20: $t"
+    MULTIPROC_KILL_TASK_TIMEOUT_MS=1000 MULTIPROC_DRAIN_MS=200 cargo test -q -p proxy-libfabric --test multiproc \
+      -- --exact "$t" || { echo "killed_peer: run $i ($t) failed"; return 1; }
+  done
+}
+
 loom() {
   RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=3 CARGO_TARGET_DIR=target/loom \
     cargo test -p loom-tests --release
@@ -122,13 +138,14 @@ miri() {
 }
 
 # Budgets (s), adding up to the suite's 2700 (45 min on 2 cores); measured times are in
-# README.md.
+# README.md. killed_peer's 120 s came out of no_std's budget (300 -> 180, measured 16).
 run_step setup 420 setup
 run_step fmt 60 fmt
 run_step facade 10 facade
-run_step no_std 300 no_std
+run_step no_std 180 no_std
 run_step clippy 480 clippy
 run_step test 600 test
+run_step killed_peer 120 killed_peer
 run_step loom 240 loom
 run_step miri 590 miri
 [ "${PROXY_CI_INNER:-0}" = 1 ] || \

@@ -23,9 +23,14 @@
 //! * **Tags** are the caller's 64-bit tags (`proxy_core::progress::net::make_tag`); receives match the
 //!   exact tag (`ignore = 0`) from `FI_ADDR_UNSPEC`: the source rank is inside the tag, since
 //!   `tcp;ofi_rxm` lacks `FI_DIRECTED_RECV`. `FI_ORDER_SAS` keeps equal tags in post order.
-//! * **Progress** is manual: [`Transport::poll`] and [`Transport::test`] read the CQ. A post
-//!   answered `-FI_EAGAIN` (or shm's `-FI_ENOMEM`) reads the CQ once and returns `Ok(None)`:
-//!   back-pressure, the caller retries.
+//! * **Progress** is manual: the hints ask for `FI_PROGRESS_MANUAL` data and control progress,
+//!   the granted models are read back into [`ProviderAttrs`] and logged at open (a provider
+//!   that grants automatic data progress is logged at WARN); [`Transport::poll`] and
+//!   [`Transport::test`] read the CQ. A post answered `-FI_EAGAIN` (or shm's `-FI_ENOMEM`) reads
+//!   the CQ once and returns `Ok(None)`: back-pressure, the caller retries. Send posts to a peer
+//!   that keeps answering `-FI_EAGAIN` for 50 ms are spaced (up to 10 ms apart) by the transport
+//!   itself (`backoff.rs`: on `tcp;ofi_rxm` each post to a vanished peer starts a refused
+//!   connection).
 //! * **Errors**: an error completion is read with `fi_cq_readerr` into a zeroed entry (retried
 //!   on `-FI_EAGAIN`), `abs(err)` is taken (shm writes it negative), and the request fails with
 //!   the provider's `fi_cq_strerror` text. Truncation (a receive smaller than the message) is
@@ -49,6 +54,7 @@
 //! Seed: `ncclNet->{isend,irecv,test}` over aws-ofi-nccl's libfabric plugin, §1 and §4;
 //! docs/design.md §5 (tags, `FI_ORDER_SAS`) and §8 (poll once per tick per comm).
 
+mod backoff;
 mod cq;
 mod info;
 mod mr;
@@ -65,6 +71,7 @@ use std::time::{Duration, Instant};
 use libfabric_sys as fi;
 use proxy_core::progress::net::{MrHandle, NetError, Posted, RequestId, TestOutcome, Transport};
 
+use self::backoff::{PostEvent, PostPressure};
 use self::info::{HintSizes, InfoList, Request};
 use self::mr::{FiRegistrar, MrCache, MrConfig, RegionId};
 pub use self::mr::{
@@ -152,6 +159,22 @@ pub struct ProviderAttrs {
     pub tag_bits: u32,
     /// The endpoint address format (`FI_ADDR_STR`, `FI_SOCKADDR_IN`, ...).
     pub addr_format: u32,
+    /// `domain_attr.data_progress` granted (`FI_PROGRESS_MANUAL` asked for).
+    pub data_progress: u32,
+    /// `domain_attr.control_progress` granted (`FI_PROGRESS_MANUAL` asked for).
+    pub control_progress: u32,
+    /// `domain_attr.threading` granted (`FI_THREAD_DOMAIN` asked for).
+    pub threading: u32,
+}
+
+/// The name of a `fi_progress` value.
+pub fn progress_name(p: u32) -> &'static str {
+    match p {
+        fi::FI_PROGRESS_MANUAL => "manual",
+        fi::FI_PROGRESS_AUTO => "auto",
+        fi::FI_PROGRESS_UNSPEC => "unspec",
+        _ => "unknown",
+    }
 }
 
 /// A libfabric endpoint of one rank, implementing [`Transport`].
@@ -203,6 +226,10 @@ pub struct LibfabricTransport {
     peers: Vec<fi::fi_addr_t>,
     /// Request slab.
     reqs: Requests,
+    /// Per peer: whether its send posts keep answering `-FI_EAGAIN` (`backoff.rs`).
+    pressure: Vec<PostPressure>,
+    /// Send posts answered "not now" without asking the provider (spacing, `backoff.rs`).
+    spaced: u64,
     /// Registration cache.
     mrs: MrCache,
     /// [`Transport::close`] has run.
@@ -307,8 +334,21 @@ impl LibfabricTransport {
                     64 - tag_format.leading_zeros()
                 },
                 addr_format: i.addr_format,
+                data_progress: (*i.domain_attr).data_progress,
+                control_progress: (*i.domain_attr).control_progress,
+                threading: (*i.domain_attr).threading,
             }
         };
+        if attrs.data_progress != fi::FI_PROGRESS_MANUAL {
+            // Polling still moves such a provider; but it also moves on its own threads, which
+            // the transport's single-threaded use of the domain does not expect.
+            log::warn!(
+                "libfabric/{}: asked for manual data progress, granted {} (control {})",
+                attrs.provider,
+                progress_name(attrs.data_progress),
+                progress_name(attrs.control_progress)
+            );
+        }
         let mr_limits = match opts.mr_cache {
             Some(l) => l,
             None => MrCacheLimits::from_env()?,
@@ -364,6 +404,8 @@ impl LibfabricTransport {
             local_name: Vec::new(),
             peers: Vec::new(),
             reqs: Requests::default(),
+            pressure: vec![PostPressure::default(); nranks as usize],
+            spaced: 0,
             mrs: MrCache::new(mr_limits),
             closed: false,
             attrs,
@@ -373,8 +415,8 @@ impl LibfabricTransport {
         drop((with_rma, plain));
         log::info!(
             "{}: rank {rank}/{nranks} opened domain {} ({:?}), mr_mode {:#x} (register: {}), \
-             max_msg_size {}, inject up to {} B, tx/rx {}/{}, {} tag bits, libfabric {} (built \
-             against {})",
+             max_msg_size {}, inject up to {} B, tx/rx {}/{}, {} tag bits, progress data {} / \
+             control {}, threading {}, libfabric {} (built against {})",
             t.name,
             t.attrs.domain,
             request,
@@ -385,6 +427,9 @@ impl LibfabricTransport {
             t.attrs.tx_size,
             t.attrs.rx_size,
             t.attrs.tag_bits,
+            progress_name(t.attrs.data_progress),
+            progress_name(t.attrs.control_progress),
+            t.attrs.threading,
             {
                 // SAFETY: fi_version takes no arguments.
                 let v = unsafe { fi::fi_version() };
@@ -520,6 +565,13 @@ impl LibfabricTransport {
         self.injected
     }
 
+    /// Send posts answered "not now" by the transport itself: posts to a peer that kept
+    /// answering `-FI_EAGAIN` for longer than 50 ms are spaced (`backoff.rs`; on `tcp;ofi_rxm`
+    /// each such post to a vanished peer starts a refused connection).
+    pub fn spaced_posts(&self) -> u64 {
+        self.spaced
+    }
+
     /// Number of requests the provider still owns (posted, not yet completed).
     pub fn in_flight(&self) -> usize {
         self.reqs.in_flight()
@@ -614,7 +666,8 @@ impl LibfabricTransport {
         Ok(self.peers[peer as usize])
     }
 
-    /// Posts one send or receive.
+    /// Posts one send or receive; spaces the send posts to a peer that keeps answering
+    /// `-FI_EAGAIN` (`backoff.rs`).
     fn post(
         &mut self,
         kind: Kind,
@@ -624,6 +677,46 @@ impl LibfabricTransport {
         tag: u64,
     ) -> Result<Option<Posted>, NetError> {
         let addr = self.check_post(kind, peer, size, tag)?;
+        if kind == Kind::Recv {
+            return self.post_now(kind, addr, peer, buf, size, tag);
+        }
+        let p = peer as usize;
+        if !self.pressure[p].may_post(Instant::now()) {
+            // Back-pressure answered here: read the CQ (manual progress), as the provider's
+            // own -FI_EAGAIN path does.
+            self.spaced += 1;
+            self.progress()?;
+            return Ok(None);
+        }
+        let r = self.post_now(kind, addr, peer, buf, size, tag);
+        let event = match &r {
+            Ok(Some(_)) => PostEvent::Posted,
+            Ok(None) => PostEvent::Again,
+            Err(_) => return r,
+        };
+        if self.pressure[p].on(event, Instant::now(), peer) {
+            log::warn!(
+                "{}: send posts to rank {peer} answered -FI_EAGAIN for {:?} without one being \
+                 accepted (a vanished peer on tcp: each post starts a refused connection): \
+                 spacing them up to {:?} apart until one is accepted",
+                self.name,
+                backoff::STORM_AFTER,
+                backoff::MAX_WAIT
+            );
+        }
+        r
+    }
+
+    /// Posts one send or receive now.
+    fn post_now(
+        &mut self,
+        kind: Kind,
+        addr: fi::fi_addr_t,
+        peer: u32,
+        buf: *mut u8,
+        size: u64,
+        tag: u64,
+    ) -> Result<Option<Posted>, NetError> {
         if kind == Kind::Send && self.inject_max > 0 && size <= self.inject_max as u64 {
             return self.post_inject(addr, peer, buf, size, tag);
         }

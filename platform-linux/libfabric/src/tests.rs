@@ -756,6 +756,14 @@ fn attributes_come_from_the_chosen_entry() {
         "tcp;ofi_rxm asks for no registration here"
     );
     assert!(a.tx_size > 0 && a.rx_size > 0);
+    assert_eq!(
+        (a.data_progress, a.control_progress),
+        (
+            libfabric_sys::FI_PROGRESS_MANUAL,
+            libfabric_sys::FI_PROGRESS_MANUAL
+        ),
+        "tcp: manual progress asked for and granted"
+    );
     let shm = pair(SHM, Options::default());
     let a = shm[0].attrs();
     eprintln!(
@@ -765,6 +773,11 @@ fn attributes_come_from_the_chosen_entry() {
     assert_eq!(a.provider, SHM);
     assert_eq!(a.addr_format, libfabric_sys::FI_ADDR_STR);
     assert_ne!(a.mr_mode & libfabric_sys::FI_MR_VIRT_ADDR, 0);
+    assert_eq!(
+        a.data_progress,
+        libfabric_sys::FI_PROGRESS_MANUAL,
+        "shm: manual data progress"
+    );
     assert!(shm[0].registers_memory());
     assert_eq!(tcp[0].name(), "libfabric/tcp;ofi_rxm");
 }
@@ -1016,4 +1029,48 @@ fn shm_invalidate_and_reuse_mid_run() {
 #[test]
 fn tcp_invalidate_and_reuse_mid_run_with_forced_registration() {
     invalidate_and_reuse(TCP, Some(true));
+}
+
+/// Sends to a peer whose endpoint is gone answer "not now" on `tcp;ofi_rxm` (each post starts a
+/// connection that is refused); after 50 ms of that the transport spaces them itself instead of
+/// starting thousands of refused connections a second (`backoff.rs`).
+#[test]
+fn tcp_sends_to_a_vanished_peer_are_spaced() {
+    let [mut a, mut b] = pair(TCP, NO_INJECT);
+    b.close().expect("close rank 1");
+    drop(b);
+    let buf = vec![7u8; 4096];
+    let start = Instant::now();
+    let (mut refused, mut rounds) = (0u64, 0u64);
+    // Bounded by time and count; the assertions are on counts only.
+    while start.elapsed() < Duration::from_millis(400) && rounds < 5_000_000 {
+        rounds += 1;
+        // SAFETY: `buf` outlives the loop; a post that is accepted would be waited for below.
+        match unsafe { a.isend(1, buf.as_ptr(), buf.len() as u64, 9) } {
+            Ok(None) => refused += 1,
+            Ok(Some(p)) => panic!("a send to a closed endpoint was accepted: {p:?}"),
+            Err(e) => {
+                // Also acceptable: the provider fails the post outright.
+                eprintln!("post failed: {e}");
+                break;
+            }
+        }
+    }
+    eprintln!(
+        "{rounds} posts in {:?}: {refused} answered not now, {} of them by the spacing",
+        start.elapsed(),
+        a.spaced_posts()
+    );
+    assert!(refused > 0, "no post was answered");
+    assert!(
+        a.spaced_posts() > 0,
+        "after 50 ms of -FI_EAGAIN the posts are spaced by the transport"
+    );
+    assert!(
+        a.spaced_posts() * 2 > refused,
+        "most of the answers come from the spacing, not from a new connection attempt: \
+         {} of {refused}",
+        a.spaced_posts()
+    );
+    a.close().expect("close rank 0");
 }
