@@ -11,7 +11,7 @@ export CARGO_TERM_COLOR=never
 export RUST_BACKTRACE=1
 export CARGO_INCREMENTAL=0
 
-ALL_STEPS=(setup fmt facade no_std baremetal clippy test soak netns loom miri fuzz)
+ALL_STEPS=(setup fmt facade no_std baremetal clippy test killed_peer soak netns loom miri fuzz)
 STEPS=("$@")
 [ ${#STEPS[@]} -eq 0 ] && STEPS=("${ALL_STEPS[@]}")
 
@@ -70,6 +70,11 @@ setup() {
   fi
   rustup component add --toolchain nightly miri rust-src >/dev/null 2>&1 \
     || echo "note: could not add miri/rust-src to nightly; the miri step will fail"
+  # The fuzz step's runner (it installs it itself when this failed).
+  if ! cargo fuzz --version >/dev/null 2>&1; then
+    cargo install --locked cargo-fuzz \
+      || echo "note: could not install cargo-fuzz; the fuzz step will try again"
+  fi
 }
 
 fmt() { cargo fmt --all -- --check; }
@@ -223,6 +228,22 @@ fuzz() {
   (cd fuzz && NEURON_RT_LOG_LEVEL=off cargo +nightly fuzz run start -- -max_total_time=60)
 }
 
+killed_peer() {
+  # A peer killed mid-transfer over tcp;ofi_rxm, 20 times (the two scenarios of
+  # platform-linux/libfabric/tests/multiproc.rs in turn: the comm driven directly, and through a
+  # proxy queue): libfabric 1.17's tcp provider once crashed the survivor about one run in 30
+  # (docs/design.md section 5, "tcp and a killed peer"); any failure fails the step. A 1 s
+  # no-progress timeout and 200 ms teardown drains keep each run at about 3 s.
+  cargo test -p proxy-libfabric --test multiproc --no-run
+  local i t
+  for i in $(seq 1 20); do
+    if [ $((i % 2)) = 1 ]; then t=killed_peer_tcp; else t=killed_peer_driver_tcp; fi
+    echo "killed_peer: run $i of 20: $t"
+    MULTIPROC_KILL_TASK_TIMEOUT_MS=1000 MULTIPROC_DRAIN_MS=200 cargo test -q -p proxy-libfabric --test multiproc \
+      -- --exact "$t" || { echo "killed_peer: run $i ($t) failed"; return 1; }
+  done
+}
+
 loom() {
   RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=3 CARGO_TARGET_DIR=target/loom \
     cargo test -p loom-tests --release
@@ -243,19 +264,20 @@ miri() {
     CARGO_TARGET_DIR=target/miri cargo +nightly miri test -p proxy-core -p proxy-collectives
 }
 
-# Budgets (s), adding up to the suite's 3060 (51 min on 2 cores); measured times are in
+# Budgets (s), adding up to the suite's 2700 (45 min on 2 cores); measured times are in
 # README.md.
-run_step setup 420 setup
-run_step fmt 60 fmt
+run_step setup 410 setup
+run_step fmt 30 fmt
 run_step facade 10 facade
-run_step no_std 300 no_std
-run_step baremetal 300 baremetal
-run_step clippy 360 clippy
-run_step test 600 test
+run_step no_std 90 no_std
+run_step baremetal 150 baremetal
+run_step clippy 300 clippy
+run_step test 480 test
+run_step killed_peer 120 killed_peer
 run_step soak 120 soak
-run_step netns 120 netns
-run_step loom 240 loom
-run_step miri 590 miri
-run_step fuzz 240 fuzz
+run_step netns 60 netns
+run_step loom 210 loom
+run_step miri 540 miri
+run_step fuzz 180 fuzz
 [ "${PROXY_CI_INNER:-0}" = 1 ] || \
-  echo "=== all steps passed in $(( $(date +%s) - TOTAL_START ))s (suite budget 3060s)"
+  echo "=== all steps passed in $(( $(date +%s) - TOTAL_START ))s (suite budget 2700s)"

@@ -9,15 +9,17 @@
  *
  * The seam: neuronStartNetworkProxy / neuronNetworkProxyProgress / neuronStopNetworkProxy.
  * The init half: nccom_abi_version, nrt_get_status_as_str, nccom_register_device_callbacks,
- * nccom_mem_group_create / _destroy, nccom_comm_create / _destroy, nccom_comm_register_memory.
+ * nccom_mem_group_create / _destroy, nccom_comm_create / _destroy, nccom_comm_register_memory,
+ * nccom_comm_invalidate_range, nccom_comm_abort.
  *
  * Handles. nccom_comm_t * and nccom_mem_group_t * are opaque handles, never pointers to memory:
  * NULL, a destroyed handle (double destroy included) and any pointer the library did not hand
  * out are answered with NRT_INVALID_HANDLE and never dereferenced.
  *
  * Threads. One thread at a time per comm (a concurrent call on the same comm is refused with
- * NRT_FAILURE); different comms are independent. The library starts no thread: a comm makes
- * progress only inside neuronNetworkProxyProgress.
+ * NRT_FAILURE), except nccom_comm_abort, which any thread may call at any time; different comms
+ * are independent. The library starts no thread: a comm makes progress only inside
+ * neuronNetworkProxyProgress.
  *
  * Memory contract. The caller owns its memory. Every buffer of a FIFO entry and every host
  * word of an op info must stay valid from the neuronStartNetworkProxy that names it until
@@ -25,7 +27,10 @@
  * (nccom_host_word_t) are 4-byte aligned uint32_t accessed only atomically by the caller too
  * (C11 atomics or __atomic builtins; acquire loads of semaphores, release stores of host
  * indices). By default a comm trusts every address; with NCCOM_COMM_CHECK_ADDRESSES it accepts
- * only addresses inside ranges given to nccom_comm_register_memory.
+ * only addresses inside ranges given to nccom_comm_register_memory. Before freeing or unmapping a
+ * buffer that was given to neuronStartNetworkProxy, call nccom_comm_invalidate_range on it: the
+ * transport caches memory registrations by address and would otherwise post a later buffer at
+ * the same address with the stale one.
  *
  * Device protocol per proxy op (see docs/design.md section 5): the device writes
  * NCCOM_HOST_WORD_READY to the op's host index; the proxy writes 0 and increments the handshake
@@ -59,12 +64,12 @@ typedef volatile uint32_t nccom_host_word_t;
 /**
  * Minor version of this C ABI: additions that keep every older call and layout valid.
  */
-#define NCCOM_PROXY_ABI_VERSION_MINOR 0
+#define NCCOM_PROXY_ABI_VERSION_MINOR 1
 
 /**
  * `(major << 16) | minor`, what `nccom_abi_version()` returns.
  */
-#define NCCOM_PROXY_ABI_VERSION 65536
+#define NCCOM_PROXY_ABI_VERSION 65537
 
 /**
  * Mark of a FIFO entry that is neither the last of its op nor of the execution.
@@ -485,6 +490,19 @@ typedef NRT_STATUS (*nccom_comm_register_memory_fn)(struct nccom_comm_t *comm,
                                                     size_t len);
 
 /**
+ * `nccom_comm_invalidate_range` (ABI 1.1): drop the comm's transport registrations of a range
+ * about to be freed.
+ */
+typedef NRT_STATUS (*nccom_comm_invalidate_range_fn)(struct nccom_comm_t *comm,
+                                                     const void *addr,
+                                                     size_t len);
+
+/**
+ * `nccom_comm_abort` (ABI 1.1): request an abort of a comm, from any thread.
+ */
+typedef NRT_STATUS (*nccom_comm_abort_fn)(struct nccom_comm_t *comm);
+
+/**
  * The call did what it was asked.
  */
 #define NRT_SUCCESS 0
@@ -745,6 +763,50 @@ NRT_STATUS nccom_comm_destroy(struct nccom_comm_t *comm);
  * atomically.
  */
 NRT_STATUS nccom_comm_register_memory(struct nccom_comm_t *comm, const void *base, size_t len);
+
+/**
+ * The caller is about to free or unmap `[addr, addr + len)`: the comm's transport drops its
+ * cached memory registrations overlapping the range, so that a buffer later allocated at the
+ * same address is registered afresh instead of being posted with the stale registration
+ * (silent corruption on efa). Call it for every buffer that was given to
+ * `neuronStartNetworkProxy` before freeing it. A registration that requests in flight still use
+ * is not closed under them: it is closed when its last request completes and never used again.
+ * Transports that register nothing (the in-memory transport; tcp unless forced) accept the call
+ * and do nothing. Works on a failed or aborted comm. Ranges given to
+ * `nccom_comm_register_memory` are not changed.
+ *
+ * Returns `NRT_SUCCESS`; `NRT_INVALID_HANDLE` for a bad comm; `NRT_INVALID` for a NULL `addr`,
+ * a zero `len` or a range that wraps; `NRT_NETWORK_PROXY_FAILURE` when the provider refused to
+ * close a registration (it is gone anyway; logged); `NRT_FAILURE` for a comm in use by another
+ * thread or a caught panic.
+ *
+ * # Safety
+ * None beyond the C contract (the handle is checked, never dereferenced; the range is only
+ * compared, never accessed).
+ */
+NRT_STATUS nccom_comm_invalidate_range(struct nccom_comm_t *comm, const void *addr, size_t len);
+
+/**
+ * Requests an abort of a comm. Callable from any thread at any time, also while another thread
+ * is inside `neuronNetworkProxyProgress` (or any other call) on the same comm: the call only
+ * sets the comm's abort word and returns. The thread that drives the comm applies the abort at
+ * its next `neuronStartNetworkProxy` / `neuronNetworkProxyProgress` (every stream is stopped:
+ * requests cancelled and drained within the drain limit). From then on both answer
+ * `NRT_CLOSED` (and progress writes 0 to `*idle` and `*done`); `neuronStopNetworkProxy` and
+ * `nccom_comm_invalidate_range` still work; `nccom_comm_destroy` is an ordinary destroy (the
+ * streams are already empty). A second abort changes nothing and also answers `NRT_SUCCESS`.
+ *
+ * Returns `NRT_SUCCESS`; `NRT_INVALID_HANDLE` for a NULL, destroyed or unknown comm (an abort
+ * racing a destroy answers one or the other; either way nothing is freed twice).
+ *
+ * Not async-signal-safe (it takes a lock).
+ *
+ * # Safety
+ * None beyond the C contract (the handle is checked, never dereferenced).
+ *
+ * Seed: none (the seed has no abort; `nrt_close` waits for the proxy); docs/design.md §9.
+ */
+NRT_STATUS nccom_comm_abort(struct nccom_comm_t *comm);
 
 #ifdef __cplusplus
 }  // extern "C"

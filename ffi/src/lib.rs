@@ -8,7 +8,8 @@
 //! * the init half: [`nccom_abi_version`], [`nrt_get_status_as_str`],
 //!   [`nccom_register_device_callbacks`], [`nccom_mem_group_create`] /
 //!   [`nccom_mem_group_destroy`], [`nccom_comm_create`] / [`nccom_comm_destroy`],
-//!   [`nccom_comm_register_memory`].
+//!   [`nccom_comm_register_memory`], [`nccom_comm_invalidate_range`] and
+//!   [`nccom_comm_abort`] (ABI 1.1).
 //!
 //! # The C contract
 //! * **Handles.** `nccom_comm_t *` and `nccom_mem_group_t *` are opaque handles, not pointers:
@@ -17,7 +18,10 @@
 //!   pointer it never handed out are all answered with `NRT_INVALID_HANDLE`, never dereferenced.
 //! * **Threads.** A comm is used by one thread at a time (docs/design.md §8). This is enforced: a
 //!   call on a comm that another call is using right now returns `NRT_FAILURE` and does nothing.
-//!   Different comms are independent and may be driven from different threads.
+//!   Different comms are independent and may be driven from different threads. The one
+//!   exception is [`nccom_comm_abort`]: any thread may call it at any time, also while another
+//!   thread is inside a call on the same comm (it never takes the comm's handle slot; it sets
+//!   the comm's abort word through a side table of abort handles, see [`ABORTS`]).
 //! * **Memory.** The caller owns its memory. By default a comm trusts every address it is given
 //!   (`Comm::trust_all_addresses`): each buffer `[addr, addr + size)` of a FIFO entry and each
 //!   host word of an op info must stay valid, and not be freed or reused, from the
@@ -54,8 +58,9 @@ use std::any::Any;
 use std::ffi::{c_char, c_int, c_void};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
+use proxy_core::progress::abort::AbortHandle;
 use proxy_core::progress::comm::{Comm, CommConfig};
 use proxy_core::progress::mem_transport::MemFabric;
 use proxy_core::progress::net::{Transport, MAX_COMM_ID, MAX_NRANKS};
@@ -80,6 +85,23 @@ struct CommEntry {
 
 /// Every live comm created through [`nccom_comm_create`].
 static COMMS: HandleTable<Box<CommEntry>> = HandleTable::new(0xC0CC);
+/// The abort handle of every live comm, by comm handle: what [`nccom_comm_abort`] reads, so that
+/// an abort never waits for (or is refused by) the call that holds the comm's slot BUSY.
+/// Inserted by `nccom_comm_create` after the comm's handle exists, removed by
+/// `nccom_comm_destroy` after the comm left [`COMMS`]. An [`AbortHandle`] is a shared word
+/// (`Arc`), so an abort that found it before a destroy removed it sets a word that outlives the
+/// comm: harmless. A plain lock over a short vector (create, destroy and abort are cold paths;
+/// the driving thread's progress never takes it).
+static ABORTS: Mutex<Vec<(usize, AbortHandle)>> = Mutex::new(Vec::new());
+
+/// [`ABORTS`], locked (a poisoned lock is taken over: every critical section is a push, a
+/// remove or a lookup, none leaves the vector half-changed).
+fn aborts() -> std::sync::MutexGuard<'static, Vec<(usize, AbortHandle)>> {
+    ABORTS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// Every live group created through [`nccom_mem_group_create`].
 static GROUPS: HandleTable<Arc<MemFabric>> = HandleTable::new(0x6A0B);
 
@@ -603,6 +625,7 @@ fn register_comm(
         // for every address it gives `neuronStartNetworkProxy`.
         unsafe { comm.trust_all_addresses() };
     }
+    let abort = comm.abort_handle();
     let entry = Box::new(CommEntry {
         comm,
         poisoned: false,
@@ -611,6 +634,7 @@ fn register_comm(
         log::error!("{what}: too many live comms ({})", handles::CAPACITY);
         NrtStatus::Resource
     })?;
+    aborts().push((h, abort));
     log::debug!(
         "{what}: comm {h:#x}: rank {} of {}, comm id {}",
         cfg.rank,
@@ -641,6 +665,7 @@ pub unsafe extern "C" fn nccom_comm_destroy(comm: *mut NccomComm) -> NRT_STATUS 
         let entry = COMMS
             .remove(h)
             .map_err(|e| lookup_status(WHAT, "comm", h, e))?;
+        aborts().retain(|(k, _)| *k != h);
         if entry.poisoned {
             log::error!("{WHAT}: comm {h:#x} was poisoned by a panic; leaking it");
             std::mem::forget(entry);
@@ -680,6 +705,84 @@ pub unsafe extern "C" fn nccom_comm_register_memory(
     })
 }
 
+/// The caller is about to free or unmap `[addr, addr + len)`: the comm's transport drops its
+/// cached memory registrations overlapping the range, so that a buffer later allocated at the
+/// same address is registered afresh instead of being posted with the stale registration
+/// (silent corruption on efa). Call it for every buffer that was given to
+/// `neuronStartNetworkProxy` before freeing it. A registration that requests in flight still use
+/// is not closed under them: it is closed when its last request completes and never used again.
+/// Transports that register nothing (the in-memory transport; tcp unless forced) accept the call
+/// and do nothing. Works on a failed or aborted comm. Ranges given to
+/// `nccom_comm_register_memory` are not changed.
+///
+/// Returns `NRT_SUCCESS`; `NRT_INVALID_HANDLE` for a bad comm; `NRT_INVALID` for a NULL `addr`,
+/// a zero `len` or a range that wraps; `NRT_NETWORK_PROXY_FAILURE` when the provider refused to
+/// close a registration (it is gone anyway; logged); `NRT_FAILURE` for a comm in use by another
+/// thread or a caught panic.
+///
+/// # Safety
+/// None beyond the C contract (the handle is checked, never dereferenced; the range is only
+/// compared, never accessed).
+#[no_mangle]
+pub unsafe extern "C" fn nccom_comm_invalidate_range(
+    comm: *mut NccomComm,
+    addr: *const c_void,
+    len: usize,
+) -> NRT_STATUS {
+    const WHAT: &str = "nccom_comm_invalidate_range";
+    guard(WHAT, || {
+        with_comm(WHAT, comm, |c| {
+            if addr.is_null() {
+                log::error!("{WHAT}: NULL addr");
+                return Err(NrtStatus::Invalid);
+            }
+            c.invalidate_range(addr.addr() as u64, len as u64)
+        })
+    })
+}
+
+/// Requests an abort of a comm. Callable from any thread at any time, also while another thread
+/// is inside `neuronNetworkProxyProgress` (or any other call) on the same comm: the call only
+/// sets the comm's abort word and returns. The thread that drives the comm applies the abort at
+/// its next `neuronStartNetworkProxy` / `neuronNetworkProxyProgress` (every stream is stopped:
+/// requests cancelled and drained within the drain limit). From then on both answer
+/// `NRT_CLOSED` (and progress writes 0 to `*idle` and `*done`); `neuronStopNetworkProxy` and
+/// `nccom_comm_invalidate_range` still work; `nccom_comm_destroy` is an ordinary destroy (the
+/// streams are already empty). A second abort changes nothing and also answers `NRT_SUCCESS`.
+///
+/// Returns `NRT_SUCCESS`; `NRT_INVALID_HANDLE` for a NULL, destroyed or unknown comm (an abort
+/// racing a destroy answers one or the other; either way nothing is freed twice).
+///
+/// Not async-signal-safe (it takes a lock).
+///
+/// # Safety
+/// None beyond the C contract (the handle is checked, never dereferenced).
+///
+/// Seed: none (the seed has no abort; `nrt_close` waits for the proxy); docs/design.md §9.
+#[no_mangle]
+pub unsafe extern "C" fn nccom_comm_abort(comm: *mut NccomComm) -> NRT_STATUS {
+    const WHAT: &str = "nccom_comm_abort";
+    guard(WHAT, || {
+        let h = comm.addr();
+        if h == 0 {
+            log::error!("{WHAT}: NULL comm");
+            return Err(NrtStatus::InvalidHandle);
+        }
+        let Some(abort) = aborts()
+            .iter()
+            .find(|(k, _)| *k == h)
+            .map(|(_, a)| a.clone())
+        else {
+            log::error!("{WHAT}: {h:#x} is not a live comm of this library");
+            return Err(NrtStatus::InvalidHandle);
+        };
+        if !abort.abort() {
+            log::info!("{WHAT}: comm {h:#x} was already aborted");
+        }
+        Ok(())
+    })
+}
+
 // Every export has exactly the typedef the loader and the header use.
 const _: NeuronStartNetworkProxyFn = neuronStartNetworkProxy;
 const _: NeuronNetworkProxyProgressFn = neuronNetworkProxyProgress;
@@ -692,6 +795,8 @@ const _: NccomMemGroupDestroyFn = nccom_mem_group_destroy;
 const _: NccomCommCreateFn = nccom_comm_create;
 const _: NccomCommDestroyFn = nccom_comm_destroy;
 const _: NccomCommRegisterMemoryFn = nccom_comm_register_memory;
+const _: NccomCommInvalidateRangeFn = nccom_comm_invalidate_range;
+const _: NccomCommAbortFn = nccom_comm_abort;
 
 #[cfg(test)]
 mod tests;

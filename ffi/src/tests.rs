@@ -176,3 +176,223 @@ fn a_panic_in_a_comm_call_is_caught_and_poisons_the_comm() {
         assert_eq!(nccom_mem_group_destroy(g), NRT_SUCCESS);
     }
 }
+
+/// Host words and a buffer for one send op of rank 0 to rank 1 that never finishes: its device
+/// never arms the host index, so the op waits for the handshake forever.
+struct Stuck {
+    words: [AtomicU32; 3],
+    buf: [u8; 64],
+}
+
+impl Stuck {
+    fn new() -> Box<Self> {
+        Box::new(Stuck {
+            words: [AtomicU32::new(0), AtomicU32::new(0), AtomicU32::new(0)],
+            buf: [0; 64],
+        })
+    }
+
+    /// Files the send op on stream 0, block 1.
+    fn start(&self, c: *mut NccomComm) -> NRT_STATUS {
+        let addr = |i: usize| self.words[i].as_ptr() as u64;
+        let op = NetOpInfo {
+            send_peer: 1,
+            recv_peer: -1,
+            tag: 1,
+            tx_entry_cnt: 1,
+            data_type_sz: 1,
+            post_send_idx_addr: addr(0),
+            send_handshake_sem_addr: addr(1),
+            send_complete_sem_addr: addr(2),
+            ..NetOpInfo::default()
+        };
+        let src = NetSrcAddr {
+            net_op_idx: 0,
+            mark: proxy_core::progress::desc::EXEC_COMPLETE,
+            addr: self.buf.as_ptr() as u64,
+            size: 64,
+            dest_rank: -1,
+            reserved: 0,
+        };
+        // SAFETY: live locals; the words and the buffer outlive the comm (the caller destroys
+        // it before dropping `self`).
+        unsafe { neuronStartNetworkProxy(c, 0, 1, &op, 1, &src, 1, ptr::null(), 0) }
+    }
+}
+
+fn progress(c: *mut NccomComm) -> (NRT_STATUS, c_int, c_int) {
+    let (mut i, mut d) = (1, 1);
+    // SAFETY: live locals.
+    let s = unsafe { neuronNetworkProxyProgress(c, 0, 1, &mut i, &mut d) };
+    (s, i, d)
+}
+
+#[test]
+fn abort_while_a_call_holds_the_comm_then_the_seam_answers_closed() {
+    let g = group(2);
+    let c = create(&config(0, 2, g)).unwrap();
+    let stuck = Stuck::new();
+    assert_eq!(stuck.start(c), NRT_SUCCESS);
+    assert_eq!(
+        progress(c),
+        (NRT_SUCCESS, 1, 0),
+        "idle, waiting for the handshake"
+    );
+    // The abort is accepted while a call holds the comm's slot BUSY (where every other entry
+    // answers NRT_FAILURE): it never takes the slot.
+    let inner = with_comm("test", c, |_| {
+        // SAFETY: a handle of this library.
+        assert_eq!(unsafe { neuronStopNetworkProxy(c, 0) }, NRT_FAILURE, "busy");
+        // SAFETY: a handle of this library.
+        assert_eq!(unsafe { nccom_comm_abort(c) }, NRT_SUCCESS);
+        Ok(())
+    });
+    assert_eq!(inner, Ok(()));
+    // SAFETY: handles of this library (or NULL / a foreign pointer, which are checked).
+    unsafe {
+        assert_eq!(
+            nccom_comm_abort(c),
+            NRT_SUCCESS,
+            "a second abort changes nothing"
+        );
+        assert_eq!(nccom_comm_abort(ptr::null_mut()), NRT_INVALID_HANDLE);
+        assert_eq!(nccom_comm_abort(g.cast()), NRT_INVALID_HANDLE);
+    }
+    // Applied at the next progress: NRT_CLOSED, neither idle nor done; start is refused.
+    assert_eq!(progress(c), (NRT_CLOSED, 0, 0));
+    assert_eq!(progress(c), (NRT_CLOSED, 0, 0));
+    assert_eq!(stuck.start(c), NRT_CLOSED);
+    let mut local = [0u8; 8];
+    // SAFETY: handles of this library; the range is only compared.
+    unsafe {
+        assert_eq!(
+            neuronStopNetworkProxy(c, 0),
+            NRT_SUCCESS,
+            "stop still works"
+        );
+        assert_eq!(
+            nccom_comm_invalidate_range(c, local.as_mut_ptr().cast(), local.len()),
+            NRT_SUCCESS,
+            "invalidate still works"
+        );
+        assert_eq!(nccom_comm_destroy(c), NRT_SUCCESS);
+        assert_eq!(nccom_comm_destroy(c), NRT_INVALID_HANDLE);
+        assert_eq!(nccom_comm_abort(c), NRT_INVALID_HANDLE, "after destroy");
+        assert_eq!(nccom_mem_group_destroy(g), NRT_SUCCESS);
+    }
+    drop(stuck);
+}
+
+#[test]
+fn abort_from_another_thread_ends_a_driving_loop_with_closed() {
+    let g = group(2);
+    let c = create(&config(0, 2, g)).unwrap();
+    let stuck = Stuck::new();
+    assert_eq!(stuck.start(c), NRT_SUCCESS);
+    let handle = c.addr();
+    let calls = AtomicU32::new(0);
+    let (status, n) = std::thread::scope(|s| {
+        let driver = s.spawn(|| {
+            let c: *mut NccomComm = ptr::without_provenance_mut(handle);
+            for n in 0..10_000_000u32 {
+                calls.store(n, Ordering::Relaxed);
+                let (st, i, d) = progress(c);
+                if st != NRT_SUCCESS {
+                    assert_eq!((i, d), (0, 0));
+                    return (st, n);
+                }
+                assert_eq!(d, 0, "the stuck op is never done (idle {i})");
+            }
+            panic!("no abort seen in 10M progress calls");
+        });
+        // Abort once the driver is looping (it may be inside a call or between two).
+        for _ in 0..10_000_000u32 {
+            if calls.load(Ordering::Relaxed) >= 100 {
+                break;
+            }
+            std::thread::yield_now();
+        }
+        let c: *mut NccomComm = ptr::without_provenance_mut(handle);
+        // SAFETY: a handle of this library.
+        assert_eq!(unsafe { nccom_comm_abort(c) }, NRT_SUCCESS);
+        driver.join().unwrap()
+    });
+    assert_eq!(status, NRT_CLOSED);
+    assert!(n >= 100, "the driver made {n} calls before the abort");
+    // SAFETY: handles of this library.
+    unsafe {
+        assert_eq!(nccom_comm_destroy(c), NRT_SUCCESS);
+        assert_eq!(nccom_mem_group_destroy(g), NRT_SUCCESS);
+    }
+}
+
+#[test]
+fn aborts_racing_a_destroy_answer_success_or_invalid_handle() {
+    for _ in 0..50 {
+        let g = group(1);
+        let c = create(&config(0, 1, g)).unwrap();
+        let handle = c.addr();
+        let answers = std::thread::scope(|s| {
+            let aborter = s.spawn(move || {
+                let c: *mut NccomComm = ptr::without_provenance_mut(handle);
+                let mut seen = Vec::new();
+                for _ in 0..200 {
+                    // SAFETY: a handle of this library (live or destroyed: both are checked).
+                    seen.push(unsafe { nccom_comm_abort(c) });
+                }
+                seen
+            });
+            std::thread::yield_now();
+            // SAFETY: a handle of this library. The aborter never takes the comm's slot, so
+            // the destroy is never refused.
+            assert_eq!(unsafe { nccom_comm_destroy(c) }, NRT_SUCCESS);
+            aborter.join().unwrap()
+        });
+        assert!(
+            answers
+                .iter()
+                .all(|&a| a == NRT_SUCCESS || a == NRT_INVALID_HANDLE),
+            "{answers:?}"
+        );
+        // SAFETY: handles of this library.
+        unsafe {
+            assert_eq!(nccom_comm_abort(c), NRT_INVALID_HANDLE);
+            assert_eq!(nccom_mem_group_destroy(g), NRT_SUCCESS);
+        }
+        assert!(
+            aborts().iter().all(|(h, _)| *h != handle),
+            "destroy removed the comm's abort handle"
+        );
+    }
+}
+
+#[test]
+fn invalidate_range_validates_its_input() {
+    let g = group(1);
+    let c = create(&config(0, 1, g)).unwrap();
+    let mut local = [0u8; 64];
+    let p: *const c_void = local.as_mut_ptr().cast();
+    // SAFETY: handles of this library (or NULL / a foreign pointer, which are checked); the
+    // ranges are only compared, never accessed.
+    unsafe {
+        assert_eq!(nccom_comm_invalidate_range(c, p, 64), NRT_SUCCESS);
+        assert_eq!(nccom_comm_invalidate_range(c, ptr::null(), 64), NRT_INVALID);
+        assert_eq!(nccom_comm_invalidate_range(c, p, 0), NRT_INVALID);
+        assert_eq!(
+            nccom_comm_invalidate_range(c, ptr::without_provenance(usize::MAX - 8), 64),
+            NRT_INVALID,
+            "wraps"
+        );
+        assert_eq!(
+            nccom_comm_invalidate_range(ptr::null_mut(), p, 64),
+            NRT_INVALID_HANDLE
+        );
+        assert_eq!(
+            nccom_comm_invalidate_range(g.cast(), p, 64),
+            NRT_INVALID_HANDLE
+        );
+        assert_eq!(nccom_comm_destroy(c), NRT_SUCCESS);
+        assert_eq!(nccom_comm_invalidate_range(c, p, 64), NRT_INVALID_HANDLE);
+        assert_eq!(nccom_mem_group_destroy(g), NRT_SUCCESS);
+    }
+}

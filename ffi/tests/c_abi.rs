@@ -4,6 +4,8 @@
 //! * `seam_sendrecv.c` `dlopen`s the library, creates two comms over the in-memory transport,
 //!   plays the device and sends 1 MiB twice through the seam (bytes and semaphores checked);
 //! * `bad_input.c` links `-lnccom_proxy` and checks the status of every kind of bad input;
+//! * `abort_thread.c` links `-lnccom_proxy -pthread` and aborts a comm from a second thread while
+//!   the main thread drives it (the loop ends `NRT_CLOSED`), then races aborts against a destroy;
 //! * both again under valgrind (memcheck: no invalid access, no definite leak). A missing
 //!   valgrind (or pkg-config, for the link test) fails its test unless
 //!   `PROXY_ALLOW_SKIP_VALGRIND=1` (`PROXY_ALLOW_SKIP_PKG_CONFIG=1`) says to skip it.
@@ -51,18 +53,26 @@ fn build_sendrecv(out: &str) -> PathBuf {
 }
 
 fn build_bad_input(out: &str) -> PathBuf {
+    build_linked("bad_input", out, &[])
+}
+
+fn build_abort_thread(out: &str) -> PathBuf {
+    build_linked("abort_thread", out, &["-pthread"])
+}
+
+/// Compiles `tests/c/<name>.c` linked with `-lnccom_proxy` (rpath to the library's directory).
+fn build_linked(name: &str, out: &str, more: &[&str]) -> PathBuf {
     let lib = common::library();
     let dir = lib.parent().expect("library directory").to_owned();
     let dir = dir.to_str().expect("utf-8 path");
-    compile(
-        "bad_input",
-        out,
-        &[
-            &format!("-L{dir}"),
-            "-lnccom_proxy",
-            &format!("-Wl,-rpath,{dir}"),
-        ],
-    )
+    let mut flags = vec![
+        format!("-L{dir}"),
+        "-lnccom_proxy".to_owned(),
+        format!("-Wl,-rpath,{dir}"),
+    ];
+    flags.extend(more.iter().map(|s| (*s).to_owned()));
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    compile(name, out, &flags)
 }
 
 /// Runs `cmd`, prints its output, and fails the test on a non-zero exit. Without cargo's
@@ -87,6 +97,13 @@ fn c_program_sends_1_mib_through_the_dlopened_seam() {
     cmd.arg(common::library());
     let out = run(cmd);
     assert!(out.contains("seam_sendrecv: ok"), "{out}");
+}
+
+#[test]
+fn c_program_aborts_a_comm_from_another_thread() {
+    let exe = build_abort_thread("abort_thread");
+    let out = run(Command::new(exe));
+    assert!(out.contains("abort_thread: ok"), "{out}");
 }
 
 #[test]
@@ -140,6 +157,8 @@ fn c_programs_under_valgrind() {
     assert!(run(cmd).contains("seam_sendrecv: ok"));
     let cmd = valgrind(&build_bad_input("bad_input_vg"));
     assert!(run(cmd).contains("bad_input: ok"));
+    let cmd = valgrind(&build_abort_thread("abort_thread_vg"));
+    assert!(run(cmd).contains("abort_thread: ok"));
 }
 
 #[test]

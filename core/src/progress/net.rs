@@ -182,6 +182,18 @@ pub trait Transport: Send {
         Ok(())
     }
 
+    /// The caller is about to free or unmap `addr..addr+len` (`len > 0`, not wrapping; the comm
+    /// checks): drop every cached registration that overlaps it, so that a later buffer at the
+    /// same address is registered afresh. A registration that posted requests still use must
+    /// not be closed under them: it is never handed out again and is released when its last
+    /// request completes. The default (a transport that registers nothing) does nothing.
+    ///
+    /// # Errors
+    /// A transport failure (the provider refused to close a registration; it is gone anyway).
+    fn invalidate(&mut self, _addr: u64, _len: u64) -> Result<(), NetError> {
+        Ok(())
+    }
+
     /// Closes the transport: after it every post fails. Requests still in flight must have been
     /// cancelled and drained first.
     ///

@@ -285,12 +285,25 @@ int main(void) {
     CHECK(neuronStopNetworkProxy(cx, 0), NRT_SUCCESS);
     CHECK(nccom_comm_destroy(cx), NRT_SUCCESS);
 
+    /* ---- invalidate a range, abort ---- */
+    CHECK(nccom_comm_invalidate_range(c0, buf, sizeof buf), NRT_SUCCESS);
+    CHECK(nccom_comm_invalidate_range(c0, NULL, 64), NRT_INVALID);
+    CHECK(nccom_comm_invalidate_range(c0, buf, 0), NRT_INVALID);
+    CHECK(nccom_comm_invalidate_range(c0, (const void *)(UINTPTR_MAX - 8), 64), NRT_INVALID);
+    CHECK(nccom_comm_invalidate_range(NULL, buf, 64), NRT_INVALID_HANDLE);
+    CHECK(nccom_comm_invalidate_range((nccom_comm_t *)g, buf, 64), NRT_INVALID_HANDLE);
+    CHECK(nccom_comm_abort(NULL), NRT_INVALID_HANDLE);
+    CHECK(nccom_comm_abort((nccom_comm_t *)g), NRT_INVALID_HANDLE);
+    CHECK(nccom_comm_abort((nccom_comm_t *)words), NRT_INVALID_HANDLE);
+
     /* ---- after destroy, double destroy ---- */
     CHECK(nccom_comm_destroy(c0), NRT_SUCCESS);
     CHECK(neuronStartNetworkProxy(c0, 0, 1, &op, 1, src, 2, NULL, 0), NRT_INVALID_HANDLE);
     CHECK(neuronNetworkProxyProgress(c0, 0, 1, &idle, &done), NRT_INVALID_HANDLE);
     CHECK(neuronStopNetworkProxy(c0, 0), NRT_INVALID_HANDLE);
     CHECK(nccom_comm_register_memory(c0, buf, sizeof buf), NRT_INVALID_HANDLE);
+    CHECK(nccom_comm_invalidate_range(c0, buf, sizeof buf), NRT_INVALID_HANDLE);
+    CHECK(nccom_comm_abort(c0), NRT_INVALID_HANDLE);
     CHECK(nccom_comm_destroy(c0), NRT_INVALID_HANDLE);
     CHECK(nccom_comm_destroy(cx), NRT_INVALID_HANDLE);
     CHECK(nccom_comm_destroy(c1), NRT_SUCCESS);

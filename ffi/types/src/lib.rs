@@ -30,9 +30,9 @@ pub use proxy_core::progress::desc::{NetDestAddr, NetOpInfo, NetSrcAddr};
 /// Major version of this C ABI: a library whose major differs from the header's is incompatible.
 pub const NCCOM_PROXY_ABI_VERSION_MAJOR: u32 = 1;
 /// Minor version of this C ABI: additions that keep every older call and layout valid.
-pub const NCCOM_PROXY_ABI_VERSION_MINOR: u32 = 0;
+pub const NCCOM_PROXY_ABI_VERSION_MINOR: u32 = 1;
 /// `(major << 16) | minor`, what `nccom_abi_version()` returns.
-pub const NCCOM_PROXY_ABI_VERSION: u32 = 0x0001_0000;
+pub const NCCOM_PROXY_ABI_VERSION: u32 = 0x0001_0001;
 
 const _: () = assert!(
     NCCOM_PROXY_ABI_VERSION
@@ -295,6 +295,14 @@ pub type NccomCommDestroyFn = unsafe extern "C" fn(comm: *mut NccomComm) -> NRT_
 /// `nccom_comm_register_memory`.
 pub type NccomCommRegisterMemoryFn =
     unsafe extern "C" fn(comm: *mut NccomComm, base: *const c_void, len: usize) -> NRT_STATUS;
+
+/// `nccom_comm_invalidate_range` (ABI 1.1): drop the comm's transport registrations of a range
+/// about to be freed.
+pub type NccomCommInvalidateRangeFn =
+    unsafe extern "C" fn(comm: *mut NccomComm, addr: *const c_void, len: usize) -> NRT_STATUS;
+
+/// `nccom_comm_abort` (ABI 1.1): request an abort of a comm, from any thread.
+pub type NccomCommAbortFn = unsafe extern "C" fn(comm: *mut NccomComm) -> NRT_STATUS;
 
 #[cfg(test)]
 mod tests {

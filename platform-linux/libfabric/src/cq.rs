@@ -68,7 +68,7 @@ impl LibfabricTransport {
         };
         let mr = self.reqs.complete(index, State::Done(size)).mr;
         if let Some(region) = mr {
-            self.mrs.release(region);
+            self.release_region(region);
         }
     }
 
@@ -169,7 +169,7 @@ impl LibfabricTransport {
         }
         let mr = self.reqs.complete(index, state).mr;
         if let Some(region) = mr {
-            self.mrs.release(region);
+            self.release_region(region);
         }
         Ok(true)
     }

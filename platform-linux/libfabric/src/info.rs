@@ -5,7 +5,11 @@
 //! `FI_MSG | FI_TAGGED` plus `FI_RMA | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE`
 //! where offered, mode `FI_CONTEXT | FI_CONTEXT2`, mr_mode
 //! `LOCAL | VIRT_ADDR | ALLOCATED | PROV_KEY | ENDPOINT`, `FI_THREAD_DOMAIN`, tx/rx `msg_order`
-//! `FI_ORDER_SAS`, API version 1.17. No `FI_LOCAL_COMM` / `FI_REMOTE_COMM` (shm then offers
+//! `FI_ORDER_SAS`, `data_progress` and `control_progress` `FI_PROGRESS_MANUAL` (the transport
+//! moves the provider only from its own calls: `poll`, `test`, a post's back-pressure; a provider
+//! whose model is automatic satisfies a manual request, libfabric ranks AUTO above MANUAL, and on
+//! `tcp;ofi_rxm` a data model other than AUTO keeps rxm from starting its connection-manager
+//! thread), API version 1.17. No `FI_LOCAL_COMM` / `FI_REMOTE_COMM` (shm then offers
 //! nothing) and no `FI_DIRECTED_RECV` (`tcp;ofi_rxm` lacks it; the source rank is in the tag).
 
 use std::ffi::{c_char, CStr};
@@ -64,6 +68,8 @@ impl InfoList {
             (*h.ep_attr).type_ = fi::FI_EP_RDM;
             (*h.domain_attr).mr_mode = MR_MODES;
             (*h.domain_attr).threading = fi::FI_THREAD_DOMAIN;
+            (*h.domain_attr).data_progress = fi::FI_PROGRESS_MANUAL;
+            (*h.domain_attr).control_progress = fi::FI_PROGRESS_MANUAL;
             (*h.tx_attr).msg_order = fi::FI_ORDER_SAS;
             (*h.rx_attr).msg_order = fi::FI_ORDER_SAS;
             if let Some(n) = sizes.tx_size {

@@ -23,9 +23,14 @@
 //! * **Tags** are the caller's 64-bit tags (`proxy_core::progress::net::make_tag`); receives match the
 //!   exact tag (`ignore = 0`) from `FI_ADDR_UNSPEC`: the source rank is inside the tag, since
 //!   `tcp;ofi_rxm` lacks `FI_DIRECTED_RECV`. `FI_ORDER_SAS` keeps equal tags in post order.
-//! * **Progress** is manual: [`Transport::poll`] and [`Transport::test`] read the CQ. A post
-//!   answered `-FI_EAGAIN` (or shm's `-FI_ENOMEM`) reads the CQ once and returns `Ok(None)`:
-//!   back-pressure, the caller retries.
+//! * **Progress** is manual: the hints ask for `FI_PROGRESS_MANUAL` data and control progress,
+//!   the granted models are read back into [`ProviderAttrs`] and logged at open (a provider
+//!   that grants automatic data progress is logged at WARN); [`Transport::poll`] and
+//!   [`Transport::test`] read the CQ. A post answered `-FI_EAGAIN` (or shm's `-FI_ENOMEM`) reads
+//!   the CQ once and returns `Ok(None)`: back-pressure, the caller retries. Send posts to a peer
+//!   that keeps answering `-FI_EAGAIN` for 50 ms are spaced (up to 10 ms apart) by the transport
+//!   itself (`backoff.rs`: on `tcp;ofi_rxm` each post to a vanished peer starts a refused
+//!   connection).
 //! * **Errors**: an error completion is read with `fi_cq_readerr` into a zeroed entry (retried
 //!   on `-FI_EAGAIN`), `abs(err)` is taken (shm writes it negative), and the request fails with
 //!   the provider's `fi_cq_strerror` text. Truncation (a receive smaller than the message) is
@@ -38,7 +43,9 @@
 //!   use `fi_tsend` and complete through the CQ.
 //! * **Memory registration** whenever the entry's `mr_mode` asks for it (`FI_MR_LOCAL`,
 //!   `FI_MR_VIRT_ADDR`, `FI_MR_ALLOCATED`, `FI_MR_PROV_KEY`; efa asks for all), lazily from the
-//!   posted buffers through a cache keyed by address range (`mr.rs`).
+//!   posted buffers through a bounded LRU cache keyed by address range ([`MrCacheLimits`],
+//!   `mr.rs`) that never closes a region a posted request uses. Memory that was posted must be
+//!   invalidated ([`Transport::invalidate`]) before it is freed or unmapped.
 //! * **Requests** live in a slab whose contexts start with `struct fi_context2` (`FI_CONTEXT` /
 //!   `FI_CONTEXT2` mode; `requests.rs`).
 //! * **Close** cancels every request in flight and drains the CQ (bounded) before `fi_close`
@@ -47,6 +54,7 @@
 //! Seed: `ncclNet->{isend,irecv,test}` over aws-ofi-nccl's libfabric plugin, §1 and §4;
 //! docs/design.md §5 (tags, `FI_ORDER_SAS`) and §8 (poll once per tick per comm).
 
+mod backoff;
 mod cq;
 mod info;
 mod mr;
@@ -64,8 +72,13 @@ use libfabric_sys as fi;
 use proxy_bootstrap::PeerWatch;
 use proxy_core::progress::net::{MrHandle, NetError, Posted, RequestId, TestOutcome, Transport};
 
+use self::backoff::{PostEvent, PostPressure};
 use self::info::{HintSizes, InfoList, Request};
-use self::mr::{MrCache, MrConfig};
+use self::mr::{FiRegistrar, MrCache, MrConfig, RegionId};
+pub use self::mr::{
+    Invalidated, MrCacheLimits, MrCacheStats, DEFAULT_MR_CACHE_BYTES, DEFAULT_MR_CACHE_ENTRIES,
+    MR_CACHE_BYTES_VAR, MR_CACHE_ENTRIES_VAR,
+};
 use self::objects::Objects;
 use self::requests::{Kind, Requests, State};
 
@@ -103,6 +116,9 @@ pub struct Options {
     /// Lower the inject threshold (bytes) below the provider's `tx_attr.inject_size`;
     /// `Some(0)` sends everything with `fi_tsend`.
     pub max_inject_size: Option<usize>,
+    /// Bounds of the registration cache; `None` reads [`MrCacheLimits::from_env`]
+    /// (`NEURON_RT_MR_CACHE_ENTRIES`, `NEURON_RT_MR_CACHE_BYTES`, else the defaults).
+    pub mr_cache: Option<MrCacheLimits>,
 }
 
 impl Default for Options {
@@ -116,6 +132,7 @@ impl Default for Options {
             rx_size: None,
             close_drain: DEFAULT_CLOSE_DRAIN,
             max_inject_size: None,
+            mr_cache: None,
         }
     }
 }
@@ -143,6 +160,22 @@ pub struct ProviderAttrs {
     pub tag_bits: u32,
     /// The endpoint address format (`FI_ADDR_STR`, `FI_SOCKADDR_IN`, ...).
     pub addr_format: u32,
+    /// `domain_attr.data_progress` granted (`FI_PROGRESS_MANUAL` asked for).
+    pub data_progress: u32,
+    /// `domain_attr.control_progress` granted (`FI_PROGRESS_MANUAL` asked for).
+    pub control_progress: u32,
+    /// `domain_attr.threading` granted (`FI_THREAD_DOMAIN` asked for).
+    pub threading: u32,
+}
+
+/// The name of a `fi_progress` value.
+pub fn progress_name(p: u32) -> &'static str {
+    match p {
+        fi::FI_PROGRESS_MANUAL => "manual",
+        fi::FI_PROGRESS_AUTO => "auto",
+        fi::FI_PROGRESS_UNSPEC => "unspec",
+        _ => "unknown",
+    }
 }
 
 /// A libfabric endpoint of one rank, implementing [`Transport`].
@@ -194,6 +227,10 @@ pub struct LibfabricTransport {
     peers: Vec<fi::fi_addr_t>,
     /// Request slab.
     reqs: Requests,
+    /// Per peer: whether its send posts keep answering `-FI_EAGAIN` (`backoff.rs`).
+    pressure: Vec<PostPressure>,
+    /// Send posts answered "not now" without asking the provider (spacing, `backoff.rs`).
+    spaced: u64,
     /// Registration cache.
     mrs: MrCache,
     /// [`Transport::close`] has run.
@@ -222,6 +259,18 @@ fn fi_error_text(ret: isize) -> String {
         // SAFETY: non-null result of fi_strerror is a static NUL-terminated string.
         unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
     }
+}
+
+/// The [`FiRegistrar`] of a transport, from its fields (so that `self.mrs` stays borrowable).
+macro_rules! fi_registrar {
+    ($t:expr) => {
+        FiRegistrar {
+            domain: $t.obj.domain,
+            ep: $t.obj.ep,
+            cfg: $t.mr_cfg,
+            provider: &$t.attrs.provider,
+        }
+    };
 }
 
 /// `-FI_x` as the `ssize_t` that data-path calls return.
@@ -291,7 +340,24 @@ impl LibfabricTransport {
                     64 - tag_format.leading_zeros()
                 },
                 addr_format: i.addr_format,
+                data_progress: (*i.domain_attr).data_progress,
+                control_progress: (*i.domain_attr).control_progress,
+                threading: (*i.domain_attr).threading,
             }
+        };
+        if attrs.data_progress != fi::FI_PROGRESS_MANUAL {
+            // Polling still moves such a provider; but it also moves on its own threads, which
+            // the transport's single-threaded use of the domain does not expect.
+            log::warn!(
+                "libfabric/{}: asked for manual data progress, granted {} (control {})",
+                attrs.provider,
+                progress_name(attrs.data_progress),
+                progress_name(attrs.control_progress)
+            );
+        }
+        let mr_limits = match opts.mr_cache {
+            Some(l) => l,
+            None => MrCacheLimits::from_env()?,
         };
         let asks_registration = attrs.mr_mode
             & (fi::FI_MR_LOCAL | fi::FI_MR_VIRT_ADDR | fi::FI_MR_ALLOCATED | fi::FI_MR_PROV_KEY)
@@ -344,7 +410,9 @@ impl LibfabricTransport {
             local_name: Vec::new(),
             peers: Vec::new(),
             reqs: Requests::default(),
-            mrs: MrCache::default(),
+            pressure: vec![PostPressure::default(); nranks as usize],
+            spaced: 0,
+            mrs: MrCache::new(mr_limits),
             closed: false,
             watch: None,
             watch_failed: None,
@@ -355,8 +423,8 @@ impl LibfabricTransport {
         drop((with_rma, plain));
         log::info!(
             "{}: rank {rank}/{nranks} opened domain {} ({:?}), mr_mode {:#x} (register: {}), \
-             max_msg_size {}, inject up to {} B, tx/rx {}/{}, {} tag bits, libfabric {} (built \
-             against {})",
+             max_msg_size {}, inject up to {} B, tx/rx {}/{}, {} tag bits, progress data {} / \
+             control {}, threading {}, libfabric {} (built against {})",
             t.name,
             t.attrs.domain,
             request,
@@ -367,6 +435,9 @@ impl LibfabricTransport {
             t.attrs.tx_size,
             t.attrs.rx_size,
             t.attrs.tag_bits,
+            progress_name(t.attrs.data_progress),
+            progress_name(t.attrs.control_progress),
+            t.attrs.threading,
             {
                 // SAFETY: fi_version takes no arguments.
                 let v = unsafe { fi::fi_version() };
@@ -530,19 +601,46 @@ impl LibfabricTransport {
         self.injected
     }
 
+    /// Send posts answered "not now" by the transport itself: posts to a peer that kept
+    /// answering `-FI_EAGAIN` for longer than 50 ms are spaced (`backoff.rs`; on `tcp;ofi_rxm`
+    /// each such post to a vanished peer starts a refused connection).
+    pub fn spaced_posts(&self) -> u64 {
+        self.spaced
+    }
+
     /// Number of requests the provider still owns (posted, not yet completed).
     pub fn in_flight(&self) -> usize {
         self.reqs.in_flight()
     }
 
-    /// Drops cached registrations overlapping `addr..addr+len`: call it before freeing or
-    /// unmapping memory that was posted (the cache does not watch the address space). Returns
-    /// how many were dropped.
+    /// Takes the cached registrations overlapping `addr..addr+len` out of the cache: call it
+    /// before freeing or unmapping memory that was posted (the cache does not watch the address
+    /// space), so that a later buffer at the same address gets a fresh registration. Unused
+    /// regions are closed now; a region posted requests still use is detached: closed when its
+    /// last request completes, never handed out again. Says how many of each.
     ///
     /// # Errors
-    /// [`NetError::invalid`] when a posted request still uses that memory.
-    pub fn invalidate(&mut self, addr: u64, len: u64) -> Result<usize, NetError> {
-        self.mrs.invalidate(addr, len)
+    /// [`NetError::invalid`] for `len == 0` or a range that wraps (nothing changes).
+    pub fn invalidate_range(&mut self, addr: u64, len: u64) -> Result<Invalidated, NetError> {
+        let mut reg = fi_registrar!(self);
+        self.mrs.invalidate(&mut reg, addr, len)
+    }
+
+    /// The registration cache's counters (registrations made and closed, evictions, uncached
+    /// registrations, invalidations).
+    pub fn registration_stats(&self) -> MrCacheStats {
+        self.mrs.stats()
+    }
+
+    /// The registration cache's bounds in effect.
+    pub fn registration_limits(&self) -> MrCacheLimits {
+        self.mrs.limits()
+    }
+
+    /// One request on `region` finished (or its post failed).
+    pub(crate) fn release_region(&mut self, region: RegionId) {
+        let mut reg = fi_registrar!(self);
+        self.mrs.release(&mut reg, region);
     }
 
     fn check_open(&self) -> Result<(), NetError> {
@@ -604,7 +702,8 @@ impl LibfabricTransport {
         Ok(self.peers[peer as usize])
     }
 
-    /// Posts one send or receive.
+    /// Posts one send or receive; spaces the send posts to a peer that keeps answering
+    /// `-FI_EAGAIN` (`backoff.rs`).
     fn post(
         &mut self,
         kind: Kind,
@@ -614,24 +713,59 @@ impl LibfabricTransport {
         tag: u64,
     ) -> Result<Option<Posted>, NetError> {
         let addr = self.check_post(kind, peer, size, tag)?;
+        if kind == Kind::Recv {
+            return self.post_now(kind, addr, peer, buf, size, tag);
+        }
+        let p = peer as usize;
+        if !self.pressure[p].may_post(Instant::now()) {
+            // Back-pressure answered here: read the CQ (manual progress), as the provider's
+            // own -FI_EAGAIN path does.
+            self.spaced += 1;
+            self.progress()?;
+            return Ok(None);
+        }
+        let r = self.post_now(kind, addr, peer, buf, size, tag);
+        let event = match &r {
+            Ok(Some(_)) => PostEvent::Posted,
+            Ok(None) => PostEvent::Again,
+            Err(_) => return r,
+        };
+        if self.pressure[p].on(event, Instant::now(), peer) {
+            log::warn!(
+                "{}: send posts to rank {peer} answered -FI_EAGAIN for {:?} without one being \
+                 accepted (a vanished peer on tcp: each post starts a refused connection): \
+                 spacing them up to {:?} apart until one is accepted",
+                self.name,
+                backoff::STORM_AFTER,
+                backoff::MAX_WAIT
+            );
+        }
+        r
+    }
+
+    /// Posts one send or receive now.
+    fn post_now(
+        &mut self,
+        kind: Kind,
+        addr: fi::fi_addr_t,
+        peer: u32,
+        buf: *mut u8,
+        size: u64,
+        tag: u64,
+    ) -> Result<Option<Posted>, NetError> {
         if kind == Kind::Send && self.inject_max > 0 && size <= self.inject_max as u64 {
             return self.post_inject(addr, peer, buf, size, tag);
         }
         let (mr, desc) = if self.register && size > 0 {
-            let (region, desc) = self
-                .mrs
-                .lookup_or_register(
-                    self.obj.domain,
-                    self.obj.ep,
-                    self.mr_cfg,
-                    &self.attrs.provider,
-                    buf as u64,
-                    size,
-                )
-                .map_err(|mut e| {
-                    e.peer = Some(peer);
-                    e
-                })?;
+            let mut reg = fi_registrar!(self);
+            // Counts one request on the region; released when the post fails or completes.
+            let (region, desc) =
+                self.mrs
+                    .acquire(&mut reg, buf as u64, size)
+                    .map_err(|mut e| {
+                        e.peer = Some(peer);
+                        e
+                    })?;
             (Some(region), desc)
         } else {
             (None, ptr::null_mut())
@@ -665,9 +799,6 @@ impl LibfabricTransport {
             }
         };
         if ret == 0 {
-            if let Some(region) = mr {
-                self.mrs.acquire(region);
-            }
             let request = self.reqs.mark_posted(index);
             return Ok(Some(Posted {
                 request,
@@ -675,6 +806,9 @@ impl LibfabricTransport {
             }));
         }
         self.reqs.unreserve(index);
+        if let Some(region) = mr {
+            self.release_region(region);
+        }
         if ret == neg(fi::FI_EAGAIN) || (self.enomem_is_backpressure && ret == neg(fi::FI_ENOMEM)) {
             // Back-pressure: the provider moves on only when its CQ is read (manual progress;
             // tcp's connection setup answers -FI_EAGAIN until then).
@@ -841,21 +975,34 @@ impl Transport for LibfabricTransport {
         if !self.register {
             return Ok(0);
         }
-        self.mrs.register(
-            self.obj.domain,
-            self.obj.ep,
-            self.mr_cfg,
-            &self.attrs.provider,
-            addr,
-            len,
-        )
+        let mut reg = fi_registrar!(self);
+        self.mrs.register(&mut reg, addr, len)
     }
 
     fn deregister(&mut self, mr: MrHandle) -> Result<(), NetError> {
         if mr == 0 || self.closed {
             return Ok(());
         }
-        self.mrs.deregister(mr)
+        let mut reg = fi_registrar!(self);
+        self.mrs.deregister(&mut reg, mr)
+    }
+
+    fn invalidate(&mut self, addr: u64, len: u64) -> Result<(), NetError> {
+        if self.closed {
+            return Ok(()); // Every registration was closed with the transport.
+        }
+        let done = self.invalidate_range(addr, len)?;
+        if done.closed + done.deferred > 0 {
+            log::debug!(
+                "{}: invalidate {addr:#x}..{:#x}: {} registrations closed, {} detached until \
+                 their requests complete",
+                self.name,
+                addr + len,
+                done.closed,
+                done.deferred
+            );
+        }
+        Ok(())
     }
 
     fn close(&mut self) -> Result<(), NetError> {
@@ -904,7 +1051,8 @@ impl Transport for LibfabricTransport {
         // do), the others after it.
         let mr_first = self.attrs.mr_mode & fi::FI_MR_ENDPOINT != 0;
         if mr_first {
-            if let Err(e) = self.mrs.close_all() {
+            let mut reg = fi_registrar!(self);
+            if let Err(e) = self.mrs.close_all(&mut reg) {
                 first_err.get_or_insert(e);
             }
         }
@@ -937,7 +1085,8 @@ impl Transport for LibfabricTransport {
             });
         }
         if !mr_first {
-            if let Err(e) = self.mrs.close_all() {
+            let mut reg = fi_registrar!(self);
+            if let Err(e) = self.mrs.close_all(&mut reg) {
                 first_err.get_or_insert(e);
             }
         }

@@ -1,17 +1,45 @@
-//! The memory-registration cache: registrations keyed by address range, made lazily from the
-//! posted buffers' addresses (FIFO entries are reused every execution, so each range registers
-//! once), released at close, on [`MrCache::invalidate`] or on an explicit deregister.
+//! The memory-registration cache: a bounded, least-recently-used cache of registrations keyed by
+//! address range, made lazily from the posted buffers' addresses (FIFO entries are reused every
+//! execution, so each range registers once), with an in-flight count per region so that no
+//! region a posted request uses is ever closed under it.
 //!
 //! Ranges are widened to whole pages so that neighbouring entries of one buffer share a
 //! registration; a range no region covers gets its own registration (regions may overlap, and
 //! are never merged: a merge would re-register ever larger unions, which costs a pinning
-//! provider such as efa time proportional to the square of the buffer). Each registration asks for its own key (unique per domain: two registrations
-//! with the same requested key fail with `-FI_ENOKEY` on tcp and shm, libfabric #10882); with
-//! `FI_MR_PROV_KEY` the provider's key is read back with `fi_mr_key`.
+//! provider such as efa time proportional to the square of the buffer). Each registration asks
+//! for its own key (unique per domain: two registrations with the same requested key fail with
+//! `-FI_ENOKEY` on tcp and shm, libfabric #10882); with `FI_MR_PROV_KEY` the provider's key is
+//! read back with `fi_mr_key`.
 //!
-//! The cache does not watch the address space: a caller that unmaps or frees a registered
-//! buffer must call [`MrCache::invalidate`] (the transport's `invalidate`) first, or a later
-//! buffer at the same address would use the stale registration.
+//! **Bounds.** The cache holds at most [`MrCacheLimits::max_entries`] cached regions and, when
+//! [`MrCacheLimits::max_bytes`] is not 0, at most that many registered bytes. A new region makes
+//! room by closing the least recently used regions that are not *pinned* (a region is pinned
+//! while a posted request uses it or an explicit [`MrCache::register`] holds it). When every
+//! cached region is pinned the new region is registered **uncached**: it is used by the one post
+//! that asked for it and closed when that post completes (the cache stays within its bound; a
+//! log line says so once per cache).
+//!
+//! **Invalidation.** The cache does not watch the address space: a caller that frees or unmaps a
+//! buffer that was posted must first call [`MrCache::invalidate`] (the transport's
+//! `invalidate`, the comm's `invalidate_range`, the C ABI's `nccom_comm_invalidate_range`), or a
+//! later buffer at the same address would be posted with the stale registration (silent
+//! corruption on efa, whose NIC reads the old pages; invisible on tcp and shm, which do not use
+//! the key). An invalidated region is never handed out again; one that a posted request still
+//! uses is *detached* and closed when its last request completes.
+//!
+//! A region's life (one enum, [`RegionState`]; [`MrCache::transition`] traces every change):
+//! ```text
+//!   (1) new, room in the cache ───────────────► CACHED ──(3) evicted (LRU, not pinned) ──┐
+//!   (2) new, every cached region pinned ──┐        │     invalidated while not used      │
+//!                                         │        │     transport close                  ▼
+//!                                         ▼   (4) invalidated while requests use it    CLOSED
+//!                                      DETACHED ◄──┘                                      ▲
+//!                                         └──(5) its last request completes; close ───────┘
+//! ```
+//! CLOSED is the region's removal from the cache, after exactly one `fi_close`.
+//!
+//! Registration goes through the small [`Registrar`] trait ([`FiRegistrar`] over libfabric),
+//! so the cache's rules are unit-tested against a fake that records keys and ranges.
 
 use std::collections::BTreeMap;
 use std::ffi::c_void;
@@ -26,6 +54,73 @@ use super::fi_error_text;
 /// on; a larger page only means less sharing).
 const PAGE: u64 = 4096;
 
+/// Default [`MrCacheLimits::max_entries`].
+pub const DEFAULT_MR_CACHE_ENTRIES: usize = 1024;
+/// Default [`MrCacheLimits::max_bytes`] (0: no byte bound).
+pub const DEFAULT_MR_CACHE_BYTES: u64 = 0;
+/// Environment variable read for [`MrCacheLimits::max_entries`] when the options give none.
+pub const MR_CACHE_ENTRIES_VAR: &str = "NEURON_RT_MR_CACHE_ENTRIES";
+/// Environment variable read for [`MrCacheLimits::max_bytes`] when the options give none.
+pub const MR_CACHE_BYTES_VAR: &str = "NEURON_RT_MR_CACHE_BYTES";
+
+/// The bounds of a transport's registration cache.
+///
+/// Seed: none (aws-ofi-nccl leaves the cache to libfabric's own `FI_MR_CACHE_MAX_COUNT`, default
+/// 1024); docs/design.md §5.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MrCacheLimits {
+    /// Most regions the cache keeps (at least 1; default [`DEFAULT_MR_CACHE_ENTRIES`], the
+    /// count efa's device limit and libfabric's own cache default to the same order).
+    pub max_entries: usize,
+    /// Most registered bytes (page-widened) the cache keeps; 0 = no byte bound (the default:
+    /// what is registered is memory the caller posts, bounded by its own allocations).
+    pub max_bytes: u64,
+}
+
+impl Default for MrCacheLimits {
+    fn default() -> Self {
+        Self {
+            max_entries: DEFAULT_MR_CACHE_ENTRIES,
+            max_bytes: DEFAULT_MR_CACHE_BYTES,
+        }
+    }
+}
+
+impl MrCacheLimits {
+    /// The defaults, overridden by `NEURON_RT_MR_CACHE_ENTRIES` (an integer ≥ 1) and
+    /// `NEURON_RT_MR_CACHE_BYTES` (an integer, 0 = no byte bound) when set.
+    ///
+    /// # Errors
+    /// [`NetError::invalid`] naming the variable and its value when one does not parse or the
+    /// entry count is 0.
+    pub fn from_env() -> Result<Self, NetError> {
+        Self::from_lookup(|k| std::env::var(k).ok())
+    }
+
+    /// [`MrCacheLimits::from_env`] over any variable lookup (tests).
+    fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self, NetError> {
+        let mut l = Self::default();
+        let bad = |var: &str, v: &str, need: &str| {
+            NetError::invalid(None, format!("{var}={v:?}: expected {need}"))
+        };
+        if let Some(v) = get(MR_CACHE_ENTRIES_VAR) {
+            l.max_entries = v
+                .trim()
+                .parse::<usize>()
+                .ok()
+                .filter(|n| *n >= 1)
+                .ok_or_else(|| bad(MR_CACHE_ENTRIES_VAR, &v, "an integer >= 1"))?;
+        }
+        if let Some(v) = get(MR_CACHE_BYTES_VAR) {
+            l.max_bytes = v
+                .trim()
+                .parse::<u64>()
+                .map_err(|_| bad(MR_CACHE_BYTES_VAR, &v, "a byte count (0 = no bound)"))?;
+        }
+        Ok(l)
+    }
+}
+
 /// How the domain wants memory registered.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct MrConfig {
@@ -35,116 +130,67 @@ pub(super) struct MrConfig {
     pub access: u64,
 }
 
-/// A region's key in the cache: `(start, end)`, page-aligned, `end` exclusive. Two regions may
-/// share a start (a later, longer one), never both bounds.
-pub(super) type RegionKey = (u64, u64);
+/// A region's identity in the cache, unique for the cache's life (never reused, unlike a
+/// range: a range invalidated and registered again is a new region). Requests keep it.
+pub(super) type RegionId = u64;
 
-/// One registration.
-struct Region {
-    /// The libfabric registration (closed when the region leaves the cache).
-    mr: *mut fi::fid_mr,
-    /// `fi_mr_desc`: the `desc` argument of posts from this region.
-    desc: *mut c_void,
-    /// `fi_mr_key`: the remote key (for RMA; logged).
-    key: u64,
-    /// Posted requests using the region that have not completed.
-    in_flight: u32,
-    /// Explicit [`MrCache::register`] calls not yet matched by a deregister.
-    explicit: u32,
-    /// The handle [`MrCache::register`] returns for this region.
-    handle: MrHandle,
+/// What a [`Registrar`] made.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Registration {
+    /// The registration's object (libfabric: the `fid_mr`), passed back to
+    /// [`Registrar::close`].
+    pub mr: *mut c_void,
+    /// The `desc` argument of posts from this region (`fi_mr_desc`).
+    pub desc: *mut c_void,
+    /// The remote key (`fi_mr_key`; for RMA, logged).
+    pub key: u64,
 }
 
-/// The cache (one per domain).
-pub(super) struct MrCache {
-    /// Regions by `(start, end)`; lookups take any region that covers the range.
-    regions: BTreeMap<RegionKey, Region>,
-    /// Length of the longest region: a region covering `addr` starts at most this far below it
-    /// (bounds the lookup's scan).
-    longest: u64,
-    /// Next requested key (unique per domain).
-    next_key: u64,
-    /// Next explicit handle (0 is never used: it is the trait's "no registration").
-    next_handle: MrHandle,
-}
-
-impl Default for MrCache {
-    fn default() -> Self {
-        Self {
-            regions: BTreeMap::new(),
-            longest: 0,
-            next_key: 1,
-            next_handle: 1,
-        }
-    }
-}
-
-/// The widened range `[start, end)` of `addr..addr+len` (`len > 0`).
-fn page_range(addr: u64, len: u64) -> Option<(u64, u64)> {
-    let end = addr.checked_add(len)?.checked_add(PAGE - 1)? & !(PAGE - 1);
-    Some((addr & !(PAGE - 1), end))
-}
-
-impl MrCache {
-    /// Key of a region covering `addr..addr+len`, if any.
-    fn find(&self, addr: u64, len: u64) -> Option<RegionKey> {
-        let end = addr + len;
-        // Only regions starting in `end - longest ..= addr` can cover the range; the nearest one
-        // below `addr` does in the common case.
-        let lowest = end.saturating_sub(self.longest);
-        if lowest > addr {
-            return None; // Longer than every region.
-        }
-        self.regions
-            .range((lowest, 0)..=(addr, u64::MAX))
-            .rev()
-            .find(|((_, e), _)| *e >= end)
-            .map(|(k, _)| *k)
-    }
-
-    /// The region covering `addr..addr+len` (`len > 0`), registering it if needed; returns its
-    /// key and its descriptor.
+/// What the cache registers through: libfabric ([`FiRegistrar`]) or a test's fake.
+pub(super) trait Registrar {
+    /// Provider name for messages.
+    fn provider(&self) -> &str;
+    /// Registers `start..start+len` (page-aligned) asking for `key` (unique per cache).
     ///
     /// # Errors
-    /// [`NetError::invalid`] naming the range when the provider refuses it.
-    pub(super) fn lookup_or_register(
-        &mut self,
-        domain: *mut fi::fid_domain,
-        ep: *mut fi::fid_ep,
-        cfg: MrConfig,
-        provider: &str,
-        addr: u64,
-        len: u64,
-    ) -> Result<(RegionKey, *mut c_void), NetError> {
-        let range_error = |why: String| {
-            NetError::invalid(
-                None,
-                format!(
-                    "cannot register {addr:#x}..{:#x} ({len} B) with libfabric provider \
-                     {provider}: {why}",
-                    addr.wrapping_add(len)
-                ),
-            )
-        };
-        if addr.checked_add(len).is_none() {
-            return Err(range_error("the range wraps the address space".to_owned()));
-        }
-        if let Some(k) = self.find(addr, len) {
-            return Ok((k, self.regions[&k].desc));
-        }
-        let (start, end) =
-            page_range(addr, len).ok_or_else(|| range_error("range overflows".to_owned()))?;
-        let key = self.next_key;
+    /// The provider's refusal, as text naming the call.
+    fn register(&mut self, start: u64, len: u64, key: u64) -> Result<Registration, String>;
+    /// Closes a registration [`Registrar::register`] made (called exactly once per success).
+    ///
+    /// # Errors
+    /// The provider's refusal, as text naming the call.
+    fn close(&mut self, r: &Registration) -> Result<(), String>;
+}
+
+/// The libfabric [`Registrar`]: `fi_mr_reg` (+ `fi_mr_bind` / `fi_mr_enable` with
+/// `FI_MR_ENDPOINT`) and `fi_close`.
+pub(super) struct FiRegistrar<'a> {
+    /// The open domain.
+    pub domain: *mut fi::fid_domain,
+    /// The open endpoint (bound to with `FI_MR_ENDPOINT`).
+    pub ep: *mut fi::fid_ep,
+    /// How to register.
+    pub cfg: MrConfig,
+    /// Provider name.
+    pub provider: &'a str,
+}
+
+impl Registrar for FiRegistrar<'_> {
+    fn provider(&self) -> &str {
+        self.provider
+    }
+
+    fn register(&mut self, start: u64, len: u64, key: u64) -> Result<Registration, String> {
         let mut mr: *mut fi::fid_mr = ptr::null_mut();
         // SAFETY: `domain` is open; the range covers the caller's buffer (which the post's
         // contract keeps valid) widened to whole pages of the same mappings; `mr` receives a new
         // registration that the cache owns.
         let ret = unsafe {
             fi::fi_mr_reg(
-                domain,
+                self.domain,
                 start as *const c_void,
-                (end - start) as usize,
-                cfg.access,
+                len as usize,
+                self.cfg.access,
                 0,
                 key,
                 0,
@@ -153,17 +199,17 @@ impl MrCache {
             )
         };
         if ret != 0 {
-            return Err(range_error(format!(
-                "fi_mr_reg of {start:#x}..{end:#x}: {} ({ret})",
+            return Err(format!(
+                "fi_mr_reg of {start:#x}..{:#x}: {} ({ret})",
+                start + len,
                 fi_error_text(ret as isize)
-            )));
+            ));
         }
-        self.next_key += 1;
-        if cfg.mr_mode & fi::FI_MR_ENDPOINT != 0 {
+        if self.cfg.mr_mode & fi::FI_MR_ENDPOINT != 0 {
             // SAFETY: `mr` was just registered and `ep` is open; FI_MR_ENDPOINT asks for exactly
             // this bind + enable before use.
             let ret = unsafe {
-                let r = fi::fi_mr_bind(mr, &mut (*ep).fid, 0);
+                let r = fi::fi_mr_bind(mr, &mut (*self.ep).fid, 0);
                 if r != 0 {
                     r
                 } else {
@@ -173,161 +219,535 @@ impl MrCache {
             if ret != 0 {
                 // SAFETY: `mr` is ours and unused.
                 unsafe { fi::fi_close(&mut (*mr).fid) };
-                return Err(range_error(format!(
+                return Err(format!(
                     "fi_mr_bind/fi_mr_enable (FI_MR_ENDPOINT): {} ({ret})",
                     fi_error_text(ret as isize)
-                )));
+                ));
             }
         }
         // SAFETY: `mr` is a live registration.
         let (desc, key) = unsafe { (fi::fi_mr_desc(mr), fi::fi_mr_key(mr)) };
-        log::debug!(
-            "libfabric/{provider}: registered {start:#x}..{end:#x} ({} B) key {key:#x}",
-            end - start
+        Ok(Registration {
+            mr: mr.cast(),
+            desc,
+            key,
+        })
+    }
+
+    fn close(&mut self, r: &Registration) -> Result<(), String> {
+        let mr: *mut fi::fid_mr = r.mr.cast();
+        // SAFETY: `mr` is a live registration made by `register` above; the cache closes each
+        // registration exactly once (it leaves the cache's map before this call).
+        let ret = unsafe { fi::fi_close(&mut (*mr).fid) };
+        if ret != 0 {
+            return Err(format!("fi_close: {} ({ret})", fi_error_text(ret as isize)));
+        }
+        Ok(())
+    }
+}
+
+/// Where a region is in its life (module diagram).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum RegionState {
+    /// In the lookup index: handed out to posts covering its range.
+    Cached,
+    /// Out of the index (invalidated while in use, or registered uncached): never handed out
+    /// again; closed when its last request completes.
+    Detached,
+    /// Closed and removed (the target of the last transition only; no region is stored in it).
+    Closed,
+}
+
+/// One registration.
+struct Region {
+    /// What the registrar made.
+    reg: Registration,
+    /// Page-aligned start.
+    start: u64,
+    /// Page-aligned end (exclusive).
+    end: u64,
+    /// Where it is in its life.
+    state: RegionState,
+    /// Posted requests using the region that have not completed.
+    in_flight: u32,
+    /// Explicit [`MrCache::register`] calls not yet matched by a deregister.
+    explicit: u32,
+    /// The handle [`MrCache::register`] returns for this region.
+    handle: MrHandle,
+    /// The LRU tick of its last use (key in [`MrCache::lru`] while cached).
+    last_use: u64,
+}
+
+impl Region {
+    fn pinned(&self) -> bool {
+        self.in_flight > 0 || self.explicit > 0
+    }
+    fn bytes(&self) -> u64 {
+        self.end - self.start
+    }
+}
+
+/// Counters of a cache's life (monotonic), for tests and logs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MrCacheStats {
+    /// Registrations made (cached and uncached).
+    pub registered: u64,
+    /// Registrations closed (each exactly once).
+    pub closed: u64,
+    /// Cached regions closed to make room (LRU).
+    pub evicted: u64,
+    /// Registrations made uncached because every cached region was pinned.
+    pub uncached: u64,
+    /// Regions an invalidate took out of the cache (closed at once or detached).
+    pub invalidated: u64,
+    /// Of those, the ones detached because posted requests still used them.
+    pub deferred: u64,
+    /// Registrations whose close the provider refused (logged; the region is gone anyway).
+    pub close_errors: u64,
+}
+
+/// What [`MrCache::invalidate`] did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Invalidated {
+    /// Regions closed now.
+    pub closed: usize,
+    /// Regions detached: posted requests still use them; each closes when its last one
+    /// completes and is never handed out again.
+    pub deferred: usize,
+}
+
+/// The cache (one per domain).
+pub(super) struct MrCache {
+    /// Bounds.
+    limits: MrCacheLimits,
+    /// Every live region (cached or detached), by id.
+    regions: BTreeMap<RegionId, Region>,
+    /// Cached regions by `(start, end)`; lookups take any region that covers the range. Two
+    /// cached regions may share a start (a later, longer one), never both bounds.
+    index: BTreeMap<(u64, u64), RegionId>,
+    /// Cached regions by last use, oldest first.
+    lru: BTreeMap<u64, RegionId>,
+    /// Bytes of the cached regions.
+    cached_bytes: u64,
+    /// Length of the longest region ever cached: a region covering `addr` starts at most this
+    /// far below it (bounds the lookup's scan; never lowered, which only widens the scan).
+    longest: u64,
+    /// Next LRU tick.
+    tick: u64,
+    /// Next region id.
+    next_id: RegionId,
+    /// Next requested key (unique per domain).
+    next_key: u64,
+    /// Next explicit handle (0 is never used: it is the trait's "no registration").
+    next_handle: MrHandle,
+    /// Counters.
+    stats: MrCacheStats,
+    /// The first close the provider refused since the last [`MrCache::close_all`].
+    first_close_error: Option<NetError>,
+}
+
+/// The widened range `[start, end)` of `addr..addr+len` (`len > 0`).
+fn page_range(addr: u64, len: u64) -> Option<(u64, u64)> {
+    let end = addr.checked_add(len)?.checked_add(PAGE - 1)? & !(PAGE - 1);
+    Some((addr & !(PAGE - 1), end))
+}
+
+impl MrCache {
+    /// An empty cache with `limits` (`max_entries` 0 is taken as 1).
+    pub(super) fn new(limits: MrCacheLimits) -> Self {
+        Self {
+            limits: MrCacheLimits {
+                max_entries: limits.max_entries.max(1),
+                ..limits
+            },
+            regions: BTreeMap::new(),
+            index: BTreeMap::new(),
+            lru: BTreeMap::new(),
+            cached_bytes: 0,
+            longest: 0,
+            tick: 0,
+            next_id: 1,
+            next_key: 1,
+            next_handle: 1,
+            stats: MrCacheStats::default(),
+            first_close_error: None,
+        }
+    }
+
+    /// The only place a region's state changes (besides its birth): traces `A=>B`.
+    fn transition(&mut self, reg: &mut dyn Registrar, id: RegionId, to: RegionState) {
+        let Some(r) = self.regions.get_mut(&id) else {
+            return;
+        };
+        let from = r.state;
+        debug_assert!(
+            matches!(
+                (from, to),
+                (RegionState::Cached, RegionState::Detached)
+                    | (RegionState::Cached, RegionState::Closed)
+                    | (RegionState::Detached, RegionState::Closed)
+            ),
+            "region {id}: {from:?}=>{to:?} is not a transition"
         );
+        log::trace!(
+            "mr region {id} {:#x}..{:#x} key {:#x}: {from:?}=>{to:?}",
+            r.start,
+            r.end,
+            r.reg.key
+        );
+        if from == RegionState::Cached {
+            // Leaves the index and the LRU.
+            let (start, end, last_use, bytes) = (r.start, r.end, r.last_use, r.bytes());
+            self.index.remove(&(start, end));
+            self.lru.remove(&last_use);
+            self.cached_bytes -= bytes;
+        }
+        match to {
+            RegionState::Closed => {
+                let r = self.regions.remove(&id).expect("looked up above");
+                self.stats.closed += 1;
+                if let Err(why) = reg.close(&r.reg) {
+                    let e = NetError::failure(
+                        None,
+                        format!(
+                            "libfabric/{}: closing the registration {:#x}..{:#x} (key {:#x}): \
+                             {why}",
+                            reg.provider(),
+                            r.start,
+                            r.end,
+                            r.reg.key
+                        ),
+                    );
+                    log::error!("{e}");
+                    self.stats.close_errors += 1;
+                    self.first_close_error.get_or_insert(e);
+                }
+            }
+            s => self.regions.get_mut(&id).expect("looked up above").state = s,
+        }
+    }
+
+    /// Id of a cached region covering `addr..addr+len`, if any.
+    fn find(&self, addr: u64, len: u64) -> Option<RegionId> {
+        let end = addr + len;
+        // Only regions starting in `end - longest ..= addr` can cover the range; the nearest one
+        // below `addr` does in the common case.
+        let lowest = end.saturating_sub(self.longest);
+        if lowest > addr {
+            return None; // Longer than every region.
+        }
+        self.index
+            .range((lowest, 0)..=(addr, u64::MAX))
+            .rev()
+            .find(|((_, e), _)| *e >= end)
+            .map(|(_, id)| *id)
+    }
+
+    /// Marks a cached region used now (LRU).
+    fn touch(&mut self, id: RegionId) {
+        let tick = self.tick;
+        self.tick += 1;
+        let r = self.regions.get_mut(&id).expect("live region");
+        debug_assert_eq!(
+            r.state,
+            RegionState::Cached,
+            "only cached regions are found"
+        );
+        self.lru.remove(&r.last_use);
+        self.lru.insert(tick, id);
+        r.last_use = tick;
+    }
+
+    /// Closes least recently used unpinned regions until one more region of `bytes` fits.
+    /// Returns whether it fits.
+    fn make_room(&mut self, reg: &mut dyn Registrar, bytes: u64) -> bool {
+        let fits = |c: &Self| {
+            c.index.len() < c.limits.max_entries
+                && (c.limits.max_bytes == 0
+                    || c.cached_bytes.saturating_add(bytes) <= c.limits.max_bytes
+                    || c.index.is_empty())
+        };
+        if fits(self) {
+            return true;
+        }
+        let victims: Vec<RegionId> = self
+            .lru
+            .values()
+            .copied()
+            .filter(|id| !self.regions[id].pinned())
+            .collect();
+        for id in victims {
+            if fits(self) {
+                break;
+            }
+            self.stats.evicted += 1;
+            self.transition(reg, id, RegionState::Closed);
+        }
+        fits(self)
+    }
+
+    /// Registers a new region for `addr..addr+len`: cached when there is (or can be made) room,
+    /// else uncached (detached at birth).
+    fn make(&mut self, reg: &mut dyn Registrar, addr: u64, len: u64) -> Result<RegionId, NetError> {
+        let range_error = |provider: &str, why: String| {
+            NetError::invalid(
+                None,
+                format!(
+                    "cannot register {addr:#x}..{:#x} ({len} B) with libfabric provider \
+                     {provider}: {why}",
+                    addr.wrapping_add(len)
+                ),
+            )
+        };
+        let (start, end) = page_range(addr, len).ok_or_else(|| {
+            range_error(reg.provider(), "the range wraps the address space".into())
+        })?;
+        let cached = self.make_room(reg, end - start);
+        let key = self.next_key;
+        let made = reg
+            .register(start, end - start, key)
+            .map_err(|why| range_error(reg.provider(), why))?;
+        self.next_key += 1;
+        self.stats.registered += 1;
+        let id = self.next_id;
+        self.next_id += 1;
         let handle = self.next_handle;
         self.next_handle += 1;
-        self.longest = self.longest.max(end - start);
-        let old = self.regions.insert(
-            (start, end),
+        let state = if cached {
+            RegionState::Cached
+        } else {
+            if self.stats.uncached == 0 {
+                log::warn!(
+                    "libfabric/{}: registration cache full ({} regions, {} B, limits {:?}) and \
+                     every region is in use: registering {start:#x}..{end:#x} uncached (closed \
+                     when its request completes; further ones are logged at debug)",
+                    reg.provider(),
+                    self.index.len(),
+                    self.cached_bytes,
+                    self.limits
+                );
+            } else {
+                log::debug!(
+                    "libfabric/{}: uncached registration {start:#x}..{end:#x}",
+                    reg.provider()
+                );
+            }
+            self.stats.uncached += 1;
+            RegionState::Detached
+        };
+        log::debug!(
+            "libfabric/{}: registered {start:#x}..{end:#x} ({} B) key {:#x} ({state:?})",
+            reg.provider(),
+            end - start,
+            made.key
+        );
+        let last_use = self.tick;
+        self.tick += 1;
+        self.regions.insert(
+            id,
             Region {
-                mr,
-                desc,
-                key,
+                reg: made,
+                start,
+                end,
+                state,
                 in_flight: 0,
                 explicit: 0,
                 handle,
+                last_use,
             },
         );
-        debug_assert!(
-            old.is_none(),
-            "a covering region exists: find would have returned it"
-        );
-        Ok(((start, end), desc))
-    }
-
-    /// A post from region `k` went in flight.
-    pub(super) fn acquire(&mut self, k: RegionKey) {
-        if let Some(r) = self.regions.get_mut(&k) {
-            r.in_flight += 1;
+        if cached {
+            let old = self.index.insert((start, end), id);
+            debug_assert!(old.is_none(), "a covering region exists: find returns it");
+            self.lru.insert(last_use, id);
+            self.cached_bytes += end - start;
+            self.longest = self.longest.max(end - start);
         }
+        Ok(id)
     }
 
-    /// A post from region `k` completed.
-    pub(super) fn release(&mut self, k: RegionKey) {
-        if let Some(r) = self.regions.get_mut(&k) {
-            r.in_flight = r.in_flight.saturating_sub(1);
-        }
-    }
-
-    /// Explicit registration (the trait's `register`): the region stays until the matching
-    /// [`MrCache::deregister`].
+    /// The region a post of `addr..addr+len` (`len > 0`) uses, registering it if needed, with
+    /// one more request counted on it (the caller calls [`MrCache::release`] when the post
+    /// fails or its request completes). Returns its id and descriptor.
     ///
     /// # Errors
-    /// As [`MrCache::lookup_or_register`].
+    /// [`NetError::invalid`] naming the range when it wraps or the provider refuses it.
+    pub(super) fn acquire(
+        &mut self,
+        reg: &mut dyn Registrar,
+        addr: u64,
+        len: u64,
+    ) -> Result<(RegionId, *mut c_void), NetError> {
+        if addr.checked_add(len.max(1)).is_none() {
+            return Err(NetError::invalid(
+                None,
+                format!(
+                    "cannot register {addr:#x} + {len} B with libfabric provider {}: the range \
+                     wraps the address space",
+                    reg.provider()
+                ),
+            ));
+        }
+        let id = match self.find(addr, len.max(1)) {
+            Some(id) => {
+                self.touch(id);
+                id
+            }
+            None => self.make(reg, addr, len.max(1))?,
+        };
+        let r = self
+            .regions
+            .get_mut(&id)
+            .expect("region just found or made");
+        r.in_flight += 1;
+        Ok((id, r.reg.desc))
+    }
+
+    /// A request on region `id` completed (or its post failed): one request less; a detached
+    /// region whose last request this was is closed. An unknown id (closed by the transport's
+    /// close) is ignored.
+    pub(super) fn release(&mut self, reg: &mut dyn Registrar, id: RegionId) {
+        let Some(r) = self.regions.get_mut(&id) else {
+            return;
+        };
+        debug_assert!(r.in_flight > 0, "release without a request on region {id}");
+        r.in_flight = r.in_flight.saturating_sub(1);
+        if r.state == RegionState::Detached && !r.pinned() {
+            self.transition(reg, id, RegionState::Closed);
+        }
+    }
+
+    /// Explicit registration (the trait's `register`): the region is pinned until the matching
+    /// [`MrCache::deregister`] (or an invalidate of its range).
+    ///
+    /// # Errors
+    /// As [`MrCache::acquire`].
     pub(super) fn register(
         &mut self,
-        domain: *mut fi::fid_domain,
-        ep: *mut fi::fid_ep,
-        cfg: MrConfig,
-        provider: &str,
+        reg: &mut dyn Registrar,
         addr: u64,
         len: u64,
     ) -> Result<MrHandle, NetError> {
-        let (k, _) = self.lookup_or_register(domain, ep, cfg, provider, addr, len.max(1))?;
-        let r = self.regions.get_mut(&k).expect("region just found or made");
+        let (id, _) = self.acquire(reg, addr, len.max(1))?;
+        let r = self
+            .regions
+            .get_mut(&id)
+            .expect("region just found or made");
+        r.in_flight -= 1;
         r.explicit += 1;
         Ok(r.handle)
     }
 
-    /// Drops one explicit registration of the region with `handle`; the region is closed when no
-    /// explicit registration and no request uses it any more.
+    /// Drops one explicit registration of the region with `handle`. A cached region stays
+    /// cached (unpinned, so evictable); a detached one closes once nothing uses it.
     ///
     /// # Errors
-    /// [`NetError::invalid`] for an unknown handle.
-    pub(super) fn deregister(&mut self, handle: MrHandle) -> Result<(), NetError> {
-        let k = self
+    /// [`NetError::invalid`] for an unknown handle, or one whose range was invalidated.
+    pub(super) fn deregister(
+        &mut self,
+        reg: &mut dyn Registrar,
+        handle: MrHandle,
+    ) -> Result<(), NetError> {
+        let id = self
             .regions
             .iter()
             .find(|(_, r)| r.handle == handle && r.explicit > 0)
-            .map(|(k, _)| *k)
+            .map(|(id, _)| *id)
             .ok_or_else(|| {
-                NetError::invalid(None, format!("unknown memory registration handle {handle}"))
+                NetError::invalid(
+                    None,
+                    format!(
+                        "unknown memory registration handle {handle} (never made, already \
+                         released, or its range was invalidated)"
+                    ),
+                )
             })?;
-        let r = self.regions.get_mut(&k).expect("found above");
+        let r = self.regions.get_mut(&id).expect("found above");
         r.explicit -= 1;
-        if r.explicit == 0 && r.in_flight == 0 {
-            self.close_region(k)?;
+        if r.state == RegionState::Detached && !r.pinned() {
+            self.transition(reg, id, RegionState::Closed);
         }
         Ok(())
     }
 
-    /// Closes every region overlapping `addr..addr+len` (the caller is about to free or unmap
-    /// that memory).
+    /// Takes every cached region overlapping `addr..addr+len` out of the cache (the caller is
+    /// about to free or unmap that memory): unused ones are closed now, ones that posted
+    /// requests still use are detached (closed when their last request completes, never handed
+    /// out again). Explicit registrations of those regions end (their handles become unknown).
     ///
     /// # Errors
-    /// [`NetError::invalid`] when a request still uses one of them (nothing is closed then).
-    pub(super) fn invalidate(&mut self, addr: u64, len: u64) -> Result<usize, NetError> {
-        let end = addr.saturating_add(len);
-        let hit: Vec<RegionKey> = self
-            .regions
+    /// [`NetError::invalid`] for `len == 0` or a range that wraps the address space (nothing is
+    /// changed then).
+    pub(super) fn invalidate(
+        &mut self,
+        reg: &mut dyn Registrar,
+        addr: u64,
+        len: u64,
+    ) -> Result<Invalidated, NetError> {
+        let end = match addr.checked_add(len) {
+            Some(e) if len > 0 => e,
+            _ => {
+                return Err(NetError::invalid(
+                    None,
+                    format!(
+                        "invalidate of {addr:#x} + {len} B: the range is empty or wraps the \
+                         address space"
+                    ),
+                ))
+            }
+        };
+        let hit: Vec<RegionId> = self
+            .index
             .range(..(end, 0))
             .filter(|((_, e), _)| *e > addr)
-            .map(|(k, _)| *k)
+            .map(|(_, id)| *id)
             .collect();
-        let busy: u32 = hit.iter().map(|s| self.regions[s].in_flight).sum();
-        if busy > 0 {
-            return Err(NetError::invalid(
-                None,
-                format!(
-                    "cannot invalidate {addr:#x}..{end:#x}: {busy} posted requests still use its \
-                     registrations"
-                ),
-            ));
-        }
-        for k in &hit {
-            self.close_region(*k)?;
-        }
-        Ok(hit.len())
-    }
-
-    /// Closes every region (transport close). Returns the first error, after trying all.
-    pub(super) fn close_all(&mut self) -> Result<(), NetError> {
-        let keys: Vec<RegionKey> = self.regions.keys().copied().collect();
-        let mut first = Ok(());
-        for k in keys {
-            let r = self.close_region(k);
-            if first.is_ok() {
-                first = r;
+        let mut done = Invalidated::default();
+        for id in hit {
+            self.stats.invalidated += 1;
+            let r = self.regions.get_mut(&id).expect("indexed regions are live");
+            r.explicit = 0;
+            if r.in_flight > 0 {
+                done.deferred += 1;
+                self.stats.deferred += 1;
+                self.transition(reg, id, RegionState::Detached);
+            } else {
+                done.closed += 1;
+                self.transition(reg, id, RegionState::Closed);
             }
         }
-        first
+        Ok(done)
     }
 
-    /// Number of registrations held.
+    /// Closes every region (transport close), cached and detached.
+    ///
+    /// # Errors
+    /// The first close the provider refused, after trying all (every region is gone).
+    pub(super) fn close_all(&mut self, reg: &mut dyn Registrar) -> Result<(), NetError> {
+        self.first_close_error = None;
+        let ids: Vec<RegionId> = self.regions.keys().copied().collect();
+        for id in ids {
+            self.transition(reg, id, RegionState::Closed);
+        }
+        match self.first_close_error.take() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// Number of registrations held (cached and detached).
     pub(super) fn len(&self) -> usize {
         self.regions.len()
     }
 
-    fn close_region(&mut self, k: RegionKey) -> Result<(), NetError> {
-        let Some(r) = self.regions.remove(&k) else {
-            return Ok(());
-        };
-        // SAFETY: `r.mr` is a live registration owned by the cache, closed once, here.
-        let ret = unsafe { fi::fi_close(&mut (*r.mr).fid) };
-        if ret != 0 {
-            return Err(NetError::failure(
-                None,
-                format!(
-                    "fi_close of the registration {:#x}..{:#x} (key {:#x}): {} ({ret})",
-                    k.0,
-                    k.1,
-                    r.key,
-                    fi_error_text(ret as isize)
-                ),
-            ));
-        }
-        Ok(())
+    /// The counters.
+    pub(super) fn stats(&self) -> MrCacheStats {
+        self.stats
+    }
+
+    /// The limits in effect.
+    pub(super) fn limits(&self) -> MrCacheLimits {
+        self.limits
     }
 }
 
@@ -335,11 +755,300 @@ impl MrCache {
 mod tests {
     use super::*;
 
+    /// A fake provider: records every registration's `(key, start, end)` and every close.
+    #[derive(Default)]
+    struct Fake {
+        /// `(requested key, start, end)` of every registration made, in order.
+        made: Vec<(u64, u64, u64)>,
+        /// Keys of the closed registrations, in order.
+        closed: Vec<u64>,
+        /// Refuse the next registration.
+        refuse: bool,
+    }
+
+    impl Registrar for Fake {
+        fn provider(&self) -> &str {
+            "fake"
+        }
+        fn register(&mut self, start: u64, len: u64, key: u64) -> Result<Registration, String> {
+            if std::mem::take(&mut self.refuse) {
+                return Err("fi_mr_reg: refused by the fake".into());
+            }
+            self.made.push((key, start, start + len));
+            Ok(Registration {
+                mr: ptr::without_provenance_mut(key as usize),
+                desc: ptr::without_provenance_mut(0x1000 + key as usize),
+                key,
+            })
+        }
+        fn close(&mut self, r: &Registration) -> Result<(), String> {
+            assert!(
+                !self.closed.contains(&r.key),
+                "registration {:#x} closed twice",
+                r.key
+            );
+            self.closed.push(r.key);
+            Ok(())
+        }
+    }
+
+    impl Fake {
+        /// Requested key of the last registration covering `addr`.
+        fn key_of(&self, addr: u64) -> u64 {
+            self.made
+                .iter()
+                .rev()
+                .find(|(_, s, e)| *s <= addr && addr < *e)
+                .map(|m| m.0)
+                .expect("a registration covers the address")
+        }
+    }
+
+    fn cache(max_entries: usize, max_bytes: u64) -> MrCache {
+        MrCache::new(MrCacheLimits {
+            max_entries,
+            max_bytes,
+        })
+    }
+
+    const A: u64 = 0x10_0000;
+    const B: u64 = 0x20_0000;
+    const C: u64 = 0x30_0000;
+
     #[test]
     fn page_range_widens_to_whole_pages() {
         assert_eq!(page_range(0x1001, 1), Some((0x1000, 0x2000)));
         assert_eq!(page_range(0x1000, 0x1000), Some((0x1000, 0x2000)));
         assert_eq!(page_range(0x1fff, 2), Some((0x1000, 0x3000)));
         assert_eq!(page_range(u64::MAX - 1, 1), None);
+    }
+
+    #[test]
+    fn hits_reuse_the_region_and_the_descriptor() {
+        let (mut f, mut c) = (Fake::default(), cache(4, 0));
+        let (r1, d1) = c.acquire(&mut f, A + 8, 100).unwrap();
+        let (r2, d2) = c.acquire(&mut f, A + 200, 3000).unwrap();
+        assert_eq!((r1, d1), (r2, d2), "one page-widened region covers both");
+        assert_eq!(f.made, vec![(1, A, A + 4096)]);
+        // A range past the page needs a new one.
+        let (r3, _) = c.acquire(&mut f, A + 4000, 200).unwrap();
+        assert_ne!(r3, r1);
+        assert_eq!(f.made[1], (2, A, A + 8192));
+        assert_eq!(c.len(), 2);
+    }
+
+    #[test]
+    fn invalidate_then_reuse_registers_afresh_and_closes_the_stale_one_once() {
+        let (mut f, mut c) = (Fake::default(), cache(4, 0));
+        let (r, _) = c.acquire(&mut f, A, 4096).unwrap();
+        c.release(&mut f, r);
+        assert_eq!(
+            c.invalidate(&mut f, A, 4096).unwrap(),
+            Invalidated {
+                closed: 1,
+                deferred: 0
+            }
+        );
+        assert_eq!(
+            f.closed,
+            vec![1],
+            "the stale registration is closed once, now"
+        );
+        // The buffer is freed; a new, longer one lands at the same address.
+        let (r2, d2) = c.acquire(&mut f, A, 3 * 4096).unwrap();
+        assert_ne!(r2, r);
+        assert_eq!(f.made, vec![(1, A, A + 4096), (2, A, A + 3 * 4096)]);
+        assert_eq!(
+            d2,
+            ptr::without_provenance_mut(0x1002),
+            "the new descriptor"
+        );
+        c.release(&mut f, r2);
+        // A second invalidate of the old range closes the new region, not the old one again.
+        assert_eq!(c.invalidate(&mut f, A + 4096, 1).unwrap().closed, 1);
+        assert_eq!(f.closed, vec![1, 2]);
+        assert_eq!(
+            c.invalidate(&mut f, A, 4096).unwrap(),
+            Invalidated::default()
+        );
+        c.close_all(&mut f).unwrap();
+        assert_eq!(f.closed, vec![1, 2], "close_all closes nothing twice");
+        assert_eq!(c.stats().registered, c.stats().closed);
+    }
+
+    #[test]
+    fn invalidate_of_a_region_in_use_defers_its_close_and_never_hands_it_out() {
+        let (mut f, mut c) = (Fake::default(), cache(4, 0));
+        let (old, _) = c.acquire(&mut f, A, 4096).unwrap(); // a posted request
+        assert_eq!(
+            c.invalidate(&mut f, A, 4096).unwrap(),
+            Invalidated {
+                closed: 0,
+                deferred: 1
+            }
+        );
+        assert!(f.closed.is_empty(), "not closed under its posted request");
+        // A post at the same address gets a fresh registration.
+        let (new, _) = c.acquire(&mut f, A, 4096).unwrap();
+        assert_ne!(new, old);
+        assert_eq!(f.key_of(A), 2);
+        assert_eq!(c.len(), 2);
+        // The old request completes: its region closes, once; the new one stays.
+        c.release(&mut f, old);
+        assert_eq!(f.closed, vec![1]);
+        c.release(&mut f, old); // a stray release of a closed region is ignored
+        assert_eq!(f.closed, vec![1]);
+        let (again, _) = c.acquire(&mut f, A, 64).unwrap();
+        assert_eq!(again, new, "the fresh region is cached");
+        c.release(&mut f, again);
+        c.release(&mut f, new);
+        c.close_all(&mut f).unwrap();
+        assert_eq!(f.closed, vec![1, 2]);
+        let s = c.stats();
+        assert_eq!((s.invalidated, s.deferred, s.evicted), (1, 1, 0));
+    }
+
+    #[test]
+    fn eviction_takes_the_least_recently_used_region() {
+        let (mut f, mut c) = (Fake::default(), cache(2, 0));
+        for addr in [A, B] {
+            let (r, _) = c.acquire(&mut f, addr, 64).unwrap();
+            c.release(&mut f, r);
+        }
+        // Use A again: B is now the least recently used.
+        let (ra, _) = c.acquire(&mut f, A, 64).unwrap();
+        c.release(&mut f, ra);
+        let (rc, _) = c.acquire(&mut f, C, 64).unwrap();
+        c.release(&mut f, rc);
+        assert_eq!(f.closed, vec![2], "B (key 2) evicted, A kept");
+        assert_eq!(c.stats().evicted, 1);
+        let (ra2, _) = c.acquire(&mut f, A, 64).unwrap();
+        assert_eq!(ra2, ra, "A still cached");
+        c.release(&mut f, ra2);
+        // B comes back as a new registration and evicts C (older than A now).
+        let (rb, _) = c.acquire(&mut f, B, 64).unwrap();
+        c.release(&mut f, rb);
+        assert_eq!(f.closed, vec![2, 3]);
+        assert_eq!(f.key_of(B), 4);
+        assert_eq!(c.len(), 2);
+    }
+
+    #[test]
+    fn a_pinned_region_is_never_evicted_and_a_full_cache_registers_uncached() {
+        let (mut f, mut c) = (Fake::default(), cache(1, 0));
+        let (ra, _) = c.acquire(&mut f, A, 64).unwrap(); // in flight: pinned
+        let (rb, _) = c.acquire(&mut f, B, 64).unwrap();
+        assert!(f.closed.is_empty(), "A is pinned: not evicted");
+        assert_eq!(c.stats().uncached, 1);
+        assert_eq!(c.len(), 2);
+        // B is uncached: a second post of B registers again.
+        let (rb2, _) = c.acquire(&mut f, B, 64).unwrap();
+        assert_ne!(rb2, rb);
+        assert_eq!(f.made.len(), 3);
+        // Each uncached region closes when its request completes.
+        c.release(&mut f, rb);
+        c.release(&mut f, rb2);
+        assert_eq!(f.closed, vec![2, 3]);
+        // An explicit registration pins as well.
+        c.release(&mut f, ra);
+        let h = c.register(&mut f, A, 64).unwrap();
+        let (rc, _) = c.acquire(&mut f, C, 64).unwrap();
+        c.release(&mut f, rc);
+        assert_eq!(f.closed, vec![2, 3, 4], "C uncached, A kept");
+        c.deregister(&mut f, h).unwrap();
+        // Unpinned now: the next new region evicts A.
+        let (rc, _) = c.acquire(&mut f, C, 64).unwrap();
+        assert_eq!(f.closed, vec![2, 3, 4, 1]);
+        c.release(&mut f, rc);
+        assert_eq!(c.len(), 1);
+        let s = c.stats();
+        assert_eq!((s.uncached, s.evicted), (3, 1));
+    }
+
+    #[test]
+    fn the_byte_bound_evicts_until_the_new_region_fits() {
+        let (mut f, mut c) = (Fake::default(), cache(100, 3 * 4096));
+        for addr in [A, B] {
+            let (r, _) = c.acquire(&mut f, addr, 4096).unwrap();
+            c.release(&mut f, r);
+        }
+        let (r, _) = c.acquire(&mut f, C, 2 * 4096).unwrap();
+        c.release(&mut f, r);
+        assert_eq!(f.closed, vec![1], "A evicted: B + C = 3 pages fit");
+        // A region larger than the bound is still cached when the cache is empty.
+        let (r, _) = c.acquire(&mut f, A, 8 * 4096).unwrap();
+        c.release(&mut f, r);
+        assert_eq!(f.closed, vec![1, 2, 3]);
+        assert_eq!(c.len(), 1);
+        assert_eq!(c.stats().uncached, 0);
+    }
+
+    #[test]
+    fn invalidate_ends_explicit_registrations_and_rejects_bad_ranges() {
+        let (mut f, mut c) = (Fake::default(), cache(4, 0));
+        let h = c.register(&mut f, A, 64).unwrap();
+        assert_eq!(c.invalidate(&mut f, A, 1).unwrap().closed, 1);
+        let e = c.deregister(&mut f, h).unwrap_err();
+        assert_eq!(e.status, proxy_core::NrtStatus::Invalid);
+        assert!(e.message.contains("invalidated"), "{e}");
+        for (addr, len) in [(A, 0), (u64::MAX - 10, 100)] {
+            let e = c.invalidate(&mut f, addr, len).unwrap_err();
+            assert_eq!(e.status, proxy_core::NrtStatus::Invalid, "{e}");
+        }
+        let e = c.acquire(&mut f, u64::MAX - 10, 100).unwrap_err();
+        assert!(e.message.contains("wraps"), "{e}");
+        f.refuse = true;
+        let e = c.acquire(&mut f, B, 64).unwrap_err();
+        assert!(e.message.contains("refused by the fake"), "{e}");
+        assert_eq!(c.len(), 0);
+    }
+
+    #[test]
+    fn close_all_closes_cached_and_detached_regions_once() {
+        let (mut f, mut c) = (Fake::default(), cache(1, 0));
+        let (ra, _) = c.acquire(&mut f, A, 64).unwrap();
+        let (_rb, _) = c.acquire(&mut f, B, 64).unwrap(); // uncached, in flight
+        c.invalidate(&mut f, A, 64).unwrap(); // A detached, in flight
+        c.close_all(&mut f).unwrap();
+        let mut closed = f.closed.clone();
+        closed.sort_unstable();
+        assert_eq!(closed, vec![1, 2]);
+        c.release(&mut f, ra); // the request fails after close: nothing left to close
+        assert_eq!(c.len(), 0);
+    }
+
+    #[test]
+    fn limits_from_the_environment() {
+        let env = |pairs: &'static [(&'static str, &'static str)]| {
+            move |k: &str| {
+                pairs
+                    .iter()
+                    .find(|(n, _)| *n == k)
+                    .map(|(_, v)| (*v).to_owned())
+            }
+        };
+        assert_eq!(
+            MrCacheLimits::from_lookup(env(&[])).unwrap(),
+            MrCacheLimits::default()
+        );
+        assert_eq!(
+            MrCacheLimits::from_lookup(env(&[
+                (MR_CACHE_ENTRIES_VAR, "16"),
+                (MR_CACHE_BYTES_VAR, "1048576")
+            ]))
+            .unwrap(),
+            MrCacheLimits {
+                max_entries: 16,
+                max_bytes: 1 << 20
+            }
+        );
+        for bad in [
+            &[(MR_CACHE_ENTRIES_VAR, "0")][..],
+            &[(MR_CACHE_ENTRIES_VAR, "many")][..],
+            &[(MR_CACHE_BYTES_VAR, "-1")][..],
+        ] {
+            let e = MrCacheLimits::from_lookup(env(bad)).unwrap_err();
+            assert!(e.message.contains(bad[0].0), "{e}");
+        }
     }
 }

@@ -9,7 +9,7 @@ use std::ffi::c_void;
 
 use proxy_core::progress::net::{NetError, RequestId};
 
-use super::mr::RegionKey;
+use super::mr::RegionId;
 
 /// The memory the provider may use for a posted operation: `struct fi_context2` (8 pointers),
 /// which also covers `struct fi_context` (4). It is the first field of [`ReqCtx`], so the
@@ -94,8 +94,8 @@ pub(super) struct Slot {
     pub size: u64,
     /// The posted tag.
     pub tag: u64,
-    /// The registration the post used (its key in the MR cache), if any.
-    pub mr: Option<RegionKey>,
+    /// The registration the post used (its region in the MR cache), if any.
+    pub mr: Option<RegionId>,
 }
 
 /// The slab.
@@ -134,7 +134,7 @@ impl Requests {
         peer: u32,
         size: u64,
         tag: u64,
-        mr: Option<RegionKey>,
+        mr: Option<RegionId>,
     ) -> (u32, *mut c_void) {
         let index = match self.free.pop() {
             Some(i) => i,

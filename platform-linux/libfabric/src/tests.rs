@@ -407,6 +407,7 @@ const NO_INJECT: Options = Options {
     rx_size: None,
     close_drain: super::DEFAULT_CLOSE_DRAIN,
     max_inject_size: Some(0),
+    mr_cache: None,
 };
 
 /// The retry storm of issue 7: tiny queues (provider attributes) push back every few posts.
@@ -728,7 +729,13 @@ fn registrations_sharing_a_start_are_all_released() {
     assert_eq!(ts[0].registrations(), 2);
     // invalidate drops what covers the buffer, before it is freed.
     let base = buf.as_ptr() as u64;
-    assert_eq!(ts[0].invalidate(base, buf.len() as u64), Ok(2));
+    assert_eq!(
+        ts[0].invalidate_range(base, buf.len() as u64),
+        Ok(super::Invalidated {
+            closed: 2,
+            deferred: 0
+        })
+    );
     assert_eq!(ts[0].registrations(), 0);
     close(&mut ts);
 }
@@ -749,6 +756,14 @@ fn attributes_come_from_the_chosen_entry() {
         "tcp;ofi_rxm asks for no registration here"
     );
     assert!(a.tx_size > 0 && a.rx_size > 0);
+    assert_eq!(
+        (a.data_progress, a.control_progress),
+        (
+            libfabric_sys::FI_PROGRESS_MANUAL,
+            libfabric_sys::FI_PROGRESS_MANUAL
+        ),
+        "tcp: manual progress asked for and granted"
+    );
     let shm = pair(SHM, Options::default());
     let a = shm[0].attrs();
     eprintln!(
@@ -758,6 +773,11 @@ fn attributes_come_from_the_chosen_entry() {
     assert_eq!(a.provider, SHM);
     assert_eq!(a.addr_format, libfabric_sys::FI_ADDR_STR);
     assert_ne!(a.mr_mode & libfabric_sys::FI_MR_VIRT_ADDR, 0);
+    assert_eq!(
+        a.data_progress,
+        libfabric_sys::FI_PROGRESS_MANUAL,
+        "shm: manual data progress"
+    );
     assert!(shm[0].registers_memory());
     assert_eq!(tcp[0].name(), "libfabric/tcp;ofi_rxm");
 }
@@ -897,4 +917,160 @@ fn max_inject_size_zero_sends_everything_through_the_cq() {
     assert_eq!(&dst, b"8 bytes!");
     assert_eq!(ts[0].injected_sends(), 0);
     close(&mut ts);
+}
+
+/// An anonymous private mapping of `len` bytes; `at` maps it at exactly that address
+/// (`MAP_FIXED`: replaces the pages there with new, zeroed ones).
+fn map_pages(at: Option<*mut u8>, len: usize) -> *mut u8 {
+    let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | at.map_or(0, |_| libc::MAP_FIXED);
+    // SAFETY: an anonymous mapping; with MAP_FIXED `at` is a mapping of `len` bytes this test
+    // made and no longer uses (its requests have finished).
+    let p = unsafe {
+        libc::mmap(
+            at.map_or(std::ptr::null_mut(), |p| p.cast()),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            flags,
+            -1,
+            0,
+        )
+    };
+    assert_ne!(p, libc::MAP_FAILED, "mmap of {len} B");
+    p.cast()
+}
+
+/// A buffer invalidated and reused mid-run: sends from a mapping, a receive into it that is in
+/// flight while the range is invalidated (its registration is detached, closed when it
+/// completes), then the mapping replaced by new pages at the same address (what a free and a
+/// new allocation do) and sent from again: a fresh registration, and every byte arrives.
+fn invalidate_and_reuse(provider: &str, register_memory: Option<bool>) {
+    const LEN: usize = 4 * 4096;
+    let mut ts = pair(
+        provider,
+        Options {
+            max_inject_size: Some(0),
+            register_memory,
+            ..Options::default()
+        },
+    );
+    assert!(
+        ts[0].registers_memory(),
+        "{provider}: the test needs registration"
+    );
+    let buf = map_pages(None, LEN);
+    let addr = buf as u64;
+    let mut dst = vec![0u8; LEN];
+    let step = |ts: &mut Pair, dst: &mut Vec<u8>, seed: u64, tag: u64| {
+        let p = pattern(seed, LEN);
+        // SAFETY: `buf` is a live mapping of LEN bytes no request uses now.
+        unsafe { std::ptr::copy_nonoverlapping(p.as_ptr(), buf, LEN) };
+        dst.fill(0);
+        let r = recv(ts, 1, 0, dst.as_mut_ptr(), LEN, tag);
+        // SAFETY: as above; the send finishes before the mapping changes.
+        let src = unsafe { std::slice::from_raw_parts(buf, LEN) };
+        let s = send(ts, 0, 1, src, tag);
+        assert!(matches!(wait(ts, 0, s), Ok(TestOutcome::Done { .. })));
+        assert!(matches!(wait(ts, 1, r), Ok(TestOutcome::Done { .. })));
+        assert!(*dst == p, "{provider}: bytes of pattern {seed} differ");
+    };
+    step(&mut ts, &mut dst, 1, 1);
+    let s0 = ts[0].registration_stats();
+    assert_eq!((s0.registered, s0.closed), (1, 0));
+
+    // A receive into the buffer is in flight while its range is invalidated.
+    let r = recv(&mut ts, 0, 1, buf, LEN, 2);
+    let before = ts[0].registration_stats();
+    assert_eq!(
+        ts[0].invalidate_range(addr, LEN as u64),
+        Ok(super::Invalidated {
+            closed: 0,
+            deferred: 1
+        })
+    );
+    assert_eq!(
+        ts[0].registration_stats().closed,
+        before.closed,
+        "not closed under the receive"
+    );
+    let p2 = pattern(2, LEN);
+    let s = send(&mut ts, 1, 0, &p2, 2);
+    assert!(matches!(wait(&mut ts, 1, s), Ok(TestOutcome::Done { .. })));
+    assert!(matches!(wait(&mut ts, 0, r), Ok(TestOutcome::Done { .. })));
+    // SAFETY: the receive finished: the mapping is ours again.
+    assert!(unsafe { std::slice::from_raw_parts(buf, LEN) } == &p2[..]);
+    let after = ts[0].registration_stats();
+    assert_eq!(
+        after.closed,
+        before.closed + 1,
+        "the detached registration closes when its receive completes"
+    );
+    assert_eq!(ts[0].registrations(), 0);
+
+    // Free and reallocate at the same address: new pages, registered afresh.
+    Transport::invalidate(&mut ts[0], addr, LEN as u64).expect("nothing left to invalidate");
+    let again = map_pages(Some(buf), LEN);
+    assert_eq!(again, buf, "MAP_FIXED maps at the same address");
+    step(&mut ts, &mut dst, 3, 3);
+    let s3 = ts[0].registration_stats();
+    assert_eq!(s3.registered, after.registered + 1, "a fresh registration");
+    assert_eq!(s3.invalidated, 1);
+    close(&mut ts);
+    let end = ts[0].registration_stats();
+    assert_eq!(end.registered, end.closed, "every registration closed once");
+    // SAFETY: every request on the mapping finished and both endpoints are closed.
+    assert_eq!(unsafe { libc::munmap(buf.cast(), LEN) }, 0);
+}
+
+#[test]
+fn shm_invalidate_and_reuse_mid_run() {
+    invalidate_and_reuse(SHM, None);
+}
+
+#[test]
+fn tcp_invalidate_and_reuse_mid_run_with_forced_registration() {
+    invalidate_and_reuse(TCP, Some(true));
+}
+
+/// Sends to a peer whose endpoint is gone answer "not now" on `tcp;ofi_rxm` (each post starts a
+/// connection that is refused); after 50 ms of that the transport spaces them itself instead of
+/// starting thousands of refused connections a second (`backoff.rs`).
+#[test]
+fn tcp_sends_to_a_vanished_peer_are_spaced() {
+    let [mut a, mut b] = pair(TCP, NO_INJECT);
+    b.close().expect("close rank 1");
+    drop(b);
+    let buf = vec![7u8; 4096];
+    let start = Instant::now();
+    let (mut refused, mut rounds) = (0u64, 0u64);
+    // Bounded by time and count; the assertions are on counts only.
+    while start.elapsed() < Duration::from_millis(400) && rounds < 5_000_000 {
+        rounds += 1;
+        // SAFETY: `buf` outlives the loop; a post that is accepted would be waited for below.
+        match unsafe { a.isend(1, buf.as_ptr(), buf.len() as u64, 9) } {
+            Ok(None) => refused += 1,
+            Ok(Some(p)) => panic!("a send to a closed endpoint was accepted: {p:?}"),
+            Err(e) => {
+                // Also acceptable: the provider fails the post outright.
+                eprintln!("post failed: {e}");
+                break;
+            }
+        }
+    }
+    eprintln!(
+        "{rounds} posts in {:?}: {refused} answered not now, {} of them by the spacing",
+        start.elapsed(),
+        a.spaced_posts()
+    );
+    assert!(refused > 0, "no post was answered");
+    assert!(
+        a.spaced_posts() > 0,
+        "after 50 ms of -FI_EAGAIN the posts are spaced by the transport"
+    );
+    assert!(
+        a.spaced_posts() * 2 > refused,
+        "most of the answers come from the spacing, not from a new connection attempt: \
+         {} of {refused}",
+        a.spaced_posts()
+    );
+    a.close().expect("close rank 0");
 }

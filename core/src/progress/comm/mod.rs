@@ -395,6 +395,31 @@ impl Comm {
         Ok(())
     }
 
+    /// The caller is about to free or unmap `addr .. addr + len`: the transport drops its cached
+    /// memory registrations overlapping the range ([`Transport::invalidate`]), so that a later
+    /// buffer at the same address is registered afresh instead of being posted with the stale
+    /// registration. Registrations that requests in flight still use are released when those
+    /// requests complete and are never used again. Works on a failed or aborted comm (its
+    /// transport stays open until the comm is dropped). The ranges of
+    /// [`Comm::register_memory`] are not changed.
+    ///
+    /// # Errors
+    /// `Invalid` for an empty or wrapping range; the transport's status when it fails (the comm
+    /// does not fail with it).
+    pub fn invalidate_range(&mut self, addr: u64, len: u64) -> Result<(), NrtStatus> {
+        if len == 0 || addr.checked_add(len).is_none() {
+            reject!("cannot invalidate memory range {addr:#x}+{len:#x}: empty or wrapping");
+        }
+        self.transport.invalidate(addr, len).map_err(|e| {
+            log::error!(
+                "comm {} rank {}: invalidate {addr:#x}+{len:#x}: {e}",
+                self.config.comm_id,
+                self.config.rank
+            );
+            e.status
+        })
+    }
+
     /// Stops checking addresses against registered memory: the caller vouches for every
     /// address given to `start` (the C ABI, whose callers own their memory model).
     ///

@@ -1303,3 +1303,109 @@ fn a_synchronous_drain_spins_then_relaxes_then_parks_with_backoff() {
     }
     assert_eq!(PARKS.load(crate::sync::Ordering::Relaxed), 20);
 }
+
+// ---------------------------------------------------------------- invalidate_range
+
+/// Records the ranges it is asked to invalidate; refuses the ones starting at `refuse`.
+#[derive(Default)]
+struct InvalidateTransport {
+    inner: NullTransport,
+    ranges: PlainArc<spin::Mutex<Vec<(u64, u64)>>>,
+    refuse: u64,
+}
+
+impl crate::progress::net::Transport for InvalidateTransport {
+    fn name(&self) -> &str {
+        "invalidate"
+    }
+    fn max_msg_size(&self) -> u64 {
+        self.inner.max_msg_size()
+    }
+    fn poll(&mut self) -> Result<(), crate::progress::net::NetError> {
+        Ok(())
+    }
+    unsafe fn isend(
+        &mut self,
+        peer: u32,
+        buf: *const u8,
+        size: u64,
+        tag: u64,
+    ) -> Result<Option<crate::progress::net::Posted>, crate::progress::net::NetError> {
+        // SAFETY: the trait's contract, passed on.
+        unsafe { self.inner.isend(peer, buf, size, tag) }
+    }
+    unsafe fn irecv(
+        &mut self,
+        peer: u32,
+        buf: *mut u8,
+        size: u64,
+        tag: u64,
+    ) -> Result<Option<crate::progress::net::Posted>, crate::progress::net::NetError> {
+        // SAFETY: as above.
+        unsafe { self.inner.irecv(peer, buf, size, tag) }
+    }
+    fn test(
+        &mut self,
+        request: crate::progress::net::RequestId,
+    ) -> Result<crate::progress::net::TestOutcome, crate::progress::net::NetError> {
+        self.inner.test(request)
+    }
+    fn cancel(
+        &mut self,
+        request: crate::progress::net::RequestId,
+    ) -> Result<(), crate::progress::net::NetError> {
+        self.inner.cancel(request)
+    }
+    fn invalidate(&mut self, addr: u64, len: u64) -> Result<(), crate::progress::net::NetError> {
+        if addr == self.refuse {
+            return Err(crate::progress::net::NetError::failure(
+                None,
+                "fi_close refused",
+            ));
+        }
+        self.ranges.lock().push((addr, len));
+        Ok(())
+    }
+}
+
+#[test]
+fn invalidate_range_checks_the_range_and_reaches_the_transport() {
+    let t = InvalidateTransport {
+        refuse: 0x9000,
+        ..InvalidateTransport::default()
+    };
+    let ranges = t.ranges.clone();
+    let mut c = Comm::new(
+        CommConfig::new(0, 2, 7),
+        Box::new(t),
+        PlainArc::new(RecordingDevice::default()),
+        PlainArc::new(NoClock),
+    )
+    .unwrap();
+    assert_eq!(c.invalidate_range(0x1000, 0), Err(NrtStatus::Invalid));
+    assert_eq!(c.invalidate_range(u64::MAX - 4, 8), Err(NrtStatus::Invalid));
+    assert!(
+        ranges.lock().is_empty(),
+        "rejected ranges never reach the transport"
+    );
+    assert_eq!(c.invalidate_range(0x1000, 0x2000), Ok(()));
+    assert_eq!(
+        c.invalidate_range(0x9000, 8),
+        Err(NrtStatus::NetworkProxyFailure),
+        "the transport's status"
+    );
+    assert_eq!(
+        c.fatal_error(),
+        None,
+        "a refused invalidate does not fail the comm"
+    );
+    // Also on an aborted comm.
+    c.abort_handle().abort();
+    let (mut idle, mut done) = (true, true);
+    assert_eq!(
+        c.progress(0, 1, &mut idle, &mut done),
+        Err(NrtStatus::Closed)
+    );
+    assert_eq!(c.invalidate_range(0x4000, 1), Ok(()));
+    assert_eq!(*ranges.lock(), vec![(0x1000, 0x2000), (0x4000, 1)]);
+}

@@ -31,7 +31,7 @@ use proxy_libfabric::Options;
 use proxy_runtime::worker::waiter;
 use proxy_runtime::{registry, Config};
 
-use super::{PROVIDER_ENV, TASK_TIMEOUT_ENV, VICTIM_ENV};
+use super::{DRAIN_ENV, PROVIDER_ENV, TASK_TIMEOUT_ENV, VICTIM_ENV};
 
 /// Entry sizes of every op side: 1 B, 4 KiB + 1, 1 MiB, 16 MiB.
 pub const SIZES: [usize; 4] = [1, 4097, 1 << 20, 16 << 20];
@@ -606,12 +606,22 @@ fn setup(victim: Option<u32>, gated: bool) -> Setup {
     // SAFETY: every host-word address given to the comm is a word of `words`, which outlives
     // the comm (the scenarios drop the comm before `words`).
     let device_cb = Arc::new(unsafe { DirectHostWords::new() });
+    // The teardown's drains (stop's drain limit and the transport's close drain): 1 s, or
+    // MULTIPROC_DRAIN_MS (ci.sh's killed_peer loop shortens them: on tcp the sends to a killed
+    // peer cannot be cancelled, so both drains run to their limit).
+    let drain = Duration::from_millis(
+        std::env::var(DRAIN_ENV)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(1000),
+    );
     let lf = LibfabricCommConfig {
         transport: Options {
             provider: Some(provider.clone()),
+            close_drain: drain,
             ..Options::default()
         },
-        drain_limit: Some(Duration::from_secs(1)),
+        drain_limit: Some(drain),
         ..LibfabricCommConfig::default()
     };
     let clock = Arc::new(MonotonicClock);

@@ -1,0 +1,176 @@
+//! Per-peer spacing of send posts that keep answering `-FI_EAGAIN`.
+//!
+//! On `tcp;ofi_rxm` (libfabric 1.17) a send to a peer whose process is gone answers
+//! `-FI_EAGAIN` forever: rxm's connection to it was dropped, and every `fi_tsend` /
+//! `fi_tinject` to it starts a new connection (a new tcp endpoint and socket whose `connect` is
+//! refused, an error event on the event queue, the endpoint closed again), and never fails the
+//! post. The transport retries a post answered `-FI_EAGAIN` at the next tick, so a survivor ran
+//! thousands of such connect cycles per second (about 28,000 in the 3 s before its no-progress
+//! timeout), and the provider's connection manager crashed in that churn about once in 30 runs
+//! (docs/design.md §5, "tcp and a killed peer"). Back-pressure that lasts this long is not
+//! ordinary back-pressure (a full transmit queue drains within microseconds on loopback), so
+//! after [`STORM_AFTER`] of uninterrupted `-FI_EAGAIN` answers from one peer the transport
+//! spaces that peer's send posts: it answers "not now" itself (after reading the CQ, as on any
+//! back-pressure) until the wait has passed, the wait doubling from [`MIN_WAIT`] up to
+//! [`MAX_WAIT`]. A post the provider accepts ends the streak. Receives are never spaced (they
+//! name no peer and start no connection).
+//!
+//! ```text
+//!   (1) -FI_EAGAIN ────────────────► STREAK(since)
+//!   CLEAR ◄──(2) posted─────────────── │   │
+//!     ▲                                │   └─(3) -FI_EAGAIN, still < STORM_AFTER since: STREAK
+//!     │                                │ (4) -FI_EAGAIN, >= STORM_AFTER since
+//!     │                                ▼
+//!     └───────(5) posted ──────── SPACING(wait, until) ──(6) -FI_EAGAIN: wait doubled (<= MAX)
+//!                                      (a post before `until` is answered "not now" unasked)
+//! ```
+
+use std::time::{Duration, Instant};
+
+/// Uninterrupted `-FI_EAGAIN` answers from one peer for this long start the spacing.
+pub(crate) const STORM_AFTER: Duration = Duration::from_millis(50);
+/// First wait between two spaced posts.
+pub(crate) const MIN_WAIT: Duration = Duration::from_micros(100);
+/// Longest wait between two spaced posts.
+pub(crate) const MAX_WAIT: Duration = Duration::from_millis(10);
+
+/// Where one peer's send posts are (module diagram).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) enum PostPressure {
+    /// The last send post to the peer was accepted (or there was none).
+    #[default]
+    Clear,
+    /// Send posts answered `-FI_EAGAIN` since `since`, none accepted.
+    Streak {
+        /// The first `-FI_EAGAIN` of the streak.
+        since: Instant,
+    },
+    /// The streak is older than [`STORM_AFTER`]: the next post is tried at `until`.
+    Spacing {
+        /// The first `-FI_EAGAIN` of the streak.
+        since: Instant,
+        /// The current wait.
+        wait: Duration,
+        /// No post before this instant.
+        until: Instant,
+    },
+}
+
+/// What happened to a send post.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum PostEvent {
+    /// The provider accepted it.
+    Posted,
+    /// The provider answered `-FI_EAGAIN` (or shm's `-FI_ENOMEM`).
+    Again,
+}
+
+impl PostPressure {
+    /// `false` while spacing and `now` is before the next allowed post: answer "not now"
+    /// without asking the provider.
+    pub(crate) fn may_post(&self, now: Instant) -> bool {
+        match *self {
+            PostPressure::Spacing { until, .. } => now >= until,
+            _ => true,
+        }
+    }
+
+    /// The transition function: the state after `event` at `now`. Traces `A=>B` on a change of
+    /// kind, and returns `true` when spacing starts (edge 4, for the caller's one log line).
+    pub(crate) fn on(&mut self, event: PostEvent, now: Instant, peer: u32) -> bool {
+        let next = match (*self, event) {
+            (_, PostEvent::Posted) => PostPressure::Clear, // (2), (5)
+            (PostPressure::Clear, PostEvent::Again) => PostPressure::Streak { since: now }, // (1)
+            (PostPressure::Streak { since }, PostEvent::Again) => {
+                if now.saturating_duration_since(since) < STORM_AFTER {
+                    PostPressure::Streak { since } // (3)
+                } else {
+                    PostPressure::Spacing {
+                        since,
+                        wait: MIN_WAIT,
+                        until: now + MIN_WAIT,
+                    } // (4)
+                }
+            }
+            (PostPressure::Spacing { since, wait, .. }, PostEvent::Again) => {
+                let wait = (wait * 2).min(MAX_WAIT);
+                PostPressure::Spacing {
+                    since,
+                    wait,
+                    until: now + wait,
+                } // (6)
+            }
+        };
+        let started = matches!(
+            (*self, next),
+            (PostPressure::Streak { .. }, PostPressure::Spacing { .. })
+        );
+        if std::mem::discriminant(self) != std::mem::discriminant(&next) {
+            log::trace!(
+                "send posts to rank {peer}: {}=>{}",
+                self.name(),
+                next.name()
+            );
+        }
+        *self = next;
+        started
+    }
+
+    fn name(&self) -> &'static str {
+        match self {
+            PostPressure::Clear => "CLEAR",
+            PostPressure::Streak { .. } => "STREAK",
+            PostPressure::Spacing { .. } => "SPACING",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spacing_starts_after_a_long_streak_doubles_and_ends_on_a_post() {
+        let t0 = Instant::now();
+        let mut p = PostPressure::default();
+        assert!(p.may_post(t0));
+        assert!(!p.on(PostEvent::Again, t0, 1));
+        assert_eq!(p, PostPressure::Streak { since: t0 });
+        // Short back-pressure (connection setup, a full queue) is never spaced.
+        let t1 = t0 + STORM_AFTER / 2;
+        assert!(!p.on(PostEvent::Again, t1, 1));
+        assert!(p.may_post(t1));
+        // Past STORM_AFTER: spacing starts with MIN_WAIT.
+        let t2 = t0 + STORM_AFTER;
+        assert!(
+            p.on(PostEvent::Again, t2, 1),
+            "spacing starts (logged once)"
+        );
+        assert!(!p.may_post(t2));
+        assert!(!p.may_post(t2 + MIN_WAIT / 2));
+        assert!(p.may_post(t2 + MIN_WAIT));
+        // Each further refusal doubles the wait, up to MAX_WAIT.
+        let mut now = t2 + MIN_WAIT;
+        let mut waits = Vec::new();
+        for _ in 0..12 {
+            assert!(!p.on(PostEvent::Again, now, 1), "started only once");
+            let PostPressure::Spacing { wait, until, .. } = p else {
+                panic!("spacing: {p:?}");
+            };
+            assert_eq!(until, now + wait);
+            waits.push(wait);
+            now = until;
+        }
+        assert_eq!(waits[0], MIN_WAIT * 2);
+        assert_eq!(waits[1], MIN_WAIT * 4);
+        assert_eq!(*waits.last().unwrap(), MAX_WAIT);
+        assert!(waits.windows(2).all(|w| w[0] <= w[1]));
+        // An accepted post ends it.
+        assert!(!p.on(PostEvent::Posted, now, 1));
+        assert_eq!(p, PostPressure::Clear);
+        assert!(p.may_post(now));
+        // A new streak starts from the beginning.
+        p.on(PostEvent::Again, now, 1);
+        assert_eq!(p, PostPressure::Streak { since: now });
+    }
+}
