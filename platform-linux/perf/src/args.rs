@@ -224,6 +224,12 @@ pub struct Args {
     /// Draw busbw against size as an SVG to this file.
     #[arg(long, value_name = "FILE.svg")]
     pub plot: Option<std::path::PathBuf>,
+    /// After the sweep, dump every proxy queue of this process (docs/design.md §6: one
+    /// `proxy-dump ...` line per queue, slot, task, stream and op, on stderr through the log,
+    /// error level) and say in one line whether each driving thread answered. A dump at any time
+    /// is the signal chosen by `NEURON_RT_PROXY_DUMP_SIGNAL` (`USR1` or `USR2`).
+    #[arg(long)]
+    pub dump_on_exit: bool,
     /// Testing: the emulator of the last rank flips one byte of one received chunk in every
     /// execution (the run must then report wrong values and fail).
     #[arg(long, hide = true)]

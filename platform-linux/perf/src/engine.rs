@@ -234,6 +234,14 @@ impl EngineComm {
         }
     }
 
+    /// The comm's dump for a queue's state dump (in-process comms only).
+    fn comm_dump(&self) -> Option<proxy_core::seam::CommDumpFn> {
+        match self {
+            Self::InProcess { .. } => Some(proxy_core::seam::in_process_dump),
+            Self::Loaded { .. } => None,
+        }
+    }
+
     fn seam(&self) -> SeamTable {
         match self {
             Self::InProcess { .. } => counting_seam(),
@@ -422,6 +430,12 @@ impl DriverRank {
         let abort = r.comm.abort_handle();
         let net = match &abort {
             Some(a) => net.with_abort(a.clone()),
+            None => net,
+        };
+        let net = match r.comm.comm_dump() {
+            // SAFETY: an in-process comm's handle is a `*mut Comm`, which `in_process_dump`
+            // takes.
+            Some(d) => unsafe { net.with_comm_dump(d) },
             None => net,
         };
         let barrier = BarrierTask::new(BarrierTaskSpec {
@@ -618,7 +632,9 @@ impl DriverRank {
 /// `proxy-<tid>` each); each execution is one network task and one barrier task submitted
 /// through the rank's slot, and completion is read from the slot's status ring.
 pub struct DriverEngine {
-    registry: LinuxRegistry,
+    /// The dump signal's handler (`NEURON_RT_PROXY_DUMP_SIGNAL`), removed first on drop.
+    dump_signal: Option<proxy_runtime::dump::DumpSignal>,
+    registry: Arc<LinuxRegistry>,
     ranks: Vec<DriverRank>,
     spin: std::time::Duration,
     timeout_ns: Option<u64>,
@@ -660,7 +676,20 @@ impl DriverEngine {
         cfg: &Config,
         poll: WaitPolicy,
     ) -> Result<Self, String> {
-        let registry = proxy_runtime::registry(cfg).map_err(|e| format!("registry: {e}"))?;
+        let registry =
+            Arc::new(proxy_runtime::registry(cfg).map_err(|e| format!("registry: {e}"))?);
+        let dump_signal = match cfg.dump_signal {
+            Some(sig) => {
+                let reg = registry.clone();
+                Some(
+                    proxy_runtime::dump::DumpSignal::install(sig, move || {
+                        proxy_runtime::dump::dump_all(&reg, proxy_runtime::dump::SIGNAL_DUMP_WAIT);
+                    })
+                    .map_err(|e| format!("NEURON_RT_PROXY_DUMP_SIGNAL: {e}"))?,
+                )
+            }
+            None => None,
+        };
         let shared = match &barrier {
             EngineBarrier::InProcess => Some(
                 SharedMemBarrier::new(comms.len() as u32).map_err(|e| format!("barrier: {e}"))?,
@@ -706,6 +735,7 @@ impl DriverEngine {
             });
         }
         Ok(Self {
+            dump_signal,
             registry,
             ranks,
             spin: cfg.spin,
@@ -718,6 +748,15 @@ impl DriverEngine {
 
     fn waiter(&self) -> Waiter<'static> {
         proxy_runtime::worker::waiter(self.spin)
+    }
+
+    /// Dumps every proxy queue of the engine's registry (docs/design.md §6), waiting up to
+    /// `wait` for each driving thread; every group with its outcome.
+    pub fn dump_all(
+        &self,
+        wait: std::time::Duration,
+    ) -> Vec<(u32, proxy_core::driver::dump::DumpOutcome)> {
+        proxy_runtime::dump::dump_all(&self.registry, wait)
     }
 
     /// The ranks, for caller mode: each is run by its own thread.
@@ -793,6 +832,7 @@ impl Engine for DriverEngine {
 
 impl Drop for DriverEngine {
     fn drop(&mut self) {
+        drop(self.dump_signal.take());
         let w = self.waiter();
         for r in &mut self.ranks {
             if let Some(m) = r.member.take() {

@@ -189,6 +189,9 @@ fn sweep(args: &Args, world: &mut run::World) -> Result<i32, String> {
         eprint!("\r{:60}\r", "");
     }
     print(&report::footer(&rows));
+    if args.dump_on_exit {
+        world.dump_all();
+    }
     if printer {
         if let Some(p) = &args.json {
             report::write_json(p, args, world.transport_name(), &engine, &rows)

@@ -396,6 +396,13 @@ fn shape_key(prep: &Prepared, reps: u32) -> u64 {
 }
 
 impl World {
+    /// Dumps every proxy queue of this process (`--dump-on-exit`; docs/design.md §6), waiting
+    /// up to 2 s for each driving thread (in caller mode with nothing driving, this thread
+    /// takes each queue's drive token and writes its dump itself).
+    pub fn dump_all(&self) {
+        self.engine.dump_all(Duration::from_secs(2));
+    }
+
     /// Sets up `args.ranks` ranks on the in-process transport, all in this process; with
     /// `args.progress_lib`, the progress half is loaded from that library (its comms over one
     /// of its in-memory groups, its seam in every network task).
