@@ -320,6 +320,44 @@ pub struct DriverRank {
     /// `NEURON_RT_DBG_PROXY_EARLY_COMPLETION`: every task is submitted with its skip flag
     /// (DONE at INIT, edge 1; a debug mode in which no data moves).
     skip: bool,
+    /// Every task submitted and every final record seen, for the final report.
+    stats: RankStats,
+    /// `--inject drop-comm`: abort the comm once this execution is submitted.
+    abort_at: Option<u32>,
+    /// `--inject exit-rank`: exit the process once this execution is submitted.
+    exit_at: Option<u32>,
+}
+
+/// What a rank's slot saw: tasks submitted, final records seen (each task's once), the first
+/// failure.
+#[derive(Clone, Debug, Default)]
+pub struct RankStats {
+    /// Tasks submitted.
+    pub submitted: u64,
+    /// Final records seen.
+    pub reported: u64,
+    /// Records of a task already reported (must stay 0).
+    pub twice: u64,
+    /// The status of the first record that was not a success.
+    pub first_failure: Option<NrtStatus>,
+    seen: std::collections::HashSet<u32>,
+}
+
+impl RankStats {
+    fn note(&mut self, rec: &TaskRecord) {
+        self.reported += 1;
+        if !self.seen.insert(rec.task_id) {
+            self.twice += 1;
+        }
+        if rec.status() != NrtStatus::Success && self.first_failure.is_none() {
+            self.first_failure = Some(rec.status());
+        }
+    }
+
+    /// The rank's final status: its first failure, else success.
+    pub fn status(&self) -> NrtStatus {
+        self.first_failure.unwrap_or(NrtStatus::Success)
+    }
 }
 
 impl DriverRank {
@@ -475,6 +513,7 @@ impl DriverRank {
             }
         };
         submit(slot, net).map_err(|e| format!("submit: {}", e.status))?;
+        self.stats.submitted += 1;
         if let Err(e) = submit(slot, barrier) {
             // The network task is in: its record belongs to this execution's wait.
             self.pending.push_back(Pending {
@@ -485,7 +524,68 @@ impl DriverRank {
             return Err(format!("submit: {}", e.status));
         }
         self.pending.push_back(Pending { ids, n: 2, keep });
+        self.stats.submitted += 1;
+        if self.abort_at == Some(id) {
+            if let Some(a) = self.comm.abort_handle() {
+                log::warn!(
+                    "--inject drop-comm: rank {} aborts its comm mid-run",
+                    self.comm.rank()
+                );
+                a.abort();
+            }
+        }
+        if self.exit_at == Some(id) {
+            log::warn!(
+                "--inject exit-rank: rank {} exits its process mid-run",
+                self.comm.rank()
+            );
+            std::process::exit(3);
+        }
         Ok(())
+    }
+
+    /// The slot's counts so far.
+    pub fn stats(&self) -> &RankStats {
+        &self.stats
+    }
+
+    /// `--inject`: abort the comm (`abort`) or exit the process (`exit`) once execution `id`
+    /// is submitted.
+    pub fn inject_at(&mut self, id: u32, abort: bool, exit: bool) {
+        if abort {
+            self.abort_at = Some(id);
+        }
+        if exit {
+            self.exit_at = Some(id);
+        }
+    }
+
+    /// Lets every task still outstanding end by itself (each has the no-progress limit),
+    /// collecting its record, until `deadline_ns` (monotonic); in caller mode this thread drives
+    /// the queue meanwhile. Then leaves the slot (tasks still running end `NRT_CLOSED`) and
+    /// counts the records the leave hands back. The rank's [`RankStats`] are then complete.
+    pub fn settle(&mut self, waiter: &Waiter<'_>, deadline_ns: u64) {
+        self.pending.clear();
+        // Noted when they were popped.
+        self.early.clear();
+        let Some(m) = self.member.as_mut() else {
+            return;
+        };
+        while m.slot.outstanding() > 0 {
+            match m.slot.wait_record_until(waiter, Some(deadline_ns)) {
+                Ok(rec) => self.stats.note(&rec),
+                Err(_) => break,
+            }
+        }
+    }
+
+    /// Leaves the rank's slot through `registry`, counting the records it hands back.
+    fn leave(&mut self, registry: &LinuxRegistry, waiter: &Waiter<'_>) {
+        if let Some(m) = self.member.take() {
+            for rec in registry.leave(m, waiter) {
+                self.stats.note(&rec);
+            }
+        }
     }
 
     /// After execution `p` completed: keeps its two returned tasks for the next execution of
@@ -568,6 +668,9 @@ impl DriverRank {
                             got = slot.try_pop_record();
                             got.is_some()
                         });
+                        if let Some(rec) = &got {
+                            r.stats.note(rec);
+                        }
                         if got.is_some() {
                             break;
                         }
@@ -618,6 +721,7 @@ impl DriverRank {
             let rec = slot
                 .drive_until(id, deadline_ns, waiter, Some(&mut *hook))
                 .map_err(|e| format!("task {id}: driving the proxy queue: {e}"))?;
+            self.stats.note(&rec);
             if rec.status() != NrtStatus::Success {
                 return Err(format!("task {} ended {}", rec.task_id, rec.status()));
             }
@@ -732,6 +836,9 @@ impl DriverEngine {
                 cache: [None, None],
                 early: Vec::with_capacity(cfg.queue.status_capacity),
                 skip: cfg.early_completion,
+                stats: RankStats::default(),
+                abort_at: None,
+                exit_at: None,
             });
         }
         Ok(Self {
@@ -827,6 +934,25 @@ impl Engine for DriverEngine {
 
     fn max_in_flight(&self) -> usize {
         2
+    }
+}
+
+impl DriverEngine {
+    /// After a run (or its failure): lets every rank's outstanding tasks end by themselves
+    /// until `deadline_ns` (monotonic), then leaves every slot, and returns every rank's
+    /// counts (global rank, stats).
+    pub fn settle_and_leave(&mut self, deadline_ns: u64) -> Vec<(u32, RankStats)> {
+        let w = self.waiter();
+        for r in &mut self.ranks {
+            r.settle(&w, deadline_ns);
+        }
+        for r in &mut self.ranks {
+            r.leave(&self.registry, &w);
+        }
+        self.ranks
+            .iter()
+            .map(|r| (r.comm.rank(), r.stats.clone()))
+            .collect()
     }
 }
 
