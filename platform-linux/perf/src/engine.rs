@@ -340,14 +340,18 @@ pub struct RankStats {
     pub twice: u64,
     /// The status of the first record that was not a success.
     pub first_failure: Option<NrtStatus>,
-    seen: std::collections::HashSet<u32>,
+    /// Task ids seen, kept only when duplicates are watched for (`--inject`): the set grows, and
+    /// a run without it allocates nothing per execution.
+    seen: Option<std::collections::HashSet<u32>>,
 }
 
 impl RankStats {
     fn note(&mut self, rec: &TaskRecord) {
         self.reported += 1;
-        if !self.seen.insert(rec.task_id) {
-            self.twice += 1;
+        if let Some(seen) = &mut self.seen {
+            if !seen.insert(rec.task_id) {
+                self.twice += 1;
+            }
         }
         if rec.status() != NrtStatus::Success && self.first_failure.is_none() {
             self.first_failure = Some(rec.status());
@@ -547,6 +551,11 @@ impl DriverRank {
     /// The slot's counts so far.
     pub fn stats(&self) -> &RankStats {
         &self.stats
+    }
+
+    /// Watches for a task reported twice (`RankStats::twice`; keeps every task id seen).
+    pub fn watch_duplicates(&mut self) {
+        self.stats.seen.get_or_insert_with(Default::default);
     }
 
     /// `--inject`: abort the comm (`abort`) or exit the process (`exit`) once execution `id`

@@ -419,7 +419,9 @@ impl World {
     pub fn new(args: &Args) -> Result<Self, String> {
         let n = args.ranks;
         if args.inject.is_some_and(|i| i.fault == FaultArg::ExitRank) {
-            return Err("--inject exit-rank needs --transport libfabric (ranks as processes)".into());
+            return Err(
+                "--inject exit-rank needs --transport libfabric (ranks as processes)".into(),
+            );
         }
         let target = inject_target(args)?;
         let stall_release = Arc::new(AtomicBool::new(false));
@@ -632,6 +634,11 @@ impl World {
                 }
             }
             devices.push(dev);
+        }
+        if target.is_some() {
+            for rank in a.engine.ranks_mut() {
+                rank.watch_duplicates();
+            }
         }
         if let Some((fault @ (FaultArg::DropComm | FaultArg::ExitRank), t)) = target {
             if let Some(i) = a.local.iter().position(|&r| r == t) {
@@ -1680,9 +1687,9 @@ fn inject_target(args: &Args) -> Result<Option<(FaultArg, u32)>, String> {
 /// A bad `NEURON_RT_EXEC_TIMEOUT`.
 fn stall_limit(_args: &Args) -> Result<Duration, String> {
     let cfg = Config::from_env().map_err(|e| e.to_string())?;
-    Ok(cfg
-        .exec_timeout
-        .map_or(STALL_LIMIT, |t| (t * 2 + Duration::from_secs(1)).min(STALL_LIMIT)))
+    Ok(cfg.exec_timeout.map_or(STALL_LIMIT, |t| {
+        (t * 2 + Duration::from_secs(1)).min(STALL_LIMIT)
+    }))
 }
 
 /// Rank `r`'s transport with `--inject`'s transport fault when `r` is the target:
