@@ -1054,6 +1054,10 @@ mod dump {
     /// (its state and comm as they were stuck); a failure is dumped after, naming the ended
     /// task.
     #[test]
+    #[cfg_attr(
+        miri,
+        ignore = "about 30 s under Miri; the dump's unsafe paths are run by the other dump tests"
+    )]
     fn timeouts_and_failures_write_the_dump() {
         dump_lines_of(u32::MAX);
         static CLOCK: ManualClock = ManualClock::new(1_000_000_000);
