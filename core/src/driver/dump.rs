@@ -109,9 +109,17 @@ impl DumpRequests {
             .wrapping_add(1)
     }
 
-    /// `true` while a request is not served (a cheap check for the driver's tick and park).
+    /// `true` while a request is not served (two loads; the driving thread uses
+    /// [`DumpRequests::pending_since`] with its own copy of the written count: one load).
     pub fn pending(&self) -> bool {
         self.requested.load(Ordering::Relaxed) != self.written.load(Ordering::Relaxed)
+    }
+
+    /// `true` while a request made after the dump that served `served` is pending: one load
+    /// (the driving thread keeps `served`, the count its last [`DumpRequests::serve`] wrote,
+    /// and it travels with the drive token).
+    pub fn pending_since(&self, served: u32) -> bool {
+        self.requested.load(Ordering::Relaxed) != served
     }
 
     /// `true` once a dump that began after the request of `ticket` was written.
@@ -128,28 +136,34 @@ impl DumpRequests {
         )
     }
 
-    /// Serves the pending requests, if any: reads the request count (acquire), runs `dump`,
-    /// then publishes that count as written (release). Only the driving thread calls it (the
-    /// holder of the queue's drive token). Returns `true` when it dumped.
-    pub fn serve(&self, dump: impl FnOnce()) -> bool {
-        if !self.pending() {
-            return false;
-        }
+    /// Serves the pending requests, if any: reads the request count (acquire; one load when
+    /// nothing is pending), runs `dump`, then publishes that count as written (release) and
+    /// keeps it in `served` (the caller's copy of the written count: 0 for a new word). Only
+    /// the driving thread calls it (the holder of the queue's drive token, which carries
+    /// `served`). Returns `true` when it dumped.
+    pub fn serve(&self, served: &mut u32, dump: impl FnOnce()) -> bool {
         // PLANT: DumpServedReadAfterDump reads the request count after the dump: a request that
         // arrives while the dump is written is marked answered by a dump that began before it.
-        let served = plant!(
+        let count = plant!(
             DumpServedReadAfterDump,
             {
+                if !self.pending_since(*served) {
+                    return false;
+                }
                 dump();
                 self.requested.load(Ordering::Acquire)
             },
             {
                 let r = self.requested.load(Ordering::Acquire);
+                if r == *served {
+                    return false;
+                }
                 dump();
                 r
             }
         );
-        self.written.store(served, Ordering::Release);
+        self.written.store(count, Ordering::Release);
+        *served = count;
         true
     }
 }
@@ -352,20 +366,22 @@ mod tests {
     #[test]
     fn a_ticket_is_answered_only_by_a_dump_served_after_it() {
         let d = DumpRequests::new();
-        assert!(!d.pending());
-        assert!(!d.serve(|| panic!("nothing to serve")));
+        let mut served = 0;
+        assert!(!d.pending() && !d.pending_since(served));
+        assert!(!d.serve(&mut served, || panic!("nothing to serve")));
         let t1 = d.request();
         let t2 = d.request();
-        assert!(d.pending() && !d.answered(t1));
+        assert!(d.pending() && d.pending_since(served) && !d.answered(t1));
         let mut dumps = 0;
-        assert!(d.serve(|| dumps += 1));
+        assert!(d.serve(&mut served, || dumps += 1));
         assert!(d.answered(t1) && d.answered(t2) && !d.pending());
+        assert_eq!(served, 2);
         let t3 = d.request();
         assert!(
             !d.answered(t3),
             "a later request is not answered by an earlier dump"
         );
-        assert!(d.serve(|| dumps += 1));
+        assert!(d.serve(&mut served, || dumps += 1));
         assert_eq!((dumps, d.counts()), (2, (3, 3)));
     }
 
@@ -374,10 +390,11 @@ mod tests {
         let d = DumpRequests::new();
         d.requested.store(u32::MAX, Ordering::Relaxed);
         d.written.store(u32::MAX, Ordering::Relaxed);
+        let mut served = u32::MAX;
         let t = d.request();
         assert_eq!(t, 0);
         assert!(!d.answered(t));
-        d.serve(|| {});
+        d.serve(&mut served, || {});
         assert!(d.answered(t) && d.answered(u32::MAX));
     }
 }

@@ -442,6 +442,7 @@ impl ProxyQueue {
                 ended: Vec::new(),
                 woke_from: DriverActivity::Undriven,
                 by_requester: false,
+                dump_served: 0,
             }),
         }))
     }
@@ -1385,6 +1386,9 @@ struct DriverState {
     woke_from: DriverActivity,
     /// `true` while a requester that took the free token writes the dump (`writer=requester`).
     by_requester: bool,
+    /// The dump request count the last served dump wrote (the driver's copy of the written
+    /// count: the pending check is then one load).
+    dump_served: u32,
 }
 
 /// The worker of a [`DriveMode::Thread`] queue: holds the queue's drive token for its life.
@@ -1605,10 +1609,11 @@ impl DriverState {
 
     fn park(&mut self, queue: &ProxyQueue, park: &dyn Park) {
         let slots = &mut self.slots;
+        let served = self.dump_served;
         queue.activity.set(DriverActivity::Parked);
         queue.worker_wait.park(park, || {
             queue.stop_requested()
-                || queue.dump.pending()
+                || queue.dump.pending_since(served)
                 || slots.iter_mut().enumerate().any(|(i, ws)| {
                     match SlotState::from_u32(queue.slots[i].state.load(Ordering::Acquire)) {
                         SlotState::Active => !ws.submit.is_empty(),
@@ -1630,12 +1635,12 @@ impl DriverState {
     }
 
     fn serve_dump_at(&mut self, queue: &ProxyQueue, now_ns: u64) {
-        // A plain load first: the request word's line stays shared while nobody asks.
-        if queue.dump.pending() {
-            queue
-                .dump
-                .serve(|| self.dump_to_log_at(queue, DumpReason::Request, now_ns));
-        }
+        // One load while nobody asks (the request word's line stays shared).
+        let mut served = self.dump_served;
+        queue.dump.serve(&mut served, || {
+            self.dump_to_log_at(queue, DumpReason::Request, now_ns)
+        });
+        self.dump_served = served;
     }
 
     fn dump_to_log(&mut self, queue: &ProxyQueue, reason: DumpReason, ended: &[Ended]) {

@@ -32,8 +32,11 @@ pub fn dump_request_vs_serve() {
             requests.request()
         })
     };
+    let mut served = 0;
     for _ in 0..2 {
-        requests.serve(|| seen.store(before.load(Ordering::Relaxed), Ordering::Relaxed));
+        requests.serve(&mut served, || {
+            seen.store(before.load(Ordering::Relaxed), Ordering::Relaxed)
+        });
         thread::yield_now();
     }
     let ticket = requester.join().unwrap();
@@ -45,7 +48,9 @@ pub fn dump_request_vs_serve() {
         );
     }
     // A last serve (the driver's next tick) answers any request still pending.
-    requests.serve(|| seen.store(before.load(Ordering::Relaxed), Ordering::Relaxed));
+    requests.serve(&mut served, || {
+        seen.store(before.load(Ordering::Relaxed), Ordering::Relaxed)
+    });
     assert!(
         requests.answered(ticket),
         "a request is answered by the next serve"
