@@ -146,6 +146,12 @@ plants! {
     /// old comm's tasks, and push their records, while a new comm owns the slot. Loom model 11
     /// (`tests/leave_timeout.rs`): "the new owner's leave reports only its own task".
     SlotDropLeavingFreesClosing = 19,
+    /// `driver/dump.rs: DumpRequests::serve` (the driving thread serving a queue's dump
+    /// requests) reads the request count after writing the dump instead of before: a request
+    /// made while the dump is written is marked answered by a dump that began before it (and
+    /// does not show what the requester did first). Loom model 12 (`tests/dump.rs`): "a dump that
+    /// answers a request shows what was done before the request".
+    DumpServedReadAfterDump = 20,
 }
 
 /// "No plant" in the selector's storage.

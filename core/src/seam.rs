@@ -290,6 +290,34 @@ pub unsafe extern "C" fn in_process_stop_step(
     NrtStatus::from_result(r).code()
 }
 
+/// Writes the state of a comm behind a seam handle for a state dump (docs/design.md §6): the
+/// optional fourth entry of a progress half, outside the C seam ([`NetworkTask::with_comm_dump`](
+/// crate::driver::task::NetworkTask::with_comm_dump)).
+///
+/// # Safety
+/// `comm` must be a live comm of the progress half the function belongs to, used by no other
+/// thread during the call (the driving thread calls it, as it calls the seam).
+pub type CommDumpFn =
+    unsafe fn(comm: *mut c_void, out: &mut dyn core::fmt::Write) -> core::fmt::Result;
+
+/// [`CommDumpFn`] over this crate's own [`Comm`] ([`Comm::dump`]).
+///
+/// # Safety
+/// `comm` must be null or a live `*mut Comm` used by no other thread during the call.
+///
+/// # Errors
+/// Whatever `out` returns; a null handle writes nothing.
+pub unsafe fn in_process_dump(
+    comm: *mut c_void,
+    out: &mut dyn core::fmt::Write,
+) -> core::fmt::Result {
+    // SAFETY: per this function's contract.
+    match unsafe { (comm as *const Comm).as_ref() } {
+        Some(c) => c.dump(out),
+        None => Ok(()),
+    }
+}
+
 impl SeamTable {
     /// The in-process seam: the table filled with this crate's own progress half (the stepped
     /// stop included); the comm handle is a `*mut Comm`.

@@ -5,9 +5,9 @@
 //! slot states, the wake protocol, the registry refcount and the in-memory transport's
 //! mailboxes are checked by the models in `loom-tests/` exactly as they ship. Nothing else in
 //! the crate may import atomics, `Arc` or `UnsafeCell` from `core`, `alloc`, `std` or `loom`
-//! (the test command's `facade` step greps `core/src` for them and fails). One name here is not
+//! (the test command's `facade` step greps `core/src` for them and fails). Two names here are not
 //! loom's under `--cfg loom`: the plant selector's storage (`NonLoomPlantAtomicU8`, for
-//! `crate::plant` only).
+//! `crate::plant` only) and the dump's diagnostic words (`DiagAtomicU32`).
 //!
 //! No 64-bit atomics: `thumbv7em-none-eabihf` has 8/16/32-bit atomics with CAS only, so every
 //! state word, index and counter shared between threads is a `u32` or `usize`.
@@ -35,6 +35,12 @@ pub use loom::sync::atomic::{
 pub(crate) use core::sync::atomic::{
     AtomicU8 as NonLoomPlantAtomicU8, Ordering as NonLoomPlantOrdering,
 };
+
+/// **Not** loom's atomics, under `--cfg loom` too: words that only describe where a thread is,
+/// for a state dump (the driving thread's activity, `driver::dump`), read `Relaxed` by another
+/// thread and handing nothing over. Written on hot paths, so they must add no branch points to
+/// the models (which do not check them).
+pub use core::sync::atomic::{AtomicU32 as DiagAtomicU32, Ordering as DiagOrdering};
 
 #[cfg(not(loom))]
 pub use alloc::sync::Arc;

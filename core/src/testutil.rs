@@ -32,3 +32,38 @@ pub fn waiter(clock: &MonotonicClock) -> crate::driver::wake::Waiter<'_> {
         spin_ns: 20_000,
     }
 }
+
+/// The dump lines logged so far by every test of this binary (target
+/// `crate::driver::dump::DUMP_TARGET`), captured by a logger installed at the first call: pick
+/// a test's own lines by its queue id (`queue=<id> `).
+pub fn dump_lines_of(queue_id: u32) -> alloc::vec::Vec<alloc::string::String> {
+    extern crate std;
+    use std::sync::Mutex;
+    static LINES: Mutex<alloc::vec::Vec<alloc::string::String>> =
+        Mutex::new(alloc::vec::Vec::new());
+    struct Capture;
+    impl log::Log for Capture {
+        fn enabled(&self, m: &log::Metadata<'_>) -> bool {
+            m.target() == crate::driver::dump::DUMP_TARGET
+        }
+        fn log(&self, r: &log::Record<'_>) {
+            if self.enabled(r.metadata()) {
+                use alloc::string::ToString;
+                LINES.lock().unwrap().push(r.args().to_string());
+            }
+        }
+        fn flush(&self) {}
+    }
+    static CAPTURE: Capture = Capture;
+    if log::set_logger(&CAPTURE).is_ok() {
+        log::set_max_level(log::LevelFilter::Error);
+    }
+    let key = alloc::format!("queue={queue_id} ");
+    LINES
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|l| l.contains(&key))
+        .cloned()
+        .collect()
+}

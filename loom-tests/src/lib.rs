@@ -25,6 +25,7 @@
 //! | 9 | `tests/drive.rs` | caller-mode drive token: a waiting owner vs the token's release | `DriveReleaseChecksWaitersFirst` |
 //! | 10 | `tests/abort.rs` | a comm's abort word: two racing requests vs the driving thread stepping its task | `AbortFirstByLoadStore` |
 //! | 11 | `tests/leave_timeout.rs` | a timed-out bounded leave whose handle is dropped vs the worker closing the slot; the slot's reuse | `SlotDropLeavingFreesClosing` |
+//! | 12 | `tests/dump.rs` | a queue's dump request word vs the driving thread serving it; a parked worker woken for a dump | `DumpServedReadAfterDump` |
 //!
 //! The two protocol plants (`NetworkSkipsTriggerGate`, `SendRecvIgnoresIndexWrap`) are caught by
 //! proxy-core's own tests (`cargo test -p proxy-core --features plants`); model 5 catches the

@@ -56,12 +56,21 @@ use alloc::boxed::Box;
 use alloc::collections::VecDeque;
 use alloc::vec::Vec;
 
+use core::fmt::Write as _;
+
+use crate::driver::dump::{
+    next_queue_id, ActivityWord, Counting, DriverActivity, DumpOutcome, DumpReason, DumpRequests,
+    LogLines, Opt, Prefixed, DUMP_PREFIX,
+};
 use crate::driver::record::TaskRecord;
-use crate::driver::ring::{self, Consumer, Producer};
+use crate::driver::ring::{self, Consumer, Observer, Producer};
 use crate::driver::task::{ProxyTask, Step, StepEnv};
 use crate::driver::wake::{Park, WaitCell, Waiter};
 use crate::status::NrtStatus;
-use crate::sync::{spin_loop, Arc, AtomicBool, AtomicU32, CachePadded, Ordering, UnsafeCell};
+use crate::sync::{
+    spin_loop, Arc, AtomicBool, AtomicU32, CachePadded, DiagAtomicU32, DiagOrdering, Ordering,
+    UnsafeCell,
+};
 use crate::time::Clock;
 
 /// Default number of producer slots per queue (real size; 2 under loom).
@@ -204,6 +213,10 @@ struct SharedSlot {
     waiter: WaitCell,
     /// Set while the slot's owner waits for the drive token (read by the releasing driver).
     wants_drive: AtomicBool,
+    /// Fill levels of the slot's submission and status rings, readable without the driver (a
+    /// dump the driving thread did not answer).
+    submit_seen: Observer<Submitted>,
+    status_seen: Observer<TaskRecord>,
 }
 
 /// The edges of the slot state machine (the numbers of the module diagram). Only these can be
@@ -277,8 +290,15 @@ pub struct ProxyQueue {
     worker_wait: WaitCell,
     /// Set once by [`ProxyQueue::request_stop`] (seed: `stop` +0x120).
     stop: AtomicBool,
-    /// Set by [`ProxyQueue::request_dump`]; the worker dumps and clears it.
-    dump: AtomicBool,
+    /// The dump requests ([`ProxyQueue::request_dump`]), served by the driving thread at its
+    /// next tick (`driver::dump`).
+    dump: DumpRequests,
+    /// What the driving thread is doing (a diagnostic word for dumps).
+    activity: ActivityWord,
+    /// Process-unique id, `queue=<id>` in dump lines.
+    id: u32,
+    /// The registry's group id of the queue (`u32::MAX`: none), for dump lines.
+    group: DiagAtomicU32,
     /// Set when the [`Worker`] is dropped (its thread ended): nothing steps tasks any more.
     exited: AtomicBool,
     status_capacity: usize,
@@ -379,8 +399,8 @@ impl ProxyQueue {
         let mut shared = Vec::with_capacity(cfg.slots);
         let mut worker_slots = Vec::with_capacity(cfg.slots);
         for _ in 0..cfg.slots {
-            let (stx, srx) = ring::channel::<Submitted>(cfg.submit_capacity);
-            let (rtx, rrx) = ring::channel::<TaskRecord>(cfg.status_capacity);
+            let (stx, srx, sobs) = ring::channel_observed::<Submitted>(cfg.submit_capacity);
+            let (rtx, rrx, robs) = ring::channel_observed::<TaskRecord>(cfg.status_capacity);
             let (btx, brx) = ring::channel::<TaskBox>(cfg.status_capacity);
             shared.push(CachePadded::new(SharedSlot {
                 state: AtomicU32::new(SlotState::Free as u32),
@@ -392,6 +412,8 @@ impl ProxyQueue {
                 })),
                 waiter: WaitCell::new(),
                 wants_drive: AtomicBool::new(false),
+                submit_seen: sobs,
+                status_seen: robs,
             }));
             worker_slots.push(WorkerSlot {
                 submit: srx,
@@ -404,7 +426,10 @@ impl ProxyQueue {
             slots: shared.into_boxed_slice(),
             worker_wait: WaitCell::new(),
             stop: AtomicBool::new(false),
-            dump: AtomicBool::new(false),
+            dump: DumpRequests::new(),
+            activity: ActivityWord::default(),
+            id: next_queue_id(),
+            group: DiagAtomicU32::new(u32::MAX),
             exited: AtomicBool::new(false),
             status_capacity: cfg.status_capacity,
             mode,
@@ -414,6 +439,10 @@ impl ProxyQueue {
                 slots: worker_slots,
                 clock,
                 busy_comms: Vec::with_capacity(cfg.slots),
+                ended: Vec::new(),
+                woke_from: DriverActivity::Undriven,
+                by_requester: false,
+                dump_served: 0,
             }),
         }))
     }
@@ -456,6 +485,7 @@ impl ProxyQueue {
             },
             self.drive.fetch_and(!DRIVEN, Ordering::AcqRel)
         );
+        self.activity.set(DriverActivity::Undriven);
         if prev >= WAITER {
             for slot in self.slots.iter() {
                 if slot.wants_drive.load(Ordering::Acquire) {
@@ -586,13 +616,159 @@ impl ProxyQueue {
         self.exited.load(Ordering::Acquire)
     }
 
-    /// Asks the worker to write its state (every slot, ring and task) to the log at its next
-    /// tick, and wakes it.
-    pub fn request_dump(&self) {
-        self.dump.store(true, Ordering::Release);
+    /// The queue's process-unique id (`queue=<id>` in its dump lines).
+    pub fn id(&self) -> u32 {
+        self.id
+    }
+
+    /// Names the registry group the queue serves (`group=<g>` in its dump header).
+    pub fn set_group(&self, group: u32) {
+        self.group.store(group, DiagOrdering::Relaxed);
+    }
+
+    /// What the driving thread last said it does (parked, spinning, ticking...).
+    pub fn driver_activity(&self) -> DriverActivity {
+        if self.worker_exited() {
+            return DriverActivity::Exited;
+        }
+        self.activity.get()
+    }
+
+    /// Asks the driving thread to write the queue's state dump (docs/design.md §6: every slot,
+    /// ring, task, stream and op, one line each, to the log at error level, target
+    /// [`crate::driver::dump::DUMP_TARGET`]) at its next tick, and wakes a parked worker.
+    /// Returns the ticket [`ProxyQueue::wait_dump`] waits for. Any thread, any time; requests
+    /// that arrive together are answered by one dump. A caller-mode queue that no thread drives
+    /// is dumped at its next drive (or by [`ProxyQueue::wait_dump`], which takes the free token).
+    pub fn request_dump(&self) -> u32 {
+        let ticket = self.dump.request();
         self.worker_wait.notify();
+        ticket
+    }
+
+    /// `true` once the dump of `ticket` ([`ProxyQueue::request_dump`]) was written.
+    pub fn dump_answered(&self, ticket: u32) -> bool {
+        self.dump.answered(ticket)
+    }
+
+    /// Waits, bounded, for the dump of `ticket` (see [`ProxyQueue::request_dump`]): until the
+    /// driving thread has written it, polling and yielding (`waiter.park.yield_now`) between
+    /// polls. In caller mode, when the drive token is free, this thread takes it and writes the
+    /// dump itself (it is then the driving thread). When the driver does not answer by
+    /// `deadline_ns` (on `waiter.clock`), or after [`DUMP_WAIT_MAX_POLLS`] polls, or when the
+    /// worker is gone, this thread writes what it can read without the driver (slot states,
+    /// ring fill levels, the drive-token word, the driver's activity word), marked
+    /// `reason=not-answered` or `reason=driver-gone`, and says so in its answer.
+    pub fn wait_dump(&self, ticket: u32, waiter: &Waiter<'_>, deadline_ns: u64) -> DumpOutcome {
+        let mut polls = 0u64;
+        loop {
+            if self.dump.answered(ticket) {
+                return DumpOutcome::Written;
+            }
+            if self.worker_exited() {
+                self.dump_without_driver(DumpReason::DriverGone);
+                return DumpOutcome::DriverGone;
+            }
+            if let Some(mut d) = self.try_drive() {
+                d.serve_dump();
+                continue;
+            }
+            polls += 1;
+            if polls >= DUMP_WAIT_MAX_POLLS || waiter.clock.now_ns() >= deadline_ns {
+                log::error!(
+                    "proxy queue {}: the driving thread did not write the requested dump \
+                     (driver {}); dumping what is readable without it",
+                    self.id,
+                    self.driver_activity().name()
+                );
+                self.dump_without_driver(DumpReason::NotAnswered);
+                return DumpOutcome::NotAnswered;
+            }
+            waiter.park.yield_now();
+        }
+    }
+
+    /// [`ProxyQueue::request_dump`] then [`ProxyQueue::wait_dump`].
+    pub fn dump_until(&self, waiter: &Waiter<'_>, deadline_ns: u64) -> DumpOutcome {
+        let ticket = self.request_dump();
+        self.wait_dump(ticket, waiter, deadline_ns)
+    }
+
+    /// The dump header's fields (no newline): everything readable from any thread.
+    fn write_header(
+        &self,
+        reason: DumpReason,
+        out: &mut dyn core::fmt::Write,
+    ) -> core::fmt::Result {
+        let drive = self.drive.load(Ordering::Acquire);
+        let (requested, written) = self.dump.counts();
+        let group = self.group.load(DiagOrdering::Relaxed);
+        write!(
+            out,
+            "{DUMP_PREFIX} queue={} group={} reason={} mode={} driver={} token={} token_waiters={} \
+             dumps={requested}/{written} slots={} high_water={} stop={} exited={}",
+            self.id,
+            Opt((group != u32::MAX).then_some(group)),
+            reason.name(),
+            match self.mode {
+                DriveMode::Thread => "thread",
+                DriveMode::Caller => "caller",
+            },
+            self.driver_activity().name(),
+            if drive & DRIVEN != 0 { "held" } else { "free" },
+            drive / WAITER,
+            self.slots.len(),
+            self.high_water.load(Ordering::Acquire),
+            u8::from(self.stop_requested()),
+            u8::from(self.worker_exited()),
+        )
+    }
+
+    /// The part of a dump that needs no driver: header, and per used slot its state, ring fill
+    /// levels (from the observers) and token flag; to the log.
+    fn dump_without_driver(&self, reason: DumpReason) {
+        let mut log = LogLines::new();
+        let _ = self.write_without_driver(reason, &mut log);
+        log.finish();
+    }
+
+    fn write_without_driver(
+        &self,
+        reason: DumpReason,
+        out: &mut dyn core::fmt::Write,
+    ) -> core::fmt::Result {
+        let mut out = Counting { out, lines: 0 };
+        self.write_header(reason, &mut out)?;
+        writeln!(
+            out,
+            " before=unknown writer=requester-without-driver active=unknown"
+        )?;
+        let hw = (self.high_water.load(Ordering::Acquire) as usize).min(self.slots.len());
+        for (index, slot) in self.slots[..hw].iter().enumerate() {
+            let state = SlotState::from_u32(slot.state.load(Ordering::Acquire));
+            if state == SlotState::Free {
+                continue;
+            }
+            writeln!(
+                out,
+                "{DUMP_PREFIX} queue={} slot={index} state={state:?} submit={}/{} status={}/{} \
+                 active=unknown wants_drive={}",
+                self.id,
+                slot.submit_seen.len(),
+                slot.submit_seen.capacity(),
+                slot.status_seen.len(),
+                slot.status_seen.capacity(),
+                u8::from(slot.wants_drive.load(Ordering::Relaxed)),
+            )?;
+        }
+        let lines = out.lines + 1;
+        writeln!(out, "{DUMP_PREFIX} queue={} end lines={lines}", self.id)
     }
 }
+
+/// The most polls [`ProxyQueue::wait_dump`] makes before it gives up on the driver (its
+/// deadline usually comes first).
+pub const DUMP_WAIT_MAX_POLLS: u64 = 1 << 24;
 
 /// A comm's claim on one slot of a queue: submit tasks, collect their final records, leave.
 ///
@@ -1147,11 +1323,28 @@ impl Driver<'_> {
         unsafe { q.with_driver(|ds| ds.active_count()) }
     }
 
-    /// Writes the queue's state to the log (see [`Worker::dump`]).
+    /// Writes the queue's state dump to the log (see [`Worker::dump`]).
     pub fn dump(&mut self) {
         let q = self.queue;
         // SAFETY: this guard holds the drive token.
-        unsafe { q.with_driver(|ds| ds.dump(q)) }
+        unsafe { q.with_driver(|ds| ds.dump_to_log(q, DumpReason::Request, &[])) }
+    }
+
+    /// Writes the queue's state dump to `out` (see [`Worker::dump_to`]).
+    ///
+    /// # Errors
+    /// Whatever `out` returns.
+    pub fn dump_to(&mut self, out: &mut dyn core::fmt::Write) -> core::fmt::Result {
+        let q = self.queue;
+        // SAFETY: this guard holds the drive token.
+        unsafe { q.with_driver(|ds| ds.write_dump(q, DumpReason::Request, &[], out)) }
+    }
+
+    /// Serves the pending dump requests, if any, without ticking.
+    fn serve_dump(&mut self) {
+        let q = self.queue;
+        // SAFETY: this guard holds the drive token.
+        unsafe { q.with_driver(|ds| ds.serve_dump(q)) }
     }
 }
 
@@ -1171,6 +1364,14 @@ struct WorkerSlot {
     active: VecDeque<Submitted>,
 }
 
+/// The dump line of a task that ended this tick with a timeout or a failure.
+#[derive(Clone, Copy, Debug)]
+struct Ended {
+    slot: usize,
+    kind: crate::driver::task::TaskKind,
+    record: TaskRecord,
+}
+
 /// The driver-side state of a queue: the worker ends of every slot's rings, the active lists,
 /// the clock. Touched only by the drive token's holder.
 struct DriverState {
@@ -1178,6 +1379,16 @@ struct DriverState {
     clock: Box<dyn Clock>,
     /// Scratch for one tick: comms with a network task not DONE seen so far.
     busy_comms: Vec<usize>,
+    /// Scratch for one tick: tasks that ended with a timeout or a failure (dumped at its end).
+    ended: Vec<Ended>,
+    /// What the driving thread did before this tick (parked, spinning...): a dump's
+    /// `before=` field.
+    woke_from: DriverActivity,
+    /// `true` while a requester that took the free token writes the dump (`writer=requester`).
+    by_requester: bool,
+    /// The dump request count the last served dump wrote (the driver's copy of the written
+    /// count: the pending check is then one load).
+    dump_served: u32,
 }
 
 /// The worker of a [`DriveMode::Thread`] queue: holds the queue's drive token for its life.
@@ -1238,12 +1449,37 @@ impl Worker {
         unsafe { q.with_driver(|ds| ds.park(q, park)) }
     }
 
-    /// Writes the queue's state to the log (error level): every non-free slot with its ring
-    /// fill levels and every active task's record.
+    /// Writes the queue's state dump to the log (error level, target
+    /// [`crate::driver::dump::DUMP_TARGET`]; `reason=request`): see [`Worker::dump_to`].
     pub fn dump(&mut self) {
         let q = &*self.queue;
         // SAFETY: the worker holds the drive token for its life.
-        unsafe { q.with_driver(|ds| ds.dump(q)) }
+        unsafe { q.with_driver(|ds| ds.dump_to_log(q, DumpReason::Request, &[])) }
+    }
+
+    /// Writes the queue's state dump to `out` (docs/design.md §6; format in `driver::dump`):
+    /// the header (queue, group, mode, driver activity, token, dump counts, slots), per used
+    /// slot its state and ring fill levels, per active task its kind, run state, status, wait
+    /// and schedule position, its streams and, for a network task with a comm dump, its comm's
+    /// streams (current / pending block) and ops (peer, entries posted / completed / credited,
+    /// requests outstanding); last `end lines=N`.
+    ///
+    /// # Errors
+    /// Whatever `out` returns.
+    pub fn dump_to(&mut self, out: &mut dyn core::fmt::Write) -> core::fmt::Result {
+        let q = &*self.queue;
+        // SAFETY: the worker holds the drive token for its life.
+        unsafe { q.with_driver(|ds| ds.write_dump(q, DumpReason::Request, &[], out)) }
+    }
+
+    /// Says that the worker's loop is between ticks with nothing moving: spinning (`true`) or
+    /// yielding (`false`), for the dump's `driver=` field.
+    pub fn note_idle(&self, spinning: bool) {
+        self.queue.activity.set(if spinning {
+            DriverActivity::Spinning
+        } else {
+            DriverActivity::Yielding
+        });
     }
 }
 
@@ -1266,13 +1502,10 @@ impl DriverState {
 
     fn tick(&mut self, queue: &ProxyQueue) -> Tick {
         let now_ns = self.clock.now_ns();
-        // A load first: the RMW only when a dump was asked for (the flag's line stays shared).
-        if queue.dump.load(Ordering::Relaxed) && queue.dump.swap(false, Ordering::AcqRel) {
-            self.dump(queue);
-        }
+        self.woke_from = queue.activity.get();
+        queue.activity.set(DriverActivity::Ticking);
         let mut drained = false;
         let mut progressed = false;
-        let mut timed_out = false;
         let hw = (queue.high_water.load(Ordering::Acquire) as usize).min(self.slots.len());
         for (index, ws) in self.slots[..hw].iter_mut().enumerate() {
             let slot = &queue.slots[index];
@@ -1290,7 +1523,19 @@ impl DriverState {
                 }
             }
         }
+        // A requested dump, after the drain (so it shows what was submitted before the
+        // request) and before the steps.
+        self.serve_dump_at(queue, now_ns);
+        // A task about to time out: dump the queue while the task is still live (its streams
+        // and ops as they are stuck), once per tick.
+        let timeout_dumped = self.slots[..hw]
+            .iter()
+            .any(|ws| ws.active.iter().any(|t| t.task.core().timeout_due(now_ns)));
+        if timeout_dumped {
+            self.dump_to_log_at(queue, DumpReason::Timeout, now_ns);
+        }
         self.busy_comms.clear();
+        self.ended.clear();
         let mut any_active = false;
         for (index, ws) in self.slots[..hw].iter_mut().enumerate() {
             if ws.active.is_empty() {
@@ -1299,6 +1544,7 @@ impl DriverState {
             any_active = true;
             let mut pushed = false;
             let busy = &mut self.busy_comms;
+            let ended = &mut self.ended;
             let status = &mut ws.status;
             let returned = &mut ws.returned;
             let mut k = 0;
@@ -1309,7 +1555,14 @@ impl DriverState {
                 match t.step(&StepEnv { now_ns, may_begin }) {
                     Step::Done => {
                         let sub = ws.active.remove(k).expect("k < len");
-                        timed_out |= sub.task.record().status() == NrtStatus::Timeout;
+                        let record = sub.task.record();
+                        if !matches!(record.status(), NrtStatus::Success | NrtStatus::Closed) {
+                            ended.push(Ended {
+                                slot: index,
+                                kind: sub.task.kind(),
+                                record,
+                            });
+                        }
                         finish(index, status, returned, sub);
                         pushed = true;
                         progressed = true;
@@ -1327,8 +1580,23 @@ impl DriverState {
                 queue.slots[index].waiter.notify();
             }
         }
-        if timed_out {
-            self.dump(queue);
+        if !self.ended.is_empty() {
+            let failed = self
+                .ended
+                .iter()
+                .any(|e| e.record.status() != NrtStatus::Timeout);
+            // A timeout was dumped before its task ended; a failure (or a timeout the check
+            // above did not foresee) is dumped now, with the ended tasks' lines.
+            if failed || !timeout_dumped {
+                let reason = if failed {
+                    DumpReason::Failure
+                } else {
+                    DumpReason::Timeout
+                };
+                let ended = core::mem::take(&mut self.ended);
+                self.dump_to_log_at_with(queue, reason, now_ns, &ended);
+                self.ended = ended;
+            }
         }
         if !any_active && !drained && !progressed {
             Tick::Park
@@ -1341,9 +1609,11 @@ impl DriverState {
 
     fn park(&mut self, queue: &ProxyQueue, park: &dyn Park) {
         let slots = &mut self.slots;
+        let served = self.dump_served;
+        queue.activity.set(DriverActivity::Parked);
         queue.worker_wait.park(park, || {
             queue.stop_requested()
-                || queue.dump.load(Ordering::Acquire)
+                || queue.dump.pending_since(served)
                 || slots.iter_mut().enumerate().any(|(i, ws)| {
                     match SlotState::from_u32(queue.slots[i].state.load(Ordering::Acquire)) {
                         SlotState::Active => !ws.submit.is_empty(),
@@ -1354,28 +1624,126 @@ impl DriverState {
         });
     }
 
-    fn dump(&mut self, queue: &ProxyQueue) {
-        log::error!(
-            "proxy queue dump ({:?} mode): {} slots, {} active tasks",
-            queue.mode,
-            self.slots.len(),
+    /// Serves the pending dump requests by a requester that took a caller-mode queue's free
+    /// drive token (no tick), with the clock read now.
+    fn serve_dump(&mut self, queue: &ProxyQueue) {
+        let now_ns = self.clock.now_ns();
+        self.woke_from = queue.activity.get();
+        self.by_requester = true;
+        self.serve_dump_at(queue, now_ns);
+        self.by_requester = false;
+    }
+
+    fn serve_dump_at(&mut self, queue: &ProxyQueue, now_ns: u64) {
+        // One load while nobody asks (the request word's line stays shared).
+        let mut served = self.dump_served;
+        queue.dump.serve(&mut served, || {
+            self.dump_to_log_at(queue, DumpReason::Request, now_ns)
+        });
+        self.dump_served = served;
+    }
+
+    fn dump_to_log(&mut self, queue: &ProxyQueue, reason: DumpReason, ended: &[Ended]) {
+        let now_ns = self.clock.now_ns();
+        self.dump_to_log_at_with(queue, reason, now_ns, ended);
+    }
+
+    fn dump_to_log_at(&mut self, queue: &ProxyQueue, reason: DumpReason, now_ns: u64) {
+        self.dump_to_log_at_with(queue, reason, now_ns, &[]);
+    }
+
+    fn dump_to_log_at_with(
+        &mut self,
+        queue: &ProxyQueue,
+        reason: DumpReason,
+        now_ns: u64,
+        ended: &[Ended],
+    ) {
+        let mut log = LogLines::new();
+        let _ = self.write_dump_at(queue, reason, now_ns, ended, &mut log);
+        log.finish();
+    }
+
+    fn write_dump(
+        &mut self,
+        queue: &ProxyQueue,
+        reason: DumpReason,
+        ended: &[Ended],
+        out: &mut dyn core::fmt::Write,
+    ) -> core::fmt::Result {
+        let now_ns = self.clock.now_ns();
+        self.write_dump_at(queue, reason, now_ns, ended, out)
+    }
+
+    /// The whole dump (see [`Worker::dump_to`]), by the driving thread.
+    fn write_dump_at(
+        &mut self,
+        queue: &ProxyQueue,
+        reason: DumpReason,
+        now_ns: u64,
+        ended: &[Ended],
+        out: &mut dyn core::fmt::Write,
+    ) -> core::fmt::Result {
+        let id = queue.id;
+        let mut out = Counting { out, lines: 0 };
+        queue.write_header(reason, &mut out)?;
+        writeln!(
+            out,
+            " before={} writer={} active={}",
+            self.woke_from.name(),
+            if self.by_requester {
+                "requester"
+            } else {
+                "driver"
+            },
             self.active_count()
-        );
+        )?;
+        let mut prefix = alloc::string::String::new();
         for (index, ws) in self.slots.iter_mut().enumerate() {
-            let state = SlotState::from_u32(queue.slots[index].state.load(Ordering::Acquire));
+            let slot = &queue.slots[index];
+            let state = SlotState::from_u32(slot.state.load(Ordering::Acquire));
             if state == SlotState::Free && ws.active.is_empty() {
                 continue;
             }
-            log::error!(
-                "  slot {index}: {state:?}, submitted-not-drained {}, status free {}, active {}",
+            let status_cap = ws.status.capacity();
+            writeln!(
+                out,
+                "{DUMP_PREFIX} queue={id} slot={index} state={state:?} submit={}/{} status={}/{} \
+                 active={} wants_drive={}",
                 ws.submit.len(),
-                ws.status.free_slots(),
-                ws.active.len()
-            );
+                ws.submit.capacity(),
+                status_cap - ws.status.free_slots(),
+                status_cap,
+                ws.active.len(),
+                u8::from(slot.wants_drive.load(Ordering::Relaxed)),
+            )?;
             for t in &ws.active {
-                log::error!("    {:?} {:?}", t.task.kind(), t.task.record());
+                prefix.clear();
+                let rec = t.task.record();
+                let _ = write!(
+                    prefix,
+                    "{DUMP_PREFIX} queue={id} slot={index} task={}",
+                    rec.task_id
+                );
+                t.task.dump(now_ns, &mut Prefixed::new(&mut out, &prefix))?;
             }
         }
+        for e in ended {
+            writeln!(
+                out,
+                "{DUMP_PREFIX} queue={id} slot={} task={} ended=1 kind={} status={} comm={}",
+                e.slot,
+                e.record.task_id,
+                match e.kind {
+                    crate::driver::task::TaskKind::Network => "network",
+                    crate::driver::task::TaskKind::Barrier => "barrier",
+                },
+                e.record.status().as_str(),
+                e.record.comm_id
+            )?;
+        }
+        let lines = out.lines + 1;
+        writeln!(out, "{DUMP_PREFIX} queue={id} end lines={lines}")
     }
 
     fn exit(&mut self, queue: &ProxyQueue) {
@@ -1401,6 +1769,7 @@ impl DriverState {
                 }
             }
         }
+        queue.activity.set(DriverActivity::Exited);
         // Release: the records pushed above are visible to an owner that acquires `exited`.
         queue.exited.store(true, Ordering::Release);
         for slot in queue.slots.iter() {

@@ -1036,3 +1036,336 @@ mod teardown {
         assert!(q.worker_exited());
     }
 }
+
+// ---- state dump (docs/design.md §6) ----
+
+mod dump {
+    use super::*;
+    use crate::driver::dump::DumpOutcome;
+    use crate::driver::trigger::HostWord;
+    use crate::progress::abort::AbortHandle;
+    use crate::progress::comm::{Comm, CommConfig};
+    use crate::progress::desc::{NetDestAddr, NetOpInfo, NetSrcAddr};
+    use crate::progress::scripted::Script as OpScript;
+    use crate::progress::testing::{NullTransport, RecordingDevice};
+    use crate::seam::{
+        in_process_dump, in_process_progress, in_process_stop, in_process_stop_step, SeamTable,
+    };
+    use crate::sync::{AtomicU32, PlainArc};
+    use crate::testutil::dump_lines_of;
+    use crate::time::{Clock, ManualClock};
+    use alloc::string::String;
+    use core::ffi::c_void;
+
+    /// `start` of a seam over a real [`Comm`] that files two scripted ops that never complete
+    /// (and are never idle) for the block, whatever the FIFOs say.
+    unsafe extern "C" fn scripted_start(
+        comm: *mut c_void,
+        stream: u32,
+        bb: u32,
+        _ops: *const NetOpInfo,
+        _n_ops: usize,
+        _src: *const NetSrcAddr,
+        _n_src: usize,
+        _dst: *const NetDestAddr,
+        _n_dst: usize,
+    ) -> u32 {
+        // SAFETY: the tests' handles point at a live Comm used only by the driving thread.
+        let c = unsafe { &mut *(comm as *mut Comm) };
+        let stuck = OpScript {
+            complete_after: u32::MAX,
+            idle_mask: 0,
+            fail_tick: 0,
+        };
+        NrtStatus::from_result(c.start_scripted(stream, bb, &[stuck, stuck])).code()
+    }
+
+    fn comm() -> Box<Comm> {
+        Box::new(
+            Comm::new(
+                CommConfig::new(1, 2, 9),
+                Box::new(NullTransport::default()),
+                PlainArc::new(RecordingDevice::default()),
+                PlainArc::new(NoClock),
+            )
+            .unwrap(),
+        )
+    }
+
+    /// A network task over `comm` on streams 0 and 1 (blocks 5 then 6), waiting for `trigger`
+    /// when it is armed, with the in-process comm dump.
+    fn task(comm: &mut Comm, trigger: HostWord, timeout_ns: Option<u64>) -> NetworkTask {
+        let t = NetworkTask::new(NetworkTaskSpec {
+            task_id: 12,
+            // SAFETY: each test keeps its comm alive until its task is reported.
+            comm: unsafe { CommHandle::new(comm as *mut Comm as *mut c_void) }.unwrap(),
+            comm_id: 9,
+            seam: SeamTable {
+                start: scripted_start,
+                progress: in_process_progress,
+                stop: in_process_stop,
+                stop_step: Some(in_process_stop_step),
+            },
+            blocks: vec![block(0, 5), block(1, 5), block(0, 6), block(1, 6)],
+            schedule: None,
+            triggers: TriggerWords::new(&[trigger]).unwrap(),
+            wait_for_device: true,
+            skip: false,
+            timeout_ns,
+        })
+        .unwrap();
+        // SAFETY: the handle is a `*mut Comm` of this crate's progress half.
+        unsafe { t.with_comm_dump(in_process_dump) }
+    }
+
+    use crate::driver::task::CommHandle;
+
+    struct StaticClock(&'static ManualClock);
+    impl Clock for StaticClock {
+        fn now_ns(&self) -> u64 {
+            self.0.now_ns()
+        }
+    }
+
+    fn cfg() -> QueueConfig {
+        QueueConfig {
+            slots: 4,
+            submit_capacity: 4,
+            status_capacity: 4,
+        }
+    }
+
+    fn assert_has(lines: &[String], want: &str) {
+        assert!(
+            lines.iter().any(|l| l.contains(want)),
+            "no dump line contains {want:?}:\n{}",
+            lines.join("\n")
+        );
+    }
+
+    /// A network task mid-run, blocked on its device's trigger: the dump has one line per
+    /// queue, slot, task, stream cursor, comm, comm stream and op, each prefixed by the queue
+    /// (and slot and task), and counts its lines.
+    #[test]
+    fn a_dump_shows_a_network_task_blocked_on_its_device() {
+        static CLOCK: ManualClock = ManualClock::new(1_000_000_000);
+        let word = AtomicU32::new(0);
+        // SAFETY: `word` outlives the task (dropped at the end of the test, after leave).
+        let trigger = unsafe { HostWord::from_ref(&word) };
+        let mut c = comm();
+        let t = task(&mut c, trigger, Some(5_000_000_000));
+        TriggerWords::new(&[trigger]).unwrap().arm();
+        let (q, mut w) = ProxyQueue::new(cfg(), Box::new(StaticClock(&CLOCK))).unwrap();
+        let _ = ProxyQueue::join(&q).unwrap();
+        let mut h = ProxyQueue::join(&q).unwrap();
+        h.submit(Box::new(t)).unwrap();
+        w.tick();
+        w.tick();
+        CLOCK.advance(2_000_000);
+        let mut out = String::new();
+        w.dump_to(&mut out).unwrap();
+        let lines: Vec<String> = out.lines().map(String::from).collect();
+        let id = q.id();
+        let head = alloc::format!("proxy-dump queue={id} ");
+        assert!(lines.iter().all(|l| l.starts_with(&head)), "{out}");
+        assert!(!out.contains("  "), "single spaces only: {out}");
+        assert_has(
+            &lines,
+            "group=none reason=request mode=thread driver=ticking token=held token_waiters=0 \
+             dumps=0/0 slots=4 high_water=2 stop=0 exited=0 before=ticking writer=driver active=1",
+        );
+        assert_has(&lines, "slot=1 state=Active submit=0/4 status=0/4 active=1");
+        let task = alloc::format!("{head}slot=1 task=12 ");
+        assert_has(
+            &lines,
+            &alloc::format!(
+                "{task}kind=network state=WaitingDeviceTrigger status=NRT_SUCCESS comm=9 \
+                 streams=0x3 waited_ms=2 limit_ms=5000 warnings=0 filed=1 stopped=0 \
+                 triggers={:#x}:0xffffffff",
+                trigger.addr()
+            ),
+        );
+        assert_has(&lines, &alloc::format!("{task}stream=0 block=5 pos=1/2"));
+        assert_has(&lines, &alloc::format!("{task}stream=1 block=5 pos=1/2"));
+        assert_has(
+            &lines,
+            &alloc::format!(
+                "{task}comm=9 rank=1 nranks=2 transport=null last_op_count=8 fatal=none \
+                 aborted=none orphans=0"
+            ),
+        );
+        assert_has(
+            &lines,
+            &alloc::format!("{task}comm=9 stream=0 current=0xffffffff pending=0xffffffff active=0"),
+        );
+        // Two ops filed per (stream, block): 8 op lines, each with its peer and counters.
+        let ops: Vec<&String> = lines
+            .iter()
+            .filter(|l| l.contains(" op=") && l.contains("list=filed kind=scripted"))
+            .collect();
+        assert_eq!(ops.len(), 8, "{out}");
+        assert!(ops.iter().all(|l| l.contains(" peer=")
+            && l.contains(" posted=")
+            && l.contains(" completed=")
+            && l.contains(" credited=")
+            && l.contains(" outstanding=")));
+        assert_eq!(
+            lines.last().unwrap(),
+            &alloc::format!("{head}end lines={}", lines.len())
+        );
+        // The worker's exit closes the task (its comm still live), then the leave collects it.
+        drop(w);
+        let recs = h.leave(&waiter(&MonotonicClock));
+        assert_eq!(recs.len(), 1);
+        drop(c);
+    }
+
+    /// A dump requested from another thread is written by the worker, parked until then, at
+    /// its next tick; the requester's bounded wait says it was written.
+    #[test]
+    fn a_requested_dump_wakes_a_parked_worker_and_is_written_by_it() {
+        dump_lines_of(u32::MAX);
+        let (q, w) = small(2, 4);
+        let h = ProxyQueue::join(&q).unwrap();
+        let worker = spawn_worker(w);
+        let clock = MonotonicClock;
+        let wt = waiter(&clock);
+        // Wait until the worker parks (bounded).
+        for _ in 0..100_000 {
+            if q.driver_activity() == DriverActivity::Parked {
+                break;
+            }
+            std::thread::yield_now();
+        }
+        assert_eq!(q.driver_activity(), DriverActivity::Parked);
+        let deadline = clock.now_ns() + 10_000_000_000;
+        assert_eq!(q.dump_until(&wt, deadline), DumpOutcome::Written);
+        let lines = dump_lines_of(q.id());
+        assert_has(&lines, "reason=request mode=thread driver=ticking");
+        assert_has(&lines, "before=parked writer=driver active=0");
+        assert_has(&lines, "slot=0 state=Active submit=0/4 status=0/4 active=0");
+        assert_has(&lines, "end lines=3");
+        let _ = h.leave(&wt);
+        q.request_stop();
+        worker.join().unwrap();
+        assert_eq!(q.driver_activity(), DriverActivity::Exited);
+        // A dump of a queue whose worker is gone: what is readable, said so.
+        assert_eq!(q.dump_until(&wt, deadline), DumpOutcome::DriverGone);
+        assert_has(&dump_lines_of(q.id()), "reason=driver-gone");
+    }
+
+    /// A driver that does not answer (here: another thread holds a caller-mode queue's token
+    /// and never ticks): the bounded wait ends, says so, and the requester dumps what it reads
+    /// without the driver. With the token free, the requester dumps as the driver itself.
+    #[test]
+    fn a_dump_the_driver_does_not_answer_is_written_without_it() {
+        dump_lines_of(u32::MAX);
+        let q = small_caller(2, 4);
+        let mut h = ProxyQueue::join(&q).unwrap();
+        h.submit(net(&Script::new(0), 3, 1)).unwrap();
+        let clock = MonotonicClock;
+        let wt = waiter(&clock);
+        {
+            let _held = q.try_drive().unwrap();
+            let q2 = q.clone();
+            let out = std::thread::spawn(move || {
+                let clock = MonotonicClock;
+                let deadline = clock.now_ns() + 20_000_000;
+                q2.dump_until(&waiter(&clock), deadline)
+            })
+            .join()
+            .unwrap();
+            assert_eq!(out, DumpOutcome::NotAnswered);
+        }
+        let lines = dump_lines_of(q.id());
+        assert_has(
+            &lines,
+            "reason=not-answered mode=caller driver=undriven token=held token_waiters=0 \
+             dumps=1/0",
+        );
+        assert_has(
+            &lines,
+            "slot=0 state=Active submit=1/4 status=0/4 active=unknown wants_drive=0",
+        );
+        assert_has(&lines, "writer=requester-without-driver active=unknown");
+        assert_has(&lines, "end lines=3");
+        // Token free: this thread takes it and writes the whole dump (the task not drained
+        // yet: no tick ran).
+        let deadline = clock.now_ns() + 10_000_000_000;
+        assert_eq!(q.dump_until(&wt, deadline), DumpOutcome::Written);
+        assert_has(
+            &dump_lines_of(q.id()),
+            "reason=request mode=caller driver=undriven token=held",
+        );
+        // No tick ran: the task is still in the submission ring.
+        assert_has(
+            &dump_lines_of(q.id()),
+            "before=undriven writer=requester active=0",
+        );
+        assert_has(&dump_lines_of(q.id()), "submit=1/4 status=0/4 active=0");
+        assert!(!q.is_driven());
+        let _ = h.leave(&wt);
+    }
+
+    /// The timeout path: the dump is written before the task ends, with the task still live
+    /// (its state and comm as they were stuck); a failure is dumped after, naming the ended
+    /// task.
+    #[test]
+    #[cfg_attr(
+        miri,
+        ignore = "about 30 s under Miri; the dump's unsafe paths are run by the other dump tests"
+    )]
+    fn timeouts_and_failures_write_the_dump() {
+        dump_lines_of(u32::MAX);
+        static CLOCK: ManualClock = ManualClock::new(1_000_000_000);
+        let word = AtomicU32::new(0);
+        // SAFETY: `word` outlives the tasks (dropped at the end of the test, after leave).
+        let trigger = unsafe { HostWord::from_ref(&word) };
+        let mut c = comm();
+        let t = task(&mut c, trigger, Some(1_000_000));
+        TriggerWords::new(&[trigger]).unwrap().arm();
+        let (q, mut w) = ProxyQueue::new(cfg(), Box::new(StaticClock(&CLOCK))).unwrap();
+        q.set_group(3);
+        let mut h = ProxyQueue::join(&q).unwrap();
+        h.submit(Box::new(t)).unwrap();
+        w.tick();
+        assert!(dump_lines_of(q.id()).is_empty(), "no dump before the limit");
+        CLOCK.advance(2_000_000);
+        w.tick();
+        let r = h.try_pop_record().expect("the task ended");
+        assert_eq!(r.status(), NrtStatus::Timeout);
+        let lines = dump_lines_of(q.id());
+        assert_has(&lines, "group=3 reason=timeout mode=thread");
+        assert_has(
+            &lines,
+            "slot=0 task=12 kind=network state=WaitingDeviceTrigger status=NRT_SUCCESS comm=9",
+        );
+        assert_has(&lines, "slot=0 task=12 comm=9 stream=1 op=");
+        assert_eq!(
+            lines.iter().filter(|l| l.contains(" end lines=")).count(),
+            1,
+            "one dump"
+        );
+        // A failure: the comm aborted by a failure detector ends the task; dumped after.
+        let abort = AbortHandle::new();
+        let mut c2 = comm();
+        let t2 = task(&mut c2, trigger, None).with_abort(abort.clone());
+        h.submit(Box::new(t2)).unwrap();
+        w.tick();
+        abort.abort_with(NrtStatus::NetworkProxyFailure);
+        w.tick();
+        assert_eq!(
+            h.try_pop_record().map(|r| r.status()),
+            Some(NrtStatus::NetworkProxyFailure)
+        );
+        let lines = dump_lines_of(q.id());
+        assert_has(&lines, "reason=failure");
+        assert_has(
+            &lines,
+            "slot=0 task=12 ended=1 kind=network status=NRT_NETWORK_PROXY_FAILURE comm=9",
+        );
+        drop(w);
+        let _ = h.leave(&waiter(&MonotonicClock));
+        drop((c, c2));
+    }
+}

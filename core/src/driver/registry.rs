@@ -16,6 +16,7 @@
 use alloc::boxed::Box;
 use alloc::vec::Vec;
 
+use crate::driver::dump::DumpOutcome;
 use crate::driver::queue::{DriveMode, ProxyQueue, QueueConfig, SlotHandle, Worker};
 use crate::driver::record::TaskRecord;
 use crate::driver::wake::Waiter;
@@ -194,15 +195,17 @@ impl<S: Spawner> Registry<S> {
             let (queue, handle) = match self.cfg.mode {
                 DriveMode::Thread => {
                     let (queue, worker) = ProxyQueue::new(self.cfg.queue, self.spawner.clock())?;
+                    queue.set_group(group);
                     let handle = self.spawner.spawn(group, worker).inspect_err(|e| {
                         log::error!("group {group}: worker failed to start: {e}");
                     })?;
                     (queue, Some(handle))
                 }
-                DriveMode::Caller => (
-                    ProxyQueue::new_caller(self.cfg.queue, self.spawner.clock())?,
-                    None,
-                ),
+                DriveMode::Caller => {
+                    let queue = ProxyQueue::new_caller(self.cfg.queue, self.spawner.clock())?;
+                    queue.set_group(group);
+                    (queue, None)
+                }
             };
             let slot = match ProxyQueue::join(&queue) {
                 Ok(s) => s,
@@ -349,6 +352,26 @@ impl<S: Spawner> Registry<S> {
                 }
             }
         });
+    }
+
+    /// Dumps every proxy queue of the registry (docs/design.md §6, "State dump"): asks each
+    /// group's queue for a dump ([`ProxyQueue::request_dump`], all at once, under the lock),
+    /// then waits for each ([`ProxyQueue::wait_dump`], outside the lock) until `deadline_ns` on
+    /// `waiter.clock`. Returns every group with what its dump ended with, in group order: a
+    /// queue whose driving thread did not answer in time is dumped without it
+    /// ([`DumpOutcome::NotAnswered`]).
+    pub fn dump_all(&self, waiter: &Waiter<'_>, deadline_ns: u64) -> Vec<(u32, DumpOutcome)> {
+        let mut asked: Vec<(u32, Arc<ProxyQueue>, u32)> = self.with_groups(|groups| {
+            groups
+                .iter()
+                .map(|g| (g.id, g.queue.clone(), g.queue.request_dump()))
+                .collect()
+        });
+        asked.sort_by_key(|a| a.0);
+        asked
+            .into_iter()
+            .map(|(group, queue, ticket)| (group, queue.wait_dump(ticket, waiter, deadline_ns)))
+            .collect()
     }
 
     /// Every live group with its worker's thread id.

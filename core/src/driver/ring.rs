@@ -29,6 +29,8 @@ struct Shared<T> {
     slots: Box<[UnsafeCell<MaybeUninit<T>>]>,
     /// `capacity - 1` (capacity is a power of two).
     mask: usize,
+    /// Handles that share the ring: 2, or 3 with an [`Observer`] (for `is_abandoned`).
+    handles: usize,
 }
 
 // SAFETY: the ring hands each `T` from exactly one producer thread to exactly one consumer
@@ -66,6 +68,21 @@ impl<T> Drop for Shared<T> {
 /// assert_eq!(rx.pop(), None);
 /// ```
 pub fn channel<T>(capacity: usize) -> (Producer<T>, Consumer<T>) {
+    let (tx, rx, _) = build(capacity, 2);
+    (tx, rx)
+}
+
+/// [`channel`], and an [`Observer`] that reads the ring's fill level from any third thread (a
+/// state dump of a queue whose driving thread does not answer).
+///
+/// # Panics
+/// As [`channel`].
+pub fn channel_observed<T>(capacity: usize) -> (Producer<T>, Consumer<T>, Observer<T>) {
+    let (tx, rx, obs) = build(capacity, 3);
+    (tx, rx, obs.expect("three handles"))
+}
+
+fn build<T>(capacity: usize, handles: usize) -> (Producer<T>, Consumer<T>, Option<Observer<T>>) {
     assert!(
         capacity.is_power_of_two(),
         "ring capacity {capacity} is not a power of two"
@@ -78,6 +95,10 @@ pub fn channel<T>(capacity: usize) -> (Producer<T>, Consumer<T>) {
         tail: CachePadded::new(AtomicUsize::new(0)),
         slots: slots.into_boxed_slice(),
         mask: capacity - 1,
+        handles,
+    });
+    let observer = (handles == 3).then(|| Observer {
+        shared: shared.clone(),
     });
     (
         Producer {
@@ -90,7 +111,34 @@ pub fn channel<T>(capacity: usize) -> (Producer<T>, Consumer<T>) {
             head: 0,
             cached_tail: 0,
         },
+        observer,
     )
+}
+
+/// A read-only view of a ring's fill level, for a third thread (see [`channel_observed`]). It
+/// reads the two indices and touches no slot.
+pub struct Observer<T> {
+    shared: Arc<Shared<T>>,
+}
+
+impl<T> Observer<T> {
+    /// Number of slots.
+    pub fn capacity(&self) -> usize {
+        self.shared.mask + 1
+    }
+
+    /// Items in the ring as of two loads (`tail - head`, capped at the capacity: the indices
+    /// are read one after the other while both sides may move, so it is a snapshot, not exact).
+    pub fn len(&self) -> usize {
+        let head = self.shared.head.load(Ordering::Acquire);
+        let tail = self.shared.tail.load(Ordering::Acquire);
+        tail.wrapping_sub(head).min(self.capacity())
+    }
+
+    /// `true` when [`Observer::len`] reads 0.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
 }
 
 /// The producing handle: `Send`, not `Clone` (one producer).
@@ -151,7 +199,7 @@ impl<T> Producer<T> {
 
     /// `true` when the consumer handle has been dropped.
     pub fn is_abandoned(&self) -> bool {
-        Arc::strong_count(&self.shared) < 2
+        Arc::strong_count(&self.shared) < self.shared.handles
     }
 }
 
@@ -194,7 +242,7 @@ impl<T> Consumer<T> {
 
     /// `true` when the producer handle has been dropped.
     pub fn is_abandoned(&self) -> bool {
-        Arc::strong_count(&self.shared) < 2
+        Arc::strong_count(&self.shared) < self.shared.handles
     }
 }
 

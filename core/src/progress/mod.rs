@@ -9,6 +9,7 @@ pub mod abort;
 pub mod comm;
 pub mod desc;
 pub mod device;
+pub mod fault;
 pub mod mem_transport;
 pub mod net;
 pub mod op;

@@ -14,6 +14,7 @@ pub(crate) use std::thread;
 
 pub mod abort;
 pub mod driver;
+pub mod dump;
 pub mod registry;
 pub mod trigger;
 

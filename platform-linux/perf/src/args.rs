@@ -119,6 +119,74 @@ fn parse_op(s: &str) -> Result<RedOp, String> {
     RedOp::from_name(s).ok_or_else(|| format!("unknown op '{s}' (sum, prod, min, max)"))
 }
 
+/// A fault `--inject` can plant (see its help).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FaultArg {
+    /// The rank's device never triggers.
+    StallDevice,
+    /// The rank's driving thread stops (blocked in its transport's poll until the run ends).
+    StallRank,
+    /// The rank's comm is aborted after its first execution is submitted.
+    DropComm,
+    /// The rank's process exits after its first execution is submitted (multi-process).
+    ExitRank,
+    /// The rank's transport reports an error completion.
+    ErrorCompletion,
+    /// The rank's transport answers "try again" in storms.
+    EagainStorm,
+}
+
+impl FaultArg {
+    /// Every fault with its name.
+    pub const ALL: [(&'static str, FaultArg); 6] = [
+        ("stall-device", FaultArg::StallDevice),
+        ("stall-rank", FaultArg::StallRank),
+        ("drop-comm", FaultArg::DropComm),
+        ("exit-rank", FaultArg::ExitRank),
+        ("error-completion", FaultArg::ErrorCompletion),
+        ("eagain-storm", FaultArg::EagainStorm),
+    ];
+
+    /// The fault's name on the command line.
+    pub fn name(self) -> &'static str {
+        Self::ALL
+            .iter()
+            .find(|(_, f)| *f == self)
+            .map_or("?", |(n, _)| n)
+    }
+}
+
+/// `--inject FAULT[:RANK]`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Inject {
+    /// The fault.
+    pub fault: FaultArg,
+    /// The rank (`None`: the last rank).
+    pub rank: Option<u32>,
+}
+
+fn parse_inject(s: &str) -> Result<Inject, String> {
+    let (name, rank) = match s.split_once(':') {
+        Some((n, r)) => (
+            n,
+            Some(
+                r.parse::<u32>()
+                    .map_err(|_| format!("'{r}' is not a rank (FAULT[:RANK])"))?,
+            ),
+        ),
+        None => (s, None),
+    };
+    let fault = FaultArg::ALL
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, f)| *f)
+        .ok_or_else(|| {
+            let names: Vec<&str> = FaultArg::ALL.iter().map(|(n, _)| *n).collect();
+            format!("unknown fault '{name}' ({})", names.join(", "))
+        })?;
+    Ok(Inject { fault, rank })
+}
+
 /// `--driver`: who drives the proxy queues (docs/design.md §9).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum DriverArg {
@@ -224,6 +292,24 @@ pub struct Args {
     /// Draw busbw against size as an SVG to this file.
     #[arg(long, value_name = "FILE.svg")]
     pub plot: Option<std::path::PathBuf>,
+    /// Inject a fault into rank RANK (default: the last rank), to see the engine's failure
+    /// rules at work: `stall-device` (its device never triggers: every rank ends NRT_TIMEOUT),
+    /// `stall-rank` (its driving thread stops: the peers end NRT_TIMEOUT), `drop-comm` (its comm
+    /// is aborted mid-run: it ends NRT_CLOSED, the peers NRT_TIMEOUT), `exit-rank` (its process
+    /// exits mid-run, `--transport libfabric` only: the peers end NRT_NETWORK_PROXY_FAILURE
+    /// naming it once dead peers are detected, NRT_TIMEOUT until then), `error-completion`
+    /// (its transport reports an error completion: it ends NRT_NETWORK_PROXY_FAILURE, the peers
+    /// NRT_TIMEOUT), `eagain-storm` (its transport answers "try again" in storms: the run
+    /// completes correctly). The run then reports every rank's final status and exits non-zero
+    /// naming the status when a rank failed. Use a short `NEURON_RT_EXEC_TIMEOUT`.
+    #[arg(long, value_name = "FAULT[:RANK]", value_parser = parse_inject)]
+    pub inject: Option<Inject>,
+    /// After the sweep, dump every proxy queue of this process (docs/design.md §6: one
+    /// `proxy-dump ...` line per queue, slot, task, stream and op, on stderr through the log,
+    /// error level) and say in one line whether each driving thread answered. A dump at any time
+    /// is the signal chosen by `NEURON_RT_PROXY_DUMP_SIGNAL` (`USR1` or `USR2`).
+    #[arg(long)]
+    pub dump_on_exit: bool,
     /// Testing: the emulator of the last rank flips one byte of one received chunk in every
     /// execution (the run must then report wrong values and fail).
     #[arg(long, hide = true)]

@@ -236,6 +236,14 @@ impl EngineComm {
         }
     }
 
+    /// The comm's dump for a queue's state dump (in-process comms only).
+    fn comm_dump(&self) -> Option<proxy_core::seam::CommDumpFn> {
+        match self {
+            Self::InProcess { .. } => Some(proxy_core::seam::in_process_dump),
+            Self::Loaded { .. } => None,
+        }
+    }
+
     fn seam(&self) -> SeamTable {
         match self {
             Self::InProcess { .. } => counting_seam(),
@@ -314,6 +322,48 @@ pub struct DriverRank {
     /// `NEURON_RT_DBG_PROXY_EARLY_COMPLETION`: every task is submitted with its skip flag
     /// (DONE at INIT, edge 1; a debug mode in which no data moves).
     skip: bool,
+    /// Every task submitted and every final record seen, for the final report.
+    stats: RankStats,
+    /// `--inject drop-comm`: abort the comm once this execution is submitted.
+    abort_at: Option<u32>,
+    /// `--inject exit-rank`: exit the process once this execution is submitted.
+    exit_at: Option<u32>,
+}
+
+/// What a rank's slot saw: tasks submitted, final records seen (each task's once), the first
+/// failure.
+#[derive(Clone, Debug, Default)]
+pub struct RankStats {
+    /// Tasks submitted.
+    pub submitted: u64,
+    /// Final records seen.
+    pub reported: u64,
+    /// Records of a task already reported (must stay 0).
+    pub twice: u64,
+    /// The status of the first record that was not a success.
+    pub first_failure: Option<NrtStatus>,
+    /// Task ids seen, kept only when duplicates are watched for (`--inject`): the set grows, and
+    /// a run without it allocates nothing per execution.
+    seen: Option<std::collections::HashSet<u32>>,
+}
+
+impl RankStats {
+    fn note(&mut self, rec: &TaskRecord) {
+        self.reported += 1;
+        if let Some(seen) = &mut self.seen {
+            if !seen.insert(rec.task_id) {
+                self.twice += 1;
+            }
+        }
+        if rec.status() != NrtStatus::Success && self.first_failure.is_none() {
+            self.first_failure = Some(rec.status());
+        }
+    }
+
+    /// The rank's final status: its first failure, else success.
+    pub fn status(&self) -> NrtStatus {
+        self.first_failure.unwrap_or(NrtStatus::Success)
+    }
 }
 
 impl DriverRank {
@@ -426,6 +476,12 @@ impl DriverRank {
             Some(a) => net.with_abort(a.clone()),
             None => net,
         };
+        let net = match r.comm.comm_dump() {
+            // SAFETY: an in-process comm's handle is a `*mut Comm`, which `in_process_dump`
+            // takes.
+            Some(d) => unsafe { net.with_comm_dump(d) },
+            None => net,
+        };
         let barrier = BarrierTask::new(BarrierTaskSpec {
             task_id: exec.id.wrapping_mul(2).wrapping_add(1),
             comm_id,
@@ -463,6 +519,7 @@ impl DriverRank {
             }
         };
         submit(slot, net).map_err(|e| format!("submit: {}", e.status))?;
+        self.stats.submitted += 1;
         if let Err(e) = submit(slot, barrier) {
             // The network task is in: its record belongs to this execution's wait.
             self.pending.push_back(Pending {
@@ -473,7 +530,73 @@ impl DriverRank {
             return Err(format!("submit: {}", e.status));
         }
         self.pending.push_back(Pending { ids, n: 2, keep });
+        self.stats.submitted += 1;
+        if self.abort_at == Some(id) {
+            if let Some(a) = self.comm.abort_handle() {
+                log::warn!(
+                    "--inject drop-comm: rank {} aborts its comm mid-run",
+                    self.comm.rank()
+                );
+                a.abort();
+            }
+        }
+        if self.exit_at == Some(id) {
+            log::warn!(
+                "--inject exit-rank: rank {} exits its process mid-run",
+                self.comm.rank()
+            );
+            std::process::exit(3);
+        }
         Ok(())
+    }
+
+    /// The slot's counts so far.
+    pub fn stats(&self) -> &RankStats {
+        &self.stats
+    }
+
+    /// Watches for a task reported twice (`RankStats::twice`; keeps every task id seen).
+    pub fn watch_duplicates(&mut self) {
+        self.stats.seen.get_or_insert_with(Default::default);
+    }
+
+    /// `--inject`: abort the comm (`abort`) or exit the process (`exit`) once execution `id`
+    /// is submitted.
+    pub fn inject_at(&mut self, id: u32, abort: bool, exit: bool) {
+        if abort {
+            self.abort_at = Some(id);
+        }
+        if exit {
+            self.exit_at = Some(id);
+        }
+    }
+
+    /// Lets every task still outstanding end by itself (each has the no-progress limit),
+    /// collecting its record, until `deadline_ns` (monotonic); in caller mode this thread drives
+    /// the queue meanwhile. Then leaves the slot (tasks still running end `NRT_CLOSED`) and
+    /// counts the records the leave hands back. The rank's [`RankStats`] are then complete.
+    pub fn settle(&mut self, waiter: &Waiter<'_>, deadline_ns: u64) {
+        self.pending.clear();
+        // Noted when they were popped.
+        self.early.clear();
+        let Some(m) = self.member.as_mut() else {
+            return;
+        };
+        while m.slot.outstanding() > 0 {
+            match m.slot.wait_record_until(waiter, Some(deadline_ns)) {
+                Ok(rec) => self.stats.note(&rec),
+                Err(_) => break,
+            }
+        }
+    }
+
+    /// Leaves the rank's slot through `registry`, counting the records it hands back.
+    fn leave(&mut self, registry: &LinuxRegistry, waiter: &Waiter<'_>) {
+        if let Some(m) = self.member.take() {
+            for rec in registry.leave(m, waiter) {
+                self.stats.note(&rec);
+            }
+        }
     }
 
     /// After execution `p` completed: keeps its two returned tasks for the next execution of
@@ -556,6 +679,9 @@ impl DriverRank {
                             got = slot.try_pop_record();
                             got.is_some()
                         });
+                        if let Some(rec) = &got {
+                            r.stats.note(rec);
+                        }
                         if got.is_some() {
                             break;
                         }
@@ -606,6 +732,7 @@ impl DriverRank {
             let rec = slot
                 .drive_until(id, deadline_ns, waiter, Some(&mut *hook))
                 .map_err(|e| format!("task {id}: driving the proxy queue: {e}"))?;
+            self.stats.note(&rec);
             if rec.status() != NrtStatus::Success {
                 return Err(format!("task {} ended {}", rec.task_id, rec.status()));
             }
@@ -620,7 +747,9 @@ impl DriverRank {
 /// `proxy-<tid>` each); each execution is one network task and one barrier task submitted
 /// through the rank's slot, and completion is read from the slot's status ring.
 pub struct DriverEngine {
-    registry: LinuxRegistry,
+    /// The dump signal's handler (`NEURON_RT_PROXY_DUMP_SIGNAL`), removed first on drop.
+    dump_signal: Option<proxy_runtime::dump::DumpSignal>,
+    registry: Arc<LinuxRegistry>,
     ranks: Vec<DriverRank>,
     spin: std::time::Duration,
     timeout_ns: Option<u64>,
@@ -662,7 +791,20 @@ impl DriverEngine {
         cfg: &Config,
         poll: WaitPolicy,
     ) -> Result<Self, String> {
-        let registry = proxy_runtime::registry(cfg).map_err(|e| format!("registry: {e}"))?;
+        let registry =
+            Arc::new(proxy_runtime::registry(cfg).map_err(|e| format!("registry: {e}"))?);
+        let dump_signal = match cfg.dump_signal {
+            Some(sig) => {
+                let reg = registry.clone();
+                Some(
+                    proxy_runtime::dump::DumpSignal::install(sig, move || {
+                        proxy_runtime::dump::dump_all(&reg, proxy_runtime::dump::SIGNAL_DUMP_WAIT);
+                    })
+                    .map_err(|e| format!("NEURON_RT_PROXY_DUMP_SIGNAL: {e}"))?,
+                )
+            }
+            None => None,
+        };
         let shared = match &barrier {
             EngineBarrier::InProcess => Some(
                 SharedMemBarrier::new(comms.len() as u32).map_err(|e| format!("barrier: {e}"))?,
@@ -705,9 +847,13 @@ impl DriverEngine {
                 cache: [None, None],
                 early: Vec::with_capacity(cfg.queue.status_capacity),
                 skip: cfg.early_completion,
+                stats: RankStats::default(),
+                abort_at: None,
+                exit_at: None,
             });
         }
         Ok(Self {
+            dump_signal,
             registry,
             ranks,
             spin: cfg.spin,
@@ -720,6 +866,15 @@ impl DriverEngine {
 
     fn waiter(&self) -> Waiter<'static> {
         proxy_runtime::worker::waiter(self.spin)
+    }
+
+    /// Dumps every proxy queue of the engine's registry (docs/design.md §6), waiting up to
+    /// `wait` for each driving thread; every group with its outcome.
+    pub fn dump_all(
+        &self,
+        wait: std::time::Duration,
+    ) -> Vec<(u32, proxy_core::driver::dump::DumpOutcome)> {
+        proxy_runtime::dump::dump_all(&self.registry, wait)
     }
 
     /// The ranks, for caller mode: each is run by its own thread.
@@ -805,8 +960,28 @@ impl Engine for DriverEngine {
     }
 }
 
+impl DriverEngine {
+    /// After a run (or its failure): lets every rank's outstanding tasks end by themselves
+    /// until `deadline_ns` (monotonic), then leaves every slot, and returns every rank's
+    /// counts (global rank, stats).
+    pub fn settle_and_leave(&mut self, deadline_ns: u64) -> Vec<(u32, RankStats)> {
+        let w = self.waiter();
+        for r in &mut self.ranks {
+            r.settle(&w, deadline_ns);
+        }
+        for r in &mut self.ranks {
+            r.leave(&self.registry, &w);
+        }
+        self.ranks
+            .iter()
+            .map(|r| (r.comm.rank(), r.stats.clone()))
+            .collect()
+    }
+}
+
 impl Drop for DriverEngine {
     fn drop(&mut self) {
+        drop(self.dump_signal.take());
         let w = self.waiter();
         for r in &mut self.ranks {
             if let Some(m) = r.member.take() {

@@ -101,10 +101,24 @@ fn run_inner(args: &Args) -> Result<i32, String> {
     match args.transport {
         TransportArg::Mem => {
             let mut world = run::World::new(args)?;
-            sweep(args, &mut world)
+            let result = sweep(args, &mut world);
+            finish(args, &mut world, result)
         }
         TransportArg::Libfabric => libfabric(args),
     }
+}
+
+/// The end of a run: with `--inject`, every local rank's final status (printed) decides the
+/// exit status (a failed rank fails the run, naming its status); without it, `result` as is.
+fn finish(args: &Args, world: &mut run::World, result: Result<i32, String>) -> Result<i32, String> {
+    if args.inject.is_none() {
+        return result;
+    }
+    if let Err(e) = &result {
+        eprintln!("proxy-perf: the run failed: {e}");
+    }
+    world.finish()?;
+    result
 }
 
 #[cfg(not(feature = "libfabric"))]
@@ -147,7 +161,8 @@ fn join(args: &Args) -> Result<i32, String> {
     let boot = Bootstrap::init(&cfg).map_err(|e| e.to_string())?;
     let provider = args.provider.map(|p| p.fi_name().to_owned());
     let mut world = run::World::join(args, boot, provider)?;
-    sweep(args, &mut world)
+    let result = sweep(args, &mut world);
+    finish(args, &mut world, result)
 }
 
 /// Header, one row per size, footer (printed by the process that runs rank 0 only; every
@@ -189,6 +204,9 @@ fn sweep(args: &Args, world: &mut run::World) -> Result<i32, String> {
         eprint!("\r{:60}\r", "");
     }
     print(&report::footer(&rows));
+    if args.dump_on_exit {
+        world.dump_all();
+    }
     if printer {
         if let Some(p) = &args.json {
             report::write_json(p, args, world.transport_name(), &engine, &rows)

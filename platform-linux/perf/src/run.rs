@@ -6,7 +6,8 @@
 //! ([`World::join`]); then the processes combine their wrong counts and timings with a
 //! bootstrap all-gather after each measurement, so every process reports the same row.
 
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::io::Write as _;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -14,13 +15,16 @@ use proxy_collectives::planner::data::{count_wrong, fill_input, POISON};
 use proxy_collectives::planner::{plan, Addresses, Collective, Fifos, PlanParams, RankPlan};
 use proxy_core::driver::trigger::TRIGGER_ARMED;
 use proxy_core::progress::comm::{Comm, CommConfig};
+use proxy_core::progress::fault::{FaultPlan, FaultTransport, PPM};
 use proxy_core::progress::mem_transport::MemFabric;
+use proxy_core::progress::net::{NetError, Posted, RequestId, TestOutcome, Transport};
+use proxy_core::status::NrtStatus;
 use proxy_ffi_types::{
     NccomCommConfig, NccomDeviceCallbacks, NccomHostWord, NccomLibfabricDesc, NccomTransportDesc,
     NCCOM_TRANSPORT_MEM,
 };
 
-use super::args::{Args, DeviceArg, DriverArg};
+use super::args::{Args, DeviceArg, DriverArg, FaultArg};
 use super::engine::{
     counting_loaded_seam, seam_starts, DriverEngine, DriverRank, Engine, EngineBarrier, EngineComm,
     Execution,
@@ -162,6 +166,8 @@ pub struct World {
     /// registered them (libfabric's registration cache does not watch the address space), and
     /// of a failed row (tasks may still use them).
     retired: Vec<Vec<RankMem>>,
+    /// `--inject stall-rank`: set to let the stalled driving thread go on.
+    stall_release: Arc<AtomicBool>,
 }
 
 /// The driver and device modes of a run (`--driver`, `--device`), and the thread counts the rule
@@ -378,6 +384,7 @@ struct Assembly {
     cpus: Vec<Option<usize>>,
     modes: Modes,
     exec_timeout: Option<Duration>,
+    stall_release: Arc<AtomicBool>,
 }
 
 /// One measured mode's plans and placements (by local index).
@@ -397,6 +404,13 @@ fn shape_key(prep: &Prepared, reps: u32) -> u64 {
 }
 
 impl World {
+    /// Dumps every proxy queue of this process (`--dump-on-exit`; docs/design.md §6), waiting
+    /// up to 2 s for each driving thread (in caller mode with nothing driving, this thread
+    /// takes each queue's drive token and writes its dump itself).
+    pub fn dump_all(&self) {
+        self.engine.dump_all(Duration::from_secs(2));
+    }
+
     /// Sets up `args.ranks` ranks on the in-process transport, all in this process; with
     /// `args.progress_lib`, the progress half is loaded from that library (its comms over one
     /// of its in-memory groups, its seam in every network task).
@@ -405,6 +419,14 @@ impl World {
     /// A message when a comm, thread, the library or the transport cannot be set up.
     pub fn new(args: &Args) -> Result<Self, String> {
         let n = args.ranks;
+        if args.inject.is_some_and(|i| i.fault == FaultArg::ExitRank) {
+            return Err(
+                "--inject exit-rank needs --transport libfabric (ranks as processes)".into(),
+            );
+        }
+        let target = inject_target(args)?;
+        let stall_release = Arc::new(AtomicBool::new(false));
+        let stall_for = stall_limit(args)?;
         let (cfg, wait, _, modes) = run_config(args, n, 1)?;
         let lines = host_lines(n);
         let mems = (0..n)
@@ -474,9 +496,10 @@ impl World {
                         .endpoint(r)
                         .map_err(|e| format!("mem transport endpoint {r}: {e}"))?;
                     t.set_relax(std::thread::yield_now);
+                    let t = wrap_transport(target, r, Box::new(t), &stall_release, stall_for);
                     let mut c = Comm::new(
                         CommConfig::new(r, n, 1),
-                        Box::new(t),
+                        t,
                         Arc::new(HostMemCallbacks::new(mem.clone())),
                         Arc::new(proxy_core::time::MonotonicClock),
                     )
@@ -508,6 +531,7 @@ impl World {
                 cpus,
                 modes,
                 exec_timeout: cfg.exec_timeout,
+                stall_release,
             },
         )
     }
@@ -593,18 +617,42 @@ impl World {
                 cpus: vec![cpus[rank as usize]],
                 modes,
                 exec_timeout: cfg.exec_timeout,
+                stall_release: Arc::new(AtomicBool::new(false)),
             },
         )
     }
 
     /// The rest of the set-up, shared by [`World::new`] and [`World::join`]: a device per local
     /// rank.
-    fn assemble(args: &Args, a: Assembly) -> Result<Self, String> {
+    fn assemble(args: &Args, mut a: Assembly) -> Result<Self, String> {
         let n = args.ranks;
+        let target = inject_target(args)?;
         let mut devices = Vec::new();
         for (&r, cpu) in a.local.iter().zip(&a.cpus) {
             let fault = (args.fault_inject && r == n - 1).then_some(Fault { entry: None });
-            devices.push(RankDevice::new(a.modes.device, r, fault, a.wait, *cpu)?);
+            let mut dev = RankDevice::new(a.modes.device, r, fault, a.wait, *cpu)?;
+            if let Some((FaultArg::StallDevice, t)) = target {
+                if t == r {
+                    log::warn!("--inject stall-device: rank {r}'s device never triggers");
+                    dev.stalled = true;
+                }
+            }
+            devices.push(dev);
+        }
+        if target.is_some() {
+            for rank in a.engine.ranks_mut() {
+                rank.watch_duplicates();
+            }
+        }
+        if let Some((fault @ (FaultArg::DropComm | FaultArg::ExitRank), t)) = target {
+            if let Some(i) = a.local.iter().position(|&r| r == t) {
+                // The first execution (ids start at 1): aborted or exited once submitted.
+                a.engine.ranks_mut()[i].inject_at(
+                    1,
+                    fault == FaultArg::DropComm,
+                    fault == FaultArg::ExitRank,
+                );
+            }
         }
         Ok(Self {
             args: args.clone(),
@@ -628,7 +676,49 @@ impl World {
             preparations: 0,
             failed: None,
             retired: Vec::new(),
+            stall_release: a.stall_release,
         })
+    }
+
+    /// `--inject`: ends the run's accounting. Lets the stalled driving thread go
+    /// (`stall-rank`), lets every task still outstanding end by itself (bounded: the
+    /// no-progress limit and 2 s more), leaves every slot, prints every local rank's final
+    /// status (`# rank R: final status NRT_... (tasks T, reported T, twice 0)`) and answers the
+    /// first failure.
+    ///
+    /// # Errors
+    /// `rank R ended NRT_...` for the first local rank whose status is not a success.
+    pub fn finish(&mut self) -> Result<(), String> {
+        self.stall_release.store(true, Ordering::Release);
+        let clock = MonotonicClock;
+        let limit = self.exec_timeout.unwrap_or(Duration::from_secs(5)) + Duration::from_secs(2);
+        let deadline = clock
+            .now_ns()
+            .saturating_add(u64::try_from(limit.as_nanos()).unwrap_or(u64::MAX));
+        for d in &mut self.devices {
+            d.abort();
+        }
+        let stats = self.engine.settle_and_leave(deadline);
+        let mut first = None;
+        let mut out = std::io::stdout().lock();
+        for (rank, s) in &stats {
+            let _ = writeln!(
+                out,
+                "# rank {rank}: final status {} (tasks {}, reported {}, twice {})",
+                s.status().as_str(),
+                s.submitted,
+                s.reported,
+                s.twice
+            );
+            if s.status() != NrtStatus::Success && first.is_none() {
+                first = Some(format!("rank {rank} ended {}", s.status().as_str()));
+            }
+        }
+        let _ = out.flush();
+        match first {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
     }
 
     /// The global rank of this process's first rank (0 with the in-process transport): only
@@ -1333,6 +1423,8 @@ enum DeviceKind {
 /// A rank's device and the jobs of its last executions, kept per trigger set for the next
 /// execution of the same shape (no allocation per execution).
 struct RankDevice {
+    /// `--inject stall-device`: nothing is launched; the device never triggers.
+    stalled: bool,
     dev: DeviceKind,
     /// Per trigger set: `(shape key, job)` of its last finished execution.
     jobs: [Option<(u64, Job)>; TRIGGER_SETS],
@@ -1357,6 +1449,7 @@ impl RankDevice {
             }
         };
         Ok(Self {
+            stalled: false,
             dev,
             jobs: [None, None],
             current: None,
@@ -1376,6 +1469,9 @@ impl RankDevice {
     /// # Safety
     /// As [`DeviceThread::launch`] for the job `build` describes.
     unsafe fn launch(&mut self, key: u64, set: usize, build: impl FnOnce() -> Job) {
+        if self.stalled {
+            return;
+        }
         if let Some((k, s)) = self.current.take() {
             let back = match &mut self.dev {
                 DeviceKind::Thread(d) => d.take_job(),
@@ -1434,6 +1530,9 @@ impl RankDevice {
     /// with [`DeviceError::Aborted`]) as soon as `give_up` answers `true` while it has not
     /// finished (checked between polls, or between yields while a device thread runs).
     fn wait_unless(&mut self, give_up: &dyn Fn() -> bool) -> Result<(), DeviceError> {
+        if self.stalled {
+            return Ok(());
+        }
         match &mut self.dev {
             DeviceKind::Thread(d) => {
                 // Spin, then yield, then nap between checks (the device thread needs the CPU
@@ -1618,5 +1717,164 @@ impl GroupRun<'_> {
             Some(e) => Err(e),
             None => drove,
         }
+    }
+}
+
+/// `--inject`'s fault and target rank (default: the last rank).
+///
+/// # Errors
+/// A target that is not a rank.
+fn inject_target(args: &Args) -> Result<Option<(FaultArg, u32)>, String> {
+    let Some(i) = args.inject else {
+        return Ok(None);
+    };
+    let rank = i.rank.unwrap_or(args.ranks - 1);
+    if rank >= args.ranks {
+        return Err(format!(
+            "--inject {}:{rank}: not a rank (ranks {})",
+            i.fault.name(),
+            args.ranks
+        ));
+    }
+    Ok(Some((i.fault, rank)))
+}
+
+/// How long a `stall-rank` stall lasts: twice the no-progress limit and a second (every peer
+/// has timed out by then; the run also releases it when it ends), [`STALL_LIMIT`] without a
+/// limit.
+///
+/// # Errors
+/// A bad `NEURON_RT_EXEC_TIMEOUT`.
+fn stall_limit(_args: &Args) -> Result<Duration, String> {
+    let cfg = Config::from_env().map_err(|e| e.to_string())?;
+    Ok(cfg.exec_timeout.map_or(STALL_LIMIT, |t| {
+        (t * 2 + Duration::from_secs(1)).min(STALL_LIMIT)
+    }))
+}
+
+/// Rank `r`'s transport with `--inject`'s transport fault when `r` is the target:
+/// `error-completion` and `eagain-storm` through core's `FaultTransport` (after 16 posts, so the
+/// run gets going; seed = the rank), `stall-rank` through [`StallTransport`].
+fn wrap_transport(
+    target: Option<(FaultArg, u32)>,
+    r: u32,
+    t: Box<dyn Transport>,
+    release: &Arc<AtomicBool>,
+    stall_for: Duration,
+) -> Box<dyn Transport> {
+    let Some((fault, _)) = target.filter(|&(_, rank)| rank == r) else {
+        return t;
+    };
+    let t_name = t.name().to_owned();
+    let plan = FaultPlan {
+        seed: u64::from(r),
+        after_posts: 16,
+        ..FaultPlan::default()
+    };
+    match fault {
+        FaultArg::ErrorCompletion => Box::new(FaultTransport::new(
+            t,
+            FaultPlan {
+                error_completion: PPM,
+                ..plan
+            },
+        )),
+        FaultArg::EagainStorm => Box::new(FaultTransport::new(
+            t,
+            FaultPlan {
+                eagain: 200_000,
+                eagain_burst: 16,
+                delay: 100_000,
+                delay_polls: 8,
+                ..plan
+            },
+        )),
+        FaultArg::StallRank => Box::new(StallTransport {
+            inner: t,
+            polls: 0,
+            after: 8,
+            release: release.clone(),
+            limit: stall_for,
+            name: format!("stall({})", t_name),
+        }),
+        _ => t,
+    }
+}
+
+/// `--inject stall-rank`: after `after` polls, `poll` blocks the driving thread (sleeping 1 ms
+/// at a time) until `release` is set or `limit` has passed: the rank's driver stops.
+struct StallTransport {
+    inner: Box<dyn Transport>,
+    polls: u64,
+    after: u64,
+    release: Arc<AtomicBool>,
+    limit: Duration,
+    name: String,
+}
+
+/// The longest a `stall-rank` stall lasts (the run releases it when it ends).
+const STALL_LIMIT: Duration = Duration::from_secs(120);
+
+impl Transport for StallTransport {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn max_msg_size(&self) -> u64 {
+        self.inner.max_msg_size()
+    }
+
+    fn poll(&mut self) -> Result<(), NetError> {
+        self.polls += 1;
+        if self.polls == self.after {
+            log::warn!("--inject stall-rank: the driving thread stops (blocked in poll)");
+            let end = Instant::now() + self.limit;
+            while !self.release.load(Ordering::Acquire) && Instant::now() < end {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            log::warn!("--inject stall-rank: the driving thread goes on");
+        }
+        self.inner.poll()
+    }
+
+    unsafe fn isend(
+        &mut self,
+        peer: u32,
+        buf: *const u8,
+        size: u64,
+        tag: u64,
+    ) -> Result<Option<Posted>, NetError> {
+        // SAFETY: forwarded under this function's contract.
+        unsafe { self.inner.isend(peer, buf, size, tag) }
+    }
+
+    unsafe fn irecv(
+        &mut self,
+        peer: u32,
+        buf: *mut u8,
+        size: u64,
+        tag: u64,
+    ) -> Result<Option<Posted>, NetError> {
+        // SAFETY: forwarded under this function's contract.
+        unsafe { self.inner.irecv(peer, buf, size, tag) }
+    }
+
+    fn test(&mut self, request: RequestId) -> Result<TestOutcome, NetError> {
+        self.inner.test(request)
+    }
+
+    fn cancel(&mut self, request: RequestId) -> Result<(), NetError> {
+        self.inner.cancel(request)
+    }
+
+    fn close(&mut self) -> Result<(), NetError> {
+        self.inner.close()
+    }
+}
+
+impl Drop for World {
+    /// Lets a stalled driving thread go before the engine leaves its slots.
+    fn drop(&mut self) {
+        self.stall_release.store(true, Ordering::Release);
     }
 }

@@ -30,6 +30,7 @@ pub const DEFAULT_EXEC_TIMEOUT_S: u64 = 30;
 /// | `NEURON_RT_DBG_PROXY_EARLY_COMPLETION` | [`early_completion`](Self::early_completion) | 0 | `0`/`1`: debug; network tasks skip the network stage (DONE at INIT) |
 /// | `NEURON_RT_PROXY_DRIVE_MODE` | [`drive_mode`](Self::drive_mode) | `thread` | `thread`: a worker thread per proxy queue; `caller`: no thread, the comms' threads drive (docs/design.md §9) (this project's variable; the seed always has a worker) |
 /// | `NEURON_RT_LOG_LEVEL` | [`log_level`](Self::log_level) | unset | `ERROR`, `WARN`/`WARNING`, `INFO`, `DEBUG`, `TRACE`, `OFF` (any case) |
+/// | `NEURON_RT_PROXY_DUMP_SIGNAL` | [`dump_signal`](Self::dump_signal) | unset (no handler) | `USR1` or `USR2` (`SIG` prefix and any case accepted): the signal that dumps every proxy queue of the process ([`crate::dump::DumpSignal`]) (this project's variable) |
 ///
 /// Booleans accept `0`, `1`, `true`, `false` (any case). An empty or malformed value is an
 /// error naming the variable and the value ([`ConfigError`]), never a silent default.
@@ -53,6 +54,8 @@ pub struct Config {
     pub queue: QueueConfig,
     /// Who drives each proxy queue.
     pub drive_mode: DriveMode,
+    /// The signal that dumps every proxy queue (`None`: no handler is installed).
+    pub dump_signal: Option<libc::c_int>,
 }
 
 impl Default for Config {
@@ -67,6 +70,7 @@ impl Default for Config {
             log_level: None,
             queue: QueueConfig::default(),
             drive_mode: DriveMode::Thread,
+            dump_signal: None,
         }
     }
 }
@@ -185,6 +189,15 @@ impl Config {
                 _ => return Err(bad(DRIVE, &v, "must be `thread` or `caller`")),
             };
         }
+        const DUMP: &str = "NEURON_RT_PROXY_DUMP_SIGNAL";
+        if let Some(v) = lookup(DUMP) {
+            let name = v.trim().to_ascii_uppercase();
+            c.dump_signal = Some(match name.strip_prefix("SIG").unwrap_or(&name) {
+                "USR1" => libc::SIGUSR1,
+                "USR2" => libc::SIGUSR2,
+                _ => return Err(bad(DUMP, &v, "must be `USR1` or `USR2`")),
+            });
+        }
         const LOG: &str = "NEURON_RT_LOG_LEVEL";
         if let Some(v) = lookup(LOG) {
             c.log_level = Some(parse_level(LOG, &v)?);
@@ -250,8 +263,16 @@ mod tests {
             ("NEURON_RT_EXEC_TIMEOUT", "0"),
             ("NEURON_RT_DBG_PROXY_EARLY_COMPLETION", "true"),
             ("NEURON_RT_LOG_LEVEL", "warning"),
+            ("NEURON_RT_PROXY_DUMP_SIGNAL", "sigusr1"),
         ])
         .unwrap();
+        assert_eq!(c.dump_signal, Some(libc::SIGUSR1));
+        assert_eq!(
+            with(&[("NEURON_RT_PROXY_DUMP_SIGNAL", "USR2")])
+                .unwrap()
+                .dump_signal,
+            Some(libc::SIGUSR2)
+        );
         assert_eq!(c.ranks_per_network_proxy, 2);
         assert!(c.one_thread_per_core && c.early_completion);
         assert_eq!(c.cpu_affinity, [0, 2, 3]);
@@ -273,6 +294,8 @@ mod tests {
             ("NEURON_RT_EXEC_TIMEOUT", ""),
             ("NEURON_RT_DBG_PROXY_EARLY_COMPLETION", "2"),
             ("NEURON_RT_LOG_LEVEL", "loud"),
+            ("NEURON_RT_PROXY_DUMP_SIGNAL", "KILL"),
+            ("NEURON_RT_PROXY_DUMP_SIGNAL", "10"),
         ] {
             let e = with(&[(k, v)]).unwrap_err();
             assert_eq!((e.var, e.value.as_str()), (k, v));

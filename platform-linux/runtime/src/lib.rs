@@ -3,15 +3,17 @@
 //! CPU affinity, parking and the clock (core's `ThreadPark` and `MonotonicClock`, feature
 //! `std`, shared with the C library, the tests and the models), memfd host memory ([`hostmem`]), the configuration from the
 //! environment ([`Config`]), the `dlopen` loader of a progress half ([`loader`]) and the
-//! process registry ([`registry`], [`global_registry`], [`LinuxRegistry`]).
+//! process registry ([`registry`], [`global_registry`], [`LinuxRegistry`]) and its state dump
+//! on demand or on a signal ([`dump`]).
 //!
 //! Dependencies: `proxy-core`, `proxy-ffi-types` (the loader's ABI types), `log`, `libc`,
-//! `core_affinity`, `libloading`. Not the device emulator, not `proxy-perf`, no command-line or
+//! `core_affinity`, `libloading`, `signal-hook` (the dump signal's self-pipe). Not the device emulator, not `proxy-perf`, no command-line or
 //! report libraries; the transports and the bootstrap are crates of their own
 //! (`proxy-libfabric`, `proxy-bootstrap`).
 
 pub mod affinity;
 pub mod config;
+pub mod dump;
 pub mod hostmem;
 pub mod loader;
 pub mod worker;

@@ -166,14 +166,17 @@ pub fn run_worker(mut worker: Worker, cfg: &WorkerConfig) {
             Tick::Continue => idle_since = None,
             Tick::NoProgress => {
                 if cfg.one_thread_per_core {
+                    worker.note_idle(true);
                     std::hint::spin_loop();
                     continue;
                 }
                 let now = Instant::now();
                 let since = *idle_since.get_or_insert(now);
                 if now.duration_since(since) < cfg.spin {
+                    worker.note_idle(true);
                     std::hint::spin_loop();
                 } else {
+                    worker.note_idle(false);
                     // SAFETY: sched_yield has no preconditions.
                     unsafe { libc::sched_yield() };
                 }

@@ -144,6 +144,19 @@ pub trait ProxyTask: Send {
     fn kind(&self) -> TaskKind {
         self.core().kind()
     }
+
+    /// Writes the task's state for a state dump (docs/design.md §6, `driver::dump`), called by
+    /// the driving thread only: a first line of `key=value` fields
+    /// ([`TaskCore::dump_fields`]), then one line per object the task has (a network task: its
+    /// streams' places in the schedule, then its comm's lines). The queue prefixes every line
+    /// with `proxy-dump queue=Q slot=S task=T`. The default writes the first line only.
+    ///
+    /// # Errors
+    /// Whatever `out` returns.
+    fn dump(&self, now_ns: u64, out: &mut dyn fmt::Write) -> fmt::Result {
+        self.core().dump_fields(now_ns, out)?;
+        out.write_char('\n')
+    }
 }
 
 impl fmt::Debug for dyn ProxyTask {
@@ -358,6 +371,41 @@ impl TaskCore {
     /// "Still waiting" warnings logged in this execution.
     pub fn wait_warnings(&self) -> u32 {
         self.warnings
+    }
+
+    /// `true` when the next step will end the task `NRT_TIMEOUT` for want of progress at
+    /// `now_ns` (it has left INIT, is not DONE, and its limit has passed), so the queue can dump
+    /// its state while the task is still live.
+    pub fn timeout_due(&self, now_ns: u64) -> bool {
+        !matches!(self.state(), RunState::Init | RunState::Done) && self.timed_out(now_ns)
+    }
+
+    /// Writes the task's dump fields, without a newline:
+    /// `kind=network state=Progressing status=NRT_SUCCESS comm=7 streams=0x3 waited_ms=12
+    /// limit_ms=2000 warnings=0` (`waited_ms=none` in INIT and DONE, `limit_ms=none` without a
+    /// limit).
+    ///
+    /// # Errors
+    /// Whatever `out` returns.
+    pub fn dump_fields(&self, now_ns: u64, out: &mut dyn fmt::Write) -> fmt::Result {
+        use crate::driver::dump::Opt;
+        let state = self.state();
+        let waited = (!matches!(state, RunState::Init | RunState::Done))
+            .then(|| self.waited_ns(now_ns) / 1_000_000);
+        write!(
+            out,
+            "kind={} state={state:?} status={} comm={} streams={:#x} waited_ms={} limit_ms={} warnings={}",
+            match self.kind {
+                TaskKind::Network => "network",
+                TaskKind::Barrier => "barrier",
+            },
+            self.record().status().as_str(),
+            self.rec.comm_id,
+            self.rec.streams,
+            Opt(waited),
+            Opt(self.timeout_ns.map(|t| t / 1_000_000)),
+            self.warnings
+        )
     }
 
     /// Logs (once) that a DONE task was stepped again.

@@ -50,7 +50,7 @@ use crate::driver::record::RunState;
 use crate::driver::trigger::TriggerWords;
 use crate::progress::abort::AbortHandle;
 use crate::progress::desc::{NetDestAddr, NetOpInfo, NetSrcAddr};
-use crate::seam::SeamTable;
+use crate::seam::{CommDumpFn, SeamTable};
 use crate::status::NrtStatus;
 
 /// Number of streams of a comm (stream ids are `0..4`).
@@ -203,6 +203,8 @@ pub struct NetworkTask {
     close_status: NrtStatus,
     /// The comm's abort request, read at every step (`None`: the task is not abortable).
     abort: Option<AbortHandle>,
+    /// Writes the comm's state into a queue's dump (`None`: the dump has the task's lines only).
+    comm_dump: Option<CommDumpFn>,
 }
 
 impl core::fmt::Debug for NetworkTask {
@@ -262,6 +264,7 @@ impl NetworkTask {
             draining: 0,
             close_status: NrtStatus::Success,
             abort: None,
+            comm_dump: None,
         })
     }
 
@@ -272,6 +275,19 @@ impl NetworkTask {
     /// other tasks. Kept across [`NetworkTask::rearm_with`].
     pub fn with_abort(mut self, abort: AbortHandle) -> Self {
         self.abort = Some(abort);
+        self
+    }
+
+    /// The same task, whose dump lines (a queue's state dump, docs/design.md §6) include its
+    /// comm's state, written by `dump` from the driving thread (e.g.
+    /// [`crate::seam::in_process_dump`] for [`SeamTable::in_process`]). Kept across
+    /// [`NetworkTask::rearm_with`].
+    ///
+    /// # Safety
+    /// `dump` must accept this task's comm handle (the progress half's own dump for the comm
+    /// the seam is called with).
+    pub unsafe fn with_comm_dump(mut self, dump: CommDumpFn) -> Self {
+        self.comm_dump = Some(dump);
         self
     }
 
@@ -708,5 +724,54 @@ impl ProxyTask for NetworkTask {
 
     fn comm_key(&self) -> Option<usize> {
         Some(self.comm.as_ptr() as usize)
+    }
+
+    /// The task's line plus `filed=0|1 stopped=0|1 triggers=ADDR:VALUE,...`; one line per stream
+    /// (`stream=0 block=2 pos=1/3`, or `block=none pos=finished/3`); then its comm's lines when
+    /// it has a comm dump ([`NetworkTask::with_comm_dump`]) and has filed and not stopped its
+    /// blocks.
+    fn dump(&self, now_ns: u64, out: &mut dyn core::fmt::Write) -> core::fmt::Result {
+        self.core.dump_fields(now_ns, out)?;
+        write!(
+            out,
+            " filed={} stopped={} triggers=",
+            u8::from(self.filed),
+            u8::from(self.stopped)
+        )?;
+        let mut any = false;
+        for w in self.triggers.iter() {
+            if any {
+                out.write_char(',')?;
+            }
+            any = true;
+            write!(out, "{:#x}:{:#x}", w.addr(), w.load())?;
+        }
+        if !any {
+            out.write_str("none")?;
+        }
+        out.write_char('\n')?;
+        let n = self.schedule.len();
+        for c in &self.cursors {
+            match self.schedule.get(c.cursor) {
+                Some(bb) => writeln!(
+                    out,
+                    "stream={} block={bb} pos={}/{n}",
+                    c.stream,
+                    c.cursor + 1
+                )?,
+                None => writeln!(out, "stream={} block=none pos=finished/{n}", c.stream)?,
+            }
+        }
+        if let Some(f) = self.comm_dump {
+            // The comm's lines once, under the task that filed its blocks (a later task of the
+            // comm waits in INIT behind it).
+            if self.filed && !self.stopped && self.core.state() != RunState::Done {
+                // SAFETY: `with_comm_dump`'s contract: `f` takes this comm's handle; the comm is
+                // live while the task is not DONE (`CommHandle::new`), and the driving thread,
+                // which calls this, is the only one that calls into it.
+                unsafe { f(self.comm.as_ptr(), out)? };
+            }
+        }
+        Ok(())
     }
 }

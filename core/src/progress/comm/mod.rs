@@ -317,35 +317,47 @@ impl Comm {
         &*self.transport
     }
 
-    /// Writes the comm's state (every stream, block and op) to `out`, one line per item: the
-    /// on-demand dump of docs/design.md §6, also logged when a task times out.
+    /// Writes the comm's state to `out`, one line per object, `key=value` fields (the format of
+    /// the state dump, docs/design.md §6; `driver::dump`): the comm
+    /// (`comm=7 rank=0 nranks=2 transport=mem last_op_count=2 fatal=none aborted=none
+    /// orphans=0`), each stream (`comm=7 stream=2 current=0x4 pending=0xffffffff active=2
+    /// free=126/128 blocks=1`: current and pending basic block), and each op on a stream's active
+    /// list or filed in its block map (`comm=7 stream=2 op=0 list=active kind=send bb=4
+    /// count=1 state=2 peer=1 posted=3/8 device=3 completed=2 credited=2 outstanding=1`: entries
+    /// posted of the op's entries, the device's pre-post index, entries completed and credited to
+    /// the device, requests outstanding at the transport). Called by the thread that drives the
+    /// comm: a dump never reads it from another thread.
     ///
     /// # Errors
     /// Whatever `out` returns.
     pub fn dump(&self, out: &mut dyn core::fmt::Write) -> core::fmt::Result {
+        use crate::driver::dump::Opt;
+        let id = self.config.comm_id;
         writeln!(
             out,
-            "comm {} rank {}/{} transport {} last_op_count {} fatal {:?} fatal_peer {:?} aborted {:?} orphans {}",
-            self.config.comm_id,
+            "comm={id} rank={} nranks={} transport={} last_op_count={} fatal={} fatal_peer={} aborted={} orphans={}",
             self.config.rank,
             self.config.nranks,
-            self.transport.name(),
+            self.transport.name().replace(' ', "_"),
             self.last_op_count,
-            self.fatal,
-            self.fatal_peer,
-            self.abort.aborted(),
+            Opt(self.fatal.map(NrtStatus::as_str)),
+            Opt(self.fatal_peer),
+            Opt(self.abort.aborted().map(NrtStatus::as_str)),
             self.orphans.len()
         )?;
         for (s, st) in self.streams.iter().enumerate() {
             writeln!(
                 out,
-                "  stream {s}: current {:#x} pending {:#x} active {} free {}/{} blocks {}",
+                "comm={id} stream={s} current={:#x} pending={:#x} active={} free={}/{} blocks={} closing={} closing_requests={} closing_ops={}",
                 st.current_bb,
                 st.pending_bb,
                 st.active.len(),
                 st.pool.len(),
                 st.capacity(),
-                st.blocks.len()
+                st.blocks.len(),
+                st.closing(),
+                st.closing_requests(),
+                st.closing_ops()
             )?;
             let lists = core::iter::once(("active", &st.active))
                 .chain(st.blocks.values().map(|f| ("filed", &f.ops)));
@@ -355,9 +367,9 @@ impl Comm {
                     let op = unsafe { &*opp };
                     writeln!(
                         out,
-                        "    {what} {} op {} bb {} count {} state {} peer {} posted {}/{} device {} completed {} credited {} outstanding {}",
-                        op.kind_name(),
+                        "comm={id} stream={s} op={} list={what} kind={} bb={} count={} state={} peer={} posted={}/{} device={} completed={} credited={} outstanding={}",
                         op.net_op_idx,
+                        op.kind_name(),
                         op.basic_block_id,
                         op.op_count,
                         op.state().as_u32(),

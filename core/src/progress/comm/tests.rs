@@ -873,14 +873,24 @@ fn dump_names_streams_blocks_and_ops() {
     let mut out = alloc::string::String::new();
     c.dump(&mut out).unwrap();
     assert!(
-        out.starts_with("comm 7 rank 0/2 transport null last_op_count 2"),
+        out.starts_with(
+            "comm=7 rank=0 nranks=2 transport=null last_op_count=2 fatal=none aborted=none orphans=0\n"
+        ),
         "{out}"
     );
     assert!(
-        out.contains("stream 2: current 0x4 pending 0xffffffff active 2 free 126/128 blocks 1"),
+        out.contains(
+            "comm=7 stream=2 current=0x4 pending=0xffffffff active=2 free=126/128 blocks=1\n"
+        ),
         "{out}"
     );
-    assert_eq!(out.matches("active scripted op").count(), 2, "{out}");
+    assert_eq!(
+        out.matches("comm=7 stream=2 op=").count(),
+        2,
+        "one line per op: {out}"
+    );
+    assert_eq!(out.matches("list=active kind=scripted").count(), 2, "{out}");
+    assert!(!out.contains("  "), "no double spaces: {out}");
 }
 
 // ---------------------------------------------------------------- bounded teardown, abort
@@ -1006,7 +1016,7 @@ fn a_poll_failure_naming_a_peer_fails_the_comm_and_keeps_the_peer() {
     );
     let mut out = alloc::string::String::new();
     c.dump(&mut out).unwrap();
-    assert!(out.contains("fatal_peer Some(3)"), "{out}");
+    assert!(out.contains("fatal_peer=3"), "{out}");
     c.stop(1).unwrap();
 }
 

@@ -1,0 +1,501 @@
+//! Fault injection: a [`Transport`] wrapper that injects failures into any transport, driven
+//! by a seed (docs/design.md §6, "Fault injection").
+//!
+//! [`FaultTransport`] passes every call to the transport it wraps and, with the rates of its
+//! [`FaultPlan`] (each in parts per million of the calls it applies to), injects:
+//!
+//! | fault | on | what the comm sees | expected outcome |
+//! | --- | --- | --- | --- |
+//! | error completion | `test` of a finished request | `Err(NetError)` (`NRT_NETWORK_PROXY_FAILURE`, "injected error completion") | the comm fails; its task ends `NRT_NETWORK_PROXY_FAILURE` |
+//! | try-again storm | `isend` / `irecv` | `Ok(None)` ("cannot start now") for this post and the next `eagain_burst` posts | back-pressure only: the ops retry; the run completes correctly |
+//! | delay | `test` of a request | `Pending` for the next `delay_polls` tests of that request, then the real answer | slower, never wrong |
+//! | truncation | `test` of a finished receive | `Done` with one byte less (or one more for 0) | the op fails (size mismatch) |
+//! | dropped message | `isend` | a request that completes at once, the message never sent | the receiver waits: `NRT_TIMEOUT` |
+//!
+//! The draws come from one [`SplitMix64`] stream seeded by [`FaultPlan::seed`], one draw per
+//! decision in call order, so a run with the same calls injects the same faults. Every injected
+//! fault is counted ([`FaultTransport::counts`]) and logged at warn level.
+//!
+//! Seed: none (test scaffolding for the failure rules of docs/design.md §6).
+
+use alloc::boxed::Box;
+use alloc::format;
+use alloc::string::String;
+use alloc::vec::Vec;
+
+use crate::progress::net::{MrHandle, NetError, Posted, RequestId, TestOutcome, Transport};
+
+/// One million: rates are parts per million.
+pub const PPM: u32 = 1_000_000;
+
+/// Request ids the wrapper makes for dropped sends carry this bit (a wrapped transport must not
+/// use it; [`FaultTransport`] fails a post whose id has it).
+pub const DROPPED_BIT: RequestId = 1 << 63;
+
+/// SplitMix64 (Steele, Lea, Flood 2014): a tiny deterministic generator, `no_std`, no state
+/// but one `u64`. Good enough for choosing faults; not for anything secret.
+#[derive(Clone, Debug)]
+pub struct SplitMix64(u64);
+
+impl SplitMix64 {
+    /// A generator seeded with `seed`.
+    pub const fn new(seed: u64) -> Self {
+        Self(seed)
+    }
+
+    /// The next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// `true` with probability `ppm` / 1,000,000 (0 never draws: the stream moves only for
+    /// faults that are switched on).
+    pub fn chance(&mut self, ppm: u32) -> bool {
+        ppm != 0 && (self.next_u64() % u64::from(PPM)) < u64::from(ppm.min(PPM))
+    }
+}
+
+/// What a [`FaultTransport`] injects: each rate in parts per million of the calls it applies
+/// to (0 = never, [`PPM`] = always).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FaultPlan {
+    /// Seed of the draws.
+    pub seed: u64,
+    /// A finished request's `test` answers an error.
+    pub error_completion: u32,
+    /// A post answers "try again" (`Ok(None)`) and starts a storm of `eagain_burst` more.
+    pub eagain: u32,
+    /// Posts that answer "try again" after the one that started a storm.
+    pub eagain_burst: u32,
+    /// A request's `test` is held `Pending` for `delay_polls` calls.
+    pub delay: u32,
+    /// Calls of `test` a delayed request is held for.
+    pub delay_polls: u32,
+    /// A finished receive reports a wrong size.
+    pub truncate: u32,
+    /// A send is dropped (reported complete, never sent).
+    pub drop: u32,
+    /// Injected faults start only after this many posts (lets a run get going first).
+    pub after_posts: u64,
+}
+
+/// Faults injected so far, by kind.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FaultCounts {
+    /// Error completions.
+    pub errors: u64,
+    /// Posts answered "try again".
+    pub eagains: u64,
+    /// Requests delayed.
+    pub delays: u64,
+    /// Receives truncated.
+    pub truncations: u64,
+    /// Sends dropped.
+    pub drops: u64,
+}
+
+/// A transport wrapper that injects the faults of a [`FaultPlan`] (see the module docs).
+pub struct FaultTransport {
+    inner: Box<dyn Transport>,
+    plan: FaultPlan,
+    rng: SplitMix64,
+    name: String,
+    posts: u64,
+    /// Posts still to answer "try again" in the current storm.
+    storm: u32,
+    /// Delayed requests and the tests they are still held for.
+    delayed: Vec<(RequestId, u32)>,
+    /// Receives (their ids), to know which completions may be truncated.
+    recvs: Vec<RequestId>,
+    /// Next id of a dropped send.
+    next_dropped: RequestId,
+    /// Dropped sends not tested yet, with their sizes.
+    dropped: Vec<(RequestId, u64)>,
+    counts: FaultCounts,
+}
+
+impl core::fmt::Debug for FaultTransport {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("FaultTransport")
+            .field("name", &self.name)
+            .field("plan", &self.plan)
+            .field("counts", &self.counts)
+            .finish()
+    }
+}
+
+impl FaultTransport {
+    /// Wraps `inner` with `plan`.
+    pub fn new(inner: Box<dyn Transport>, plan: FaultPlan) -> Self {
+        let name = format!("fault({})", inner.name());
+        Self {
+            inner,
+            plan,
+            rng: SplitMix64::new(plan.seed),
+            name,
+            posts: 0,
+            storm: 0,
+            delayed: Vec::new(),
+            recvs: Vec::new(),
+            next_dropped: DROPPED_BIT,
+            dropped: Vec::new(),
+            counts: FaultCounts::default(),
+        }
+    }
+
+    /// Faults injected so far.
+    pub fn counts(&self) -> FaultCounts {
+        self.counts
+    }
+
+    fn armed(&self) -> bool {
+        self.posts > self.plan.after_posts
+    }
+
+    /// A "try again" for this post? Starts or continues a storm.
+    fn eagain(&mut self) -> bool {
+        if !self.armed() {
+            return false;
+        }
+        if self.storm > 0 {
+            self.storm -= 1;
+            self.counts.eagains += 1;
+            return true;
+        }
+        if self.rng.chance(self.plan.eagain) {
+            self.storm = self.plan.eagain_burst;
+            self.counts.eagains += 1;
+            log::warn!(
+                "{}: injected try-again storm ({} posts)",
+                self.name,
+                self.storm + 1
+            );
+            return true;
+        }
+        false
+    }
+
+    fn checked(&self, p: Option<Posted>) -> Result<Option<Posted>, NetError> {
+        match p {
+            Some(p) if p.request & DROPPED_BIT != 0 => Err(NetError::invalid(
+                None,
+                format!(
+                    "{}: the wrapped transport used request id bit 63",
+                    self.name
+                ),
+            )),
+            p => Ok(p),
+        }
+    }
+}
+
+impl Transport for FaultTransport {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn max_msg_size(&self) -> u64 {
+        self.inner.max_msg_size()
+    }
+
+    fn poll(&mut self) -> Result<(), NetError> {
+        self.inner.poll()
+    }
+
+    unsafe fn isend(
+        &mut self,
+        peer: u32,
+        buf: *const u8,
+        size: u64,
+        tag: u64,
+    ) -> Result<Option<Posted>, NetError> {
+        self.posts += 1;
+        if self.eagain() {
+            return Ok(None);
+        }
+        if self.armed() && self.rng.chance(self.plan.drop) {
+            self.counts.drops += 1;
+            let request = self.next_dropped;
+            self.next_dropped += 1;
+            self.dropped.push((request, size));
+            log::warn!(
+                "{}: injected drop of a {size}-byte send to peer {peer} (tag {tag:#x})",
+                self.name
+            );
+            return Ok(Some(Posted {
+                request,
+                payload_copied: true,
+            }));
+        }
+        // SAFETY: forwarded under this function's contract.
+        let p = unsafe { self.inner.isend(peer, buf, size, tag) }?;
+        self.checked(p)
+    }
+
+    unsafe fn irecv(
+        &mut self,
+        peer: u32,
+        buf: *mut u8,
+        size: u64,
+        tag: u64,
+    ) -> Result<Option<Posted>, NetError> {
+        self.posts += 1;
+        if self.eagain() {
+            return Ok(None);
+        }
+        // SAFETY: forwarded under this function's contract.
+        let p = unsafe { self.inner.irecv(peer, buf, size, tag) }?;
+        let p = self.checked(p)?;
+        if let Some(p) = p {
+            if self.plan.truncate != 0 {
+                self.recvs.push(p.request);
+            }
+        }
+        Ok(p)
+    }
+
+    fn test(&mut self, request: RequestId) -> Result<TestOutcome, NetError> {
+        if request & DROPPED_BIT != 0 {
+            // A dropped send: "sent" as far as the sender knows.
+            return match self.dropped.iter().position(|d| d.0 == request) {
+                Some(i) => Ok(TestOutcome::Done {
+                    size: self.dropped.swap_remove(i).1,
+                }),
+                None => Err(NetError::invalid(None, "unknown request")),
+            };
+        }
+        if let Some(i) = self.delayed.iter().position(|d| d.0 == request) {
+            if self.delayed[i].1 > 0 {
+                self.delayed[i].1 -= 1;
+                return Ok(TestOutcome::Pending);
+            }
+            self.delayed.swap_remove(i);
+        } else if self.armed() && self.rng.chance(self.plan.delay) && self.plan.delay_polls > 0 {
+            self.counts.delays += 1;
+            self.delayed.push((request, self.plan.delay_polls - 1));
+            return Ok(TestOutcome::Pending);
+        }
+        let out = self.inner.test(request);
+        let was_recv = match self.recvs.iter().position(|&r| r == request) {
+            Some(i) if !matches!(out, Ok(TestOutcome::Pending)) => {
+                self.recvs.swap_remove(i);
+                true
+            }
+            Some(_) => false,
+            None => false,
+        };
+        match out {
+            Ok(TestOutcome::Done { size }) => {
+                if self.armed() && self.rng.chance(self.plan.error_completion) {
+                    self.counts.errors += 1;
+                    log::warn!(
+                        "{}: injected error completion of request {request:#x}",
+                        self.name
+                    );
+                    return Err(NetError::failure(None, "injected error completion"));
+                }
+                if was_recv && self.armed() && self.rng.chance(self.plan.truncate) {
+                    self.counts.truncations += 1;
+                    let wrong = if size > 0 { size - 1 } else { 1 };
+                    log::warn!(
+                        "{}: injected truncation of receive {request:#x} ({size} => {wrong} bytes)",
+                        self.name
+                    );
+                    return Ok(TestOutcome::Done { size: wrong });
+                }
+                Ok(TestOutcome::Done { size })
+            }
+            other => other,
+        }
+    }
+
+    fn cancel(&mut self, request: RequestId) -> Result<(), NetError> {
+        if request & DROPPED_BIT != 0 {
+            // Finished already: its test answers Done.
+            return Ok(());
+        }
+        self.delayed.retain(|d| d.0 != request);
+        self.inner.cancel(request)
+    }
+
+    fn iflush(&mut self, buf: *mut u8, size: u64) -> Result<(), NetError> {
+        self.inner.iflush(buf, size)
+    }
+
+    fn register(&mut self, addr: u64, len: u64) -> Result<MrHandle, NetError> {
+        self.inner.register(addr, len)
+    }
+
+    fn deregister(&mut self, mr: MrHandle) -> Result<(), NetError> {
+        self.inner.deregister(mr)
+    }
+
+    fn close(&mut self) -> Result<(), NetError> {
+        self.inner.close()
+    }
+
+    #[cfg(any(test, feature = "testing"))]
+    fn scripts(&mut self) -> Option<&mut crate::progress::scripted::ScriptTable> {
+        self.inner.scripts()
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::progress::mem_transport::MemFabric;
+
+    #[test]
+    fn splitmix_is_deterministic_and_rates_hold() {
+        let mut a = SplitMix64::new(7);
+        let mut b = SplitMix64::new(7);
+        assert_eq!(a.next_u64(), b.next_u64());
+        assert_ne!(SplitMix64::new(8).next_u64(), SplitMix64::new(7).next_u64());
+        // Fewer draws under Miri (slow interpreter); 10% of them, within a tenth.
+        let draws = if cfg!(miri) { 10_000 } else { 100_000 };
+        let mut r = SplitMix64::new(1);
+        let hits = (0..draws).filter(|_| r.chance(100_000)).count();
+        assert!(
+            (draws * 9 / 100..draws * 11 / 100).contains(&hits),
+            "10% of {draws} draws: {hits}"
+        );
+        assert!(!(0..1000).any(|_| r.chance(0)));
+        assert!((0..1000).all(|_| r.chance(PPM)));
+    }
+
+    /// Two ranks over the in-memory fabric, rank 0's endpoint wrapped with `plan`.
+    fn pair(plan: FaultPlan) -> (FaultTransport, Box<dyn Transport>) {
+        let f = MemFabric::new(2).unwrap();
+        (
+            FaultTransport::new(Box::new(f.endpoint(0).unwrap()), plan),
+            Box::new(f.endpoint(1).unwrap()),
+        )
+    }
+
+    fn poll_until(
+        t: &mut dyn Transport,
+        other: &mut dyn Transport,
+        r: RequestId,
+    ) -> Result<TestOutcome, NetError> {
+        // A dropped message never arrives: the bound is what the test waits for (smaller under
+        // Miri, which is slow).
+        for _ in 0..if cfg!(miri) { 200 } else { 10_000 } {
+            t.poll()?;
+            other.poll()?;
+            match t.test(r)? {
+                TestOutcome::Pending => continue,
+                done => return Ok(done),
+            }
+        }
+        Ok(TestOutcome::Pending)
+    }
+
+    /// Posts `src` from `a` to `b` (retrying "try again" up to 100 times) and receives it;
+    /// returns both outcomes.
+    fn exchange(
+        a: &mut FaultTransport,
+        b: &mut dyn Transport,
+        src: &[u8; 16],
+        dst: &mut [u8; 16],
+    ) -> (Result<TestOutcome, NetError>, Result<TestOutcome, NetError>) {
+        let mut tries = 0;
+        let s = loop {
+            tries += 1;
+            // SAFETY: `src` outlives the request (tested to its end below).
+            if let Some(p) = unsafe { a.isend(1, src.as_ptr(), 16, 5) }.unwrap() {
+                break p.request;
+            }
+            assert!(tries < 100, "100 posts answered try-again");
+        };
+        // SAFETY: `dst` outlives the request (tested to its end below).
+        let r = unsafe { b.irecv(0, dst.as_mut_ptr(), 16, 5) }
+            .unwrap()
+            .unwrap();
+        let sent = poll_until(a, b, s);
+        let got = poll_until(b, a, r.request);
+        (sent, got)
+    }
+
+    #[test]
+    fn a_try_again_storm_is_back_pressure_and_the_message_arrives_whole() {
+        let (mut a, mut b) = pair(FaultPlan {
+            seed: 3,
+            eagain: 500_000,
+            eagain_burst: 3,
+            delay: 500_000,
+            delay_polls: 4,
+            ..FaultPlan::default()
+        });
+        // Fewer rounds under Miri (slow interpreter): still storms and delays at these rates.
+        let rounds: u8 = if cfg!(miri) { 3 } else { 8 };
+        for round in 0..rounds {
+            let src = [round; 16];
+            let mut dst = [0u8; 16];
+            let (sent, got) = exchange(&mut a, &mut *b, &src, &mut dst);
+            assert_eq!(sent, Ok(TestOutcome::Done { size: 16 }));
+            assert_eq!(got, Ok(TestOutcome::Done { size: 16 }));
+            assert_eq!(dst, src, "no byte wrong");
+        }
+        let c = a.counts();
+        assert!(c.eagains >= 4 && c.delays > 0, "{c:?}");
+        assert_eq!((c.errors, c.drops, c.truncations), (0, 0, 0));
+    }
+
+    #[test]
+    fn error_completions_truncations_and_drops_are_what_the_comm_sees() {
+        let src = [9u8; 16];
+        let mut dst = [0u8; 16];
+        let (mut a, mut b) = pair(FaultPlan {
+            seed: 1,
+            error_completion: PPM,
+            ..FaultPlan::default()
+        });
+        let (sent, _) = exchange(&mut a, &mut *b, &src, &mut dst);
+        assert_eq!(sent.unwrap_err().message, "injected error completion");
+        assert_eq!(a.counts().errors, 1);
+
+        // Truncation: rank 1 receives through the wrapper.
+        let f = MemFabric::new(2).unwrap();
+        let mut tx: Box<dyn Transport> = Box::new(f.endpoint(0).unwrap());
+        let mut rx = FaultTransport::new(
+            Box::new(f.endpoint(1).unwrap()),
+            FaultPlan {
+                truncate: PPM,
+                ..FaultPlan::default()
+            },
+        );
+        // SAFETY: both buffers outlive their requests (tested to their end below).
+        let s = unsafe { tx.isend(1, src.as_ptr(), 16, 5) }
+            .unwrap()
+            .unwrap();
+        // SAFETY: as above.
+        let r = unsafe { rx.irecv(0, dst.as_mut_ptr(), 16, 5) }
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            poll_until(&mut *tx, &mut rx, s.request),
+            Ok(TestOutcome::Done { size: 16 })
+        );
+        assert_eq!(
+            poll_until(&mut rx, &mut *tx, r.request),
+            Ok(TestOutcome::Done { size: 15 })
+        );
+        assert_eq!(rx.counts().truncations, 1);
+
+        // A dropped send completes for the sender; the receiver never gets it.
+        let (mut a, mut b) = pair(FaultPlan {
+            drop: PPM,
+            ..FaultPlan::default()
+        });
+        let mut dst = [0u8; 16];
+        let (sent, got) = exchange(&mut a, &mut *b, &src, &mut dst);
+        assert_eq!(sent, Ok(TestOutcome::Done { size: 16 }));
+        assert_eq!(got, Ok(TestOutcome::Pending), "the receiver waits");
+        assert_eq!(dst, [0; 16]);
+        assert_eq!(a.counts().drops, 1);
+    }
+}
