@@ -296,8 +296,8 @@ pub struct Args {
     /// rules at work: `stall-device` (its device never triggers: every rank ends NRT_TIMEOUT),
     /// `stall-rank` (its driving thread stops: the peers end NRT_TIMEOUT), `drop-comm` (its comm
     /// is aborted mid-run: it ends NRT_CLOSED, the peers NRT_TIMEOUT), `exit-rank` (its process
-    /// exits mid-run, `--transport libfabric` only: the peers end NRT_NETWORK_PROXY_FAILURE
-    /// naming it once dead peers are detected, NRT_TIMEOUT until then), `error-completion`
+    /// exits mid-run, `--transport libfabric` only: the peers end NRT_NETWORK_PROXY_FAILURE,
+    /// the log naming it), `error-completion`
     /// (its transport reports an error completion: it ends NRT_NETWORK_PROXY_FAILURE, the peers
     /// NRT_TIMEOUT), `eagain-storm` (its transport answers "try again" in storms: the run
     /// completes correctly). The run then reports every rank's final status and exits non-zero
