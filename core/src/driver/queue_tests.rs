@@ -1191,7 +1191,7 @@ mod dump {
             &lines,
             &alloc::format!(
                 "{task}comm=9 rank=1 nranks=2 transport=null last_op_count=8 fatal=none \
-                 aborted=none orphans=0"
+                 fatal_peer=none aborted=none orphans=0"
             ),
         );
         assert_has(

@@ -319,9 +319,11 @@ impl Comm {
 
     /// Writes the comm's state to `out`, one line per object, `key=value` fields (the format of
     /// the state dump, docs/design.md §6; `driver::dump`): the comm
-    /// (`comm=7 rank=0 nranks=2 transport=mem last_op_count=2 fatal=none aborted=none
-    /// orphans=0`), each stream (`comm=7 stream=2 current=0x4 pending=0xffffffff active=2
-    /// free=126/128 blocks=1`: current and pending basic block), and each op on a stream's active
+    /// (`comm=7 rank=0 nranks=2 transport=mem last_op_count=2 fatal=none fatal_peer=none
+    /// aborted=none orphans=0`: `fatal_peer` the rank a lost-peer failure names), each stream
+    /// (`comm=7 stream=2 current=0x4 pending=0xffffffff active=2 free=126/128 blocks=1
+    /// closing=false closing_requests=0 closing_ops=0`: current and pending basic block, and a
+    /// stepped teardown under way with its unconfirmed requests and held ops), and each op on a stream's active
     /// list or filed in its block map (`comm=7 stream=2 op=0 list=active kind=send bb=4
     /// count=1 state=2 peer=1 posted=3/8 device=3 completed=2 credited=2 outstanding=1`: entries
     /// posted of the op's entries, the device's pre-post index, entries completed and credited to

@@ -874,13 +874,15 @@ fn dump_names_streams_blocks_and_ops() {
     c.dump(&mut out).unwrap();
     assert!(
         out.starts_with(
-            "comm=7 rank=0 nranks=2 transport=null last_op_count=2 fatal=none aborted=none orphans=0\n"
+            "comm=7 rank=0 nranks=2 transport=null last_op_count=2 fatal=none fatal_peer=none \
+             aborted=none orphans=0\n"
         ),
         "{out}"
     );
     assert!(
         out.contains(
-            "comm=7 stream=2 current=0x4 pending=0xffffffff active=2 free=126/128 blocks=1\n"
+            "comm=7 stream=2 current=0x4 pending=0xffffffff active=2 free=126/128 blocks=1 \
+             closing=false closing_requests=0 closing_ops=0\n"
         ),
         "{out}"
     );
