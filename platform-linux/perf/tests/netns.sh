@@ -148,7 +148,7 @@ fail() { echo "FAILED: $*"; FAILED=1; }
 # 1. All-reduce across the hosts, every byte checked.
 t0=$(now)
 LOG_LEVEL=INFO start_ranks ok -b 8 -e 1M -f 8 -n 2 -w 1 -c 1
-wait_ranks ok "$(awk -v t="$t0" 'BEGIN { print t + 90 }')"
+wait_ranks ok "$(awk -v t="$t0" 'BEGIN { printf "%.3f", t + 90 }')"
 for ((r = 0; r < NRANKS; r++)); do
   [ "${CODES[$r]}" = 0 ] || fail "all-reduce: rank $r exited ${CODES[$r]}"
 done
@@ -178,7 +178,7 @@ if [ "$header" = 1 ]; then
   down_at=$(now)
   ip -n "$SW" link set vh2 down
   # The exec timeout is the last resort: every rank must have ended before it.
-  wait_ranks down "$(awk -v t="$down_at" -v e="$EXEC_TIMEOUT" 'BEGIN { print t + e }')"
+  wait_ranks down "$(awk -v t="$down_at" -v e="$EXEC_TIMEOUT" 'BEGIN { printf "%.3f", t + e }')"
   for ((r = 0; r < NRANKS; r++)); do
     took=$(awk -v a="$down_at" -v b="${ENDED[$r]}" 'BEGIN { printf "%.2f", b - a }')
     echo "link down: rank $r (host $(host_of "$r")) exit ${CODES[$r]} after ${took} s"
