@@ -348,6 +348,46 @@ pub unsafe extern "C" fn neuronStopNetworkProxy(comm: *mut NccomComm, stream: u3
     guard(WHAT, || with_comm(WHAT, comm, |c| c.stop(stream)))
 }
 
+/// One step of a stream teardown that never blocks (ABI 1.1; docs/design.md §3, "Stepped
+/// teardown"): the first call on a stream cancels the requests of its ops in flight and keeps
+/// the ops that still have requests out of the pool; every call polls the transport a few
+/// times (at most 4) and writes `*done = 1` once the cancelled requests are confirmed and every
+/// op of the stream is back in its pool. Until then `*done` is 0 and `start` / `progress` on the
+/// stream answer `NRT_INVALID`; call it again (a driver calls it once per tick, so a comm that
+/// is leaving does not stall the other comms it drives). A driver that needs the seed's
+/// synchronous teardown calls `neuronStopNetworkProxy`, which finishes a stepped one too.
+///
+/// Returns `NRT_SUCCESS`; `NRT_TIMEOUT` (with `*done = 1`) when the teardown's drain limit
+/// passed: the unconfirmed requests stay with the transport until destroy and the comm is
+/// failed; `NRT_INVALID_HANDLE` for a bad comm; `NRT_INVALID` for stream >= 4 or a NULL
+/// `done`; `NRT_FAILURE` for a comm in use by another thread or a caught panic. On an error
+/// other than `NRT_TIMEOUT`, `*done` is left as it was.
+///
+/// # Safety
+/// `done` must be NULL or point to a writable `int`. Never calls the device callbacks.
+///
+/// Seed: none (the seed's `neuronStopNetworkProxy`, nccom:0x487d0, drains before it returns).
+#[no_mangle]
+pub unsafe extern "C" fn neuronStopNetworkProxyStep(
+    comm: *mut NccomComm,
+    stream: u32,
+    done: *mut c_int,
+) -> NRT_STATUS {
+    const WHAT: &str = "neuronStopNetworkProxyStep";
+    guard(WHAT, || {
+        with_comm(WHAT, comm, |c| {
+            let done = c_out(WHAT, "done", done)?;
+            let mut d = false;
+            let r = c.stop_step(stream, &mut d);
+            // A teardown that ended at its drain limit is over too.
+            if r.is_ok() || r == Err(NrtStatus::Timeout) {
+                *done = c_int::from(d || r.is_err());
+            }
+            r
+        })
+    })
+}
+
 // ---------------------------------------------------------------------------------------------
 // The init half
 // ---------------------------------------------------------------------------------------------
@@ -787,6 +827,7 @@ pub unsafe extern "C" fn nccom_comm_abort(comm: *mut NccomComm) -> NRT_STATUS {
 const _: NeuronStartNetworkProxyFn = neuronStartNetworkProxy;
 const _: NeuronNetworkProxyProgressFn = neuronNetworkProxyProgress;
 const _: NeuronStopNetworkProxyFn = neuronStopNetworkProxy;
+const _: NeuronStopNetworkProxyStepFn = neuronStopNetworkProxyStep;
 const _: NccomAbiVersionFn = nccom_abi_version;
 const _: NrtGetStatusAsStrFn = nrt_get_status_as_str;
 const _: NccomRegisterDeviceCallbacksFn = nccom_register_device_callbacks;

@@ -396,3 +396,59 @@ fn invalidate_range_validates_its_input() {
         assert_eq!(nccom_mem_group_destroy(g), NRT_SUCCESS);
     }
 }
+
+#[test]
+fn stop_step_tears_a_stream_down_without_blocking_and_checks_its_input() {
+    let g = group(2);
+    let c = create(&config(0, 2, g)).unwrap();
+    let stuck = Stuck::new();
+    let step = |c: *mut NccomComm, stream: u32, done: &mut c_int| {
+        // SAFETY: `done` is a live local; the handle is checked by the library.
+        unsafe { neuronStopNetworkProxyStep(c, stream, done) }
+    };
+    // An empty stream is torn down at once.
+    let mut done = 0;
+    assert_eq!(step(c, 0, &mut done), NRT_SUCCESS);
+    assert_eq!(done, 1);
+    // A stream with an op waiting for its handshake: done within a bounded number of steps,
+    // then the stream is empty (progress reports idle and done) and takes a new block.
+    assert_eq!(stuck.start(c), NRT_SUCCESS);
+    assert_eq!(progress(c), (NRT_SUCCESS, 1, 0));
+    let mut steps = 0;
+    done = 0;
+    while done == 0 {
+        steps += 1;
+        assert!(steps <= 100, "the teardown ends within 100 steps");
+        assert_eq!(step(c, 0, &mut done), NRT_SUCCESS);
+    }
+    assert_eq!(progress(c), (NRT_SUCCESS, 1, 1), "the stream is empty");
+    assert_eq!(stuck.start(c), NRT_SUCCESS, "and reusable");
+    // Bad input: answered, `done` untouched.
+    done = 7;
+    assert_eq!(step(c, 4, &mut done), NRT_INVALID);
+    assert_eq!(done, 7);
+    // SAFETY: NULL `done` and NULL / foreign handles are checked, never dereferenced.
+    unsafe {
+        assert_eq!(
+            neuronStopNetworkProxyStep(c, 0, ptr::null_mut()),
+            NRT_INVALID
+        );
+        assert_eq!(
+            neuronStopNetworkProxyStep(ptr::null_mut(), 0, &mut done),
+            NRT_INVALID_HANDLE
+        );
+        assert_eq!(
+            neuronStopNetworkProxyStep(g.cast(), 0, &mut done),
+            NRT_INVALID_HANDLE
+        );
+        assert_eq!(nccom_comm_destroy(c), NRT_SUCCESS);
+        assert_eq!(
+            neuronStopNetworkProxyStep(c, 0, &mut done),
+            NRT_INVALID_HANDLE,
+            "after destroy"
+        );
+        assert_eq!(nccom_mem_group_destroy(g), NRT_SUCCESS);
+    }
+    assert_eq!(done, 7);
+    drop(stuck);
+}

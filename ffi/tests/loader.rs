@@ -52,6 +52,14 @@ fn the_real_library_loads_with_its_seam_and_init_half() {
     // SAFETY: the library checks the handle; NULL is never dereferenced.
     let r = unsafe { ncclNetworkProxyProgress(&seam, ptr::null_mut(), 0, 1, &mut idle, &mut done) };
     assert_eq!(r, Err(NrtStatus::InvalidHandle));
+    // ABI 1.1's stepped stop is found, so loaded comms' network tasks tear down off the tick.
+    assert!(
+        seam.stop_step.is_some(),
+        "neuronStopNetworkProxyStep resolved"
+    );
+    // SAFETY: as above.
+    let r = unsafe { seam.stop_step(ptr::null_mut(), 0) };
+    assert_eq!(r, Err(NrtStatus::InvalidHandle));
     assert!(format!("{lib:?}").contains("libnccom_proxy.so"));
 }
 
@@ -178,6 +186,21 @@ fn send_recv_through_the_loaded_seam() {
         }
         assert!(idle && done, "progress after stop is idle and done");
     }
+    // The ABI 1.1 entries through the loader: invalidate checks its range, abort is applied
+    // at the comm's next progress.
+    assert_eq!(
+        comms[0].invalidate_range(dst[0].as_ptr(), dst[0].len()),
+        Ok(())
+    );
+    assert_eq!(
+        comms[0].invalidate_range(ptr::null(), 8),
+        Err(NrtStatus::Invalid)
+    );
+    assert_eq!(comms[1].abort(), Ok(()));
+    let (mut idle, mut done) = (true, true);
+    // SAFETY: as above.
+    let r = unsafe { ncclNetworkProxyProgress(&seam, c1, 3, 5, &mut idle, &mut done) };
+    assert_eq!(r, Err(NrtStatus::Closed), "the abort, applied");
     let [a, b] = comms;
     a.destroy().unwrap();
     drop(b);

@@ -152,6 +152,7 @@ int main(void) {
         CHECK(neuronStartNetworkProxy(bad[i], 0, 1, &op, 1, src, 2, NULL, 0), NRT_INVALID_HANDLE);
         CHECK(neuronNetworkProxyProgress(bad[i], 0, 1, &idle, &done), NRT_INVALID_HANDLE);
         CHECK(neuronStopNetworkProxy(bad[i], 0), NRT_INVALID_HANDLE);
+        CHECK(neuronStopNetworkProxyStep(bad[i], 0, &done), NRT_INVALID_HANDLE);
         CHECK(nccom_comm_register_memory(bad[i], buf, sizeof buf), NRT_INVALID_HANDLE);
         CHECK(nccom_comm_destroy(bad[i]), NRT_INVALID_HANDLE);
     }
@@ -164,6 +165,8 @@ int main(void) {
     CHECK(neuronNetworkProxyProgress(c0, 4, 1, &idle, &done), NRT_INVALID);
     EXPECT(idle == 0 && done == 0); /* a failed call is neither idle nor done */
     CHECK(neuronStopNetworkProxy(c0, 4), NRT_INVALID);
+    CHECK(neuronStopNetworkProxyStep(c0, 4, &done), NRT_INVALID);
+    CHECK(neuronStopNetworkProxyStep(c0, 0, NULL), NRT_INVALID);
     CHECK(neuronStartNetworkProxy(c0, 0, 1, NULL, 1, src, 2, NULL, 0), NRT_INVALID);    /* NULL ops */
     CHECK(neuronStartNetworkProxy(c0, 0, 1, &op, 1, NULL, 2, NULL, 0), NRT_INVALID);    /* NULL src */
     CHECK(neuronStartNetworkProxy(c0, 0, 1, &op, 1, src, 2, NULL, 3), NRT_INVALID);     /* NULL dst */
@@ -220,6 +223,16 @@ int main(void) {
     CHECK(neuronNetworkProxyProgress(c0, 2, 1, &idle, &done), NRT_SUCCESS);
     EXPECT(idle == 1 && done == 1);
     CHECK(neuronStopNetworkProxy(c0, 2), NRT_SUCCESS); /* stop twice is fine */
+    /* The stepped stop (ABI 1.1): a block waiting for the device, torn down in a few steps. */
+    CHECK(neuronStartNetworkProxy(c0, 2, 1, &op, 1, src, 2, NULL, 0), NRT_SUCCESS);
+    CHECK(neuronNetworkProxyProgress(c0, 2, 1, &idle, &done), NRT_SUCCESS);
+    done = 0;
+    for (int steps = 0; !done && steps < 100; steps++)
+        CHECK(neuronStopNetworkProxyStep(c0, 2, &done), NRT_SUCCESS);
+    EXPECT(done == 1); /* within 100 steps */
+    idle = 1, done = 1;
+    CHECK(neuronNetworkProxyProgress(c0, 2, 1, &idle, &done), NRT_SUCCESS);
+    EXPECT(idle == 1 && done == 1);
 
     /* ---- a failing comm: the receive is shorter than the message (truncation) ---- */
     {

@@ -268,6 +268,11 @@ pub type NeuronNetworkProxyProgressFn = unsafe extern "C" fn(
 pub type NeuronStopNetworkProxyFn =
     unsafe extern "C" fn(comm: *mut NccomComm, stream: u32) -> NRT_STATUS;
 
+/// `neuronStopNetworkProxyStep` (ABI 1.1, not in the seed): one bounded, non-blocking step of a
+/// stream teardown; `*done` is 1 once the stream is torn down.
+pub type NeuronStopNetworkProxyStepFn =
+    unsafe extern "C" fn(comm: *mut NccomComm, stream: u32, done: *mut c_int) -> NRT_STATUS;
+
 /// `nccom_abi_version`: the library's `NCCOM_PROXY_ABI_VERSION`.
 pub type NccomAbiVersionFn = unsafe extern "C" fn() -> u32;
 

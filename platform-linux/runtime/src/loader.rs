@@ -31,13 +31,14 @@ use std::ptr;
 
 use libloading::os::unix::{Library, RTLD_LOCAL, RTLD_NOW};
 use proxy_core::progress::desc::{NetDestAddr, NetOpInfo, NetSrcAddr};
-use proxy_core::seam::{ProgressFn, SeamTable, StartFn, StopFn};
+use proxy_core::seam::{ProgressFn, SeamTable, StartFn, StopFn, StopStepFn};
 use proxy_core::status::NrtStatus;
 use proxy_ffi_types::{
-    NccomAbiVersionFn, NccomComm, NccomCommConfig, NccomCommCreateFn, NccomCommDestroyFn,
-    NccomCommRegisterMemoryFn, NccomDeviceCallbacks, NccomMemGroup, NccomMemGroupCreateFn,
-    NccomMemGroupDestroyFn, NccomRegisterDeviceCallbacksFn, NeuronNetworkProxyProgressFn,
-    NeuronStartNetworkProxyFn, NeuronStopNetworkProxyFn, NrtGetStatusAsStrFn,
+    NccomAbiVersionFn, NccomComm, NccomCommAbortFn, NccomCommConfig, NccomCommCreateFn,
+    NccomCommDestroyFn, NccomCommInvalidateRangeFn, NccomCommRegisterMemoryFn,
+    NccomDeviceCallbacks, NccomMemGroup, NccomMemGroupCreateFn, NccomMemGroupDestroyFn,
+    NccomRegisterDeviceCallbacksFn, NeuronNetworkProxyProgressFn, NeuronStartNetworkProxyFn,
+    NeuronStopNetworkProxyFn, NeuronStopNetworkProxyStepFn, NrtGetStatusAsStrFn,
     NCCOM_PROXY_ABI_VERSION, NCCOM_PROXY_ABI_VERSION_MAJOR,
 };
 
@@ -124,6 +125,10 @@ pub struct InitTable {
     pub comm_destroy: NccomCommDestroyFn,
     /// `nccom_comm_register_memory`.
     pub comm_register_memory: NccomCommRegisterMemoryFn,
+    /// `nccom_comm_invalidate_range` (ABI 1.1; `None` in a 1.0 library).
+    pub comm_invalidate_range: Option<NccomCommInvalidateRangeFn>,
+    /// `nccom_comm_abort` (ABI 1.1; `None` in a 1.0 library).
+    pub comm_abort: Option<NccomCommAbortFn>,
 }
 
 /// A progress-half library loaded with `dlopen`: its seam table and its init half.
@@ -191,6 +196,15 @@ impl ProgressLib {
                 }
             }};
         }
+        // An entry a newer minor of the ABI added: `None` when the library predates it.
+        macro_rules! optional {
+            ($name:literal, $ty:ty) => {{
+                // SAFETY: as in `sym!`: the entry point of that name has type `$ty`.
+                unsafe { lib.get::<$ty>(concat!($name, "\0").as_bytes()) }
+                    .ok()
+                    .map(|s| *s)
+            }};
+        }
         let start = sym!("neuronStartNetworkProxy", NeuronStartNetworkProxyFn);
         let progress = sym!("neuronNetworkProxyProgress", NeuronNetworkProxyProgressFn);
         let stop = sym!("neuronStopNetworkProxy", NeuronStopNetworkProxyFn);
@@ -206,6 +220,11 @@ impl ProgressLib {
             comm_create: sym!("nccom_comm_create", NccomCommCreateFn),
             comm_destroy: sym!("nccom_comm_destroy", NccomCommDestroyFn),
             comm_register_memory: sym!("nccom_comm_register_memory", NccomCommRegisterMemoryFn),
+            comm_invalidate_range: optional!(
+                "nccom_comm_invalidate_range",
+                NccomCommInvalidateRangeFn
+            ),
+            comm_abort: optional!("nccom_comm_abort", NccomCommAbortFn),
         };
         // SAFETY: the library's own version query, no arguments.
         let abi_version = unsafe { (init.abi_version)() };
@@ -216,7 +235,10 @@ impl ProgressLib {
                 expected: NCCOM_PROXY_ABI_VERSION,
             });
         }
-        // SAFETY: (all three transmutes) the typedefs differ from the seam table's only in the
+        // The stepped stop (ABI 1.1, optional): a library without it gets `stop_step: None`,
+        // and its network tasks stop synchronously (docs/design.md §3, "Stepped teardown").
+        let stop_step = optional!("neuronStopNetworkProxyStep", NeuronStopNetworkProxyStepFn);
+        // SAFETY: (all four transmutes) the typedefs differ from the seam table's only in the
         // pointee type of the comm pointer (`nccom_comm_t *` vs `void *`): same C ABI, same
         // arguments.
         let seam = unsafe {
@@ -224,9 +246,8 @@ impl ProgressLib {
                 start: std::mem::transmute::<NeuronStartNetworkProxyFn, StartFn>(start),
                 progress: std::mem::transmute::<NeuronNetworkProxyProgressFn, ProgressFn>(progress),
                 stop: std::mem::transmute::<NeuronStopNetworkProxyFn, StopFn>(stop),
-                // The C ABI has no stepped stop yet (docs/design.md §3, planned): a loaded
-                // library's network tasks stop synchronously.
-                stop_step: None,
+                stop_step: stop_step
+                    .map(|f| std::mem::transmute::<NeuronStopNetworkProxyStepFn, StopStepFn>(f)),
             }
         };
         log::info!(
@@ -387,6 +408,39 @@ impl LoadedComm<'_> {
         NrtStatus::result_of_code(unsafe {
             (self.lib.init.comm_register_memory)(self.handle, base.cast(), len)
         })
+    }
+
+    /// Drops the transport's cached registrations of `[addr, addr + len)`: call it before
+    /// freeing or unmapping a buffer that was posted (docs/design.md §5, "Memory registration").
+    ///
+    /// # Errors
+    /// The library's status (`Invalid` for a NULL `addr`, a zero `len` or a wrapping range);
+    /// `Failure` (logged) when the library predates ABI 1.1 and has no such entry.
+    pub fn invalidate_range(&self, addr: *const u8, len: usize) -> Result<(), NrtStatus> {
+        let Some(f) = self.lib.init.comm_invalidate_range else {
+            log::error!(
+                "{}: no nccom_comm_invalidate_range (ABI 1.0)",
+                self.lib.path.display()
+            );
+            return Err(NrtStatus::Failure);
+        };
+        // SAFETY: a live handle of this library; the library only compares the range.
+        NrtStatus::result_of_code(unsafe { f(self.handle, addr.cast(), len) })
+    }
+
+    /// Requests an abort of the comm (any thread, any time; docs/design.md §9, "Abort"): the
+    /// driving thread's next start or progress on it answers `NRT_CLOSED`.
+    ///
+    /// # Errors
+    /// The library's status; `Failure` (logged) when the library predates ABI 1.1 and has no
+    /// such entry.
+    pub fn abort(&self) -> Result<(), NrtStatus> {
+        let Some(f) = self.lib.init.comm_abort else {
+            log::error!("{}: no nccom_comm_abort (ABI 1.0)", self.lib.path.display());
+            return Err(NrtStatus::Failure);
+        };
+        // SAFETY: a live handle of this library (abort may run concurrently with other calls).
+        NrtStatus::result_of_code(unsafe { f(self.handle) })
     }
 
     /// Destroys the comm now, returning the library's status.

@@ -219,6 +219,16 @@ impl core::fmt::Debug for NetworkTask {
     }
 }
 
+/// The log level of a failed seam call: `NRT_CLOSED` is the answer to an abort someone asked
+/// for (warn); anything else is a failure of the comm (error).
+fn failure_level(status: NrtStatus) -> log::Level {
+    if status == NrtStatus::Closed {
+        log::Level::Warn
+    } else {
+        log::Level::Error
+    }
+}
+
 impl NetworkTask {
     /// Builds a task in INIT from `spec`.
     ///
@@ -516,7 +526,8 @@ impl NetworkTask {
                     .start(self.comm.as_ptr(), b.stream, b.bb, &b.ops, &b.src, &b.dst)
             };
             if let Err(e) = r {
-                log::error!(
+                log::log!(
+                    failure_level(e),
                     "network task {} comm {}: start(stream {}, bb {}) failed: {}",
                     self.core.record().task_id,
                     self.core.record().comm_id,
@@ -580,7 +591,8 @@ impl NetworkTask {
                     .progress(self.comm.as_ptr(), c.stream, bb, &mut idle, &mut done)
             };
             if let Err(e) = r {
-                log::error!(
+                log::log!(
+                    failure_level(e),
                     "network task {} comm {}: progress(stream {}, bb {}) failed: {}",
                     self.core.record().task_id,
                     self.core.record().comm_id,
