@@ -656,6 +656,29 @@ NRT_STATUS neuronStopNetworkProxy(struct nccom_comm_t *comm,
                                   uint32_t stream);
 
 /**
+ * One step of a stream teardown that never blocks (ABI 1.1; docs/design.md §3, "Stepped
+ * teardown"): the first call on a stream cancels the requests of its ops in flight and keeps
+ * the ops that still have requests out of the pool; every call polls the transport a few
+ * times (at most 4) and writes `*done = 1` once the cancelled requests are confirmed and every
+ * op of the stream is back in its pool. Until then `*done` is 0 and `start` / `progress` on the
+ * stream answer `NRT_INVALID`; call it again (a driver calls it once per tick, so a comm that
+ * is leaving does not stall the other comms it drives). A driver that needs the seed's
+ * synchronous teardown calls `neuronStopNetworkProxy`, which finishes a stepped one too.
+ *
+ * Returns `NRT_SUCCESS`; `NRT_TIMEOUT` (with `*done = 1`) when the teardown's drain limit
+ * passed: the unconfirmed requests stay with the transport until destroy and the comm is
+ * failed; `NRT_INVALID_HANDLE` for a bad comm; `NRT_INVALID` for stream >= 4 or a NULL
+ * `done`; `NRT_FAILURE` for a comm in use by another thread or a caught panic. On an error
+ * other than `NRT_TIMEOUT`, `*done` is left as it was.
+ *
+ * # Safety
+ * `done` must be NULL or point to a writable `int`. Never calls the device callbacks.
+ *
+ * Seed: none (the seed's `neuronStopNetworkProxy`, nccom:0x487d0, drains before it returns).
+ */
+NRT_STATUS neuronStopNetworkProxyStep(struct nccom_comm_t *comm, uint32_t stream, int *done);
+
+/**
  * The ABI version of this library: `NCCOM_PROXY_ABI_VERSION`, `(major << 16) | minor`. A
  * caller built against a header with another major must not use the library.
  */
