@@ -272,12 +272,12 @@ run_step facade 10 facade
 run_step no_std 90 no_std
 run_step baremetal 150 baremetal
 run_step clippy 300 clippy
-run_step test 480 test
-run_step killed_peer 120 killed_peer
-run_step soak 120 soak
+run_step test 510 test
+run_step killed_peer 90 killed_peer
+run_step soak 60 soak
 run_step netns 60 netns
 run_step loom 210 loom
-run_step miri 540 miri
+run_step miri 600 miri
 run_step fuzz 180 fuzz
 [ "${PROXY_CI_INNER:-0}" = 1 ] || \
   echo "=== all steps passed in $(( $(date +%s) - TOTAL_START ))s (suite budget 2700s)"
