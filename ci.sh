@@ -158,6 +158,7 @@ baremetal() (
   # The check must bite: one byte of rank 1's output element 37 flipped, the firmware must
   # exit non-zero and name the element.
   cargo build --release --locked --features break-check
+  echo "break-check: this run must report a wrong element and print FAIL (expected):"
   rc=0; out=$(timeout 60 "${QEMU_M4[@]}" "$FW_ELF" 2>&1) || rc=$?
   echo "$out"
   [ "$rc" = 124 ] && { echo "error: the break-check firmware did not exit within 60 s"; return 1; }
