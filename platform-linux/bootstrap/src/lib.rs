@@ -353,6 +353,14 @@ impl Bootstrap {
         if self.closed {
             return;
         }
+        // One last non-blocking look at the connections before saying `Bye`: a peer lost since
+        // the last watch (a leaf killed while this rank's comm failed on the transport's own
+        // error and stopped polling its watch) is then reported as lost (the root tells the
+        // other leaves, `Lost`) instead of being covered by a clean `Bye`, after which the
+        // other leaves would wait for the exec timeout.
+        if self.failed.is_none() {
+            let _ = self.watch_peers();
+        }
         self.closed = true;
         let bye = self.failed.is_none();
         let mut conns: Vec<&mut Conn> = match &mut self.role {
