@@ -46,6 +46,7 @@ pub fn header(args: &Args, info: &HeaderInfo<'_>) -> String {
     );
     let _ = writeln!(s, "#  proxy: {}", info.engine);
     let _ = writeln!(s, "#  progress half: {}", info.progress_half);
+    let _ = writeln!(s, "#  protocol: {}", args.protocol_line());
     let _ = writeln!(
         s,
         "#  minBytes {} maxBytes {} step: {} warmup iters: {} iters: {} check iters: {} type {} op {} root {} algo {:?} chunk {}",
@@ -220,6 +221,7 @@ pub fn write_json(
         "warmup_iters": args.warmup,
         "check_iters": args.check,
         "busbw_factor": c.busbw_factor(args.ranks),
+        "protocol_options": args.protocol_json(),
         "rows": rows.iter().map(|r| serde_json::json!({
             "size": r.size,
             "count": r.count,

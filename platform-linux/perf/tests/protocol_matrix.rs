@@ -1,0 +1,385 @@
+//! Issue 14: the whole protocol end to end. A pairwise combinatorial matrix, generated here,
+//! over streams {1, 2, 4} × blocks {1, 3} × early receive {off, on} × early send {off, on} ×
+//! index wrap {0, 4} × credits {1, 128} × every collective × ranks {2, 3, 4} × {mem, libfabric
+//! tcp, libfabric shm} × {execution, `--loop`} × {caller + polled, worker + device thread}:
+//! every pair of values of any two factors meets in at least one cell (not the full product).
+//! Each cell runs the `proxy-perf` binary once (out of place and in place, every byte checked)
+//! and asserts 0 wrong and the seam's `start` count.
+//!
+//! Sizes: every (stream, block) of the largest cell gets about 6 FIFO entries per op; the chunk
+//! is the transport's copy limit, so early send completion can happen (mem and shm 4096 B, tcp
+//! the inject size, 64 B). Every run is bounded (a per-run kill after 90 s, the tasks' 20 s
+//! no-progress limit).
+
+use std::collections::BTreeSet;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_proxy-perf");
+
+/// The factors and their values (index = level).
+const STREAMS: [u32; 3] = [1, 2, 4];
+const BLOCKS: [u32; 2] = [1, 3];
+/// `--early-recv` when on: the receives posted ahead (`ending_recv_credits`).
+const EARLY_RECV_ON: u32 = 2;
+const EARLY_RECV: [u32; 2] = [0, EARLY_RECV_ON];
+const EARLY_SEND: [bool; 2] = [false, true];
+const IDX_WRAP: [u32; 2] = [0, 4];
+const CREDITS: [u32; 2] = [1, 128];
+const COLLECTIVES: [&str; 6] = [
+    "all-reduce",
+    "all-gather",
+    "reduce-scatter",
+    "broadcast",
+    "send-recv",
+    "all-to-all",
+];
+const RANKS: [u32; 3] = [2, 3, 4];
+/// The transports: `mem`, libfabric `tcp`, libfabric `shm`.
+const TRANSPORTS: [&str; 3] = ["mem", "tcp", "shm"];
+const LOOP: [bool; 2] = [false, true];
+const MODES: [[&str; 4]; 2] = [
+    ["--driver", "caller", "--device", "polled"],
+    ["--driver", "thread", "--device", "thread"],
+];
+
+/// The number of levels of each factor, in the order of [`Cell::from_levels`].
+const LEVELS: [usize; 11] = [
+    STREAMS.len(),
+    BLOCKS.len(),
+    EARLY_RECV.len(),
+    EARLY_SEND.len(),
+    IDX_WRAP.len(),
+    CREDITS.len(),
+    COLLECTIVES.len(),
+    RANKS.len(),
+    TRANSPORTS.len(),
+    LOOP.len(),
+    MODES.len(),
+];
+
+/// A pairwise covering array over factors with `levels[f]` values each: rows of levels such that
+/// for any two factors every pair of their values appears in some row. Greedy and
+/// deterministic: each row starts from the smallest uncovered pair and fills the other factors
+/// (largest first) with the value that covers most uncovered pairs with the values already set
+/// (ties: the value used least so far, then the smallest).
+pub fn pairwise(levels: &[usize]) -> Vec<Vec<usize>> {
+    let k = levels.len();
+    let mut uncovered: BTreeSet<(usize, usize, usize, usize)> = BTreeSet::new();
+    for i in 0..k {
+        for j in i + 1..k {
+            for a in 0..levels[i] {
+                for b in 0..levels[j] {
+                    uncovered.insert((i, a, j, b));
+                }
+            }
+        }
+    }
+    let mut order: Vec<usize> = (0..k).collect();
+    order.sort_by_key(|&f| std::cmp::Reverse(levels[f]));
+    let mut used: Vec<Vec<usize>> = levels.iter().map(|&l| vec![0; l]).collect();
+    let mut rows = Vec::new();
+    // Bounded: every row covers at least its seed pair.
+    let bound = uncovered.len();
+    while let Some(&(i, a, j, b)) = uncovered.iter().next() {
+        assert!(rows.len() < bound, "the generator did not converge");
+        let mut row: Vec<Option<usize>> = vec![None; k];
+        row[i] = Some(a);
+        row[j] = Some(b);
+        for &f in &order {
+            if row[f].is_some() {
+                continue;
+            }
+            let gain = |v: usize| {
+                (0..k)
+                    .filter_map(|g| row[g].map(|w| (g, w)))
+                    .filter(|&(g, w)| {
+                        let key = if g < f { (g, w, f, v) } else { (f, v, g, w) };
+                        uncovered.contains(&key)
+                    })
+                    .count()
+            };
+            let v = (0..levels[f])
+                .max_by_key(|&v| (gain(v), std::cmp::Reverse(used[f][v]), std::cmp::Reverse(v)))
+                .expect("a factor has at least one level");
+            row[f] = Some(v);
+        }
+        let row: Vec<usize> = row.into_iter().map(|v| v.expect("set")).collect();
+        for (f, &v) in row.iter().enumerate() {
+            used[f][v] += 1;
+            for (g, &w) in row.iter().enumerate().skip(f + 1) {
+                uncovered.remove(&(f, v, g, w));
+            }
+        }
+        rows.push(row);
+    }
+    rows
+}
+
+/// One cell of the matrix.
+#[derive(Clone, Copy, Debug)]
+struct Cell {
+    streams: u32,
+    blocks: u32,
+    early_recv: u32,
+    early_send: bool,
+    idx_wrap: u32,
+    credits: u32,
+    collective: &'static str,
+    ranks: u32,
+    transport: &'static str,
+    looped: bool,
+    mode: [&'static str; 4],
+}
+
+impl Cell {
+    fn from_levels(l: &[usize]) -> Self {
+        Self {
+            streams: STREAMS[l[0]],
+            blocks: BLOCKS[l[1]],
+            early_recv: EARLY_RECV[l[2]],
+            early_send: EARLY_SEND[l[3]],
+            idx_wrap: IDX_WRAP[l[4]],
+            credits: CREDITS[l[5]],
+            collective: COLLECTIVES[l[6]],
+            ranks: RANKS[l[7]],
+            transport: TRANSPORTS[l[8]],
+            looped: LOOP[l[9]],
+            mode: MODES[l[10]],
+        }
+    }
+
+    /// The transport's copy limit: the chunk of the cell.
+    fn chunk(&self) -> u64 {
+        if self.transport == "tcp" {
+            64
+        } else {
+            4096
+        }
+    }
+
+    /// About 6 FIFO entries per op in every (stream, block).
+    fn size(&self) -> u64 {
+        u64::from(self.ranks * self.streams * self.blocks) * 6 * self.chunk()
+    }
+
+    /// Timed iterations.
+    fn iters(&self) -> u32 {
+        3
+    }
+
+    fn args(&self, json: &str) -> Vec<String> {
+        let mut v: Vec<String> = [
+            self.collective,
+            "--ranks",
+            &self.ranks.to_string(),
+            "-b",
+            &self.size().to_string(),
+            "-e",
+            &self.size().to_string(),
+            "-n",
+            &self.iters().to_string(),
+            "-w",
+            "1",
+            "-c",
+            "1",
+            "--chunk",
+            &self.chunk().to_string(),
+            "--streams",
+            &self.streams.to_string(),
+            "--blocks",
+            &self.blocks.to_string(),
+            "--early-recv",
+            &self.early_recv.to_string(),
+            &format!(
+                "--early-send={}",
+                if self.early_send { "on" } else { "off" }
+            ),
+            "--idx-wrap",
+            &self.idx_wrap.to_string(),
+            "--credits",
+            &self.credits.to_string(),
+            "--json",
+            json,
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        v.extend(self.mode.iter().map(|s| s.to_string()));
+        if self.looped {
+            v.push("--loop".into());
+        }
+        if self.transport != "mem" {
+            v.extend(["--transport", "libfabric", "--provider", self.transport].map(String::from));
+        }
+        v
+    }
+}
+
+fn cells() -> Vec<Cell> {
+    pairwise(&LEVELS)
+        .iter()
+        .map(|l| Cell::from_levels(l))
+        .collect()
+}
+
+/// The generator covers every pair of every two factors, with far fewer cells than the
+/// product.
+#[test]
+fn pairwise_covers_every_pair() {
+    let rows = pairwise(&LEVELS);
+    for i in 0..LEVELS.len() {
+        for j in i + 1..LEVELS.len() {
+            for a in 0..LEVELS[i] {
+                for b in 0..LEVELS[j] {
+                    assert!(
+                        rows.iter().any(|r| r[i] == a && r[j] == b),
+                        "factor {i} = {a} never meets factor {j} = {b}"
+                    );
+                }
+            }
+        }
+    }
+    let product: usize = LEVELS.iter().product();
+    // At least the two largest factors' product (6 collectives × 3), far below the product.
+    assert!(rows.len() >= 18, "{}", rows.len());
+    assert!(rows.len() <= 30, "{} rows", rows.len());
+    assert!(product > 100 * rows.len());
+    // Every transport gets cells of its own.
+    for t in TRANSPORTS {
+        assert!(cells().iter().any(|c| c.transport == t));
+    }
+}
+
+/// What a cell's run printed and wrote.
+struct Ran {
+    code: Option<i32>,
+    out: String,
+    err: String,
+    json: Option<serde_json::Value>,
+    took: Duration,
+}
+
+/// Runs one cell's `proxy-perf`, killed (its process group) after 90 s.
+fn run(cell: &Cell, n: usize) -> Ran {
+    use std::io::Read;
+    use std::os::unix::process::CommandExt;
+    let path =
+        std::env::temp_dir().join(format!("proxy-perf-matrix-{}-{n}.json", std::process::id()));
+    let _ = std::fs::remove_file(&path);
+    let start = Instant::now();
+    let mut child = Command::new(BIN)
+        .args(cell.args(path.to_str().expect("utf-8 temp dir")))
+        .envs([
+            ("NEURON_RT_BOOTSTRAP_TIMEOUT", "30"),
+            ("NEURON_RT_EXEC_TIMEOUT", "20"),
+            ("FI_TCP_IFACE", "lo"),
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .spawn()
+        .expect("run proxy-perf");
+    let drain = |mut r: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut s = String::new();
+            let _ = r.read_to_string(&mut s);
+            s
+        })
+    };
+    let out = drain(Box::new(child.stdout.take().expect("piped")));
+    let err = drain(Box::new(child.stderr.take().expect("piped")));
+    let pgid = child.id() as i32;
+    let code = loop {
+        if let Some(st) = child.try_wait().expect("wait for proxy-perf") {
+            break st.code();
+        }
+        if start.elapsed() > Duration::from_secs(90) {
+            // SAFETY: kill(2) on the process group this test created (its leader is our
+            // child, not yet reaped, so the group id cannot have been reused).
+            unsafe { libc::kill(-pgid, libc::SIGKILL) };
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let json = std::fs::read_to_string(&path)
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok());
+    let _ = std::fs::remove_file(&path);
+    Ran {
+        code,
+        out: out.join().unwrap_or_default(),
+        err: err.join().unwrap_or_default(),
+        json,
+        took: start.elapsed(),
+    }
+}
+
+/// Asserts one cell: exit 0, 0 wrong on both sides, the options in the JSON, and the seam's
+/// `start` count: once per filed (stream, block) per rank for the whole timed run with
+/// `--loop`, once per execution without.
+fn check(cell: &Cell, r: &Ran) {
+    let what = format!("{cell:?}");
+    assert_eq!(r.code, Some(0), "{what}:\n{}\n{}", r.out, r.err);
+    let v = r
+        .json
+        .as_ref()
+        .unwrap_or_else(|| panic!("{what}: no JSON\n{}", r.out));
+    let o = &v["protocol_options"];
+    assert_eq!(o["streams"], cell.streams, "{what}: {o}");
+    assert_eq!(o["blocks"], cell.blocks, "{what}: {o}");
+    assert_eq!(o["early_recv_credits"], cell.early_recv, "{what}: {o}");
+    assert_eq!(o["early_send"], cell.early_send, "{what}: {o}");
+    assert_eq!(o["idx_wrap"], cell.idx_wrap, "{what}: {o}");
+    assert_eq!(o["credits"], cell.credits, "{what}: {o}");
+    let row = &v["rows"][0];
+    for side in ["out_of_place", "in_place"] {
+        let m = &row[side];
+        assert_eq!(m["wrong"].as_u64(), Some(0), "{what} {side}: {m}");
+        let execs = m["timed_device_executions"].as_u64().expect("executions");
+        assert_eq!(
+            execs,
+            u64::from(cell.ranks * cell.iters()),
+            "{what} {side}: {m}"
+        );
+        let starts = m["timed_seam_starts"].as_u64().expect("starts");
+        let filed = m["filed_blocks"].as_u64().unwrap_or(u64::from(cell.ranks));
+        let want = if cell.looped {
+            filed
+        } else {
+            filed * u64::from(cell.iters())
+        };
+        assert_eq!(starts, want, "{what} {side}: {m}");
+    }
+}
+
+fn run_cells(pick: impl Fn(&Cell) -> bool) {
+    let cells: Vec<Cell> = cells().into_iter().filter(|c| pick(c)).collect();
+    assert!(!cells.is_empty());
+    let t0 = Instant::now();
+    for (n, c) in cells.iter().enumerate() {
+        let r = run(c, n);
+        eprintln!("{c:?}: {:.1} s", r.took.as_secs_f64());
+        check(c, &r);
+    }
+    eprintln!(
+        "{} cells in {:.1} s",
+        cells.len(),
+        t0.elapsed().as_secs_f64()
+    );
+}
+
+/// The matrix's in-process cells.
+#[test]
+fn matrix_mem() {
+    run_cells(|c| c.transport == "mem");
+}
+
+/// The matrix's libfabric cells (tcp and shm, ranks as processes on loopback).
+#[cfg(feature = "libfabric")]
+#[test]
+fn matrix_libfabric() {
+    run_cells(|c| c.transport != "mem");
+}
