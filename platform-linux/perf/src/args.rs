@@ -132,6 +132,18 @@ pub const DEFAULT_IDX_WRAP: u32 = 0;
 /// `--credits` default (0 = the progress half's default).
 pub const DEFAULT_CREDITS: u32 = 0;
 
+/// Parses `--idx-wrap`: 0 (no wrap) or at least 2 (a wrap of 1 leaves no entry to post).
+///
+/// # Errors
+/// A message for 1 or a malformed number.
+pub fn parse_idx_wrap(s: &str) -> Result<u32, String> {
+    match s.parse::<u32>() {
+        Ok(1) => Err("1 leaves the device no entry to post: 0 (no wrap) or at least 2".into()),
+        Ok(v) => Ok(v),
+        Err(_) => Err(format!("'{s}' is not a number")),
+    }
+}
+
 /// Parses `on` / `off` (also `true` / `false`, `1` / `0`, `yes` / `no`).
 ///
 /// # Errors
@@ -322,11 +334,11 @@ pub struct Args {
     pub early_send: bool,
     /// FIFO index wrap (`net_idx_loop_size`): the device never has this many entries of an
     /// op posted and not completed, and indices wrap at it (0 = no wrap).
-    #[arg(long = "idx-wrap", value_name = "N", default_value_t = DEFAULT_IDX_WRAP)]
+    #[arg(long = "idx-wrap", value_name = "N", default_value_t = DEFAULT_IDX_WRAP, value_parser = parse_idx_wrap)]
     pub idx_wrap: u32,
     /// Initial send credits of each op (`initial_send_credits`: requests a send may have
     /// outstanding at the transport; 0 = the progress half's default).
-    #[arg(long, value_name = "N", default_value_t = DEFAULT_CREDITS)]
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_CREDITS, value_parser = clap::value_parser!(u32).range(0..=128))]
     pub credits: u32,
     /// Pin rank r's device emulator to CPU r mod ncpus. Driver workers follow
     /// `NEURON_RT_LOW_LATENCY_TASKS_CPU_AFFINITY`.

@@ -12,7 +12,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use proxy_collectives::planner::data::{count_wrong, fill_input, POISON};
-use proxy_collectives::planner::{plan, Addresses, Collective, Fifos, PlanParams, RankPlan};
+use proxy_collectives::planner::{
+    plan_blocks, Addresses, BlockPlans, Collective, Fifos, NecOptions, PlanParams, RankPlan,
+};
 use proxy_core::driver::trigger::TRIGGER_ARMED;
 use proxy_core::progress::comm::{Comm, CommConfig};
 use proxy_core::progress::fault::{FaultPlan, FaultTransport, PPM};
@@ -39,8 +41,6 @@ use proxy_runtime::hostmem::{HostMem, HostMemCallbacks, LINE};
 use proxy_runtime::loader::ProgressLib;
 use proxy_runtime::Config;
 
-/// Block id every collective call uses (one block per call).
-pub const BLOCK: u32 = 1;
 /// Bytes between host words (each alone on a host-memory line).
 const WORD_STRIDE: u64 = LINE as u64;
 /// Trigger-word sets per rank (executions in flight at once).
@@ -345,10 +345,10 @@ fn run_config(
     ))
 }
 
-/// Host-memory lines per rank: the fixed words, then 6 plan words per op, at most 2(n − 1)
-/// ops (ring all-reduce).
-fn host_lines(n: u32) -> usize {
-    FIXED_LINES + 12 * n as usize + 6
+/// Host-memory lines per rank: the fixed words, then per (stream, block) part 6 plan words per
+/// op, at most 2(n − 1) ops (ring all-reduce) and a margin.
+fn host_lines(n: u32, streams: u32, blocks: u32) -> usize {
+    FIXED_LINES + (streams as usize * blocks as usize) * (12 * n as usize + 6)
 }
 
 /// `nec_inc_semaphore` for comms of a loaded progress half: the words are the tool's own host
@@ -389,9 +389,15 @@ struct Assembly {
 
 /// One measured mode's plans and placements (by local index).
 struct Prepared {
-    plans: Vec<Arc<RankPlan>>,
+    /// Every non-empty (stream, block) part of each rank's collective.
+    plans: Vec<Arc<BlockPlans>>,
+    /// The whole rank's buffers and host words (each part's FIFOs and device program apply its
+    /// own word base).
     addrs: Vec<Addresses>,
-    fifos: Vec<Fifos>,
+    /// `(stream, block id, FIFOs)` of every part, filed at the network task's INIT.
+    fifos: Vec<Vec<(u32, u32, Fifos)>>,
+    /// The device program of each rank and the addresses it runs with.
+    device: Vec<(Arc<RankPlan>, Addresses)>,
     /// Which `prepare` made it (unique in the World): with the reps, the shape key of its
     /// executions' kept tasks and jobs.
     generation: u32,
@@ -428,7 +434,7 @@ impl World {
         let stall_release = Arc::new(AtomicBool::new(false));
         let stall_for = stall_limit(args)?;
         let (cfg, wait, _, modes) = run_config(args, n, 1)?;
-        let lines = host_lines(n);
+        let lines = host_lines(n, args.streams, args.blocks);
         let mems = (0..n)
             .map(|_| HostMem::new(lines).map(Arc::new))
             .collect::<Result<Vec<_>, _>>()
@@ -567,7 +573,10 @@ impl World {
             return Err("--progress-lib runs with --transport mem only".into());
         }
         let (cfg, wait, _, modes) = run_config(args, n, n)?;
-        let mem = Arc::new(HostMem::new(host_lines(n)).map_err(|e| format!("host memory: {e}"))?);
+        let mem = Arc::new(
+            HostMem::new(host_lines(n, args.streams, args.blocks))
+                .map_err(|e| format!("host memory: {e}"))?,
+        );
         let lf = LibfabricCommConfig {
             transport: Options {
                 provider,
@@ -784,7 +793,20 @@ impl World {
         p.root = a.root;
         p.chunk_bytes = a.chunk;
         p.in_place = in_place;
+        p.streams = a.streams;
+        p.blocks = a.blocks;
+        p.nec = NecOptions {
+            early_recv: a.early_recv,
+            early_send: a.early_send,
+            idx_wrap: a.idx_wrap,
+            credits: a.credits,
+        };
         p
+    }
+
+    /// Rank `rank`'s (stream, block) parts of `size` ([`plan_blocks`]).
+    fn plan(&self, size: u64, rank: u32, in_place: bool) -> Result<BlockPlans, String> {
+        plan_blocks(&self.params(size, rank, in_place)).map_err(|e| e.to_string())
     }
 
     /// Arms trigger set `set` and submits one execution (`reps` program executions, block
@@ -1029,10 +1051,11 @@ impl World {
             plans: Vec::new(),
             addrs: Vec::new(),
             fifos: Vec::new(),
+            device: Vec::new(),
             generation: self.preparations,
         };
         for (r, m) in mems.iter_mut().enumerate() {
-            let p = plan(&self.params(size, self.local[r], in_place)).map_err(|e| e.to_string())?;
+            let p = self.plan(size, self.local[r], in_place)?;
             let lines = self.fixed[r].mem.lines();
             if FIXED_LINES + p.host_words() as usize > lines {
                 return Err(format!("plan needs {} host words", p.host_words()));
@@ -1051,7 +1074,26 @@ impl World {
                 words: self.fixed[r].plan_words(),
                 word_stride: WORD_STRIDE,
             };
-            prep.fifos.push(p.fifos(&a));
+            let [part] = p.blocks.as_slice() else {
+                return Err(format!(
+                    "--streams {} --blocks {}: rank {} has {} (stream, block) parts, and this \
+                     build's device emulator runs one per execution",
+                    self.args.streams,
+                    self.args.blocks,
+                    self.local[r],
+                    p.blocks.len()
+                ));
+            };
+            prep.device
+                .push((Arc::new(part.plan.clone()), part.addresses(&a)));
+            // A part without ops (one rank: nothing to send) is not filed.
+            prep.fifos.push(
+                p.blocks
+                    .iter()
+                    .filter(|b| !b.plan.ops.is_empty())
+                    .map(|b| (b.stream, b.block, b.fifos(&a)))
+                    .collect(),
+            );
             prep.addrs.push(a);
             prep.plans.push(Arc::new(p));
         }
@@ -1153,7 +1195,8 @@ impl World {
         let recv_bytes_per_exec = prep
             .plans
             .iter()
-            .map(|p| p.dst.iter().map(|e| e.bytes).sum::<u64>())
+            .flat_map(|p| &p.blocks)
+            .map(|b| b.plan.dst.iter().map(|e| e.bytes).sum::<u64>())
             .sum();
         let mut local = Counts {
             elapsed_ns: u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX),
@@ -1238,8 +1281,8 @@ impl World {
         self.local
             .iter()
             .map(|&r| {
-                let po = plan(&self.params(size, r, false)).map_err(|e| e.to_string())?;
-                let pi = plan(&self.params(size, r, true)).map_err(|e| e.to_string())?;
+                let po = self.plan(size, r, false)?;
+                let pi = self.plan(size, r, true)?;
                 let lo = po.layout;
                 Ok(RankMem {
                     input: alloc_bytes(lo.input_bytes),
@@ -1260,7 +1303,7 @@ impl World {
             return Err(format!("an earlier execution failed: {e}"));
         }
         let n = self.args.ranks;
-        let probe = plan(&self.params(size, 0, false)).map_err(|e| e.to_string())?;
+        let probe = self.plan(size, 0, false)?;
         let mut mems = self.buffers(size)?;
         let oop = self.measure(&mut mems, size, false);
         let ip = oop.is_ok().then(|| self.measure(&mut mems, size, true));
@@ -1580,12 +1623,8 @@ fn execution_of(
     let leader = r == 0;
     Execution {
         id,
-        blocks: if prep.plans[r].ops.is_empty() {
-            Vec::new()
-        } else {
-            vec![(0, BLOCK, prep.fifos[r].clone())]
-        },
-        schedule: vec![BLOCK; reps as usize],
+        blocks: prep.fifos[r].clone(),
+        schedule: prep.plans[r].schedule(reps),
         net_triggers: vec![f.net_trigger(set)],
         barrier_triggers: vec![f.barrier_trigger(set)],
         barrier_done: if leader {
@@ -1600,8 +1639,8 @@ fn execution_of(
 /// Rank `r`'s device job for trigger set `set`.
 fn job_of(prep: &Prepared, f: &FixedWords, r: usize, set: usize, reps: u32) -> Job {
     Job {
-        plan: prep.plans[r].clone(),
-        addrs: prep.addrs[r],
+        plan: prep.device[r].0.clone(),
+        addrs: prep.device[r].1,
         reps,
         net_triggers: vec![f.net_trigger(set)],
         barrier_triggers: vec![f.barrier_trigger(set)],
