@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use proxy_collectives::planner::data::{count_wrong, fill_input, POISON};
 use proxy_collectives::planner::{
-    plan_blocks, Addresses, BlockPlans, Collective, Fifos, NecOptions, PlanParams, RankPlan,
+    plan_blocks, Addresses, BlockPlans, Collective, Fifos, NecOptions, PlanParams,
 };
 use proxy_core::driver::trigger::TRIGGER_ARMED;
 use proxy_core::progress::comm::{Comm, CommConfig};
@@ -32,6 +32,7 @@ use super::engine::{
     Execution,
 };
 use proxy_bootstrap::SharedBootstrap;
+use proxy_collectives::interpreter::JobBlock;
 use proxy_core::driver::queue::DriveMode;
 use proxy_core::driver::wake::{ThreadPark, Waiter};
 use proxy_core::progress::abort::AbortHandle;
@@ -396,8 +397,8 @@ struct Prepared {
     addrs: Vec<Addresses>,
     /// `(stream, block id, FIFOs)` of every part, filed at the network task's INIT.
     fifos: Vec<Vec<(u32, u32, Fifos)>>,
-    /// The device program of each rank and the addresses it runs with.
-    device: Vec<(Arc<RankPlan>, Addresses)>,
+    /// The device programs of each rank's parts, with the addresses each runs with.
+    device: Vec<Vec<JobBlock>>,
     /// Which `prepare` made it (unique in the World): with the reps, the shape key of its
     /// executions' kept tasks and jobs.
     generation: u32,
@@ -1074,18 +1075,17 @@ impl World {
                 words: self.fixed[r].plan_words(),
                 word_stride: WORD_STRIDE,
             };
-            let [part] = p.blocks.as_slice() else {
-                return Err(format!(
-                    "--streams {} --blocks {}: rank {} has {} (stream, block) parts, and this \
-                     build's device emulator runs one per execution",
-                    self.args.streams,
-                    self.args.blocks,
-                    self.local[r],
-                    p.blocks.len()
-                ));
-            };
-            prep.device
-                .push((Arc::new(part.plan.clone()), part.addresses(&a)));
+            prep.device.push(
+                p.blocks
+                    .iter()
+                    .map(|b| JobBlock {
+                        stream: b.stream,
+                        block: b.block,
+                        plan: Arc::new(b.plan.clone()),
+                        addrs: b.addresses(&a),
+                    })
+                    .collect(),
+            );
             // A part without ops (one rank: nothing to send) is not filed.
             prep.fifos.push(
                 p.blocks
@@ -1639,9 +1639,8 @@ fn execution_of(
 /// Rank `r`'s device job for trigger set `set`.
 fn job_of(prep: &Prepared, f: &FixedWords, r: usize, set: usize, reps: u32) -> Job {
     Job {
-        plan: prep.device[r].0.clone(),
-        addrs: prep.device[r].1,
-        reps,
+        blocks: prep.device[r].clone(),
+        schedule: prep.plans[r].schedule(reps),
         net_triggers: vec![f.net_trigger(set)],
         barrier_triggers: vec![f.barrier_trigger(set)],
         barrier_done: Some(f.barrier_done()),
