@@ -192,6 +192,7 @@ fn measure_json(m: &Measure) -> serde_json::Value {
         "timed_device_executions": m.timed_device_execs,
         "timed_recv_bytes": m.timed_recv_bytes,
         "recv_bytes_per_execution": m.recv_bytes_per_exec,
+        "filed_blocks": m.filed_blocks,
     })
 }
 

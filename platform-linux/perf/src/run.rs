@@ -69,6 +69,9 @@ pub struct Measure {
     pub timed_recv_bytes: u64,
     /// Bytes all ranks receive in one execution of the block.
     pub recv_bytes_per_exec: u64,
+    /// (stream, block) parts filed per execution, summed over the ranks (each is one `start`
+    /// at the network task's INIT).
+    pub filed_blocks: u64,
 }
 
 /// One row of the table.
@@ -1198,6 +1201,7 @@ impl World {
             .flat_map(|p| &p.blocks)
             .map(|b| b.plan.dst.iter().map(|e| e.bytes).sum::<u64>())
             .sum();
+        let filed_blocks = prep.fifos.iter().map(|f| f.len() as u64).sum();
         let mut local = Counts {
             elapsed_ns: u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX),
             timed_starts,
@@ -1205,6 +1209,7 @@ impl World {
             bytes,
             wrong,
             recv_bytes_per_exec,
+            filed_blocks,
         };
         if let Some(peers) = &self.peers {
             local = Counts::combine(peers, &local)?;
@@ -1216,6 +1221,7 @@ impl World {
             bytes,
             wrong,
             recv_bytes_per_exec,
+            filed_blocks,
         } = local;
         let time = elapsed_ns as f64 / 1e9 / f64::from(iters);
         let bytes_moved = size_of_row(&prep) as f64;
@@ -1233,6 +1239,7 @@ impl World {
             timed_device_execs: execs,
             timed_recv_bytes: bytes,
             recv_bytes_per_exec,
+            filed_blocks,
         })
     }
 
@@ -1334,10 +1341,11 @@ struct Counts {
     bytes: u64,
     wrong: Option<u64>,
     recv_bytes_per_exec: u64,
+    filed_blocks: u64,
 }
 
 impl Counts {
-    const WORDS: usize = 6;
+    const WORDS: usize = 7;
 
     fn encode(&self) -> Vec<u8> {
         [
@@ -1347,6 +1355,7 @@ impl Counts {
             self.bytes,
             self.wrong.unwrap_or(u64::MAX),
             self.recv_bytes_per_exec,
+            self.filed_blocks,
         ]
         .iter()
         .flat_map(|w| w.to_le_bytes())
@@ -1365,6 +1374,7 @@ impl Counts {
             bytes: w(3),
             wrong: (w(4) != u64::MAX).then(|| w(4)),
             recv_bytes_per_exec: w(5),
+            filed_blocks: w(6),
         })
     }
 
@@ -1381,6 +1391,7 @@ impl Counts {
             bytes: 0,
             wrong: None,
             recv_bytes_per_exec: 0,
+            filed_blocks: 0,
         };
         for (r, b) in all.iter().enumerate() {
             let c = Self::decode(b)
@@ -1393,6 +1404,7 @@ impl Counts {
                 *total.wrong.get_or_insert(0) += w;
             }
             total.recv_bytes_per_exec += c.recv_bytes_per_exec;
+            total.filed_blocks += c.filed_blocks;
         }
         Ok(total)
     }

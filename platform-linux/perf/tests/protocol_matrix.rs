@@ -339,13 +339,20 @@ fn check(cell: &Cell, r: &Ran) {
         let m = &row[side];
         assert_eq!(m["wrong"].as_u64(), Some(0), "{what} {side}: {m}");
         let execs = m["timed_device_executions"].as_u64().expect("executions");
+        // The device runs the schedule 1..=B once per iteration.
         assert_eq!(
             execs,
-            u64::from(cell.ranks * cell.iters()),
+            u64::from(cell.ranks * cell.iters() * cell.blocks),
             "{what} {side}: {m}"
         );
         let starts = m["timed_seam_starts"].as_u64().expect("starts");
-        let filed = m["filed_blocks"].as_u64().unwrap_or(u64::from(cell.ranks));
+        // Every (stream, block) of every rank has data at these sizes and is filed.
+        let filed = m["filed_blocks"].as_u64().expect("filed_blocks");
+        assert_eq!(
+            filed,
+            u64::from(cell.ranks * cell.streams * cell.blocks),
+            "{what} {side}: {m}"
+        );
         let want = if cell.looped {
             filed
         } else {
