@@ -344,7 +344,10 @@ impl Comm {
     /// Writes the comm's state to `out`, one line per object, `key=value` fields (the format of
     /// the state dump, docs/design.md §6; `driver::dump`): the comm
     /// (`comm=7 rank=0 nranks=2 transport=mem last_op_count=2 fatal=none fatal_peer=none
-    /// aborted=none orphans=0`: `fatal_peer` the rank a lost-peer failure names), each stream
+    /// aborted=none orphans=0 starts=1 block_switches=0 early_send_completions=0
+    /// recvs_posted_ahead=0 max_recv_ahead=0 index_wraps=0 peak_outstanding_send=2
+    /// peak_outstanding_recv=2`: `fatal_peer` the rank a lost-peer failure names, then the
+    /// protocol counters, [`ProtocolStats`]), each stream
     /// (`comm=7 stream=2 current=0x4 pending=0xffffffff active=2 free=126/128 blocks=1
     /// closing=false closing_requests=0 closing_ops=0`: current and pending basic block, and a
     /// stepped teardown under way with its unconfirmed requests and held ops), and each op on a stream's active
@@ -361,7 +364,9 @@ impl Comm {
         let id = self.config.comm_id;
         writeln!(
             out,
-            "comm={id} rank={} nranks={} transport={} last_op_count={} fatal={} fatal_peer={} aborted={} orphans={}",
+            "comm={id} rank={} nranks={} transport={} last_op_count={} fatal={} fatal_peer={} aborted={} orphans={} \
+             starts={} block_switches={} early_send_completions={} recvs_posted_ahead={} max_recv_ahead={} index_wraps={} \
+             peak_outstanding_send={} peak_outstanding_recv={}",
             self.config.rank,
             self.config.nranks,
             self.transport.name().replace(' ', "_"),
@@ -369,7 +374,15 @@ impl Comm {
             Opt(self.fatal.map(NrtStatus::as_str)),
             Opt(self.fatal_peer),
             Opt(self.abort.aborted().map(NrtStatus::as_str)),
-            self.orphans.len()
+            self.orphans.len(),
+            self.stats.starts,
+            self.stats.block_switches,
+            self.stats.early_send_completions,
+            self.stats.recvs_posted_ahead,
+            self.stats.max_recv_ahead,
+            self.stats.index_wraps,
+            self.stats.peak_outstanding_send,
+            self.stats.peak_outstanding_recv
         )?;
         for (s, st) in self.streams.iter().enumerate() {
             writeln!(

@@ -916,7 +916,9 @@ fn dump_names_streams_blocks_and_ops() {
     assert!(
         out.starts_with(
             "comm=7 rank=0 nranks=2 transport=null last_op_count=2 fatal=none fatal_peer=none \
-             aborted=none orphans=0\n"
+             aborted=none orphans=0 starts=0 block_switches=0 early_send_completions=0 \
+             recvs_posted_ahead=0 max_recv_ahead=0 index_wraps=0 peak_outstanding_send=0 \
+             peak_outstanding_recv=0\n"
         ),
         "{out}"
     );
