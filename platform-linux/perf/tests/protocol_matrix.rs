@@ -15,6 +15,8 @@ use std::collections::BTreeSet;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use proxy_collectives::planner::Collective;
+
 const BIN: &str = env!("CARGO_BIN_EXE_proxy-perf");
 
 /// The factors and their values (index = level).
@@ -362,6 +364,126 @@ fn check(cell: &Cell, r: &Ran) {
     }
 }
 
+/// What the planner gives `rank` in the cell (out of place and in place): the most
+/// `ending_recv_credits` of any op (the planner lowers `--early-recv` per op to what its
+/// program can promise), and the most send entries of any op.
+fn planned(cell: &Cell, rank: u32) -> (u32, u32) {
+    use proxy_collectives::planner::{plan_blocks, DataType, NecOptions, PlanParams};
+    let coll = match cell.collective {
+        "all-reduce" => Collective::AllReduce,
+        "all-gather" => Collective::AllGather,
+        "reduce-scatter" => Collective::ReduceScatter,
+        "broadcast" => Collective::Broadcast,
+        "send-recv" => Collective::SendRecv,
+        _ => Collective::AllToAll,
+    };
+    // As proxy-perf's rows: the count per rank for the strided collectives, float elements.
+    let elems = cell.size() / 4;
+    let count = match coll {
+        Collective::AllGather | Collective::ReduceScatter | Collective::AllToAll => {
+            (elems / u64::from(cell.ranks)).max(1)
+        }
+        _ => elems,
+    };
+    [false, true]
+        .into_iter()
+        .map(|in_place| {
+            let mut p = PlanParams::new(coll, count, DataType::F32, rank, cell.ranks);
+            p.chunk_bytes = cell.chunk();
+            p.in_place = in_place;
+            p.streams = cell.streams;
+            p.blocks = cell.blocks;
+            p.nec = NecOptions {
+                early_recv: cell.early_recv,
+                early_send: cell.early_send,
+                idx_wrap: cell.idx_wrap,
+                credits: cell.credits,
+            };
+            let plans = plan_blocks(&p).expect("plan");
+            let ops = || plans.blocks.iter().flat_map(|b| b.plan.ops.iter());
+            (
+                ops().map(|o| o.ending_recv_credits).max().unwrap_or(0),
+                ops().map(|o| o.tx_entry_cnt).max().unwrap_or(0),
+            )
+        })
+        .fold((0, 0), |a, b| (a.0.max(b.0), a.1.max(b.1)))
+}
+
+/// Asserts a cell's protocol counters (per rank, cumulative over the run: warm-up, timed and
+/// checked executions of both sides): each option did its work, and nothing it forbids.
+fn check_counters(cell: &Cell, v: &serde_json::Value) {
+    let what = format!("{cell:?}");
+    let ranks = v["ranks"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{what}: no ranks: {v}"));
+    assert_eq!(ranks.len(), cell.ranks as usize, "{what}: {v}");
+    // Executions per side: warm-up, timed (one with --loop), checked.
+    let (w, c) = (1u64, 1u64);
+    let execs = 2 * if cell.looped {
+        w + 1 + c
+    } else {
+        w + u64::from(cell.iters()) + c
+    };
+    let parts = u64::from(cell.streams * cell.blocks);
+    for r in ranks {
+        let p = &r["protocol"];
+        let get = |k: &str| {
+            p[k].as_u64()
+                .unwrap_or_else(|| panic!("{what}: rank {}: no {k}: {p}", r["rank"]))
+        };
+        let at = format!("{what}: rank {}: {p}", r["rank"]);
+        assert_eq!(get("starts"), parts * execs, "{at}");
+        if cell.blocks == 1 {
+            assert_eq!(get("block_switches"), 0, "{at}");
+        } else if cell.looped {
+            assert!(get("block_switches") > 0, "{at}");
+        } else {
+            let per = u64::from(cell.streams * (cell.blocks - 1));
+            assert_eq!(get("block_switches"), per * execs, "{at}");
+        }
+        if cell.early_send && cell.transport != "tcp" {
+            assert!(get("early_send_completions") > 0, "{at}");
+        } else if cell.early_send {
+            // tcp: a send within the inject size (the cell's chunk) is done at the transport
+            // when it is posted (`fi_tinject`), so no completion can come before the
+            // transport's: nothing is counted early (the flag is still in every op info).
+        } else {
+            assert_eq!(get("early_send_completions"), 0, "{at}");
+        }
+        let rank = r["rank"].as_u64().expect("rank") as u32;
+        // Only the reducing programs hold receives back (they land in scratch slots the
+        // device frees as it reduces); the others hand every receive out at once, so no entry
+        // is beyond the host index to be posted early.
+        let holds_back = matches!(cell.collective, "all-reduce" | "reduce-scatter");
+        let (granted, most_sends) = planned(cell, rank);
+        if cell.early_recv > 0 && holds_back && granted > 0 {
+            assert!(get("recvs_posted_ahead") > 0, "{at}");
+            let most = get("max_recv_ahead");
+            assert!(most > 0 && most <= u64::from(cell.early_recv), "{at}");
+        } else if cell.early_recv > 0 {
+            assert!(get("max_recv_ahead") <= u64::from(cell.early_recv), "{at}");
+        } else {
+            assert_eq!(get("recvs_posted_ahead"), 0, "{at}");
+            assert_eq!(get("max_recv_ahead"), 0, "{at}");
+        }
+        // About 6 entries per op and part: more than a wrap of 4.
+        if cell.idx_wrap > 0 {
+            assert!(get("index_wraps") > 0, "{at}");
+        } else {
+            assert_eq!(get("index_wraps"), 0, "{at}");
+        }
+        let peak = get("peak_outstanding_send");
+        assert!(peak <= u64::from(cell.credits), "{at}");
+        if most_sends > cell.credits {
+            // An op with more entries than credits keeps all of them in use.
+            assert_eq!(peak, u64::from(cell.credits), "{at}");
+        } else if most_sends > 0 {
+            assert!(peak >= 1, "{at}");
+        }
+        assert!(get("peak_outstanding_recv") <= 128, "{at}");
+    }
+}
+
 fn run_cells(pick: impl Fn(&Cell) -> bool) {
     let cells: Vec<Cell> = cells().into_iter().filter(|c| pick(c)).collect();
     assert!(!cells.is_empty());
@@ -370,6 +492,7 @@ fn run_cells(pick: impl Fn(&Cell) -> bool) {
         let r = run(c, n);
         eprintln!("{c:?}: {:.1} s", r.took.as_secs_f64());
         check(c, &r);
+        check_counters(c, r.json.as_ref().expect("checked"));
     }
     eprintln!(
         "{} cells in {:.1} s",
