@@ -35,6 +35,7 @@ use crate::progress::device::DeviceCallbacks;
 use crate::progress::net::{RequestId, TestOutcome, Transport, MAX_COMM_ID, MAX_NRANKS};
 use crate::progress::op::{OpCtx, OpList, OpState, PoolBlock, ProxyOp, OPS_PER_POOL_BLOCK};
 use crate::progress::sendrecv;
+use crate::progress::stats::{self, OpPeak, ProtocolStats};
 use crate::status::NrtStatus;
 use crate::sync::spin_loop;
 use crate::time::Clock;
@@ -137,6 +138,10 @@ pub struct Comm {
     round_last_stream: u32,
     /// `true` once the transport was polled in the current round (docs/design.md §8).
     round_polled: bool,
+    /// The protocol counters since creation ([`Comm::protocol_stats`]).
+    stats: ProtocolStats,
+    /// One record per filed (stream, block, op), sorted by that key ([`Comm::op_peaks`]).
+    op_peaks: Vec<OpPeak>,
 }
 
 // SAFETY: the raw op pointers inside the streams point into pool blocks owned by this comm and
@@ -220,6 +225,8 @@ impl Comm {
             abort_applied: false,
             round_last_stream: BB_NONE,
             round_polled: false,
+            stats: ProtocolStats::new(),
+            op_peaks: Vec::new(),
         })
     }
 
@@ -297,6 +304,23 @@ impl Comm {
             }
         }
         Some(status)
+    }
+
+    /// The comm's protocol counters, cumulative since the comm was created (a copy; `size`
+    /// set). See [`ProtocolStats`] for what each counts (docs/design.md §5, "Protocol
+    /// counters").
+    ///
+    /// Seed: none (counts what `netNeuronSendProxy` / `netNeuronRecvProxy` do, §4).
+    pub fn protocol_stats(&self) -> ProtocolStats {
+        self.stats
+    }
+
+    /// Per-op detail of the blocks filed: one [`OpPeak`] per filed (stream, basic block, op),
+    /// sorted by that key, replaced when the same block is filed again (a loop does not grow
+    /// it). The counters are current as of each op's last finished execution or its stream's
+    /// last `stop` (see [`OpPeak`]).
+    pub fn op_peaks(&self) -> &[OpPeak] {
+        &self.op_peaks
     }
 
     /// The comm's last op count (`start` gives each new op this value, then advances it).
@@ -560,6 +584,9 @@ impl Comm {
             files.dst[*at as usize] = *e;
             *at += 1;
         }
+        // Protocol counters: one accepted start, and the records of its ops.
+        self.stats.starts += 1;
+        stats::file_records(&mut self.op_peaks, stream, bb, ops, &st.next_ops);
         files.ops.append(&mut st.next_ops);
         log::debug!(
             "start: comm {} rank {} stream {stream} block {bb}: filed {n_ops} proxy ops",
@@ -760,6 +787,7 @@ impl Comm {
         while let Some(opp) = all.pop_front() {
             // SAFETY: `opp` is a live op of this stream, just unlinked; no other reference.
             let op = unsafe { &mut *opp };
+            stats::fold_op(&mut self.op_peaks, op);
             let mut had = false;
             if let Some(t) = op.tracker_mut() {
                 while let Some(r) = t.pop_front() {
@@ -780,7 +808,13 @@ impl Comm {
         for files in st.blocks.values_mut() {
             rest.append(&mut files.ops);
         }
+        // Their records keep what the ops counted (the ops are cleared now).
+        for opp in rest.iter() {
+            // SAFETY: ops on the list are live ops of this stream; no other reference.
+            stats::fold_op(&mut self.op_peaks, unsafe { &*opp });
+        }
         StreamState::release_list(&mut st.pool, &mut rest);
+        st.last_bb = BB_NONE;
         st.blocks.clear();
         st.current_bb = BB_NONE;
         st.pending_bb = BB_NONE;
