@@ -447,6 +447,8 @@ struct Exec {
     authorized: Vec<[u32; 2]>,
     /// Per op, per side: entries posted to the proxy (the host index, before the wrap).
     posted: Vec<[u32; 2]>,
+    /// Per op, per side: the most entries a `Wait` of this execution needs posted.
+    need: Vec<[u32; 2]>,
     /// Per op, per side: entries seen complete in this execution.
     seen: Vec<[u32; 2]>,
     /// Per stream with blocks: where it is.
@@ -486,6 +488,7 @@ impl Device {
                 cpl_base: Vec::new(),
                 authorized: Vec::new(),
                 posted: Vec::new(),
+                need: Vec::new(),
                 seen: Vec::new(),
                 streams: Vec::new(),
                 scribbles: Vec::new(),
@@ -659,6 +662,7 @@ impl Exec {
             &mut self.cpl_base,
             &mut self.authorized,
             &mut self.posted,
+            &mut self.need,
             &mut self.seen,
         ] {
             v.clear();
@@ -712,6 +716,7 @@ impl Exec {
                 self.cpl_base[slot][s] = cpl;
                 self.authorized[slot][s] = 0;
                 self.posted[slot][s] = 0;
+                self.need[slot][s] = 0;
                 self.seen[slot][s] = 0;
             }
         }
@@ -952,12 +957,14 @@ impl Exec {
         let b = &job.blocks[j];
         let o = &b.plan.ops[op as usize];
         let (slot, s) = (self.op_base[j] + op as usize, side as usize);
-        let n = o.entries(side);
         let a = self.authorized[slot][s];
         let mut target = a;
         let credits = o.ending_recv_credits;
-        if side == Side::Recv && credits > 0 && a < n {
-            target = a.saturating_sub(credits);
+        if side == Side::Recv && credits > 0 {
+            // The promise covers the `credits` entries past the index: their buffers must be
+            // handed out (past the op's last entry there is nothing to promise). Entries a
+            // wait needs are posted anyway (the planner keeps them within the promise).
+            target = a.saturating_sub(credits).max(self.need[slot][s]).min(a);
         }
         let wrap = b.plan.params.nec.idx_wrap;
         if wrap > 0 && target > self.posted[slot][s] {
@@ -1172,6 +1179,15 @@ impl Exec {
                         "op {op} {side:?}: the program posts {max} entries, the op has {}",
                         entries.len()
                     )));
+                }
+                if done < upto && self.posted[k][s] < upto {
+                    // Entries held back by the early receive credits are posted as the
+                    // program waits for them, one past those seen complete: the proxy keeps
+                    // its receives `credits` ahead of the index meanwhile.
+                    let need = &mut self.need[k][s];
+                    *need = (*need).max(upto.min(done + 1));
+                    // SAFETY: the caller's contract.
+                    unsafe { self.flush(job, j, op, side) }?;
                 }
                 let prev = self.seen[k][s];
                 if done > prev {

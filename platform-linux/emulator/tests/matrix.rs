@@ -4,13 +4,13 @@
 //! factors occurs in at least one cell (a covering set built greedily in code, not the full
 //! product). Each cell runs two executions of a schedule that repeats the blocks twice (once in place),
 //! through the real engine over the in-memory transport with the device emulator, and
-//! checks every output byte, the `start` count and the op pools.
+//! checks every output byte, the `start` count, the op pools and the protocol counters.
 
 mod blocks;
 
 use std::time::Duration;
 
-use blocks::{assert_completed, run};
+use blocks::{assert_completed, assert_counters, run};
 use proxy_collectives::planner::{Algorithm, Collective, DataType, PlanParams};
 
 /// The factors, each as its list of values (indices into the lists below).
@@ -103,5 +103,6 @@ fn pairwise_matrix_completes_with_every_byte_right() {
         let loops = if p.in_place { 1 } else { 2 };
         let out = run(&p, 2, loops, Duration::from_secs(20));
         assert_completed(&p, &out, 2, loops);
+        assert_counters(&p, &out);
     }
 }

@@ -28,6 +28,7 @@ use proxy_core::progress::comm::{Comm, CommConfig};
 use proxy_core::progress::desc::{NetDestAddr, NetOpInfo, NetSrcAddr};
 use proxy_core::progress::device::DirectHostWords;
 use proxy_core::progress::mem_transport::MemFabric;
+use proxy_core::progress::stats::{OpPeak, ProtocolStats};
 use proxy_core::seam::{in_process_start, SeamTable};
 use proxy_core::status::NrtStatus;
 use proxy_core::time::MonotonicClock;
@@ -284,6 +285,10 @@ pub struct Outcome {
     pub pool: Vec<Vec<[u32; 4]>>,
     /// Per rank: the device's executions counted.
     pub executions: Vec<u64>,
+    /// Per rank: the comm's protocol counters after the run.
+    pub stats: Vec<ProtocolStats>,
+    /// Per rank: the per-op counters of the blocks filed.
+    pub peaks: Vec<Vec<OpPeak>>,
 }
 
 /// Runs `execs` executions (each one network task per rank whose schedule repeats the blocks
@@ -322,6 +327,8 @@ pub fn run(p: &PlanParams, execs: u32, loops: u32, device_timeout: Duration) -> 
             .sum(),
         pool: Vec::new(),
         executions: Vec::new(),
+        stats: Vec::new(),
+        peaks: Vec::new(),
     };
     let start = Instant::now();
     for e in 0..execs {
@@ -395,6 +402,8 @@ pub fn run(p: &PlanParams, execs: u32, loops: u32, device_timeout: Duration) -> 
         let _ = s.leave(&waiter);
     }
     out.starts = STARTS.load(Ordering::Relaxed) - starts0;
+    out.stats = ranks.iter().map(|r| r.comm.protocol_stats()).collect();
+    out.peaks = ranks.iter().map(|r| r.comm.op_peaks().to_vec()).collect();
     out.wrong = ranks
         .iter()
         .enumerate()
@@ -437,5 +446,64 @@ pub fn assert_completed(p: &PlanParams, out: &Outcome, execs: u32, loops: u32) {
             u64::from(execs * loops * p.blocks),
             "{p:?}: device executions"
         );
+    }
+}
+
+/// Asserts the protocol counters of a completed run: each option did work (early completions
+/// with early send; receives posted ahead, each op at most its credits, with early receive;
+/// wraps when an op side has more entries than the wrap; send requests outstanding at most the
+/// credits, and exactly the credits where an op has more entries), and none without it.
+pub fn assert_counters(p: &PlanParams, out: &Outcome) {
+    let sum = |f: fn(&ProtocolStats) -> u64| out.stats.iter().map(f).sum::<u64>();
+    let nec = p.nec;
+    let filed = out.filed * out.device.len() as u64;
+    assert_eq!(sum(|s| s.starts), filed, "{p:?}: starts");
+    let peaks = || out.peaks.iter().flatten();
+    let has_send = peaks().any(|o| o.tx_entries > 0);
+    if nec.early_send && has_send {
+        assert!(
+            sum(|s| s.early_send_completions) > 0,
+            "{p:?}: early send completions"
+        );
+    } else {
+        assert_eq!(
+            sum(|s| s.early_send_completions),
+            0,
+            "{p:?}: early send completions"
+        );
+    }
+    let ahead_possible = peaks().any(|o| o.ending_recv_credits > 0 && o.rx_entries > 0);
+    if nec.early_recv > 0 && ahead_possible {
+        assert!(sum(|s| s.recvs_posted_ahead) > 0, "{p:?}: receives ahead");
+    }
+    if nec.early_recv == 0 {
+        assert_eq!(sum(|s| s.recvs_posted_ahead), 0, "{p:?}: receives ahead");
+    }
+    for o in peaks() {
+        assert!(
+            o.max_recv_ahead <= o.ending_recv_credits,
+            "{p:?}: {o:?}: receives ahead beyond the credits"
+        );
+        if o.tx_entries > 0 {
+            let credits = if nec.credits == 0 { 128 } else { nec.credits };
+            assert_eq!(o.send_credits, credits, "{p:?}: {o:?}");
+            assert!(
+                o.peak_send <= credits,
+                "{p:?}: {o:?}: outstanding beyond the credits"
+            );
+            if o.tx_entries > credits {
+                assert_eq!(
+                    o.peak_send, credits,
+                    "{p:?}: {o:?}: the credits not used up"
+                );
+            }
+        }
+    }
+    let beyond_wrap = peaks().any(|o| o.tx_entries.max(o.rx_entries) > nec.idx_wrap);
+    if nec.idx_wrap > 0 && beyond_wrap {
+        assert!(sum(|s| s.index_wraps) > 0, "{p:?}: index wraps");
+    }
+    if nec.idx_wrap == 0 {
+        assert_eq!(sum(|s| s.index_wraps), 0, "{p:?}: index wraps");
     }
 }
