@@ -9,7 +9,10 @@
 //! three stages:
 //! 1. **net stage**: write 1 to every trigger word of the network task, wait until the proxy
 //!    consumed each (reads 0) — a proxy that skips the trigger gate stalls here;
-//! 2. `reps` times the block's device program ([`Instr`]): arm each op side's host index with
+//! 2. the block schedule ([`Job::schedule`]) on every stream of the job, each stream on its own:
+//!    its blocks ([`JobBlock`]) in schedule order, a block begun only after the one before ran
+//!    (the proxy loads the next block when the one before drained). Each block's device
+//!    program ([`Instr`]): arm each op side's host index with
 //!    [`HOST_INDEX_READY`], wait for the handshake semaphore, raise the host indices as send data
 //!    is ready and receive buffers are free, wait on the complete semaphores, reduce received
 //!    chunks into the output (the planner's kernels: tight loops the compiler vectorises),
@@ -28,8 +31,9 @@
 //!                         ▼                                        │
 //!                     Program{0} ◄─────────────────────────────────┘
 //!                         │  ▲
-//!                         │  └─(5) the program ran, rep + 1 < reps: Program{rep+1}
-//!                         │        (semaphores snapshotted again)
+//!                         │  └─(5) every stream ran schedule entry rep, rep + 1 < reps:
+//!                         │        Program{rep+1} (each stream snapshots a block's
+//!                         │        semaphores when it begins it)
 //!                         ├─(6) the last execution ran; barrier triggers and a barrier-done
 //!                         │     word: snapshot it, write the triggers ──► BarrierWait ──┐
 //!                         │                                                             │ (8) barrier-done
@@ -44,8 +48,15 @@
 //! poll re-reads the same word. A program that needs no wait runs through in one poll. With
 //! `reps = 0`, `Program{0}` takes edge 6 or 7 at once.
 //!
-//! Semaphores are cumulative; the device snapshots each one before it arms (edges 3, 4, 5:
-//! between executions nobody touches them), so counts in the program are per execution. A
+//! Semaphores are cumulative; the device snapshots each one when a stream begins a block
+//! (between executions nobody touches them), so counts in the program are per execution.
+//!
+//! The `nec.h` options of a block's plan ([`crate::planner::NecOptions`]) are honoured as a
+//! device would: the host index rises only while fewer than `net_idx_loop_size` entries are
+//! posted and not complete (written modulo it), a recv index only as far as the buffers of the
+//! next `ending_recv_credits` entries are free, and with early send completion every send
+//! source seen complete is overwritten until the program touches it again (docs/design.md §5,
+//! "The `nec.h` options"). A
 //! semaphore that runs ahead of what the device posted is a proxy bug and fails the launch
 //! ([`DeviceError::Protocol`]).
 //!

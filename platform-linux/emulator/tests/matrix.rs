@@ -25,6 +25,7 @@ const ALGOS: [Algorithm; 2] = [Algorithm::Ring, Algorithm::Direct];
 
 /// A pairwise covering set: greedily, the row of the full product that covers the most pairs
 /// not yet covered, until every pair is.
+#[allow(clippy::needless_range_loop)] // a factor's index reaches several arrays at once
 fn pairwise() -> Vec<[usize; 10]> {
     let k = LEVELS.len();
     let mut uncovered = std::collections::HashSet::new();

@@ -133,10 +133,9 @@ impl Map {
     }
 
     fn whole(&self, off: u64) -> u64 {
-        if self.part_block == 0 {
-            self.lo + off
-        } else {
-            (off / self.part_block) * self.whole_block + self.lo + off % self.part_block
+        match off.checked_div(self.part_block) {
+            None => self.lo + off,
+            Some(q) => q * self.whole_block + self.lo + off % self.part_block,
         }
     }
 }
