@@ -9,7 +9,10 @@
 //! three stages:
 //! 1. **net stage**: write 1 to every trigger word of the network task, wait until the proxy
 //!    consumed each (reads 0) — a proxy that skips the trigger gate stalls here;
-//! 2. `reps` times the block's device program ([`Instr`]): arm each op side's host index with
+//! 2. the block schedule ([`Job::schedule`]) on every stream of the job, each stream on its own:
+//!    its blocks ([`JobBlock`]) in schedule order, a block begun only after the one before ran
+//!    (the proxy loads the next block when the one before drained). Each block's device
+//!    program ([`Instr`]): arm each op side's host index with
 //!    [`HOST_INDEX_READY`], wait for the handshake semaphore, raise the host indices as send data
 //!    is ready and receive buffers are free, wait on the complete semaphores, reduce received
 //!    chunks into the output (the planner's kernels: tight loops the compiler vectorises),
@@ -28,8 +31,9 @@
 //!                         ▼                                        │
 //!                     Program{0} ◄─────────────────────────────────┘
 //!                         │  ▲
-//!                         │  └─(5) the program ran, rep + 1 < reps: Program{rep+1}
-//!                         │        (semaphores snapshotted again)
+//!                         │  └─(5) every stream ran schedule entry rep, rep + 1 < reps:
+//!                         │        Program{rep+1} (each stream snapshots a block's
+//!                         │        semaphores when it begins it)
 //!                         ├─(6) the last execution ran; barrier triggers and a barrier-done
 //!                         │     word: snapshot it, write the triggers ──► BarrierWait ──┐
 //!                         │                                                             │ (8) barrier-done
@@ -44,8 +48,15 @@
 //! poll re-reads the same word. A program that needs no wait runs through in one poll. With
 //! `reps = 0`, `Program{0}` takes edge 6 or 7 at once.
 //!
-//! Semaphores are cumulative; the device snapshots each one before it arms (edges 3, 4, 5:
-//! between executions nobody touches them), so counts in the program are per execution. A
+//! Semaphores are cumulative; the device snapshots each one when a stream begins a block
+//! (between executions nobody touches them), so counts in the program are per execution.
+//!
+//! The `nec.h` options of a block's plan ([`crate::planner::NecOptions`]) are honoured as a
+//! device would: the host index rises only while fewer than `net_idx_loop_size` entries are
+//! posted and not complete (written modulo it), a recv index only as far as the buffers of the
+//! next `ending_recv_credits` entries are free, and with early send completion every send
+//! source seen complete is overwritten until the program touches it again (docs/design.md §5,
+//! "The `nec.h` options"). A
 //! semaphore that runs ahead of what the device posted is a proxy bug and fails the launch
 //! ([`DeviceError::Protocol`]).
 //!
@@ -447,6 +458,8 @@ struct Exec {
     authorized: Vec<[u32; 2]>,
     /// Per op, per side: entries posted to the proxy (the host index, before the wrap).
     posted: Vec<[u32; 2]>,
+    /// Per op, per side: the most entries a `Wait` of this execution needs posted.
+    need: Vec<[u32; 2]>,
     /// Per op, per side: entries seen complete in this execution.
     seen: Vec<[u32; 2]>,
     /// Per stream with blocks: where it is.
@@ -486,6 +499,7 @@ impl Device {
                 cpl_base: Vec::new(),
                 authorized: Vec::new(),
                 posted: Vec::new(),
+                need: Vec::new(),
                 seen: Vec::new(),
                 streams: Vec::new(),
                 scribbles: Vec::new(),
@@ -659,6 +673,7 @@ impl Exec {
             &mut self.cpl_base,
             &mut self.authorized,
             &mut self.posted,
+            &mut self.need,
             &mut self.seen,
         ] {
             v.clear();
@@ -712,6 +727,7 @@ impl Exec {
                 self.cpl_base[slot][s] = cpl;
                 self.authorized[slot][s] = 0;
                 self.posted[slot][s] = 0;
+                self.need[slot][s] = 0;
                 self.seen[slot][s] = 0;
             }
         }
@@ -952,12 +968,14 @@ impl Exec {
         let b = &job.blocks[j];
         let o = &b.plan.ops[op as usize];
         let (slot, s) = (self.op_base[j] + op as usize, side as usize);
-        let n = o.entries(side);
         let a = self.authorized[slot][s];
         let mut target = a;
         let credits = o.ending_recv_credits;
-        if side == Side::Recv && credits > 0 && a < n {
-            target = a.saturating_sub(credits);
+        if side == Side::Recv && credits > 0 {
+            // The promise covers the `credits` entries past the index: their buffers must be
+            // handed out (past the op's last entry there is nothing to promise). Entries a
+            // wait needs are posted anyway (the planner keeps them within the promise).
+            target = a.saturating_sub(credits).max(self.need[slot][s]).min(a);
         }
         let wrap = b.plan.params.nec.idx_wrap;
         if wrap > 0 && target > self.posted[slot][s] {
@@ -1172,6 +1190,15 @@ impl Exec {
                         "op {op} {side:?}: the program posts {max} entries, the op has {}",
                         entries.len()
                     )));
+                }
+                if done < upto && self.posted[k][s] < upto {
+                    // Entries held back by the early receive credits are posted as the
+                    // program waits for them, one past those seen complete: the proxy keeps
+                    // its receives `credits` ahead of the index meanwhile.
+                    let need = &mut self.need[k][s];
+                    *need = (*need).max(upto.min(done + 1));
+                    // SAFETY: the caller's contract.
+                    unsafe { self.flush(job, j, op, side) }?;
                 }
                 let prev = self.seen[k][s];
                 if done > prev {

@@ -18,7 +18,8 @@
 //! reduction that crosses rank blocks is cut at each block boundary), its scratch placed after
 //! the scratch of the streams before it (the blocks of one stream run one after the other and
 //! share one area, the largest of theirs), its op tags moved to a range of its own (`tag +
-//! (s·B + b − 1)·T`, `T` the largest tag count of any part) and its host words after those of
+//! (s·B + b − 1)·T`, `T = max(2(n − 1), n)`, the most tags any algorithm uses, the same on
+//! every rank) and its host words after those of
 //! the parts before it ([`BlockPlan::word_base`]).
 //!
 //! Seed: the producer's split of a collective over channels (`enc_channel`) and its
@@ -132,10 +133,9 @@ impl Map {
     }
 
     fn whole(&self, off: u64) -> u64 {
-        if self.part_block == 0 {
-            self.lo + off
-        } else {
-            (off / self.part_block) * self.whole_block + self.lo + off % self.part_block
+        match off.checked_div(self.part_block) {
+            None => self.lo + off,
+            Some(q) => q * self.whole_block + self.lo + off % self.part_block,
         }
     }
 }
@@ -271,12 +271,13 @@ pub fn plan_blocks(params: &PlanParams) -> Result<BlockPlans, PlanError> {
             parts.push((s as u32, b as u32 + 1, (lo, hi), part));
         }
     }
-    // Tags: a range of `t` per (stream, block).
-    let t = parts
+    // Tags: a range of `t` per (stream, block), the same on every rank (partner ops must
+    // agree): the most tags any algorithm uses, ring all-reduce's 2(n − 1) steps or direct's
+    // distances 1..n.
+    let t = (2 * (p.nranks - 1)).max(p.nranks).max(1);
+    debug_assert!(parts
         .iter()
-        .flat_map(|(_, _, _, pl)| pl.ops.iter().map(|o| o.tag + 1))
-        .max()
-        .unwrap_or(0);
+        .all(|(_, _, _, pl)| pl.ops.iter().all(|o| o.tag < t)));
     if s_n * b_n > 1 && (s_n * b_n).saturating_mul(u64::from(t)) > u64::from(MAX_OP_TAG) {
         return Err(PlanError::TooManyTags);
     }
