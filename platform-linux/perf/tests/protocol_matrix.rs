@@ -308,6 +308,11 @@ struct Ran {
 
 /// Runs one cell's `proxy-perf`, killed (its process group) after 90 s.
 fn run(cell: &Cell, n: usize) -> Ran {
+    run_with(cell, n, &[])
+}
+
+/// [`run`] with `extra` arguments.
+fn run_with(cell: &Cell, n: usize, extra: &[String]) -> Ran {
     use std::io::Read;
     use std::os::unix::process::CommandExt;
     let path =
@@ -316,6 +321,7 @@ fn run(cell: &Cell, n: usize) -> Ran {
     let start = Instant::now();
     let mut child = Command::new(BIN)
         .args(cell.args(path.to_str().expect("utf-8 temp dir")))
+        .args(extra)
         .envs([
             ("NEURON_RT_BOOTSTRAP_TIMEOUT", "30"),
             ("NEURON_RT_EXEC_TIMEOUT", "20"),
@@ -607,5 +613,63 @@ fn all_to_all_in_place_early_recv_libfabric() {
         };
         let r = run(&cell, 2000 + n);
         check(&cell, &r);
+    }
+}
+
+/// The C library's path: `NCCOM_PROXY_LIB`, else a `libnccom_proxy.so` next to this test binary
+/// (or in its parent), else built with `cargo build -p proxy-ffi` into `target/loader-tests`.
+fn progress_library() -> std::path::PathBuf {
+    if let Some(p) = std::env::var_os("NCCOM_PROXY_LIB") {
+        return p.into();
+    }
+    let exe = std::env::current_exe().expect("current_exe");
+    let deps = exe.parent().expect("test binary directory");
+    for dir in [Some(deps), deps.parent()].into_iter().flatten() {
+        let p = dir.join("libnccom_proxy.so");
+        if p.is_file() {
+            return p;
+        }
+    }
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let target = root.join("target/loader-tests");
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let st = Command::new(cargo)
+        .current_dir(&root)
+        .args(["build", "-p", "proxy-ffi", "--target-dir"])
+        .arg(&target)
+        .status()
+        .expect("run cargo build -p proxy-ffi");
+    assert!(st.success(), "cargo build -p proxy-ffi failed");
+    target.join("debug/libnccom_proxy.so")
+}
+
+/// The progress half loaded from the C library (`--progress-lib`): all-reduce over 2 streams in
+/// 3 blocks with every option on, in both modes: 0 wrong, every part filed, the counters
+/// through the C ABI's `nccom_comm_protocol_stats`.
+#[test]
+fn progress_lib_streams_blocks_and_options() {
+    let lib = progress_library();
+    for (n, mode) in MODES.into_iter().enumerate() {
+        let cell = Cell {
+            streams: 2,
+            blocks: 3,
+            early_recv: EARLY_RECV_ON,
+            early_send: true,
+            idx_wrap: 4,
+            credits: 1,
+            collective: "all-reduce",
+            ranks: 2,
+            transport: "mem",
+            looped: n == 1,
+            mode,
+        };
+        let r = run_with(
+            &cell,
+            3000 + n,
+            &["--progress-lib".into(), lib.display().to_string()],
+        );
+        assert!(r.out.contains("progress half: loaded from"), "{}", r.out);
+        check(&cell, &r);
+        check_counters(&cell, r.json.as_ref().expect("checked"));
     }
 }
