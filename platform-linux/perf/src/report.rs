@@ -258,6 +258,8 @@ fn measure_json(m: &Measure) -> serde_json::Value {
         "timed_recv_bytes": m.timed_recv_bytes,
         "recv_bytes_per_execution": m.recv_bytes_per_exec,
         "filed_blocks": m.filed_blocks,
+        "pool_ops_before": m.pool_ops.map(|p| p.0),
+        "pool_ops_after": m.pool_ops.map(|p| p.1),
     })
 }
 

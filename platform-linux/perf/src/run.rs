@@ -73,6 +73,10 @@ pub struct Measure {
     /// (stream, block) parts filed per execution, summed over the ranks (each is one `start`
     /// at the network task's INIT).
     pub filed_blocks: u64,
+    /// Ops in the in-process comms' op pools (summed over ranks) after the warm-up and after
+    /// the checked runs: equal when recycled ops are filed again instead of new ones taken;
+    /// `None` with a loaded progress half.
+    pub pool_ops: Option<(u64, u64)>,
 }
 
 /// One rank's protocol counters after a run (`--stats`, `--json`).
@@ -1269,6 +1273,7 @@ impl World {
         } else {
             self.run_execs(&prep, warmup, 1)?;
         }
+        let pool0 = self.engine.pool_ops();
         let starts0 = seam_starts();
         let stats0: Vec<(u64, u64)> = self
             .devices
@@ -1309,6 +1314,7 @@ impl World {
             .map(|b| b.plan.dst.iter().map(|e| e.bytes).sum::<u64>())
             .sum();
         let filed_blocks = prep.fifos.iter().map(|f| f.len() as u64).sum();
+        let pool = pool0.zip(self.engine.pool_ops());
         let mut local = Counts {
             elapsed_ns: u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX),
             timed_starts,
@@ -1317,6 +1323,7 @@ impl World {
             wrong,
             recv_bytes_per_exec,
             filed_blocks,
+            pool,
         };
         if let Some(peers) = &self.peers {
             local = Counts::combine(peers, &local)?;
@@ -1329,6 +1336,7 @@ impl World {
             wrong,
             recv_bytes_per_exec,
             filed_blocks,
+            pool,
         } = local;
         let time = elapsed_ns as f64 / 1e9 / f64::from(iters);
         let bytes_moved = size_of_row(&prep) as f64;
@@ -1347,6 +1355,7 @@ impl World {
             timed_recv_bytes: bytes,
             recv_bytes_per_exec,
             filed_blocks,
+            pool_ops: pool,
         })
     }
 
@@ -1449,10 +1458,12 @@ struct Counts {
     wrong: Option<u64>,
     recv_bytes_per_exec: u64,
     filed_blocks: u64,
+    /// Op-pool sizes before and after (`None`: not visible).
+    pool: Option<(u64, u64)>,
 }
 
 impl Counts {
-    const WORDS: usize = 7;
+    const WORDS: usize = 9;
 
     fn encode(&self) -> Vec<u8> {
         [
@@ -1463,6 +1474,8 @@ impl Counts {
             self.wrong.unwrap_or(u64::MAX),
             self.recv_bytes_per_exec,
             self.filed_blocks,
+            self.pool.map_or(u64::MAX, |p| p.0),
+            self.pool.map_or(u64::MAX, |p| p.1),
         ]
         .iter()
         .flat_map(|w| w.to_le_bytes())
@@ -1482,6 +1495,7 @@ impl Counts {
             wrong: (w(4) != u64::MAX).then(|| w(4)),
             recv_bytes_per_exec: w(5),
             filed_blocks: w(6),
+            pool: (w(7) != u64::MAX).then(|| (w(7), w(8))),
         })
     }
 
@@ -1499,6 +1513,7 @@ impl Counts {
             wrong: None,
             recv_bytes_per_exec: 0,
             filed_blocks: 0,
+            pool: Some((0, 0)),
         };
         for (r, b) in all.iter().enumerate() {
             let c = Self::decode(b)
@@ -1512,6 +1527,10 @@ impl Counts {
             }
             total.recv_bytes_per_exec += c.recv_bytes_per_exec;
             total.filed_blocks += c.filed_blocks;
+            total.pool = match (total.pool, c.pool) {
+                (Some(t), Some(p)) => Some((t.0 + p.0, t.1 + p.1)),
+                _ => None,
+            };
         }
         Ok(total)
     }

@@ -411,6 +411,15 @@ fn check(cell: &Cell, r: &Ran) {
             filed * u64::from(cell.iters())
         };
         assert_eq!(starts, want, "{what} {side}: {m}");
+        // The op pools stay as they were after the warm-up through the timed and checked
+        // executions (recycled ops are filed again under their own block, none taken anew);
+        // `null` with a loaded progress half.
+        if let (Some(before), Some(after)) =
+            (m["pool_ops_before"].as_u64(), m["pool_ops_after"].as_u64())
+        {
+            assert!(before > 0, "{what} {side}: {m}");
+            assert_eq!(before, after, "{what} {side}: {m}");
+        }
     }
 }
 
