@@ -1056,8 +1056,11 @@ impl Exec {
 
     /// After send entries `from..to` of op `op` in block `j` were seen complete with early
     /// completion on: overwrites each one's source (saving it) unless a transfer of the block
-    /// still handed out and not seen complete overlaps it. A send that was counted complete
-    /// before the transport had its own copy then carries the overwritten bytes.
+    /// that may still touch it overlaps it: an entry handed out and not seen complete, or a
+    /// receive the proxy may have posted early (within `ending_recv_credits` of the host
+    /// index, handed out or not), whose data would land under the overwrite and be lost to
+    /// the restore. A send that was counted complete before the transport had its own copy
+    /// then carries the overwritten bytes.
     ///
     /// # Safety
     /// As [`Exec::advance`].
@@ -1073,13 +1076,20 @@ impl Exec {
                 let slot = self.op_base[j] + k;
                 [Side::Send, Side::Recv].into_iter().any(|side| {
                     let s = side as usize;
-                    let (lo, hi) = (self.seen[slot][s], self.authorized[slot][s]);
-                    plan.entries(k as u32, side)[lo as usize..hi as usize]
-                        .iter()
-                        .any(|x| {
-                            let a = b.addrs.of(x.loc);
-                            x.bytes > 0 && a < end && start < a + x.bytes
-                        })
+                    let entries = plan.entries(k as u32, side);
+                    let mut hi = self.authorized[slot][s];
+                    if side == Side::Recv {
+                        // Receives the proxy may have posted ahead of the host index.
+                        let ahead = self.posted[slot][s]
+                            .saturating_add(plan.ops[k].ending_recv_credits)
+                            .min(entries.len() as u32);
+                        hi = hi.max(ahead);
+                    }
+                    let lo = self.seen[slot][s].min(hi);
+                    entries[lo as usize..hi as usize].iter().any(|x| {
+                        let a = b.addrs.of(x.loc);
+                        x.bytes > 0 && a < end && start < a + x.bytes
+                    })
                 })
             }) || self
                 .scribbles

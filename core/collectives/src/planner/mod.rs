@@ -804,11 +804,20 @@ pub fn plan(params: &PlanParams) -> Result<RankPlan, PlanError> {
     Ok(plan)
 }
 
-/// Sets each op's [`PlannedOp::ending_recv_credits`]: [`NecOptions::early_recv`], lowered so
-/// that the device, which raises a recv host index only while the buffers of the next
-/// `credits` entries are free (the entries the program has posted), still reaches every wait:
-/// at each `Wait { upto }` of a recv side with `a` entries posted (fewer than all), `credits <=
-/// a − upto`.
+/// Sets each op's [`PlannedOp::ending_recv_credits`]: [`NecOptions::early_recv`], lowered
+/// under two rules.
+///
+/// 1. *Reachable*: the device raises a recv host index only while the buffers of the next
+///    `credits` entries are free (the entries the program has posted), so at each
+///    `Wait { upto }` of a recv side with `a` entries posted (fewer than all), `credits <=
+///    a − upto`.
+/// 2. *Free at the handshake*: the handshake leaves the host index at 0, and the proxy may post
+///    entries `0..credits` at once, before the program hands them out; each of them must be
+///    free from the start of the program: no instruction before the `Post` that hands entry
+///    `i` out may touch its destination (a send or another receive over it, a reduce or copy
+///    reading or writing it), by real overlap (in place, input and output share one buffer).
+///    So `credits` is at most the length of the longest prefix of such entries. (Later
+///    windows lie inside the entries handed out, which the builder's hazard rules keep free.)
 fn set_ending_recv_credits(plan: &mut RankPlan) {
     let want = plan.params.nec.early_recv;
     let mut authorized: Vec<u32> = plan.ops.iter().map(|_| 0).collect();
@@ -839,8 +848,74 @@ fn set_ending_recv_credits(plan: &mut RankPlan) {
                 _ => {}
             }
         }
+        for (k, c) in credits.iter_mut().enumerate() {
+            if *c > 0 {
+                *c = (*c).min(free_at_handshake(plan, k as u32, *c));
+            }
+        }
     }
     for (o, c) in plan.ops.iter_mut().zip(credits) {
         o.ending_recv_credits = c;
     }
+}
+
+/// Rule 2 of [`set_ending_recv_credits`]: how many of the first `max` receive entries of op
+/// `op` are untouched by every instruction before the `Post` that hands each out.
+fn free_at_handshake(plan: &RankPlan, op: u32, max: u32) -> u32 {
+    let l = plan.layout;
+    // Canonical addresses: in place, input and output are one buffer; else three buffers far
+    // apart (offsets stay below 2^48).
+    let addrs = Addresses {
+        input: if l.in_place { l.input_offset } else { 1 << 50 },
+        output: if l.in_place { l.output_offset } else { 2 << 50 },
+        scratch: 3 << 50,
+        words: 0,
+        word_stride: 4,
+    };
+    let range = |loc: Loc, bytes: u64| (addrs.of(loc), addrs.of(loc) + bytes);
+    let elt = plan.params.dtype.size() as u64;
+    let mut handed: Vec<[u32; 2]> = alloc::vec![[0; 2]; plan.ops.len()];
+    // Ranges touched so far by the program (before the entry's own post).
+    let mut touched: Vec<(u64, u64)> = Vec::new();
+    let mut free = 0u32;
+    let overlaps =
+        |t: &[(u64, u64)], (a, b): (u64, u64)| a < b && t.iter().any(|&(x, y)| x < b && a < y);
+    for ins in &plan.program {
+        match *ins {
+            Instr::Post { op: k, side, upto } => {
+                let from = handed[k as usize][side as usize];
+                for (i, e) in plan.entries(k, side)[from as usize..upto as usize]
+                    .iter()
+                    .enumerate()
+                {
+                    let idx = from + i as u32;
+                    if k == op && side == Side::Recv && idx == free {
+                        if free >= max || overlaps(&touched, range(e.loc, e.bytes)) {
+                            return free;
+                        }
+                        free += 1;
+                    }
+                    if e.bytes > 0 {
+                        touched.push(range(e.loc, e.bytes));
+                    }
+                }
+                handed[k as usize][side as usize] = upto;
+            }
+            Instr::Reduce { dst, a, b, elems } => {
+                for loc in [dst, a, b] {
+                    touched.push(range(loc, elems * elt));
+                }
+            }
+            Instr::Copy { dst, src, bytes } => {
+                touched.push(range(dst, bytes));
+                touched.push(range(src, bytes));
+            }
+            _ => {}
+        }
+        if free >= max {
+            return free;
+        }
+    }
+    // Entries never handed out by a `Post` (none in a built plan) are not promised.
+    free
 }

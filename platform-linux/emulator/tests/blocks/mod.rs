@@ -142,9 +142,20 @@ impl Rank {
         }
     }
 
-    /// Writes the rank's input (again: an in-place collective overwrote it).
+    /// Poisons the rank's output (so that a result of the execution before cannot hide a
+    /// wrong one) and writes its input (again: an in-place collective overwrote it).
     fn fill(&self, rank: u32) {
         let l = self.plans.layout;
+        if !l.in_place {
+            // SAFETY: the output range lies in this rank's live buffer; nothing runs now.
+            unsafe {
+                std::ptr::write_bytes(
+                    self.out_ptr as usize as *mut u8,
+                    POISON,
+                    l.output_bytes as usize,
+                )
+            };
+        }
         // SAFETY: the input range lies in this rank's live buffer; nothing runs now.
         let inb = unsafe {
             std::slice::from_raw_parts_mut(
