@@ -433,6 +433,9 @@ struct Scribble {
 /// Byte written over a send source the device reuses after an early completion.
 const SCRIBBLE: u8 = 0xA5;
 
+/// Byte of the canary the device writes into a receive buffer it has not promised yet.
+const CANARY: u8 = 0x5C;
+
 /// Where a launch is inside its stage, and the per-op semaphore state of the execution; kept
 /// apart from the job so that a poll can borrow both.
 #[derive(Debug)]
@@ -468,6 +471,13 @@ struct Exec {
     scribbles: Vec<Scribble>,
     /// Their saved bytes.
     saved: Vec<u8>,
+    /// Polls of this launch so far (the recv lag's clock).
+    polls: u64,
+    /// Per job block: `polls` when its stream began it.
+    begun: Vec<u64>,
+    /// Polls after a block begins during which the device raises no recv host index
+    /// ([`Device::set_recv_lag`]).
+    recv_lag: u32,
     /// The error of a failed launch (answered by every poll until the next launch).
     error: Option<DeviceError>,
 }
@@ -504,9 +514,21 @@ impl Device {
                 streams: Vec::new(),
                 scribbles: Vec::new(),
                 saved: Vec::new(),
+                polls: 0,
+                begun: Vec::new(),
+                recv_lag: 0,
                 error: None,
             },
         }
+    }
+
+    /// Makes the device lag: for `polls` polls after each block begins it raises no recv host
+    /// index (sends and the handshakes go on), as a slow device would. A test knob: with
+    /// early receive posting, a peer whose sends are ready at once then lands any receive the
+    /// proxy posts beyond `ending_recv_credits` in a buffer the device has not promised, where
+    /// its canary shows it (docs/design.md §5). 0 (the default) = no lag.
+    pub fn set_recv_lag(&mut self, polls: u32) {
+        self.exec.recv_lag = polls;
     }
 
     /// The rank of this device.
@@ -560,6 +582,7 @@ impl Device {
     /// or the program does not fit its plan (edge 9; every later poll answers the same error).
     pub fn poll(&mut self, env: &impl DeviceEnv) -> Result<DevicePoll, DeviceError> {
         let Device { fault, job, exec } = self;
+        exec.polls += 1;
         let r = match job.as_ref() {
             None => Ok(DevicePoll::Idle),
             // SAFETY: `launch`'s contract: the job's addresses stay valid while it can be
@@ -695,6 +718,9 @@ impl Exec {
         }
         self.scribbles.clear();
         self.saved.clear();
+        self.polls = 0;
+        self.begun.clear();
+        self.begun.resize(job.blocks.len(), 0);
         self.fault_target = job
             .blocks
             .first()
@@ -702,8 +728,9 @@ impl Exec {
         Ok(())
     }
 
-    /// Begins job block `j` on its stream: snapshots every semaphore its program waits on and
-    /// clears the per-execution counts.
+    /// Begins job block `j` on its stream: snapshots every semaphore its program waits on,
+    /// clears the per-execution counts, and writes a canary into every receive buffer the
+    /// device will promise later (before the proxy can post early receives).
     ///
     /// # Safety
     /// As [`Exec::word`], for the job's words.
@@ -730,7 +757,21 @@ impl Exec {
                 self.need[slot][s] = 0;
                 self.seen[slot][s] = 0;
             }
+            for i in Self::canaried(&b.plan, k as u32) {
+                let e = b.plan.dst[o.dst_base as usize + i as usize];
+                // SAFETY: the entry's buffer lies in the rank's buffers (launch's contract);
+                // no instruction of the block touched it yet and the proxy may not receive
+                // into it before the device promises it.
+                unsafe {
+                    core::ptr::write_bytes(
+                        a.of(e.loc) as usize as *mut u8,
+                        CANARY,
+                        e.bytes as usize,
+                    )
+                };
+            }
         }
+        self.begun[j] = self.polls;
         if j == 0 {
             self.flipped = false;
         }
@@ -950,6 +991,67 @@ impl Exec {
         Ok((v, v.wrapping_sub(base)))
     }
 
+    /// The receive entries of op `op` that carry a canary until the device promises them:
+    /// with early receive posting, those past the handshake's promise (`ending_recv_credits`)
+    /// whose buffers are free from the start of the block ([`RankPlan::recv_free`]).
+    fn canaried(plan: &RankPlan, op: u32) -> impl Iterator<Item = u32> + '_ {
+        let o = plan.ops[op as usize];
+        let c = o.ending_recv_credits;
+        let flags = if c == 0 {
+            &[][..]
+        } else {
+            plan.recv_free
+                .get(o.dst_base as usize..(o.dst_base + o.rx_entry_cnt) as usize)
+                .unwrap_or(&[])
+        };
+        flags
+            .iter()
+            .enumerate()
+            .skip(c as usize)
+            .filter(|(_, &f)| f)
+            .map(|(i, _)| i as u32)
+    }
+
+    /// Checks the canaries of op `op`'s receive entries `from..to` of block `j` (about to be
+    /// promised): a receive posted beyond the credits landed in one.
+    ///
+    /// # Safety
+    /// As [`Exec::advance`].
+    unsafe fn check_canaries(
+        &self,
+        job: &Job,
+        j: usize,
+        op: u32,
+        from: u32,
+        to: u32,
+    ) -> Result<(), DeviceError> {
+        let b = &job.blocks[j];
+        let o = b.plan.ops[op as usize];
+        for i in Self::canaried(&b.plan, op).filter(|&i| from <= i && i < to) {
+            let e = b.plan.dst[(o.dst_base + i) as usize];
+            // SAFETY: the entry's buffer lies in the rank's buffers (launch's contract); a
+            // racing write there is the proxy bug this check reports.
+            let buf = unsafe {
+                core::slice::from_raw_parts(
+                    b.addrs.of(e.loc) as usize as *const u8,
+                    e.bytes as usize,
+                )
+            };
+            if let Some(at) = buf.iter().position(|&x| x != CANARY) {
+                return Err(self.protocol(format!(
+                    "stream {} block {} op {op} recv entry {i}: its buffer was written (byte \
+                     {at}) before the device promised it (ending_recv_credits {}, host index \
+                     {}): a receive posted beyond the credits",
+                    b.stream,
+                    b.block,
+                    o.ending_recv_credits,
+                    self.posted[self.op_base[j] + op as usize][Side::Recv as usize]
+                )));
+            }
+        }
+        Ok(())
+    }
+
     /// Raises the host index of op `op`'s `side` in block `j` as far as the device may: to
     /// the entries the program handed out, held back by the early receive credits (the
     /// buffers of the next `ending_recv_credits` entries must be free: handed out) and by the
@@ -969,6 +1071,12 @@ impl Exec {
         let o = &b.plan.ops[op as usize];
         let (slot, s) = (self.op_base[j] + op as usize, side as usize);
         let a = self.authorized[slot][s];
+        if side == Side::Recv
+            && self.recv_lag > 0
+            && self.polls - self.begun[j] < u64::from(self.recv_lag)
+        {
+            return Ok(());
+        }
         let mut target = a;
         let credits = o.ending_recv_credits;
         if side == Side::Recv && credits > 0 {
@@ -984,6 +1092,16 @@ impl Exec {
             target = target.min(done.saturating_add(wrap - 1));
         }
         if target > self.posted[slot][s] {
+            if side == Side::Recv && credits > 0 {
+                // Entries the raise promises for the first time: their canaries are intact.
+                let n = o.rx_entry_cnt;
+                let (from, to) = (
+                    self.posted[slot][s].saturating_add(credits).min(n),
+                    target.saturating_add(credits).min(n),
+                );
+                // SAFETY: the caller's contract.
+                unsafe { self.check_canaries(job, j, op, from, to) }?;
+            }
             self.posted[slot][s] = target;
             let value = if wrap > 0 { target % wrap } else { target };
             // Release (HostWord::store): the data of the posted send entries (written by

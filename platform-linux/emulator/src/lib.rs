@@ -465,6 +465,12 @@ impl PolledDevice {
         self.device.rank()
     }
 
+    /// Makes the device raise no recv host index for `polls` polls after each block begins
+    /// ([`Device::set_recv_lag`]; a test knob, 0 = none).
+    pub fn set_recv_lag(&mut self, polls: u32) {
+        self.device.set_recv_lag(polls);
+    }
+
     /// Starts `job`: no word is touched until the next [`PolledDevice::poll_once`]. A launch
     /// still running is dropped as it is.
     ///

@@ -62,6 +62,7 @@ mod split_tests;
 
 pub use split::{plan_blocks, BlockPlan, BlockPlans};
 
+use alloc::collections::BTreeMap;
 use alloc::vec::Vec;
 use core::fmt;
 
@@ -674,6 +675,13 @@ pub struct RankPlan {
     pub dst: Vec<PlannedEntry>,
     /// The device program of one execution of the block.
     pub program: Vec<Instr>,
+    /// Per destination entry (parallel to [`RankPlan::dst`]): `true` when no instruction
+    /// touches its buffer before the `Post` that hands it out, so the buffer is free from the
+    /// start of the block (empty when [`NecOptions::early_recv`] is 0). The early receive
+    /// credits promise only such entries at the handshake; the device writes a canary into
+    /// those it has not promised yet and checks it before it promises them (docs/design.md
+    /// §5).
+    pub recv_free: Vec<bool>,
 }
 
 impl RankPlan {
@@ -848,10 +856,12 @@ fn set_ending_recv_credits(plan: &mut RankPlan) {
                 _ => {}
             }
         }
+        plan.recv_free = recv_free(plan);
         for (k, c) in credits.iter_mut().enumerate() {
-            if *c > 0 {
-                *c = (*c).min(free_at_handshake(plan, k as u32, *c));
-            }
+            let o = plan.ops[k];
+            let flags = &plan.recv_free[o.dst_base as usize..][..o.rx_entry_cnt as usize];
+            let prefix = flags.iter().take_while(|&&f| f).count() as u32;
+            *c = (*c).min(prefix);
         }
     }
     for (o, c) in plan.ops.iter_mut().zip(credits) {
@@ -859,12 +869,13 @@ fn set_ending_recv_credits(plan: &mut RankPlan) {
     }
 }
 
-/// Rule 2 of [`set_ending_recv_credits`]: how many of the first `max` receive entries of op
-/// `op` are untouched by every instruction before the `Post` that hands each out.
-fn free_at_handshake(plan: &RankPlan, op: u32, max: u32) -> u32 {
+/// [`RankPlan::recv_free`]: per destination entry, whether no instruction before the `Post`
+/// that hands it out touches its buffer (a send or another receive over it, a reduce or copy
+/// reading or writing it), by real overlap (in place, input and output are one buffer).
+fn recv_free(plan: &RankPlan) -> Vec<bool> {
     let l = plan.layout;
     // Canonical addresses: in place, input and output are one buffer; else three buffers far
-    // apart (offsets stay below 2^48).
+    // apart (offsets stay far below 2^50).
     let addrs = Addresses {
         input: if l.in_place { l.input_offset } else { 1 << 50 },
         output: if l.in_place { l.output_offset } else { 2 << 50 },
@@ -875,47 +886,55 @@ fn free_at_handshake(plan: &RankPlan, op: u32, max: u32) -> u32 {
     let range = |loc: Loc, bytes: u64| (addrs.of(loc), addrs.of(loc) + bytes);
     let elt = plan.params.dtype.size() as u64;
     let mut handed: Vec<[u32; 2]> = alloc::vec![[0; 2]; plan.ops.len()];
-    // Ranges touched so far by the program (before the entry's own post).
-    let mut touched: Vec<(u64, u64)> = Vec::new();
-    let mut free = 0u32;
-    let overlaps =
-        |t: &[(u64, u64)], (a, b): (u64, u64)| a < b && t.iter().any(|&(x, y)| x < b && a < y);
+    // The union of the ranges touched so far: start → end, disjoint, not adjacent-merged.
+    let mut touched: BTreeMap<u64, u64> = BTreeMap::new();
+    let hit = |t: &BTreeMap<u64, u64>, (a, b): (u64, u64)| {
+        a < b && t.range(..b).next_back().is_some_and(|(_, &e)| e > a)
+    };
+    let touch = |t: &mut BTreeMap<u64, u64>, (mut a, mut b): (u64, u64)| {
+        if a >= b {
+            return;
+        }
+        // Merge every interval overlapping or adjacent to a..b.
+        while let Some((&x, &y)) = t.range(..=b).next_back() {
+            if y < a {
+                break;
+            }
+            t.remove(&x);
+            a = a.min(x);
+            b = b.max(y);
+        }
+        t.insert(a, b);
+    };
+    let mut free = alloc::vec![false; plan.dst.len()];
     for ins in &plan.program {
         match *ins {
-            Instr::Post { op: k, side, upto } => {
-                let from = handed[k as usize][side as usize];
-                for (i, e) in plan.entries(k, side)[from as usize..upto as usize]
+            Instr::Post { op, side, upto } => {
+                let from = handed[op as usize][side as usize];
+                let base = plan.ops[op as usize].dst_base as usize;
+                for (i, e) in plan.entries(op, side)[from as usize..upto as usize]
                     .iter()
                     .enumerate()
                 {
-                    let idx = from + i as u32;
-                    if k == op && side == Side::Recv && idx == free {
-                        if free >= max || overlaps(&touched, range(e.loc, e.bytes)) {
-                            return free;
-                        }
-                        free += 1;
+                    let r = range(e.loc, e.bytes);
+                    if side == Side::Recv {
+                        free[base + from as usize + i] = !hit(&touched, r);
                     }
-                    if e.bytes > 0 {
-                        touched.push(range(e.loc, e.bytes));
-                    }
+                    touch(&mut touched, r);
                 }
-                handed[k as usize][side as usize] = upto;
+                handed[op as usize][side as usize] = upto;
             }
             Instr::Reduce { dst, a, b, elems } => {
                 for loc in [dst, a, b] {
-                    touched.push(range(loc, elems * elt));
+                    touch(&mut touched, range(loc, elems * elt));
                 }
             }
             Instr::Copy { dst, src, bytes } => {
-                touched.push(range(dst, bytes));
-                touched.push(range(src, bytes));
+                touch(&mut touched, range(dst, bytes));
+                touch(&mut touched, range(src, bytes));
             }
             _ => {}
         }
-        if free >= max {
-            return free;
-        }
     }
-    // Entries never handed out by a `Post` (none in a built plan) are not promised.
     free
 }

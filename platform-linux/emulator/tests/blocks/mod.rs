@@ -307,6 +307,18 @@ pub struct Outcome {
 /// the inputs written before each, with polled devices whose no-progress timeout is
 /// `device_timeout`. `STARTS` must not be used by another test at the same time.
 pub fn run(p: &PlanParams, execs: u32, loops: u32, device_timeout: Duration) -> Outcome {
+    run_lagged(p, execs, loops, device_timeout, 0)
+}
+
+/// [`run`] with devices that raise no recv host index for `recv_lag` polls after each block
+/// begins ([`PolledDevice::set_recv_lag`]).
+pub fn run_lagged(
+    p: &PlanParams,
+    execs: u32,
+    loops: u32,
+    device_timeout: Duration,
+    recv_lag: u32,
+) -> Outcome {
     let n = p.nranks;
     let fabric = MemFabric::new(n).expect("a fabric");
     let ranks: Vec<Rank> = (0..n).map(|r| Rank::new(p, r, &fabric)).collect();
@@ -318,7 +330,11 @@ pub fn run(p: &PlanParams, execs: u32, loops: u32, device_timeout: Duration) -> 
         .map(|_| ProxyQueue::join(&queue).expect("a slot"))
         .collect();
     let mut devices: Vec<PolledDevice> = (0..n)
-        .map(|r| PolledDevice::new(r, None, device_timeout))
+        .map(|r| {
+            let mut d = PolledDevice::new(r, None, device_timeout);
+            d.set_recv_lag(recv_lag);
+            d
+        })
         .collect();
     let starts0 = STARTS.load(Ordering::Relaxed);
     let mut out = Outcome {
