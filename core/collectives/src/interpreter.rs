@@ -54,11 +54,15 @@
 //! The `nec.h` options of a block's plan ([`crate::planner::NecOptions`]) are honoured as a
 //! device would: the host index rises only while fewer than `net_idx_loop_size` entries are
 //! posted and not complete (written modulo it), a recv index only as far as the buffers of the
-//! next `ending_recv_credits` entries are free, and with early send completion every send
-//! source seen complete is overwritten until the program touches it again (docs/design.md §5,
-//! "The `nec.h` options"). A
-//! semaphore that runs ahead of what the device posted is a proxy bug and fails the launch
-//! ([`DeviceError::Protocol`]).
+//! next `ending_recv_credits` entries are free (receive buffers free from the block's start
+//! and not yet promised carry a canary, checked before the device promises them), and with
+//! early send completion every send source seen complete is overwritten until the program
+//! touches it again, unless a receive may still land there (docs/design.md §5, "The `nec.h`
+//! options"). A semaphore that runs ahead of what the device posted, or a canary written
+//! before its promise, is a proxy bug and fails the launch ([`DeviceError::Protocol`]). Two
+//! test knobs make proxy bugs observable: [`Device::set_recv_lag`] (a device slow to post its
+//! receives) and [`Device::watch_peer_recv`] (send completions checked against the peer's
+//! receive host index).
 //!
 //! The interpreter never blocks, names a thread or reads a clock: timeouts belong to the caller
 //! (on Linux `proxy-emulator`'s device thread with its spin / yield / nap policy, or its polled
@@ -436,6 +440,16 @@ const SCRIBBLE: u8 = 0xA5;
 /// Byte of the canary the device writes into a receive buffer it has not promised yet.
 const CANARY: u8 = 0x5C;
 
+/// The receive host index of the peer op that a send op's entries meet
+/// ([`Device::watch_peer_recv`]).
+#[derive(Clone, Copy, Debug)]
+struct PeerRecv {
+    block: usize,
+    op: u32,
+    addr: u64,
+    ahead: u32,
+}
+
 /// Where a launch is inside its stage, and the per-op semaphore state of the execution; kept
 /// apart from the job so that a poll can borrow both.
 #[derive(Debug)]
@@ -478,6 +492,9 @@ struct Exec {
     /// Polls after a block begins during which the device raises no recv host index
     /// ([`Device::set_recv_lag`]).
     recv_lag: u32,
+    /// Peer receive host indices to check send completions against
+    /// ([`Device::watch_peer_recv`]).
+    peer_recv: Vec<PeerRecv>,
     /// The error of a failed launch (answered by every poll until the next launch).
     error: Option<DeviceError>,
 }
@@ -517,6 +534,7 @@ impl Device {
                 polls: 0,
                 begun: Vec::new(),
                 recv_lag: 0,
+                peer_recv: Vec::new(),
                 error: None,
             },
         }
@@ -529,6 +547,33 @@ impl Device {
     /// its canary shows it (docs/design.md §5). 0 (the default) = no lag.
     pub fn set_recv_lag(&mut self, polls: u32) {
         self.exec.recv_lag = polls;
+    }
+
+    /// A test oracle for send completions without `early_send_completion`: job block `block`'s
+    /// send op `op` meets the receives of a peer op whose recv host index is the word at
+    /// `addr`, with `ahead` = that op's `ending_recv_credits`. Without the flag a send entry
+    /// counts complete only once the transport finished it, which needs the peer's receive
+    /// posted, so the device fails the launch when it sees send entry `i` complete while that
+    /// index says fewer than `i + 1 − ahead` entries posted (a proxy that completed a send
+    /// early without the flag). Kept until cleared by [`Device::clear_peer_watch`]; meaningful
+    /// only for a block run once per launch (a peer that began the block again has reset its
+    /// index) and without an index wrap (the index is read as a count).
+    ///
+    /// # Safety
+    /// `addr` must be a live 4-byte-aligned host word, accessed only atomically, for as long
+    /// as any launch of this device can be polled.
+    pub unsafe fn watch_peer_recv(&mut self, block: usize, op: u32, addr: u64, ahead: u32) {
+        self.exec.peer_recv.push(PeerRecv {
+            block,
+            op,
+            addr,
+            ahead,
+        });
+    }
+
+    /// Drops every watch of [`Device::watch_peer_recv`].
+    pub fn clear_peer_watch(&mut self) {
+        self.exec.peer_recv.clear();
     }
 
     /// The rank of this device.
@@ -1232,6 +1277,41 @@ impl Exec {
         }
     }
 
+    /// [`Device::watch_peer_recv`]'s check: `done` send entries of op `op` in block `j` are
+    /// complete without early completion, so the peer has posted at least `done − ahead`.
+    ///
+    /// # Safety
+    /// As [`Exec::advance`], and the watched words are live ([`Device::watch_peer_recv`]).
+    unsafe fn check_peer_recv(
+        &self,
+        job: &Job,
+        j: usize,
+        op: u32,
+        done: u32,
+    ) -> Result<(), DeviceError> {
+        for w in self.peer_recv.iter().filter(|w| w.block == j && w.op == op) {
+            // Acquire (HostWord::load): the peer device raised the index before its proxy
+            // posted the receive that let the transport finish this send, and the proxy's
+            // completion count this device read with acquire follows that.
+            // SAFETY: the caller's contract.
+            let v = unsafe { self.word(w.addr) }?.load();
+            let posted = if v == HOST_INDEX_READY { 0 } else { v };
+            if posted.saturating_add(w.ahead) < done {
+                let b = &job.blocks[j];
+                return Err(self.protocol(format!(
+                    "stream {} block {} op {op}: send entry {} counted complete while the peer \
+                     had posted {posted} receives (+{} early): completed before the transport \
+                     finished it, without early_send_completion",
+                    b.stream,
+                    b.block,
+                    done - 1,
+                    w.ahead
+                )));
+            }
+        }
+        Ok(())
+    }
+
     /// Runs one instruction of job block `j`; `Some` = it waits for that word (run it again
     /// on the next poll).
     ///
@@ -1350,6 +1430,9 @@ impl Exec {
                     } else if p.nec.early_send {
                         // SAFETY: the caller's contract.
                         unsafe { self.scribble(job, j, op, prev, done) };
+                    } else {
+                        // SAFETY: the caller's contract and `watch_peer_recv`'s.
+                        unsafe { self.check_peer_recv(job, j, op, done) }?;
                     }
                 }
                 if done < upto {

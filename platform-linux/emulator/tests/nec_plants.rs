@@ -9,7 +9,7 @@ mod blocks;
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
-use blocks::{assert_completed, run, run_lagged, Outcome};
+use blocks::{assert_completed, run, run_lagged, run_with, Outcome};
 use proxy_collectives::planner::{Collective, DataType, PlanParams};
 use proxy_core::plant::{self, Plant};
 use proxy_core::status::NrtStatus;
@@ -111,6 +111,39 @@ fn a_proxy_that_posts_beyond_the_credits_fails_against_the_device() {
     let msg = format!("{:?}", out.device);
     assert!(
         msg.contains("recv entry 2: its buffer was written"),
+        "{msg}"
+    );
+}
+
+/// Send-recv without early send completion, 16 entries of 1 KiB (each copied into the peer's
+/// mailbox at post), the devices lagging on their receives and checking each send completion
+/// against the peer's receive host index.
+fn send_recv_without_early_send() -> PlanParams {
+    let mut p = PlanParams::new(Collective::SendRecv, 4096, DataType::F32, 0, 2);
+    p.chunk_bytes = 1024;
+    p
+}
+
+#[test]
+fn without_a_plant_sends_complete_after_the_peer_receives() {
+    let _g = Planted::select(None);
+    let p = send_recv_without_early_send();
+    let out = run_with(&p, 2, 1, Duration::from_secs(20), LAG, true);
+    assert_completed(&p, &out, 2, 1);
+}
+
+/// A proxy that counts copied send entries complete early without `early_send_completion`:
+/// its device sees a send complete while the lagging peer has not posted the receive, which
+/// the transport needs to finish the send.
+#[test]
+fn a_proxy_that_completes_sends_early_without_the_flag_fails_against_the_device() {
+    let _g = Planted::select(Some(Plant::SendRecvEarlyCompletionWithoutFlag));
+    let p = send_recv_without_early_send();
+    let out = run_with(&p, 1, 1, Duration::from_millis(500), LAG, true);
+    assert!(failed(&out), "the planted run completed: {out:?}");
+    let msg = format!("{:?}", out.device);
+    assert!(
+        msg.contains("counted complete while the peer had posted 0 receives"),
         "{msg}"
     );
 }

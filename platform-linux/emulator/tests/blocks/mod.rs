@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use proxy_collectives::interpreter::JobBlock;
 use proxy_collectives::planner::data::{count_wrong, fill_input, POISON};
-use proxy_collectives::planner::{plan_blocks, Addresses, BlockPlans, PlanParams};
+use proxy_collectives::planner::{plan_blocks, Addresses, BlockPlans, OpWord, PlanParams, Side};
 use proxy_core::driver::queue::{ProxyQueue, QueueConfig, SlotHandle, TaskBox};
 use proxy_core::driver::record::TaskRecord;
 use proxy_core::driver::task::{
@@ -319,6 +319,19 @@ pub fn run_lagged(
     device_timeout: Duration,
     recv_lag: u32,
 ) -> Outcome {
+    run_with(p, execs, loops, device_timeout, recv_lag, false)
+}
+
+/// [`run_lagged`], and with `watch_sends` every device checks each send completion against
+/// the peer's receive host index ([`PolledDevice::watch_peer_recv`]; use `loops == 1`).
+pub fn run_with(
+    p: &PlanParams,
+    execs: u32,
+    loops: u32,
+    device_timeout: Duration,
+    recv_lag: u32,
+    watch_sends: bool,
+) -> Outcome {
     let n = p.nranks;
     let fabric = MemFabric::new(n).expect("a fabric");
     let ranks: Vec<Rank> = (0..n).map(|r| Rank::new(p, r, &fabric)).collect();
@@ -336,6 +349,38 @@ pub fn run_lagged(
             d
         })
         .collect();
+    if watch_sends {
+        for (r, (d, rank)) in devices.iter_mut().zip(&ranks).enumerate() {
+            for (j, b) in rank.plans.blocks.iter().enumerate() {
+                for (k, o) in b.plan.ops.iter().enumerate() {
+                    if o.tx_entry_cnt == 0 {
+                        continue;
+                    }
+                    let peer = &ranks[o.send_peer as usize];
+                    let pb = peer
+                        .plans
+                        .blocks
+                        .iter()
+                        .find(|x| x.stream == b.stream && x.block == b.block)
+                        .expect("the peer's part");
+                    let (kk, po) = pb
+                        .plan
+                        .ops
+                        .iter()
+                        .enumerate()
+                        .find(|(_, x)| {
+                            x.tag == o.tag && x.recv_peer == r as i32 && x.rx_entry_cnt > 0
+                        })
+                        .expect("the partner recv op");
+                    let addr = pb
+                        .addresses(&peer.addrs)
+                        .word(OpWord::post(Side::Recv).index(kk as u32));
+                    // SAFETY: a host word of a rank that outlives every poll of this run.
+                    unsafe { d.watch_peer_recv(j, k as u32, addr, po.ending_recv_credits) };
+                }
+            }
+        }
+    }
     let starts0 = STARTS.load(Ordering::Relaxed);
     let mut out = Outcome {
         device: Vec::new(),
