@@ -3,8 +3,9 @@
 //!
 //! A model that cannot fail proves nothing, so every loom model in `loom-tests/` is also run
 //! with the bug it is there to find planted, and must fail (`loom_tests::assert_loom_catches`).
-//! Two protocol plants are shown caught by the crate's own task and send/recv tests (the tests
-//! of this module); the protocol plants that stall the device (`NetworkSkipsTriggerGate`,
+//! Four protocol plants are shown caught by the crate's own task and send/recv tests (the tests
+//! of this module: the trigger gate, the index wrap, receives posted beyond the ending credits,
+//! early send completion without the flag); the protocol plants that stall the device (`NetworkSkipsTriggerGate`,
 //! `SendRecvSkipsHandshake`, `SendRecvSkipsCompletion`) by `proxy-emulator`'s plant tests,
 //! with a real device emulator as the proxy's peer. Planting in the real code, not in a copy,
 //! means a model that catches a plant has checked the code as it ships.
@@ -152,6 +153,18 @@ plants! {
     /// does not show what the requester did first). Loom model 12 (`tests/dump.rs`): "a dump that
     /// answers a request shows what was done before the request".
     DumpServedReadAfterDump = 20,
+    /// `sendrecv.rs: transfer` lets a recv op with `early_recv_posting` post one receive more
+    /// than `ending_recv_credits` ahead of its host index: into a buffer the device never
+    /// promised is free. Caught by the send/recv protocol tests (`sendrecv_tests`, see this
+    /// module's tests): the in-test device finds a receive buffer written before it handed the
+    /// entry out, and the counter test finds `max_recv_ahead` above the credits.
+    SendRecvPostsBeyondEndingCredits = 21,
+    /// `sendrecv.rs: transfer` counts a send entry whose payload the transport copied as
+    /// complete before the transport finished it, without `early_send_completion`: the device
+    /// would reuse a source the flag did not allow it to. Caught by the send/recv protocol tests
+    /// (`sendrecv_tests`, see this module's tests): the in-test device sees a send counted
+    /// complete while the peer's receive does not hold the entry yet.
+    SendRecvEarlyCompletionWithoutFlag = 22,
 }
 
 /// "No plant" in the selector's storage.
@@ -355,6 +368,30 @@ mod tests {
             Plant::SendRecvIgnoresIndexWrap,
             "progress::sendrecv_tests::entry_counts_the_128_cap_and_index_wraparound",
             &["unwrap()", "NetworkProxyFailure"],
+        );
+    }
+
+    /// Credits 3, the receiving device posting one entry a step and the sender every entry at
+    /// once: a fourth receive ahead of the host index is matched by data the device never
+    /// handed out, and the device finds that buffer written.
+    #[test]
+    fn send_recv_posting_beyond_the_ending_credits_is_caught() {
+        caught_by(
+            Plant::SendRecvPostsBeyondEndingCredits,
+            "progress::sendrecv_tests::early_recv_posting_stays_within_credits",
+            &["recv entry", "touched before the device posted it"],
+        );
+    }
+
+    /// Without `early_send_completion`, the sending comm (which ticks before the receiver)
+    /// counts its copied entries complete while the receiver has not taken them: the sending
+    /// device finds the peer's destination without the entry.
+    #[test]
+    fn send_recv_completing_early_without_the_flag_is_caught() {
+        caught_by(
+            Plant::SendRecvEarlyCompletionWithoutFlag,
+            "progress::sendrecv_tests::sizes_through_the_full_protocol",
+            &["counted complete before the receiver had it"],
         );
     }
 }

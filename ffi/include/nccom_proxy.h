@@ -10,7 +10,7 @@
  * The seam: neuronStartNetworkProxy / neuronNetworkProxyProgress / neuronStopNetworkProxy.
  * The init half: nccom_abi_version, nrt_get_status_as_str, nccom_register_device_callbacks,
  * nccom_mem_group_create / _destroy, nccom_comm_create / _destroy, nccom_comm_register_memory,
- * nccom_comm_invalidate_range, nccom_comm_abort.
+ * nccom_comm_invalidate_range, nccom_comm_abort (ABI 1.1), nccom_comm_protocol_stats (ABI 1.2).
  *
  * Handles. nccom_comm_t * and nccom_mem_group_t * are opaque handles, never pointers to memory:
  * NULL, a destroyed handle (double destroy included) and any pointer the library did not hand
@@ -62,14 +62,16 @@ typedef volatile uint32_t nccom_host_word_t;
 #define NCCOM_PROXY_ABI_VERSION_MAJOR 1
 
 /**
- * Minor version of this C ABI: additions that keep every older call and layout valid.
+ * Minor version of this C ABI: additions that keep every older call and layout valid. 1.1
+ * added `neuronStopNetworkProxyStep`, `nccom_comm_invalidate_range` and `nccom_comm_abort`;
+ * 1.2 added `nccom_comm_protocol_stats` (`nccom_protocol_stats_t`).
  */
-#define NCCOM_PROXY_ABI_VERSION_MINOR 1
+#define NCCOM_PROXY_ABI_VERSION_MINOR 2
 
 /**
  * `(major << 16) | minor`, what `nccom_abi_version()` returns.
  */
-#define NCCOM_PROXY_ABI_VERSION 65537
+#define NCCOM_PROXY_ABI_VERSION 65538
 
 /**
  * Mark of a FIFO entry that is neither the last of its op nor of the execution.
@@ -419,6 +421,64 @@ typedef struct nccom_comm_config_t {
 } nccom_comm_config_t;
 
 /**
+ * A comm's protocol counters (`nccom_protocol_stats_t`, ABI 1.2), cumulative since the comm
+ * was created; filled by `nccom_comm_protocol_stats`. Versioned by size: the caller sets
+ * `size` to the bytes it has (`sizeof(nccom_protocol_stats_t)`), the library writes at most
+ * that many and sets `size` to what it wrote; a later version only appends fields. Counted on
+ * the thread that drives the comm (docs/design.md §5, "Protocol counters").
+ *
+ * Seed: none (counts what `netNeuronSendProxy` / `netNeuronRecvProxy`, `ncclProxyStart` and
+ * `check_basic_block_switch` do, §3/§4).
+ */
+typedef struct nccom_protocol_stats_t {
+    /**
+     * In: bytes the caller's struct has (at least 8). Out: bytes the library wrote.
+     */
+    uint32_t size;
+    /**
+     * Zero.
+     */
+    uint32_t reserved;
+    /**
+     * `neuronStartNetworkProxy` calls accepted (each files one (stream, basic block)).
+     */
+    uint64_t starts;
+    /**
+     * Loads by a stream of another basic block than the one it ran before (since its last
+     * stop); reloading the block that just drained is not counted.
+     */
+    uint64_t block_switches;
+    /**
+     * Send entries counted to `send_complete` before the transport finished them (only with
+     * `early_send_completion`, for payloads the transport copied at post).
+     */
+    uint64_t early_send_completions;
+    /**
+     * Receives posted for entries the device had not posted yet (`early_recv_posting`).
+     */
+    uint64_t recvs_posted_ahead;
+    /**
+     * The most receives any recv op had posted beyond its host index at once (at most its
+     * `ending_recv_credits`).
+     */
+    uint64_t max_recv_ahead;
+    /**
+     * Host-index wrap-arounds seen (`net_idx_loop_size`): an op with `n` entries and loop size
+     * `L` sees `n / L` per execution.
+     */
+    uint64_t index_wraps;
+    /**
+     * The most send requests any send op had outstanding at once (at most its
+     * `initial_send_credits`, 0 meaning 128).
+     */
+    uint64_t peak_outstanding_send;
+    /**
+     * The most receive requests any recv op had outstanding at once (at most 128).
+     */
+    uint64_t peak_outstanding_recv;
+} nccom_protocol_stats_t;
+
+/**
  * `neuronStartNetworkProxy`: files one basic block's FIFOs on a stream (seed B1).
  */
 typedef NRT_STATUS (*neuronStartNetworkProxy_fn)(struct nccom_comm_t *comm,
@@ -501,6 +561,13 @@ typedef NRT_STATUS (*nccom_comm_invalidate_range_fn)(struct nccom_comm_t *comm,
  * `nccom_comm_abort` (ABI 1.1): request an abort of a comm, from any thread.
  */
 typedef NRT_STATUS (*nccom_comm_abort_fn)(struct nccom_comm_t *comm);
+
+/**
+ * `nccom_comm_protocol_stats` (ABI 1.2): copy a comm's protocol counters into `*out` (at most
+ * `out->size` bytes; `size` is set to the bytes written).
+ */
+typedef NRT_STATUS (*nccom_comm_protocol_stats_fn)(struct nccom_comm_t *comm,
+                                                   struct nccom_protocol_stats_t *out);
 
 /**
  * The call did what it was asked.
@@ -830,6 +897,29 @@ NRT_STATUS nccom_comm_invalidate_range(struct nccom_comm_t *comm, const void *ad
  * Seed: none (the seed has no abort; `nrt_close` waits for the proxy); docs/design.md §9.
  */
 NRT_STATUS nccom_comm_abort(struct nccom_comm_t *comm);
+
+/**
+ * Copies a comm's protocol counters (cumulative since the comm was created: `start` calls,
+ * block switches, early send completions, receives posted ahead of the host index and the most
+ * ahead, host-index wraps, peak outstanding send / receive requests; docs/design.md §5,
+ * "Protocol counters") into `*out`. Versioned by size: on input `out->size` is the number of
+ * bytes the caller's struct has (at least 8, the `size` and `reserved` words); the library
+ * writes at most that many bytes of its `nccom_protocol_stats_t` and sets `out->size` to the
+ * number it wrote (`sizeof(nccom_protocol_stats_t)` of this library when the caller's struct
+ * is at least as large; bytes past that are left as they were). Works on a failed or aborted
+ * comm (its counters stay readable).
+ *
+ * Returns `NRT_SUCCESS`; `NRT_INVALID_HANDLE` for a NULL, destroyed or unknown comm;
+ * `NRT_INVALID` for a NULL or misaligned `out` or an `out->size` below 8 (nothing written);
+ * `NRT_FAILURE` for a comm in use by another thread (the counters belong to the thread that
+ * drives the comm) or a caught panic.
+ *
+ * # Safety
+ * A non-null `out` must point to `out->size` writable bytes, 8-aligned.
+ *
+ * Seed: none (ABI 1.2).
+ */
+NRT_STATUS nccom_comm_protocol_stats(struct nccom_comm_t *comm, struct nccom_protocol_stats_t *out);
 
 #ifdef __cplusplus
 }  // extern "C"

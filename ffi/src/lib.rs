@@ -9,7 +9,7 @@
 //!   [`nccom_register_device_callbacks`], [`nccom_mem_group_create`] /
 //!   [`nccom_mem_group_destroy`], [`nccom_comm_create`] / [`nccom_comm_destroy`],
 //!   [`nccom_comm_register_memory`], [`nccom_comm_invalidate_range`] and
-//!   [`nccom_comm_abort`] (ABI 1.1).
+//!   [`nccom_comm_abort`] (ABI 1.1), [`nccom_comm_protocol_stats`] (ABI 1.2).
 //!
 //! # The C contract
 //! * **Handles.** `nccom_comm_t *` and `nccom_mem_group_t *` are opaque handles, not pointers:
@@ -823,6 +823,57 @@ pub unsafe extern "C" fn nccom_comm_abort(comm: *mut NccomComm) -> NRT_STATUS {
     })
 }
 
+/// Copies a comm's protocol counters (cumulative since the comm was created: `start` calls,
+/// block switches, early send completions, receives posted ahead of the host index and the most
+/// ahead, host-index wraps, peak outstanding send / receive requests; docs/design.md §5,
+/// "Protocol counters") into `*out`. Versioned by size: on input `out->size` is the number of
+/// bytes the caller's struct has (at least 8, the `size` and `reserved` words); the library
+/// writes at most that many bytes of its `nccom_protocol_stats_t` and sets `out->size` to the
+/// number it wrote (`sizeof(nccom_protocol_stats_t)` of this library when the caller's struct
+/// is at least as large; bytes past that are left as they were). Works on a failed or aborted
+/// comm (its counters stay readable).
+///
+/// Returns `NRT_SUCCESS`; `NRT_INVALID_HANDLE` for a NULL, destroyed or unknown comm;
+/// `NRT_INVALID` for a NULL or misaligned `out` or an `out->size` below 8 (nothing written);
+/// `NRT_FAILURE` for a comm in use by another thread (the counters belong to the thread that
+/// drives the comm) or a caught panic.
+///
+/// # Safety
+/// A non-null `out` must point to `out->size` writable bytes, 8-aligned.
+///
+/// Seed: none (ABI 1.2).
+#[no_mangle]
+pub unsafe extern "C" fn nccom_comm_protocol_stats(
+    comm: *mut NccomComm,
+    out: *mut NccomProtocolStats,
+) -> NRT_STATUS {
+    const WHAT: &str = "nccom_comm_protocol_stats";
+    guard(WHAT, || {
+        with_comm(WHAT, comm, |c| {
+            if out.is_null() || !out.is_aligned() {
+                log::error!("{WHAT}: NULL or misaligned out ({out:p})");
+                return Err(NrtStatus::Invalid);
+            }
+            // SAFETY: non-null and aligned; the caller's struct has at least its `size` word.
+            let have = unsafe { ptr::addr_of!((*out).size).read() } as usize;
+            const HEADER: usize = 8;
+            if have < HEADER {
+                log::error!("{WHAT}: out->size {have} is below {HEADER}");
+                return Err(NrtStatus::Invalid);
+            }
+            let mut stats = NccomProtocolStats::from(c.protocol_stats());
+            let n = have.min(std::mem::size_of::<NccomProtocolStats>());
+            stats.size = n as u32;
+            // SAFETY: `out` has `have >= n` writable bytes (the caller's contract); the source
+            // is a local of at least `n` bytes; the two do not overlap.
+            unsafe {
+                ptr::copy_nonoverlapping(ptr::addr_of!(stats).cast::<u8>(), out.cast::<u8>(), n);
+            }
+            Ok(())
+        })
+    })
+}
+
 // Every export has exactly the typedef the loader and the header use.
 const _: NeuronStartNetworkProxyFn = neuronStartNetworkProxy;
 const _: NeuronNetworkProxyProgressFn = neuronNetworkProxyProgress;
@@ -838,6 +889,7 @@ const _: NccomCommDestroyFn = nccom_comm_destroy;
 const _: NccomCommRegisterMemoryFn = nccom_comm_register_memory;
 const _: NccomCommInvalidateRangeFn = nccom_comm_invalidate_range;
 const _: NccomCommAbortFn = nccom_comm_abort;
+const _: NccomCommProtocolStatsFn = nccom_comm_protocol_stats;
 
 #[cfg(test)]
 mod tests;

@@ -452,3 +452,75 @@ fn stop_step_tears_a_stream_down_without_blocking_and_checks_its_input() {
     assert_eq!(done, 7);
     drop(stuck);
 }
+
+#[test]
+fn protocol_stats_follow_the_size_protocol_and_check_their_input() {
+    let g = group(2);
+    let c = create(&config(0, 2, g)).unwrap();
+    let stuck = Stuck::new();
+    let stats = |c: *mut NccomComm, size: u32| {
+        let mut out = NccomProtocolStats {
+            size,
+            starts: 0xDEAD,
+            peak_outstanding_recv: 0xBEEF,
+            ..NccomProtocolStats::default()
+        };
+        // SAFETY: `out` is a live local of `size_of` bytes (the sizes asked for are at most
+        // that; the library writes at most `size`).
+        let s = unsafe { nccom_comm_protocol_stats(c, &mut out) };
+        (s, out)
+    };
+    let full = std::mem::size_of::<NccomProtocolStats>() as u32;
+    assert_eq!(full, 72);
+    let (s, out) = stats(c, full);
+    assert_eq!(s, NRT_SUCCESS);
+    assert_eq!(
+        out,
+        NccomProtocolStats {
+            size: full,
+            ..NccomProtocolStats::default()
+        }
+    );
+    // Two accepted starts, one rejected (stream 4): two counted.
+    assert_eq!(stuck.start(c), NRT_SUCCESS);
+    assert_eq!(stuck.start(c), NRT_SUCCESS);
+    // SAFETY: live locals; stream 4 is rejected before anything is read.
+    let bad =
+        unsafe { neuronStartNetworkProxy(c, 4, 1, ptr::null(), 0, ptr::null(), 0, ptr::null(), 0) };
+    assert_eq!(bad, NRT_INVALID);
+    let (s, out) = stats(c, full);
+    assert_eq!(
+        (s, out.size, out.starts, out.peak_outstanding_recv),
+        (NRT_SUCCESS, full, 2, 0)
+    );
+    // An older, smaller struct: only its bytes are written.
+    let (s, out) = stats(c, 16);
+    assert_eq!((s, out.size, out.starts), (NRT_SUCCESS, 16, 2));
+    assert_eq!(out.peak_outstanding_recv, 0xBEEF, "past `size`: untouched");
+    // Too small for the header, NULL or misaligned out, bad handles: answered, nothing written.
+    let (s, out) = stats(c, 7);
+    assert_eq!((s, out.size, out.starts), (NRT_INVALID, 7, 0xDEAD));
+    let mut raw = [0u64; 10];
+    raw[0] = u64::from(full);
+    // SAFETY: NULL and misaligned pointers are checked before any access; handles are looked
+    // up, never dereferenced.
+    unsafe {
+        assert_eq!(nccom_comm_protocol_stats(c, ptr::null_mut()), NRT_INVALID);
+        let misaligned = raw
+            .as_mut_ptr()
+            .cast::<u8>()
+            .add(4)
+            .cast::<NccomProtocolStats>();
+        assert_eq!(nccom_comm_protocol_stats(c, misaligned), NRT_INVALID);
+    }
+    assert_eq!(stats(ptr::null_mut(), full).0, NRT_INVALID_HANDLE);
+    assert_eq!(stats(g.cast(), full).0, NRT_INVALID_HANDLE);
+    // SAFETY: live handles of this library.
+    unsafe {
+        assert_eq!(nccom_comm_destroy(c), NRT_SUCCESS);
+    }
+    assert_eq!(stats(c, full).0, NRT_INVALID_HANDLE, "after destroy");
+    // SAFETY: as above.
+    unsafe { assert_eq!(nccom_mem_group_destroy(g), NRT_SUCCESS) };
+    drop(stuck);
+}

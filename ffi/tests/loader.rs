@@ -4,6 +4,7 @@
 
 mod common;
 
+use proxy_core::progress::stats::ProtocolStats;
 use proxy_core::status::NrtStatus;
 use proxy_ffi_types::{
     NccomCommConfig, NccomDeviceCallbacks, NccomHostWord, NccomLibfabricDesc, NccomTransportDesc,
@@ -196,6 +197,29 @@ fn send_recv_through_the_loaded_seam() {
         comms[0].invalidate_range(ptr::null(), 8),
         Err(NrtStatus::Invalid)
     );
+    // ABI 1.2: the protocol counters through the loader. One start per comm; the device
+    // posted every entry at once, so the sending op had at most all of them in flight.
+    let (tx, rx) = (
+        comms[0].protocol_stats().unwrap(),
+        comms[1].protocol_stats().unwrap(),
+    );
+    assert_eq!(tx.size as usize, std::mem::size_of::<ProtocolStats>());
+    assert_eq!(
+        (tx.starts, rx.starts),
+        (1, 1),
+        "the rejected start does not count"
+    );
+    assert!(
+        (1..=u64::from(n)).contains(&tx.peak_outstanding_send),
+        "{tx:?}"
+    );
+    assert!(
+        (1..=u64::from(n)).contains(&rx.peak_outstanding_recv),
+        "{rx:?}"
+    );
+    assert_eq!((tx.peak_outstanding_recv, rx.peak_outstanding_send), (0, 0));
+    assert_eq!(tx.early_send_completions, 0, "no early_send_completion");
+    assert_eq!((rx.recvs_posted_ahead, rx.index_wraps), (0, 0));
     assert_eq!(comms[1].abort(), Ok(()));
     let (mut idle, mut done) = (true, true);
     // SAFETY: as above.

@@ -18,5 +18,6 @@ pub mod scripted;
 pub mod sendrecv;
 #[cfg(all(test, not(loom)))]
 mod sendrecv_tests;
+pub mod stats;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;

@@ -11,6 +11,7 @@ use core::ptr;
 use crate::progress::desc::{NetDestAddr, NetSrcAddr};
 use crate::progress::device::DeviceCallbacks;
 use crate::progress::net::{RequestId, Transport};
+use crate::progress::stats::ProtocolStats;
 use crate::status::NrtStatus;
 
 /// A pointer-sized value in an 8-byte, 8-aligned slot, so the op layout is the same on 32-bit
@@ -58,6 +59,9 @@ pub struct OpCtx<'a> {
     pub rank: u32,
     /// The stream the op runs on (0..=3).
     pub stream: u32,
+    /// The comm's protocol counters: the op kinds add to them (plain adds on the thread that
+    /// drives the comm, [`crate::progress::stats`]).
+    pub stats: &'a mut ProtocolStats,
 }
 
 /// Capacity of an op's request tracker ring (the seed's 128-entry requestTracker).
@@ -315,7 +319,19 @@ pub struct ProxyOp {
     requests: [Slot8<*mut RequestTracker>; 8],
     /// 1 when the op made no progress on its last tick (ANDed across ops by the loop).
     pub idle: i32,
-    _reserved: [u8; 0x140 - 0xC4],
+    /// Most requests this op had outstanding at once since `start` built it (protocol
+    /// counters, [`crate::progress::stats`]; kept across recycles, zeroed by `reset`).
+    pub peak_outstanding: u32,
+    /// Most receives this (recv) op had posted beyond its host index at once since built.
+    pub max_recv_ahead: u32,
+    _pad_counters: u32,
+    /// Send entries this op counted complete before the transport finished them, since built.
+    pub early_send_completions: u64,
+    /// Receives this op posted beyond its host index, since built.
+    pub recvs_ahead: u64,
+    /// Host-index wrap-arounds this op saw, since built.
+    pub index_wraps: u64,
+    _reserved: [u8; 0x140 - 0xE8],
     /// Link to the next op of whichever list the op is on; written only by [`OpList`] (its
     /// invariant), hence private.
     next: Slot8<*mut ProxyOp>,
@@ -335,6 +351,9 @@ const _: () = assert!(offset_of!(ProxyOp, basic_block_id) == 0x1C);
 const _: () = assert!(offset_of!(ProxyOp, posted) == 0x38);
 const _: () = assert!(offset_of!(ProxyOp, pre_post_fifo_idx) == 0x3C);
 const _: () = assert!(offset_of!(ProxyOp, host_idx_addr) == 0x58);
+const _: () = assert!(offset_of!(ProxyOp, peak_outstanding) == 0xC4);
+const _: () = assert!(offset_of!(ProxyOp, early_send_completions) == 0xD0);
+const _: () = assert!(offset_of!(ProxyOp, index_wraps) == 0xE0);
 
 impl ProxyOp {
     /// The op's request tracker, if allocated.

@@ -41,6 +41,12 @@ fn init_common(op: &mut ProxyOp, info: &NetOpInfo, index: u32, entry_base: u32) 
     op.data_type_sz = info.data_type_sz;
     op.early_credits = info.ending_recv_credits;
     op.flags = 0;
+    // Protocol counters: since this op was built (kept across recycles).
+    op.peak_outstanding = 0;
+    op.max_recv_ahead = 0;
+    op.early_send_completions = 0;
+    op.recvs_ahead = 0;
+    op.index_wraps = 0;
 }
 
 /// Builds a send proxy op for op info `info` (index `index` in its `start` call) whose source
@@ -94,6 +100,17 @@ pub fn send_progress(op: &mut ProxyOp, ctx: &mut OpCtx<'_>) -> Result<(), NrtSta
 /// As [`send_progress`], plus a received size different from the entry's size (truncation).
 pub fn recv_progress(op: &mut ProxyOp, ctx: &mut OpCtx<'_>) -> Result<(), NrtStatus> {
     step(op, ctx, false)
+}
+
+/// Wrap-arounds of a host index that counts modulo `loop_size` (0 = 2^32) when it advances by
+/// `delta` entries from the raw value `last`: how many multiples of the loop size it passed
+/// (0 or 1, as the device never has `loop_size` or more entries posted and not completed).
+fn host_wraps(last: u32, delta: u32, loop_size: u32) -> u64 {
+    if loop_size == 0 {
+        u64::from(last.checked_add(delta).is_none())
+    } else {
+        (u64::from(last % loop_size) + u64::from(delta)) / u64::from(loop_size)
+    }
 }
 
 /// Entries posted by the device since the last read, from a host index that counts posted
@@ -162,6 +179,9 @@ fn transfer(op: &mut ProxyOp, ctx: &mut OpCtx<'_>, send: bool) -> Result<(), Nrt
         )
     };
     if delta != 0 {
+        let wraps = host_wraps(op.last_host_idx, delta, op.loop_size);
+        op.index_wraps += wraps;
+        ctx.stats.index_wraps += wraps;
         if delta > n - op.pre_post_fifo_idx {
             log::error!(
                 "{} op {} block {}: host index {raw} says {delta} new entries, only {} left",
@@ -177,7 +197,15 @@ fn transfer(op: &mut ProxyOp, ctx: &mut OpCtx<'_>, send: bool) -> Result<(), Nrt
     }
     let mut avail = op.pre_post_fifo_idx;
     if !send && op.flags & FLAG_EARLY_RECV_POSTING != 0 {
-        avail = avail.saturating_add(op.early_credits).min(n);
+        // PLANT: SendRecvPostsBeyondEndingCredits posts one receive more than
+        // `ending_recv_credits` ahead of the host index: into a buffer the device has not
+        // promised is free.
+        let ahead = plant!(
+            SendRecvPostsBeyondEndingCredits,
+            op.early_credits.saturating_add(1),
+            op.early_credits
+        );
+        avail = avail.saturating_add(ahead).min(n);
     }
 
     // Post (isend / irecv) every available entry, up to the credit limit.
@@ -240,6 +268,25 @@ fn transfer(op: &mut ProxyOp, ctx: &mut OpCtx<'_>, send: bool) -> Result<(), Nrt
                 return Err(NrtStatus::NetworkProxyFailure);
             }
         }
+        // Protocol counters (plain adds and maxima, docs/design.md §5).
+        let outstanding = outstanding + 1;
+        if outstanding > op.peak_outstanding {
+            op.peak_outstanding = outstanding;
+            let peak = if send {
+                &mut ctx.stats.peak_outstanding_send
+            } else {
+                &mut ctx.stats.peak_outstanding_recv
+            };
+            *peak = (*peak).max(u64::from(outstanding));
+        }
+        if !send && op.posted >= op.pre_post_fifo_idx {
+            // A receive for an entry the device has not posted yet (early posting).
+            let ahead = op.posted + 1 - op.pre_post_fifo_idx;
+            op.recvs_ahead += 1;
+            ctx.stats.recvs_posted_ahead += 1;
+            op.max_recv_ahead = op.max_recv_ahead.max(ahead);
+            ctx.stats.max_recv_ahead = ctx.stats.max_recv_ahead.max(u64::from(ahead));
+        }
         op.posted += 1;
         op.idle = 0;
     }
@@ -296,13 +343,27 @@ fn transfer(op: &mut ProxyOp, ctx: &mut OpCtx<'_>, send: bool) -> Result<(), Nrt
     // A receive posted early (ahead of the device) counts only once the device has posted its
     // entry: the device never sees more completions than entries it handed out.
     let mut countable = op.completed.min(op.pre_post_fifo_idx);
-    if send && op.flags & FLAG_EARLY_SEND_COMPLETION != 0 {
+    // PLANT: SendRecvEarlyCompletionWithoutFlag counts copied send entries complete early
+    // without `early_send_completion`: the device reuses sources the flag did not allow.
+    let early_send = send
+        && plant!(
+            SendRecvEarlyCompletionWithoutFlag,
+            true,
+            op.flags & FLAG_EARLY_SEND_COMPLETION != 0
+        );
+    if early_send {
         countable += op
             .tracker()
             .map_or(0, |t| t.iter().take_while(|r| r.payload_copied).count())
             as u32;
     }
     if countable > op.credited {
+        // Entries `completed..` have not finished at the transport: counted early.
+        let early = countable.saturating_sub(op.credited.max(op.completed));
+        if early > 0 {
+            op.early_send_completions += u64::from(early);
+            ctx.stats.early_send_completions += u64::from(early);
+        }
         // PLANT: SendRecvSkipsCompletion credits the entries without incrementing the
         // complete semaphore: the device never sees them complete.
         plant!(
@@ -323,7 +384,17 @@ fn transfer(op: &mut ProxyOp, ctx: &mut OpCtx<'_>, send: bool) -> Result<(), Nrt
 
 #[cfg(test)]
 mod tests {
-    use super::host_delta;
+    use super::{host_delta, host_wraps};
+
+    #[test]
+    fn host_wraps_counts_passed_multiples_of_the_loop_size() {
+        assert_eq!(host_wraps(60, 3, 64), 0);
+        assert_eq!(host_wraps(60, 4, 64), 1);
+        assert_eq!(host_wraps(63, 10, 64), 1);
+        assert_eq!(host_wraps(0, 63, 64), 0);
+        assert_eq!(host_wraps(5, 7, 0), 0);
+        assert_eq!(host_wraps(u32::MAX - 1, 2, 0), 1);
+    }
 
     #[test]
     fn host_delta_wraps_modulo_loop_size() {

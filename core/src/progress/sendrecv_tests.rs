@@ -15,6 +15,7 @@ use crate::progress::desc::{
 };
 use crate::progress::device::DirectHostWords;
 use crate::progress::mem_transport::MemFabric;
+use crate::progress::stats::{OpPeak, ProtocolStats, PROTOCOL_STATS_SIZE};
 use crate::status::NrtStatus;
 use crate::sync::{AtomicU32, Ordering};
 use crate::time::NoClock;
@@ -82,6 +83,8 @@ struct DevOp {
     phase: Phase,
     /// Highest semaphore count seen (must never exceed the entries posted).
     max_seen_cpl: u32,
+    /// Send side: entries counted complete whose arrival at the peer was checked.
+    checked: u32,
 }
 
 struct World {
@@ -159,6 +162,7 @@ impl World {
                     exec: 0,
                     phase: Phase::Arm,
                     max_seen_cpl: 0,
+                    checked: 0,
                 });
             }
         }
@@ -283,6 +287,7 @@ impl World {
 
     /// One device step of op side `d`; the checks that a proxy never runs ahead of the device.
     fn device_step(&mut self, d: usize) {
+        self.check_untouched(d);
         let dev = &self.devs[d];
         let (idx, hs, cpl, n, exec) = (dev.idx, dev.hs, dev.cpl, dev.n, dev.exec);
         match dev.phase {
@@ -323,6 +328,8 @@ impl World {
                     dev.posted
                 );
                 dev.max_seen_cpl = dev.max_seen_cpl.max(done);
+                self.check_send_completions(d);
+                let dev = &mut self.devs[d];
                 if done == n {
                     dev.phase = Phase::Finished;
                     return;
@@ -357,7 +364,39 @@ impl World {
             }
             Phase::Finished => {}
         }
-        // Receive buffers the device has not handed out yet stay untouched.
+        self.check_untouched(d);
+    }
+
+    /// Without early send completion, a send entry counted complete is one the peer has
+    /// received (the in-memory transport finishes a send once the receiver has the bytes): its
+    /// destination holds this execution's pattern already. Checked for the entries counted
+    /// since the last check, by the device step and after each comm's progress calls (before
+    /// the peer's calls could fill the destination).
+    fn check_send_completions(&mut self, d: usize) {
+        let dev = &self.devs[d];
+        let (spec, from, exec) = (dev.spec, dev.checked, dev.exec);
+        let s = &self.specs[spec];
+        if !dev.send || dev.phase != Phase::Post || s.early_send || s.recv_shrink != 0 {
+            return;
+        }
+        let done = (self.load(dev.cpl) - exec * dev.n).min(dev.n);
+        for e in from as usize..done as usize {
+            let ok = self.dst[spec][e]
+                .iter()
+                .enumerate()
+                .all(|(i, &x)| x == pattern(spec, e, exec, i));
+            assert!(
+                ok,
+                "send entry {e} counted complete before the receiver had it \
+                 (no early_send_completion)"
+            );
+        }
+        self.devs[d].checked = done.max(from);
+    }
+
+    /// Receive buffers the device has not handed out yet (nor promised free through
+    /// `ending_recv_credits`) stay untouched.
+    fn check_untouched(&self, d: usize) {
         let dev = &self.devs[d];
         if !dev.send && matches!(dev.phase, Phase::Post | Phase::WaitHandshake) {
             let s = &self.specs[dev.spec];
@@ -393,6 +432,7 @@ impl World {
             assert_eq!(dev.phase, Phase::Finished);
             dev.exec += 1;
             dev.posted = 0;
+            dev.checked = 0;
             dev.phase = Phase::Arm;
             let (hs, cpl, n, ex) = (dev.hs, dev.cpl, dev.n, dev.exec);
             assert_eq!(self.load(hs), ex, "one handshake per execution");
@@ -418,6 +458,9 @@ impl World {
                         self.comms[rank]
                             .progress(stream, 1, &mut i, &mut dn)
                             .unwrap();
+                    }
+                    for d in 0..n {
+                        self.check_send_completions(d);
                     }
                 }
             }
@@ -618,4 +661,196 @@ fn truncation_fails_the_receiving_comm_sticky() {
             let _ = w.comms[rank].stop(stream);
         }
     }
+}
+
+// ---------------------------------------------------------------- protocol counters
+
+/// The one op record of `rank`'s comm.
+fn only_record(w: &World, rank: usize) -> OpPeak {
+    let peaks = w.comms[rank].op_peaks();
+    assert_eq!(peaks.len(), 1, "one op info filed: {peaks:?}");
+    peaks[0]
+}
+
+#[test]
+fn counters_peak_outstanding_is_the_send_credits_when_entries_exceed_them() {
+    let n = if cfg!(miri) { 12 } else { 40u32 };
+    // 5000 B: above the in-memory transport's eager size, so each send stays outstanding until
+    // the receiver takes it; the device posts every entry at once.
+    for (credits, applied) in [(3u32, 3u32), (0, 128)] {
+        let mut s = Spec::new(2, vec![5000; n as usize]);
+        s.send_credits = credits;
+        let mut w = World::new(vec![s]);
+        w.run(2, false);
+        let (tx, rx) = (w.comms[0].protocol_stats(), w.comms[1].protocol_stats());
+        assert_eq!(tx.size, PROTOCOL_STATS_SIZE);
+        let peak = applied.min(n);
+        assert_eq!(tx.peak_outstanding_send, u64::from(peak));
+        assert_eq!(tx.peak_outstanding_recv, 0);
+        // The receiving device posts all entries at once too: every receive in flight.
+        assert_eq!(rx.peak_outstanding_recv, u64::from(n));
+        assert_eq!((tx.starts, rx.starts), (1, 1));
+        assert_eq!((tx.block_switches, rx.block_switches), (0, 0));
+        assert_eq!(tx.early_send_completions, 0);
+        assert_eq!((rx.recvs_posted_ahead, rx.max_recv_ahead), (0, 0));
+        assert_eq!((tx.index_wraps, rx.index_wraps), (0, 0));
+        let r = only_record(&w, 0);
+        assert_eq!(r.key(), (2, 1, 0));
+        assert_eq!((r.tx_entries, r.rx_entries), (n, 0));
+        assert_eq!(
+            (r.send_credits, r.peak_send, r.peak_recv),
+            (applied, peak, 0)
+        );
+        let r = only_record(&w, 1);
+        assert_eq!((r.tx_entries, r.rx_entries, r.send_credits), (0, n, 0));
+        assert_eq!(r.peak_recv, n);
+    }
+}
+
+#[test]
+fn counters_receives_posted_ahead_stay_within_the_ending_credits() {
+    for early in [true, false] {
+        let mut s = Spec::new(0, vec![32; 20]);
+        s.early_recv = early;
+        s.recv_credits = 3;
+        s.recv_rate = 1;
+        let mut w = World::new(vec![s]);
+        w.run(2, false);
+        let rx = w.comms[1].protocol_stats();
+        let r = only_record(&w, 1);
+        assert_eq!(r.ending_recv_credits, 3);
+        if early {
+            // The device posts one entry a step, the proxy is always ahead of it: every
+            // receive of both executions is posted ahead, never more than the credits at once.
+            assert_eq!(rx.recvs_posted_ahead, 2 * 20, "{rx:?}");
+            assert_eq!(rx.max_recv_ahead, 3);
+            assert_eq!(r.max_recv_ahead, 3);
+            assert_eq!(r.recvs_ahead, rx.recvs_posted_ahead);
+        } else {
+            assert_eq!((rx.recvs_posted_ahead, rx.max_recv_ahead), (0, 0));
+            assert_eq!((r.recvs_ahead, r.max_recv_ahead), (0, 0));
+        }
+        // Sends are never posted ahead.
+        assert_eq!(w.comms[0].protocol_stats().recvs_posted_ahead, 0);
+    }
+}
+
+#[test]
+fn counters_index_wraps_are_entries_over_the_loop_size_per_execution() {
+    let counts: &[u32] = if cfg!(miri) {
+        &[1, 129]
+    } else {
+        &[1, 63, 64, 127, 128, 129, 1000]
+    };
+    for &n in counts {
+        for loop_size in [0u32, 64] {
+            let mut s = Spec::new(1, vec![8; n as usize]);
+            s.loop_size = loop_size;
+            s.send_rate = 7;
+            let mut w = World::new(vec![s]);
+            w.run(2, false);
+            let per_exec = n.checked_div(loop_size).unwrap_or(0);
+            let want = 2 * u64::from(per_exec);
+            for rank in 0..2 {
+                assert_eq!(
+                    w.comms[rank].protocol_stats().index_wraps,
+                    want,
+                    "rank {rank}, {n} entries, loop size {loop_size}"
+                );
+                assert_eq!(only_record(&w, rank).wraps, want);
+            }
+        }
+    }
+}
+
+#[test]
+fn counters_early_send_completions_count_copied_entries_only_with_the_flag() {
+    // Four entries the in-memory transport copies at post (≤ 4096 B), one it does not.
+    let sizes = vec![0, 1, 4095, 4096, 5000];
+    for early in [true, false] {
+        let mut s = Spec::new(0, sizes.clone());
+        s.early_send = early;
+        let mut w = World::new(vec![s]);
+        w.run(3, false);
+        let tx = w.comms[0].protocol_stats();
+        let r = only_record(&w, 0);
+        assert_eq!(r.early_send_completions, tx.early_send_completions);
+        if early {
+            // The sending comm ticks first, before the receiver took anything: the four
+            // copied entries count early in each of the three executions; the 5000-byte one
+            // never does.
+            assert_eq!(tx.early_send_completions, 3 * 4, "{tx:?}");
+        } else {
+            assert_eq!(tx.early_send_completions, 0);
+        }
+        assert_eq!(w.comms[1].protocol_stats().early_send_completions, 0);
+    }
+}
+
+#[test]
+fn counters_starts_count_accepted_calls_and_records_do_not_grow_when_refiled() {
+    let mut specs = Vec::new();
+    for k in 0..6u32 {
+        specs.push(Spec::new(k % 4, vec![64, 16]));
+    }
+    let mut w = World::new(specs);
+    w.run(2, false);
+    // One start per stream per rank; six op infos filed on each rank.
+    assert_eq!(w.comms[0].protocol_stats().starts, 4);
+    assert_eq!(w.comms[0].op_peaks().len(), 6);
+    let keys: Vec<_> = w.comms[1].op_peaks().iter().map(OpPeak::key).collect();
+    assert_eq!(
+        keys,
+        vec![
+            (0, 1, 0),
+            (0, 1, 1),
+            (1, 1, 0),
+            (1, 1, 1),
+            (2, 1, 0),
+            (3, 1, 0)
+        ]
+    );
+    assert!(w.comms[0].op_peaks().iter().all(|r| r.peak_send == 2));
+    // Stop every stream, file the same blocks again: the records are replaced, not added.
+    for rank in 0..2 {
+        for stream in 0..4 {
+            w.comms[rank].stop(stream).unwrap();
+        }
+    }
+    assert!(w.comms[0].op_peaks().iter().all(|r| r.peak_send == 2));
+    w.register_and_start();
+    assert_eq!(w.comms[0].protocol_stats().starts, 8);
+    assert_eq!(w.comms[0].op_peaks().len(), 6);
+    assert!(w.comms[0].op_peaks().iter().all(|r| r.peak_send == 0));
+    for d in &mut w.devs {
+        d.exec = 0;
+        d.posted = 0;
+        d.checked = 0;
+        d.phase = Phase::Arm;
+    }
+    // Host words restart at zero with the new ops.
+    for i in 0..w.words.len() {
+        w.store(i, 0);
+    }
+    w.run(1, false);
+    assert_eq!(w.comms[1].op_peaks().len(), 6);
+    assert!(w.comms[1].op_peaks().iter().all(|r| r.peak_recv == 2));
+    assert_eq!(w.comms[0].protocol_stats().peak_outstanding_send, 2);
+}
+
+#[test]
+fn counters_a_rejected_start_counts_nothing() {
+    let fabric = MemFabric::new(2).unwrap();
+    // SAFETY: the comm's ops never run in this test.
+    let dev = unsafe { DirectHostWords::new() };
+    let mut c = Comm::new(
+        CommConfig::new(0, 2, 1),
+        Box::new(fabric.endpoint(0).unwrap()),
+        PlainArc::new(dev),
+        PlainArc::new(NoClock),
+    )
+    .unwrap();
+    assert_eq!(c.start(0, 1, &[], &[], &[]), Err(NrtStatus::Invalid));
+    assert_eq!(c.protocol_stats(), ProtocolStats::new());
+    assert!(c.op_peaks().is_empty());
 }

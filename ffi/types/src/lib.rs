@@ -29,10 +29,12 @@ pub use proxy_core::progress::desc::{NetDestAddr, NetOpInfo, NetSrcAddr};
 
 /// Major version of this C ABI: a library whose major differs from the header's is incompatible.
 pub const NCCOM_PROXY_ABI_VERSION_MAJOR: u32 = 1;
-/// Minor version of this C ABI: additions that keep every older call and layout valid.
-pub const NCCOM_PROXY_ABI_VERSION_MINOR: u32 = 1;
+/// Minor version of this C ABI: additions that keep every older call and layout valid. 1.1
+/// added `neuronStopNetworkProxyStep`, `nccom_comm_invalidate_range` and `nccom_comm_abort`;
+/// 1.2 added `nccom_comm_protocol_stats` (`nccom_protocol_stats_t`).
+pub const NCCOM_PROXY_ABI_VERSION_MINOR: u32 = 2;
 /// `(major << 16) | minor`, what `nccom_abi_version()` returns.
-pub const NCCOM_PROXY_ABI_VERSION: u32 = 0x0001_0001;
+pub const NCCOM_PROXY_ABI_VERSION: u32 = 0x0001_0002;
 
 const _: () = assert!(
     NCCOM_PROXY_ABI_VERSION
@@ -238,6 +240,97 @@ pub struct NccomCommConfig {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Protocol counters (ABI 1.2)
+// ---------------------------------------------------------------------------------------------
+
+/// A comm's protocol counters (`nccom_protocol_stats_t`, ABI 1.2), cumulative since the comm
+/// was created; filled by `nccom_comm_protocol_stats`. Versioned by size: the caller sets
+/// `size` to the bytes it has (`sizeof(nccom_protocol_stats_t)`), the library writes at most
+/// that many and sets `size` to what it wrote; a later version only appends fields. Counted on
+/// the thread that drives the comm (docs/design.md §5, "Protocol counters").
+///
+/// Seed: none (counts what `netNeuronSendProxy` / `netNeuronRecvProxy`, `ncclProxyStart` and
+/// `check_basic_block_switch` do, §3/§4).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NccomProtocolStats {
+    /// In: bytes the caller's struct has (at least 8). Out: bytes the library wrote.
+    pub size: u32,
+    /// Zero.
+    pub reserved: u32,
+    /// `neuronStartNetworkProxy` calls accepted (each files one (stream, basic block)).
+    pub starts: u64,
+    /// Loads by a stream of another basic block than the one it ran before (since its last
+    /// stop); reloading the block that just drained is not counted.
+    pub block_switches: u64,
+    /// Send entries counted to `send_complete` before the transport finished them (only with
+    /// `early_send_completion`, for payloads the transport copied at post).
+    pub early_send_completions: u64,
+    /// Receives posted for entries the device had not posted yet (`early_recv_posting`).
+    pub recvs_posted_ahead: u64,
+    /// The most receives any recv op had posted beyond its host index at once (at most its
+    /// `ending_recv_credits`).
+    pub max_recv_ahead: u64,
+    /// Host-index wrap-arounds seen (`net_idx_loop_size`): an op with `n` entries and loop size
+    /// `L` sees `n / L` per execution.
+    pub index_wraps: u64,
+    /// The most send requests any send op had outstanding at once (at most its
+    /// `initial_send_credits`, 0 meaning 128).
+    pub peak_outstanding_send: u64,
+    /// The most receive requests any recv op had outstanding at once (at most 128).
+    pub peak_outstanding_recv: u64,
+}
+
+const _: () = {
+    use core::mem::{offset_of, size_of};
+    use proxy_core::progress::stats::ProtocolStats as S;
+    type C = NccomProtocolStats;
+    assert!(size_of::<C>() == size_of::<S>());
+    assert!(offset_of!(C, starts) == offset_of!(S, starts));
+    assert!(offset_of!(C, block_switches) == offset_of!(S, block_switches));
+    assert!(offset_of!(C, early_send_completions) == offset_of!(S, early_send_completions));
+    assert!(offset_of!(C, recvs_posted_ahead) == offset_of!(S, recvs_posted_ahead));
+    assert!(offset_of!(C, max_recv_ahead) == offset_of!(S, max_recv_ahead));
+    assert!(offset_of!(C, index_wraps) == offset_of!(S, index_wraps));
+    assert!(offset_of!(C, peak_outstanding_send) == offset_of!(S, peak_outstanding_send));
+    assert!(offset_of!(C, peak_outstanding_recv) == offset_of!(S, peak_outstanding_recv));
+};
+
+impl From<proxy_core::progress::stats::ProtocolStats> for NccomProtocolStats {
+    fn from(s: proxy_core::progress::stats::ProtocolStats) -> Self {
+        Self {
+            size: s.size,
+            reserved: 0,
+            starts: s.starts,
+            block_switches: s.block_switches,
+            early_send_completions: s.early_send_completions,
+            recvs_posted_ahead: s.recvs_posted_ahead,
+            max_recv_ahead: s.max_recv_ahead,
+            index_wraps: s.index_wraps,
+            peak_outstanding_send: s.peak_outstanding_send,
+            peak_outstanding_recv: s.peak_outstanding_recv,
+        }
+    }
+}
+
+impl From<NccomProtocolStats> for proxy_core::progress::stats::ProtocolStats {
+    fn from(s: NccomProtocolStats) -> Self {
+        Self {
+            size: s.size,
+            reserved: 0,
+            starts: s.starts,
+            block_switches: s.block_switches,
+            early_send_completions: s.early_send_completions,
+            recvs_posted_ahead: s.recvs_posted_ahead,
+            max_recv_ahead: s.max_recv_ahead,
+            index_wraps: s.index_wraps,
+            peak_outstanding_send: s.peak_outstanding_send,
+            peak_outstanding_recv: s.peak_outstanding_recv,
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
 // Entry points, as function-pointer typedefs (for dlsym)
 // ---------------------------------------------------------------------------------------------
 
@@ -308,6 +401,11 @@ pub type NccomCommInvalidateRangeFn =
 
 /// `nccom_comm_abort` (ABI 1.1): request an abort of a comm, from any thread.
 pub type NccomCommAbortFn = unsafe extern "C" fn(comm: *mut NccomComm) -> NRT_STATUS;
+
+/// `nccom_comm_protocol_stats` (ABI 1.2): copy a comm's protocol counters into `*out` (at most
+/// `out->size` bytes; `size` is set to the bytes written).
+pub type NccomCommProtocolStatsFn =
+    unsafe extern "C" fn(comm: *mut NccomComm, out: *mut NccomProtocolStats) -> NRT_STATUS;
 
 #[cfg(test)]
 mod tests {

@@ -292,6 +292,11 @@ pub struct Args {
     /// Draw busbw against size as an SVG to this file.
     #[arg(long, value_name = "FILE.svg")]
     pub plot: Option<std::path::PathBuf>,
+    /// After the sweep, print every rank's protocol counters as a footer table (starts, block
+    /// switches, early send completions, receives posted ahead and the most ahead, index
+    /// wraps, peak outstanding send / receive requests; cumulative over the whole sweep).
+    #[arg(long)]
+    pub stats: bool,
     /// Inject a fault into rank RANK (default: the last rank), to see the engine's failure
     /// rules at work: `stall-device` (its device never triggers: every rank ends NRT_TIMEOUT),
     /// `stall-rank` (its driving thread stops: the peers end NRT_TIMEOUT), `drop-comm` (its comm

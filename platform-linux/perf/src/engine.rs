@@ -24,6 +24,7 @@ use proxy_core::driver::trigger::{HostWord, TriggerWords};
 use proxy_core::driver::wake::Waiter;
 use proxy_core::progress::comm::Comm;
 use proxy_core::progress::desc::{NetDestAddr, NetOpInfo, NetSrcAddr};
+use proxy_core::progress::stats::ProtocolStats;
 use proxy_core::seam::{
     in_process_progress, in_process_start, in_process_stop, in_process_stop_step, SeamTable,
     StartFn,
@@ -233,6 +234,15 @@ impl EngineComm {
         match self {
             Self::InProcess { comm, .. } => Some(comm.abort_handle()),
             Self::Loaded { .. } => None,
+        }
+    }
+
+    /// The comm's protocol counters ([`Comm::protocol_stats`]; a loaded comm's through
+    /// `nccom_comm_protocol_stats`, `Failure` from a library older than ABI 1.2).
+    fn protocol_stats(&self) -> Result<ProtocolStats, NrtStatus> {
+        match self {
+            Self::InProcess { comm, .. } => Ok(comm.protocol_stats()),
+            Self::Loaded { comm, .. } => comm.protocol_stats(),
         }
     }
 
@@ -961,6 +971,17 @@ impl Engine for DriverEngine {
 }
 
 impl DriverEngine {
+    /// Every rank's protocol counters (global rank, counters or the library's status), in
+    /// rank order of the engine. Call it only while no execution is in flight (between rows,
+    /// after a sweep): the counters belong to the thread that drives the comm, and nothing
+    /// drives a comm without a task.
+    pub fn protocol_stats(&self) -> Vec<(u32, Result<ProtocolStats, NrtStatus>)> {
+        self.ranks
+            .iter()
+            .map(|r| (r.comm.rank(), r.comm.protocol_stats()))
+            .collect()
+    }
+
     /// After a run (or its failure): lets every rank's outstanding tasks end by themselves
     /// until `deadline_ns` (monotonic), then leaves every slot, and returns every rank's
     /// counts (global rank, stats).

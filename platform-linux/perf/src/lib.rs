@@ -204,12 +204,22 @@ fn sweep(args: &Args, world: &mut run::World) -> Result<i32, String> {
         eprint!("\r{:60}\r", "");
     }
     print(&report::footer(&rows));
+    // Every process reads its ranks' protocol counters (no execution is in flight now) and,
+    // across processes, gathers the others'.
+    let protocol = if args.stats || args.json.is_some() {
+        world.protocol_stats()?
+    } else {
+        Vec::new()
+    };
+    if args.stats {
+        print(&report::protocol_footer(&protocol));
+    }
     if args.dump_on_exit {
         world.dump_all();
     }
     if printer {
         if let Some(p) = &args.json {
-            report::write_json(p, args, world.transport_name(), &engine, &rows)
+            report::write_json(p, args, world.transport_name(), &engine, &rows, &protocol)
                 .map_err(|e| format!("--json {}: {e}", p.display()))?;
         }
         if let Some(p) = &args.plot {

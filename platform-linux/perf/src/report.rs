@@ -6,7 +6,7 @@ use std::path::Path;
 use proxy_collectives::planner::Collective;
 
 use super::args::{Args, TransportArg};
-use super::run::{Measure, Row};
+use super::run::{Measure, RankProtocol, Row};
 
 /// Number of whitespace-separated fields of a data row.
 pub const ROW_FIELDS: usize = 13;
@@ -181,6 +181,71 @@ pub fn footer(rows: &[Row]) -> String {
     )
 }
 
+/// `--stats`: every rank's protocol counters, one row per rank, as a `#` footer table (columns:
+/// rank, starts, block switches, early send completions, receives posted ahead, most ahead,
+/// index wraps, peak outstanding sends, peak outstanding receives).
+pub fn protocol_footer(ranks: &[RankProtocol]) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "# Protocol counters per rank (cumulative over the sweep):"
+    );
+    let _ = write!(
+        s,
+        "#{:>5} {:>9} {:>9} {:>11} {:>11} {:>9} {:>9} {:>9} {:>9}",
+        "rank",
+        "starts",
+        "switches",
+        "early_send",
+        "recv_ahead",
+        "max_ahead",
+        "wraps",
+        "peak_send",
+        "peak_recv"
+    );
+    for r in ranks {
+        match &r.stats {
+            Ok(p) => {
+                let _ = write!(
+                    s,
+                    "\n#{:>5} {:>9} {:>9} {:>11} {:>11} {:>9} {:>9} {:>9} {:>9}",
+                    r.rank,
+                    p.starts,
+                    p.block_switches,
+                    p.early_send_completions,
+                    p.recvs_posted_ahead,
+                    p.max_recv_ahead,
+                    p.index_wraps,
+                    p.peak_outstanding_send,
+                    p.peak_outstanding_recv
+                );
+            }
+            Err(e) => {
+                let _ = write!(s, "\n#{:>5} not available: {e}", r.rank);
+            }
+        }
+    }
+    s
+}
+
+/// One rank's `protocol` object of the JSON output (the field names of `ProtocolStats`), or
+/// `null` when its counters could not be read.
+fn protocol_json(r: &RankProtocol) -> serde_json::Value {
+    match &r.stats {
+        Ok(p) => serde_json::json!({
+            "starts": p.starts,
+            "block_switches": p.block_switches,
+            "early_send_completions": p.early_send_completions,
+            "recvs_posted_ahead": p.recvs_posted_ahead,
+            "max_recv_ahead": p.max_recv_ahead,
+            "index_wraps": p.index_wraps,
+            "peak_outstanding_send": p.peak_outstanding_send,
+            "peak_outstanding_recv": p.peak_outstanding_recv,
+        }),
+        Err(_) => serde_json::Value::Null,
+    }
+}
+
 fn measure_json(m: &Measure) -> serde_json::Value {
     serde_json::json!({
         "time_us": m.time_us,
@@ -194,7 +259,10 @@ fn measure_json(m: &Measure) -> serde_json::Value {
     })
 }
 
-/// Writes every row as JSON (an object with the settings and a `rows` array).
+/// Writes every row as JSON (an object with the settings, a `rows` array and a `ranks` array
+/// with each rank's `protocol` counters, cumulative over the sweep: `{"rank": 0, "protocol":
+/// {"starts": .., ..}}`, `"protocol": null` plus `"protocol_error"` when a rank's counters could
+/// not be read).
 ///
 /// # Errors
 /// The I/O error.
@@ -204,6 +272,7 @@ pub fn write_json(
     transport: &str,
     engine: &str,
     rows: &[Row],
+    protocol: &[RankProtocol],
 ) -> std::io::Result<()> {
     let c: Collective = args.collective.into();
     let v = serde_json::json!({
@@ -227,6 +296,13 @@ pub fn write_json(
             "out_of_place": measure_json(&r.oop),
             "in_place": measure_json(&r.ip),
         })).collect::<Vec<_>>(),
+        "ranks": protocol.iter().map(|r| {
+            let mut v = serde_json::json!({ "rank": r.rank, "protocol": protocol_json(r) });
+            if let Err(e) = &r.stats {
+                v["protocol_error"] = serde_json::Value::from(e.as_str());
+            }
+            v
+        }).collect::<Vec<_>>(),
     });
     let text = serde_json::to_string_pretty(&v).map_err(std::io::Error::other)?;
     std::fs::write(path, text + "\n")

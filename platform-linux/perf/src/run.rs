@@ -18,6 +18,7 @@ use proxy_core::progress::comm::{Comm, CommConfig};
 use proxy_core::progress::fault::{FaultPlan, FaultTransport, PPM};
 use proxy_core::progress::mem_transport::MemFabric;
 use proxy_core::progress::net::{NetError, Posted, RequestId, TestOutcome, Transport};
+use proxy_core::progress::stats::ProtocolStats;
 use proxy_core::status::NrtStatus;
 use proxy_ffi_types::{
     NccomCommConfig, NccomDeviceCallbacks, NccomHostWord, NccomLibfabricDesc, NccomTransportDesc,
@@ -70,12 +71,76 @@ pub struct Measure {
     pub recv_bytes_per_exec: u64,
 }
 
+/// One rank's protocol counters after a run (`--stats`, `--json`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RankProtocol {
+    /// Global rank.
+    pub rank: u32,
+    /// The comm's counters since it was created, or why they could not be read (a loaded
+    /// library older than C ABI 1.2 answers `NRT_FAILURE`).
+    pub stats: Result<ProtocolStats, String>,
+}
+
+impl RankProtocol {
+    /// Words of one rank in the all-gather between processes.
+    const WORDS: usize = 10;
+
+    fn encode(&self, out: &mut Vec<u8>) {
+        let s = self.stats.clone().unwrap_or_default();
+        let words = [
+            u64::from(self.rank),
+            u64::from(self.stats.is_ok()),
+            s.starts,
+            s.block_switches,
+            s.early_send_completions,
+            s.recvs_posted_ahead,
+            s.max_recv_ahead,
+            s.index_wraps,
+            s.peak_outstanding_send,
+            s.peak_outstanding_recv,
+        ];
+        out.extend(words.iter().flat_map(|w| w.to_le_bytes()));
+    }
+
+    fn decode(b: &[u8]) -> Option<Vec<Self>> {
+        if !b.len().is_multiple_of(8 * Self::WORDS) {
+            return None;
+        }
+        let w = |c: &[u8], i: usize| {
+            u64::from_le_bytes(c[8 * i..8 * i + 8].try_into().expect("8 bytes"))
+        };
+        b.chunks(8 * Self::WORDS)
+            .map(|c| {
+                let stats = (w(c, 1) == 1)
+                    .then(|| ProtocolStats {
+                        starts: w(c, 2),
+                        block_switches: w(c, 3),
+                        early_send_completions: w(c, 4),
+                        recvs_posted_ahead: w(c, 5),
+                        max_recv_ahead: w(c, 6),
+                        index_wraps: w(c, 7),
+                        peak_outstanding_send: w(c, 8),
+                        peak_outstanding_recv: w(c, 9),
+                        ..ProtocolStats::new()
+                    })
+                    .ok_or_else(|| "not readable in its process".to_string());
+                Some(Self {
+                    rank: u32::try_from(w(c, 0)).ok()?,
+                    stats,
+                })
+            })
+            .collect()
+    }
+}
+
 /// One row of the table.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Row {
-    /// Bytes of the larger buffer.
+    /// Bytes of the larger buffer (nccl-tests' `size`).
     pub size: u64,
-    /// Elements of the larger buffer.
+    /// Elements per rank as nccl-tests prints them (its `paramcount`): of the whole buffer for
+    /// all-reduce, broadcast and send-recv; of one rank's block (`size / type size / nranks`)
+    /// for all-gather, reduce-scatter and all-to-all.
     pub count: u64,
     /// The algorithm used.
     pub algorithm: &'static str,
@@ -721,6 +786,48 @@ impl World {
         }
     }
 
+    /// Every rank's protocol counters (docs/design.md §5, "Protocol counters"), in rank order:
+    /// this process's ranks read from their comms (in-process through `Comm::protocol_stats`,
+    /// a loaded library's through `nccom_comm_protocol_stats`), the other processes' ranks
+    /// gathered over the bootstrap (collective: every process of the run calls it). Call it
+    /// between rows or after the sweep, when no execution is in flight.
+    ///
+    /// # Errors
+    /// A message when the processes' all-gather fails or a process sent malformed counters.
+    pub fn protocol_stats(&self) -> Result<Vec<RankProtocol>, String> {
+        let mine: Vec<RankProtocol> = self
+            .engine
+            .protocol_stats()
+            .into_iter()
+            .map(|(rank, s)| RankProtocol {
+                rank,
+                stats: s.map_err(|e| format!("{} (C ABI older than 1.2?)", e.as_str())),
+            })
+            .collect();
+        let Some(peers) = &self.peers else {
+            return Ok(mine);
+        };
+        let mut bytes = Vec::new();
+        for r in &mine {
+            r.encode(&mut bytes);
+        }
+        let all = peers
+            .lock()
+            .all_gather(&bytes)
+            .map_err(|e| format!("gathering the protocol counters of the processes: {e}"))?;
+        let mut out = Vec::new();
+        for (p, b) in all.iter().enumerate() {
+            out.extend(RankProtocol::decode(b).ok_or_else(|| {
+                format!(
+                    "process {p} sent malformed protocol counters ({} bytes)",
+                    b.len()
+                )
+            })?);
+        }
+        out.sort_by_key(|r| r.rank);
+        Ok(out)
+    }
+
     /// The global rank of this process's first rank (0 with the in-process transport): only
     /// the process that runs rank 0 prints.
     pub fn first_rank(&self) -> u32 {
@@ -1273,7 +1380,7 @@ impl World {
         let (i, o) = probe.params.collective.buffer_elems(probe.params.count, n);
         Ok(Row {
             size: i.max(o) * probe.params.dtype.size() as u64,
-            count: i.max(o),
+            count: probe.params.count,
             algorithm: probe.params.algorithm.name(),
             oop,
             ip,

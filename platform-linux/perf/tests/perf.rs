@@ -190,6 +190,7 @@ fn loop_recycles_ops_instead_of_filing_again() {
             "1",
             "--json",
             p,
+            "--stats",
         ];
         if looped {
             a.push("--loop");
@@ -199,6 +200,32 @@ fn loop_recycles_ops_instead_of_filing_again() {
         let v = json(&path);
         let _ = std::fs::remove_file(&path);
         assert_eq!(v["mode"], if looped { "loop" } else { "execution" });
+        // The protocol counters per rank (cumulative over the row's two sides): `start` once
+        // per execution, the looped timed run one execution, then one checked execution; the
+        // same block every time, so no block switch.
+        let starts = if looped { 2 * (1 + 1) } else { 2 * (20 + 1) };
+        let ranks = v["ranks"].as_array().unwrap();
+        assert_eq!(ranks.len(), 2, "{v}");
+        for (r, rank) in ranks.iter().enumerate() {
+            assert_eq!(rank["rank"].as_u64(), Some(r as u64));
+            let p = &rank["protocol"];
+            assert_eq!(p["starts"].as_u64(), Some(starts), "{p}");
+            assert_eq!(p["block_switches"].as_u64(), Some(0), "{p}");
+            assert!(p["peak_outstanding_send"].as_u64().unwrap() >= 1, "{p}");
+            assert!(p["peak_outstanding_recv"].as_u64().unwrap() >= 1, "{p}");
+        }
+        // `--stats`: the same numbers as a footer table, one row per rank.
+        let table: Vec<&str> = out
+            .lines()
+            .skip_while(|l| !l.starts_with("# Protocol counters per rank"))
+            .collect();
+        assert_eq!(table.len(), 4, "title, column titles, 2 ranks:\n{out}");
+        for (r, line) in table[2..].iter().enumerate() {
+            let f: Vec<&str> = line.trim_start_matches('#').split_whitespace().collect();
+            assert_eq!(f.len(), 9, "{line}");
+            assert_eq!(f[0], r.to_string());
+            assert_eq!(f[1], starts.to_string(), "{line}");
+        }
         for side in ["out_of_place", "in_place"] {
             let m = &v["rows"][0][side];
             let starts = m["timed_seam_starts"].as_u64().unwrap();
@@ -217,12 +244,15 @@ fn loop_recycles_ops_instead_of_filing_again() {
     }
 }
 
-/// The table parses: 13 columns per row, the footer, busbw = algbw × the collective's factor.
+/// The table parses: 13 columns per row, the footer, busbw = algbw × the collective's factor,
+/// and the count column follows nccl-tests (elements per rank: `size / type size / nranks` for
+/// all-gather, reduce-scatter and all-to-all, `size / type size` for the others).
 #[test]
 fn table_parses() {
     for (c, coll) in [
         ("all-reduce", Collective::AllReduce),
         ("all-gather", Collective::AllGather),
+        ("reduce-scatter", Collective::ReduceScatter),
         ("broadcast", Collective::Broadcast),
         ("all-to-all", Collective::AllToAll),
     ] {
@@ -233,10 +263,16 @@ fn table_parses() {
         let rows: Vec<&str> = out.lines().filter(|l| !l.starts_with('#')).collect();
         assert_eq!(rows.len(), 6, "8, 64, 512, 4K, 32K, 256K\n{out}");
         let factor = coll.busbw_factor(3);
+        let per_rank = matches!(
+            coll,
+            Collective::AllGather | Collective::ReduceScatter | Collective::AllToAll
+        );
         for r in &rows {
             let f: Vec<&str> = r.split_whitespace().collect();
             assert_eq!(f.len(), 13, "{r}");
             assert_eq!(f[2], "float");
+            let (size, count): (u64, u64) = (f[0].parse().unwrap(), f[1].parse().unwrap());
+            assert_eq!(count * 4 * if per_rank { 3 } else { 1 }, size, "count: {r}");
             for (alg, bus) in [(6, 7), (10, 11)] {
                 let a: f64 = f[alg].parse().unwrap();
                 let b: f64 = f[bus].parse().unwrap();
@@ -794,6 +830,7 @@ fn progress_lib_gives_the_same_results_as_the_in_process_half() {
                         let m = &row[side];
                         serde_json::json!([
                             row["size"],
+                            row["count"],
                             m["wrong"],
                             m["timed_seam_starts"],
                             m["timed_device_executions"],
@@ -804,8 +841,25 @@ fn progress_lib_gives_the_same_results_as_the_in_process_half() {
                 })
                 .collect();
             counts.push(c);
+            // The protocol counters (through `nccom_comm_protocol_stats`, ABI 1.2, when
+            // loaded): the same starts and block switches per rank.
+            let protocol: Vec<serde_json::Value> = v["ranks"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|r| {
+                    let p = &r["protocol"];
+                    assert!(p["starts"].as_u64().unwrap() > 0, "{r}");
+                    serde_json::json!([r["rank"], p["starts"], p["block_switches"]])
+                })
+                .collect();
+            counts.push(protocol);
         }
-        assert_eq!(counts[0], counts[1], "{coll}: in-process vs loaded");
+        assert_eq!(counts[0], counts[2], "{coll}: in-process vs loaded");
+        assert_eq!(
+            counts[1], counts[3],
+            "{coll}: protocol, in-process vs loaded"
+        );
     }
 }
 
@@ -866,6 +920,7 @@ fn libfabric_every_collective_both_modes() {
                     "1",
                     "-c",
                     "1",
+                    "--stats",
                 ];
                 v.extend_from_slice(&modes);
                 let b = run_bounded(
@@ -880,6 +935,24 @@ fn libfabric_every_collective_both_modes() {
                 eprintln!("{what}: {:.1} s", b.took.as_secs_f64());
                 assert_eq!(b.code, Some(0), "{what}:\n{}\n{}", b.out, b.err);
                 assert_eq!(zero_wrong_rows(&b.out), 4, "{what}\n{}", b.out);
+                // `--stats`: every rank's counters, the other processes' gathered over the
+                // bootstrap: a rank with network ops files its one block once per execution,
+                // 4 executions per side of each of the 4 rows (a rank without, e.g. the only
+                // rank, none).
+                let stats: Vec<Vec<&str>> = b
+                    .out
+                    .lines()
+                    .skip_while(|l| !l.starts_with("# Protocol counters per rank"))
+                    .skip(2)
+                    .map(|l| l.trim_start_matches('#').split_whitespace().collect())
+                    .collect();
+                assert_eq!(stats.len(), ranks as usize, "{what}\n{}", b.out);
+                for (rank, f) in stats.iter().enumerate() {
+                    assert_eq!(f[0], rank.to_string(), "{what}\n{}", b.out);
+                    assert!(["0", "32"].contains(&f[1]), "{what}: starts\n{}", b.out);
+                }
+                let filing = stats.iter().filter(|f| f[1] == "32").count();
+                assert_eq!(filing > 0, ranks > 1, "{what}: starts\n{}", b.out);
             }
         }
     }

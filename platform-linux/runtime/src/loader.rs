@@ -31,15 +31,17 @@ use std::ptr;
 
 use libloading::os::unix::{Library, RTLD_LOCAL, RTLD_NOW};
 use proxy_core::progress::desc::{NetDestAddr, NetOpInfo, NetSrcAddr};
+use proxy_core::progress::stats::ProtocolStats;
 use proxy_core::seam::{ProgressFn, SeamTable, StartFn, StopFn, StopStepFn};
 use proxy_core::status::NrtStatus;
 use proxy_ffi_types::{
     NccomAbiVersionFn, NccomComm, NccomCommAbortFn, NccomCommConfig, NccomCommCreateFn,
-    NccomCommDestroyFn, NccomCommInvalidateRangeFn, NccomCommRegisterMemoryFn,
-    NccomDeviceCallbacks, NccomMemGroup, NccomMemGroupCreateFn, NccomMemGroupDestroyFn,
-    NccomRegisterDeviceCallbacksFn, NeuronNetworkProxyProgressFn, NeuronStartNetworkProxyFn,
-    NeuronStopNetworkProxyFn, NeuronStopNetworkProxyStepFn, NrtGetStatusAsStrFn,
-    NCCOM_PROXY_ABI_VERSION, NCCOM_PROXY_ABI_VERSION_MAJOR,
+    NccomCommDestroyFn, NccomCommInvalidateRangeFn, NccomCommProtocolStatsFn,
+    NccomCommRegisterMemoryFn, NccomDeviceCallbacks, NccomMemGroup, NccomMemGroupCreateFn,
+    NccomMemGroupDestroyFn, NccomProtocolStats, NccomRegisterDeviceCallbacksFn,
+    NeuronNetworkProxyProgressFn, NeuronStartNetworkProxyFn, NeuronStopNetworkProxyFn,
+    NeuronStopNetworkProxyStepFn, NrtGetStatusAsStrFn, NCCOM_PROXY_ABI_VERSION,
+    NCCOM_PROXY_ABI_VERSION_MAJOR,
 };
 
 /// Why a progress-half library could not be loaded. Every variant names the path.
@@ -129,6 +131,8 @@ pub struct InitTable {
     pub comm_invalidate_range: Option<NccomCommInvalidateRangeFn>,
     /// `nccom_comm_abort` (ABI 1.1; `None` in a 1.0 library).
     pub comm_abort: Option<NccomCommAbortFn>,
+    /// `nccom_comm_protocol_stats` (ABI 1.2; `None` in a 1.0 or 1.1 library).
+    pub comm_protocol_stats: Option<NccomCommProtocolStatsFn>,
 }
 
 /// A progress-half library loaded with `dlopen`: its seam table and its init half.
@@ -225,6 +229,7 @@ impl ProgressLib {
                 NccomCommInvalidateRangeFn
             ),
             comm_abort: optional!("nccom_comm_abort", NccomCommAbortFn),
+            comm_protocol_stats: optional!("nccom_comm_protocol_stats", NccomCommProtocolStatsFn),
         };
         // SAFETY: the library's own version query, no arguments.
         let abi_version = unsafe { (init.abi_version)() };
@@ -441,6 +446,34 @@ impl LoadedComm<'_> {
         };
         // SAFETY: a live handle of this library (abort may run concurrently with other calls).
         NrtStatus::result_of_code(unsafe { f(self.handle) })
+    }
+
+    /// The comm's protocol counters (ABI 1.2; docs/design.md §5, "Protocol counters"),
+    /// cumulative since the comm was created. Call it from the thread that drives the comm, or
+    /// once nothing drives it (a call while another thread is inside the library on this comm
+    /// is refused with `Failure`). A library with a smaller `nccom_protocol_stats_t` than this
+    /// crate's fills only its fields (the rest read 0; `size` says how many bytes it wrote).
+    ///
+    /// # Errors
+    /// The library's status; `Failure` (logged) when the library predates ABI 1.2 and has no
+    /// such entry.
+    pub fn protocol_stats(&self) -> Result<ProtocolStats, NrtStatus> {
+        let Some(f) = self.lib.init.comm_protocol_stats else {
+            log::error!(
+                "{}: no nccom_comm_protocol_stats (ABI {:#x} < 1.2)",
+                self.lib.path.display(),
+                self.lib.abi_version
+            );
+            return Err(NrtStatus::Failure);
+        };
+        let mut out = NccomProtocolStats {
+            size: std::mem::size_of::<NccomProtocolStats>() as u32,
+            ..NccomProtocolStats::default()
+        };
+        // SAFETY: a live handle of this library; `out` is a writable, aligned local of `size`
+        // bytes.
+        NrtStatus::result_of_code(unsafe { f(self.handle, &mut out) })?;
+        Ok(out.into())
     }
 
     /// Destroys the comm now, returning the library's status.

@@ -35,6 +35,7 @@ use crate::progress::device::DeviceCallbacks;
 use crate::progress::net::{RequestId, TestOutcome, Transport, MAX_COMM_ID, MAX_NRANKS};
 use crate::progress::op::{OpCtx, OpList, OpState, PoolBlock, ProxyOp, OPS_PER_POOL_BLOCK};
 use crate::progress::sendrecv;
+use crate::progress::stats::{self, OpPeak, ProtocolStats};
 use crate::status::NrtStatus;
 use crate::sync::spin_loop;
 use crate::time::Clock;
@@ -137,6 +138,10 @@ pub struct Comm {
     round_last_stream: u32,
     /// `true` once the transport was polled in the current round (docs/design.md §8).
     round_polled: bool,
+    /// The protocol counters since creation ([`Comm::protocol_stats`]).
+    stats: ProtocolStats,
+    /// One record per filed (stream, block, op), sorted by that key ([`Comm::op_peaks`]).
+    op_peaks: Vec<OpPeak>,
 }
 
 // SAFETY: the raw op pointers inside the streams point into pool blocks owned by this comm and
@@ -220,6 +225,8 @@ impl Comm {
             abort_applied: false,
             round_last_stream: BB_NONE,
             round_polled: false,
+            stats: ProtocolStats::new(),
+            op_peaks: Vec::new(),
         })
     }
 
@@ -299,6 +306,23 @@ impl Comm {
         Some(status)
     }
 
+    /// The comm's protocol counters, cumulative since the comm was created (a copy; `size`
+    /// set). See [`ProtocolStats`] for what each counts (docs/design.md §5, "Protocol
+    /// counters").
+    ///
+    /// Seed: none (counts what `netNeuronSendProxy` / `netNeuronRecvProxy` do, §4).
+    pub fn protocol_stats(&self) -> ProtocolStats {
+        self.stats
+    }
+
+    /// Per-op detail of the blocks filed: one [`OpPeak`] per filed (stream, basic block, op),
+    /// sorted by that key, replaced when the same block is filed again (a loop does not grow
+    /// it). The counters are current as of each op's last finished execution or its stream's
+    /// last `stop` (see [`OpPeak`]).
+    pub fn op_peaks(&self) -> &[OpPeak] {
+        &self.op_peaks
+    }
+
     /// The comm's last op count (`start` gives each new op this value, then advances it).
     pub fn last_op_count(&self) -> u64 {
         self.last_op_count
@@ -320,7 +344,10 @@ impl Comm {
     /// Writes the comm's state to `out`, one line per object, `key=value` fields (the format of
     /// the state dump, docs/design.md §6; `driver::dump`): the comm
     /// (`comm=7 rank=0 nranks=2 transport=mem last_op_count=2 fatal=none fatal_peer=none
-    /// aborted=none orphans=0`: `fatal_peer` the rank a lost-peer failure names), each stream
+    /// aborted=none orphans=0 starts=1 block_switches=0 early_send_completions=0
+    /// recvs_posted_ahead=0 max_recv_ahead=0 index_wraps=0 peak_outstanding_send=2
+    /// peak_outstanding_recv=2`: `fatal_peer` the rank a lost-peer failure names, then the
+    /// protocol counters, [`ProtocolStats`]), each stream
     /// (`comm=7 stream=2 current=0x4 pending=0xffffffff active=2 free=126/128 blocks=1
     /// closing=false closing_requests=0 closing_ops=0`: current and pending basic block, and a
     /// stepped teardown under way with its unconfirmed requests and held ops), and each op on a stream's active
@@ -337,7 +364,9 @@ impl Comm {
         let id = self.config.comm_id;
         writeln!(
             out,
-            "comm={id} rank={} nranks={} transport={} last_op_count={} fatal={} fatal_peer={} aborted={} orphans={}",
+            "comm={id} rank={} nranks={} transport={} last_op_count={} fatal={} fatal_peer={} aborted={} orphans={} \
+             starts={} block_switches={} early_send_completions={} recvs_posted_ahead={} max_recv_ahead={} index_wraps={} \
+             peak_outstanding_send={} peak_outstanding_recv={}",
             self.config.rank,
             self.config.nranks,
             self.transport.name().replace(' ', "_"),
@@ -345,7 +374,15 @@ impl Comm {
             Opt(self.fatal.map(NrtStatus::as_str)),
             Opt(self.fatal_peer),
             Opt(self.abort.aborted().map(NrtStatus::as_str)),
-            self.orphans.len()
+            self.orphans.len(),
+            self.stats.starts,
+            self.stats.block_switches,
+            self.stats.early_send_completions,
+            self.stats.recvs_posted_ahead,
+            self.stats.max_recv_ahead,
+            self.stats.index_wraps,
+            self.stats.peak_outstanding_send,
+            self.stats.peak_outstanding_recv
         )?;
         for (s, st) in self.streams.iter().enumerate() {
             writeln!(
@@ -560,6 +597,9 @@ impl Comm {
             files.dst[*at as usize] = *e;
             *at += 1;
         }
+        // Protocol counters: one accepted start, and the records of its ops.
+        self.stats.starts += 1;
+        stats::file_records(&mut self.op_peaks, stream, bb, ops, &st.next_ops);
         files.ops.append(&mut st.next_ops);
         log::debug!(
             "start: comm {} rank {} stream {stream} block {bb}: filed {n_ops} proxy ops",
@@ -760,6 +800,7 @@ impl Comm {
         while let Some(opp) = all.pop_front() {
             // SAFETY: `opp` is a live op of this stream, just unlinked; no other reference.
             let op = unsafe { &mut *opp };
+            stats::fold_op(&mut self.op_peaks, op);
             let mut had = false;
             if let Some(t) = op.tracker_mut() {
                 while let Some(r) = t.pop_front() {
@@ -780,7 +821,13 @@ impl Comm {
         for files in st.blocks.values_mut() {
             rest.append(&mut files.ops);
         }
+        // Their records keep what the ops counted (the ops are cleared now).
+        for opp in rest.iter() {
+            // SAFETY: ops on the list are live ops of this stream; no other reference.
+            stats::fold_op(&mut self.op_peaks, unsafe { &*opp });
+        }
         StreamState::release_list(&mut st.pool, &mut rest);
+        st.last_bb = BB_NONE;
         st.blocks.clear();
         st.current_bb = BB_NONE;
         st.pending_bb = BB_NONE;

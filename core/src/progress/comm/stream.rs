@@ -146,6 +146,9 @@ pub struct StreamState {
     pub(super) current_bb: u32,
     /// Block to load when `active` drains, or [`BB_NONE`] (`pending_basic_block_id`, +176).
     pub(super) pending_bb: u32,
+    /// The block the stream loaded last since its last `stop`, or [`BB_NONE`]: a load of
+    /// another block is a block switch (the protocol counters).
+    pub(super) last_bb: u32,
     /// `true` from the first call of a stepped teardown ([`Comm::stop_step`]) until its
     /// cancelled requests are confirmed (or orphaned at the drain limit): `start` and
     /// `progress` on the stream are refused meanwhile.
@@ -167,6 +170,7 @@ impl StreamState {
             blocks: BlockMap::default(),
             current_bb: BB_NONE,
             pending_bb: BB_NONE,
+            last_bb: BB_NONE,
             closing: false,
             closing_reqs: Vec::new(),
             closing_ops: OpList::new(),

@@ -118,6 +118,45 @@ fn a_block_runs_again_when_reloaded() {
         // SAFETY: live op.
         assert_eq!(unsafe { (*op).executions }, execution);
     }
+    // Reloading the block that just drained is a loop, not a block switch; scripted ops are
+    // not filed by `start`.
+    assert_eq!(c.protocol_stats().block_switches, 0);
+    assert_eq!(c.protocol_stats().starts, 0);
+}
+
+/// Runs block `bb` of stream `s` until it reports done (at most 10 ticks).
+fn run_block(c: &mut Comm, s: u32, bb: u32) {
+    for _ in 0..10 {
+        if tick(c, s, bb).1 {
+            return;
+        }
+    }
+    panic!("block {bb} of stream {s} not done in 10 ticks");
+}
+
+#[test]
+fn block_switches_count_loads_of_another_block_until_stop() {
+    let mut c = comm();
+    for bb in 1..=3 {
+        c.start_scripted(0, bb, &[after(1)]).unwrap();
+        c.start_scripted(2, bb, &[after(2)]).unwrap();
+    }
+    // Schedule 1 2 3 1 2 3 on stream 0, 1 1 2 on stream 2: 5 + 1 switches.
+    for bb in [1, 2, 3, 1, 2, 3] {
+        run_block(&mut c, 0, bb);
+    }
+    for bb in [1, 1, 2] {
+        run_block(&mut c, 2, bb);
+    }
+    assert_eq!(c.protocol_stats().block_switches, 6);
+    // A stop forgets the last block: the first load after it is no switch.
+    c.stop(0).unwrap();
+    c.start_scripted(0, 2, &[after(1)]).unwrap();
+    run_block(&mut c, 0, 2);
+    assert_eq!(c.protocol_stats().block_switches, 6);
+    // Stream 2 still remembers block 2.
+    run_block(&mut c, 2, 3);
+    assert_eq!(c.protocol_stats().block_switches, 7);
 }
 
 // ---------------------------------------------------------------- rounds and reuse
@@ -273,6 +312,8 @@ fn pending_block_suppresses_done_then_loads_next_tick() {
     assert_eq!(c.stream(0).current_bb, 2);
     assert_eq!(c.stream(0).pending_bb, BB_NONE);
     assert_eq!(filed_counts(&c, 0, 2), vec![1, 2]);
+    // The pending block taken over is one block switch.
+    assert_eq!(c.protocol_stats().block_switches, 1);
 }
 
 #[test]
@@ -875,7 +916,9 @@ fn dump_names_streams_blocks_and_ops() {
     assert!(
         out.starts_with(
             "comm=7 rank=0 nranks=2 transport=null last_op_count=2 fatal=none fatal_peer=none \
-             aborted=none orphans=0\n"
+             aborted=none orphans=0 starts=0 block_switches=0 early_send_completions=0 \
+             recvs_posted_ahead=0 max_recv_ahead=0 index_wraps=0 peak_outstanding_send=0 \
+             peak_outstanding_recv=0\n"
         ),
         "{out}"
     );

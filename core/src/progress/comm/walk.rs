@@ -73,6 +73,11 @@ impl Comm {
                 if !files.ops.is_empty() {
                     st.active.append(&mut files.ops);
                     st.current_bb = load;
+                    // A block switch: another block than the one this stream ran last.
+                    if st.last_bb != BB_NONE && st.last_bb != load {
+                        self.stats.block_switches += 1;
+                    }
+                    st.last_bb = load;
                 }
             }
         } else if bb != st.current_bb {
@@ -121,7 +126,9 @@ impl Comm {
             comm_id,
             rank,
             stream,
+            stats: &mut self.stats,
         };
+        let peaks = &mut self.op_peaks;
         let mut all_idle = true;
         let mut prev: *mut ProxyOp = ptr::null_mut();
         let mut cur = active.head();
@@ -172,6 +179,7 @@ impl Comm {
                 // `op` is last used here; the list links are then written through raw
                 // pointers only.
                 op.executions += 1;
+                crate::progress::stats::fold_op(peaks, op);
                 let armed = op.rearm();
                 // SAFETY: `prev` is null or the op before `cur` on `active`.
                 let unlinked = unsafe { active.unlink_after(prev) };
