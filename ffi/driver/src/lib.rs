@@ -434,6 +434,9 @@ impl CommEntry {
     }
 
     fn submit(&mut self, what: &str, task: TaskBox, keep: bool) -> Result<(), NrtStatus> {
+        // Kept tasks that came back leave the slot's return ring (which bounds the tasks kept
+        // out) for the comm's list.
+        self.collect_returned();
         let m = self.member(what)?;
         let r = if keep {
             m.slot.submit_returning(task)
@@ -1816,6 +1819,3 @@ pub unsafe extern "C" fn ncclStopNetworkProxy(comm: *mut NccomComm, stream: u32)
         unsafe { lib.seam().stop(comm.cast(), stream) }
     })
 }
-
-#[cfg(test)]
-mod tests;
