@@ -5,6 +5,8 @@
 //! * `exchange.c`: a C runtime with its own device thread runs a 2-rank exchange through both
 //!   libraries over the in-memory transport (worker-thread mode, and caller-driven mode), three
 //!   executions (the later ones resubmitted), every byte, record field and semaphore checked;
+//!   and again with the host driving the seam itself through the exported trampolines
+//!   (`ncclStartNetworkProxy` / `ncclNetworkProxyProgress` / `ncclStopNetworkProxy`);
 //! * the same under valgrind (memcheck: no invalid access, no definite leak), spin budgets 0.
 //!   A missing valgrind fails unless `PROXY_ALLOW_SKIP_VALGRIND=1`.
 //!
@@ -33,6 +35,14 @@ fn c_runtime_exchanges_through_both_libraries_caller_driven() {
 }
 
 #[test]
+fn c_runtime_exchanges_through_the_trampolines_only() {
+    let exe = compile("exchange", "exchange_tramp", &["-pthread"]);
+    let mut cmd = Command::new(exe);
+    cmd.arg(progress_library()).arg("trampolines");
+    assert!(run(cmd).contains("exchange: ok: trampolines mode"));
+}
+
+#[test]
 fn c_programs_under_valgrind() {
     if !common::have_valgrind()
         && common::tool_missing_allowed("valgrind", "PROXY_ALLOW_SKIP_VALGRIND")
@@ -40,7 +50,7 @@ fn c_programs_under_valgrind() {
         return;
     }
     let exe = compile("exchange", "exchange_vg", &["-pthread"]);
-    for mode in ["thread", "caller"] {
+    for mode in ["thread", "caller", "trampolines"] {
         let mut cmd = common::valgrind(&exe);
         cmd.arg(progress_library()).arg(mode);
         assert!(run(cmd).contains(&format!("exchange: ok: {mode} mode")));

@@ -13,16 +13,21 @@
  * nrt_proxy_resubmit), waits for the four 24-byte records and checks every field, then checks
  * every received byte and the semaphore counts.
  *
- * Usage: exchange /path/to/libnccom_proxy.so [thread|caller]
+ * Usage: exchange /path/to/libnccom_proxy.so [thread|caller|trampolines]
  *   thread: a worker thread per rank's proxy queue (ranks_per_network_proxy 1);
  *   caller: no worker; both ranks share one queue (ranks_per_network_proxy 2), which the host
- *           thread drives inside nrt_proxy_drive_until.
+ *           thread drives inside nrt_proxy_drive_until;
+ *   trampolines: no proxy queue and no task: the host thread drives the seam itself through
+ *           the exported trampolines ncclStartNetworkProxy / ncclNetworkProxyProgress (bool
+ *           out-parameters) / ncclStopNetworkProxy on the comms' progress-half handles
+ *           (nrt_proxy_comm_nccom), consumes the trigger words and plays the barrier itself.
  * The spin budget and log level come from the environment (nrt_proxy_config_from_env).
  * Exit status 0 = every check passed.
  */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <sched.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -77,6 +82,10 @@ static uint8_t *src_buf[NRANKS], *dst_buf[NRANKS];
 static uint32_t go_exec;   /* host → device: executions released (atomic) */
 static uint32_t dev_done[NRANKS]; /* device → host: executions finished per rank (atomic) */
 static uint64_t inc_total;  /* nec_inc_semaphore increments (atomic) */
+/* Trampolines mode: each rank's FIFOs, filed again for every execution. */
+static neuron_net_op_info_t t_ops[NRANKS][2];
+static neuron_net_src_addr_t t_src[NRANKS][N_ENTRIES];
+static neuron_net_dest_addr_t t_dst[NRANKS][N_ENTRIES];
 
 static uint32_t load(nccom_host_word_t *w) { return __atomic_load_n(w, __ATOMIC_ACQUIRE); }
 static void store(nccom_host_word_t *w, uint32_t v) { __atomic_store_n(w, v, __ATOMIC_RELEASE); }
@@ -209,12 +218,66 @@ static void check_record(const nrt_proxy_task_record_t *r, uint32_t task_id, uin
              nrt_get_status_as_str(r->progress_status), r->run_state, task_id, COMM_ID, streams);
 }
 
+/* Trampolines mode, one execution: what a network task and a barrier task do, by hand. */
+static void trampoline_execution(nrt_proxy_comm_t **comm, uint32_t exec) {
+    nccom_comm_t *nc[NRANKS];
+    for (uint32_t r = 0; r < NRANKS; r++) {
+        EXPECT_OK(nrt_proxy_comm_nccom(comm[r], &nc[r]));
+        store(&words[r][W_NET_TRIGGER], 0xFFFFFFFFu);
+        store(&words[r][W_BAR_TRIGGER], 0xFFFFFFFFu);
+        memset(dst_buf[r], POISON, TOTAL);
+        EXPECT_OK(ncclStartNetworkProxy(nc[r], STREAM, BB, t_ops[r], 2, t_src[r], N_ENTRIES,
+                                        t_dst[r], N_ENTRIES));
+    }
+    __atomic_store_n(&go_exec, exec + 1, __ATOMIC_RELEASE);
+    /* The trigger: wait until the device wrote it, then consume it (write 0). */
+    for (uint32_t r = 0; r < NRANKS; r++) {
+        for (unsigned long it = 0; load(&words[r][W_NET_TRIGGER]) == 0xFFFFFFFFu; it++) {
+            if (it > MAX_ITERS)
+                FAIL("rank %u: no trigger", r);
+            sched_yield();
+        }
+        store(&words[r][W_NET_TRIGGER], 0);
+    }
+    bool done[NRANKS] = {false, false};
+    for (unsigned long it = 0; !(done[0] && done[1]); it++) {
+        if (it > MAX_ITERS)
+            FAIL("execution %u: the seam did not finish", exec);
+        for (uint32_t r = 0; r < NRANKS; r++) {
+            if (done[r])
+                continue;
+            bool idle = true, d = true;
+            EXPECT_OK(ncclNetworkProxyProgress(nc[r], STREAM, BB, &idle, &d));
+            done[r] = d;
+        }
+        sched_yield();
+    }
+    for (uint32_t r = 0; r < NRANKS; r++)
+        EXPECT_OK(ncclStopNetworkProxy(nc[r], STREAM));
+    /* The barrier: both devices wrote their barrier trigger; consume them, then increment
+     * every barrier-done semaphore (the leader's job). */
+    for (uint32_t r = 0; r < NRANKS; r++) {
+        for (unsigned long it = 0; load(&words[r][W_BAR_TRIGGER]) == 0xFFFFFFFFu; it++) {
+            if (it > MAX_ITERS)
+                FAIL("rank %u: no barrier trigger", r);
+            sched_yield();
+        }
+        store(&words[r][W_BAR_TRIGGER], 0);
+    }
+    for (uint32_t r = 0; r < NRANKS; r++)
+        __atomic_fetch_add(&words[r][W_BAR_DONE], 1, __ATOMIC_RELEASE);
+}
+
 int main(int argc, char **argv) {
     if (argc < 2 || argc > 3) {
         fprintf(stderr, "usage: %s /path/to/libnccom_proxy.so [thread|caller]\n", argv[0]);
         return 2;
     }
-    int caller = argc == 3 && strcmp(argv[2], "caller") == 0;
+    const char *mode = argc == 3 ? argv[2] : "thread";
+    int caller = strcmp(mode, "caller") == 0;
+    int tramp = strcmp(mode, "trampolines") == 0;
+    if (!caller && !tramp && strcmp(mode, "thread") != 0)
+        FAIL("unknown mode %s", mode);
     if (nrt_proxy_abi_version() >> 16 != NRT_PROXY_ABI_VERSION_MAJOR)
         FAIL("library ABI %#x, header major %u", nrt_proxy_abi_version(),
              NRT_PROXY_ABI_VERSION_MAJOR);
@@ -240,7 +303,8 @@ int main(int argc, char **argv) {
         cc.group = group;
         cc.callbacks = &cbs;
         EXPECT_OK(nrt_proxy_comm_create(inst, &cc, &comm[r]));
-        EXPECT_OK(nrt_proxy_comm_join(comm[r]));
+        if (!tramp)
+            EXPECT_OK(nrt_proxy_comm_join(comm[r]));
         src_buf[r] = aligned_alloc(64, TOTAL);
         dst_buf[r] = aligned_alloc(64, TOTAL);
         if (!src_buf[r] || !dst_buf[r])
@@ -288,6 +352,14 @@ int main(int argc, char **argv) {
                                              .size = ENTRY_SIZE,
                                              .src_rank = NCCOM_NO_PEER};
         }
+        memcpy(t_ops[r], ops, sizeof ops);
+        memcpy(t_src[r], sf, N_ENTRIES * sizeof *sf);
+        memcpy(t_dst[r], df, N_ENTRIES * sizeof *df);
+        if (tramp) {
+            free(sf);
+            free(df);
+            continue;
+        }
         nrt_proxy_block_t block = {STREAM, BB, ops, 2, sf, N_ENTRIES, df, N_ENTRIES};
         nccom_host_word_t *trig[1] = {&words[r][W_NET_TRIGGER]};
         nrt_proxy_network_task_t t;
@@ -327,6 +399,10 @@ int main(int argc, char **argv) {
         FAIL("pthread_create");
     for (uint32_t exec = 0; exec < EXECUTIONS; exec++) {
         uint32_t net_id = 100 + 10 * exec, bar_id = 200 + 10 * exec;
+        if (tramp) {
+            trampoline_execution(comm, exec);
+            goto check;
+        }
         if (exec > 0) {
             /* Resubmit the kept tasks under new ids: nothing copied again. */
             for (uint32_t r = 0; r < NRANKS; r++) {
@@ -356,6 +432,7 @@ int main(int argc, char **argv) {
             if (health != NRT_SUCCESS)
                 FAIL("rank %u async error %s", r, nrt_get_status_as_str(health));
         }
+    check:
         /* The device finished this execution (it saw the barrier-done semaphore). */
         for (unsigned long it = 0;; it++) {
             if (__atomic_load_n(&dev_done[0], __ATOMIC_ACQUIRE) > exec &&
@@ -397,9 +474,10 @@ int main(int argc, char **argv) {
     for (uint32_t r = 0; r < NRANKS; r++) {
         if (nrt_proxy_try_pop(comm[r], &rec) != NRT_QUEUE_EMPTY)
             FAIL("rank %u: a record left over", r);
-        EXPECT_OK(nrt_proxy_comm_leave(comm[r], WAIT_MS));
+        if (!tramp)
+            EXPECT_OK(nrt_proxy_comm_leave(comm[r], WAIT_MS));
         if (nrt_proxy_comm_leave(comm[r], WAIT_MS) != NRT_CLOSED)
-            FAIL("rank %u: a second leave must answer NRT_CLOSED", r);
+            FAIL("rank %u: a leave of a comm that is not joined must answer NRT_CLOSED", r);
         EXPECT_OK(nrt_proxy_comm_destroy(comm[r]));
         free(src_buf[r]);
         free(dst_buf[r]);
@@ -407,7 +485,7 @@ int main(int argc, char **argv) {
     EXPECT_OK(nrt_proxy_fini(inst));
     printf("exchange: ok: %s mode, %u ranks x %u executions x %u bytes each way, %llu semaphore "
            "increments\n",
-           caller ? "caller" : "thread", NRANKS, EXECUTIONS, TOTAL,
+           mode, NRANKS, EXECUTIONS, TOTAL,
            (unsigned long long)inc_total);
     return 0;
 }
