@@ -493,8 +493,7 @@ NRT_STATUS nrt_proxy_init(const struct nrt_proxy_config_t *config, struct nrt_pr
  * Destroys an instance handle. Groups and comms created from it keep working until they are
  * destroyed (they hold the instance's registry); the progress half stays loaded.
  *
- * Returns `NRT_SUCCESS`; `NRT_INVALID_HANDLE` for a NULL, destroyed or unknown instance;
- * `NRT_FAILURE` while another call uses it.
+ * Returns `NRT_SUCCESS`; `NRT_INVALID_HANDLE` for a NULL, destroyed or unknown instance.
  *
  * # Safety
  * None beyond the C contract (the handle is checked, never dereferenced).

@@ -387,10 +387,26 @@ fn with_comm<R>(
         .map_err(|e| lookup_status(what, "comm", h, e))?
 }
 
+/// Most retries of a lookup that met a slot held BUSY by another call's short lookup.
+const SHORT_BUSY_RETRIES: u32 = 1 << 16;
+
+/// `op` (a lookup or a remove) on a table whose slots other calls hold BUSY only for a few
+/// instructions (instances: an `Arc` clone; groups: reading their parts at comm creation):
+/// `Busy` is retried (yielding, at most [`SHORT_BUSY_RETRIES`] times) instead of answered, so
+/// that threads sharing an instance or a group never see a spurious `NRT_FAILURE`.
+fn retry_busy<R>(mut op: impl FnMut() -> Result<R, LookupError>) -> Result<R, LookupError> {
+    for _ in 0..SHORT_BUSY_RETRIES {
+        match op() {
+            Err(LookupError::Busy) => std::thread::yield_now(),
+            r => return r,
+        }
+    }
+    op()
+}
+
 fn instance_of(what: &str, inst: *mut NrtProxy) -> Result<Arc<Instance>, NrtStatus> {
     let h = inst.addr();
-    INSTANCES
-        .with(h, |i| i.clone())
+    retry_busy(|| INSTANCES.with(h, |i| i.clone()))
         .map_err(|e| lookup_status(what, "instance", h, e))
 }
 
@@ -688,8 +704,7 @@ pub unsafe extern "C" fn nrt_proxy_init(
 /// Destroys an instance handle. Groups and comms created from it keep working until they are
 /// destroyed (they hold the instance's registry); the progress half stays loaded.
 ///
-/// Returns `NRT_SUCCESS`; `NRT_INVALID_HANDLE` for a NULL, destroyed or unknown instance;
-/// `NRT_FAILURE` while another call uses it.
+/// Returns `NRT_SUCCESS`; `NRT_INVALID_HANDLE` for a NULL, destroyed or unknown instance.
 ///
 /// # Safety
 /// None beyond the C contract (the handle is checked, never dereferenced).
@@ -698,9 +713,7 @@ pub unsafe extern "C" fn nrt_proxy_fini(inst: *mut NrtProxy) -> NRT_STATUS {
     const WHAT: &str = "nrt_proxy_fini";
     guard(WHAT, || {
         let h = inst.addr();
-        INSTANCES
-            .remove(h)
-            .map_err(|e| lookup_status(WHAT, "instance", h, e))?;
+        retry_busy(|| INSTANCES.remove(h)).map_err(|e| lookup_status(WHAT, "instance", h, e))?;
         Ok(())
     })
 }
@@ -785,9 +798,7 @@ pub unsafe extern "C" fn nrt_proxy_group_destroy(group: *mut NrtProxyGroup) -> N
     const WHAT: &str = "nrt_proxy_group_destroy";
     guard(WHAT, || {
         let h = group.addr();
-        GROUPS
-            .remove(h)
-            .map_err(|e| lookup_status(WHAT, "group", h, e))?;
+        retry_busy(|| GROUPS.remove(h)).map_err(|e| lookup_status(WHAT, "group", h, e))?;
         Ok(())
     })
 }
@@ -938,8 +949,8 @@ pub unsafe extern "C" fn nrt_proxy_comm_create(
                 );
             }
             let gh = c.group.addr();
-            let (mem, endpoint) = GROUPS
-                .with(gh, |g| {
+            let (mem, endpoint) = retry_busy(|| {
+                GROUPS.with(gh, |g| {
                     if !Arc::ptr_eq(&g.inst, &inst) {
                         return bad(WHAT, format_args!("the group belongs to another instance"));
                     }
@@ -954,7 +965,8 @@ pub unsafe extern "C" fn nrt_proxy_comm_create(
                     })?;
                     Ok((g.mem.0.as_ptr(), ep))
                 })
-                .map_err(|e| lookup_status(WHAT, "group", gh, e))??;
+            })
+            .map_err(|e| lookup_status(WHAT, "group", gh, e))??;
             nc.transport.mem_group = mem;
             channel = Some(Box::new(endpoint));
             leader = c.rank == 0;

@@ -55,4 +55,109 @@ fn c_programs_under_valgrind() {
         cmd.arg(progress_library()).arg(mode);
         assert!(run(cmd).contains(&format!("exchange: ok: {mode} mode")));
     }
+    let mut cmd = common::valgrind(&compile("minimal", "minimal_vg", &[]));
+    cmd.arg(progress_library());
+    assert!(run(cmd).contains("minimal: ok"));
+}
+
+#[test]
+fn readme_program_is_tests_c_minimal_c() {
+    let readme = std::fs::read_to_string(common::manifest_dir().join("README.md")).expect("README");
+    let minimal = std::fs::read_to_string(common::manifest_dir().join("tests/c/minimal.c"))
+        .expect("minimal.c");
+    assert!(
+        readme.contains(&format!("```c\n{minimal}```")),
+        "ffi/driver/README.md must hold tests/c/minimal.c verbatim"
+    );
+}
+
+/// An "installed" tree: both headers, both libraries with their SONAME links, both filled-in
+/// `.pc` files; `tests/c/minimal.c` built with `pkg-config --cflags --libs nrt_proxy` and run
+/// twice: given the progress half's path, and with none (the driver then loads
+/// `libnccom_proxy.so.1`, found here through `LD_LIBRARY_PATH`).
+#[test]
+fn minimal_program_links_with_the_pkg_config_files() {
+    let have = Command::new("pkg-config")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !have && common::tool_missing_allowed("pkg-config", "PROXY_ALLOW_SKIP_PKG_CONFIG") {
+        return;
+    }
+    let dir = common::manifest_dir();
+    let prefix = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("nrt-pc-prefix");
+    let (inc, libdir) = (prefix.join("include"), prefix.join("lib"));
+    let pcdir = libdir.join("pkgconfig");
+    for d in [&inc, &pcdir] {
+        std::fs::create_dir_all(d).expect("mkdir");
+    }
+    std::fs::copy(dir.join("include/nrt_proxy.h"), inc.join("nrt_proxy.h")).expect("copy");
+    std::fs::copy(
+        dir.join("../include/nccom_proxy.h"),
+        inc.join("nccom_proxy.h"),
+    )
+    .expect("copy");
+    for (name, lib, pc_in) in [
+        (
+            "nrt_proxy",
+            common::driver_library(),
+            dir.join("nrt_proxy.pc.in"),
+        ),
+        (
+            "nccom_proxy",
+            progress_library(),
+            dir.join("../nccom_proxy.pc.in"),
+        ),
+    ] {
+        let so = format!("lib{name}.so");
+        std::fs::copy(&lib, libdir.join(&so)).expect("copy library");
+        let so1 = libdir.join(format!("{so}.1"));
+        let _ = std::fs::remove_file(&so1);
+        std::os::unix::fs::symlink(&so, &so1).expect("symlink");
+        let pc = std::fs::read_to_string(pc_in)
+            .expect(".pc.in")
+            .replace("@PREFIX@", prefix.to_str().expect("utf-8 path"))
+            .replace("@LIBDIR@", libdir.to_str().expect("utf-8 path"))
+            .replace("@VERSION@", env!("CARGO_PKG_VERSION"));
+        std::fs::write(pcdir.join(format!("{name}.pc")), pc).expect("write .pc");
+    }
+    let mut cmd = Command::new("pkg-config");
+    cmd.args(["--cflags", "--libs", "nrt_proxy"])
+        .env("PKG_CONFIG_PATH", &pcdir);
+    let flags = run(cmd);
+    let flags: Vec<&str> = flags.split_whitespace().collect();
+    assert!(flags.contains(&"-lnrt_proxy"), "{flags:?}");
+    let src = dir.join("tests/c/minimal.c");
+    let exe = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("minimal_pc");
+    let o = Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
+        .args(["-std=c11", "-Wall", "-Wextra", "-Werror"])
+        .arg(&src)
+        .arg("-o")
+        .arg(&exe)
+        .args(&flags)
+        .output()
+        .expect("run cc");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let mut cmd = Command::new(&exe);
+    cmd.arg(libdir.join("libnccom_proxy.so"));
+    assert!(run(cmd).contains("minimal: ok"));
+    // No path: the SONAME, through the library search path.
+    let o = Command::new(&exe)
+        .env("LD_LIBRARY_PATH", &libdir)
+        .env_remove("NEURON_RT_PROXY_PROGRESS_LIB")
+        .output()
+        .expect("run minimal");
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success() && out.contains("minimal: ok"),
+        "{out}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    // And through the environment variable, with no search path.
+    let mut cmd = Command::new(&exe);
+    cmd.env(
+        "NEURON_RT_PROXY_PROGRESS_LIB",
+        libdir.join("libnccom_proxy.so"),
+    );
+    assert!(run(cmd).contains("minimal: ok"));
 }
