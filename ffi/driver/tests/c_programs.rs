@@ -7,6 +7,10 @@
 //!   executions (the later ones resubmitted), every byte, record field and semaphore checked;
 //!   and again with the host driving the seam itself through the exported trampolines
 //!   (`ncclStartNetworkProxy` / `ncclNetworkProxyProgress` / `ncclStopNetworkProxy`);
+//! * `ring_allreduce.c`: the same kind of runtime runs a 4-rank ring all-reduce (3 chunks per
+//!   step, FIFOs built by hand, the device reducing each chunk as it arrives), thread and caller
+//!   mode, twice (resubmitted), every word checked;
+//! * `minimal.c` (the README's program) through the installed pkg-config files;
 //! * the same under valgrind (memcheck: no invalid access, no definite leak), spin budgets 0.
 //!   A missing valgrind fails unless `PROXY_ALLOW_SKIP_VALGRIND=1`.
 //!
@@ -43,6 +47,16 @@ fn c_runtime_exchanges_through_the_trampolines_only() {
 }
 
 #[test]
+fn c_runtime_runs_a_4_rank_ring_all_reduce() {
+    let exe = compile("ring_allreduce", "ring_allreduce", &["-pthread"]);
+    for mode in ["thread", "caller"] {
+        let mut cmd = Command::new(&exe);
+        cmd.arg(progress_library()).arg(mode);
+        assert!(run(cmd).contains(&format!("ring_allreduce: ok: {mode} mode, 4 ranks")));
+    }
+}
+
+#[test]
 fn c_programs_under_valgrind() {
     if !common::have_valgrind()
         && common::tool_missing_allowed("valgrind", "PROXY_ALLOW_SKIP_VALGRIND")
@@ -54,6 +68,12 @@ fn c_programs_under_valgrind() {
         let mut cmd = common::valgrind(&exe);
         cmd.arg(progress_library()).arg(mode);
         assert!(run(cmd).contains(&format!("exchange: ok: {mode} mode")));
+    }
+    let exe = compile("ring_allreduce", "ring_allreduce_vg", &["-pthread"]);
+    for mode in ["thread", "caller"] {
+        let mut cmd = common::valgrind(&exe);
+        cmd.arg(progress_library()).arg(mode);
+        assert!(run(cmd).contains(&format!("ring_allreduce: ok: {mode} mode")));
     }
     let mut cmd = common::valgrind(&compile("minimal", "minimal_vg", &[]));
     cmd.arg(progress_library());
