@@ -171,8 +171,9 @@ baremetal() (
 
 # The libfabric transport is the crate proxy-libfabric (built with --workspace); proxy-perf's
 # --transport libfabric and the C ABI's NCCOM_TRANSPORT_LIBFABRIC are `libfabric` features of
-# proxy-perf and proxy-ffi; CI builds and tests with both on.
-FEATURES=(--features proxy-perf/libfabric,proxy-ffi/libfabric)
+# proxy-perf and proxy-ffi; proxy-driver-ffi's `libfabric` feature runs its two-process tcp C
+# test (over proxy-ffi's libfabric build). CI builds and tests with all three on.
+FEATURES=(--features proxy-perf/libfabric,proxy-ffi/libfabric,proxy-driver-ffi/libfabric)
 
 clippy() {
   cargo clippy --workspace --all-targets "${FEATURES[@]}" -- -D warnings

@@ -11,6 +11,9 @@
 //!   step, FIFOs built by hand, the device reducing each chunk as it arrives), thread and caller
 //!   mode, twice (resubmitted), every word checked;
 //! * `minimal.c` (the README's program) through the installed pkg-config files;
+//! * with the feature `libfabric`, `tcp_exchange.c`: two processes, one rank each, over
+//!   libfabric tcp on loopback (the comm through the progress half, the barrier through the
+//!   driver's own bootstrap);
 //! * the same under valgrind (memcheck: no invalid access, no definite leak), spin budgets 0.
 //!   A missing valgrind fails unless `PROXY_ALLOW_SKIP_VALGRIND=1`.
 //!
@@ -180,4 +183,58 @@ fn minimal_program_links_with_the_pkg_config_files() {
         libdir.join("libnccom_proxy.so"),
     );
     assert!(run(cmd).contains("minimal: ok"));
+}
+
+/// Two processes, one rank each, over libfabric `tcp;ofi_rxm` on loopback (`FI_TCP_IFACE=lo`):
+/// the comm through the progress half's libfabric transport, the barrier through the driver's
+/// own bootstrap; a network and a barrier task per execution, the second resubmitted, every
+/// byte checked. Needs a progress half built with `proxy-ffi/libfabric` (checked first).
+#[cfg(feature = "libfabric")]
+#[test]
+fn c_runtime_exchanges_between_two_processes_over_libfabric_tcp() {
+    let lib = progress_library();
+    let nm = Command::new("nm")
+        .args(["-D", "--undefined-only"])
+        .arg(&lib)
+        .output()
+        .expect("run nm (binutils)");
+    assert!(
+        String::from_utf8_lossy(&nm.stdout).contains(" fi_getinfo"),
+        "{} was built without libfabric: build it with `cargo build -p proxy-ffi --features \
+         libfabric` (or test with --features proxy-ffi/libfabric,proxy-driver-ffi/libfabric)",
+        lib.display()
+    );
+    let exe = compile("tcp_exchange", "tcp_exchange", &["-pthread"]);
+    // Two distinct free loopback ports: the progress half's bootstrap and the driver's.
+    let root = proxy_bootstrap::launch::free_loopback_root().expect("free port");
+    let barrier = loop {
+        let b = proxy_bootstrap::launch::free_loopback_root().expect("free port");
+        if b != root {
+            break b;
+        }
+    };
+    let children: Vec<_> = (0..2)
+        .map(|rank| {
+            let mut cmd = Command::new(&exe);
+            cmd.arg(&lib)
+                .arg(rank.to_string())
+                .arg(root.to_string())
+                .arg(barrier.to_string())
+                .env("FI_TCP_IFACE", "lo")
+                .env_remove("LD_LIBRARY_PATH")
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped());
+            cmd.spawn().expect("spawn tcp_exchange")
+        })
+        .collect();
+    for (rank, child) in children.into_iter().enumerate() {
+        let o = child.wait_with_output().expect("wait tcp_exchange");
+        let out = String::from_utf8_lossy(&o.stdout);
+        println!("rank {rank}:\n{out}{}", String::from_utf8_lossy(&o.stderr));
+        assert!(o.status.success(), "rank {rank} failed with {}", o.status);
+        assert!(
+            out.contains(&format!("tcp_exchange: ok: rank {rank}")),
+            "{out}"
+        );
+    }
 }
