@@ -595,7 +595,8 @@ NRT_STATUS nrt_proxy_comm_nccom(struct nrt_proxy_comm_t *comm, nccom_comm_t **ou
 /**
  * Destroys a comm: leaves its proxy queue first if it is joined (its tasks end `NRT_CLOSED`;
  * waits at most 30 s), then destroys the progress half's comm. The handle is invalid
- * afterwards; records not popped are dropped.
+ * afterwards; records not popped are dropped. A comm poisoned by a caught panic is leaked,
+ * not freed (its state is unknown).
  *
  * Returns `NRT_SUCCESS`; `NRT_INVALID_HANDLE` for a NULL, destroyed or unknown comm;
  * `NRT_TIMEOUT` when the leave did not finish (the comm stays, call again); `NRT_FAILURE`

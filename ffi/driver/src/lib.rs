@@ -156,6 +156,8 @@ struct CommEntry {
     last_error: String,
     /// Set once `nrt_proxy_comm_join` succeeded (a second join is refused).
     joined_once: bool,
+    /// A panic was caught inside a call on this comm: its state is unknown.
+    poisoned: bool,
 }
 
 /// Handle kinds (bits 48..52 of a handle).
@@ -375,7 +377,9 @@ fn deadline_after(timeout_ms: u64) -> u64 {
     MonotonicClock.now_ns().saturating_add(ms_to_ns(timeout_ms))
 }
 
-/// Runs `f` on the live comm `comm` (holding it busy).
+/// Runs `f` on the live comm `comm` (holding it busy). A panic inside poisons the comm: its
+/// state is unknown, so later calls on it answer `NRT_FAILURE` and destroy leaks it rather than
+/// free it.
 fn with_comm<R>(
     what: &str,
     comm: *mut NrtProxyComm,
@@ -383,7 +387,24 @@ fn with_comm<R>(
 ) -> Result<R, NrtStatus> {
     let h = comm.addr();
     COMMS
-        .with(h, |e| f(e))
+        .with(h, |e| {
+            if e.poisoned {
+                log::error!("{what}: comm {h:#x} is poisoned by an earlier panic");
+                return Err(NrtStatus::Failure);
+            }
+            match catch_unwind(AssertUnwindSafe(|| f(e))) {
+                Ok(r) => r,
+                Err(p) => {
+                    e.poisoned = true;
+                    log::error!(
+                        "{what}: caught a panic in comm {h:#x} ({}); comm poisoned, returning \
+                         NRT_FAILURE",
+                        panic_message(&*p)
+                    );
+                    Err(NrtStatus::Failure)
+                }
+            }
+        })
         .map_err(|e| lookup_status(what, "comm", h, e))?
 }
 
@@ -1008,6 +1029,7 @@ pub unsafe extern "C" fn nrt_proxy_comm_create(
             async_error: NrtStatus::Success,
             last_error: String::new(),
             joined_once: false,
+            poisoned: false,
         });
         let h = COMMS.insert(entry).map_err(|_| {
             log::error!("{WHAT}: too many live comms");
@@ -1050,7 +1072,8 @@ pub unsafe extern "C" fn nrt_proxy_comm_nccom(
 
 /// Destroys a comm: leaves its proxy queue first if it is joined (its tasks end `NRT_CLOSED`;
 /// waits at most 30 s), then destroys the progress half's comm. The handle is invalid
-/// afterwards; records not popped are dropped.
+/// afterwards; records not popped are dropped. A comm poisoned by a caught panic is leaked,
+/// not freed (its state is unknown).
 ///
 /// Returns `NRT_SUCCESS`; `NRT_INVALID_HANDLE` for a NULL, destroyed or unknown comm;
 /// `NRT_TIMEOUT` when the leave did not finish (the comm stays, call again); `NRT_FAILURE`
@@ -1063,16 +1086,26 @@ pub unsafe extern "C" fn nrt_proxy_comm_destroy(comm: *mut NrtProxyComm) -> NRT_
     const WHAT: &str = "nrt_proxy_comm_destroy";
     guard(WHAT, || {
         let h = comm.addr();
-        with_comm(WHAT, comm, |e| {
-            if e.member.is_some() {
-                leave(WHAT, e, DESTROY_LEAVE_TIMEOUT.as_millis() as u64)?;
-            }
-            Ok(())
-        })?;
+        let poisoned = COMMS
+            .with(h, |e| e.poisoned)
+            .map_err(|e| lookup_status(WHAT, "comm", h, e))?;
+        if !poisoned {
+            with_comm(WHAT, comm, |e| {
+                if e.member.is_some() {
+                    leave(WHAT, e, DESTROY_LEAVE_TIMEOUT.as_millis() as u64)?;
+                }
+                Ok(())
+            })?;
+        }
         let entry = COMMS
             .remove(h)
             .map_err(|e| lookup_status(WHAT, "comm", h, e))?;
         aborts().retain(|(k, ..)| *k != h);
+        if entry.poisoned {
+            log::error!("{WHAT}: comm {h:#x} was poisoned by a panic; leaking it");
+            std::mem::forget(entry);
+            return Ok(());
+        }
         let comm_id = entry.comm_id;
         let rank = entry.rank;
         let CommEntry { comm, .. } = *entry;
