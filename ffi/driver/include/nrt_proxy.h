@@ -461,6 +461,8 @@ NRT_STATUS nrt_proxy_config_init(struct nrt_proxy_config_t *config);
  * `NEURON_RT_PROXY_SPIN_US`, `NEURON_RT_EXEC_TIMEOUT` (seconds), `NEURON_RT_PROXY_DRIVE_MODE`,
  * `NEURON_RT_DBG_PROXY_EARLY_COMPLETION` (the table of `proxy_runtime::Config`). The progress
  * library stays NULL (`nrt_proxy_init` reads `NEURON_RT_PROXY_PROGRESS_LIB` itself).
+ * `NEURON_RT_LOW_LATENCY_TASKS_CPU_AFFINITY` and `NEURON_RT_PROXY_DUMP_SIGNAL` are checked but
+ * not supported yet (a warning says they are ignored).
  *
  * Returns `NRT_SUCCESS`; `NRT_INVALID` for a NULL `config` or a malformed variable (the log
  * names it; `*config` then holds the defaults).

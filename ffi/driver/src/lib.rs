@@ -551,6 +551,8 @@ pub unsafe extern "C" fn nrt_proxy_config_init(config: *mut NrtProxyConfig) -> N
 /// `NEURON_RT_PROXY_SPIN_US`, `NEURON_RT_EXEC_TIMEOUT` (seconds), `NEURON_RT_PROXY_DRIVE_MODE`,
 /// `NEURON_RT_DBG_PROXY_EARLY_COMPLETION` (the table of `proxy_runtime::Config`). The progress
 /// library stays NULL (`nrt_proxy_init` reads `NEURON_RT_PROXY_PROGRESS_LIB` itself).
+/// `NEURON_RT_LOW_LATENCY_TASKS_CPU_AFFINITY` and `NEURON_RT_PROXY_DUMP_SIGNAL` are checked but
+/// not supported yet (a warning says they are ignored).
 ///
 /// Returns `NRT_SUCCESS`; `NRT_INVALID` for a NULL `config` or a malformed variable (the log
 /// names it; `*config` then holds the defaults).
@@ -578,6 +580,12 @@ pub unsafe extern "C" fn nrt_proxy_config_from_env(config: *mut NrtProxyConfig) 
             .map_or(0, |t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX));
         out.one_thread_per_core = u32::from(c.one_thread_per_core);
         out.early_completion = u32::from(c.early_completion);
+        if !c.cpu_affinity.is_empty() || c.dump_signal.is_some() {
+            log::warn!(
+                "{WHAT}: NEURON_RT_LOW_LATENCY_TASKS_CPU_AFFINITY and NEURON_RT_PROXY_DUMP_SIGNAL \
+                 are not supported by libnrt_proxy yet; ignored"
+            );
+        }
         Ok(())
     })
 }
