@@ -405,25 +405,8 @@ pub extern "C" fn nccom_abi_version() -> u32 {
 /// Seed: `nrt_get_status_as_str`.
 #[no_mangle]
 pub extern "C" fn nrt_get_status_as_str(status: NRT_STATUS) -> *const c_char {
-    let s = match NrtStatus::from_code(status) {
-        Some(NrtStatus::Success) => c"NRT_SUCCESS",
-        Some(NrtStatus::Failure) => c"NRT_FAILURE",
-        Some(NrtStatus::Invalid) => c"NRT_INVALID",
-        Some(NrtStatus::InvalidHandle) => c"NRT_INVALID_HANDLE",
-        Some(NrtStatus::Resource) => c"NRT_RESOURCE",
-        Some(NrtStatus::Timeout) => c"NRT_TIMEOUT",
-        Some(NrtStatus::HwError) => c"NRT_HW_ERROR",
-        Some(NrtStatus::QueueFull) => c"NRT_QUEUE_FULL",
-        Some(NrtStatus::Uninitialized) => c"NRT_UNINITIALIZED",
-        Some(NrtStatus::Closed) => c"NRT_CLOSED",
-        Some(NrtStatus::QueueEmpty) => c"NRT_QUEUE_EMPTY",
-        Some(NrtStatus::ExecBadInput) => c"NRT_EXEC_BAD_INPUT",
-        Some(NrtStatus::CollPending) => c"NRT_COLL_PENDING",
-        Some(NrtStatus::ExecHwErrCollectives) => c"NRT_EXEC_HW_ERR_COLLECTIVES",
-        Some(NrtStatus::NetworkProxyFailure) => c"NRT_NETWORK_PROXY_FAILURE",
-        None => c"NRT_UNKNOWN_STATUS",
-    };
-    s.as_ptr()
+    // The one table both C libraries answer from.
+    proxy_ffi_types::status_name(status).as_ptr()
 }
 
 /// Sets the process-wide device callbacks that comms created later with `config.callbacks ==

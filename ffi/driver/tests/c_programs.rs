@@ -1,0 +1,240 @@
+//! The driver half's C ABI tested from C: the programs in `tests/c/` are compiled with `cc`
+//! against the committed headers (`nrt_proxy.h`, `nccom_proxy.h`), linked with `-lnrt_proxy`
+//! (through its SONAME `libnrt_proxy.so.1`), and run with the progress half's path:
+//!
+//! * `exchange.c`: a C runtime with its own device thread runs a 2-rank exchange through both
+//!   libraries over the in-memory transport (worker-thread mode, and caller-driven mode), three
+//!   executions (the later ones resubmitted), every byte, record field and semaphore checked;
+//!   and again with the host driving the seam itself through the exported trampolines
+//!   (`ncclStartNetworkProxy` / `ncclNetworkProxyProgress` / `ncclStopNetworkProxy`);
+//! * `ring_allreduce.c`: the same kind of runtime runs a 4-rank ring all-reduce (3 chunks per
+//!   step, FIFOs built by hand, the device reducing each chunk as it arrives), thread and caller
+//!   mode, twice (resubmitted), every word checked;
+//! * `minimal.c` (the README's program) through the installed pkg-config files;
+//! * with the feature `libfabric`, `tcp_exchange.c`: two processes, one rank each, over
+//!   libfabric tcp on loopback (the comm through the progress half, the barrier through the
+//!   driver's own bootstrap);
+//! * the same under valgrind (memcheck: no invalid access, no definite leak), spin budgets 0.
+//!   A missing valgrind fails unless `PROXY_ALLOW_SKIP_VALGRIND=1`.
+//!
+//! `NCCOM_PROXY_LIB=/path/libnccom_proxy.so` tests another build of the progress half.
+
+mod common;
+
+use std::process::Command;
+
+use common::{compile, progress_library, run};
+
+#[test]
+fn c_runtime_exchanges_through_both_libraries_with_worker_threads() {
+    let exe = compile("exchange", "exchange", &["-pthread"]);
+    let mut cmd = Command::new(exe);
+    cmd.arg(progress_library()).arg("thread");
+    assert!(run(cmd).contains("exchange: ok: thread mode"));
+}
+
+#[test]
+fn c_runtime_exchanges_through_both_libraries_caller_driven() {
+    let exe = compile("exchange", "exchange_caller", &["-pthread"]);
+    let mut cmd = Command::new(exe);
+    cmd.arg(progress_library()).arg("caller");
+    assert!(run(cmd).contains("exchange: ok: caller mode"));
+}
+
+#[test]
+fn c_runtime_exchanges_through_the_trampolines_only() {
+    let exe = compile("exchange", "exchange_tramp", &["-pthread"]);
+    let mut cmd = Command::new(exe);
+    cmd.arg(progress_library()).arg("trampolines");
+    assert!(run(cmd).contains("exchange: ok: trampolines mode"));
+}
+
+#[test]
+fn c_runtime_runs_a_4_rank_ring_all_reduce() {
+    let exe = compile("ring_allreduce", "ring_allreduce", &["-pthread"]);
+    for mode in ["thread", "caller"] {
+        let mut cmd = Command::new(&exe);
+        cmd.arg(progress_library()).arg(mode);
+        assert!(run(cmd).contains(&format!("ring_allreduce: ok: {mode} mode, 4 ranks")));
+    }
+}
+
+#[test]
+fn c_programs_under_valgrind() {
+    if !common::have_valgrind()
+        && common::tool_missing_allowed("valgrind", "PROXY_ALLOW_SKIP_VALGRIND")
+    {
+        return;
+    }
+    let exe = compile("exchange", "exchange_vg", &["-pthread"]);
+    for mode in ["thread", "caller", "trampolines"] {
+        let mut cmd = common::valgrind(&exe);
+        cmd.arg(progress_library()).arg(mode);
+        assert!(run(cmd).contains(&format!("exchange: ok: {mode} mode")));
+    }
+    let exe = compile("ring_allreduce", "ring_allreduce_vg", &["-pthread"]);
+    for mode in ["thread", "caller"] {
+        let mut cmd = common::valgrind(&exe);
+        cmd.arg(progress_library()).arg(mode);
+        assert!(run(cmd).contains(&format!("ring_allreduce: ok: {mode} mode")));
+    }
+    let mut cmd = common::valgrind(&compile("minimal", "minimal_vg", &[]));
+    cmd.arg(progress_library());
+    assert!(run(cmd).contains("minimal: ok"));
+}
+
+#[test]
+fn readme_program_is_tests_c_minimal_c() {
+    let readme = std::fs::read_to_string(common::manifest_dir().join("README.md")).expect("README");
+    let minimal = std::fs::read_to_string(common::manifest_dir().join("tests/c/minimal.c"))
+        .expect("minimal.c");
+    assert!(
+        readme.contains(&format!("```c\n{minimal}```")),
+        "ffi/driver/README.md must hold tests/c/minimal.c verbatim"
+    );
+}
+
+/// An "installed" tree: both headers, both libraries with their SONAME links, both filled-in
+/// `.pc` files; `tests/c/minimal.c` built with `pkg-config --cflags --libs nrt_proxy` and run
+/// twice: given the progress half's path, and with none (the driver then loads
+/// `libnccom_proxy.so.1`, found here through `LD_LIBRARY_PATH`).
+#[test]
+fn minimal_program_links_with_the_pkg_config_files() {
+    let have = Command::new("pkg-config")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !have && common::tool_missing_allowed("pkg-config", "PROXY_ALLOW_SKIP_PKG_CONFIG") {
+        return;
+    }
+    let dir = common::manifest_dir();
+    let prefix = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("nrt-pc-prefix");
+    let (inc, libdir) = (prefix.join("include"), prefix.join("lib"));
+    let pcdir = libdir.join("pkgconfig");
+    for d in [&inc, &pcdir] {
+        std::fs::create_dir_all(d).expect("mkdir");
+    }
+    std::fs::copy(dir.join("include/nrt_proxy.h"), inc.join("nrt_proxy.h")).expect("copy");
+    std::fs::copy(
+        dir.join("../include/nccom_proxy.h"),
+        inc.join("nccom_proxy.h"),
+    )
+    .expect("copy");
+    for (name, lib, pc_in) in [
+        (
+            "nrt_proxy",
+            common::driver_library(),
+            dir.join("nrt_proxy.pc.in"),
+        ),
+        (
+            "nccom_proxy",
+            progress_library(),
+            dir.join("../nccom_proxy.pc.in"),
+        ),
+    ] {
+        let so = format!("lib{name}.so");
+        std::fs::copy(&lib, libdir.join(&so)).expect("copy library");
+        let so1 = libdir.join(format!("{so}.1"));
+        let _ = std::fs::remove_file(&so1);
+        std::os::unix::fs::symlink(&so, &so1).expect("symlink");
+        let pc = std::fs::read_to_string(pc_in)
+            .expect(".pc.in")
+            .replace("@PREFIX@", prefix.to_str().expect("utf-8 path"))
+            .replace("@LIBDIR@", libdir.to_str().expect("utf-8 path"))
+            .replace("@VERSION@", env!("CARGO_PKG_VERSION"));
+        std::fs::write(pcdir.join(format!("{name}.pc")), pc).expect("write .pc");
+    }
+    let mut cmd = Command::new("pkg-config");
+    cmd.args(["--cflags", "--libs", "nrt_proxy"])
+        .env("PKG_CONFIG_PATH", &pcdir);
+    let flags = run(cmd);
+    let flags: Vec<&str> = flags.split_whitespace().collect();
+    assert!(flags.contains(&"-lnrt_proxy"), "{flags:?}");
+    let src = dir.join("tests/c/minimal.c");
+    let exe = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("minimal_pc");
+    let o = Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
+        .args(["-std=c11", "-Wall", "-Wextra", "-Werror"])
+        .arg(&src)
+        .arg("-o")
+        .arg(&exe)
+        .args(&flags)
+        .output()
+        .expect("run cc");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let mut cmd = Command::new(&exe);
+    cmd.arg(libdir.join("libnccom_proxy.so"));
+    assert!(run(cmd).contains("minimal: ok"));
+    // No path: the SONAME, through the library search path.
+    let o = Command::new(&exe)
+        .env("LD_LIBRARY_PATH", &libdir)
+        .env_remove("NEURON_RT_PROXY_PROGRESS_LIB")
+        .output()
+        .expect("run minimal");
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success() && out.contains("minimal: ok"),
+        "{out}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    // And through the environment variable, with no search path.
+    let mut cmd = Command::new(&exe);
+    cmd.env(
+        "NEURON_RT_PROXY_PROGRESS_LIB",
+        libdir.join("libnccom_proxy.so"),
+    );
+    assert!(run(cmd).contains("minimal: ok"));
+}
+
+/// Two processes, one rank each, over libfabric `tcp;ofi_rxm` on loopback (`FI_TCP_IFACE=lo`):
+/// the comm through the progress half's libfabric transport, the barrier through the driver's
+/// own bootstrap; a network and a barrier task per execution, the second resubmitted, every
+/// byte checked. Needs a progress half built with `proxy-ffi/libfabric` (checked first).
+#[cfg(feature = "libfabric")]
+#[test]
+fn c_runtime_exchanges_between_two_processes_over_libfabric_tcp() {
+    let lib = progress_library();
+    let nm = Command::new("nm")
+        .args(["-D", "--undefined-only"])
+        .arg(&lib)
+        .output()
+        .expect("run nm (binutils)");
+    assert!(
+        String::from_utf8_lossy(&nm.stdout).contains(" fi_getinfo"),
+        "{} was built without libfabric: build it with `cargo build -p proxy-ffi --features \
+         libfabric` (or test with --features proxy-ffi/libfabric,proxy-driver-ffi/libfabric)",
+        lib.display()
+    );
+    let exe = compile("tcp_exchange", "tcp_exchange", &["-pthread"]);
+    // Two distinct free loopback ports: the progress half's bootstrap and the driver's.
+    let root = proxy_bootstrap::launch::free_loopback_root().expect("free port");
+    let barrier = loop {
+        let b = proxy_bootstrap::launch::free_loopback_root().expect("free port");
+        if b != root {
+            break b;
+        }
+    };
+    let children: Vec<_> = (0..2)
+        .map(|rank| {
+            let mut cmd = Command::new(&exe);
+            cmd.arg(&lib)
+                .arg(rank.to_string())
+                .arg(root.to_string())
+                .arg(barrier.to_string())
+                .env("FI_TCP_IFACE", "lo")
+                .env_remove("LD_LIBRARY_PATH")
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped());
+            cmd.spawn().expect("spawn tcp_exchange")
+        })
+        .collect();
+    for (rank, child) in children.into_iter().enumerate() {
+        let o = child.wait_with_output().expect("wait tcp_exchange");
+        let out = String::from_utf8_lossy(&o.stdout);
+        println!("rank {rank}:\n{out}{}", String::from_utf8_lossy(&o.stderr));
+        assert!(o.status.success(), "rank {rank} failed with {}", o.status);
+        assert!(
+            out.contains(&format!("tcp_exchange: ok: rank {rank}")),
+            "{out}"
+        );
+    }
+}
