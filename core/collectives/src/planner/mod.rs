@@ -805,10 +805,13 @@ pub fn plan(params: &PlanParams) -> Result<RankPlan, PlanError> {
 }
 
 /// Sets each op's [`PlannedOp::ending_recv_credits`]: [`NecOptions::early_recv`], lowered so
-/// that the device, which raises a recv host index only while the buffers of the next
-/// `credits` entries are free (the entries the program has posted), still reaches every wait:
-/// at each `Wait { upto }` of a recv side with `a` entries posted (fewer than all), `credits <=
-/// a − upto`.
+/// that every buffer the proxy may receive into early is free:
+/// * right after the handshake the proxy posts `credits` receives at host index 0, before the
+///   program ran: those entries must be free from the start, i.e. handed out before the
+///   program's first local work or wait (`credits <=` the entries posted in that prologue);
+/// * later the device raises a recv host index only while the buffers of the next `credits`
+///   entries are handed out, and must still reach every wait: at each `Wait { upto }` of a
+///   recv side with `a` entries handed out (fewer than all), `credits <= a − upto`.
 fn set_ending_recv_credits(plan: &mut RankPlan) {
     let want = plan.params.nec.early_recv;
     let mut authorized: Vec<u32> = plan.ops.iter().map(|_| 0).collect();
@@ -818,7 +821,18 @@ fn set_ending_recv_credits(plan: &mut RankPlan) {
         .map(|o| if o.rx_entry_cnt > 0 { want } else { 0 })
         .collect();
     if want > 0 {
+        let mut prologue = true;
         for ins in &plan.program {
+            if matches!(
+                ins,
+                Instr::Wait { .. } | Instr::Reduce { .. } | Instr::Copy { .. }
+            ) && prologue
+            {
+                prologue = false;
+                for (c, &a) in credits.iter_mut().zip(&authorized) {
+                    *c = (*c).min(a);
+                }
+            }
             match *ins {
                 Instr::Post {
                     op,
