@@ -32,12 +32,69 @@ use proxy_core::progress::stats::{OpPeak, ProtocolStats};
 use proxy_core::seam::{in_process_start, SeamTable};
 use proxy_core::status::NrtStatus;
 use proxy_core::time::MonotonicClock;
-use proxy_emulator::{DeviceError, Job, PolledDevice};
+use proxy_emulator::{DeviceError, DeviceThread, Job, PolledDevice, WaitPolicy};
 
 /// The proxy tasks' no-progress limit (a bound, behind the device's).
 const TASK_TIMEOUT_NS: u64 = 20_000_000_000;
 /// Bound on one whole run.
 pub const RUN_LIMIT: Duration = Duration::from_secs(60);
+
+/// How the devices are driven.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// A [`PolledDevice`] per rank, polled by the thread that ticks the proxy queue.
+    Polled,
+    /// A `device-<rank>` thread per rank ([`DeviceThread`]).
+    Threaded,
+}
+
+/// A rank's device in either mode.
+enum Dev {
+    Polled(PolledDevice),
+    Threaded(DeviceThread),
+}
+
+impl Dev {
+    /// `Some(result)` once the launch ended.
+    fn poll(&mut self) -> Option<Result<(), DeviceError>> {
+        match self {
+            Dev::Polled(d) => d.poll_once(),
+            Dev::Threaded(d) => d.finished().then(|| d.wait()),
+        }
+    }
+
+    fn failed(&self) -> bool {
+        match self {
+            Dev::Polled(d) => d.failed(),
+            Dev::Threaded(d) => d.failed(),
+        }
+    }
+
+    /// # Safety
+    /// As [`PolledDevice::launch`] / [`DeviceThread::launch`].
+    unsafe fn launch(&mut self, job: Job) {
+        match self {
+            // SAFETY: the caller's contract.
+            Dev::Polled(d) => unsafe { d.launch(job) },
+            // SAFETY: the caller's contract.
+            Dev::Threaded(d) => unsafe { d.launch(job) },
+        }
+    }
+
+    fn take_job(&mut self) {
+        let _ = match self {
+            Dev::Polled(d) => d.take_job(),
+            Dev::Threaded(d) => d.take_job(),
+        };
+    }
+
+    fn executions(&self) -> u64 {
+        match self {
+            Dev::Polled(d) => d.stats().executions.load(Ordering::Relaxed),
+            Dev::Threaded(d) => d.stats().executions.load(Ordering::Relaxed),
+        }
+    }
+}
 
 /// `start` calls through [`counting_start`], per process.
 pub static STARTS: AtomicU64 = AtomicU64::new(0);
@@ -296,18 +353,39 @@ pub struct Outcome {
 /// the inputs written before each, with polled devices whose no-progress timeout is
 /// `device_timeout`. `STARTS` must not be used by another test at the same time.
 pub fn run(p: &PlanParams, execs: u32, loops: u32, device_timeout: Duration) -> Outcome {
+    run_mode(p, execs, loops, device_timeout, Mode::Polled)
+}
+
+/// [`run`] with the devices driven in `mode`.
+pub fn run_mode(
+    p: &PlanParams,
+    execs: u32,
+    loops: u32,
+    device_timeout: Duration,
+    mode: Mode,
+) -> Outcome {
     let n = p.nranks;
     let fabric = MemFabric::new(n).expect("a fabric");
     let ranks: Vec<Rank> = (0..n).map(|r| Rank::new(p, r, &fabric)).collect();
     let (queue, mut worker) =
         ProxyQueue::new(QueueConfig::default(), Box::new(MonotonicClock)).expect("a queue");
-    let barrier = SharedMemBarrier::new(n).expect("a barrier");
     let done_words: Vec<HostWord> = ranks.iter().map(|r| r.host_word(DONE)).collect();
     let mut slots: Vec<SlotHandle> = (0..n)
         .map(|_| ProxyQueue::join(&queue).expect("a slot"))
         .collect();
-    let mut devices: Vec<PolledDevice> = (0..n)
-        .map(|r| PolledDevice::new(r, None, device_timeout))
+    let mut devices: Vec<Dev> = (0..n)
+        .map(|r| match mode {
+            Mode::Polled => Dev::Polled(PolledDevice::new(r, None, device_timeout)),
+            Mode::Threaded => {
+                let policy = WaitPolicy {
+                    spins: 0,
+                    yields: 50,
+                    nap: Duration::from_micros(200),
+                    timeout: device_timeout,
+                };
+                Dev::Threaded(DeviceThread::spawn(r, None, policy, None).expect("a device"))
+            }
+        })
         .collect();
     let starts0 = STARTS.load(Ordering::Relaxed);
     let mut out = Outcome {
@@ -332,6 +410,9 @@ pub fn run(p: &PlanParams, execs: u32, loops: u32, device_timeout: Duration) -> 
     };
     let start = Instant::now();
     for e in 0..execs {
+        // A barrier per execution: an endpoint counts its own generations, and each task
+        // takes its endpoint.
+        let barrier = SharedMemBarrier::new(n).expect("a barrier");
         for (i, r) in ranks.iter().enumerate() {
             r.fill(i as u32);
             for l in r.net_lines().into_iter().chain([BAR]) {
@@ -350,7 +431,9 @@ pub fn run(p: &PlanParams, execs: u32, loops: u32, device_timeout: Duration) -> 
         loop {
             worker.tick();
             for (d, r) in devices.iter_mut().zip(results.iter_mut()) {
-                *r = d.poll_once();
+                if r.is_none() {
+                    *r = d.poll();
+                }
             }
             for (s, v) in slots.iter_mut().zip(records.iter_mut()) {
                 while let Some(rec) = s.try_pop_record() {
@@ -358,7 +441,7 @@ pub fn run(p: &PlanParams, execs: u32, loops: u32, device_timeout: Duration) -> 
                 }
             }
             let ended = results.iter().all(Option::is_some);
-            let failed = devices.iter().any(PolledDevice::failed);
+            let failed = devices.iter().any(Dev::failed);
             if ended && (records.iter().all(|v| v.len() == 2) || failed) {
                 break;
             }
@@ -381,17 +464,15 @@ pub fn run(p: &PlanParams, execs: u32, loops: u32, device_timeout: Duration) -> 
                 .map(|r| std::array::from_fn(|s| r.comm.stream(s).capacity()))
                 .collect(),
         );
-        if devices.iter().any(PolledDevice::failed) {
+        if devices.iter().any(Dev::failed) {
             break;
         }
         for d in &mut devices {
-            let _ = d.take_job();
+            d.take_job();
         }
     }
-    out.executions = devices
-        .iter()
-        .map(|d| d.stats().executions.load(Ordering::Relaxed))
-        .collect();
+    out.executions = devices.iter().map(Dev::executions).collect();
+    drop(devices);
     drop(worker);
     let waiter = Waiter {
         park: &ThreadPark,
@@ -498,6 +579,9 @@ pub fn assert_counters(p: &PlanParams, out: &Outcome) {
                 );
             }
         }
+    }
+    if p.blocks > 1 && peaks().any(|o| o.bb > 1) {
+        assert!(sum(|s| s.block_switches) > 0, "{p:?}: block switches");
     }
     let beyond_wrap = peaks().any(|o| o.tx_entries.max(o.rx_entries) > nec.idx_wrap);
     if nec.idx_wrap > 0 && beyond_wrap {
