@@ -103,7 +103,7 @@ impl RankProtocol {
     }
 
     fn decode(b: &[u8]) -> Option<Vec<Self>> {
-        if b.len() % (8 * Self::WORDS) != 0 {
+        if !b.len().is_multiple_of(8 * Self::WORDS) {
             return None;
         }
         let w = |c: &[u8], i: usize| {

@@ -50,7 +50,7 @@ pub enum Mode {
 
 /// A rank's device in either mode.
 enum Dev {
-    Polled(PolledDevice),
+    Polled(Box<PolledDevice>),
     Threaded(DeviceThread),
 }
 
@@ -375,7 +375,7 @@ pub fn run_mode(
         .collect();
     let mut devices: Vec<Dev> = (0..n)
         .map(|r| match mode {
-            Mode::Polled => Dev::Polled(PolledDevice::new(r, None, device_timeout)),
+            Mode::Polled => Dev::Polled(Box::new(PolledDevice::new(r, None, device_timeout))),
             Mode::Threaded => {
                 let policy = WaitPolicy {
                     spins: 0,
