@@ -67,14 +67,14 @@ fn setup(reps: u32) -> Setup {
         words: w(3),
         word_stride: 4,
     };
-    let job = Job {
-        plan: Arc::new(p),
+    let job = Job::single(
+        Arc::new(p),
         addrs,
         reps,
-        net_triggers: vec![w(NET)],
-        barrier_triggers: vec![w(BAR)],
-        barrier_done: Some(w(DONE)),
-    };
+        vec![w(NET)],
+        vec![w(BAR)],
+        Some(w(DONE)),
+    );
     Setup { buf, words, job }
 }
 
@@ -102,7 +102,7 @@ impl FakeProxy {
         if ld(&s.words[NET]) == 1 {
             s.words[NET].store(0, Ordering::Release);
         }
-        let ops = &s.job.plan.ops;
+        let ops = &s.job.blocks[0].plan.ops;
         self.credited.resize(ops.len(), [0; 2]);
         for (k, o) in ops.iter().enumerate() {
             for side in [Side::Send, Side::Recv] {
@@ -192,8 +192,10 @@ fn the_net_stage_pends_on_the_trigger_until_the_proxy_consumes_it() {
     assert_eq!(d.stage(), Stage::NetWait);
     // The proxy consumes it: the device runs into its first handshake wait.
     s.words[NET].store(0, Ordering::Release);
-    let (op, side) = first_handshake(&s.job.plan);
-    let hs = s.job.addrs.word(OpWord::handshake(side).index(op));
+    let (op, side) = first_handshake(&s.job.blocks[0].plan);
+    let hs = s.job.blocks[0]
+        .addrs
+        .word(OpWord::handshake(side).index(op));
     assert_eq!(
         d.poll(&()),
         Ok(DevicePoll::Pending {
@@ -224,10 +226,13 @@ fn a_launch_completes_against_the_proxy_and_counts_each_execution() {
     run(&mut d, &s, &mut FakeProxy::default(), &env).unwrap();
     assert_eq!(d.stage(), Stage::Done);
     assert_eq!(env.executions.get(), 3);
-    assert_eq!(env.recv_entries.get(), 3 * s.job.plan.dst.len() as u64);
+    assert_eq!(
+        env.recv_entries.get(),
+        3 * s.job.blocks[0].plan.dst.len() as u64
+    );
     assert_eq!(env.faults.get(), 0);
     // Every handshake semaphore rose once per execution.
-    let (op, side) = first_handshake(&s.job.plan);
+    let (op, side) = first_handshake(&s.job.blocks[0].plan);
     assert_eq!(
         s.op_word(op, OpWord::handshake(side))
             .load(Ordering::Relaxed),
@@ -356,7 +361,7 @@ fn two_handshakes_in_one_execution_are_a_protocol_error() {
     let s = setup(1);
     let mut job = s.job.clone();
     job.net_triggers.clear();
-    let (op, side) = first_handshake(&job.plan);
+    let (op, side) = first_handshake(&job.blocks[0].plan);
     let mut d = Device::new(0, None);
     // SAFETY: as above.
     unsafe { d.launch(job) };
@@ -385,7 +390,7 @@ fn abandon_hands_the_job_back_and_goes_idle() {
     unsafe { d.launch(s.job.clone()) };
     assert!(matches!(d.poll(&()), Ok(DevicePoll::Pending { .. })));
     let job = d.abandon().expect("the launched job");
-    assert_eq!(job.reps, 1);
+    assert_eq!(job.reps(), 1);
     assert_eq!(d.stage(), Stage::Idle);
     assert_eq!(d.poll(&()), Ok(DevicePoll::Idle));
     assert!(d.job().is_none());
@@ -409,9 +414,9 @@ fn fault_injection_flips_one_received_byte_per_execution() {
         // SAFETY: as above, for `s1`.
         unsafe { d1.launch(s1.job.clone()) };
         run(&mut d1, &s1, &mut FakeProxy::default(), &Counts::default()).unwrap();
-        let p = &s1.job.plan;
+        let p = &s1.job.blocks[0].plan;
         let e = p.dst.iter().find(|e| e.bytes > 0).unwrap();
-        let at = s1.job.addrs.of(e.loc) + p.params.dtype.size() as u64 - 1;
+        let at = s1.job.blocks[0].addrs.of(e.loc) + p.params.dtype.size() as u64 - 1;
         let bytes: Vec<u8> = s1.buf.iter().flat_map(|w| w.to_ne_bytes()).collect();
         (bytes[(at - s1.buf.as_ptr() as u64) as usize], bytes)
     };
@@ -425,15 +430,13 @@ fn fault_injection_flips_one_received_byte_per_execution() {
 #[test]
 fn a_program_naming_a_missing_op_is_a_protocol_error() {
     let s = setup(1);
-    let mut p = (*s.job.plan).clone();
+    let mut p = (*s.job.blocks[0].plan).clone();
     p.program.push(Instr::Arm {
         op: 99,
         side: Side::Send,
     });
-    let job = Job {
-        plan: Arc::new(p),
-        ..s.job.clone()
-    };
+    let mut job = s.job.clone();
+    job.blocks[0].plan = Arc::new(p);
     let mut d = Device::new(3, None);
     // SAFETY: as above.
     unsafe { d.launch(job) };
@@ -483,4 +486,150 @@ fn waiting_for_names_the_word_and_the_value() {
     assert!(!Stage::Program { rep: 0 }.edge_ok(Stage::Program { rep: 2 }));
     assert!(!Stage::Done.edge_ok(Stage::BarrierWait));
     assert!(!Stage::Idle.edge_ok(Stage::Failed));
+}
+
+/// One send-recv rank (rank 0 of 2) with `nec` options, its words and buffers, no triggers.
+struct NecSetup {
+    buf: Vec<u64>,
+    words: Vec<AtomicU32>,
+    job: Job,
+}
+
+fn nec_setup(nec: crate::planner::NecOptions) -> NecSetup {
+    let mut p = PlanParams::new(Collective::SendRecv, 16, DataType::F32, 0, 2);
+    p.chunk_bytes = 8; // 8 entries per side
+    p.nec = nec;
+    let p = plan(&p).unwrap();
+    let mut buf = vec![0u64; 64];
+    for (i, x) in buf.iter_mut().enumerate() {
+        *x = i as u64 + 1;
+    }
+    let base = buf.as_mut_ptr() as u64;
+    let words: Vec<AtomicU32> = (0..p.host_words()).map(|_| AtomicU32::new(0)).collect();
+    let addrs = Addresses {
+        input: base,
+        output: base + 256,
+        scratch: base + 384,
+        words: words.as_ptr() as u64,
+        word_stride: 4,
+    };
+    let job = Job::single(Arc::new(p), addrs, 1, vec![], vec![], None);
+    NecSetup { buf, words, job }
+}
+
+/// With a wrap of 3 the device never has 3 or more entries posted and not complete on a side,
+/// writes the host index modulo 3, and reaches the limit while the proxy credits slowly (one
+/// entry per side per round).
+#[test]
+fn the_index_wrap_bounds_what_the_device_posts() {
+    let wrap = 3;
+    let s = nec_setup(crate::planner::NecOptions {
+        idx_wrap: wrap,
+        ..Default::default()
+    });
+    let w = |hw: OpWord| &s.words[hw.index(0) as usize];
+    let mut d = Device::new(0, None);
+    // SAFETY: every address of the job points into `s`, alive for the test.
+    unsafe { d.launch(s.job.clone()) };
+    // Per side: (last raw index, entries posted unwrapped, entries credited).
+    let mut st = [(0u32, 0u32, 0u32); 2];
+    let mut most = 0;
+    let mut done = false;
+    for _ in 0..1000 {
+        if d.poll(&()).unwrap() == DevicePoll::Done {
+            done = true;
+            break;
+        }
+        for side in [Side::Send, Side::Recv] {
+            let (last, posted, credited) = &mut st[side as usize];
+            let raw = w(OpWord::post(side)).load(Ordering::Acquire);
+            if raw == HOST_INDEX_READY {
+                w(OpWord::post(side)).store(0, Ordering::Release);
+                w(OpWord::handshake(side)).fetch_add(1, Ordering::Release);
+                continue;
+            }
+            assert!(raw < wrap, "host index {raw} not modulo {wrap}");
+            *posted += (raw + wrap - *last) % wrap;
+            *last = raw;
+            assert!(
+                *posted - *credited < wrap,
+                "{} outstanding",
+                *posted - *credited
+            );
+            most = most.max(*posted - *credited);
+            if *credited < *posted {
+                *credited += 1;
+                w(OpWord::complete(side)).fetch_add(1, Ordering::Release);
+            }
+        }
+    }
+    assert!(done, "the launch ended");
+    assert_eq!(most, wrap - 1, "the device used the whole window");
+    assert_eq!(st[0].1, 8);
+    assert_eq!(st[1].1, 8);
+}
+
+/// With early send completion, a send source the device saw complete is overwritten while the
+/// block runs (so a completion counted before the transport had its copy sends garbage), and
+/// put back when the block ends.
+#[test]
+fn early_send_completion_overwrites_the_source_until_the_block_ends() {
+    let s = nec_setup(crate::planner::NecOptions {
+        early_send: true,
+        ..Default::default()
+    });
+    let original = s.buf.clone();
+    let w = |hw: OpWord| &s.words[hw.index(0) as usize];
+    let input = s.buf.as_ptr() as *const u8;
+    let mut d = Device::new(0, None);
+    // SAFETY: every address of the job points into `s`, alive for the test.
+    unsafe { d.launch(s.job.clone()) };
+    let mut credited = [0u32; 2];
+    let mut saw_scribble = false;
+    // Sends first: the receives are credited from the round after the last send.
+    let mut done = false;
+    for _ in 0..1000 {
+        if d.poll(&()).unwrap() == DevicePoll::Done {
+            done = true;
+            break;
+        }
+        let sends_were_done = credited[0] == 8;
+        for side in [Side::Send, Side::Recv] {
+            let post = w(OpWord::post(side)).load(Ordering::Acquire);
+            if post == HOST_INDEX_READY {
+                w(OpWord::post(side)).store(0, Ordering::Release);
+                w(OpWord::handshake(side)).fetch_add(1, Ordering::Release);
+                continue;
+            }
+            if side == Side::Recv {
+                if !sends_were_done {
+                    // The receives complete only after the device has seen every send
+                    // complete (a round later).
+                    continue;
+                }
+                if credited[1] < post {
+                    // Every send was counted complete and the device has looked: its sources
+                    // (the 64 input bytes) are overwritten while the receives are outstanding.
+                    // SAFETY: the input bytes of `s`, which only this thread touches now.
+                    let bytes = unsafe { core::slice::from_raw_parts(input, 64) };
+                    saw_scribble |= bytes.iter().all(|&b| b == SCRIBBLE);
+                }
+            }
+            let c = &mut credited[side as usize];
+            if post > *c {
+                w(OpWord::complete(side)).fetch_add(post - *c, Ordering::Release);
+                *c = post;
+            }
+        }
+    }
+    assert!(done, "the launch ended");
+    assert!(
+        saw_scribble,
+        "the sources were overwritten after their early completion"
+    );
+    assert_eq!(
+        s.buf[..8],
+        original[..8],
+        "the sources are back after the block"
+    );
 }
