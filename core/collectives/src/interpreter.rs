@@ -9,7 +9,10 @@
 //! three stages:
 //! 1. **net stage**: write 1 to every trigger word of the network task, wait until the proxy
 //!    consumed each (reads 0) — a proxy that skips the trigger gate stalls here;
-//! 2. `reps` times the block's device program ([`Instr`]): arm each op side's host index with
+//! 2. the block schedule ([`Job::schedule`]) on every stream of the job, each stream on its own:
+//!    its blocks ([`JobBlock`]) in schedule order, a block begun only after the one before ran
+//!    (the proxy loads the next block when the one before drained). Each block's device
+//!    program ([`Instr`]): arm each op side's host index with
 //!    [`HOST_INDEX_READY`], wait for the handshake semaphore, raise the host indices as send data
 //!    is ready and receive buffers are free, wait on the complete semaphores, reduce received
 //!    chunks into the output (the planner's kernels: tight loops the compiler vectorises),
@@ -28,8 +31,9 @@
 //!                         ▼                                        │
 //!                     Program{0} ◄─────────────────────────────────┘
 //!                         │  ▲
-//!                         │  └─(5) the program ran, rep + 1 < reps: Program{rep+1}
-//!                         │        (semaphores snapshotted again)
+//!                         │  └─(5) every stream ran schedule entry rep, rep + 1 < reps:
+//!                         │        Program{rep+1} (each stream snapshots a block's
+//!                         │        semaphores when it begins it)
 //!                         ├─(6) the last execution ran; barrier triggers and a barrier-done
 //!                         │     word: snapshot it, write the triggers ──► BarrierWait ──┐
 //!                         │                                                             │ (8) barrier-done
@@ -44,8 +48,15 @@
 //! poll re-reads the same word. A program that needs no wait runs through in one poll. With
 //! `reps = 0`, `Program{0}` takes edge 6 or 7 at once.
 //!
-//! Semaphores are cumulative; the device snapshots each one before it arms (edges 3, 4, 5:
-//! between executions nobody touches them), so counts in the program are per execution. A
+//! Semaphores are cumulative; the device snapshots each one when a stream begins a block
+//! (between executions nobody touches them), so counts in the program are per execution.
+//!
+//! The `nec.h` options of a block's plan ([`crate::planner::NecOptions`]) are honoured as a
+//! device would: the host index rises only while fewer than `net_idx_loop_size` entries are
+//! posted and not complete (written modulo it), a recv index only as far as the buffers of the
+//! next `ending_recv_credits` entries are free, and with early send completion every send
+//! source seen complete is overwritten until the program touches it again (docs/design.md §5,
+//! "The `nec.h` options"). A
 //! semaphore that runs ahead of what the device posted is a proxy bug and fails the launch
 //! ([`DeviceError::Protocol`]).
 //!
@@ -286,22 +297,69 @@ impl fmt::Display for DeviceError {
 
 impl core::error::Error for DeviceError {}
 
-/// One launch: an execution of a block `reps` times between the net-stage trigger and the
-/// barrier (`reps > 1` is a device program looping over the block).
+/// One (stream, block) program of a launch: a part of the rank's collective
+/// ([`crate::planner::BlockPlan`]) with the addresses its program uses.
+#[derive(Clone, Debug)]
+pub struct JobBlock {
+    /// The stream the block runs on (`0..4`).
+    pub stream: u32,
+    /// The basic block id (what the schedule names).
+    pub block: u32,
+    /// The block's plan (program, entries, `nec` options in its params).
+    pub plan: Arc<RankPlan>,
+    /// Where its buffers and host words are (for a [`crate::planner::BlockPlan`]:
+    /// [`crate::planner::BlockPlan::addresses`]).
+    pub addrs: Addresses,
+}
+
+/// One launch: the schedule of blocks of every stream between the net-stage trigger and the
+/// barrier. Each stream runs its blocks in schedule order, one after the other (the next
+/// block's handshakes come when the proxy loads it, after the one before drained), and
+/// independently of the other streams; a schedule entry with no block on a stream is done at
+/// once there. A block repeated in the schedule is a device program looping over it.
 #[derive(Clone, Debug)]
 pub struct Job {
-    /// The rank's plan (program, entries).
-    pub plan: Arc<RankPlan>,
-    /// Where its buffers and host words are.
-    pub addrs: Addresses,
-    /// Executions of the program in this launch (0 runs only the net stage and the barrier).
-    pub reps: u32,
+    /// Every (stream, block) program of the launch.
+    pub blocks: Vec<JobBlock>,
+    /// Block ids in the order each stream runs them (repeats allowed); its length is the
+    /// launch's executions (empty runs only the net stage and the barrier).
+    pub schedule: Vec<u32>,
     /// The network task's trigger words (one per stream); empty = no net-stage gate.
     pub net_triggers: Vec<u64>,
     /// The barrier task's trigger words; empty = no barrier stage.
     pub barrier_triggers: Vec<u64>,
     /// The barrier-done semaphore the device waits on after the barrier trigger (if any).
     pub barrier_done: Option<u64>,
+}
+
+impl Job {
+    /// A launch of one block (stream 0, block 1) executed `reps` times.
+    pub fn single(
+        plan: Arc<RankPlan>,
+        addrs: Addresses,
+        reps: u32,
+        net_triggers: Vec<u64>,
+        barrier_triggers: Vec<u64>,
+        barrier_done: Option<u64>,
+    ) -> Self {
+        Self {
+            blocks: alloc::vec![JobBlock {
+                stream: 0,
+                block: 1,
+                plan,
+                addrs,
+            }],
+            schedule: alloc::vec![1; reps as usize],
+            net_triggers,
+            barrier_triggers,
+            barrier_done,
+        }
+    }
+
+    /// Executions of the launch (the schedule's length).
+    pub fn reps(&self) -> u32 {
+        self.schedule.len() as u32
+    }
 }
 
 /// Fault injection: flip one byte of one received chunk in every execution.
@@ -351,28 +409,65 @@ impl Stage {
     }
 }
 
+/// Where one stream is in the schedule.
+#[derive(Clone, Copy, Debug)]
+struct StreamRun {
+    stream: u32,
+    /// The schedule entry it runs (or the next one to begin).
+    step: usize,
+    /// The job block of that entry once begun.
+    block: Option<usize>,
+    /// The next instruction of the block's program.
+    cursor: usize,
+}
+
+/// A send source the device overwrote after an early completion, and where its bytes are
+/// kept (restored before the program touches the range again, and at the end of the block).
+#[derive(Clone, Copy, Debug)]
+struct Scribble {
+    addr: u64,
+    len: u64,
+    saved: usize,
+}
+
+/// Byte written over a send source the device reuses after an early completion.
+const SCRIBBLE: u8 = 0xA5;
+
 /// Where a launch is inside its stage, and the per-op semaphore state of the execution; kept
 /// apart from the job so that a poll can borrow both.
 #[derive(Debug)]
 struct Exec {
     rank: u32,
     stage: Stage,
-    /// `NetWait`: the next trigger to see consumed. `Program`: the next instruction.
+    /// `NetWait`: the next trigger to see consumed.
     cursor: usize,
     /// `BarrierWait`: the barrier-done value before the trigger.
     done_base: u32,
-    /// The fault target as (op, index within the op's recv side, byte offset), if any.
+    /// The fault target as (op, index within the op's recv side, byte offset) of the first
+    /// block, if any.
     fault_target: Option<(u32, u32, u64)>,
     /// The fault was injected in this execution.
     flipped: bool,
-    /// Per op, per side: the handshake semaphore at the start of the execution.
+    /// Per job block: its first slot in the per-op vectors.
+    op_base: Vec<usize>,
+    /// Per op, per side: the handshake semaphore at the start of the block's execution.
     hs_base: Vec<[u32; 2]>,
-    /// Per op, per side: the complete semaphore at the start of the execution.
+    /// Per op, per side: the complete semaphore at the start of the block's execution.
     cpl_base: Vec<[u32; 2]>,
-    /// Per op, per side: entries posted in this execution.
+    /// Per op, per side: entries the program has handed out (`Post`) in this execution.
+    authorized: Vec<[u32; 2]>,
+    /// Per op, per side: entries posted to the proxy (the host index, before the wrap).
     posted: Vec<[u32; 2]>,
+    /// Per op, per side: the most entries a `Wait` of this execution needs posted.
+    need: Vec<[u32; 2]>,
     /// Per op, per side: entries seen complete in this execution.
     seen: Vec<[u32; 2]>,
+    /// Per stream with blocks: where it is.
+    streams: Vec<StreamRun>,
+    /// Send sources overwritten after an early completion.
+    scribbles: Vec<Scribble>,
+    /// Their saved bytes.
+    saved: Vec<u8>,
     /// The error of a failed launch (answered by every poll until the next launch).
     error: Option<DeviceError>,
 }
@@ -399,10 +494,16 @@ impl Device {
                 done_base: 0,
                 fault_target: None,
                 flipped: false,
+                op_base: Vec::new(),
                 hs_base: Vec::new(),
                 cpl_base: Vec::new(),
+                authorized: Vec::new(),
                 posted: Vec::new(),
+                need: Vec::new(),
                 seen: Vec::new(),
+                streams: Vec::new(),
+                scribbles: Vec::new(),
+                saved: Vec::new(),
                 error: None,
             },
         }
@@ -434,12 +535,7 @@ impl Device {
     /// atomically; no other thread touches the buffers except the transport as the protocol
     /// allows (between a post and its completion).
     pub unsafe fn launch(&mut self, job: Job) {
-        let n = job.plan.ops.len();
         let e = &mut self.exec;
-        for v in [&mut e.hs_base, &mut e.cpl_base, &mut e.posted, &mut e.seen] {
-            v.clear();
-            v.resize(n, [0; 2]);
-        }
         e.cursor = 0;
         e.done_base = 0;
         e.flipped = false;
@@ -563,14 +659,59 @@ impl Exec {
         Some((entry.op, (e as u32).checked_sub(op.dst_base)?, byte))
     }
 
-    /// Enters execution `rep` (edges 3, 4, 5): snapshots every semaphore the program waits on
-    /// and clears the per-execution counts.
+    /// Lays out the per-op state of `job` and the streams (edge 1's reset, at the first poll).
+    fn setup(&mut self, job: &Job, fault: Option<Fault>) -> Result<(), DeviceError> {
+        self.op_base.clear();
+        let mut total = 0;
+        for b in &job.blocks {
+            self.check_plan(&b.plan)?;
+            self.op_base.push(total);
+            total += b.plan.ops.len();
+        }
+        for v in [
+            &mut self.hs_base,
+            &mut self.cpl_base,
+            &mut self.authorized,
+            &mut self.posted,
+            &mut self.need,
+            &mut self.seen,
+        ] {
+            v.clear();
+            v.resize(total, [0; 2]);
+        }
+        self.streams.clear();
+        for b in &job.blocks {
+            if b.stream >= 4 {
+                return Err(self.protocol(format!("block {} on stream {}", b.block, b.stream)));
+            }
+            if !self.streams.iter().any(|s| s.stream == b.stream) {
+                self.streams.push(StreamRun {
+                    stream: b.stream,
+                    step: 0,
+                    block: None,
+                    cursor: 0,
+                });
+            }
+        }
+        self.scribbles.clear();
+        self.saved.clear();
+        self.fault_target = job
+            .blocks
+            .first()
+            .and_then(|b| Self::fault_target(fault, &b.plan));
+        Ok(())
+    }
+
+    /// Begins job block `j` on its stream: snapshots every semaphore its program waits on and
+    /// clears the per-execution counts.
     ///
     /// # Safety
     /// As [`Exec::word`], for the job's words.
-    unsafe fn begin_execution(&mut self, job: &Job, rep: u32) -> Result<(), DeviceError> {
-        let a = &job.addrs;
-        for (k, o) in job.plan.ops.iter().enumerate() {
+    unsafe fn begin_block(&mut self, job: &Job, j: usize) -> Result<(), DeviceError> {
+        let b = &job.blocks[j];
+        let a = &b.addrs;
+        for (k, o) in b.plan.ops.iter().enumerate() {
+            let slot = self.op_base[j] + k;
             for side in [Side::Send, Side::Recv] {
                 let s = side as usize;
                 let (hs, cpl) = if o.entries(side) > 0 {
@@ -582,15 +723,17 @@ impl Exec {
                 } else {
                     (0, 0)
                 };
-                self.hs_base[k][s] = hs;
-                self.cpl_base[k][s] = cpl;
-                self.posted[k][s] = 0;
-                self.seen[k][s] = 0;
+                self.hs_base[slot][s] = hs;
+                self.cpl_base[slot][s] = cpl;
+                self.authorized[slot][s] = 0;
+                self.posted[slot][s] = 0;
+                self.need[slot][s] = 0;
+                self.seen[slot][s] = 0;
             }
         }
-        self.flipped = false;
-        self.cursor = 0;
-        self.set_stage(Stage::Program { rep });
+        if j == 0 {
+            self.flipped = false;
+        }
         Ok(())
     }
 
@@ -615,12 +758,10 @@ impl Exec {
                         .unwrap_or_else(|| self.protocol("failed launch".into())))
                 }
                 Stage::Launched => {
-                    self.check_plan(&job.plan)?;
-                    self.fault_target = Self::fault_target(fault, &job.plan);
+                    self.setup(job, fault)?;
                     if job.net_triggers.is_empty() {
                         // Edge 4.
-                        // SAFETY: the caller's contract.
-                        unsafe { self.begin_execution(job, 0) }?;
+                        self.set_stage(Stage::Program { rep: 0 });
                     } else {
                         for &t in &job.net_triggers {
                             // SAFETY: the caller's contract.
@@ -643,30 +784,41 @@ impl Exec {
                         self.cursor += 1;
                     }
                     // Edge 3.
-                    // SAFETY: the caller's contract.
-                    unsafe { self.begin_execution(job, 0) }?;
-                }
-                Stage::Program { rep } if rep >= job.reps => {
-                    // SAFETY: the caller's contract.
-                    unsafe { self.end_programs(job) }?;
+                    self.set_stage(Stage::Program { rep: 0 });
                 }
                 Stage::Program { rep } => {
-                    while let Some(ins) = job.plan.program.get(self.cursor) {
+                    let steps = job.schedule.len();
+                    let mut pending = None;
+                    for i in 0..self.streams.len() {
                         // SAFETY: the caller's contract.
-                        if let Some(w) = unsafe { self.step(job, *ins, env) }? {
-                            return Ok(DevicePoll::Pending { waiting_for: w });
+                        if let Some(w) = unsafe { self.run_stream(job, i, env) }? {
+                            pending.get_or_insert(w);
                         }
-                        self.cursor += 1;
                     }
-                    env.record(Event::Execution);
-                    if rep + 1 < job.reps {
-                        // Edge 5.
-                        // SAFETY: the caller's contract.
-                        unsafe { self.begin_execution(job, rep + 1) }?;
-                    } else {
-                        // SAFETY: the caller's contract.
-                        unsafe { self.end_programs(job) }?;
+                    // Executions every stream completed (no stream: the whole schedule).
+                    let all = self
+                        .streams
+                        .iter()
+                        .map(|s| s.step)
+                        .min()
+                        .unwrap_or(steps)
+                        .min(steps) as u32;
+                    let mut r = rep;
+                    while r < all {
+                        env.record(Event::Execution);
+                        r += 1;
+                        if (r as usize) < steps {
+                            // Edge 5.
+                            self.set_stage(Stage::Program { rep: r });
+                        }
                     }
+                    if let Some(w) = pending {
+                        return Ok(DevicePoll::Pending { waiting_for: w });
+                    }
+                    // SAFETY: the caller's contract.
+                    unsafe { self.restore_all() };
+                    // SAFETY: the caller's contract.
+                    unsafe { self.end_programs(job) }?;
                 }
                 Stage::BarrierWait => {
                     let Some(a) = job.barrier_done else {
@@ -698,6 +850,61 @@ impl Exec {
         }
     }
 
+    /// Runs stream `i` as far as the words allow: its blocks in schedule order. `Some` = it
+    /// waits for that word.
+    ///
+    /// # Safety
+    /// As [`Exec::advance`].
+    unsafe fn run_stream(
+        &mut self,
+        job: &Job,
+        i: usize,
+        env: &impl DeviceEnv,
+    ) -> Result<Option<WaitingFor>, DeviceError> {
+        loop {
+            let run = self.streams[i];
+            let j = match run.block {
+                Some(j) => j,
+                None => {
+                    let Some(&id) = job.schedule.get(run.step) else {
+                        return Ok(None);
+                    };
+                    let found = job
+                        .blocks
+                        .iter()
+                        .position(|b| b.stream == run.stream && b.block == id);
+                    let Some(j) = found else {
+                        // No block `id` on this stream: done at once.
+                        self.streams[i].step += 1;
+                        continue;
+                    };
+                    // SAFETY: the caller's contract.
+                    unsafe { self.begin_block(job, j) }?;
+                    self.streams[i].block = Some(j);
+                    self.streams[i].cursor = 0;
+                    j
+                }
+            };
+            let program = &job.blocks[j].plan.program;
+            while let Some(ins) = program.get(self.streams[i].cursor) {
+                // SAFETY: the caller's contract.
+                if let Some(w) = unsafe { self.step(job, j, *ins, env) }? {
+                    // Hand out what the wrap or the early credits held back meanwhile:
+                    // completions elsewhere may depend on it.
+                    // SAFETY: the caller's contract.
+                    unsafe { self.flush_block(job, j) }?;
+                    return Ok(Some(w));
+                }
+                self.streams[i].cursor += 1;
+            }
+            // The block ran: everything it posted is complete.
+            // SAFETY: the caller's contract.
+            unsafe { self.restore_all() };
+            self.streams[i].block = None;
+            self.streams[i].step += 1;
+        }
+    }
+
     /// After the last execution: edge 6 (barrier to wait for) or 7.
     ///
     /// # Safety
@@ -725,27 +932,203 @@ impl Exec {
         Ok(())
     }
 
-    /// Runs one instruction; `Some` = it waits for that word (run it again on the next poll).
+    /// Completions of op `op`'s `side` in block `j` as the complete semaphore says now.
+    ///
+    /// # Safety
+    /// As [`Exec::advance`].
+    unsafe fn completions(
+        &self,
+        job: &Job,
+        j: usize,
+        op: u32,
+        side: Side,
+    ) -> Result<(u32, u32), DeviceError> {
+        let addr = job.blocks[j].addrs.word(OpWord::complete(side).index(op));
+        // SAFETY: the caller's contract.
+        let v = unsafe { self.word(addr) }?.load();
+        let base = self.cpl_base[self.op_base[j] + op as usize][side as usize];
+        Ok((v, v.wrapping_sub(base)))
+    }
+
+    /// Raises the host index of op `op`'s `side` in block `j` as far as the device may: to
+    /// the entries the program handed out, held back by the early receive credits (the
+    /// buffers of the next `ending_recv_credits` entries must be free: handed out) and by the
+    /// wrap (never `net_idx_loop_size` or more entries posted and not complete). Writes the
+    /// index modulo the loop size.
+    ///
+    /// # Safety
+    /// As [`Exec::advance`].
+    unsafe fn flush(
+        &mut self,
+        job: &Job,
+        j: usize,
+        op: u32,
+        side: Side,
+    ) -> Result<(), DeviceError> {
+        let b = &job.blocks[j];
+        let o = &b.plan.ops[op as usize];
+        let (slot, s) = (self.op_base[j] + op as usize, side as usize);
+        let a = self.authorized[slot][s];
+        let mut target = a;
+        let credits = o.ending_recv_credits;
+        if side == Side::Recv && credits > 0 {
+            // The promise covers the `credits` entries past the index: their buffers must be
+            // handed out (past the op's last entry there is nothing to promise). Entries a
+            // wait needs are posted anyway (the planner keeps them within the promise).
+            target = a.saturating_sub(credits).max(self.need[slot][s]).min(a);
+        }
+        let wrap = b.plan.params.nec.idx_wrap;
+        if wrap > 0 && target > self.posted[slot][s] {
+            // SAFETY: the caller's contract.
+            let (_, done) = unsafe { self.completions(job, j, op, side) }?;
+            target = target.min(done.saturating_add(wrap - 1));
+        }
+        if target > self.posted[slot][s] {
+            self.posted[slot][s] = target;
+            let value = if wrap > 0 { target % wrap } else { target };
+            // Release (HostWord::store): the data of the posted send entries (written by
+            // this thread) is visible to the proxy that reads the index with acquire.
+            // SAFETY: the caller's contract.
+            unsafe { self.word(b.addrs.word(OpWord::post(side).index(op))) }?.store(value);
+        }
+        Ok(())
+    }
+
+    /// [`Exec::flush`] for every op side of block `j` that holds entries back.
+    ///
+    /// # Safety
+    /// As [`Exec::advance`].
+    unsafe fn flush_block(&mut self, job: &Job, j: usize) -> Result<(), DeviceError> {
+        for k in 0..job.blocks[j].plan.ops.len() {
+            let slot = self.op_base[j] + k;
+            for side in [Side::Send, Side::Recv] {
+                let s = side as usize;
+                if self.posted[slot][s] < self.authorized[slot][s] {
+                    // SAFETY: the caller's contract.
+                    unsafe { self.flush(job, j, k as u32, side) }?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Puts back every overwritten send source whose range overlaps `addr..addr+len` (all
+    /// with `len == u64::MAX`).
+    ///
+    /// # Safety
+    /// The scribbled ranges lie in the launched job's buffers, and no transfer touches them
+    /// (a scribble is made only where none is in flight, and a post over it restores first).
+    unsafe fn restore(&mut self, addr: u64, len: u64) {
+        let mut i = 0;
+        while i < self.scribbles.len() {
+            let sc = self.scribbles[i];
+            let overlaps =
+                len == u64::MAX || (sc.addr < addr.saturating_add(len) && addr < sc.addr + sc.len);
+            if overlaps {
+                // SAFETY: the function's contract; `saved` holds `len` bytes at `saved`.
+                unsafe {
+                    core::ptr::copy_nonoverlapping(
+                        self.saved.as_ptr().add(sc.saved),
+                        sc.addr as usize as *mut u8,
+                        sc.len as usize,
+                    )
+                };
+                self.scribbles.swap_remove(i);
+            } else {
+                i += 1;
+            }
+        }
+        if self.scribbles.is_empty() {
+            self.saved.clear();
+        }
+    }
+
+    /// [`Exec::restore`] of everything.
+    ///
+    /// # Safety
+    /// As [`Exec::restore`].
+    unsafe fn restore_all(&mut self) {
+        if !self.scribbles.is_empty() {
+            // SAFETY: the caller's contract.
+            unsafe { self.restore(0, u64::MAX) };
+        }
+    }
+
+    /// After send entries `from..to` of op `op` in block `j` were seen complete with early
+    /// completion on: overwrites each one's source (saving it) unless a transfer of the block
+    /// still handed out and not seen complete overlaps it. A send that was counted complete
+    /// before the transport had its own copy then carries the overwritten bytes.
+    ///
+    /// # Safety
+    /// As [`Exec::advance`].
+    unsafe fn scribble(&mut self, job: &Job, j: usize, op: u32, from: u32, to: u32) {
+        let b = &job.blocks[j];
+        let plan = &b.plan;
+        for e in &plan.entries(op, Side::Send)[from as usize..to as usize] {
+            if e.bytes == 0 {
+                continue;
+            }
+            let (start, end) = (b.addrs.of(e.loc), b.addrs.of(e.loc) + e.bytes);
+            let busy = (0..plan.ops.len()).any(|k| {
+                let slot = self.op_base[j] + k;
+                [Side::Send, Side::Recv].into_iter().any(|side| {
+                    let s = side as usize;
+                    let (lo, hi) = (self.seen[slot][s], self.authorized[slot][s]);
+                    plan.entries(k as u32, side)[lo as usize..hi as usize]
+                        .iter()
+                        .any(|x| {
+                            let a = b.addrs.of(x.loc);
+                            x.bytes > 0 && a < end && start < a + x.bytes
+                        })
+                })
+            }) || self
+                .scribbles
+                .iter()
+                .any(|sc| sc.addr < end && start < sc.addr + sc.len);
+            if busy {
+                continue;
+            }
+            let at = self.saved.len();
+            // SAFETY: the entry's source lies in the rank's buffers (launch's contract); the
+            // device saw it complete and nothing of the block is in flight over it.
+            let src = unsafe {
+                core::slice::from_raw_parts_mut(start as usize as *mut u8, e.bytes as usize)
+            };
+            self.saved.extend_from_slice(src);
+            src.fill(SCRIBBLE);
+            self.scribbles.push(Scribble {
+                addr: start,
+                len: e.bytes,
+                saved: at,
+            });
+        }
+    }
+
+    /// Runs one instruction of job block `j`; `Some` = it waits for that word (run it again
+    /// on the next poll).
     ///
     /// # Safety
     /// As [`Exec::advance`].
     unsafe fn step(
         &mut self,
         job: &Job,
+        j: usize,
         ins: Instr,
         env: &impl DeviceEnv,
     ) -> Result<Option<WaitingFor>, DeviceError> {
-        let plan = &*job.plan;
-        let a = &job.addrs;
+        let blk = &job.blocks[j];
+        let plan = &*blk.plan;
+        let a = &blk.addrs;
         let p = plan.params;
         let w = |op: u32, hw: OpWord| a.word(hw.index(op));
+        let slot = |op: u32| self.op_base[j] + op as usize;
         match ins {
             Instr::Arm { op, side } => {
                 // SAFETY: the caller's contract.
                 unsafe { self.word(w(op, OpWord::post(side))) }?.store(HOST_INDEX_READY);
             }
             Instr::WaitHandshake { op, side } => {
-                let base = self.hs_base[op as usize][side as usize];
+                let base = self.hs_base[slot(op)][side as usize];
                 let addr = w(op, OpWord::handshake(side));
                 // SAFETY: the caller's contract.
                 let v = unsafe { self.word(addr) }?.load();
@@ -774,29 +1157,27 @@ impl Exec {
                 }
             }
             Instr::Post { op, side, upto } => {
-                self.posted[op as usize][side as usize] = upto;
-                // Release (HostWord::store): the data of the posted send entries (written
-                // by this thread) is visible to the proxy that reads the index with acquire.
+                let k = slot(op);
+                let from = self.authorized[k][side as usize];
+                if !self.scribbles.is_empty() {
+                    for e in plan
+                        .entries(op, side)
+                        .get(from as usize..upto as usize)
+                        .unwrap_or(&[])
+                    {
+                        // SAFETY: the caller's contract.
+                        unsafe { self.restore(a.of(e.loc), e.bytes) };
+                    }
+                }
+                self.authorized[k][side as usize] = upto;
                 // SAFETY: the caller's contract.
-                unsafe { self.word(w(op, OpWord::post(side))) }?.store(upto);
+                unsafe { self.flush(job, j, op, side) }?;
             }
             Instr::Wait { op, side, upto } => {
-                let (k, s) = (op as usize, side as usize);
+                let (k, s) = (slot(op), side as usize);
                 let base = self.cpl_base[k][s];
-                let addr = w(op, OpWord::complete(side));
                 // SAFETY: the caller's contract.
-                let v = unsafe { self.word(addr) }?.load();
-                let done = v.wrapping_sub(base);
-                if done < upto {
-                    return Ok(Some(WaitingFor::Complete {
-                        op,
-                        side,
-                        addr,
-                        upto,
-                        target: base.wrapping_add(upto),
-                        seen: v,
-                    }));
-                }
+                let (v, done) = unsafe { self.completions(job, j, op, side) }?;
                 let max = self.posted[k][s];
                 if done > max {
                     return Err(self.protocol(format!(
@@ -810,25 +1191,49 @@ impl Exec {
                         entries.len()
                     )));
                 }
+                if done < upto && self.posted[k][s] < upto {
+                    // Entries held back by the early receive credits are posted as the
+                    // program waits for them, one past those seen complete: the proxy keeps
+                    // its receives `credits` ahead of the index meanwhile.
+                    let need = &mut self.need[k][s];
+                    *need = (*need).max(upto.min(done + 1));
+                    // SAFETY: the caller's contract.
+                    unsafe { self.flush(job, j, op, side) }?;
+                }
                 let prev = self.seen[k][s];
-                if side == Side::Recv && done > prev {
-                    for e in &entries[prev as usize..done as usize] {
-                        env.record(Event::RecvEntry { bytes: e.bytes });
-                    }
-                    if let Some((fop, fidx, byte)) = self.fault_target {
-                        if !self.flipped && fop == op && fidx < done {
-                            self.flipped = true;
-                            let e = entries[fidx as usize];
-                            let addr = a.of(e.loc) + byte;
-                            // SAFETY: the entry is complete (the transport is done with
-                            // it) and lies in this rank's buffers; only this thread uses
-                            // it now.
-                            unsafe { *(addr as usize as *mut u8) ^= 0xFF };
-                            env.record(Event::FaultInjected);
+                if done > prev {
+                    self.seen[k][s] = done;
+                    if side == Side::Recv {
+                        for e in &entries[prev as usize..done as usize] {
+                            env.record(Event::RecvEntry { bytes: e.bytes });
                         }
+                        if let Some((fop, fidx, byte)) = self.fault_target {
+                            if j == 0 && !self.flipped && fop == op && fidx < done {
+                                self.flipped = true;
+                                let e = entries[fidx as usize];
+                                let addr = a.of(e.loc) + byte;
+                                // SAFETY: the entry is complete (the transport is done with
+                                // it) and lies in this rank's buffers; only this thread uses
+                                // it now.
+                                unsafe { *(addr as usize as *mut u8) ^= 0xFF };
+                                env.record(Event::FaultInjected);
+                            }
+                        }
+                    } else if p.nec.early_send {
+                        // SAFETY: the caller's contract.
+                        unsafe { self.scribble(job, j, op, prev, done) };
                     }
                 }
-                self.seen[k][s] = done.max(prev);
+                if done < upto {
+                    return Ok(Some(WaitingFor::Complete {
+                        op,
+                        side,
+                        addr: w(op, OpWord::complete(side)),
+                        upto,
+                        target: base.wrapping_add(upto),
+                        seen: v,
+                    }));
+                }
             }
             Instr::Reduce {
                 dst,
@@ -836,6 +1241,13 @@ impl Exec {
                 b: y,
                 elems,
             } => {
+                if !self.scribbles.is_empty() {
+                    let bytes = elems * p.dtype.size() as u64;
+                    for l in [dst, x, y] {
+                        // SAFETY: the caller's contract.
+                        unsafe { self.restore(a.of(l), bytes) };
+                    }
+                }
                 // SAFETY: the planner's hazard tracking guarantees no transfer touches
                 // these ranges now; they lie in the rank's buffers (launch's contract).
                 unsafe {
@@ -851,6 +1263,12 @@ impl Exec {
             }
             Instr::Copy { dst, src, bytes } => {
                 debug_assert!(bytes % p.dtype.size() as u64 == 0);
+                if !self.scribbles.is_empty() {
+                    for l in [dst, src] {
+                        // SAFETY: the caller's contract.
+                        unsafe { self.restore(a.of(l), bytes) };
+                    }
+                }
                 // SAFETY: as for Reduce; the planner never copies between overlapping
                 // ranges.
                 unsafe {

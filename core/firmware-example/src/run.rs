@@ -296,14 +296,14 @@ impl Rank {
     }
 
     fn job(&self, reps: u32) -> Job {
-        Job {
-            plan: self.plan.clone(),
-            addrs: self.addrs,
+        Job::single(
+            self.plan.clone(),
+            self.addrs,
             reps,
-            net_triggers: vec![self.word_addr(NET)],
-            barrier_triggers: vec![self.word_addr(BAR)],
-            barrier_done: Some(self.word_addr(DONE)),
-        }
+            vec![self.word_addr(NET)],
+            vec![self.word_addr(BAR)],
+            Some(self.word_addr(DONE)),
+        )
     }
 
     /// The output buffer's bytes the collective writes.

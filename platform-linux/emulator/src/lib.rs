@@ -609,14 +609,7 @@ mod tests {
             words: w(3),
             word_stride: 4,
         };
-        let job = Job {
-            plan: Arc::new(p),
-            addrs,
-            reps: 1,
-            net_triggers: vec![w(0)],
-            barrier_triggers: vec![w(1)],
-            barrier_done: Some(w(2)),
-        };
+        let job = Job::single(Arc::new(p), addrs, 1, vec![w(0)], vec![w(1)], Some(w(2)));
         Setup {
             _buf: buf,
             words,
@@ -669,13 +662,13 @@ mod tests {
         let mut job = s.job.clone();
         job.net_triggers.clear();
         let e = execute(job, quick()).unwrap_err();
-        let want = s.job.addrs.word(OpWord::SendHandshake.index(0));
+        let want = s.job.blocks[0].addrs.word(OpWord::SendHandshake.index(0));
         assert!(
             matches!(&e, DeviceError::Timeout { waiting_for: WaitingFor::Handshake { op: 0, side: Side::Send, addr, .. }, .. } if *addr == want),
             "{e}"
         );
         // The device armed the host index with -1.
-        let post = s.job.addrs.word(OpWord::PostSend.index(0));
+        let post = s.job.blocks[0].addrs.word(OpWord::PostSend.index(0));
         let v = word(post).load();
         assert_eq!(v, HOST_INDEX_READY);
     }
@@ -685,7 +678,7 @@ mod tests {
         let s = setup();
         let mut job = s.job.clone();
         job.net_triggers.clear();
-        let a = job.addrs;
+        let a = job.blocks[0].addrs;
         let w = move |hw: OpWord| a.word(hw.index(0));
         // A broken proxy: answers both handshakes, then claims 5 receive completions although
         // the device posts one entry.
@@ -788,8 +781,8 @@ mod tests {
         let mut job = s.job.clone();
         job.net_triggers.clear();
         job.barrier_triggers.clear();
-        let a = job.addrs;
-        let plan = job.plan.clone();
+        let a = job.blocks[0].addrs;
+        let plan = job.blocks[0].plan.clone();
         let mut d = PolledDevice::new(0, None, Duration::from_secs(30));
         // SAFETY: `s` outlives every poll below.
         unsafe { d.launch(job) };

@@ -1706,14 +1706,14 @@ fn execution_of(
 
 /// Rank `r`'s device job for trigger set `set`.
 fn job_of(prep: &Prepared, f: &FixedWords, r: usize, set: usize, reps: u32) -> Job {
-    Job {
-        plan: prep.plans[r].clone(),
-        addrs: prep.addrs[r],
+    Job::single(
+        prep.plans[r].clone(),
+        prep.addrs[r],
         reps,
-        net_triggers: vec![f.net_trigger(set)],
-        barrier_triggers: vec![f.barrier_trigger(set)],
-        barrier_done: Some(f.barrier_done()),
-    }
+        vec![f.net_trigger(set)],
+        vec![f.barrier_trigger(set)],
+        Some(f.barrier_done()),
+    )
 }
 
 /// Arms rank `f`'s trigger words of set `set` (before its tasks are submitted, docs/design.md

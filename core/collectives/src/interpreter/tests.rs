@@ -67,14 +67,14 @@ fn setup(reps: u32) -> Setup {
         words: w(3),
         word_stride: 4,
     };
-    let job = Job {
-        plan: Arc::new(p),
+    let job = Job::single(
+        Arc::new(p),
         addrs,
         reps,
-        net_triggers: vec![w(NET)],
-        barrier_triggers: vec![w(BAR)],
-        barrier_done: Some(w(DONE)),
-    };
+        vec![w(NET)],
+        vec![w(BAR)],
+        Some(w(DONE)),
+    );
     Setup { buf, words, job }
 }
 
@@ -102,7 +102,7 @@ impl FakeProxy {
         if ld(&s.words[NET]) == 1 {
             s.words[NET].store(0, Ordering::Release);
         }
-        let ops = &s.job.plan.ops;
+        let ops = &s.job.blocks[0].plan.ops;
         self.credited.resize(ops.len(), [0; 2]);
         for (k, o) in ops.iter().enumerate() {
             for side in [Side::Send, Side::Recv] {
@@ -192,8 +192,10 @@ fn the_net_stage_pends_on_the_trigger_until_the_proxy_consumes_it() {
     assert_eq!(d.stage(), Stage::NetWait);
     // The proxy consumes it: the device runs into its first handshake wait.
     s.words[NET].store(0, Ordering::Release);
-    let (op, side) = first_handshake(&s.job.plan);
-    let hs = s.job.addrs.word(OpWord::handshake(side).index(op));
+    let (op, side) = first_handshake(&s.job.blocks[0].plan);
+    let hs = s.job.blocks[0]
+        .addrs
+        .word(OpWord::handshake(side).index(op));
     assert_eq!(
         d.poll(&()),
         Ok(DevicePoll::Pending {
@@ -224,10 +226,13 @@ fn a_launch_completes_against_the_proxy_and_counts_each_execution() {
     run(&mut d, &s, &mut FakeProxy::default(), &env).unwrap();
     assert_eq!(d.stage(), Stage::Done);
     assert_eq!(env.executions.get(), 3);
-    assert_eq!(env.recv_entries.get(), 3 * s.job.plan.dst.len() as u64);
+    assert_eq!(
+        env.recv_entries.get(),
+        3 * s.job.blocks[0].plan.dst.len() as u64
+    );
     assert_eq!(env.faults.get(), 0);
     // Every handshake semaphore rose once per execution.
-    let (op, side) = first_handshake(&s.job.plan);
+    let (op, side) = first_handshake(&s.job.blocks[0].plan);
     assert_eq!(
         s.op_word(op, OpWord::handshake(side))
             .load(Ordering::Relaxed),
@@ -356,7 +361,7 @@ fn two_handshakes_in_one_execution_are_a_protocol_error() {
     let s = setup(1);
     let mut job = s.job.clone();
     job.net_triggers.clear();
-    let (op, side) = first_handshake(&job.plan);
+    let (op, side) = first_handshake(&job.blocks[0].plan);
     let mut d = Device::new(0, None);
     // SAFETY: as above.
     unsafe { d.launch(job) };
@@ -385,7 +390,7 @@ fn abandon_hands_the_job_back_and_goes_idle() {
     unsafe { d.launch(s.job.clone()) };
     assert!(matches!(d.poll(&()), Ok(DevicePoll::Pending { .. })));
     let job = d.abandon().expect("the launched job");
-    assert_eq!(job.reps, 1);
+    assert_eq!(job.reps(), 1);
     assert_eq!(d.stage(), Stage::Idle);
     assert_eq!(d.poll(&()), Ok(DevicePoll::Idle));
     assert!(d.job().is_none());
@@ -409,9 +414,9 @@ fn fault_injection_flips_one_received_byte_per_execution() {
         // SAFETY: as above, for `s1`.
         unsafe { d1.launch(s1.job.clone()) };
         run(&mut d1, &s1, &mut FakeProxy::default(), &Counts::default()).unwrap();
-        let p = &s1.job.plan;
+        let p = &s1.job.blocks[0].plan;
         let e = p.dst.iter().find(|e| e.bytes > 0).unwrap();
-        let at = s1.job.addrs.of(e.loc) + p.params.dtype.size() as u64 - 1;
+        let at = s1.job.blocks[0].addrs.of(e.loc) + p.params.dtype.size() as u64 - 1;
         let bytes: Vec<u8> = s1.buf.iter().flat_map(|w| w.to_ne_bytes()).collect();
         (bytes[(at - s1.buf.as_ptr() as u64) as usize], bytes)
     };
@@ -425,15 +430,13 @@ fn fault_injection_flips_one_received_byte_per_execution() {
 #[test]
 fn a_program_naming_a_missing_op_is_a_protocol_error() {
     let s = setup(1);
-    let mut p = (*s.job.plan).clone();
+    let mut p = (*s.job.blocks[0].plan).clone();
     p.program.push(Instr::Arm {
         op: 99,
         side: Side::Send,
     });
-    let job = Job {
-        plan: Arc::new(p),
-        ..s.job.clone()
-    };
+    let mut job = s.job.clone();
+    job.blocks[0].plan = Arc::new(p);
     let mut d = Device::new(3, None);
     // SAFETY: as above.
     unsafe { d.launch(job) };

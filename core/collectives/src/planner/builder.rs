@@ -260,6 +260,7 @@ impl Builder {
                 rx_entry_cnt: rx.len() as u32,
                 src_base: src.len() as u32,
                 dst_base: dst.len() as u32,
+                ending_recv_credits: 0,
             });
             for (fifo, list, last) in [(&mut src, tx, last_tx), (&mut dst, rx, last_rx)] {
                 for (i, &(loc, bytes)) in list.iter().enumerate() {

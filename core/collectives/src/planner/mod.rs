@@ -56,6 +56,11 @@ pub mod data;
 pub mod kernels;
 #[cfg(test)]
 mod sim_tests;
+mod split;
+#[cfg(test)]
+mod split_tests;
+
+pub use split::{plan_blocks, BlockPlan, BlockPlans};
 
 use alloc::vec::Vec;
 use core::fmt;
@@ -232,6 +237,34 @@ pub struct PlanParams {
     pub pipeline_depth: u32,
     /// [`Algorithm::Auto`] picks direct at or below this many bytes (larger buffer).
     pub direct_threshold_bytes: u64,
+    /// Streams the collective is split over by [`plan_blocks`], `1..=4` (slice `s` on stream
+    /// `s`); [`plan`] ignores it.
+    pub streams: u32,
+    /// Basic blocks each stream's slice is split into by [`plan_blocks`] (block ids `1..=B`),
+    /// `>= 1`; [`plan`] ignores it.
+    pub blocks: u32,
+    /// The `nec.h` options written into every op info ([`RankPlan::fifos`]) and honoured by
+    /// the device program ([`crate::interpreter`]).
+    pub nec: NecOptions,
+}
+
+/// The `nec.h` protocol options of a plan (docs/design.md §5, "The two early flags"); all off
+/// by default. Seed: the fields of `net_ops_info_t`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct NecOptions {
+    /// `ending_recv_credits`: a recv op may post receives up to this many entries ahead of
+    /// the host index (`early_recv_posting`); 0 = off. The planner lowers it per op to what
+    /// the op's program can promise ([`PlannedOp::ending_recv_credits`]).
+    pub early_recv: u32,
+    /// `early_send_completion`: a send entry whose payload the transport copied counts as
+    /// complete at once.
+    pub early_send: bool,
+    /// `net_idx_loop_size`: the host indices wrap modulo this, and the device never has this
+    /// many entries posted and not completed per op side; 0 = no wrap, else `>= 2`.
+    pub idx_wrap: u32,
+    /// `initial_send_credits`: requests a send op keeps outstanding, `0..=128`; 0 = the
+    /// progress half's default (128).
+    pub credits: u32,
 }
 
 impl PlanParams {
@@ -261,6 +294,14 @@ impl PlanParams {
                 DEFAULT_DIRECT_THRESHOLD_BYTES_2_RANKS
             } else {
                 DEFAULT_DIRECT_THRESHOLD_BYTES
+            },
+            streams: 1,
+            blocks: 1,
+            nec: NecOptions {
+                early_recv: 0,
+                early_send: false,
+                idx_wrap: 0,
+                credits: 0,
             },
         }
     }
@@ -307,6 +348,12 @@ pub enum PlanError {
     TooLarge,
     /// An op side would need more than 2^16 entries: the chunk is too small for the count.
     TooManyEntries,
+    /// `streams` is not in `1..=4` or `blocks` is 0.
+    BadSplit,
+    /// `nec.credits` is above 128 or `nec.idx_wrap` is 1.
+    BadNec,
+    /// The (stream, block, op) tags do not fit below 2^14: fewer streams, blocks or ranks.
+    TooManyTags,
 }
 
 impl fmt::Display for PlanError {
@@ -317,6 +364,11 @@ impl fmt::Display for PlanError {
             PlanError::TooLarge => "buffer sizes overflow",
             PlanError::TooManyEntries => {
                 "an op would need more than 65536 FIFO entries: use a larger chunk"
+            }
+            PlanError::BadSplit => "streams must be 1..=4 and blocks at least 1",
+            PlanError::BadNec => "send credits above 128, or an index wrap of 1",
+            PlanError::TooManyTags => {
+                "the (stream, block, op) tags do not fit below 2^14: fewer streams or blocks"
             }
         })
     }
@@ -464,6 +516,11 @@ pub struct PlannedOp {
     pub src_base: u32,
     /// First destination entry of this op.
     pub dst_base: u32,
+    /// `ending_recv_credits` of the recv side: [`NecOptions::early_recv`] lowered to what the
+    /// program can promise (the device raises the host index only as far as the buffers of
+    /// this many further entries are free, so every wait of the program must still be
+    /// reachable); 0 = no early posting for this op.
+    pub ending_recv_credits: u32,
 }
 
 impl PlannedOp {
@@ -635,10 +692,13 @@ impl RankPlan {
         &fifo[base as usize..(base + n) as usize]
     }
 
-    /// The `repr(C)` FIFOs for `start`, with the buffers and host words at `addrs`. No early
-    /// posting or early completion; `net_idx_loop_size` 0 (no wrap); 128 send credits.
+    /// The `repr(C)` FIFOs for `start`, with the buffers and host words at `addrs`, and the
+    /// plan's [`NecOptions`] in every op info: `early_recv_posting` and `ending_recv_credits`
+    /// from [`PlannedOp::ending_recv_credits`] (recv sides only), `early_send_completion`,
+    /// `net_idx_loop_size` and `initial_send_credits` as given.
     pub fn fifos(&self, addrs: &Addresses) -> Fifos {
         let w = |op: u32, word: OpWord| addrs.word(word.index(op));
+        let nec = self.params.nec;
         let ops = self
             .ops
             .iter()
@@ -654,11 +714,11 @@ impl RankPlan {
                     tag: o.tag,
                     tx_entry_cnt: o.tx_entry_cnt,
                     rx_entry_cnt: o.rx_entry_cnt,
-                    net_idx_loop_size: 0,
-                    initial_send_credits: 0,
-                    ending_recv_credits: 0,
-                    early_send_completion: 0,
-                    early_recv_posting: 0,
+                    net_idx_loop_size: nec.idx_wrap,
+                    initial_send_credits: nec.credits,
+                    ending_recv_credits: if recv { o.ending_recv_credits } else { 0 },
+                    early_send_completion: u8::from(send && nec.early_send),
+                    early_recv_posting: u8::from(recv && o.ending_recv_credits > 0),
                     reserved: [0; 2],
                     data_type_sz: self.params.dtype.size() as u32,
                     post_send_idx_addr: pick(send, w(k, OpWord::PostSend)),
@@ -715,6 +775,12 @@ pub fn plan(params: &PlanParams) -> Result<RankPlan, PlanError> {
     if p.pipeline_depth == 0 {
         return Err(PlanError::BadDepth);
     }
+    if !(1..=4).contains(&p.streams) || p.blocks == 0 {
+        return Err(PlanError::BadSplit);
+    }
+    if p.nec.credits > 128 || p.nec.idx_wrap == 1 {
+        return Err(PlanError::BadNec);
+    }
     let elt = p.dtype.size() as u64;
     let (i, o) = p.collective.buffer_elems(p.count, p.nranks);
     let (ib, ob) = (
@@ -728,11 +794,67 @@ pub fn plan(params: &PlanParams) -> Result<RankPlan, PlanError> {
     ib.checked_add(ob)
         .and_then(|s| s.checked_add(scratch_bound))
         .ok_or(PlanError::TooLarge)?;
-    let plan = algos::build(p, ib, ob)?;
+    let mut plan = algos::build(p, ib, ob)?;
     for op in &plan.ops {
         if op.tx_entry_cnt > MAX_ENTRIES_PER_OP || op.rx_entry_cnt > MAX_ENTRIES_PER_OP {
             return Err(PlanError::TooManyEntries);
         }
     }
+    set_ending_recv_credits(&mut plan);
     Ok(plan)
+}
+
+/// Sets each op's [`PlannedOp::ending_recv_credits`]: [`NecOptions::early_recv`], lowered so
+/// that every buffer the proxy may receive into early is free:
+/// * right after the handshake the proxy posts `credits` receives at host index 0, before the
+///   program ran: those entries must be free from the start, i.e. handed out before the
+///   program's first local work or wait (`credits <=` the entries posted in that prologue);
+/// * later the device raises a recv host index only while the buffers of the next `credits`
+///   entries are handed out, and must still reach every wait: at each `Wait { upto }` of a
+///   recv side with `a` entries handed out (fewer than all), `credits <= a − upto`.
+fn set_ending_recv_credits(plan: &mut RankPlan) {
+    let want = plan.params.nec.early_recv;
+    let mut authorized: Vec<u32> = plan.ops.iter().map(|_| 0).collect();
+    let mut credits: Vec<u32> = plan
+        .ops
+        .iter()
+        .map(|o| if o.rx_entry_cnt > 0 { want } else { 0 })
+        .collect();
+    if want > 0 {
+        let mut prologue = true;
+        for ins in &plan.program {
+            if matches!(
+                ins,
+                Instr::Wait { .. } | Instr::Reduce { .. } | Instr::Copy { .. }
+            ) && prologue
+            {
+                prologue = false;
+                for (c, &a) in credits.iter_mut().zip(&authorized) {
+                    *c = (*c).min(a);
+                }
+            }
+            match *ins {
+                Instr::Post {
+                    op,
+                    side: Side::Recv,
+                    upto,
+                } => authorized[op as usize] = upto,
+                Instr::Wait {
+                    op,
+                    side: Side::Recv,
+                    upto,
+                } => {
+                    let a = authorized[op as usize];
+                    if a < plan.ops[op as usize].rx_entry_cnt {
+                        let c = &mut credits[op as usize];
+                        *c = (*c).min(a.saturating_sub(upto));
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    for (o, c) in plan.ops.iter_mut().zip(credits) {
+        o.ending_recv_credits = c;
+    }
 }

@@ -147,14 +147,14 @@ impl Rank {
     }
 
     fn job(&self) -> Job {
-        Job {
-            plan: self.plan.clone(),
-            addrs: self.addrs,
-            reps: REPS,
-            net_triggers: vec![self.word_addr(NET)],
-            barrier_triggers: vec![self.word_addr(BAR)],
-            barrier_done: Some(self.word_addr(DONE)),
-        }
+        Job::single(
+            self.plan.clone(),
+            self.addrs,
+            REPS,
+            vec![self.word_addr(NET)],
+            vec![self.word_addr(BAR)],
+            Some(self.word_addr(DONE)),
+        )
     }
 
     fn wrong(&self) -> u64 {
