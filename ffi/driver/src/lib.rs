@@ -41,6 +41,7 @@
 
 mod handles;
 mod logging;
+pub mod plan;
 pub mod types;
 
 use std::any::Any;
@@ -71,6 +72,7 @@ use proxy_runtime::loader::{LoadedComm, LoadedMemGroup, ProgressLib};
 use proxy_runtime::{Config, LinuxRegistry};
 
 use handles::{HandleTable, LookupError};
+pub use plan::*;
 pub use types::*;
 
 /// The environment variable naming the progress half to load when the config does not.
