@@ -7,9 +7,12 @@
 //!   executions (the later ones resubmitted), every byte, record field and semaphore checked;
 //!   and again with the host driving the seam itself through the exported trampolines
 //!   (`ncclStartNetworkProxy` / `ncclNetworkProxyProgress` / `ncclStopNetworkProxy`);
-//! * `ring_allreduce.c`: the same kind of runtime runs a 4-rank ring all-reduce (3 chunks per
-//!   step, FIFOs built by hand, the device reducing each chunk as it arrives), thread and caller
-//!   mode, twice (resubmitted), every word checked;
+//! * `ring_allreduce.c`: the same kind of runtime runs a 4-rank ring all-reduce with its FIFOs
+//!   and device programs from the C planner (`nrt_proxy_plan_*`: 2 streams x 2 basic blocks, 2
+//!   chunks per ring step in every part, the device interpreting each block's program), thread
+//!   and caller mode, twice (resubmitted), every output word checked;
+//! * `plan_bad_input.c`: the planner's entry points given NULLs, wrong sizes, values out of
+//!   range, too-small arrays (nothing written), bad addresses and stale or foreign handles;
 //! * `minimal.c` (the README's program) through the installed pkg-config files;
 //! * with the feature `libfabric`, `tcp_exchange.c`: two processes, one rank each, over
 //!   libfabric tcp on loopback (the comm through the progress half, the barrier through the
@@ -60,6 +63,14 @@ fn c_runtime_runs_a_4_rank_ring_all_reduce() {
 }
 
 #[test]
+fn c_plan_api_answers_bad_input() {
+    let exe = compile("plan_bad_input", "plan_bad_input", &[]);
+    let mut cmd = Command::new(exe);
+    cmd.arg(progress_library());
+    assert!(run(cmd).contains("plan_bad_input: ok"));
+}
+
+#[test]
 fn c_programs_under_valgrind() {
     if !common::have_valgrind()
         && common::tool_missing_allowed("valgrind", "PROXY_ALLOW_SKIP_VALGRIND")
@@ -78,6 +89,9 @@ fn c_programs_under_valgrind() {
         cmd.arg(progress_library()).arg(mode);
         assert!(run(cmd).contains(&format!("ring_allreduce: ok: {mode} mode")));
     }
+    let mut cmd = common::valgrind(&compile("plan_bad_input", "plan_bad_input_vg", &[]));
+    cmd.arg(progress_library());
+    assert!(run(cmd).contains("plan_bad_input: ok"));
     let mut cmd = common::valgrind(&compile("minimal", "minimal_vg", &[]));
     cmd.arg(progress_library());
     assert!(run(cmd).contains("minimal: ok"));
