@@ -49,7 +49,6 @@
 #![allow(non_snake_case)]
 
 mod device;
-mod handles;
 #[cfg(feature = "libfabric")]
 mod libfabric;
 mod logging;
@@ -70,7 +69,7 @@ use proxy_core::time::MonotonicClock;
 pub use proxy_ffi_types as types;
 use proxy_ffi_types::*;
 
-use handles::{HandleTable, LookupError};
+use proxy_ffi_types::handles::{self, HandleTable, LookupError};
 
 // ---------------------------------------------------------------------------------------------
 // Handle tables

@@ -3,7 +3,7 @@
 //! C runtime need not build them by hand.
 //!
 //! A plan is made once from `nrt_proxy_plan_params_t` and kept behind a generation-checked
-//! handle (kind 4 of [`crate::handles`]); it holds no address. The caller asks its layout (the
+//! handle (kind 4, `proxy_ffi_types::handles`); it holds no address. The caller asks its layout (the
 //! buffer, scratch and host-word sizes), its (stream, block) parts and their block schedule,
 //! places the buffers and host words, and has each part's three FIFOs written into its own
 //! arrays with those addresses, as an `nrt_proxy_block_t` ready for `nrt_proxy_submit_network`.
@@ -28,14 +28,14 @@ use proxy_core::progress::desc::{NetDestAddr, NetOpInfo, NetSrcAddr};
 use proxy_core::status::NrtStatus;
 use proxy_ffi_types::NRT_STATUS;
 
-use crate::handles::HandleTable;
 use crate::types::*;
-use crate::{bad, c_in, c_out, guard, lookup_status, retry_busy};
+use crate::{bad, c_in, c_out, guard, instance_id, lookup_status, retry_busy};
+use proxy_ffi_types::handles::HandleTable;
 
 /// Handle kind of plans (bits 48..52 of a handle).
 const KIND_PLAN: u8 = 4;
 
-static PLANS: HandleTable<Arc<BlockPlans>> = HandleTable::new(KIND_PLAN);
+static PLANS: HandleTable<Arc<BlockPlans>> = HandleTable::with_instance(KIND_PLAN, instance_id);
 
 const _: () = assert!(WORDS_PER_OP == NRT_PROXY_PLAN_WORDS_PER_OP);
 
