@@ -49,58 +49,21 @@ fn plan_of(what: &str, plan: *mut NrtProxyPlan) -> Result<Arc<BlockPlans>, NrtSt
     retry_busy(|| PLANS.with(h, |p| p.clone())).map_err(|e| lookup_status(what, "plan", h, e))
 }
 
-fn collective(what: &str, v: u32) -> Result<Collective, NrtStatus> {
-    Ok(match v {
-        NRT_PROXY_COLL_ALL_REDUCE => Collective::AllReduce,
-        NRT_PROXY_COLL_ALL_GATHER => Collective::AllGather,
-        NRT_PROXY_COLL_REDUCE_SCATTER => Collective::ReduceScatter,
-        NRT_PROXY_COLL_BROADCAST => Collective::Broadcast,
-        NRT_PROXY_COLL_SEND_RECV => Collective::SendRecv,
-        NRT_PROXY_COLL_ALL_TO_ALL => Collective::AllToAll,
-        _ => {
-            return bad(
-                what,
-                format_args!("collective {v} is not an NRT_PROXY_COLL_*"),
-            )
-        }
-    })
+/// `ALL[v]`: the C constants of each enum (`NRT_PROXY_COLL_*`, `NRT_PROXY_ALGO_*`,
+/// `NRT_PROXY_DTYPE_*`, `NRT_PROXY_REDOP_*`) are the indices of the planner's lists (checked by
+/// the unit test below), or `Invalid` naming the field.
+fn pick<T: Copy>(what: &str, name: &str, all: &[T], v: u32) -> Result<T, NrtStatus> {
+    match all.get(v as usize) {
+        Some(&t) => Ok(t),
+        None => bad(
+            what,
+            format_args!("{name} is {v}, not below {} (see nrt_proxy.h)", all.len()),
+        ),
+    }
 }
 
-fn algorithm(what: &str, v: u32) -> Result<Algorithm, NrtStatus> {
-    Ok(match v {
-        NRT_PROXY_ALGO_AUTO => Algorithm::Auto,
-        NRT_PROXY_ALGO_RING => Algorithm::Ring,
-        NRT_PROXY_ALGO_DIRECT => Algorithm::Direct,
-        _ => {
-            return bad(
-                what,
-                format_args!("algorithm {v} is not an NRT_PROXY_ALGO_*"),
-            )
-        }
-    })
-}
-
-fn dtype(what: &str, v: u32) -> Result<DataType, NrtStatus> {
-    Ok(match v {
-        NRT_PROXY_DTYPE_F32 => DataType::F32,
-        NRT_PROXY_DTYPE_F64 => DataType::F64,
-        NRT_PROXY_DTYPE_F16 => DataType::F16,
-        NRT_PROXY_DTYPE_BF16 => DataType::Bf16,
-        NRT_PROXY_DTYPE_I32 => DataType::I32,
-        NRT_PROXY_DTYPE_U8 => DataType::U8,
-        _ => return bad(what, format_args!("dtype {v} is not an NRT_PROXY_DTYPE_*")),
-    })
-}
-
-fn red_op(what: &str, v: u32) -> Result<RedOp, NrtStatus> {
-    Ok(match v {
-        NRT_PROXY_REDOP_SUM => RedOp::Sum,
-        NRT_PROXY_REDOP_PROD => RedOp::Prod,
-        NRT_PROXY_REDOP_MIN => RedOp::Min,
-        NRT_PROXY_REDOP_MAX => RedOp::Max,
-        _ => return bad(what, format_args!("op {v} is not an NRT_PROXY_REDOP_*")),
-    })
-}
+/// The algorithms in the order of `NRT_PROXY_ALGO_*`.
+const ALGORITHMS: [Algorithm; 3] = [Algorithm::Auto, Algorithm::Ring, Algorithm::Direct];
 
 fn flag(what: &str, name: &str, v: u32) -> Result<bool, NrtStatus> {
     match v {
@@ -124,14 +87,14 @@ fn params(what: &str, c: &NrtProxyPlanParams) -> Result<PlanParams, NrtStatus> {
         );
     }
     let mut p = PlanParams::new(
-        collective(what, c.collective)?,
+        pick(what, "collective", &Collective::ALL, c.collective)?,
         c.count,
-        dtype(what, c.dtype)?,
+        pick(what, "dtype", &DataType::ALL, c.dtype)?,
         c.rank,
         c.nranks,
     );
-    p.algorithm = algorithm(what, c.algorithm)?;
-    p.op = red_op(what, c.op)?;
+    p.algorithm = pick(what, "algorithm", &ALGORITHMS, c.algorithm)?;
+    p.op = pick(what, "op", &RedOp::ALL, c.op)?;
     p.root = c.root;
     p.in_place = flag(what, "in_place", c.in_place)?;
     p.pipeline_depth = c.pipeline_depth;
@@ -610,4 +573,55 @@ pub unsafe extern "C" fn nrt_proxy_plan_program(
         *count = prog.len();
         Ok(())
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The C constants index the planner's lists (what [`pick`] relies on).
+    #[test]
+    fn c_constants_are_the_planner_list_indices() {
+        let coll = [
+            (NRT_PROXY_COLL_ALL_REDUCE, Collective::AllReduce),
+            (NRT_PROXY_COLL_ALL_GATHER, Collective::AllGather),
+            (NRT_PROXY_COLL_REDUCE_SCATTER, Collective::ReduceScatter),
+            (NRT_PROXY_COLL_BROADCAST, Collective::Broadcast),
+            (NRT_PROXY_COLL_SEND_RECV, Collective::SendRecv),
+            (NRT_PROXY_COLL_ALL_TO_ALL, Collective::AllToAll),
+        ];
+        assert_eq!(coll.len(), Collective::ALL.len());
+        for (v, c) in coll {
+            assert_eq!(Collective::ALL[v as usize], c);
+        }
+        let dt = [
+            (NRT_PROXY_DTYPE_F32, DataType::F32),
+            (NRT_PROXY_DTYPE_F64, DataType::F64),
+            (NRT_PROXY_DTYPE_F16, DataType::F16),
+            (NRT_PROXY_DTYPE_BF16, DataType::Bf16),
+            (NRT_PROXY_DTYPE_I32, DataType::I32),
+            (NRT_PROXY_DTYPE_U8, DataType::U8),
+        ];
+        assert_eq!(dt.len(), DataType::ALL.len());
+        for (v, d) in dt {
+            assert_eq!(DataType::ALL[v as usize], d);
+        }
+        let ops = [
+            (NRT_PROXY_REDOP_SUM, RedOp::Sum),
+            (NRT_PROXY_REDOP_PROD, RedOp::Prod),
+            (NRT_PROXY_REDOP_MIN, RedOp::Min),
+            (NRT_PROXY_REDOP_MAX, RedOp::Max),
+        ];
+        assert_eq!(ops.len(), RedOp::ALL.len());
+        for (v, o) in ops {
+            assert_eq!(RedOp::ALL[v as usize], o);
+        }
+        for (v, a) in [
+            (NRT_PROXY_ALGO_AUTO, Algorithm::Auto),
+            (NRT_PROXY_ALGO_RING, Algorithm::Ring),
+            (NRT_PROXY_ALGO_DIRECT, Algorithm::Direct),
+        ] {
+            assert_eq!(ALGORITHMS[v as usize], a);
+        }
+    }
 }

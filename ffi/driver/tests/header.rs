@@ -16,7 +16,6 @@ fn committed_header_is_fresh() {
     let bindings = cbindgen::Builder::new()
         .with_src(dir().join("src/lib.rs"))
         .with_src(dir().join("src/types.rs"))
-        .with_src(dir().join("src/plan.rs"))
         .with_config(config)
         .generate()
         .expect("cbindgen generation");
