@@ -14,6 +14,8 @@
 //! * `plan_bad_input.c`: the planner's entry points given NULLs, wrong sizes, values out of
 //!   range, too-small arrays (nothing written), bad addresses and stale or foreign handles;
 //! * `minimal.c` (the README's program) through the installed pkg-config files;
+//! * `examples/raii_exchange.cpp`, the README's C++17 example (RAII wrappers of every handle),
+//!   compiled with `g++ -std=c++17 -Wall -Wextra -Werror`;
 //! * with the feature `libfabric`, `tcp_exchange.c`: two processes, one rank each, over
 //!   libfabric tcp on loopback (the comm through the progress half, the barrier through the
 //!   driver's own bootstrap);
@@ -60,6 +62,17 @@ fn c_runtime_runs_a_4_rank_ring_all_reduce() {
         cmd.arg(progress_library()).arg(mode);
         assert!(run(cmd).contains(&format!("ring_allreduce: ok: {mode} mode, 4 ranks")));
     }
+}
+
+/// The README's C++17 example (`examples/raii_exchange.cpp`, every handle in an RAII wrapper):
+/// compiled with `g++ -std=c++17 -Wall -Wextra -Werror` and run (a 2-rank send-recv from the
+/// planner, every word checked).
+#[test]
+fn cpp17_raii_example_exchanges() {
+    let exe = common::compile_cpp("examples/raii_exchange.cpp", "raii_exchange", &["-pthread"]);
+    let mut cmd = Command::new(exe);
+    cmd.arg(progress_library());
+    assert!(run(cmd).contains("raii_exchange: ok: 2 ranks"));
 }
 
 #[test]
