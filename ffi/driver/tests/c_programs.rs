@@ -18,7 +18,7 @@
 //!   compiled with `g++ -std=c++17 -Wall -Wextra -Werror`;
 //! * with the feature `libfabric`, `tcp_exchange.c`: two processes, one rank each, over
 //!   libfabric tcp on loopback (the comm through the progress half, the barrier through the
-//!   driver's own bootstrap);
+//!   driver's own bootstrap), thread and caller mode;
 //! * the same under valgrind (memcheck: no invalid access, no definite leak), spin budgets 0.
 //!   A missing valgrind fails unless `PROXY_ALLOW_SKIP_VALGRIND=1`.
 //!
@@ -215,7 +215,7 @@ fn minimal_program_links_with_the_pkg_config_files() {
 /// Two processes, one rank each, over libfabric `tcp;ofi_rxm` on loopback (`FI_TCP_IFACE=lo`):
 /// the comm through the progress half's libfabric transport, the barrier through the driver's
 /// own bootstrap; a network and a barrier task per execution, the second resubmitted, every
-/// byte checked. Needs a progress half built with `proxy-ffi/libfabric` (checked first).
+/// byte checked; with worker threads, then caller-driven (`nrt_proxy_drive_until`). Needs a progress half built with `proxy-ffi/libfabric` (checked first).
 #[cfg(feature = "libfabric")]
 #[test]
 fn c_runtime_exchanges_between_two_processes_over_libfabric_tcp() {
@@ -232,36 +232,46 @@ fn c_runtime_exchanges_between_two_processes_over_libfabric_tcp() {
         lib.display()
     );
     let exe = compile("tcp_exchange", "tcp_exchange", &["-pthread"]);
-    // Two distinct free loopback ports: the progress half's bootstrap and the driver's.
-    let root = proxy_bootstrap::launch::free_loopback_root().expect("free port");
-    let barrier = loop {
-        let b = proxy_bootstrap::launch::free_loopback_root().expect("free port");
-        if b != root {
-            break b;
+    for mode in ["thread", "caller"] {
+        // Two distinct free loopback ports: the progress half's bootstrap and the driver's.
+        let root = proxy_bootstrap::launch::free_loopback_root().expect("free port");
+        let barrier = loop {
+            let b = proxy_bootstrap::launch::free_loopback_root().expect("free port");
+            if b != root {
+                break b;
+            }
+        };
+        let children: Vec<_> = (0..2)
+            .map(|rank| {
+                let mut cmd = Command::new(&exe);
+                cmd.arg(&lib)
+                    .arg(rank.to_string())
+                    .arg(root.to_string())
+                    .arg(barrier.to_string())
+                    .arg(mode)
+                    .env("FI_TCP_IFACE", "lo")
+                    .env_remove("LD_LIBRARY_PATH")
+                    .stdout(std::process::Stdio::piped())
+                    .stderr(std::process::Stdio::piped());
+                cmd.spawn().expect("spawn tcp_exchange")
+            })
+            .collect();
+        for (rank, child) in children.into_iter().enumerate() {
+            let o = child.wait_with_output().expect("wait tcp_exchange");
+            let out = String::from_utf8_lossy(&o.stdout);
+            println!(
+                "{mode} rank {rank}:\n{out}{}",
+                String::from_utf8_lossy(&o.stderr)
+            );
+            assert!(
+                o.status.success(),
+                "{mode}: rank {rank} failed with {}",
+                o.status
+            );
+            assert!(
+                out.contains(&format!("tcp_exchange: ok: rank {rank}, {mode} mode")),
+                "{out}"
+            );
         }
-    };
-    let children: Vec<_> = (0..2)
-        .map(|rank| {
-            let mut cmd = Command::new(&exe);
-            cmd.arg(&lib)
-                .arg(rank.to_string())
-                .arg(root.to_string())
-                .arg(barrier.to_string())
-                .env("FI_TCP_IFACE", "lo")
-                .env_remove("LD_LIBRARY_PATH")
-                .stdout(std::process::Stdio::piped())
-                .stderr(std::process::Stdio::piped());
-            cmd.spawn().expect("spawn tcp_exchange")
-        })
-        .collect();
-    for (rank, child) in children.into_iter().enumerate() {
-        let o = child.wait_with_output().expect("wait tcp_exchange");
-        let out = String::from_utf8_lossy(&o.stdout);
-        println!("rank {rank}:\n{out}{}", String::from_utf8_lossy(&o.stderr));
-        assert!(o.status.success(), "rank {rank} failed with {}", o.status);
-        assert!(
-            out.contains(&format!("tcp_exchange: ok: rank {rank}")),
-            "{out}"
-        );
     }
 }
