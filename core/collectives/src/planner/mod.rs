@@ -16,6 +16,16 @@
 //! caller has placed the buffers and the host words ([`Addresses`]). Op `k` uses host words
 //! `6k .. 6k + 6` ([`OpWord`]).
 //!
+//! # Streams, basic blocks and the `nec.h` options
+//! [`plan`] makes one block. [`plan_blocks`] splits the collective over [`PlanParams::streams`]
+//! stream slices and [`PlanParams::blocks`] basic blocks per slice, at chunk granularity, each
+//! part planned with the whole collective's algorithm and moved into the whole buffers, with its
+//! own scratch, op tags and host words ([`BlockPlans`], [`BlockPlan`]; the `split` module's docs
+//! say how). [`PlanParams::nec`] ([`NecOptions`]) goes into every op info ([`RankPlan::fifos`]);
+//! the early receive credits are lowered per op to what its program can promise
+//! ([`PlannedOp::ending_recv_credits`]). The interpreter honours each option as a device would
+//! (docs/design.md §5, "The `nec.h` options").
+//!
 //! # How waits are placed
 //! Each algorithm only says, in a pipelined order, which entries to post and which local
 //! reductions and copies to do; a hazard tracker (`builder`) inserts the minimum waits so that

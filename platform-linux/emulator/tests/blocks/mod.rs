@@ -9,7 +9,7 @@
 #![allow(dead_code)] // each test binary uses part of the harness
 
 use std::ffi::c_void;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -25,11 +25,10 @@ use proxy_core::driver::task::{
 use proxy_core::driver::trigger::{HostWord, TriggerWords, TRIGGER_ARMED};
 use proxy_core::driver::wake::{ThreadPark, Waiter};
 use proxy_core::progress::comm::{Comm, CommConfig};
-use proxy_core::progress::desc::{NetDestAddr, NetOpInfo, NetSrcAddr};
 use proxy_core::progress::device::DirectHostWords;
 use proxy_core::progress::mem_transport::MemFabric;
 use proxy_core::progress::stats::{OpPeak, ProtocolStats};
-use proxy_core::seam::{in_process_start, SeamTable};
+use proxy_core::seam::SeamTable;
 use proxy_core::status::NrtStatus;
 use proxy_core::time::MonotonicClock;
 use proxy_emulator::{DeviceError, DeviceThread, Job, PolledDevice, WaitPolicy};
@@ -50,7 +49,7 @@ pub enum Mode {
 
 /// A rank's device in either mode.
 enum Dev {
-    Polled(PolledDevice),
+    Polled(Box<PolledDevice>),
     Threaded(DeviceThread),
 }
 
@@ -94,30 +93,6 @@ impl Dev {
             Dev::Threaded(d) => d.stats().executions.load(Ordering::Relaxed),
         }
     }
-}
-
-/// `start` calls through [`counting_start`], per process.
-pub static STARTS: AtomicU64 = AtomicU64::new(0);
-
-/// The in-process `start`, counted in [`STARTS`].
-///
-/// # Safety
-/// As [`in_process_start`].
-#[allow(clippy::too_many_arguments)]
-unsafe extern "C" fn counting_start(
-    comm: *mut c_void,
-    stream: u32,
-    bb: u32,
-    ops: *const NetOpInfo,
-    n_ops: usize,
-    src: *const NetSrcAddr,
-    n_src: usize,
-    dst: *const NetDestAddr,
-    n_dst: usize,
-) -> u32 {
-    STARTS.fetch_add(1, Ordering::Relaxed);
-    // SAFETY: forwarded under this function's contract.
-    unsafe { in_process_start(comm, stream, bb, ops, n_ops, src, n_src, dst, n_dst) }
 }
 
 /// One host word alone on its line.
@@ -299,10 +274,7 @@ impl Rank {
             task_id: 4 * id + 2 * rank,
             comm,
             comm_id: 1,
-            seam: SeamTable {
-                start: counting_start,
-                ..SeamTable::in_process()
-            },
+            seam: SeamTable::in_process(),
             blocks,
             schedule: Some(self.plans.schedule(loops)),
             triggers: TriggerWords::new(&triggers).expect("trigger words"),
@@ -334,7 +306,7 @@ pub struct Outcome {
     pub status: Vec<Vec<Vec<NrtStatus>>>,
     /// Per rank: wrong output elements after the last execution.
     pub wrong: Vec<u64>,
-    /// `start` calls over the whole run (all ranks).
+    /// `start` calls over the whole run (all ranks; the comms' counters).
     pub starts: u64,
     /// (stream, block) parts with ops, summed over ranks.
     pub filed: u64,
@@ -351,7 +323,7 @@ pub struct Outcome {
 /// Runs `execs` executions (each one network task per rank whose schedule repeats the blocks
 /// `loops` times; in place, where a repeat is not idempotent, use 1) of `p` on every rank,
 /// the inputs written before each, with polled devices whose no-progress timeout is
-/// `device_timeout`. `STARTS` must not be used by another test at the same time.
+/// `device_timeout`.
 pub fn run(p: &PlanParams, execs: u32, loops: u32, device_timeout: Duration) -> Outcome {
     run_mode(p, execs, loops, device_timeout, Mode::Polled)
 }
@@ -375,7 +347,7 @@ pub fn run_mode(
         .collect();
     let mut devices: Vec<Dev> = (0..n)
         .map(|r| match mode {
-            Mode::Polled => Dev::Polled(PolledDevice::new(r, None, device_timeout)),
+            Mode::Polled => Dev::Polled(Box::new(PolledDevice::new(r, None, device_timeout))),
             Mode::Threaded => {
                 let policy = WaitPolicy {
                     spins: 0,
@@ -387,7 +359,6 @@ pub fn run_mode(
             }
         })
         .collect();
-    let starts0 = STARTS.load(Ordering::Relaxed);
     let mut out = Outcome {
         device: Vec::new(),
         status: Vec::new(),
@@ -482,8 +453,8 @@ pub fn run_mode(
     for s in slots {
         let _ = s.leave(&waiter);
     }
-    out.starts = STARTS.load(Ordering::Relaxed) - starts0;
     out.stats = ranks.iter().map(|r| r.comm.protocol_stats()).collect();
+    out.starts = out.stats.iter().map(|s| s.starts).sum();
     out.peaks = ranks.iter().map(|r| r.comm.op_peaks().to_vec()).collect();
     out.wrong = ranks
         .iter()
