@@ -400,7 +400,7 @@ pub unsafe extern "C" fn nrt_proxy_plan_fifos(
         let a = c_in(WHAT, "addrs", addrs)?;
         let block = c_out(WHAT, "block", block)?;
         check_addresses(WHAT, &p, a)?;
-        // SAFETY (three calls): the caller's contract.
+        // SAFETY: the caller's contract (each array writable for its capacity).
         let ops = unsafe { out_array(WHAT, "ops", ops, ops_cap, b.plan.ops.len()) }?;
         // SAFETY: as above.
         let src = unsafe { out_array(WHAT, "src", src, src_cap, b.plan.src.len()) }?;
@@ -434,14 +434,14 @@ pub unsafe extern "C" fn nrt_proxy_plan_fifos(
 /// range past the end of the address space.
 fn check_addresses(what: &str, p: &BlockPlans, a: &NrtProxyPlanAddresses) -> Result<(), NrtStatus> {
     let s = a.word_stride;
-    if s == 0 || s % 4 != 0 {
+    if s == 0 || !s.is_multiple_of(4) {
         return bad(
             what,
             format_args!("word_stride {s} is 0 or not a multiple of 4"),
         );
     }
     let words = u64::from(p.host_words());
-    if words > 0 && (a.words == 0 || a.words % 4 != 0) {
+    if words > 0 && (a.words == 0 || !a.words.is_multiple_of(4)) {
         return bad(
             what,
             format_args!("words {:#x} is 0 or not 4-byte aligned", a.words),

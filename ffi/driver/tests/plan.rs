@@ -16,10 +16,8 @@ use proxy_ffi_types::*;
 fn c_params(p: &PlanParams) -> NrtProxyPlanParams {
     let mut c = std::mem::MaybeUninit::<NrtProxyPlanParams>::uninit();
     // SAFETY: a writable struct.
-    assert_eq!(
-        unsafe { nrt_proxy_plan_params_init(c.as_mut_ptr()) },
-        NRT_SUCCESS
-    );
+    let s = unsafe { nrt_proxy_plan_params_init(c.as_mut_ptr()) };
+    assert_eq!(s, NRT_SUCCESS);
     // SAFETY: initialized by the call above.
     let mut c = unsafe { c.assume_init() };
     c.collective = Collective::ALL
@@ -80,10 +78,8 @@ fn check_same(p: &PlanParams) {
         ..Default::default()
     };
     // SAFETY: valid plan and out-parameter (all calls below likewise).
-    assert_eq!(
-        unsafe { nrt_proxy_plan_layout(plan, &mut layout) },
-        NRT_SUCCESS
-    );
+    let s = unsafe { nrt_proxy_plan_layout(plan, &mut layout) };
+    assert_eq!(s, NRT_SUCCESS);
     assert_eq!(layout.n_blocks as usize, want.blocks.len());
     assert_eq!(layout.host_words, want.host_words());
     assert_eq!(

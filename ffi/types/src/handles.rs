@@ -139,12 +139,15 @@ impl Drop for BusyGuard<'_> {
 }
 
 impl<T> HandleTable<T> {
-    const EMPTY: [Slot<T>; CAPACITY] = [const {
-        Slot {
-            word: AtomicU64::new(FREE),
-            value: UnsafeCell::new(None),
-        }
-    }; CAPACITY];
+    /// Every slot FREE at generation 0.
+    const fn empty() -> [Slot<T>; CAPACITY] {
+        [const {
+            Slot {
+                word: AtomicU64::new(FREE),
+                value: UnsafeCell::new(None),
+            }
+        }; CAPACITY]
+    }
 
     /// An empty table whose handles carry the fixed `magic` (non-zero; on 64-bit targets not
     /// `0xFFFF`, on 32-bit targets at most `0xFF`).
@@ -155,7 +158,7 @@ impl<T> HandleTable<T> {
         Self {
             tag: Tag::Fixed(magic),
             next: AtomicUsize::new(0),
-            slots: Self::EMPTY,
+            slots: Self::empty(),
         }
     }
 
@@ -167,7 +170,7 @@ impl<T> HandleTable<T> {
         Self {
             tag: Tag::PerCopy { kind, instance },
             next: AtomicUsize::new(0),
-            slots: Self::EMPTY,
+            slots: Self::empty(),
         }
     }
 
