@@ -1440,7 +1440,7 @@ NRT_STATUS nrt_proxy_plan_schedule(struct nrt_proxy_plan_t *plan,
  *
  * # Safety
  * `addrs` NULL or readable; the three arrays NULL or writable for their capacities; `block`
- * NULL or writable. The addresses are only written into the FIFOs, never dereferenced here.
+ * NULL or writable; the arrays and `block` do not overlap. The addresses are only written into the FIFOs, never dereferenced here.
  */
 NRT_STATUS nrt_proxy_plan_fifos(struct nrt_proxy_plan_t *plan,
                                 uint32_t index,

@@ -277,6 +277,9 @@ unsafe fn out_array<'a, T>(
     if ptr.is_null() || !ptr.is_aligned() {
         return bad(what, format_args!("{name} is NULL or misaligned"));
     }
+    if need > isize::MAX as usize / size_of::<T>().max(1) {
+        return bad(what, format_args!("{name}: {need} elements are too many"));
+    }
     // SAFETY: non-null, aligned; the caller's contract gives `cap >= need` writable elements.
     Ok(unsafe { std::slice::from_raw_parts_mut(ptr, need) })
 }
@@ -350,7 +353,9 @@ pub unsafe extern "C" fn nrt_proxy_plan_schedule(
         let need = (loops as usize).saturating_mul(p.params.blocks as usize);
         // SAFETY: the caller's contract.
         let out = unsafe { out_array(WHAT, "schedule", schedule, cap, need) }?;
-        for (o, b) in out.iter_mut().zip(p.schedule(loops)) {
+        // As `BlockPlans::schedule`, written in place (no copy of a long schedule).
+        let ids = (0..loops).flat_map(|_| 1..=p.params.blocks);
+        for (o, b) in out.iter_mut().zip(ids) {
             *o = b;
         }
         *count = need;
@@ -373,7 +378,7 @@ pub unsafe extern "C" fn nrt_proxy_plan_schedule(
 ///
 /// # Safety
 /// `addrs` NULL or readable; the three arrays NULL or writable for their capacities; `block`
-/// NULL or writable. The addresses are only written into the FIFOs, never dereferenced here.
+/// NULL or writable; the arrays and `block` do not overlap. The addresses are only written into the FIFOs, never dereferenced here.
 #[no_mangle]
 #[allow(clippy::too_many_arguments)]
 pub unsafe extern "C" fn nrt_proxy_plan_fifos(
@@ -401,11 +406,11 @@ pub unsafe extern "C" fn nrt_proxy_plan_fifos(
         let block = c_out(WHAT, "block", block)?;
         check_addresses(WHAT, &p, a)?;
         // SAFETY: the caller's contract (each array writable for its capacity).
-        let ops = unsafe { out_array(WHAT, "ops", ops, ops_cap, b.plan.ops.len()) }?;
+        let ops_out = unsafe { out_array(WHAT, "ops", ops, ops_cap, b.plan.ops.len()) }?;
         // SAFETY: as above.
-        let src = unsafe { out_array(WHAT, "src", src, src_cap, b.plan.src.len()) }?;
+        let src_out = unsafe { out_array(WHAT, "src", src, src_cap, b.plan.src.len()) }?;
         // SAFETY: as above.
-        let dst = unsafe { out_array(WHAT, "dst", dst, dst_cap, b.plan.dst.len()) }?;
+        let dst_out = unsafe { out_array(WHAT, "dst", dst, dst_cap, b.plan.dst.len()) }?;
         let f = b.fifos(&proxy_collectives::planner::Addresses {
             input: a.input,
             output: a.output,
@@ -413,18 +418,19 @@ pub unsafe extern "C" fn nrt_proxy_plan_fifos(
             words: a.words,
             word_stride: a.word_stride,
         });
-        ops.copy_from_slice(&f.ops);
-        src.copy_from_slice(&f.src);
-        dst.copy_from_slice(&f.dst);
+        ops_out.copy_from_slice(&f.ops);
+        src_out.copy_from_slice(&f.src);
+        dst_out.copy_from_slice(&f.dst);
+        // The caller's own pointers (NULL stays NULL where a FIFO is empty).
         *block = NrtProxyBlock {
             stream: b.stream,
             bb: b.block,
-            ops: ops.as_ptr(),
-            n_ops: ops.len(),
-            src: src.as_ptr(),
-            n_src: src.len(),
-            dst: dst.as_ptr(),
-            n_dst: dst.len(),
+            ops,
+            n_ops: f.ops.len(),
+            src,
+            n_src: f.src.len(),
+            dst,
+            n_dst: f.dst.len(),
         };
         Ok(())
     })
