@@ -39,11 +39,9 @@
 #![warn(missing_docs)]
 #![allow(non_snake_case)]
 
-mod logging;
 pub mod plan;
 pub mod types;
 
-use std::any::Any;
 use std::collections::VecDeque;
 use std::ffi::{c_char, c_void, CStr};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -71,6 +69,7 @@ use proxy_runtime::loader::{LoadedComm, LoadedMemGroup, ProgressLib};
 use proxy_runtime::{Config, LinuxRegistry};
 
 pub use plan::*;
+use proxy_ffi_types::boundary::{guard, lookup_status, panic_message};
 use proxy_ffi_types::handles::{HandleTable, InstanceId, LookupError};
 pub use types::*;
 
@@ -240,52 +239,6 @@ pub fn live_instances() -> usize {
 // ---------------------------------------------------------------------------------------------
 // Helpers
 // ---------------------------------------------------------------------------------------------
-
-fn lookup_status(what: &str, kind: &str, handle: usize, e: LookupError) -> NrtStatus {
-    match e {
-        LookupError::NotAHandle => {
-            log::error!("{what}: {handle:#x} is not a {kind} handle of this library");
-            NrtStatus::InvalidHandle
-        }
-        LookupError::Stale => {
-            log::error!("{what}: {kind} {handle:#x} was destroyed");
-            NrtStatus::InvalidHandle
-        }
-        LookupError::Busy => {
-            log::error!(
-                "{what}: {kind} {handle:#x} is in use by another call right now (one thread at a \
-                 time per {kind})"
-            );
-            NrtStatus::Failure
-        }
-    }
-}
-
-fn panic_message(p: &(dyn Any + Send)) -> &str {
-    if let Some(s) = p.downcast_ref::<&str>() {
-        s
-    } else if let Some(s) = p.downcast_ref::<String>() {
-        s
-    } else {
-        "non-string panic payload"
-    }
-}
-
-/// Runs one entry point: installs the logger on first use and turns a panic into
-/// `NRT_FAILURE` with a log line.
-fn guard(what: &str, f: impl FnOnce() -> Result<(), NrtStatus>) -> NRT_STATUS {
-    logging::init();
-    match catch_unwind(AssertUnwindSafe(f)) {
-        Ok(r) => NrtStatus::from_result(r).code(),
-        Err(p) => {
-            log::error!(
-                "{what}: caught a panic ({}); returning NRT_FAILURE",
-                panic_message(&*p)
-            );
-            NRT_FAILURE
-        }
-    }
-}
 
 fn bad<T>(what: &str, msg: std::fmt::Arguments<'_>) -> Result<T, NrtStatus> {
     log::error!("{what}: {msg}");

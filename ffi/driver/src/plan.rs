@@ -29,7 +29,9 @@ use proxy_core::status::NrtStatus;
 use proxy_ffi_types::NRT_STATUS;
 
 use crate::types::*;
-use crate::{bad, c_in, c_out, guard, instance_id, lookup_status, retry_busy};
+use proxy_ffi_types::boundary::{guard, lookup_status};
+
+use crate::{bad, c_in, c_out, instance_id, retry_busy};
 use proxy_ffi_types::handles::HandleTable;
 
 /// Handle kind of plans (bits 48..52 of a handle).

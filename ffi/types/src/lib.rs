@@ -4,7 +4,8 @@
 //! entry point.
 //!
 //! This crate holds types (`no_std`), one table, the status names of [`status_name`], and the
-//! generation-checked handle tables of both C libraries ([`handles`]), so that both sides of
+//! generation-checked handle tables of both C libraries ([`handles`]; with the feature `std`,
+//! also `boundary`: their logger and panic guard), so that both sides of
 //! the binary boundary agree on them without depending on each other, both C libraries answer
 //! `nrt_get_status_as_str` from the same table and check handles with the same code:
 //! `proxy-ffi` (the library, which exports the functions and generates
@@ -24,6 +25,8 @@
 
 use core::ffi::{c_char, c_int, c_void};
 
+#[cfg(feature = "std")]
+pub mod boundary;
 pub mod handles;
 
 pub use proxy_core::progress::desc::{NetDestAddr, NetOpInfo, NetSrcAddr};
