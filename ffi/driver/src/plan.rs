@@ -587,49 +587,59 @@ pub unsafe extern "C" fn nrt_proxy_plan_program(
 mod tests {
     use super::*;
 
+    /// `all[v] == want` for every `(v, want)`, and every entry of `all` named once.
+    fn indexes<T: PartialEq + core::fmt::Debug>(all: &[T], pairs: &[(u32, T)]) {
+        assert_eq!(pairs.len(), all.len());
+        for (v, want) in pairs {
+            assert_eq!(&all[*v as usize], want);
+        }
+    }
+
     /// The C constants index the planner's lists (what [`pick`] relies on).
     #[test]
     fn c_constants_are_the_planner_list_indices() {
-        let coll = [
-            (NRT_PROXY_COLL_ALL_REDUCE, Collective::AllReduce),
-            (NRT_PROXY_COLL_ALL_GATHER, Collective::AllGather),
-            (NRT_PROXY_COLL_REDUCE_SCATTER, Collective::ReduceScatter),
-            (NRT_PROXY_COLL_BROADCAST, Collective::Broadcast),
-            (NRT_PROXY_COLL_SEND_RECV, Collective::SendRecv),
-            (NRT_PROXY_COLL_ALL_TO_ALL, Collective::AllToAll),
-        ];
-        assert_eq!(coll.len(), Collective::ALL.len());
-        for (v, c) in coll {
-            assert_eq!(Collective::ALL[v as usize], c);
-        }
-        let dt = [
-            (NRT_PROXY_DTYPE_F32, DataType::F32),
-            (NRT_PROXY_DTYPE_F64, DataType::F64),
-            (NRT_PROXY_DTYPE_F16, DataType::F16),
-            (NRT_PROXY_DTYPE_BF16, DataType::Bf16),
-            (NRT_PROXY_DTYPE_I32, DataType::I32),
-            (NRT_PROXY_DTYPE_U8, DataType::U8),
-        ];
-        assert_eq!(dt.len(), DataType::ALL.len());
-        for (v, d) in dt {
-            assert_eq!(DataType::ALL[v as usize], d);
-        }
-        let ops = [
-            (NRT_PROXY_REDOP_SUM, RedOp::Sum),
-            (NRT_PROXY_REDOP_PROD, RedOp::Prod),
-            (NRT_PROXY_REDOP_MIN, RedOp::Min),
-            (NRT_PROXY_REDOP_MAX, RedOp::Max),
-        ];
-        assert_eq!(ops.len(), RedOp::ALL.len());
-        for (v, o) in ops {
-            assert_eq!(RedOp::ALL[v as usize], o);
-        }
-        for (v, a) in [
-            (NRT_PROXY_ALGO_AUTO, Algorithm::Auto),
-            (NRT_PROXY_ALGO_RING, Algorithm::Ring),
-            (NRT_PROXY_ALGO_DIRECT, Algorithm::Direct),
-        ] {
-            assert_eq!(ALGORITHMS[v as usize], a);
-        }
+        use Collective as C;
+        indexes(
+            &Collective::ALL,
+            &[
+                (NRT_PROXY_COLL_ALL_REDUCE, C::AllReduce),
+                (NRT_PROXY_COLL_ALL_GATHER, C::AllGather),
+                (NRT_PROXY_COLL_REDUCE_SCATTER, C::ReduceScatter),
+                (NRT_PROXY_COLL_BROADCAST, C::Broadcast),
+                (NRT_PROXY_COLL_SEND_RECV, C::SendRecv),
+                (NRT_PROXY_COLL_ALL_TO_ALL, C::AllToAll),
+            ],
+        );
+        use DataType as D;
+        indexes(
+            &DataType::ALL,
+            &[
+                (NRT_PROXY_DTYPE_F32, D::F32),
+                (NRT_PROXY_DTYPE_F64, D::F64),
+                (NRT_PROXY_DTYPE_F16, D::F16),
+                (NRT_PROXY_DTYPE_BF16, D::Bf16),
+                (NRT_PROXY_DTYPE_I32, D::I32),
+                (NRT_PROXY_DTYPE_U8, D::U8),
+            ],
+        );
+        use RedOp as R;
+        indexes(
+            &RedOp::ALL,
+            &[
+                (NRT_PROXY_REDOP_SUM, R::Sum),
+                (NRT_PROXY_REDOP_PROD, R::Prod),
+                (NRT_PROXY_REDOP_MIN, R::Min),
+                (NRT_PROXY_REDOP_MAX, R::Max),
+            ],
+        );
+        use Algorithm as A;
+        indexes(
+            &ALGORITHMS,
+            &[
+                (NRT_PROXY_ALGO_AUTO, A::Auto),
+                (NRT_PROXY_ALGO_RING, A::Ring),
+                (NRT_PROXY_ALGO_DIRECT, A::Direct),
+            ],
+        );
     }
 }
