@@ -24,7 +24,7 @@ use proxy_collectives::planner::{
     plan_blocks, Algorithm, BlockPlans, Buf, Collective, DataType, Instr, Loc, NecOptions,
     PlanParams, RedOp, Side, DEFAULT_CHUNK_BYTES, DEFAULT_PIPELINE_DEPTH, WORDS_PER_OP,
 };
-use proxy_core::progress::desc::{NetDestAddr, NetOpInfo, NetSrcAddr};
+use proxy_core::progress::desc::{NetDestAddr, NetOpInfo, NetSrcAddr, MAX_ENTRIES_PER_OP};
 use proxy_core::status::NrtStatus;
 use proxy_ffi_types::NRT_STATUS;
 
@@ -118,6 +118,33 @@ fn params(what: &str, c: &NrtProxyPlanParams) -> Result<PlanParams, NrtStatus> {
     Ok(p)
 }
 
+/// Refuses, before planning, a count no plan can carry within the FIFO limit: the planner
+/// builds every entry before it checks the limit, so a tiny chunk with a huge count would cost
+/// memory and time only to be refused.
+///
+/// The bound: with `n >= 2` ranks every rank sends, or receives, at least `count` elements in
+/// total (all-reduce and reduce-scatter, all-gather, all-to-all, broadcast and send-recv alike),
+/// over at most `max(2(n − 1), n) <= 2n` ops, so some op side carries at least `count / 2n`
+/// elements in entries of at most `chunk_elems`: past `2^16` entries (`MAX_ENTRIES_PER_OP`)
+/// once `count > 2^17 · n · chunk_elems`. One rank has no ops at all.
+fn too_many_entries(what: &str, p: &PlanParams) -> Result<(), NrtStatus> {
+    let bound =
+        2 * u128::from(MAX_ENTRIES_PER_OP) * u128::from(p.nranks) * u128::from(p.chunk_elems());
+    if p.nranks >= 2 && u128::from(p.count) > bound {
+        return bad(
+            what,
+            format_args!(
+                "count {} in chunks of {} elements needs more than {MAX_ENTRIES_PER_OP} entries \
+                 on an op side with {} ranks: use a larger chunk",
+                p.count,
+                p.chunk_elems(),
+                p.nranks
+            ),
+        );
+    }
+    Ok(())
+}
+
 /// Fills `*params` with the defaults: `struct_size`, all-reduce, `NRT_PROXY_ALGO_AUTO`, f32,
 /// sum, rank 0 of 1, root 0, out of place, chunk 512 KiB, pipeline depth 4, one stream, one
 /// block, the `nec` options off, count 0, the default direct threshold. The caller sets at
@@ -180,6 +207,7 @@ pub unsafe extern "C" fn nrt_proxy_plan_create(
         let out = c_out(WHAT, "out", out)?;
         *out = ptr::null_mut();
         let p = self::params(WHAT, c_in(WHAT, "params", params)?)?;
+        too_many_entries(WHAT, &p)?;
         let plans = plan_blocks(&p).or_else(|e| bad(WHAT, format_args!("{e}")))?;
         let h = PLANS.insert(Arc::new(plans)).map_err(|_| {
             log::error!("{WHAT}: too many live plans");

@@ -250,6 +250,17 @@ fn plans_beyond_the_fifo_limits_are_refused() {
     let mut p = PlanParams::new(Collective::SendRecv, 70_000, DataType::U8, 0, 2);
     p.chunk_bytes = 1;
     assert_eq!(create(&p).err(), Some(NRT_INVALID));
+    // Refused before planning (the planner would build 2^32 entries first): a huge count in
+    // one-byte chunks.
+    let mut p = PlanParams::new(Collective::SendRecv, 1 << 32, DataType::U8, 0, 2);
+    p.chunk_bytes = 1;
+    assert_eq!(create(&p).err(), Some(NRT_INVALID));
+    // Exactly at the FIFO limit: 65536 one-byte entries on each side, planned.
+    let mut p = PlanParams::new(Collective::SendRecv, 1 << 16, DataType::U8, 1, 2);
+    p.chunk_bytes = 1;
+    let plan = create(&p).expect("65536 entries per op side fit");
+    // SAFETY: a live plan.
+    assert_eq!(unsafe { nrt_proxy_plan_destroy(plan) }, NRT_SUCCESS);
     // Too many (stream, block) tag ranges for the ranks: 16 parts × 2(n − 1) tags > 2^14.
     let mut p = PlanParams::new(Collective::AllReduce, 600 * 16, DataType::F32, 0, 600);
     p.algorithm = Algorithm::Ring;
