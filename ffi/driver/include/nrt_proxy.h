@@ -7,7 +7,7 @@
  *
  * Link:  cc ... $(pkg-config --cflags --libs nrt_proxy)    (also needs nccom_proxy.h)
  *
- * Handles (nrt_proxy_t, nrt_proxy_group_t, nrt_proxy_comm_t) are opaque and generation-checked:
+ * Handles (nrt_proxy_t, nrt_proxy_group_t, nrt_proxy_comm_t, nrt_proxy_plan_t) are opaque and generation-checked:
  * NULL, destroyed, never-created and another loaded copy's handles answer NRT_INVALID_HANDLE.
  * Every call returns an NRT_STATUS; nrt_get_status_as_str names it.
  *
@@ -36,14 +36,15 @@
 #define NRT_PROXY_ABI_VERSION_MAJOR 1
 
 /**
- * Minor version: additions that keep every older call and layout valid.
+ * Minor version: additions that keep every older call and layout valid (1: the planner,
+ * `nrt_proxy_plan_*`).
  */
-#define NRT_PROXY_ABI_VERSION_MINOR 0
+#define NRT_PROXY_ABI_VERSION_MINOR 1
 
 /**
  * `(major << 16) | minor`, what `nrt_proxy_abi_version()` returns.
  */
-#define NRT_PROXY_ABI_VERSION 65536
+#define NRT_PROXY_ABI_VERSION 65537
 
 /**
  * The `version` of `nrt_proxy_config_t` this library reads.
@@ -113,6 +114,195 @@
 #define NRT_PROXY_RUN_STATE_DONE 4
 
 /**
+ * `collective`: every rank ends with the element-wise reduction of every rank's `count`
+ * elements.
+ */
+#define NRT_PROXY_COLL_ALL_REDUCE 0
+
+/**
+ * `collective`: every rank ends with every rank's `count` elements in rank order.
+ */
+#define NRT_PROXY_COLL_ALL_GATHER 1
+
+/**
+ * `collective`: rank `r` ends with the reduction of block `r` (`count` elements) of every
+ * rank's `nranks × count` input.
+ */
+#define NRT_PROXY_COLL_REDUCE_SCATTER 2
+
+/**
+ * `collective`: every rank ends with the root's `count` elements.
+ */
+#define NRT_PROXY_COLL_BROADCAST 3
+
+/**
+ * `collective`: rank `r` sends `count` elements to `r+1` and receives `count` from `r−1`.
+ */
+#define NRT_PROXY_COLL_SEND_RECV 4
+
+/**
+ * `collective`: rank `r` sends block `p` of its input to rank `p`, receives into block `p`.
+ */
+#define NRT_PROXY_COLL_ALL_TO_ALL 5
+
+/**
+ * `algorithm`: direct at or below `direct_threshold_bytes`, else ring.
+ */
+#define NRT_PROXY_ALGO_AUTO 0
+
+/**
+ * `algorithm`: ring (`n−1` or `2(n−1)` steps, chunk-pipelined).
+ */
+#define NRT_PROXY_ALGO_RING 1
+
+/**
+ * `algorithm`: direct (one step, every peer at once).
+ */
+#define NRT_PROXY_ALGO_DIRECT 2
+
+/**
+ * `dtype`: IEEE binary32.
+ */
+#define NRT_PROXY_DTYPE_F32 0
+
+/**
+ * `dtype`: IEEE binary64.
+ */
+#define NRT_PROXY_DTYPE_F64 1
+
+/**
+ * `dtype`: IEEE binary16.
+ */
+#define NRT_PROXY_DTYPE_F16 2
+
+/**
+ * `dtype`: bfloat16.
+ */
+#define NRT_PROXY_DTYPE_BF16 3
+
+/**
+ * `dtype`: 32-bit signed integer (wrapping sums: the same bits as `uint32_t` sums).
+ */
+#define NRT_PROXY_DTYPE_I32 4
+
+/**
+ * `dtype`: 8-bit unsigned integer (wrapping).
+ */
+#define NRT_PROXY_DTYPE_U8 5
+
+/**
+ * `op`: sum.
+ */
+#define NRT_PROXY_REDOP_SUM 0
+
+/**
+ * `op`: product.
+ */
+#define NRT_PROXY_REDOP_PROD 1
+
+/**
+ * `op`: minimum.
+ */
+#define NRT_PROXY_REDOP_MIN 2
+
+/**
+ * `op`: maximum.
+ */
+#define NRT_PROXY_REDOP_MAX 3
+
+/**
+ * Host words per op of a plan.
+ */
+#define NRT_PROXY_PLAN_WORDS_PER_OP 6
+
+/**
+ * Word of an op: the `post_send` host index (device → proxy).
+ */
+#define NRT_PROXY_PLAN_WORD_POST_SEND 0
+
+/**
+ * Word of an op: the send handshake semaphore (proxy → device).
+ */
+#define NRT_PROXY_PLAN_WORD_SEND_HANDSHAKE 1
+
+/**
+ * Word of an op: the send-complete semaphore (proxy → device).
+ */
+#define NRT_PROXY_PLAN_WORD_SEND_COMPLETE 2
+
+/**
+ * Word of an op: the `post_recv` host index (device → proxy).
+ */
+#define NRT_PROXY_PLAN_WORD_POST_RECV 3
+
+/**
+ * Word of an op: the recv handshake semaphore (proxy → device).
+ */
+#define NRT_PROXY_PLAN_WORD_RECV_HANDSHAKE 4
+
+/**
+ * Word of an op: the recv-complete semaphore (proxy → device).
+ */
+#define NRT_PROXY_PLAN_WORD_RECV_COMPLETE 5
+
+/**
+ * `side` of an instruction: the send side (word `POST_SEND` / `SEND_*`).
+ */
+#define NRT_PROXY_SIDE_SEND 0
+
+/**
+ * `side` of an instruction: the recv side (word `POST_RECV` / `RECV_*`).
+ */
+#define NRT_PROXY_SIDE_RECV 1
+
+/**
+ * Buffer of a location: the input.
+ */
+#define NRT_PROXY_BUF_INPUT 0
+
+/**
+ * Buffer of a location: the output.
+ */
+#define NRT_PROXY_BUF_OUTPUT 1
+
+/**
+ * Buffer of a location: the scratch area.
+ */
+#define NRT_PROXY_BUF_SCRATCH 2
+
+/**
+ * Instruction: write `NCCOM_HOST_WORD_READY` to the side's host index.
+ */
+#define NRT_PROXY_INSTR_ARM 0
+
+/**
+ * Instruction: wait until the side's handshake semaphore rose by one in this execution (the
+ * host index then reads 0).
+ */
+#define NRT_PROXY_INSTR_WAIT_HANDSHAKE 1
+
+/**
+ * Instruction: write `upto` to the side's host index (entries posted in this execution: send
+ * data ready, receive buffers free).
+ */
+#define NRT_PROXY_INSTR_POST 2
+
+/**
+ * Instruction: wait until the side's complete semaphore rose by `upto` in this execution.
+ */
+#define NRT_PROXY_INSTR_WAIT 3
+
+/**
+ * Instruction: `dst[i] = a[i] op b[i]` for `count` elements of the plan's dtype.
+ */
+#define NRT_PROXY_INSTR_REDUCE 4
+
+/**
+ * Instruction: copy `count` bytes from `a` to `dst` (never overlapping).
+ */
+#define NRT_PROXY_INSTR_COPY 5
+
+/**
  * A library instance (opaque handle): a loaded progress half and a registry of proxy queues.
  */
 typedef struct nrt_proxy_t nrt_proxy_t;
@@ -128,6 +318,12 @@ typedef struct nrt_proxy_comm_t nrt_proxy_comm_t;
  * barrier.
  */
 typedef struct nrt_proxy_group_t nrt_proxy_group_t;
+
+/**
+ * A plan of one rank's part of one collective (opaque handle): its (stream, block) parts, their
+ * FIFOs and device programs.
+ */
+typedef struct nrt_proxy_plan_t nrt_proxy_plan_t;
 
 /**
  * The library's configuration. Fill it with `nrt_proxy_config_init` (defaults) or
@@ -425,6 +621,279 @@ typedef struct nrt_proxy_task_record_t {
      */
     uint32_t run_state;
 } nrt_proxy_task_record_t;
+
+/**
+ * What a plan is made from (`nrt_proxy_plan_create`). Fill it with
+ * `nrt_proxy_plan_params_init`, then set the collective, count, dtype, rank and nranks.
+ *
+ * Versioning: `struct_size` must be `sizeof(nrt_proxy_plan_params_t)` as the caller's header
+ * has it; a later minor may only append fields.
+ */
+typedef struct nrt_proxy_plan_params_t {
+    /**
+     * `sizeof(nrt_proxy_plan_params_t)`.
+     */
+    uint32_t struct_size;
+    /**
+     * `NRT_PROXY_COLL_*`.
+     */
+    uint32_t collective;
+    /**
+     * `NRT_PROXY_ALGO_*` (send-recv and all-to-all are always direct).
+     */
+    uint32_t algorithm;
+    /**
+     * `NRT_PROXY_DTYPE_*`.
+     */
+    uint32_t dtype;
+    /**
+     * `NRT_PROXY_REDOP_*` (all-reduce and reduce-scatter only).
+     */
+    uint32_t op;
+    /**
+     * This rank, `< nranks`.
+     */
+    uint32_t rank;
+    /**
+     * Ranks, `1..=16384`.
+     */
+    uint32_t nranks;
+    /**
+     * Root of a broadcast, `< nranks`.
+     */
+    uint32_t root;
+    /**
+     * 1: input and output share one buffer (nccl-tests' offsets, see the layout); else 0.
+     */
+    uint32_t in_place;
+    /**
+     * Receives in flight per op side into scratch slots, `>= 1` (default 4).
+     */
+    uint32_t pipeline_depth;
+    /**
+     * Streams the collective is split over, `1..=4` (slice `s` on stream `s`).
+     */
+    uint32_t streams;
+    /**
+     * Basic blocks each stream's slice is split into (block ids `1..=blocks`), `>= 1`.
+     */
+    uint32_t blocks;
+    /**
+     * `nec.h` `ending_recv_credits`: receives posted up to this many entries ahead; 0 = off.
+     */
+    uint32_t nec_early_recv;
+    /**
+     * `nec.h` `early_send_completion`: 1 = on, 0 = off.
+     */
+    uint32_t nec_early_send;
+    /**
+     * `nec.h` `net_idx_loop_size`: host indices wrap modulo this; 0 = none, else `>= 2`.
+     */
+    uint32_t nec_idx_wrap;
+    /**
+     * `nec.h` `initial_send_credits`, `0..=128` (0 = the progress half's default).
+     */
+    uint32_t nec_credits;
+    /**
+     * Elements (per-collective meaning: see `NRT_PROXY_COLL_*`).
+     */
+    uint64_t count;
+    /**
+     * Largest FIFO entry in bytes (rounded down to whole elements, at least one); default
+     * 512 KiB.
+     */
+    uint64_t chunk_bytes;
+    /**
+     * `NRT_PROXY_ALGO_AUTO` picks direct at or below this many bytes (the larger buffer); 0:
+     * the planner's default (256 KiB with 2 ranks, else 128 KiB).
+     */
+    uint64_t direct_threshold_bytes;
+} nrt_proxy_plan_params_t;
+
+/**
+ * The buffers and host words a plan needs (`nrt_proxy_plan_layout`), in bytes.
+ */
+typedef struct nrt_proxy_plan_layout_t {
+    /**
+     * `sizeof(nrt_proxy_plan_layout_t)`: set by the caller before the call.
+     */
+    uint32_t struct_size;
+    /**
+     * The algorithm the plan uses (`NRT_PROXY_ALGO_RING` or `NRT_PROXY_ALGO_DIRECT`).
+     */
+    uint32_t algorithm;
+    /**
+     * Non-empty (stream, block) parts (`nrt_proxy_plan_blocks`).
+     */
+    uint32_t n_blocks;
+    /**
+     * Host words of all parts together (4-byte `uint32_t`s, `NRT_PROXY_PLAN_WORDS_PER_OP` per
+     * op; each part's follow the previous part's).
+     */
+    uint32_t host_words;
+    /**
+     * Bit `s`: stream `s` has at least one part.
+     */
+    uint32_t streams;
+    /**
+     * 1: input and output share one buffer of `max(input_bytes, output_bytes)`.
+     */
+    uint32_t in_place;
+    /**
+     * Input size.
+     */
+    uint64_t input_bytes;
+    /**
+     * Output size.
+     */
+    uint64_t output_bytes;
+    /**
+     * Scratch size (receive slots, staging); may be 0.
+     */
+    uint64_t scratch_bytes;
+    /**
+     * In place: the input's byte offset inside the shared buffer (else 0).
+     */
+    uint64_t input_offset;
+    /**
+     * In place: the output's byte offset inside the shared buffer (else 0).
+     */
+    uint64_t output_offset;
+} nrt_proxy_plan_layout_t;
+
+/**
+ * One (stream, block) part of a plan (`nrt_proxy_plan_blocks`): the sizes of its FIFOs and
+ * device program, its host words.
+ */
+typedef struct nrt_proxy_plan_block_info_t {
+    /**
+     * Stream, `< 4`.
+     */
+    uint32_t stream;
+    /**
+     * Basic-block id, `1..=blocks`.
+     */
+    uint32_t bb;
+    /**
+     * Op infos of its FIFOs.
+     */
+    uint32_t n_ops;
+    /**
+     * Source entries.
+     */
+    uint32_t n_src;
+    /**
+     * Destination entries.
+     */
+    uint32_t n_dst;
+    /**
+     * Instructions of its device program (`nrt_proxy_plan_program`).
+     */
+    uint32_t n_instrs;
+    /**
+     * Its first host word: op `k` of this part uses words `word_base + 6k .. word_base + 6k +
+     * 6` (`NRT_PROXY_PLAN_WORD_*`).
+     */
+    uint32_t word_base;
+    /**
+     * Its host words (`6 × n_ops`).
+     */
+    uint32_t host_words;
+    /**
+     * First element of every rank block this part covers.
+     */
+    uint64_t elem_lo;
+    /**
+     * One past its last element.
+     */
+    uint64_t elem_hi;
+} nrt_proxy_plan_block_info_t;
+
+/**
+ * Where a rank placed its buffers and host words (`nrt_proxy_plan_fifos`), virtual addresses.
+ */
+typedef struct nrt_proxy_plan_addresses_t {
+    /**
+     * Input buffer (in place: the shared buffer plus `input_offset`).
+     */
+    uint64_t input;
+    /**
+     * Output buffer (in place: the shared buffer plus `output_offset`).
+     */
+    uint64_t output;
+    /**
+     * Scratch area (ignored when `scratch_bytes` is 0).
+     */
+    uint64_t scratch;
+    /**
+     * Host word 0; word `i` is at `words + word_stride × i`.
+     */
+    uint64_t words;
+    /**
+     * Bytes between consecutive host words: a non-zero multiple of 4 (4 packs them, 64 puts
+     * each on its own cache line).
+     */
+    uint64_t word_stride;
+} nrt_proxy_plan_addresses_t;
+
+/**
+ * One instruction of a part's device program (`nrt_proxy_plan_program`): what the device
+ * does for one execution of the block. Counts are per execution: the device reads each
+ * semaphore of the block when it begins the block and waits for rises above that.
+ *
+ * The program assumes a device that honours the plan's `nec_*` options (docs/design.md §5):
+ * with all of them 0 (the defaults) a `POST` writes `upto` as it is.
+ */
+typedef struct nrt_proxy_plan_instr_t {
+    /**
+     * `NRT_PROXY_INSTR_*`.
+     */
+    uint32_t kind;
+    /**
+     * Op index inside the part (`ARM`, `WAIT_HANDSHAKE`, `POST`, `WAIT`).
+     */
+    uint32_t op;
+    /**
+     * `NRT_PROXY_SIDE_*` (`ARM`, `WAIT_HANDSHAKE`, `POST`, `WAIT`).
+     */
+    uint32_t side;
+    /**
+     * Entries (`POST`, `WAIT`).
+     */
+    uint32_t upto;
+    /**
+     * `NRT_PROXY_BUF_*` of `dst` (`REDUCE`, `COPY`).
+     */
+    uint32_t dst_buf;
+    /**
+     * `NRT_PROXY_BUF_*` of `a` (`REDUCE`; the source of `COPY`).
+     */
+    uint32_t a_buf;
+    /**
+     * `NRT_PROXY_BUF_*` of `b` (`REDUCE`).
+     */
+    uint32_t b_buf;
+    /**
+     * 0.
+     */
+    uint32_t reserved;
+    /**
+     * Byte offset of `dst` in its buffer.
+     */
+    uint64_t dst_offset;
+    /**
+     * Byte offset of `a` in its buffer.
+     */
+    uint64_t a_offset;
+    /**
+     * Byte offset of `b` in its buffer.
+     */
+    uint64_t b_offset;
+    /**
+     * Elements (`REDUCE`) or bytes (`COPY`).
+     */
+    uint64_t count;
+} nrt_proxy_plan_instr_t;
 
 #ifdef __cplusplus
 extern "C" {
@@ -865,6 +1334,143 @@ NRT_STATUS ncclNetworkProxyProgress(nccom_comm_t *comm,
  * Seed: `ncclStopNetworkProxy` (libnrt trampoline → `neuronStopNetworkProxy`), §3 B3.
  */
 NRT_STATUS ncclStopNetworkProxy(nccom_comm_t *comm, uint32_t stream);
+
+/**
+ * Fills `*params` with the defaults: `struct_size`, all-reduce, `NRT_PROXY_ALGO_AUTO`, f32,
+ * sum, rank 0 of 1, root 0, out of place, chunk 512 KiB, pipeline depth 4, one stream, one
+ * block, the `nec` options off, count 0, the default direct threshold. The caller sets at
+ * least the collective, count, dtype, rank and nranks.
+ *
+ * Returns `NRT_SUCCESS`, or `NRT_INVALID` for a NULL or misaligned `params`.
+ *
+ * # Safety
+ * `params` NULL or writable.
+ */
+NRT_STATUS nrt_proxy_plan_params_init(struct nrt_proxy_plan_params_t *params);
+
+/**
+ * Plans one rank's part of one collective: every non-empty (stream, block) part with its own
+ * op tags (the same on every rank), host words and scratch (`plan_blocks` of
+ * `proxy-collectives`). Every rank of the collective makes its own plan with the same
+ * parameters but `rank`.
+ *
+ * Returns `NRT_SUCCESS` with `*out` the plan; `NRT_INVALID` for a NULL `params` or `out`, a
+ * wrong `struct_size`, a value out of range (the log says which: rank / root / nranks,
+ * pipeline depth 0, streams outside 1..=4, blocks 0, `nec_credits` above 128, `nec_idx_wrap`
+ * 1, a chunk so small an op would need more than 65536 entries, sizes that overflow, too many
+ * tags); `NRT_RESOURCE` when too many plans are live (4096). `*out` is NULL on failure.
+ *
+ * # Safety
+ * `params` NULL or readable; `out` NULL or writable.
+ */
+NRT_STATUS nrt_proxy_plan_create(const struct nrt_proxy_plan_params_t *params,
+                                 struct nrt_proxy_plan_t **out);
+
+/**
+ * Destroys a plan. FIFOs already written from it (and tasks submitted with them) are not
+ * affected.
+ *
+ * Returns `NRT_SUCCESS`; `NRT_INVALID_HANDLE` for a NULL, destroyed or unknown plan.
+ *
+ * # Safety
+ * None beyond the C contract.
+ */
+NRT_STATUS nrt_proxy_plan_destroy(struct nrt_proxy_plan_t *plan);
+
+/**
+ * Writes the plan's layout: the buffers it needs, its host words, its parts and streams, the
+ * algorithm it resolved to. The caller sets `layout->struct_size` first.
+ *
+ * Returns `NRT_SUCCESS`; `NRT_INVALID_HANDLE` for a bad plan; `NRT_INVALID` for a NULL
+ * `layout` or a wrong `struct_size` (nothing written then).
+ *
+ * # Safety
+ * `layout` NULL or readable and writable.
+ */
+NRT_STATUS nrt_proxy_plan_layout(struct nrt_proxy_plan_t *plan,
+                                 struct nrt_proxy_plan_layout_t *layout);
+
+/**
+ * Writes the plan's (stream, block) parts, stream-major then by block id, into `infos`
+ * (capacity `cap`) and their number into `*count` (`layout.n_blocks`).
+ *
+ * Returns `NRT_SUCCESS`; `NRT_INVALID_HANDLE` for a bad plan; `NRT_INVALID` for a NULL
+ * `count`, a NULL `infos` with parts to write, or `cap` below the number of parts (nothing
+ * written then).
+ *
+ * # Safety
+ * `infos` NULL or writable for `cap` elements; `count` NULL or writable.
+ */
+NRT_STATUS nrt_proxy_plan_blocks(struct nrt_proxy_plan_t *plan,
+                                 struct nrt_proxy_plan_block_info_t *infos,
+                                 size_t cap,
+                                 size_t *count);
+
+/**
+ * Writes the block schedule of `loops` passes (block ids `1..=blocks`, repeated `loops`
+ * times; every stream follows it, a block with no part on a stream is done at once there)
+ * into `schedule` (capacity `cap`) and its length into `*count` (`loops × blocks`): the
+ * `schedule` of `nrt_proxy_network_task_t`.
+ *
+ * Returns `NRT_SUCCESS`; `NRT_INVALID_HANDLE` for a bad plan; `NRT_INVALID` for `loops` 0, a
+ * NULL `count` or `schedule`, or `cap` too small (nothing written then).
+ *
+ * # Safety
+ * `schedule` NULL or writable for `cap` elements; `count` NULL or writable.
+ */
+NRT_STATUS nrt_proxy_plan_schedule(struct nrt_proxy_plan_t *plan,
+                                   uint32_t loops,
+                                   uint32_t *schedule,
+                                   size_t cap,
+                                   size_t *count);
+
+/**
+ * Writes the three FIFOs of part `index` (`0..layout.n_blocks`, the order of
+ * `nrt_proxy_plan_blocks`) with the buffers and host words at `*addrs` into the caller's
+ * arrays (capacities `ops_cap`, `src_cap`, `dst_cap`), and `*block` the
+ * `nrt_proxy_block_t` over them (stream, block id, the three arrays and their counts), ready
+ * for `nrt_proxy_submit_network`. The plan's `nec_*` options are in every op info.
+ *
+ * Returns `NRT_SUCCESS`; `NRT_INVALID_HANDLE` for a bad plan; `NRT_INVALID` for an `index`
+ * out of range, a NULL `addrs` or `block`, a NULL array with entries to write, a capacity
+ * below the part's count (`nrt_proxy_plan_blocks`), a `word_stride` that is 0 or not a
+ * multiple of 4, a `words` address that is 0 or not 4-byte aligned, a buffer address that is
+ * 0 where the layout needs the buffer, or addresses whose ranges overflow (nothing written
+ * then).
+ *
+ * # Safety
+ * `addrs` NULL or readable; the three arrays NULL or writable for their capacities; `block`
+ * NULL or writable; the arrays and `block` do not overlap. The addresses are only written into the FIFOs, never dereferenced here.
+ */
+NRT_STATUS nrt_proxy_plan_fifos(struct nrt_proxy_plan_t *plan,
+                                uint32_t index,
+                                const struct nrt_proxy_plan_addresses_t *addrs,
+                                neuron_net_op_info_t *ops,
+                                size_t ops_cap,
+                                neuron_net_src_addr_t *src,
+                                size_t src_cap,
+                                neuron_net_dest_addr_t *dst,
+                                size_t dst_cap,
+                                struct nrt_proxy_block_t *block);
+
+/**
+ * Writes the device program of part `index` (one execution of the block, see
+ * `nrt_proxy_plan_instr_t`) into `instrs` (capacity `cap`) and its length into `*count`
+ * (`n_instrs` of `nrt_proxy_plan_blocks`). Host words of an instruction's op `k` are the
+ * part's words `word_base + 6k + NRT_PROXY_PLAN_WORD_*`.
+ *
+ * Returns `NRT_SUCCESS`; `NRT_INVALID_HANDLE` for a bad plan; `NRT_INVALID` for an `index`
+ * out of range, a NULL `count`, a NULL `instrs` with instructions to write, or `cap` too
+ * small (nothing written then).
+ *
+ * # Safety
+ * `instrs` NULL or writable for `cap` elements; `count` NULL or writable.
+ */
+NRT_STATUS nrt_proxy_plan_program(struct nrt_proxy_plan_t *plan,
+                                  uint32_t index,
+                                  struct nrt_proxy_plan_instr_t *instrs,
+                                  size_t cap,
+                                  size_t *count);
 
 #ifdef __cplusplus
 }  // extern "C"

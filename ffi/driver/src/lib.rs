@@ -16,10 +16,10 @@
 //! are reached only through the loaded library's handle ([`proxy_runtime::loader`]).
 //!
 //! # The C contract
-//! * **Handles** (`nrt_proxy_t`, `nrt_proxy_group_t`, `nrt_proxy_comm_t`) are opaque,
-//!   generation-checked and carry the instance id of the loaded copy of the library
-//!   (`handles`): NULL, destroyed, never-created and other copies' handles answer
-//!   `NRT_INVALID_HANDLE` and are never dereferenced.
+//! * **Handles** (`nrt_proxy_t`, `nrt_proxy_group_t`, `nrt_proxy_comm_t`, `nrt_proxy_plan_t`)
+//!   are opaque, generation-checked and carry the instance id of the loaded copy of the library
+//!   (`proxy_ffi_types::handles`, tagged with [`instance_id`]): NULL, destroyed, never-created
+//!   and other copies' handles answer `NRT_INVALID_HANDLE` and are never dereferenced.
 //! * **Threads**: see the README's table. One thread at a time per comm (a concurrent call on
 //!   the same comm answers `NRT_FAILURE`), except `nrt_proxy_comm_abort` (any thread, any time).
 //!   Different comms, groups and instances are independent.
@@ -39,11 +39,9 @@
 #![warn(missing_docs)]
 #![allow(non_snake_case)]
 
-mod handles;
-mod logging;
+pub mod plan;
 pub mod types;
 
-use std::any::Any;
 use std::collections::VecDeque;
 use std::ffi::{c_char, c_void, CStr};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -70,7 +68,9 @@ use proxy_ffi_types::*;
 use proxy_runtime::loader::{LoadedComm, LoadedMemGroup, ProgressLib};
 use proxy_runtime::{Config, LinuxRegistry};
 
-use handles::{HandleTable, LookupError};
+pub use plan::*;
+use proxy_ffi_types::boundary::{guard, lookup_status, panic_message};
+use proxy_ffi_types::handles::{HandleTable, InstanceId, LookupError};
 pub use types::*;
 
 /// The environment variable naming the progress half to load when the config does not.
@@ -165,9 +165,40 @@ const KIND_INSTANCE: u8 = 1;
 const KIND_GROUP: u8 = 2;
 const KIND_COMM: u8 = 3;
 
-static INSTANCES: HandleTable<Arc<Instance>> = HandleTable::new(KIND_INSTANCE);
-static GROUPS: HandleTable<Box<Group>> = HandleTable::new(KIND_GROUP);
-static COMMS: HandleTable<Box<CommEntry>> = HandleTable::new(KIND_COMM);
+static INSTANCES: HandleTable<Arc<Instance>> =
+    HandleTable::with_instance(KIND_INSTANCE, instance_id);
+static GROUPS: HandleTable<Box<Group>> = HandleTable::with_instance(KIND_GROUP, instance_id);
+static COMMS: HandleTable<Box<CommEntry>> = HandleTable::with_instance(KIND_COMM, instance_id);
+
+/// 64 random bits from the kernel (`getrandom`), or, should it fail, bits of the clock, the
+/// pid and the address of a static (which differs per loaded copy).
+fn random_u64() -> u64 {
+    let mut v = 0u64;
+    // SAFETY: writes at most 8 bytes into `v`.
+    let n = unsafe { libc::getrandom((&raw mut v).cast(), 8, 0) };
+    if n == 8 {
+        return v;
+    }
+    static ANCHOR: u8 = 0;
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    t ^ (u64::from(std::process::id()) << 32) ^ (&raw const ANCHOR as u64)
+}
+
+/// This loaded copy's instance id (`1..=0xFFE`, random once per copy) and the first generation
+/// of its handle slots: the tag of every handle table of this library
+/// (`proxy_ffi_types::handles`), so a handle of another loaded copy is refused.
+pub(crate) fn instance_id() -> InstanceId {
+    static ID: OnceLock<InstanceId> = OnceLock::new();
+    *ID.get_or_init(|| {
+        let r = random_u64();
+        InstanceId {
+            id: (r & 0xFFF) as u16 % 0xFFE + 1,
+            first_generation: (r >> 12) & ((1 << 35) - 1),
+        }
+    })
+}
 
 /// The abort side table: what `nrt_proxy_comm_abort` reads, so an abort never waits for (or is
 /// refused by) a call that holds the comm's slot BUSY. Entry: (comm handle, the driver's abort
@@ -208,52 +239,6 @@ pub fn live_instances() -> usize {
 // ---------------------------------------------------------------------------------------------
 // Helpers
 // ---------------------------------------------------------------------------------------------
-
-fn lookup_status(what: &str, kind: &str, handle: usize, e: LookupError) -> NrtStatus {
-    match e {
-        LookupError::NotAHandle => {
-            log::error!("{what}: {handle:#x} is not a {kind} handle of this library");
-            NrtStatus::InvalidHandle
-        }
-        LookupError::Stale => {
-            log::error!("{what}: {kind} {handle:#x} was destroyed");
-            NrtStatus::InvalidHandle
-        }
-        LookupError::Busy => {
-            log::error!(
-                "{what}: {kind} {handle:#x} is in use by another call right now (one thread at a \
-                 time per {kind})"
-            );
-            NrtStatus::Failure
-        }
-    }
-}
-
-fn panic_message(p: &(dyn Any + Send)) -> &str {
-    if let Some(s) = p.downcast_ref::<&str>() {
-        s
-    } else if let Some(s) = p.downcast_ref::<String>() {
-        s
-    } else {
-        "non-string panic payload"
-    }
-}
-
-/// Runs one entry point: installs the logger on first use and turns a panic into
-/// `NRT_FAILURE` with a log line.
-fn guard(what: &str, f: impl FnOnce() -> Result<(), NrtStatus>) -> NRT_STATUS {
-    logging::init();
-    match catch_unwind(AssertUnwindSafe(f)) {
-        Ok(r) => NrtStatus::from_result(r).code(),
-        Err(p) => {
-            log::error!(
-                "{what}: caught a panic ({}); returning NRT_FAILURE",
-                panic_message(&*p)
-            );
-            NRT_FAILURE
-        }
-    }
-}
 
 fn bad<T>(what: &str, msg: std::fmt::Arguments<'_>) -> Result<T, NrtStatus> {
     log::error!("{what}: {msg}");
@@ -720,7 +705,7 @@ pub unsafe extern "C" fn nrt_proxy_init(
             "libnrt_proxy {} (C ABI {NRT_PROXY_ABI_VERSION:#x}, instance id {:#x}): progress \
              half {} (C ABI {:#x}); configuration {:?}",
             env!("CARGO_PKG_VERSION"),
-            handles::instance_id(),
+            instance_id().id,
             lib.path().display(),
             lib.abi_version(),
             inst.cfg

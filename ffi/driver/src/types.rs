@@ -11,10 +11,11 @@ use proxy_ffi_types::{NccomDeviceCallbacks, NccomHostWord, NetDestAddr, NetOpInf
 /// Major version of this library's C ABI: a library whose major differs from the header's is
 /// incompatible (it is also the SONAME's number, `libnrt_proxy.so.1`).
 pub const NRT_PROXY_ABI_VERSION_MAJOR: u32 = 1;
-/// Minor version: additions that keep every older call and layout valid.
-pub const NRT_PROXY_ABI_VERSION_MINOR: u32 = 0;
+/// Minor version: additions that keep every older call and layout valid (1: the planner,
+/// `nrt_proxy_plan_*`).
+pub const NRT_PROXY_ABI_VERSION_MINOR: u32 = 1;
 /// `(major << 16) | minor`, what `nrt_proxy_abi_version()` returns.
-pub const NRT_PROXY_ABI_VERSION: u32 = 0x0001_0000;
+pub const NRT_PROXY_ABI_VERSION: u32 = 0x0001_0001;
 const _: () = assert!(
     NRT_PROXY_ABI_VERSION == (NRT_PROXY_ABI_VERSION_MAJOR << 16) | NRT_PROXY_ABI_VERSION_MINOR
 );
@@ -274,4 +275,259 @@ impl From<TaskRecord> for NrtProxyTaskRecord {
             run_state: r.run_state,
         }
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The planner (`nrt_proxy_plan_*`, ABI 1.1)
+// ---------------------------------------------------------------------------------------------
+
+/// A plan of one rank's part of one collective (opaque handle): its (stream, block) parts, their
+/// FIFOs and device programs.
+pub struct NrtProxyPlan {
+    _private: [u8; 0],
+}
+
+/// `collective`: every rank ends with the element-wise reduction of every rank's `count`
+/// elements.
+pub const NRT_PROXY_COLL_ALL_REDUCE: u32 = 0;
+/// `collective`: every rank ends with every rank's `count` elements in rank order.
+pub const NRT_PROXY_COLL_ALL_GATHER: u32 = 1;
+/// `collective`: rank `r` ends with the reduction of block `r` (`count` elements) of every
+/// rank's `nranks × count` input.
+pub const NRT_PROXY_COLL_REDUCE_SCATTER: u32 = 2;
+/// `collective`: every rank ends with the root's `count` elements.
+pub const NRT_PROXY_COLL_BROADCAST: u32 = 3;
+/// `collective`: rank `r` sends `count` elements to `r+1` and receives `count` from `r−1`.
+pub const NRT_PROXY_COLL_SEND_RECV: u32 = 4;
+/// `collective`: rank `r` sends block `p` of its input to rank `p`, receives into block `p`.
+pub const NRT_PROXY_COLL_ALL_TO_ALL: u32 = 5;
+
+/// `algorithm`: direct at or below `direct_threshold_bytes`, else ring.
+pub const NRT_PROXY_ALGO_AUTO: u32 = 0;
+/// `algorithm`: ring (`n−1` or `2(n−1)` steps, chunk-pipelined).
+pub const NRT_PROXY_ALGO_RING: u32 = 1;
+/// `algorithm`: direct (one step, every peer at once).
+pub const NRT_PROXY_ALGO_DIRECT: u32 = 2;
+
+/// `dtype`: IEEE binary32.
+pub const NRT_PROXY_DTYPE_F32: u32 = 0;
+/// `dtype`: IEEE binary64.
+pub const NRT_PROXY_DTYPE_F64: u32 = 1;
+/// `dtype`: IEEE binary16.
+pub const NRT_PROXY_DTYPE_F16: u32 = 2;
+/// `dtype`: bfloat16.
+pub const NRT_PROXY_DTYPE_BF16: u32 = 3;
+/// `dtype`: 32-bit signed integer (wrapping sums: the same bits as `uint32_t` sums).
+pub const NRT_PROXY_DTYPE_I32: u32 = 4;
+/// `dtype`: 8-bit unsigned integer (wrapping).
+pub const NRT_PROXY_DTYPE_U8: u32 = 5;
+
+/// `op`: sum.
+pub const NRT_PROXY_REDOP_SUM: u32 = 0;
+/// `op`: product.
+pub const NRT_PROXY_REDOP_PROD: u32 = 1;
+/// `op`: minimum.
+pub const NRT_PROXY_REDOP_MIN: u32 = 2;
+/// `op`: maximum.
+pub const NRT_PROXY_REDOP_MAX: u32 = 3;
+
+/// What a plan is made from (`nrt_proxy_plan_create`). Fill it with
+/// `nrt_proxy_plan_params_init`, then set the collective, count, dtype, rank and nranks.
+///
+/// Versioning: `struct_size` must be `sizeof(nrt_proxy_plan_params_t)` as the caller's header
+/// has it; a later minor may only append fields.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct NrtProxyPlanParams {
+    /// `sizeof(nrt_proxy_plan_params_t)`.
+    pub struct_size: u32,
+    /// `NRT_PROXY_COLL_*`.
+    pub collective: u32,
+    /// `NRT_PROXY_ALGO_*` (send-recv and all-to-all are always direct).
+    pub algorithm: u32,
+    /// `NRT_PROXY_DTYPE_*`.
+    pub dtype: u32,
+    /// `NRT_PROXY_REDOP_*` (all-reduce and reduce-scatter only).
+    pub op: u32,
+    /// This rank, `< nranks`.
+    pub rank: u32,
+    /// Ranks, `1..=16384`.
+    pub nranks: u32,
+    /// Root of a broadcast, `< nranks`.
+    pub root: u32,
+    /// 1: input and output share one buffer (nccl-tests' offsets, see the layout); else 0.
+    pub in_place: u32,
+    /// Receives in flight per op side into scratch slots, `>= 1` (default 4).
+    pub pipeline_depth: u32,
+    /// Streams the collective is split over, `1..=4` (slice `s` on stream `s`).
+    pub streams: u32,
+    /// Basic blocks each stream's slice is split into (block ids `1..=blocks`), `>= 1`.
+    pub blocks: u32,
+    /// `nec.h` `ending_recv_credits`: receives posted up to this many entries ahead; 0 = off.
+    pub nec_early_recv: u32,
+    /// `nec.h` `early_send_completion`: 1 = on, 0 = off.
+    pub nec_early_send: u32,
+    /// `nec.h` `net_idx_loop_size`: host indices wrap modulo this; 0 = none, else `>= 2`.
+    pub nec_idx_wrap: u32,
+    /// `nec.h` `initial_send_credits`, `0..=128` (0 = the progress half's default).
+    pub nec_credits: u32,
+    /// Elements (per-collective meaning: see `NRT_PROXY_COLL_*`).
+    pub count: u64,
+    /// Largest FIFO entry in bytes (rounded down to whole elements, at least one); default
+    /// 512 KiB.
+    pub chunk_bytes: u64,
+    /// `NRT_PROXY_ALGO_AUTO` picks direct at or below this many bytes (the larger buffer); 0:
+    /// the planner's default (256 KiB with 2 ranks, else 128 KiB).
+    pub direct_threshold_bytes: u64,
+}
+
+/// The buffers and host words a plan needs (`nrt_proxy_plan_layout`), in bytes.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NrtProxyPlanLayout {
+    /// `sizeof(nrt_proxy_plan_layout_t)`: set by the caller before the call.
+    pub struct_size: u32,
+    /// The algorithm the plan uses (`NRT_PROXY_ALGO_RING` or `NRT_PROXY_ALGO_DIRECT`).
+    pub algorithm: u32,
+    /// Non-empty (stream, block) parts (`nrt_proxy_plan_blocks`).
+    pub n_blocks: u32,
+    /// Host words of all parts together (4-byte `uint32_t`s, `NRT_PROXY_PLAN_WORDS_PER_OP` per
+    /// op; each part's follow the previous part's).
+    pub host_words: u32,
+    /// Bit `s`: stream `s` has at least one part.
+    pub streams: u32,
+    /// 1: input and output share one buffer of `max(input_bytes, output_bytes)`.
+    pub in_place: u32,
+    /// Input size.
+    pub input_bytes: u64,
+    /// Output size.
+    pub output_bytes: u64,
+    /// Scratch size (receive slots, staging); may be 0.
+    pub scratch_bytes: u64,
+    /// In place: the input's byte offset inside the shared buffer (else 0).
+    pub input_offset: u64,
+    /// In place: the output's byte offset inside the shared buffer (else 0).
+    pub output_offset: u64,
+}
+
+/// One (stream, block) part of a plan (`nrt_proxy_plan_blocks`): the sizes of its FIFOs and
+/// device program, its host words.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NrtProxyPlanBlockInfo {
+    /// Stream, `< 4`.
+    pub stream: u32,
+    /// Basic-block id, `1..=blocks`.
+    pub bb: u32,
+    /// Op infos of its FIFOs.
+    pub n_ops: u32,
+    /// Source entries.
+    pub n_src: u32,
+    /// Destination entries.
+    pub n_dst: u32,
+    /// Instructions of its device program (`nrt_proxy_plan_program`).
+    pub n_instrs: u32,
+    /// Its first host word: op `k` of this part uses words `word_base + 6k .. word_base + 6k +
+    /// 6` (`NRT_PROXY_PLAN_WORD_*`).
+    pub word_base: u32,
+    /// Its host words (`6 × n_ops`).
+    pub host_words: u32,
+    /// First element of every rank block this part covers.
+    pub elem_lo: u64,
+    /// One past its last element.
+    pub elem_hi: u64,
+}
+
+/// Where a rank placed its buffers and host words (`nrt_proxy_plan_fifos`), virtual addresses.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NrtProxyPlanAddresses {
+    /// Input buffer (in place: the shared buffer plus `input_offset`).
+    pub input: u64,
+    /// Output buffer (in place: the shared buffer plus `output_offset`).
+    pub output: u64,
+    /// Scratch area (ignored when `scratch_bytes` is 0).
+    pub scratch: u64,
+    /// Host word 0; word `i` is at `words + word_stride × i`.
+    pub words: u64,
+    /// Bytes between consecutive host words: a non-zero multiple of 4 (4 packs them, 64 puts
+    /// each on its own cache line).
+    pub word_stride: u64,
+}
+
+/// Host words per op of a plan.
+pub const NRT_PROXY_PLAN_WORDS_PER_OP: u32 = 6;
+/// Word of an op: the `post_send` host index (device → proxy).
+pub const NRT_PROXY_PLAN_WORD_POST_SEND: u32 = 0;
+/// Word of an op: the send handshake semaphore (proxy → device).
+pub const NRT_PROXY_PLAN_WORD_SEND_HANDSHAKE: u32 = 1;
+/// Word of an op: the send-complete semaphore (proxy → device).
+pub const NRT_PROXY_PLAN_WORD_SEND_COMPLETE: u32 = 2;
+/// Word of an op: the `post_recv` host index (device → proxy).
+pub const NRT_PROXY_PLAN_WORD_POST_RECV: u32 = 3;
+/// Word of an op: the recv handshake semaphore (proxy → device).
+pub const NRT_PROXY_PLAN_WORD_RECV_HANDSHAKE: u32 = 4;
+/// Word of an op: the recv-complete semaphore (proxy → device).
+pub const NRT_PROXY_PLAN_WORD_RECV_COMPLETE: u32 = 5;
+
+/// `side` of an instruction: the send side (word `POST_SEND` / `SEND_*`).
+pub const NRT_PROXY_SIDE_SEND: u32 = 0;
+/// `side` of an instruction: the recv side (word `POST_RECV` / `RECV_*`).
+pub const NRT_PROXY_SIDE_RECV: u32 = 1;
+
+/// Buffer of a location: the input.
+pub const NRT_PROXY_BUF_INPUT: u32 = 0;
+/// Buffer of a location: the output.
+pub const NRT_PROXY_BUF_OUTPUT: u32 = 1;
+/// Buffer of a location: the scratch area.
+pub const NRT_PROXY_BUF_SCRATCH: u32 = 2;
+
+/// Instruction: write `NCCOM_HOST_WORD_READY` to the side's host index.
+pub const NRT_PROXY_INSTR_ARM: u32 = 0;
+/// Instruction: wait until the side's handshake semaphore rose by one in this execution (the
+/// host index then reads 0).
+pub const NRT_PROXY_INSTR_WAIT_HANDSHAKE: u32 = 1;
+/// Instruction: write `upto` to the side's host index (entries posted in this execution: send
+/// data ready, receive buffers free).
+pub const NRT_PROXY_INSTR_POST: u32 = 2;
+/// Instruction: wait until the side's complete semaphore rose by `upto` in this execution.
+pub const NRT_PROXY_INSTR_WAIT: u32 = 3;
+/// Instruction: `dst[i] = a[i] op b[i]` for `count` elements of the plan's dtype.
+pub const NRT_PROXY_INSTR_REDUCE: u32 = 4;
+/// Instruction: copy `count` bytes from `a` to `dst` (never overlapping).
+pub const NRT_PROXY_INSTR_COPY: u32 = 5;
+
+/// One instruction of a part's device program (`nrt_proxy_plan_program`): what the device
+/// does for one execution of the block. Counts are per execution: the device reads each
+/// semaphore of the block when it begins the block and waits for rises above that.
+///
+/// The program assumes a device that honours the plan's `nec_*` options (docs/design.md §5):
+/// with all of them 0 (the defaults) a `POST` writes `upto` as it is.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NrtProxyPlanInstr {
+    /// `NRT_PROXY_INSTR_*`.
+    pub kind: u32,
+    /// Op index inside the part (`ARM`, `WAIT_HANDSHAKE`, `POST`, `WAIT`).
+    pub op: u32,
+    /// `NRT_PROXY_SIDE_*` (`ARM`, `WAIT_HANDSHAKE`, `POST`, `WAIT`).
+    pub side: u32,
+    /// Entries (`POST`, `WAIT`).
+    pub upto: u32,
+    /// `NRT_PROXY_BUF_*` of `dst` (`REDUCE`, `COPY`).
+    pub dst_buf: u32,
+    /// `NRT_PROXY_BUF_*` of `a` (`REDUCE`; the source of `COPY`).
+    pub a_buf: u32,
+    /// `NRT_PROXY_BUF_*` of `b` (`REDUCE`).
+    pub b_buf: u32,
+    /// 0.
+    pub reserved: u32,
+    /// Byte offset of `dst` in its buffer.
+    pub dst_offset: u64,
+    /// Byte offset of `a` in its buffer.
+    pub a_offset: u64,
+    /// Byte offset of `b` in its buffer.
+    pub b_offset: u64,
+    /// Elements (`REDUCE`) or bytes (`COPY`).
+    pub count: u64,
 }

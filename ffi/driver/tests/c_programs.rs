@@ -7,13 +7,18 @@
 //!   executions (the later ones resubmitted), every byte, record field and semaphore checked;
 //!   and again with the host driving the seam itself through the exported trampolines
 //!   (`ncclStartNetworkProxy` / `ncclNetworkProxyProgress` / `ncclStopNetworkProxy`);
-//! * `ring_allreduce.c`: the same kind of runtime runs a 4-rank ring all-reduce (3 chunks per
-//!   step, FIFOs built by hand, the device reducing each chunk as it arrives), thread and caller
-//!   mode, twice (resubmitted), every word checked;
+//! * `ring_allreduce.c`: the same kind of runtime runs a 4-rank ring all-reduce with its FIFOs
+//!   and device programs from the C planner (`nrt_proxy_plan_*`: 2 streams x 2 basic blocks, 2
+//!   chunks per ring step in every part, the device interpreting each block's program), thread
+//!   and caller mode, twice (resubmitted), every output word checked;
+//! * `plan_bad_input.c`: the planner's entry points given NULLs, wrong sizes, values out of
+//!   range, too-small arrays (nothing written), bad addresses and stale or foreign handles;
 //! * `minimal.c` (the README's program) through the installed pkg-config files;
+//! * `examples/raii_exchange.cpp`, the README's C++17 example (RAII wrappers of every handle),
+//!   compiled with `g++ -std=c++17 -Wall -Wextra -Werror`;
 //! * with the feature `libfabric`, `tcp_exchange.c`: two processes, one rank each, over
 //!   libfabric tcp on loopback (the comm through the progress half, the barrier through the
-//!   driver's own bootstrap);
+//!   driver's own bootstrap), thread and caller mode;
 //! * the same under valgrind (memcheck: no invalid access, no definite leak), spin budgets 0.
 //!   A missing valgrind fails unless `PROXY_ALLOW_SKIP_VALGRIND=1`.
 //!
@@ -59,6 +64,25 @@ fn c_runtime_runs_a_4_rank_ring_all_reduce() {
     }
 }
 
+/// The README's C++17 example (`examples/raii_exchange.cpp`, every handle in an RAII wrapper):
+/// compiled with `g++ -std=c++17 -Wall -Wextra -Werror` and run (a 2-rank send-recv from the
+/// planner, every word checked).
+#[test]
+fn cpp17_raii_example_exchanges() {
+    let exe = common::compile_cpp("examples/raii_exchange.cpp", "raii_exchange", &["-pthread"]);
+    let mut cmd = Command::new(exe);
+    cmd.arg(progress_library());
+    assert!(run(cmd).contains("raii_exchange: ok: 2 ranks"));
+}
+
+#[test]
+fn c_plan_api_answers_bad_input() {
+    let exe = compile("plan_bad_input", "plan_bad_input", &[]);
+    let mut cmd = Command::new(exe);
+    cmd.arg(progress_library());
+    assert!(run(cmd).contains("plan_bad_input: ok"));
+}
+
 #[test]
 fn c_programs_under_valgrind() {
     if !common::have_valgrind()
@@ -78,6 +102,9 @@ fn c_programs_under_valgrind() {
         cmd.arg(progress_library()).arg(mode);
         assert!(run(cmd).contains(&format!("ring_allreduce: ok: {mode} mode")));
     }
+    let mut cmd = common::valgrind(&compile("plan_bad_input", "plan_bad_input_vg", &[]));
+    cmd.arg(progress_library());
+    assert!(run(cmd).contains("plan_bad_input: ok"));
     let mut cmd = common::valgrind(&compile("minimal", "minimal_vg", &[]));
     cmd.arg(progress_library());
     assert!(run(cmd).contains("minimal: ok"));
@@ -188,7 +215,7 @@ fn minimal_program_links_with_the_pkg_config_files() {
 /// Two processes, one rank each, over libfabric `tcp;ofi_rxm` on loopback (`FI_TCP_IFACE=lo`):
 /// the comm through the progress half's libfabric transport, the barrier through the driver's
 /// own bootstrap; a network and a barrier task per execution, the second resubmitted, every
-/// byte checked. Needs a progress half built with `proxy-ffi/libfabric` (checked first).
+/// byte checked; with worker threads, then caller-driven (`nrt_proxy_drive_until`). Needs a progress half built with `proxy-ffi/libfabric` (checked first).
 #[cfg(feature = "libfabric")]
 #[test]
 fn c_runtime_exchanges_between_two_processes_over_libfabric_tcp() {
@@ -205,36 +232,46 @@ fn c_runtime_exchanges_between_two_processes_over_libfabric_tcp() {
         lib.display()
     );
     let exe = compile("tcp_exchange", "tcp_exchange", &["-pthread"]);
-    // Two distinct free loopback ports: the progress half's bootstrap and the driver's.
-    let root = proxy_bootstrap::launch::free_loopback_root().expect("free port");
-    let barrier = loop {
-        let b = proxy_bootstrap::launch::free_loopback_root().expect("free port");
-        if b != root {
-            break b;
+    for mode in ["thread", "caller"] {
+        // Two distinct free loopback ports: the progress half's bootstrap and the driver's.
+        let root = proxy_bootstrap::launch::free_loopback_root().expect("free port");
+        let barrier = loop {
+            let b = proxy_bootstrap::launch::free_loopback_root().expect("free port");
+            if b != root {
+                break b;
+            }
+        };
+        let children: Vec<_> = (0..2)
+            .map(|rank| {
+                let mut cmd = Command::new(&exe);
+                cmd.arg(&lib)
+                    .arg(rank.to_string())
+                    .arg(root.to_string())
+                    .arg(barrier.to_string())
+                    .arg(mode)
+                    .env("FI_TCP_IFACE", "lo")
+                    .env_remove("LD_LIBRARY_PATH")
+                    .stdout(std::process::Stdio::piped())
+                    .stderr(std::process::Stdio::piped());
+                cmd.spawn().expect("spawn tcp_exchange")
+            })
+            .collect();
+        for (rank, child) in children.into_iter().enumerate() {
+            let o = child.wait_with_output().expect("wait tcp_exchange");
+            let out = String::from_utf8_lossy(&o.stdout);
+            println!(
+                "{mode} rank {rank}:\n{out}{}",
+                String::from_utf8_lossy(&o.stderr)
+            );
+            assert!(
+                o.status.success(),
+                "{mode}: rank {rank} failed with {}",
+                o.status
+            );
+            assert!(
+                out.contains(&format!("tcp_exchange: ok: rank {rank}, {mode} mode")),
+                "{out}"
+            );
         }
-    };
-    let children: Vec<_> = (0..2)
-        .map(|rank| {
-            let mut cmd = Command::new(&exe);
-            cmd.arg(&lib)
-                .arg(rank.to_string())
-                .arg(root.to_string())
-                .arg(barrier.to_string())
-                .env("FI_TCP_IFACE", "lo")
-                .env_remove("LD_LIBRARY_PATH")
-                .stdout(std::process::Stdio::piped())
-                .stderr(std::process::Stdio::piped());
-            cmd.spawn().expect("spawn tcp_exchange")
-        })
-        .collect();
-    for (rank, child) in children.into_iter().enumerate() {
-        let o = child.wait_with_output().expect("wait tcp_exchange");
-        let out = String::from_utf8_lossy(&o.stdout);
-        println!("rank {rank}:\n{out}{}", String::from_utf8_lossy(&o.stderr));
-        assert!(o.status.success(), "rank {rank} failed with {}", o.status);
-        assert!(
-            out.contains(&format!("tcp_exchange: ok: rank {rank}")),
-            "{out}"
-        );
     }
 }

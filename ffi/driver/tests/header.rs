@@ -53,7 +53,10 @@ fn header_compiles_as_c11_and_cpp17() {
                int use_all(void) {\n\
                  nrt_proxy_config_t c; nrt_proxy_comm_config_t cc; nrt_proxy_block_t b;\n\
                  nrt_proxy_network_task_t n; nrt_proxy_barrier_task_t bt; nrt_proxy_task_record_t r;\n\
+                 nrt_proxy_plan_params_t pp; nrt_proxy_plan_layout_t pl; nrt_proxy_plan_block_info_t pb;\n\
+                 nrt_proxy_plan_addresses_t pa; nrt_proxy_plan_instr_t pi; nrt_proxy_plan_t *plan = NULL;\n\
                  (void)c; (void)cc; (void)b; (void)n; (void)bt; (void)r;\n\
+                 (void)pp; (void)pl; (void)pb; (void)pa; (void)pi; (void)plan;\n\
                  return (int)sizeof(nrt_proxy_task_record_t) + (int)NRT_PROXY_ABI_VERSION_MAJOR;\n\
                }\n";
     for (cc, std, ext) in [("cc", "-std=c11", "c"), ("c++", "-std=c++17", "cpp")] {

@@ -3,11 +3,13 @@
 //! descriptor, the `nec_*` device-callback table, and one function-pointer typedef per exported
 //! entry point.
 //!
-//! This crate holds types (`no_std`) and one table, the status names of
-//! [`status_name`], so that both sides of the binary boundary agree on them without depending
-//! on each other, and both C libraries answer `nrt_get_status_as_str` from the same table:
-//! `proxy-ffi` (the library, which exports the
-//! functions and generates `ffi/include/nccom_proxy.h` from these definitions with cbindgen) and
+//! This crate holds types (`no_std`), one table, the status names of [`status_name`], and the
+//! generation-checked handle tables of both C libraries ([`handles`]; with the feature `std`,
+//! also `boundary`: their logger and panic guard), so that both sides of
+//! the binary boundary agree on them without depending on each other, both C libraries answer
+//! `nrt_get_status_as_str` from the same table and check handles with the same code:
+//! `proxy-ffi` (the library, which exports the functions and generates
+//! `ffi/include/nccom_proxy.h` from these definitions with cbindgen), `proxy-driver-ffi` and
 //! the driver's loader in `proxy-runtime` (which `dlopen`s the library and calls it through
 //! the typedefs). `proxy-ffi` checks at compile time that every export has exactly its typedef.
 //!
@@ -22,6 +24,10 @@
 #![allow(non_camel_case_types)]
 
 use core::ffi::{c_char, c_int, c_void};
+
+#[cfg(feature = "std")]
+pub mod boundary;
+pub mod handles;
 
 pub use proxy_core::progress::desc::{NetDestAddr, NetOpInfo, NetSrcAddr};
 

@@ -7,7 +7,9 @@
  * ENTRY_SIZE to the peer, receive as much) and a barrier task; the second execution is
  * resubmitted. Every byte and record field is checked.
  *
- * Usage: tcp_exchange /path/to/libnccom_proxy.so RANK ROOT BARRIER_ROOT
+ * Usage: tcp_exchange /path/to/libnccom_proxy.so RANK ROOT BARRIER_ROOT [thread|caller]
+ *   thread (default): the queue's worker drives the comm; caller: no worker, this thread drives
+ *   it inside nrt_proxy_drive_until.
  * (the progress half must be built with --features libfabric). Exit status 0 = ok.
  */
 #define _GNU_SOURCE
@@ -116,15 +118,17 @@ static void check(const nrt_proxy_task_record_t *r, uint32_t id, uint32_t stream
 }
 
 int main(int argc, char **argv) {
-    if (argc != 5) {
-        fprintf(stderr, "usage: %s LIB RANK ROOT BARRIER_ROOT\n", argv[0]);
+    if (argc != 5 && argc != 6) {
+        fprintf(stderr, "usage: %s LIB RANK ROOT BARRIER_ROOT [thread|caller]\n", argv[0]);
         return 2;
     }
+    int caller = argc == 6 && strcmp(argv[5], "caller") == 0;
     rank = (uint32_t)atoi(argv[2]);
     uint32_t peer = 1 - rank;
     nrt_proxy_config_t cfg;
     EXPECT_OK(nrt_proxy_config_from_env(&cfg));
     cfg.progress_lib = argv[1];
+    cfg.drive_mode = caller ? NRT_PROXY_DRIVE_CALLER : NRT_PROXY_DRIVE_THREAD;
     nrt_proxy_t *inst = NULL;
     EXPECT_OK(nrt_proxy_init(&cfg, &inst));
     static const nccom_device_callbacks_t cbs = {.nec_inc_semaphore = inc_semaphore};
@@ -221,9 +225,15 @@ int main(int argc, char **argv) {
         }
         __atomic_store_n(&go_exec, exec + 1, __ATOMIC_RELEASE);
         nrt_proxy_task_record_t rec;
-        EXPECT_OK(nrt_proxy_wait(comm, WAIT_MS, &rec));
+        if (caller)
+            EXPECT_OK(nrt_proxy_drive_until(comm, 10 + exec, WAIT_MS, &rec));
+        else
+            EXPECT_OK(nrt_proxy_wait(comm, WAIT_MS, &rec));
         check(&rec, 10 + exec, 1u << STREAM);
-        EXPECT_OK(nrt_proxy_wait(comm, WAIT_MS, &rec));
+        if (caller)
+            EXPECT_OK(nrt_proxy_drive_until(comm, 20 + exec, WAIT_MS, &rec));
+        else
+            EXPECT_OK(nrt_proxy_wait(comm, WAIT_MS, &rec));
         check(&rec, 20 + exec, 0);
         for (unsigned long it = 0; __atomic_load_n(&dev_done, __ATOMIC_ACQUIRE) <= exec; it++)
             if (it > MAX_ITERS)
@@ -246,7 +256,8 @@ int main(int argc, char **argv) {
     EXPECT_OK(nrt_proxy_fini(inst));
     free(src_buf);
     free(dst_buf);
-    printf("tcp_exchange: ok: rank %u, %u executions x %u bytes each way over libfabric tcp\n",
-           rank, EXECUTIONS, TOTAL);
+    printf("tcp_exchange: ok: rank %u, %s mode, %u executions x %u bytes each way over libfabric "
+           "tcp\n",
+           rank, caller ? "caller" : "thread", EXECUTIONS, TOTAL);
     return 0;
 }

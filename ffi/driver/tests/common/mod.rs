@@ -77,16 +77,27 @@ pub fn installed_lib_dir() -> PathBuf {
 /// scratch directory as `<out>`.
 pub fn compile(name: &str, out: &str, extra: &[&str]) -> PathBuf {
     let src = manifest_dir().join("tests/c").join(format!("{name}.c"));
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    build(&cc, "-std=c11", &src, out, extra)
+}
+
+/// Compiles the C++ file `path` (relative to the crate; C++17, warnings are errors) with `$CXX`
+/// (default `g++`) linked with `-lnrt_proxy` into the scratch directory as `<out>`.
+pub fn compile_cpp(path: &str, out: &str, extra: &[&str]) -> PathBuf {
+    let cxx = std::env::var("CXX").unwrap_or_else(|_| "g++".into());
+    build(&cxx, "-std=c++17", &manifest_dir().join(path), out, extra)
+}
+
+fn build(cc: &str, std: &str, src: &Path, out: &str, extra: &[&str]) -> PathBuf {
     let exe = Path::new(env!("CARGO_TARGET_TMPDIR")).join(out);
     let lib = installed_lib_dir();
-    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
-    let mut cmd = Command::new(&cc);
-    cmd.args(["-std=c11", "-g", "-O1", "-Wall", "-Wextra", "-Werror"])
+    let mut cmd = Command::new(cc);
+    cmd.args([std, "-g", "-O1", "-Wall", "-Wextra", "-Werror"])
         .arg("-I")
         .arg(manifest_dir().join("include"))
         .arg("-I")
         .arg(manifest_dir().join("../include"))
-        .arg(&src)
+        .arg(src)
         .arg("-o")
         .arg(&exe)
         .arg(format!("-L{}", lib.display()))
@@ -94,7 +105,7 @@ pub fn compile(name: &str, out: &str, extra: &[&str]) -> PathBuf {
         .arg(format!("-Wl,-rpath,{}", lib.display()))
         .args(extra);
     let o = cmd.output().unwrap_or_else(|e| {
-        panic!("cannot run the C compiler `{cc}`: {e} (install gcc, or set CC)")
+        panic!("cannot run the compiler `{cc}`: {e} (install gcc / g++, or set CC / CXX)")
     });
     assert!(
         o.status.success(),
