@@ -13,13 +13,21 @@
 //!   and caller mode, twice (resubmitted), every output word checked;
 //! * `plan_bad_input.c`: the planner's entry points given NULLs, wrong sizes, values out of
 //!   range, too-small arrays (nothing written), bad addresses and stale or foreign handles;
+//! * `driver_bad_input.c`: the driver half's entry points given NULLs, stream >= 4, block id
+//!   none, zero-length FIFOs, mismatched lengths, destroyed / never-created / other-kind
+//!   handles, handles of a second loaded copy of `libnrt_proxy.so` (both ways), double join and
+//!   leave, submit after leave, a full ring (the refused task submitted again later), a progress
+//!   half of ABI major 2 (`fake_progress_v2.c`), the trampolines' checks; exact statuses, the
+//!   comm's health and last error, everything destroyed;
 //! * `minimal.c` (the README's program) through the installed pkg-config files;
 //! * `examples/raii_exchange.cpp`, the README's C++17 example (RAII wrappers of every handle),
 //!   compiled with `g++ -std=c++17 -Wall -Wextra -Werror`;
 //! * with the feature `libfabric`, `tcp_exchange.c`: two processes, one rank each, over
 //!   libfabric tcp on loopback (the comm through the progress half, the barrier through the
-//!   driver's own bootstrap), thread and caller mode;
-//! * the same under valgrind (memcheck: no invalid access, no definite leak), spin budgets 0.
+//!   driver's own bootstrap), thread and caller mode, each pair of processes killed after 180 s;
+//! * the same under valgrind (memcheck: no invalid access, no definite leak), spin budgets 0:
+//!   the in-memory programs, both bad-input programs, and the tcp exchange in thread mode (both
+//!   processes).
 //!   A missing valgrind fails unless `PROXY_ALLOW_SKIP_VALGRIND=1`.
 //!
 //! `NCCOM_PROXY_LIB=/path/libnccom_proxy.so` tests another build of the progress half.
@@ -83,6 +91,35 @@ fn c_plan_api_answers_bad_input() {
     assert!(run(cmd).contains("plan_bad_input: ok"));
 }
 
+/// The arguments of `driver_bad_input`: the progress half, a copy of `libnrt_proxy.so` at another
+/// path (a second loaded instance), and the stub progress half of ABI major 2.
+fn bad_input_args() -> [std::path::PathBuf; 3] {
+    static ARGS: std::sync::OnceLock<[std::path::PathBuf; 3]> = std::sync::OnceLock::new();
+    ARGS.get_or_init(|| {
+        let tmp = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"));
+        let copy = tmp.join("bad-input-copy-libnrt_proxy.so");
+        std::fs::copy(common::driver_library(), &copy).expect("copy libnrt_proxy.so");
+        let fake = tmp.join("bad-input-libfake_progress_v2.so");
+        let o = Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
+            .args(["-shared", "-fPIC", "-Wall", "-Wextra", "-Werror", "-o"])
+            .arg(&fake)
+            .arg(common::manifest_dir().join("tests/c/fake_progress_v2.c"))
+            .output()
+            .expect("run cc (install gcc)");
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        [progress_library(), copy, fake]
+    })
+    .clone()
+}
+
+#[test]
+fn c_driver_api_answers_bad_input() {
+    let exe = compile("driver_bad_input", "driver_bad_input", &["-ldl"]);
+    let mut cmd = Command::new(exe);
+    cmd.args(bad_input_args());
+    assert!(run(cmd).contains("driver_bad_input: ok"));
+}
+
 #[test]
 fn c_programs_under_valgrind() {
     if !common::have_valgrind()
@@ -105,6 +142,13 @@ fn c_programs_under_valgrind() {
     let mut cmd = common::valgrind(&compile("plan_bad_input", "plan_bad_input_vg", &[]));
     cmd.arg(progress_library());
     assert!(run(cmd).contains("plan_bad_input: ok"));
+    let mut cmd = common::valgrind(&compile(
+        "driver_bad_input",
+        "driver_bad_input_vg",
+        &["-ldl"],
+    ));
+    cmd.args(bad_input_args());
+    assert!(run(cmd).contains("driver_bad_input: ok"));
     let mut cmd = common::valgrind(&compile("minimal", "minimal_vg", &[]));
     cmd.arg(progress_library());
     assert!(run(cmd).contains("minimal: ok"));
@@ -215,10 +259,39 @@ fn minimal_program_links_with_the_pkg_config_files() {
 /// Two processes, one rank each, over libfabric `tcp;ofi_rxm` on loopback (`FI_TCP_IFACE=lo`):
 /// the comm through the progress half's libfabric transport, the barrier through the driver's
 /// own bootstrap; a network and a barrier task per execution, the second resubmitted, every
-/// byte checked; with worker threads, then caller-driven (`nrt_proxy_drive_until`). Needs a progress half built with `proxy-ffi/libfabric` (checked first).
+/// byte checked; with worker threads, then caller-driven (`nrt_proxy_drive_until`). Needs a
+/// progress half built with `proxy-ffi/libfabric` (checked first).
 #[cfg(feature = "libfabric")]
 #[test]
 fn c_runtime_exchanges_between_two_processes_over_libfabric_tcp() {
+    let exe = compile("tcp_exchange", "tcp_exchange", &["-pthread"]);
+    for mode in ["thread", "caller"] {
+        tcp_pair(mode, || Command::new(&exe));
+    }
+}
+
+/// The same two processes in thread mode, each under valgrind (memcheck: no invalid access, no
+/// definite leak, in our code or libfabric's), spin budgets 0. Loopback only.
+#[cfg(feature = "libfabric")]
+#[test]
+fn c_runtime_exchanges_over_libfabric_tcp_under_valgrind() {
+    if !common::have_valgrind()
+        && common::tool_missing_allowed("valgrind", "PROXY_ALLOW_SKIP_VALGRIND")
+    {
+        return;
+    }
+    let exe = compile("tcp_exchange", "tcp_exchange_vg", &["-pthread"]);
+    tcp_pair("thread", || common::valgrind(&exe));
+}
+
+/// Runs `tcp_exchange` as ranks 0 and 1 (`cmd()` gives the command before its arguments) on
+/// two fresh loopback ports and checks both succeed. Each process's output goes to a file (no
+/// pipe can fill); both are killed if they have not ended within `TCP_PAIR_LIMIT`.
+#[cfg(feature = "libfabric")]
+fn tcp_pair(mode: &str, cmd: impl Fn() -> Command) {
+    use std::time::{Duration, Instant};
+    /// Far above a valgrind run's ~15 s; the programs' own waits end within 2 minutes.
+    const TCP_PAIR_LIMIT: Duration = Duration::from_secs(180);
     let lib = progress_library();
     let nm = Command::new("nm")
         .args(["-D", "--undefined-only"])
@@ -231,47 +304,61 @@ fn c_runtime_exchanges_between_two_processes_over_libfabric_tcp() {
          libfabric` (or test with --features proxy-ffi/libfabric,proxy-driver-ffi/libfabric)",
         lib.display()
     );
-    let exe = compile("tcp_exchange", "tcp_exchange", &["-pthread"]);
-    for mode in ["thread", "caller"] {
-        // Two distinct free loopback ports: the progress half's bootstrap and the driver's.
-        let root = proxy_bootstrap::launch::free_loopback_root().expect("free port");
-        let barrier = loop {
-            let b = proxy_bootstrap::launch::free_loopback_root().expect("free port");
-            if b != root {
-                break b;
-            }
-        };
-        let children: Vec<_> = (0..2)
-            .map(|rank| {
-                let mut cmd = Command::new(&exe);
-                cmd.arg(&lib)
-                    .arg(rank.to_string())
-                    .arg(root.to_string())
-                    .arg(barrier.to_string())
-                    .arg(mode)
-                    .env("FI_TCP_IFACE", "lo")
-                    .env_remove("LD_LIBRARY_PATH")
-                    .stdout(std::process::Stdio::piped())
-                    .stderr(std::process::Stdio::piped());
-                cmd.spawn().expect("spawn tcp_exchange")
-            })
-            .collect();
-        for (rank, child) in children.into_iter().enumerate() {
-            let o = child.wait_with_output().expect("wait tcp_exchange");
-            let out = String::from_utf8_lossy(&o.stdout);
-            println!(
-                "{mode} rank {rank}:\n{out}{}",
-                String::from_utf8_lossy(&o.stderr)
-            );
-            assert!(
-                o.status.success(),
-                "{mode}: rank {rank} failed with {}",
-                o.status
-            );
-            assert!(
-                out.contains(&format!("tcp_exchange: ok: rank {rank}, {mode} mode")),
-                "{out}"
-            );
+    // Two distinct free loopback ports: the progress half's bootstrap and the driver's.
+    let root = proxy_bootstrap::launch::free_loopback_root().expect("free port");
+    let barrier = loop {
+        let b = proxy_bootstrap::launch::free_loopback_root().expect("free port");
+        if b != root {
+            break b;
         }
+    };
+    let tmp = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"));
+    let tag = format!("{}-{mode}", std::process::id());
+    let mut children: Vec<_> = (0..2u32)
+        .map(|rank| {
+            let out = tmp.join(format!("tcp_exchange-{tag}-{rank}.out"));
+            let err = tmp.join(format!("tcp_exchange-{tag}-{rank}.err"));
+            let mut c = cmd();
+            c.arg(&lib)
+                .arg(rank.to_string())
+                .arg(root.to_string())
+                .arg(barrier.to_string())
+                .arg(mode)
+                .env("FI_TCP_IFACE", "lo")
+                .env_remove("LD_LIBRARY_PATH")
+                .stdout(std::fs::File::create(&out).expect("create output file"))
+                .stderr(std::fs::File::create(&err).expect("create output file"));
+            let child = c.spawn().expect("spawn tcp_exchange");
+            (rank, child, out, err)
+        })
+        .collect();
+    let start = Instant::now();
+    let mut status = [None, None];
+    while status.iter().any(Option::is_none) && start.elapsed() < TCP_PAIR_LIMIT {
+        for (rank, child, ..) in &mut children {
+            if status[*rank as usize].is_none() {
+                status[*rank as usize] = child.try_wait().expect("wait tcp_exchange");
+            }
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    for (rank, child, ..) in &mut children {
+        if status[*rank as usize].is_none() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+    for (rank, _, out, err) in &children {
+        let out = std::fs::read_to_string(out).unwrap_or_default();
+        let err = std::fs::read_to_string(err).unwrap_or_default();
+        println!("{mode} rank {rank} ({:?}):\n{out}{err}", start.elapsed());
+        let st = status[*rank as usize].unwrap_or_else(|| {
+            panic!("{mode}: rank {rank} still running after {TCP_PAIR_LIMIT:?}: killed")
+        });
+        assert!(st.success(), "{mode}: rank {rank} failed with {st}");
+        assert!(
+            out.contains(&format!("tcp_exchange: ok: rank {rank}, {mode} mode")),
+            "{out}"
+        );
     }
 }
