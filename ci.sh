@@ -171,8 +171,9 @@ baremetal() (
 
 # The libfabric transport is the crate proxy-libfabric (built with --workspace); proxy-perf's
 # --transport libfabric and the C ABI's NCCOM_TRANSPORT_LIBFABRIC are `libfabric` features of
-# proxy-perf and proxy-ffi; CI builds and tests with both on.
-FEATURES=(--features proxy-perf/libfabric,proxy-ffi/libfabric)
+# proxy-perf and proxy-ffi; proxy-driver-ffi's `libfabric` feature runs its two-process tcp C
+# test (over proxy-ffi's libfabric build). CI builds and tests with all three on.
+FEATURES=(--features proxy-perf/libfabric,proxy-ffi/libfabric,proxy-driver-ffi/libfabric)
 
 clippy() {
   cargo clippy --workspace --all-targets "${FEATURES[@]}" -- -D warnings
@@ -185,6 +186,13 @@ clippy() {
 
 test() {
   # The soak tests run 50 cycles here (tcp: 10, about 0.35 s each); the soak step runs 200.
+  # --workspace includes proxy-driver-ffi (libnrt_proxy.so, issue 15): its API tests, its C
+  # programs (thread, caller and trampolines modes, the pkg-config build, the same under
+  # valgrind, the 4-rank ring all-reduce on the C planner's FIFOs, the driver API's and the
+  # planner's bad input, the C++17 example, the two-process tcp exchange, also under valgrind)
+  # add about 40-55 s of test time on 2 cores (measured, debug, after the build; the valgrind
+  # runs are most of it).
+  # proxy-ffi's libnccom_proxy.so, which they load, is built by the same command.
   PROXY_SOAK_CYCLES=50 PROXY_SOAK_TCP_CYCLES=10 cargo test --workspace "${FEATURES[@]}"
   cargo test -p proxy-core --features plants
   # The protocol plants against the device emulator, threaded and polled (tests/plants.rs).

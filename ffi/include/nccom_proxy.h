@@ -3,7 +3,10 @@
  * engine (the seed's libnccom role).
  *
  * Link:  cc ... -I<prefix>/include -L<libdir> -lnccom_proxy -Wl,-rpath,<libdir>
- * Load:  dlopen("libnccom_proxy.so", RTLD_NOW) and dlsym each entry point; the *_fn typedefs
+ *        or $(pkg-config --cflags --libs nccom_proxy). The SONAME is libnccom_proxy.so.1 (the
+ *        ABI major): install the link libnccom_proxy.so.1 -> libnccom_proxy.so beside it; a
+ *        linked program records and loads that name.
+ * Load:  dlopen("libnccom_proxy.so.1", RTLD_NOW) and dlsym each entry point; the *_fn typedefs
  *        below are their exact types. Check nccom_abi_version() >> 16 ==
  *        NCCOM_PROXY_ABI_VERSION_MAJOR first.
  *

@@ -49,12 +49,9 @@
 #![allow(non_snake_case)]
 
 mod device;
-mod handles;
 #[cfg(feature = "libfabric")]
 mod libfabric;
-mod logging;
 
-use std::any::Any;
 use std::ffi::{c_char, c_int, c_void};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr;
@@ -70,7 +67,8 @@ use proxy_core::time::MonotonicClock;
 pub use proxy_ffi_types as types;
 use proxy_ffi_types::*;
 
-use handles::{HandleTable, LookupError};
+use proxy_ffi_types::boundary::{guard, lookup_status, panic_message};
+use proxy_ffi_types::handles::{self, HandleTable};
 
 // ---------------------------------------------------------------------------------------------
 // Handle tables
@@ -113,51 +111,6 @@ pub fn live_comms() -> usize {
 /// Number of live in-memory groups (diagnostics and tests).
 pub fn live_mem_groups() -> usize {
     GROUPS.live()
-}
-
-fn lookup_status(what: &str, kind: &str, handle: usize, e: LookupError) -> NrtStatus {
-    match e {
-        LookupError::NotAHandle => {
-            log::error!("{what}: {handle:#x} is not a {kind} handle of this library");
-            NrtStatus::InvalidHandle
-        }
-        LookupError::Stale => {
-            log::error!("{what}: {kind} {handle:#x} was destroyed");
-            NrtStatus::InvalidHandle
-        }
-        LookupError::Busy => {
-            log::error!(
-                "{what}: {kind} {handle:#x} is in use by another call right now (one thread at a time per {kind})"
-            );
-            NrtStatus::Failure
-        }
-    }
-}
-
-fn panic_message(p: &(dyn Any + Send)) -> &str {
-    if let Some(s) = p.downcast_ref::<&str>() {
-        s
-    } else if let Some(s) = p.downcast_ref::<String>() {
-        s
-    } else {
-        "non-string panic payload"
-    }
-}
-
-/// Runs one entry point: installs the logger on first use and turns a panic into
-/// `NRT_FAILURE` with a log line (no unwind crosses the C ABI).
-fn guard(what: &str, f: impl FnOnce() -> Result<(), NrtStatus>) -> NRT_STATUS {
-    logging::init();
-    match catch_unwind(AssertUnwindSafe(f)) {
-        Ok(r) => NrtStatus::from_result(r).code(),
-        Err(p) => {
-            log::error!(
-                "{what}: caught a panic ({}); returning NRT_FAILURE",
-                panic_message(&*p)
-            );
-            NRT_FAILURE
-        }
-    }
 }
 
 /// Runs `f` on the live comm `comm` (holding it busy), catching a panic inside as a poisoning
@@ -405,25 +358,8 @@ pub extern "C" fn nccom_abi_version() -> u32 {
 /// Seed: `nrt_get_status_as_str`.
 #[no_mangle]
 pub extern "C" fn nrt_get_status_as_str(status: NRT_STATUS) -> *const c_char {
-    let s = match NrtStatus::from_code(status) {
-        Some(NrtStatus::Success) => c"NRT_SUCCESS",
-        Some(NrtStatus::Failure) => c"NRT_FAILURE",
-        Some(NrtStatus::Invalid) => c"NRT_INVALID",
-        Some(NrtStatus::InvalidHandle) => c"NRT_INVALID_HANDLE",
-        Some(NrtStatus::Resource) => c"NRT_RESOURCE",
-        Some(NrtStatus::Timeout) => c"NRT_TIMEOUT",
-        Some(NrtStatus::HwError) => c"NRT_HW_ERROR",
-        Some(NrtStatus::QueueFull) => c"NRT_QUEUE_FULL",
-        Some(NrtStatus::Uninitialized) => c"NRT_UNINITIALIZED",
-        Some(NrtStatus::Closed) => c"NRT_CLOSED",
-        Some(NrtStatus::QueueEmpty) => c"NRT_QUEUE_EMPTY",
-        Some(NrtStatus::ExecBadInput) => c"NRT_EXEC_BAD_INPUT",
-        Some(NrtStatus::CollPending) => c"NRT_COLL_PENDING",
-        Some(NrtStatus::ExecHwErrCollectives) => c"NRT_EXEC_HW_ERR_COLLECTIVES",
-        Some(NrtStatus::NetworkProxyFailure) => c"NRT_NETWORK_PROXY_FAILURE",
-        None => c"NRT_UNKNOWN_STATUS",
-    };
-    s.as_ptr()
+    // The one table both C libraries answer from.
+    proxy_ffi_types::status_name(status).as_ptr()
 }
 
 /// Sets the process-wide device callbacks that comms created later with `config.callbacks ==

@@ -62,8 +62,7 @@ fn build_abort_thread(out: &str) -> PathBuf {
 
 /// Compiles `tests/c/<name>.c` linked with `-lnccom_proxy` (rpath to the library's directory).
 fn build_linked(name: &str, out: &str, more: &[&str]) -> PathBuf {
-    let lib = common::library();
-    let dir = lib.parent().expect("library directory").to_owned();
+    let dir = installed_lib_dir();
     let dir = dir.to_str().expect("utf-8 path");
     let mut flags = vec![
         format!("-L{dir}"),
@@ -73,6 +72,25 @@ fn build_linked(name: &str, out: &str, more: &[&str]) -> PathBuf {
     flags.extend(more.iter().map(|s| (*s).to_owned()));
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
     compile(name, out, &flags)
+}
+
+/// A directory laid out as an installation: `libnccom_proxy.so` (the link name) and
+/// `libnccom_proxy.so.1` (the SONAME, which a linked program loads), both links to the library
+/// under test.
+fn installed_lib_dir() -> PathBuf {
+    // Once per test binary: the tests run in parallel.
+    static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("nccom-lib");
+        std::fs::create_dir_all(&dir).expect("mkdir");
+        for name in ["libnccom_proxy.so", "libnccom_proxy.so.1"] {
+            let link = dir.join(name);
+            let _ = std::fs::remove_file(&link);
+            std::os::unix::fs::symlink(common::library(), &link).expect("symlink");
+        }
+        dir
+    })
+    .clone()
 }
 
 /// Runs `cmd`, prints its output, and fails the test on a non-zero exit. Without cargo's
@@ -183,6 +201,10 @@ fn c_program_links_with_the_pkg_config_file() {
     )
     .expect("copy header");
     std::fs::copy(common::library(), libdir.join("libnccom_proxy.so")).expect("copy library");
+    // The SONAME a linked program loads.
+    let so1 = libdir.join("libnccom_proxy.so.1");
+    let _ = std::fs::remove_file(&so1);
+    std::os::unix::fs::symlink("libnccom_proxy.so", &so1).expect("symlink");
     let pc = std::fs::read_to_string(manifest_dir().join("nccom_proxy.pc.in"))
         .expect("nccom_proxy.pc.in")
         .replace("@PREFIX@", prefix.to_str().expect("utf-8 path"))

@@ -434,12 +434,30 @@ fn a_waiter_is_woken_when_the_driver_releases_the_token() {
 
 #[test]
 fn drive_until_on_a_worker_queue_waits_for_the_worker() {
+    // The task waits for a trigger word that only the waiter's hook writes, so the worker
+    // cannot finish it before the waiter runs its hook (the assertion does not depend on how
+    // the two threads are scheduled).
+    let words = crate::testutil::Words::new(&[crate::driver::trigger::TRIGGER_ARMED]);
     let s = Script::new(2);
     let clock = MonotonicClock;
     let (q, w) = small(1, 8);
     let handle = spawn_worker(w);
     let mut h = ProxyQueue::join(&q).unwrap();
-    h.submit(net(&s, 4, 10)).unwrap();
+    let task = NetworkTask::new(NetworkTaskSpec {
+        task_id: 4,
+        // SAFETY: the script outlives the task (declared first; the task ends before leave).
+        comm: unsafe { s.handle() },
+        comm_id: 7,
+        seam: seam(),
+        blocks: vec![block(0, 10), block(1, 10)],
+        schedule: None,
+        triggers: TriggerWords::new(&[words.get(0)]).unwrap(),
+        wait_for_device: true,
+        skip: false,
+        timeout_ns: None,
+    })
+    .unwrap();
+    h.submit(Box::new(task)).unwrap();
     let mut hooks = 0;
     let r = h
         .drive_until(
@@ -448,6 +466,9 @@ fn drive_until_on_a_worker_queue_waits_for_the_worker() {
             &waiter(&clock),
             Some(&mut || {
                 hooks += 1;
+                if hooks == 1 {
+                    words.get(0).store(1); // the device reached the net stage
+                }
                 true
             }),
         )
@@ -457,6 +478,7 @@ fn drive_until_on_a_worker_queue_waits_for_the_worker() {
         hooks > 0,
         "a waiter with a hook keeps running it while the worker drives"
     );
+    assert_eq!(words.get(0).load(), 0, "the worker consumed the trigger");
     assert!(h.leave(&waiter(&clock)).is_empty());
     q.request_stop();
     handle.join().unwrap();

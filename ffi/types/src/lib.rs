@@ -3,9 +3,13 @@
 //! descriptor, the `nec_*` device-callback table, and one function-pointer typedef per exported
 //! entry point.
 //!
-//! This crate holds types only (`no_std`, no code), so that both sides of the binary boundary
-//! agree on them without depending on each other: `proxy-ffi` (the library, which exports the
-//! functions and generates `ffi/include/nccom_proxy.h` from these definitions with cbindgen) and
+//! This crate holds types (`no_std`), one table, the status names of [`status_name`], and the
+//! generation-checked handle tables of both C libraries ([`handles`]; with the feature `std`,
+//! also `boundary`: their logger and panic guard), so that both sides of
+//! the binary boundary agree on them without depending on each other, both C libraries answer
+//! `nrt_get_status_as_str` from the same table and check handles with the same code:
+//! `proxy-ffi` (the library, which exports the functions and generates
+//! `ffi/include/nccom_proxy.h` from these definitions with cbindgen), `proxy-driver-ffi` and
 //! the driver's loader in `proxy-runtime` (which `dlopen`s the library and calls it through
 //! the typedefs). `proxy-ffi` checks at compile time that every export has exactly its typedef.
 //!
@@ -20,6 +24,10 @@
 #![allow(non_camel_case_types)]
 
 use core::ffi::{c_char, c_int, c_void};
+
+#[cfg(feature = "std")]
+pub mod boundary;
+pub mod handles;
 
 pub use proxy_core::progress::desc::{NetDestAddr, NetOpInfo, NetSrcAddr};
 
@@ -44,6 +52,33 @@ const _: () = assert!(
 // ---------------------------------------------------------------------------------------------
 // Status codes
 // ---------------------------------------------------------------------------------------------
+
+/// The name of a status value (`c"NRT_SUCCESS"`, ...), or `c"NRT_UNKNOWN_STATUS"` for a value
+/// `nrt_status.h` does not define: what `nrt_get_status_as_str` answers in both C libraries
+/// (`libnccom_proxy.so` and `libnrt_proxy.so`).
+///
+/// Seed: `nrt_get_status_as_str`.
+pub fn status_name(status: NRT_STATUS) -> &'static core::ffi::CStr {
+    use proxy_core::status::NrtStatus;
+    match NrtStatus::from_code(status) {
+        Some(NrtStatus::Success) => c"NRT_SUCCESS",
+        Some(NrtStatus::Failure) => c"NRT_FAILURE",
+        Some(NrtStatus::Invalid) => c"NRT_INVALID",
+        Some(NrtStatus::InvalidHandle) => c"NRT_INVALID_HANDLE",
+        Some(NrtStatus::Resource) => c"NRT_RESOURCE",
+        Some(NrtStatus::Timeout) => c"NRT_TIMEOUT",
+        Some(NrtStatus::HwError) => c"NRT_HW_ERROR",
+        Some(NrtStatus::QueueFull) => c"NRT_QUEUE_FULL",
+        Some(NrtStatus::Uninitialized) => c"NRT_UNINITIALIZED",
+        Some(NrtStatus::Closed) => c"NRT_CLOSED",
+        Some(NrtStatus::QueueEmpty) => c"NRT_QUEUE_EMPTY",
+        Some(NrtStatus::ExecBadInput) => c"NRT_EXEC_BAD_INPUT",
+        Some(NrtStatus::CollPending) => c"NRT_COLL_PENDING",
+        Some(NrtStatus::ExecHwErrCollectives) => c"NRT_EXEC_HW_ERR_COLLECTIVES",
+        Some(NrtStatus::NetworkProxyFailure) => c"NRT_NETWORK_PROXY_FAILURE",
+        None => c"NRT_UNKNOWN_STATUS",
+    }
+}
 
 /// A runtime status code (`nrt_status.h`): every entry point returns one. `NRT_SUCCESS` (0) is
 /// success; `nrt_get_status_as_str` names any value.

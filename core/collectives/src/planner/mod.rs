@@ -16,6 +16,16 @@
 //! caller has placed the buffers and the host words ([`Addresses`]). Op `k` uses host words
 //! `6k .. 6k + 6` ([`OpWord`]).
 //!
+//! # Streams, basic blocks and the `nec.h` options
+//! [`plan`] makes one block. [`plan_blocks`] splits the collective over [`PlanParams::streams`]
+//! stream slices and [`PlanParams::blocks`] basic blocks per slice, at chunk granularity, each
+//! part planned with the whole collective's algorithm and moved into the whole buffers, with its
+//! own scratch, op tags and host words ([`BlockPlans`], [`BlockPlan`]; the `split` module's docs
+//! say how). [`PlanParams::nec`] ([`NecOptions`]) goes into every op info ([`RankPlan::fifos`]);
+//! the early receive credits are lowered per op to what its program can promise
+//! ([`PlannedOp::ending_recv_credits`]). The interpreter honours each option as a device would
+//! (docs/design.md §5, "The `nec.h` options").
+//!
 //! # How waits are placed
 //! Each algorithm only says, in a pipelined order, which entries to post and which local
 //! reductions and copies to do; a hazard tracker (`builder`) inserts the minimum waits so that
@@ -813,19 +823,21 @@ pub fn plan(params: &PlanParams) -> Result<RankPlan, PlanError> {
 }
 
 /// Sets each op's [`PlannedOp::ending_recv_credits`]: [`NecOptions::early_recv`], lowered
-/// under two rules.
+/// under three rules.
 ///
 /// 1. *Reachable*: the device raises a recv host index only while the buffers of the next
 ///    `credits` entries are free (the entries the program has posted), so at each
 ///    `Wait { upto }` of a recv side with `a` entries posted (fewer than all), `credits <=
 ///    a − upto`.
-/// 2. *Free at the handshake*: the handshake leaves the host index at 0, and the proxy may post
-///    entries `0..credits` at once, before the program hands them out; each of them must be
-///    free from the start of the program: no instruction before the `Post` that hands entry
-///    `i` out may touch its destination (a send or another receive over it, a reduce or copy
-///    reading or writing it), by real overlap (in place, input and output share one buffer).
-///    So `credits` is at most the length of the longest prefix of such entries. (Later
-///    windows lie inside the entries handed out, which the builder's hazard rules keep free.)
+/// 2. *Handed out in the prologue*: right after the handshake the proxy posts `credits`
+///    receives at host index 0, before the program ran, so `credits` is at most the entries
+///    the program posts before its first local work or wait.
+/// 3. *Free at the handshake*: each of those first `credits` entries must be free from the
+///    start of the program: no instruction before the `Post` that hands entry `i` out may
+///    touch its destination (a send or another receive over it, a reduce or copy reading or
+///    writing it), by real overlap (in place, input and output share one buffer). So
+///    `credits` is at most the length of the longest prefix of such entries. (Later windows
+///    lie inside the entries handed out, which the builder's hazard rules keep free.)
 fn set_ending_recv_credits(plan: &mut RankPlan) {
     let want = plan.params.nec.early_recv;
     let mut authorized: Vec<u32> = plan.ops.iter().map(|_| 0).collect();
@@ -835,7 +847,18 @@ fn set_ending_recv_credits(plan: &mut RankPlan) {
         .map(|o| if o.rx_entry_cnt > 0 { want } else { 0 })
         .collect();
     if want > 0 {
+        let mut prologue = true;
         for ins in &plan.program {
+            if matches!(
+                ins,
+                Instr::Wait { .. } | Instr::Reduce { .. } | Instr::Copy { .. }
+            ) && prologue
+            {
+                prologue = false;
+                for (c, &a) in credits.iter_mut().zip(&authorized) {
+                    *c = (*c).min(a);
+                }
+            }
             match *ins {
                 Instr::Post {
                     op,

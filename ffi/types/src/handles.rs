@@ -1,11 +1,16 @@
-//! Handle tables: the C side never holds a pointer to our objects, only an opaque handle that
-//! encodes `(magic, generation, slot index)`. Every call looks the handle up here before it
-//! touches anything, so a destroyed handle, a handle of another kind, or any pointer this
-//! library never handed out is answered with `NRT_INVALID_HANDLE` without a dereference.
+//! Generation-checked handle tables, shared by both C libraries (`libnccom_proxy.so` and
+//! `libnrt_proxy.so`; each links its own copy, so each has its own tables and exports nothing
+//! from here). The C side never holds a pointer to a library's objects, only an opaque handle
+//! that encodes `(tag, generation, slot index)`. Every call looks the handle up before it
+//! touches anything, so NULL, a destroyed handle, a handle of another kind, a handle made by
+//! another loaded copy of the library, and any pointer the library never handed out are
+//! answered without a dereference.
 //!
 //! ```text
-//!  handle bits (64-bit):  [ magic:16 | generation:36 | index:12 ]
-//!  handle bits (32-bit):  [ magic:8  | generation:12 | index:12 ]
+//!  handle bits (64-bit):  [ tag:16 | generation:36 | index:12 ]
+//!  handle bits (32-bit):  [ tag:8  | generation:12 | index:12 ]   (fixed tags only)
+//!  tag: a fixed magic per table            (HandleTable::new, the progress library), or
+//!       [ instance:12 | kind:4 ]            (HandleTable::with_instance, the driver library)
 //!
 //!  slot word = generation << 2 | state
 //!
@@ -20,23 +25,31 @@
 //! (or a destroy racing a progress call) sees BUSY and is refused, never a torn object. Slots of
 //! different handles are independent (no lock, no shared word on the lookup path).
 //!
-//! On 64-bit targets the magic makes the handle a non-canonical address (top 16 bits neither all
+//! **Instances.** A table made [`HandleTable::with_instance`] asks its [`Instance`] function
+//! (once per call; the function caches) for a per-loaded-copy id (`1..=0xFFE`, drawn at random
+//! by the library) and a first generation: a copy of the library loaded twice (two paths,
+//! `RTLD_LOCAL`) has two tables whose handles differ in the instance id, so a handle of one copy
+//! given to the other is answered `NotAHandle` (equal ids have a chance of 1 in 4094; the random
+//! first generation then still tells them apart with high probability). A table made
+//! [`HandleTable::new`] uses a fixed magic and generations from 1 (instance 0).
+//!
+//! On 64-bit targets the tag makes the handle a non-canonical address (top 16 bits neither all
 //! zeros nor all ones), so no real pointer can ever decode as a handle. Generations wrap after
 //! 2^36 reuses of one slot (2^12 on 32-bit targets).
 
-use std::cell::UnsafeCell;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use core::cell::UnsafeCell;
+use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 /// Slots per table (12 index bits).
-pub(crate) const INDEX_BITS: u32 = 12;
+pub const INDEX_BITS: u32 = 12;
 /// Largest number of live objects of one kind.
-pub(crate) const CAPACITY: usize = 1 << INDEX_BITS;
+pub const CAPACITY: usize = 1 << INDEX_BITS;
 
 #[cfg(target_pointer_width = "64")]
 const GEN_BITS: u32 = 36;
 #[cfg(not(target_pointer_width = "64"))]
 const GEN_BITS: u32 = 12;
-const MAGIC_SHIFT: u32 = INDEX_BITS + GEN_BITS;
+const TAG_SHIFT: u32 = INDEX_BITS + GEN_BITS;
 const GEN_MASK: u64 = (1 << GEN_BITS) - 1;
 const INDEX_MASK: usize = CAPACITY - 1;
 
@@ -53,10 +66,34 @@ const fn generation_of(w: u64) -> u64 {
     w >> 2
 }
 
+/// A loaded copy's identity for [`HandleTable::with_instance`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct InstanceId {
+    /// The instance id, `1..=0xFFE` (12 bits; never all zeros or all ones, so the tag is never
+    /// 0 or `0xFFFF`).
+    pub id: u16,
+    /// The generation a never-used slot starts from (below 2^35).
+    pub first_generation: u64,
+}
+
+/// Gives the loaded copy's [`InstanceId`]; called on every encode and decode, so it should
+/// cache its answer (a `OnceLock`).
+pub type Instance = fn() -> InstanceId;
+
+/// Where a table's tag comes from.
+#[derive(Clone, Copy)]
+enum Tag {
+    /// A fixed magic (instance 0).
+    Fixed(u16),
+    /// `instance << 4 | kind`.
+    #[cfg(target_pointer_width = "64")]
+    PerCopy { kind: u8, instance: Instance },
+}
+
 /// Why a lookup failed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LookupError {
-    /// Not a handle of this table at all (NULL, wrong magic: never handed out by it).
+    /// Not a handle of this table at all (NULL, another kind, another loaded copy, a pointer).
     NotAHandle,
     /// A handle of this table whose object was destroyed (its generation has passed).
     Stale,
@@ -75,8 +112,8 @@ struct Slot<T> {
 
 /// A fixed table of live objects of one kind, keyed by opaque handles.
 pub struct HandleTable<T> {
-    /// `magic << MAGIC_SHIFT`, or-ed into every handle.
-    magic: usize,
+    /// The tag in the top bits of every handle.
+    tag: Tag,
     /// Where the next insert starts scanning (a hint only).
     next: AtomicUsize,
     slots: [Slot<T>; CAPACITY],
@@ -102,37 +139,76 @@ impl Drop for BusyGuard<'_> {
 }
 
 impl<T> HandleTable<T> {
-    /// An empty table whose handles carry `magic` (non-zero; on 64-bit targets, not `0xFFFF`).
+    /// Every slot FREE at generation 0.
+    const fn empty() -> [Slot<T>; CAPACITY] {
+        [const {
+            Slot {
+                word: AtomicU64::new(FREE),
+                value: UnsafeCell::new(None),
+            }
+        }; CAPACITY]
+    }
+
+    /// An empty table whose handles carry the fixed `magic` (non-zero; on 64-bit targets not
+    /// `0xFFFF`, on 32-bit targets at most `0xFF`).
     pub const fn new(magic: u16) -> Self {
         assert!(magic != 0 && magic != 0xFFFF);
         #[cfg(not(target_pointer_width = "64"))]
         assert!(magic <= 0xFF);
         Self {
-            magic: (magic as usize) << MAGIC_SHIFT,
+            tag: Tag::Fixed(magic),
             next: AtomicUsize::new(0),
-            slots: [const {
-                Slot {
-                    word: AtomicU64::new(FREE),
-                    value: UnsafeCell::new(None),
-                }
-            }; CAPACITY],
+            slots: Self::empty(),
+        }
+    }
+
+    /// An empty table of handles of `kind` (1..=15) whose tag also carries the loaded copy's
+    /// instance id (module docs). 64-bit targets only.
+    #[cfg(target_pointer_width = "64")]
+    pub const fn with_instance(kind: u8, instance: Instance) -> Self {
+        assert!(kind != 0 && kind < 16);
+        Self {
+            tag: Tag::PerCopy { kind, instance },
+            next: AtomicUsize::new(0),
+            slots: Self::empty(),
+        }
+    }
+
+    /// The tag shifted into place.
+    fn tag(&self) -> usize {
+        let t = match self.tag {
+            Tag::Fixed(m) => m as usize,
+            #[cfg(target_pointer_width = "64")]
+            Tag::PerCopy { kind, instance } => {
+                ((instance)().id as usize & 0xFFF) << 4 | kind as usize
+            }
+        };
+        t << TAG_SHIFT
+    }
+
+    /// The generation before the first of a never-used slot.
+    fn first_generation(&self) -> u64 {
+        match self.tag {
+            Tag::Fixed(_) => 0,
+            #[cfg(target_pointer_width = "64")]
+            Tag::PerCopy { instance, .. } => (instance)().first_generation & (GEN_MASK >> 1),
         }
     }
 
     fn encode(&self, index: usize, generation: u64) -> usize {
-        self.magic | ((generation & GEN_MASK) as usize) << INDEX_BITS | index
+        self.tag() | ((generation & GEN_MASK) as usize) << INDEX_BITS | index
     }
 
     /// `(index, generation)` of `handle`, or `NotAHandle`.
     fn decode(&self, handle: usize) -> Result<(usize, u64), LookupError> {
-        let magic_mask = usize::MAX << MAGIC_SHIFT;
-        if handle & magic_mask != self.magic {
+        let tag_mask = usize::MAX << TAG_SHIFT;
+        if handle & tag_mask != self.tag() {
             return Err(LookupError::NotAHandle);
         }
         let index = handle & INDEX_MASK;
-        let generation = ((handle & !magic_mask) >> INDEX_BITS) as u64;
+        let generation = ((handle & !tag_mask) >> INDEX_BITS) as u64;
         if generation == 0 {
-            // Generation 0 is never handed out (the first insert makes generation 1).
+            // Generation 0 is never handed out.
             return Err(LookupError::NotAHandle);
         }
         Ok((index, generation))
@@ -149,7 +225,13 @@ impl<T> HandleTable<T> {
             if w & STATE_MASK != FREE {
                 continue;
             }
-            let mut generation = (generation_of(w) + 1) & GEN_MASK;
+            // A never-used slot starts at the table's first generation.
+            let base = if w == FREE {
+                self.first_generation()
+            } else {
+                generation_of(w)
+            };
+            let mut generation = (base + 1) & GEN_MASK;
             if generation == 0 {
                 generation = 1;
             }
@@ -249,7 +331,10 @@ impl<T> HandleTable<T> {
 
 #[cfg(test)]
 mod tests {
+    extern crate std;
     use super::*;
+    use std::boxed::Box;
+    use std::vec::Vec;
 
     #[test]
     fn insert_lookup_remove_and_stale_handles() {
@@ -286,7 +371,7 @@ mod tests {
             1,
             0x1234,
             &local as *const u64 as usize,
-            h & !(0xFFFF << MAGIC_SHIFT),
+            h & !(0xFFFF << TAG_SHIFT),
             usize::MAX,
         ] {
             assert_eq!(t.with(p, |_| ()), Err(LookupError::NotAHandle), "{p:#x}");
@@ -335,5 +420,47 @@ mod tests {
         all.sort_unstable();
         all.dedup();
         assert_eq!(all.len(), 800);
+    }
+
+    fn test_instance() -> InstanceId {
+        InstanceId {
+            id: 0x5A5,
+            first_generation: 1 << 30,
+        }
+    }
+
+    #[test]
+    fn per_copy_tables_tell_kinds_and_instances_apart() {
+        let t: Box<HandleTable<u32>> = Box::new(HandleTable::with_instance(3, test_instance));
+        let other: Box<HandleTable<u32>> = Box::new(HandleTable::with_instance(4, test_instance));
+        let h = t.insert(7).unwrap();
+        assert_eq!(
+            h >> TAG_SHIFT,
+            0x5A5 << 4 | 3,
+            "instance id and kind in the top bits"
+        );
+        assert_eq!(
+            (h >> INDEX_BITS) as u64 & GEN_MASK,
+            (1 << 30) + 1,
+            "the first generation"
+        );
+        assert_eq!(t.with(h, |v| *v), Ok(7));
+        assert_eq!(
+            other.with(h, |v| *v),
+            Err(LookupError::NotAHandle),
+            "other kind"
+        );
+        // The same slot and generation with another instance id: another loaded copy's handle.
+        let foreign = h ^ (1 << (TAG_SHIFT + 4));
+        assert_eq!(t.with(foreign, |v| *v), Err(LookupError::NotAHandle));
+        let fixed: Box<HandleTable<u32>> = Box::new(HandleTable::new(0xC0CC));
+        assert_eq!(
+            fixed.with(h, |v| *v),
+            Err(LookupError::NotAHandle),
+            "fixed tag"
+        );
+        assert_eq!(t.remove(h), Ok(7));
+        assert_eq!(t.with(h, |v| *v), Err(LookupError::Stale));
+        assert_eq!(t.live(), 0);
     }
 }

@@ -1,0 +1,263 @@
+/*
+ * One rank of a 2-process exchange through libnrt_proxy.so over libfabric tcp (loopback): the
+ * comm is created through the progress half's libfabric transport (its bootstrap at ROOT), and
+ * the driver bootstraps its own barrier channel between the two processes (BARRIER_ROOT). Each
+ * process has a device thread that plays its rank (trigger word, host indices, semaphores,
+ * barrier trigger, barrier-done semaphore). Each execution: a network task (send N_ENTRIES x
+ * ENTRY_SIZE to the peer, receive as much) and a barrier task; the second execution is
+ * resubmitted. Every byte and record field is checked.
+ *
+ * Usage: tcp_exchange /path/to/libnccom_proxy.so RANK ROOT BARRIER_ROOT [thread|caller]
+ *   thread (default): the queue's worker drives the comm; caller: no worker, this thread drives
+ *   it inside nrt_proxy_drive_until.
+ * (the progress half must be built with --features libfabric). Exit status 0 = ok.
+ */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <sched.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "nrt_proxy.h"
+
+#define N_ENTRIES 4u
+#define ENTRY_SIZE (32u * 1024u)
+#define TOTAL (N_ENTRIES * ENTRY_SIZE)
+#define EXECUTIONS 2u
+#define STREAM 1u
+#define BB 2u
+#define COMM_ID 31u
+#define MAX_ITERS 50000000ul
+#define WAIT_MS 60000u
+
+static uint32_t rank;
+
+#define FAIL(...)                                                                                 \
+    do {                                                                                          \
+        fprintf(stderr, "tcp_exchange rank %u: FAIL line %d: ", rank, __LINE__);                  \
+        fprintf(stderr, __VA_ARGS__);                                                             \
+        fprintf(stderr, "\n");                                                                    \
+        exit(1);                                                                                  \
+    } while (0)
+
+#define EXPECT_OK(call)                                                                           \
+    do {                                                                                          \
+        NRT_STATUS s_ = (call);                                                                   \
+        if (s_ != NRT_SUCCESS)                                                                    \
+            FAIL("%s returned %s (%u)", #call, nrt_get_status_as_str(s_), s_);                    \
+    } while (0)
+
+enum { W_SEND_IDX, W_SEND_HS, W_SEND_CPL, W_RECV_IDX, W_RECV_HS, W_RECV_CPL, W_NET_TRIGGER,
+       W_BAR_TRIGGER, W_BAR_DONE, W_COUNT };
+static nccom_host_word_t words[W_COUNT] __attribute__((aligned(64)));
+static uint8_t *src_buf, *dst_buf;
+static uint32_t go_exec, dev_done;
+
+static uint32_t load(nccom_host_word_t *w) { return __atomic_load_n(w, __ATOMIC_ACQUIRE); }
+static void store(nccom_host_word_t *w, uint32_t v) { __atomic_store_n(w, v, __ATOMIC_RELEASE); }
+static void inc_semaphore(nccom_host_word_t *w, uint32_t v) {
+    __atomic_fetch_add(w, v, __ATOMIC_RELEASE);
+}
+static uint8_t pattern(uint32_t r, uint32_t exec, uint32_t i) {
+    return (uint8_t)((r * 29u + exec * 11u + i) % 253u);
+}
+
+/* The device: per execution, trigger, both ops (post everything after each handshake),
+ * barrier trigger, barrier-done. */
+static void *device_main(void *arg) {
+    (void)arg;
+    for (uint32_t exec = 0; exec < EXECUTIONS; exec++) {
+        unsigned long it = 0;
+        while (__atomic_load_n(&go_exec, __ATOMIC_ACQUIRE) <= exec)
+            if (++it > MAX_ITERS)
+                FAIL("device: no go");
+            else
+                sched_yield();
+        for (uint32_t i = 0; i < TOTAL; i++)
+            src_buf[i] = pattern(rank, exec, i);
+        store(&words[W_SEND_IDX], NCCOM_HOST_WORD_READY);
+        store(&words[W_RECV_IDX], NCCOM_HOST_WORD_READY);
+        store(&words[W_NET_TRIGGER], 1);
+        bool posted[2] = {false, false};
+        for (it = 0;; it++) {
+            if (it > MAX_ITERS)
+                FAIL("device: execution %u did not finish", exec);
+            for (int k = 0; k < 2; k++) {
+                int idx = k ? W_RECV_IDX : W_SEND_IDX, hs = idx + 1;
+                if (!posted[k] && load(&words[hs]) == exec + 1) {
+                    store(&words[idx], N_ENTRIES);
+                    posted[k] = true;
+                }
+            }
+            if (load(&words[W_SEND_CPL]) == (exec + 1) * N_ENTRIES &&
+                load(&words[W_RECV_CPL]) == (exec + 1) * N_ENTRIES)
+                break;
+            sched_yield();
+        }
+        store(&words[W_BAR_TRIGGER], 1);
+        for (it = 0; load(&words[W_BAR_DONE]) != exec + 1; it++)
+            if (it > MAX_ITERS)
+                FAIL("device: no barrier-done in execution %u", exec);
+            else
+                sched_yield();
+        __atomic_store_n(&dev_done, exec + 1, __ATOMIC_RELEASE);
+    }
+    return NULL;
+}
+
+static void check(const nrt_proxy_task_record_t *r, uint32_t id, uint32_t streams) {
+    if (r->task_id != id || r->comm_id != COMM_ID || r->streams != streams ||
+        r->progress_status != NRT_SUCCESS || r->run_state != NRT_PROXY_RUN_STATE_DONE)
+        FAIL("record {task %u comm %u streams %#x status %s state %u}, expected task %u",
+             r->task_id, r->comm_id, r->streams, nrt_get_status_as_str(r->progress_status),
+             r->run_state, id);
+}
+
+int main(int argc, char **argv) {
+    if (argc != 5 && argc != 6) {
+        fprintf(stderr, "usage: %s LIB RANK ROOT BARRIER_ROOT [thread|caller]\n", argv[0]);
+        return 2;
+    }
+    int caller = argc == 6 && strcmp(argv[5], "caller") == 0;
+    rank = (uint32_t)atoi(argv[2]);
+    uint32_t peer = 1 - rank;
+    nrt_proxy_config_t cfg;
+    EXPECT_OK(nrt_proxy_config_from_env(&cfg));
+    cfg.progress_lib = argv[1];
+    cfg.drive_mode = caller ? NRT_PROXY_DRIVE_CALLER : NRT_PROXY_DRIVE_THREAD;
+    nrt_proxy_t *inst = NULL;
+    EXPECT_OK(nrt_proxy_init(&cfg, &inst));
+    static const nccom_device_callbacks_t cbs = {.nec_inc_semaphore = inc_semaphore};
+    nrt_proxy_comm_config_t cc;
+    EXPECT_OK(nrt_proxy_comm_config_init(&cc));
+    cc.rank = rank;
+    cc.nranks = 2;
+    cc.comm_id = COMM_ID;
+    cc.provider = "tcp;ofi_rxm";
+    cc.root_addr = argv[3];
+    cc.barrier_root_addr = argv[4];
+    cc.bootstrap_timeout_ms = 30000;
+    cc.callbacks = &cbs;
+    nrt_proxy_comm_t *comm = NULL;
+    EXPECT_OK(nrt_proxy_comm_create(inst, &cc, &comm)); /* collective: both processes */
+    EXPECT_OK(nrt_proxy_comm_join(comm));
+    src_buf = aligned_alloc(64, TOTAL);
+    dst_buf = aligned_alloc(64, TOTAL);
+    if (!src_buf || !dst_buf)
+        FAIL("out of memory");
+    memset(src_buf, 0, TOTAL);
+
+    neuron_net_op_info_t ops[2];
+    memset(ops, 0, sizeof ops);
+    ops[0].send_peer = (int32_t)peer;
+    ops[0].recv_peer = NCCOM_NO_PEER;
+    ops[0].tag = 4;
+    ops[0].tx_entry_cnt = N_ENTRIES;
+    ops[0].data_type_sz = 1;
+    ops[0].post_send_idx_addr = (uint64_t)(uintptr_t)&words[W_SEND_IDX];
+    ops[0].send_handshake_sem_addr = (uint64_t)(uintptr_t)&words[W_SEND_HS];
+    ops[0].send_complete_sem_addr = (uint64_t)(uintptr_t)&words[W_SEND_CPL];
+    ops[1].send_peer = NCCOM_NO_PEER;
+    ops[1].recv_peer = (int32_t)peer;
+    ops[1].tag = 4;
+    ops[1].rx_entry_cnt = N_ENTRIES;
+    ops[1].data_type_sz = 1;
+    ops[1].post_recv_idx_addr = (uint64_t)(uintptr_t)&words[W_RECV_IDX];
+    ops[1].recv_handshake_sem_addr = (uint64_t)(uintptr_t)&words[W_RECV_HS];
+    ops[1].recv_complete_sem_addr = (uint64_t)(uintptr_t)&words[W_RECV_CPL];
+    neuron_net_src_addr_t sf[N_ENTRIES];
+    neuron_net_dest_addr_t df[N_ENTRIES];
+    for (uint32_t e = 0; e < N_ENTRIES; e++) {
+        bool last = e + 1 == N_ENTRIES;
+        sf[e] = (neuron_net_src_addr_t){.net_op_idx = 0,
+                                        .mark = last ? NET_OP_COMPLETE : NET_TRANSFER,
+                                        .addr = (uint64_t)(uintptr_t)(src_buf + e * ENTRY_SIZE),
+                                        .size = ENTRY_SIZE,
+                                        .dest_rank = NCCOM_NO_PEER};
+        df[e] = (neuron_net_dest_addr_t){.net_op_idx = 1,
+                                         .mark = last ? EXEC_COMPLETE : NET_TRANSFER,
+                                         .addr = (uint64_t)(uintptr_t)(dst_buf + e * ENTRY_SIZE),
+                                         .size = ENTRY_SIZE,
+                                         .src_rank = NCCOM_NO_PEER};
+    }
+    nrt_proxy_block_t block = {STREAM, BB, ops, 2, sf, N_ENTRIES, df, N_ENTRIES};
+    nccom_host_word_t *trig[1] = {&words[W_NET_TRIGGER]};
+    nrt_proxy_network_task_t t;
+    memset(&t, 0, sizeof t);
+    t.struct_size = sizeof t;
+    t.task_id = 10;
+    t.blocks = &block;
+    t.n_blocks = 1;
+    t.trigger_words = trig;
+    t.n_trigger_words = 1;
+    t.flags = NRT_PROXY_TASK_WAIT_FOR_DEVICE | NRT_PROXY_TASK_KEEP;
+    t.timeout_ms = WAIT_MS;
+    nccom_host_word_t *btrig[1] = {&words[W_BAR_TRIGGER]};
+    nccom_host_word_t *bdone[1] = {&words[W_BAR_DONE]};
+    nrt_proxy_barrier_task_t b;
+    memset(&b, 0, sizeof b);
+    b.struct_size = sizeof b;
+    b.task_id = 20;
+    b.trigger_words = btrig;
+    b.n_trigger_words = 1;
+    b.done_semaphores = bdone;
+    b.n_done_semaphores = 1;
+    b.flags = NRT_PROXY_TASK_KEEP;
+    b.timeout_ms = WAIT_MS;
+
+    pthread_t dev;
+    if (pthread_create(&dev, NULL, device_main, NULL) != 0)
+        FAIL("pthread_create");
+    for (uint32_t exec = 0; exec < EXECUTIONS; exec++) {
+        store(&words[W_NET_TRIGGER], 0xFFFFFFFFu);
+        store(&words[W_BAR_TRIGGER], 0xFFFFFFFFu);
+        memset(dst_buf, 0xEE, TOTAL);
+        if (exec == 0) {
+            EXPECT_OK(nrt_proxy_submit_network(comm, &t));
+            EXPECT_OK(nrt_proxy_submit_barrier(comm, &b));
+        } else {
+            EXPECT_OK(nrt_proxy_resubmit(comm, 10 + exec - 1, 10 + exec));
+            EXPECT_OK(nrt_proxy_resubmit(comm, 20 + exec - 1, 20 + exec));
+        }
+        __atomic_store_n(&go_exec, exec + 1, __ATOMIC_RELEASE);
+        nrt_proxy_task_record_t rec;
+        if (caller)
+            EXPECT_OK(nrt_proxy_drive_until(comm, 10 + exec, WAIT_MS, &rec));
+        else
+            EXPECT_OK(nrt_proxy_wait(comm, WAIT_MS, &rec));
+        check(&rec, 10 + exec, 1u << STREAM);
+        if (caller)
+            EXPECT_OK(nrt_proxy_drive_until(comm, 20 + exec, WAIT_MS, &rec));
+        else
+            EXPECT_OK(nrt_proxy_wait(comm, WAIT_MS, &rec));
+        check(&rec, 20 + exec, 0);
+        for (unsigned long it = 0; __atomic_load_n(&dev_done, __ATOMIC_ACQUIRE) <= exec; it++)
+            if (it > MAX_ITERS)
+                FAIL("execution %u: the device did not finish", exec);
+            else
+                sched_yield();
+        for (uint32_t i = 0; i < TOTAL; i++)
+            if (dst_buf[i] != pattern(peer, exec, i))
+                FAIL("execution %u byte %u: %#x, expected %#x", exec, i, dst_buf[i],
+                     pattern(peer, exec, i));
+    }
+    if (pthread_join(dev, NULL) != 0)
+        FAIL("pthread_join");
+    NRT_STATUS health = NRT_FAILURE;
+    EXPECT_OK(nrt_proxy_comm_get_async_error(comm, &health));
+    if (health != NRT_SUCCESS)
+        FAIL("async error %s", nrt_get_status_as_str(health));
+    EXPECT_OK(nrt_proxy_comm_leave(comm, WAIT_MS));
+    EXPECT_OK(nrt_proxy_comm_destroy(comm));
+    EXPECT_OK(nrt_proxy_fini(inst));
+    free(src_buf);
+    free(dst_buf);
+    printf("tcp_exchange: ok: rank %u, %s mode, %u executions x %u bytes each way over libfabric "
+           "tcp\n",
+           rank, caller ? "caller" : "thread", EXECUTIONS, TOTAL);
+    return 0;
+}

@@ -1,0 +1,364 @@
+//! The driver half's C ABI tested from C: the programs in `tests/c/` are compiled with `cc`
+//! against the committed headers (`nrt_proxy.h`, `nccom_proxy.h`), linked with `-lnrt_proxy`
+//! (through its SONAME `libnrt_proxy.so.1`), and run with the progress half's path:
+//!
+//! * `exchange.c`: a C runtime with its own device thread runs a 2-rank exchange through both
+//!   libraries over the in-memory transport (worker-thread mode, and caller-driven mode), three
+//!   executions (the later ones resubmitted), every byte, record field and semaphore checked;
+//!   and again with the host driving the seam itself through the exported trampolines
+//!   (`ncclStartNetworkProxy` / `ncclNetworkProxyProgress` / `ncclStopNetworkProxy`);
+//! * `ring_allreduce.c`: the same kind of runtime runs a 4-rank ring all-reduce with its FIFOs
+//!   and device programs from the C planner (`nrt_proxy_plan_*`: 2 streams x 2 basic blocks, 2
+//!   chunks per ring step in every part, the device interpreting each block's program), thread
+//!   and caller mode, twice (resubmitted), every output word checked;
+//! * `plan_bad_input.c`: the planner's entry points given NULLs, wrong sizes, values out of
+//!   range, too-small arrays (nothing written), bad addresses and stale or foreign handles;
+//! * `driver_bad_input.c`: the driver half's entry points given NULLs, stream >= 4, block id
+//!   none, zero-length FIFOs, mismatched lengths, destroyed / never-created / other-kind
+//!   handles, handles of a second loaded copy of `libnrt_proxy.so` (both ways), double join and
+//!   leave, submit after leave, a full ring (the refused task submitted again later), a progress
+//!   half of ABI major 2 (`fake_progress_v2.c`), the trampolines' checks; exact statuses, the
+//!   comm's health and last error, everything destroyed;
+//! * `minimal.c` (the README's program) through the installed pkg-config files;
+//! * `examples/raii_exchange.cpp`, the README's C++17 example (RAII wrappers of every handle),
+//!   compiled with `g++ -std=c++17 -Wall -Wextra -Werror`;
+//! * with the feature `libfabric`, `tcp_exchange.c`: two processes, one rank each, over
+//!   libfabric tcp on loopback (the comm through the progress half, the barrier through the
+//!   driver's own bootstrap), thread and caller mode, each pair of processes killed after 180 s;
+//! * the same under valgrind (memcheck: no invalid access, no definite leak), spin budgets 0:
+//!   the in-memory programs, both bad-input programs, and the tcp exchange in thread mode (both
+//!   processes).
+//!   A missing valgrind fails unless `PROXY_ALLOW_SKIP_VALGRIND=1`.
+//!
+//! `NCCOM_PROXY_LIB=/path/libnccom_proxy.so` tests another build of the progress half.
+
+mod common;
+
+use std::process::Command;
+
+use common::{compile, progress_library, run};
+
+#[test]
+fn c_runtime_exchanges_through_both_libraries_with_worker_threads() {
+    let exe = compile("exchange", "exchange", &["-pthread"]);
+    let mut cmd = Command::new(exe);
+    cmd.arg(progress_library()).arg("thread");
+    assert!(run(cmd).contains("exchange: ok: thread mode"));
+}
+
+#[test]
+fn c_runtime_exchanges_through_both_libraries_caller_driven() {
+    let exe = compile("exchange", "exchange_caller", &["-pthread"]);
+    let mut cmd = Command::new(exe);
+    cmd.arg(progress_library()).arg("caller");
+    assert!(run(cmd).contains("exchange: ok: caller mode"));
+}
+
+#[test]
+fn c_runtime_exchanges_through_the_trampolines_only() {
+    let exe = compile("exchange", "exchange_tramp", &["-pthread"]);
+    let mut cmd = Command::new(exe);
+    cmd.arg(progress_library()).arg("trampolines");
+    assert!(run(cmd).contains("exchange: ok: trampolines mode"));
+}
+
+#[test]
+fn c_runtime_runs_a_4_rank_ring_all_reduce() {
+    let exe = compile("ring_allreduce", "ring_allreduce", &["-pthread"]);
+    for mode in ["thread", "caller"] {
+        let mut cmd = Command::new(&exe);
+        cmd.arg(progress_library()).arg(mode);
+        assert!(run(cmd).contains(&format!("ring_allreduce: ok: {mode} mode, 4 ranks")));
+    }
+}
+
+/// The README's C++17 example (`examples/raii_exchange.cpp`, every handle in an RAII wrapper):
+/// compiled with `g++ -std=c++17 -Wall -Wextra -Werror` and run (a 2-rank send-recv from the
+/// planner, every word checked).
+#[test]
+fn cpp17_raii_example_exchanges() {
+    let exe = common::compile_cpp("examples/raii_exchange.cpp", "raii_exchange", &["-pthread"]);
+    let mut cmd = Command::new(exe);
+    cmd.arg(progress_library());
+    assert!(run(cmd).contains("raii_exchange: ok: 2 ranks"));
+}
+
+#[test]
+fn c_plan_api_answers_bad_input() {
+    let exe = compile("plan_bad_input", "plan_bad_input", &[]);
+    let mut cmd = Command::new(exe);
+    cmd.arg(progress_library());
+    assert!(run(cmd).contains("plan_bad_input: ok"));
+}
+
+/// The arguments of `driver_bad_input`: the progress half, a copy of `libnrt_proxy.so` at another
+/// path (a second loaded instance), and the stub progress half of ABI major 2.
+fn bad_input_args() -> [std::path::PathBuf; 3] {
+    static ARGS: std::sync::OnceLock<[std::path::PathBuf; 3]> = std::sync::OnceLock::new();
+    ARGS.get_or_init(|| {
+        let tmp = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"));
+        let copy = tmp.join("bad-input-copy-libnrt_proxy.so");
+        std::fs::copy(common::driver_library(), &copy).expect("copy libnrt_proxy.so");
+        let fake = tmp.join("bad-input-libfake_progress_v2.so");
+        let o = Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
+            .args(["-shared", "-fPIC", "-Wall", "-Wextra", "-Werror", "-o"])
+            .arg(&fake)
+            .arg(common::manifest_dir().join("tests/c/fake_progress_v2.c"))
+            .output()
+            .expect("run cc (install gcc)");
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        [progress_library(), copy, fake]
+    })
+    .clone()
+}
+
+#[test]
+fn c_driver_api_answers_bad_input() {
+    let exe = compile("driver_bad_input", "driver_bad_input", &["-ldl"]);
+    let mut cmd = Command::new(exe);
+    cmd.args(bad_input_args());
+    assert!(run(cmd).contains("driver_bad_input: ok"));
+}
+
+#[test]
+fn c_programs_under_valgrind() {
+    if !common::have_valgrind()
+        && common::tool_missing_allowed("valgrind", "PROXY_ALLOW_SKIP_VALGRIND")
+    {
+        return;
+    }
+    let exe = compile("exchange", "exchange_vg", &["-pthread"]);
+    for mode in ["thread", "caller", "trampolines"] {
+        let mut cmd = common::valgrind(&exe);
+        cmd.arg(progress_library()).arg(mode);
+        assert!(run(cmd).contains(&format!("exchange: ok: {mode} mode")));
+    }
+    let exe = compile("ring_allreduce", "ring_allreduce_vg", &["-pthread"]);
+    for mode in ["thread", "caller"] {
+        let mut cmd = common::valgrind(&exe);
+        cmd.arg(progress_library()).arg(mode);
+        assert!(run(cmd).contains(&format!("ring_allreduce: ok: {mode} mode")));
+    }
+    let mut cmd = common::valgrind(&compile("plan_bad_input", "plan_bad_input_vg", &[]));
+    cmd.arg(progress_library());
+    assert!(run(cmd).contains("plan_bad_input: ok"));
+    let mut cmd = common::valgrind(&compile(
+        "driver_bad_input",
+        "driver_bad_input_vg",
+        &["-ldl"],
+    ));
+    cmd.args(bad_input_args());
+    assert!(run(cmd).contains("driver_bad_input: ok"));
+    let mut cmd = common::valgrind(&compile("minimal", "minimal_vg", &[]));
+    cmd.arg(progress_library());
+    assert!(run(cmd).contains("minimal: ok"));
+}
+
+#[test]
+fn readme_program_is_tests_c_minimal_c() {
+    let readme = std::fs::read_to_string(common::manifest_dir().join("README.md")).expect("README");
+    let minimal = std::fs::read_to_string(common::manifest_dir().join("tests/c/minimal.c"))
+        .expect("minimal.c");
+    assert!(
+        readme.contains(&format!("```c\n{minimal}```")),
+        "ffi/driver/README.md must hold tests/c/minimal.c verbatim"
+    );
+}
+
+/// An "installed" tree: both headers, both libraries with their SONAME links, both filled-in
+/// `.pc` files; `tests/c/minimal.c` built with `pkg-config --cflags --libs nrt_proxy` and run
+/// twice: given the progress half's path, and with none (the driver then loads
+/// `libnccom_proxy.so.1`, found here through `LD_LIBRARY_PATH`).
+#[test]
+fn minimal_program_links_with_the_pkg_config_files() {
+    let have = Command::new("pkg-config")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !have && common::tool_missing_allowed("pkg-config", "PROXY_ALLOW_SKIP_PKG_CONFIG") {
+        return;
+    }
+    let dir = common::manifest_dir();
+    let prefix = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("nrt-pc-prefix");
+    let (inc, libdir) = (prefix.join("include"), prefix.join("lib"));
+    let pcdir = libdir.join("pkgconfig");
+    for d in [&inc, &pcdir] {
+        std::fs::create_dir_all(d).expect("mkdir");
+    }
+    std::fs::copy(dir.join("include/nrt_proxy.h"), inc.join("nrt_proxy.h")).expect("copy");
+    std::fs::copy(
+        dir.join("../include/nccom_proxy.h"),
+        inc.join("nccom_proxy.h"),
+    )
+    .expect("copy");
+    for (name, lib, pc_in) in [
+        (
+            "nrt_proxy",
+            common::driver_library(),
+            dir.join("nrt_proxy.pc.in"),
+        ),
+        (
+            "nccom_proxy",
+            progress_library(),
+            dir.join("../nccom_proxy.pc.in"),
+        ),
+    ] {
+        let so = format!("lib{name}.so");
+        std::fs::copy(&lib, libdir.join(&so)).expect("copy library");
+        let so1 = libdir.join(format!("{so}.1"));
+        let _ = std::fs::remove_file(&so1);
+        std::os::unix::fs::symlink(&so, &so1).expect("symlink");
+        let pc = std::fs::read_to_string(pc_in)
+            .expect(".pc.in")
+            .replace("@PREFIX@", prefix.to_str().expect("utf-8 path"))
+            .replace("@LIBDIR@", libdir.to_str().expect("utf-8 path"))
+            .replace("@VERSION@", env!("CARGO_PKG_VERSION"));
+        std::fs::write(pcdir.join(format!("{name}.pc")), pc).expect("write .pc");
+    }
+    let mut cmd = Command::new("pkg-config");
+    cmd.args(["--cflags", "--libs", "nrt_proxy"])
+        .env("PKG_CONFIG_PATH", &pcdir);
+    let flags = run(cmd);
+    let flags: Vec<&str> = flags.split_whitespace().collect();
+    assert!(flags.contains(&"-lnrt_proxy"), "{flags:?}");
+    let src = dir.join("tests/c/minimal.c");
+    let exe = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("minimal_pc");
+    let o = Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
+        .args(["-std=c11", "-Wall", "-Wextra", "-Werror"])
+        .arg(&src)
+        .arg("-o")
+        .arg(&exe)
+        .args(&flags)
+        .output()
+        .expect("run cc");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let mut cmd = Command::new(&exe);
+    cmd.arg(libdir.join("libnccom_proxy.so"));
+    assert!(run(cmd).contains("minimal: ok"));
+    // No path: the SONAME, through the library search path.
+    let o = Command::new(&exe)
+        .env("LD_LIBRARY_PATH", &libdir)
+        .env_remove("NEURON_RT_PROXY_PROGRESS_LIB")
+        .output()
+        .expect("run minimal");
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success() && out.contains("minimal: ok"),
+        "{out}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    // And through the environment variable, with no search path.
+    let mut cmd = Command::new(&exe);
+    cmd.env(
+        "NEURON_RT_PROXY_PROGRESS_LIB",
+        libdir.join("libnccom_proxy.so"),
+    );
+    assert!(run(cmd).contains("minimal: ok"));
+}
+
+/// Two processes, one rank each, over libfabric `tcp;ofi_rxm` on loopback (`FI_TCP_IFACE=lo`):
+/// the comm through the progress half's libfabric transport, the barrier through the driver's
+/// own bootstrap; a network and a barrier task per execution, the second resubmitted, every
+/// byte checked; with worker threads, then caller-driven (`nrt_proxy_drive_until`). Needs a
+/// progress half built with `proxy-ffi/libfabric` (checked first).
+#[cfg(feature = "libfabric")]
+#[test]
+fn c_runtime_exchanges_between_two_processes_over_libfabric_tcp() {
+    let exe = compile("tcp_exchange", "tcp_exchange", &["-pthread"]);
+    for mode in ["thread", "caller"] {
+        tcp_pair(mode, || Command::new(&exe));
+    }
+}
+
+/// The same two processes in thread mode, each under valgrind (memcheck: no invalid access, no
+/// definite leak, in our code or libfabric's), spin budgets 0. Loopback only.
+#[cfg(feature = "libfabric")]
+#[test]
+fn c_runtime_exchanges_over_libfabric_tcp_under_valgrind() {
+    if !common::have_valgrind()
+        && common::tool_missing_allowed("valgrind", "PROXY_ALLOW_SKIP_VALGRIND")
+    {
+        return;
+    }
+    let exe = compile("tcp_exchange", "tcp_exchange_vg", &["-pthread"]);
+    tcp_pair("thread", || common::valgrind(&exe));
+}
+
+/// Runs `tcp_exchange` as ranks 0 and 1 (`cmd()` gives the command before its arguments) on
+/// two fresh loopback ports and checks both succeed. Each process's output goes to a file (no
+/// pipe can fill); both are killed if they have not ended within `TCP_PAIR_LIMIT`.
+#[cfg(feature = "libfabric")]
+fn tcp_pair(mode: &str, cmd: impl Fn() -> Command) {
+    use std::time::{Duration, Instant};
+    /// Far above a valgrind run's ~15 s; the programs' own waits end within 2 minutes.
+    const TCP_PAIR_LIMIT: Duration = Duration::from_secs(180);
+    let lib = progress_library();
+    let nm = Command::new("nm")
+        .args(["-D", "--undefined-only"])
+        .arg(&lib)
+        .output()
+        .expect("run nm (binutils)");
+    assert!(
+        String::from_utf8_lossy(&nm.stdout).contains(" fi_getinfo"),
+        "{} was built without libfabric: build it with `cargo build -p proxy-ffi --features \
+         libfabric` (or test with --features proxy-ffi/libfabric,proxy-driver-ffi/libfabric)",
+        lib.display()
+    );
+    // Two distinct free loopback ports: the progress half's bootstrap and the driver's.
+    let root = proxy_bootstrap::launch::free_loopback_root().expect("free port");
+    let barrier = loop {
+        let b = proxy_bootstrap::launch::free_loopback_root().expect("free port");
+        if b != root {
+            break b;
+        }
+    };
+    let tmp = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"));
+    let tag = format!("{}-{mode}", std::process::id());
+    let mut children: Vec<_> = (0..2u32)
+        .map(|rank| {
+            let out = tmp.join(format!("tcp_exchange-{tag}-{rank}.out"));
+            let err = tmp.join(format!("tcp_exchange-{tag}-{rank}.err"));
+            let mut c = cmd();
+            c.arg(&lib)
+                .arg(rank.to_string())
+                .arg(root.to_string())
+                .arg(barrier.to_string())
+                .arg(mode)
+                .env("FI_TCP_IFACE", "lo")
+                .env_remove("LD_LIBRARY_PATH")
+                .stdout(std::fs::File::create(&out).expect("create output file"))
+                .stderr(std::fs::File::create(&err).expect("create output file"));
+            let child = c.spawn().expect("spawn tcp_exchange");
+            (rank, child, out, err)
+        })
+        .collect();
+    let start = Instant::now();
+    let mut status = [None, None];
+    while status.iter().any(Option::is_none) && start.elapsed() < TCP_PAIR_LIMIT {
+        for (rank, child, ..) in &mut children {
+            if status[*rank as usize].is_none() {
+                status[*rank as usize] = child.try_wait().expect("wait tcp_exchange");
+            }
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    for (rank, child, ..) in &mut children {
+        if status[*rank as usize].is_none() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+    for (rank, _, out, err) in &children {
+        let out = std::fs::read_to_string(out).unwrap_or_default();
+        let err = std::fs::read_to_string(err).unwrap_or_default();
+        println!("{mode} rank {rank} ({:?}):\n{out}{err}", start.elapsed());
+        let st = status[*rank as usize].unwrap_or_else(|| {
+            panic!("{mode}: rank {rank} still running after {TCP_PAIR_LIMIT:?}: killed")
+        });
+        assert!(st.success(), "{mode}: rank {rank} failed with {st}");
+        assert!(
+            out.contains(&format!("tcp_exchange: ok: rank {rank}, {mode} mode")),
+            "{out}"
+        );
+    }
+}

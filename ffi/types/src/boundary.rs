@@ -1,0 +1,127 @@
+//! What both C libraries do at the boundary of every entry point (feature `std`): install the
+//! logger on the first call, turn a panic into `NRT_FAILURE` with a log line (no unwind crosses
+//! the C ABI), and say why a handle lookup failed. Each library links its own copy (its own
+//! logger and `Once`), and exports nothing from here.
+//!
+//! The logger: the `log` facade to stderr, level from `NEURON_RT_LOG_LEVEL` (`ERROR`, `WARN`,
+//! `INFO`, `DEBUG`, `TRACE`, `OFF`; default `ERROR`), finer filters from `RUST_LOG`
+//! (docs/design.md §8). When the process already has a logger for this copy of `log` (a Rust
+//! program linking a library's rlib), that one is kept.
+
+extern crate std;
+
+use core::any::Any;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::string::String;
+use std::sync::Once;
+
+use proxy_core::status::NrtStatus;
+
+use crate::handles::LookupError;
+use crate::{NRT_FAILURE, NRT_STATUS};
+
+fn level_from(s: Option<&str>) -> log::LevelFilter {
+    match s.map(|s| s.trim().to_ascii_uppercase()).as_deref() {
+        Some("TRACE") => log::LevelFilter::Trace,
+        Some("DEBUG") => log::LevelFilter::Debug,
+        Some("INFO") => log::LevelFilter::Info,
+        Some("WARN" | "WARNING") => log::LevelFilter::Warn,
+        Some("OFF" | "NONE") => log::LevelFilter::Off,
+        _ => log::LevelFilter::Error,
+    }
+}
+
+/// Installs the logger if this is the first call (module docs).
+pub fn init_logging() {
+    static INIT: Once = Once::new();
+    INIT.call_once(|| {
+        let level = level_from(std::env::var("NEURON_RT_LOG_LEVEL").ok().as_deref());
+        let mut b = env_logger::Builder::new();
+        b.filter_level(level);
+        if let Ok(filters) = std::env::var("RUST_LOG") {
+            b.parse_filters(&filters);
+        }
+        // Err: a logger is already installed; keep it.
+        let _ = b.try_init();
+    });
+}
+
+/// The text of a panic payload (`&str` or `String`), or a placeholder.
+pub fn panic_message(p: &(dyn Any + Send)) -> &str {
+    if let Some(s) = p.downcast_ref::<&str>() {
+        s
+    } else if let Some(s) = p.downcast_ref::<String>() {
+        s
+    } else {
+        "non-string panic payload"
+    }
+}
+
+/// Runs one entry point `what`: installs the logger on first use, answers `f`'s result as an
+/// `NRT_STATUS`, and turns a panic into `NRT_FAILURE` with a log line.
+pub fn guard(what: &str, f: impl FnOnce() -> Result<(), NrtStatus>) -> NRT_STATUS {
+    init_logging();
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(r) => NrtStatus::from_result(r).code(),
+        Err(p) => {
+            log::error!(
+                "{what}: caught a panic ({}); returning NRT_FAILURE",
+                panic_message(&*p)
+            );
+            NRT_FAILURE
+        }
+    }
+}
+
+/// The status of a failed lookup of `handle` (a `kind` handle: "comm", "group", ...) in call
+/// `what`, logged: `NRT_INVALID_HANDLE` for a non-handle or a destroyed one, `NRT_FAILURE` for
+/// one in use by another call (one thread at a time per object).
+pub fn lookup_status(what: &str, kind: &str, handle: usize, e: LookupError) -> NrtStatus {
+    match e {
+        LookupError::NotAHandle => {
+            log::error!("{what}: {handle:#x} is not a {kind} handle of this library");
+            NrtStatus::InvalidHandle
+        }
+        LookupError::Stale => {
+            log::error!("{what}: {kind} {handle:#x} was destroyed");
+            NrtStatus::InvalidHandle
+        }
+        LookupError::Busy => {
+            log::error!(
+                "{what}: {kind} {handle:#x} is in use by another call right now (one thread at a \
+                 time per {kind})"
+            );
+            NrtStatus::Failure
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use log::LevelFilter;
+
+    #[test]
+    fn levels() {
+        assert_eq!(level_from(None), LevelFilter::Error);
+        assert_eq!(level_from(Some("debug")), LevelFilter::Debug);
+        assert_eq!(level_from(Some(" WARN ")), LevelFilter::Warn);
+        assert_eq!(level_from(Some("off")), LevelFilter::Off);
+        assert_eq!(level_from(Some("bogus")), LevelFilter::Error);
+    }
+
+    #[test]
+    fn guard_answers_results_and_catches_panics() {
+        assert_eq!(guard("t", || Ok(())), crate::NRT_SUCCESS);
+        assert_eq!(guard("t", || Err(NrtStatus::Invalid)), crate::NRT_INVALID);
+        assert_eq!(guard("t", || panic!("boom")), NRT_FAILURE);
+        assert_eq!(
+            lookup_status("t", "comm", 1, LookupError::Busy),
+            NrtStatus::Failure
+        );
+        assert_eq!(
+            lookup_status("t", "comm", 1, LookupError::Stale),
+            NrtStatus::InvalidHandle
+        );
+    }
+}
