@@ -6,6 +6,9 @@
 #
 #   benches/e2e.sh                 full: sizes 8 B, 64 KiB, 64 MiB; 2 and 4 ranks
 #   E2E_QUICK=1 benches/e2e.sh     quick: sizes 8 B and 64 KiB, fewer iterations
+#   E2E_BW=1 benches/e2e.sh        bandwidth at 64 MiB: the streams / blocks / early-flag
+#                                  variants of proxy-perf beside their floor or peer, repeated
+#                                  (below, "bandwidth mode")
 #
 # Environment: E2E_QUICK (0|1), E2E_OUT (logs and the table; default target/e2e),
 # E2E_TIMEOUT (seconds per run; default 300, quick 120), E2E_FI_PORT (first control port of
@@ -31,6 +34,17 @@
 #   vader and over ofi tcp.
 # * fi_pingpong -e rdm on 127.0.0.1 with "tcp;ofi_rxm" and shm, 8 B and 64 KiB: one-way µs per
 #   transfer (usec/xfer), the floor for a 2-rank send-recv.
+#
+# Bandwidth mode (E2E_BW=1; issue 14): 64 MiB, each cell beside its floor or peer, every
+# variant of proxy-perf's protocol flags in the same round, E2E_BW_REPS rounds (default 3):
+# cells all-reduce 2 ranks in-process and libfabric shm (floor: the engine-free 2-thread
+# all-reduce, `cargo run --release -p proxy-perf --example allreduce_floor`), all-reduce 2 ranks
+# libfabric tcp, reduce-scatter 2 ranks tcp, all-reduce 4 ranks in-process and tcp (peer: Open
+# MPI over vader for in-process, over `mtl ofi` tcp for tcp). E2E_BW_VARIANTS: "name=flags;..."
+# (flags with ',' for spaces; flags starting with @PATH run that binary instead, e.g. an earlier
+# commit's build), default below; E2E_BW_CELLS narrows the cells (ar2-mem ar2-shm
+# ar2-tcp rs2-tcp ar4-mem ar4-tcp). Table: busbw (out of place) range over the rounds and the
+# ratio to the floor/peer of the same round, range over the rounds.
 #
 # Every run is bounded by `timeout`. Missing tools are installed with apt-get (openmpi-bin
 # libopenmpi-dev libfabric-bin time) when running as root; otherwise that peer is skipped.
@@ -157,6 +171,101 @@ mode_flags() { # "driver/device" -> flags
     echo "${f[@]}"
 }
 mode_name() { [ "$1" = "-/-" ] && echo default || echo "drv=${1%/*},dev=${1#*/}"; }
+
+# ---- bandwidth mode (E2E_BW=1) -------------------------------------------------------------
+if [ "${E2E_BW:-0}" = 1 ]; then
+    BW_REPS="${E2E_BW_REPS:-3}"
+    BW_VARIANTS="${E2E_BW_VARIANTS:-s1b1=--streams,1,--blocks,1;s2b1=--streams,2,--blocks,1;s4b1=--streams,4,--blocks,1;s1b4=--streams,1,--blocks,4;s2b4=--streams,2,--blocks,4;s2b4-early=--streams,2,--blocks,4,--early-recv,4,--early-send}"
+    read -r -a BW_CELLS <<<"${E2E_BW_CELLS:-ar2-mem ar2-shm ar2-tcp rs2-tcp ar4-mem ar4-tcp}"
+    BW="$OUT/bw.tsv"
+    : >"$BW"
+    log "bandwidth mode: cells ${BW_CELLS[*]}; variants $BW_VARIANTS; $BW_REPS rounds"
+    if ! timeout 1800 cargo build --release -p proxy-perf --features libfabric --example allreduce_floor >>"$OUT/build.log" 2>&1; then
+        log "allreduce_floor build failed (see $OUT/build.log)"
+        exit 1
+    fi
+    FLOOR="$ROOT/target/release/examples/allreduce_floor"
+    if [ "$HAVE_MPI" = 1 ] && ! timeout 120 mpicc -O2 -o "$OUT/mpi_bench" "$ROOT/benches/mpi/allreduce.c" >"$OUT/mpicc.log" 2>&1; then
+        log "mpicc failed (see $OUT/mpicc.log); Open MPI skipped"
+        HAVE_MPI=0
+    fi
+    bw_mpi() { # coll ranks net -> busbw
+        local nf=()
+        case "$3" in
+            vader) nf=(--mca pml ob1 --mca btl self,vader) ;;
+            ofi-tcp) nf=(--mca pml cm --mca mtl ofi --mca mtl_ofi_provider_include tcp
+                -x FI_PROVIDER=tcp -x FI_TCP_IFACE=lo) ;;
+        esac
+        bounded mpirun --oversubscribe --bind-to none --mca oob_tcp_if_include lo \
+            --mca btl_tcp_if_include lo -np "$2" "${nf[@]}" "$OUT/mpi_bench" "$1" 67108864 5 1 2>&1 |
+            awk '/^mpi / { for (i = 1; i < NF; i++) if ($i == "busbw") print $(i + 1) }'
+    }
+    for rep in $(seq 1 "$BW_REPS"); do
+        for cell in "${BW_CELLS[@]}"; do
+            coll=all-reduce; [ "${cell%%-*}" = rs2 ] && coll=reduce-scatter
+            ranks="${cell:2:1}"; tr="${cell#*-}"
+            case "$tr" in
+                mem) trf=(--transport mem) ;;
+                shm) trf=(--transport libfabric --provider shm) ;;
+                tcp) trf=(--transport libfabric --provider tcp) ;;
+            esac
+            # The floor or peer of this cell, in this round.
+            case "$cell" in
+                ar2-mem | ar2-shm) peer=floor; pbw="$(bounded "$FLOOR" 64M 10 2 | awk '{ for (i = 1; i < NF; i++) if ($i == "busbw") print $(i + 1) }')" ;;
+                ar4-mem) peer=mpi-vader; pbw="$( [ "$HAVE_MPI" = 1 ] && bw_mpi allreduce 4 vader)" ;;
+                rs2-tcp) peer=mpi-ofi-tcp; pbw="$( [ "$HAVE_MPI" = 1 ] && bw_mpi reducescatter 2 ofi-tcp)" ;;
+                *) peer=mpi-ofi-tcp; pbw="$( [ "$HAVE_MPI" = 1 ] && bw_mpi allreduce "$ranks" ofi-tcp)" ;;
+            esac
+            printf 'peer\t%s\t%s\t%s\t%s\n' "$cell" "$peer" "$rep" "${pbw:-}" >>"$BW"
+            log "round $rep $cell: $peer busbw ${pbw:-FAILED}"
+            IFS=';' read -r -a vs <<<"$BW_VARIANTS"
+            for v in "${vs[@]}"; do
+                name="${v%%=*}"; IFS=',' read -r -a vf <<<"${v#*=}"
+                # A variant whose flags start with @PATH runs that proxy-perf binary (e.g. the
+                # build of an earlier commit: "today=@/tmp/proxy-perf-old").
+                bin="$PP"
+                if [ "${vf[0]:0:1}" = @ ]; then bin="${vf[0]:1}"; vf=("${vf[@]:1}"); fi
+                tag="bw_${cell}_${name}_$rep"
+                bounded "$bin" "$coll" -b 64M -e 64M -n 5 -w 1 -c 1 --ranks "$ranks" "${trf[@]}" \
+                    "${vf[@]}" >"$OUT/$tag.log" 2>&1
+                rc=$?
+                read -r bw wrong <<<"$(awk '$1 ~ /^[0-9]+$/ && NF >= 13 { print $8, $9; exit }' "$OUT/$tag.log")"
+                if [ "$rc" != 0 ] || [ -z "$bw" ] || [ "$wrong" != 0 ]; then
+                    log "FAILED (rc $rc, wrong ${wrong:-?}): $cell $name (see $OUT/$tag.log)"
+                    bw=FAIL
+                fi
+                printf 'pp\t%s\t%s\t%s\t%s\n' "$cell" "$name" "$rep" "$bw" >>"$BW"
+                log "round $rep $cell $name: busbw $bw"
+            done
+        done
+    done
+    # cell | variant | busbw min–max | peer | peer busbw min–max | ratio min–max (per round)
+    awk -F'\t' '
+        $1 == "peer" { peer[$2 "|" $4] = $5; pname[$2] = $3; next }
+        $1 == "pp" { k = $2 "|" $3; if (!(k in seen)) { seen[k] = 1; order[++no] = k }
+                     bw[k "|" $4] = $5; reps[$4] = 1 }
+        function upd(a, v) { if (!(a in lo) || v < lo[a]) lo[a] = v; if (!(a in hi) || v > hi[a]) hi[a] = v }
+        END {
+            print "| cell | variant | busbw GB/s | floor / peer | its busbw GB/s | ratio |"
+            print "| --- | --- | --- | --- | --- | --- |"
+            for (i = 1; i <= no; i++) {
+                split(order[i], c, "|")
+                for (r in reps) {
+                    b = bw[order[i] "|" r]; p = peer[c[1] "|" r]
+                    if (b != "FAIL" && b != "") upd("b" i, b + 0)
+                    if (p != "") upd("p" i, p + 0)
+                    if (b != "FAIL" && b + 0 > 0 && p + 0 > 0) upd("r" i, b / p)
+                }
+                printf "| %s | %s | %s | %s | %s | %s |\n", c[1], c[2],
+                    ("b" i in lo) ? sprintf("%.2f–%.2f", lo["b" i], hi["b" i]) : "FAIL", pname[c[1]],
+                    ("p" i in lo) ? sprintf("%.2f–%.2f", lo["p" i], hi["p" i]) : "-",
+                    ("r" i in lo) ? sprintf("%.2f–%.2f×", lo["r" i], hi["r" i]) : "-"
+            }
+        }' "$BW" >"$OUT/bw.md"
+    log "load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
+    cat "$OUT/bw.md"
+    exit 0
+fi
 
 # ---- proxy-perf runs -----------------------------------------------------------------------
 # Parses the first data row: "time busbw wrong" (out of place).

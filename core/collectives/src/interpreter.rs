@@ -54,11 +54,15 @@
 //! The `nec.h` options of a block's plan ([`crate::planner::NecOptions`]) are honoured as a
 //! device would: the host index rises only while fewer than `net_idx_loop_size` entries are
 //! posted and not complete (written modulo it), a recv index only as far as the buffers of the
-//! next `ending_recv_credits` entries are free, and with early send completion every send
-//! source seen complete is overwritten until the program touches it again (docs/design.md §5,
-//! "The `nec.h` options"). A
-//! semaphore that runs ahead of what the device posted is a proxy bug and fails the launch
-//! ([`DeviceError::Protocol`]).
+//! next `ending_recv_credits` entries are free (receive buffers free from the block's start
+//! and not yet promised carry a canary, checked before the device promises them), and with
+//! early send completion every send source seen complete is overwritten until the program
+//! touches it again, unless a receive may still land there (docs/design.md §5, "The `nec.h`
+//! options"). A semaphore that runs ahead of what the device posted, or a canary written
+//! before its promise, is a proxy bug and fails the launch ([`DeviceError::Protocol`]). Two
+//! test knobs make proxy bugs observable: [`Device::set_recv_lag`] (a device slow to post its
+//! receives) and [`Device::watch_peer_recv`] (send completions checked against the peer's
+//! receive host index).
 //!
 //! The interpreter never blocks, names a thread or reads a clock: timeouts belong to the caller
 //! (on Linux `proxy-emulator`'s device thread with its spin / yield / nap policy, or its polled
@@ -433,6 +437,19 @@ struct Scribble {
 /// Byte written over a send source the device reuses after an early completion.
 const SCRIBBLE: u8 = 0xA5;
 
+/// Byte of the canary the device writes into a receive buffer it has not promised yet.
+const CANARY: u8 = 0x5C;
+
+/// The receive host index of the peer op that a send op's entries meet
+/// ([`Device::watch_peer_recv`]).
+#[derive(Clone, Copy, Debug)]
+struct PeerRecv {
+    block: usize,
+    op: u32,
+    addr: u64,
+    ahead: u32,
+}
+
 /// Where a launch is inside its stage, and the per-op semaphore state of the execution; kept
 /// apart from the job so that a poll can borrow both.
 #[derive(Debug)]
@@ -470,6 +487,16 @@ struct Exec {
     scribbles: Vec<Scribble>,
     /// Their saved bytes.
     saved: Vec<u8>,
+    /// Polls of this launch so far (the recv lag's clock).
+    polls: u64,
+    /// Per job block: `polls` when its stream began it.
+    begun: Vec<u64>,
+    /// Polls after a block begins during which the device raises no recv host index
+    /// ([`Device::set_recv_lag`]).
+    recv_lag: u32,
+    /// Peer receive host indices to check send completions against
+    /// ([`Device::watch_peer_recv`]).
+    peer_recv: Vec<PeerRecv>,
     /// The error of a failed launch (answered by every poll until the next launch).
     error: Option<DeviceError>,
 }
@@ -507,9 +534,49 @@ impl Device {
                 streams: Vec::new(),
                 scribbles: Vec::new(),
                 saved: Vec::new(),
+                polls: 0,
+                begun: Vec::new(),
+                recv_lag: 0,
+                peer_recv: Vec::new(),
                 error: None,
             },
         }
+    }
+
+    /// Makes the device lag: for `polls` polls after each block begins it raises no recv host
+    /// index (sends and the handshakes go on), as a slow device would. A test knob: with
+    /// early receive posting, a peer whose sends are ready at once then lands any receive the
+    /// proxy posts beyond `ending_recv_credits` in a buffer the device has not promised, where
+    /// its canary shows it (docs/design.md §5). 0 (the default) = no lag.
+    pub fn set_recv_lag(&mut self, polls: u32) {
+        self.exec.recv_lag = polls;
+    }
+
+    /// A test oracle for send completions without `early_send_completion`: job block `block`'s
+    /// send op `op` meets the receives of a peer op whose recv host index is the word at
+    /// `addr`, with `ahead` = that op's `ending_recv_credits`. Without the flag a send entry
+    /// counts complete only once the transport finished it, which needs the peer's receive
+    /// posted, so the device fails the launch when it sees send entry `i` complete while that
+    /// index says fewer than `i + 1 − ahead` entries posted (a proxy that completed a send
+    /// early without the flag). Kept until cleared by [`Device::clear_peer_watch`]; meaningful
+    /// only for a block run once per launch (a peer that began the block again has reset its
+    /// index) and without an index wrap (the index is read as a count).
+    ///
+    /// # Safety
+    /// `addr` must be a live 4-byte-aligned host word, accessed only atomically, for as long
+    /// as any launch of this device can be polled.
+    pub unsafe fn watch_peer_recv(&mut self, block: usize, op: u32, addr: u64, ahead: u32) {
+        self.exec.peer_recv.push(PeerRecv {
+            block,
+            op,
+            addr,
+            ahead,
+        });
+    }
+
+    /// Drops every watch of [`Device::watch_peer_recv`].
+    pub fn clear_peer_watch(&mut self) {
+        self.exec.peer_recv.clear();
     }
 
     /// The rank of this device.
@@ -563,6 +630,7 @@ impl Device {
     /// or the program does not fit its plan (edge 9; every later poll answers the same error).
     pub fn poll(&mut self, env: &impl DeviceEnv) -> Result<DevicePoll, DeviceError> {
         let Device { fault, job, exec } = self;
+        exec.polls += 1;
         let r = match job.as_ref() {
             None => Ok(DevicePoll::Idle),
             // SAFETY: `launch`'s contract: the job's addresses stay valid while it can be
@@ -670,8 +738,10 @@ impl Exec {
         for b in &job.blocks {
             self.check_plan(&b.plan)?;
             self.op_base.push(total);
+            // A lagging device (a test knob) holds its receives back too.
             self.holds.push(
-                b.plan.params.nec.idx_wrap > 0
+                self.recv_lag > 0
+                    || b.plan.params.nec.idx_wrap > 0
                     || b.plan.ops.iter().any(|o| o.ending_recv_credits > 0),
             );
             total += b.plan.ops.len();
@@ -703,6 +773,9 @@ impl Exec {
         }
         self.scribbles.clear();
         self.saved.clear();
+        self.polls = 0;
+        self.begun.clear();
+        self.begun.resize(job.blocks.len(), 0);
         self.fault_target = job
             .blocks
             .first()
@@ -710,8 +783,9 @@ impl Exec {
         Ok(())
     }
 
-    /// Begins job block `j` on its stream: snapshots every semaphore its program waits on and
-    /// clears the per-execution counts.
+    /// Begins job block `j` on its stream: snapshots every semaphore its program waits on,
+    /// clears the per-execution counts, and writes a canary into every receive buffer the
+    /// device will promise later (before the proxy can post early receives).
     ///
     /// # Safety
     /// As [`Exec::word`], for the job's words.
@@ -738,7 +812,21 @@ impl Exec {
                 self.need[slot][s] = 0;
                 self.seen[slot][s] = 0;
             }
+            for i in Self::canaried(&b.plan, k as u32) {
+                let e = b.plan.dst[o.dst_base as usize + i as usize];
+                // SAFETY: the entry's buffer lies in the rank's buffers (launch's contract);
+                // no instruction of the block touched it yet and the proxy may not receive
+                // into it before the device promises it.
+                unsafe {
+                    core::ptr::write_bytes(
+                        a.of(e.loc) as usize as *mut u8,
+                        CANARY,
+                        e.bytes as usize,
+                    )
+                };
+            }
         }
+        self.begun[j] = self.polls;
         if j == 0 {
             self.flipped = false;
         }
@@ -958,6 +1046,67 @@ impl Exec {
         Ok((v, v.wrapping_sub(base)))
     }
 
+    /// The receive entries of op `op` that carry a canary until the device promises them:
+    /// with early receive posting, those past the handshake's promise (`ending_recv_credits`)
+    /// whose buffers are free from the start of the block ([`RankPlan::recv_free`]).
+    fn canaried(plan: &RankPlan, op: u32) -> impl Iterator<Item = u32> + '_ {
+        let o = plan.ops[op as usize];
+        let c = o.ending_recv_credits;
+        let flags = if c == 0 {
+            &[][..]
+        } else {
+            plan.recv_free
+                .get(o.dst_base as usize..(o.dst_base + o.rx_entry_cnt) as usize)
+                .unwrap_or(&[])
+        };
+        flags
+            .iter()
+            .enumerate()
+            .skip(c as usize)
+            .filter(|(_, &f)| f)
+            .map(|(i, _)| i as u32)
+    }
+
+    /// Checks the canaries of op `op`'s receive entries `from..to` of block `j` (about to be
+    /// promised): a receive posted beyond the credits landed in one.
+    ///
+    /// # Safety
+    /// As [`Exec::advance`].
+    unsafe fn check_canaries(
+        &self,
+        job: &Job,
+        j: usize,
+        op: u32,
+        from: u32,
+        to: u32,
+    ) -> Result<(), DeviceError> {
+        let b = &job.blocks[j];
+        let o = b.plan.ops[op as usize];
+        for i in Self::canaried(&b.plan, op).filter(|&i| from <= i && i < to) {
+            let e = b.plan.dst[(o.dst_base + i) as usize];
+            // SAFETY: the entry's buffer lies in the rank's buffers (launch's contract); a
+            // racing write there is the proxy bug this check reports.
+            let buf = unsafe {
+                core::slice::from_raw_parts(
+                    b.addrs.of(e.loc) as usize as *const u8,
+                    e.bytes as usize,
+                )
+            };
+            if let Some(at) = buf.iter().position(|&x| x != CANARY) {
+                return Err(self.protocol(format!(
+                    "stream {} block {} op {op} recv entry {i}: its buffer was written (byte \
+                     {at}) before the device promised it (ending_recv_credits {}, host index \
+                     {}): a receive posted beyond the credits",
+                    b.stream,
+                    b.block,
+                    o.ending_recv_credits,
+                    self.posted[self.op_base[j] + op as usize][Side::Recv as usize]
+                )));
+            }
+        }
+        Ok(())
+    }
+
     /// Raises the host index of op `op`'s `side` in block `j` as far as the device may: to
     /// the entries the program handed out, held back by the early receive credits (the
     /// buffers of the next `ending_recv_credits` entries must be free: handed out) and by the
@@ -977,6 +1126,12 @@ impl Exec {
         let o = &b.plan.ops[op as usize];
         let (slot, s) = (self.op_base[j] + op as usize, side as usize);
         let a = self.authorized[slot][s];
+        if side == Side::Recv
+            && self.recv_lag > 0
+            && self.polls - self.begun[j] < u64::from(self.recv_lag)
+        {
+            return Ok(());
+        }
         let mut target = a;
         let credits = o.ending_recv_credits;
         if side == Side::Recv && credits > 0 {
@@ -992,6 +1147,16 @@ impl Exec {
             target = target.min(done.saturating_add(wrap - 1));
         }
         if target > self.posted[slot][s] {
+            if side == Side::Recv && credits > 0 {
+                // Entries the raise promises for the first time: their canaries are intact.
+                let n = o.rx_entry_cnt;
+                let (from, to) = (
+                    self.posted[slot][s].saturating_add(credits).min(n),
+                    target.saturating_add(credits).min(n),
+                );
+                // SAFETY: the caller's contract.
+                unsafe { self.check_canaries(job, j, op, from, to) }?;
+            }
             self.posted[slot][s] = target;
             let value = if wrap > 0 { target % wrap } else { target };
             // Release (HostWord::store): the data of the posted send entries (written by
@@ -1067,8 +1232,11 @@ impl Exec {
 
     /// After send entries `from..to` of op `op` in block `j` were seen complete with early
     /// completion on: overwrites each one's source (saving it) unless a transfer of the block
-    /// still handed out and not seen complete overlaps it. A send that was counted complete
-    /// before the transport had its own copy then carries the overwritten bytes.
+    /// that may still touch it overlaps it: an entry handed out and not seen complete, or a
+    /// receive the proxy may have posted early (within `ending_recv_credits` of the host
+    /// index, handed out or not), whose data would land under the overwrite and be lost to
+    /// the restore. A send that was counted complete before the transport had its own copy
+    /// then carries the overwritten bytes.
     ///
     /// # Safety
     /// As [`Exec::advance`].
@@ -1084,13 +1252,20 @@ impl Exec {
                 let slot = self.op_base[j] + k;
                 [Side::Send, Side::Recv].into_iter().any(|side| {
                     let s = side as usize;
-                    let (lo, hi) = (self.seen[slot][s], self.authorized[slot][s]);
-                    plan.entries(k as u32, side)[lo as usize..hi as usize]
-                        .iter()
-                        .any(|x| {
-                            let a = b.addrs.of(x.loc);
-                            x.bytes > 0 && a < end && start < a + x.bytes
-                        })
+                    let entries = plan.entries(k as u32, side);
+                    let mut hi = self.authorized[slot][s];
+                    if side == Side::Recv {
+                        // Receives the proxy may have posted ahead of the host index.
+                        let ahead = self.posted[slot][s]
+                            .saturating_add(plan.ops[k].ending_recv_credits)
+                            .min(entries.len() as u32);
+                        hi = hi.max(ahead);
+                    }
+                    let lo = self.seen[slot][s].min(hi);
+                    entries[lo as usize..hi as usize].iter().any(|x| {
+                        let a = b.addrs.of(x.loc);
+                        x.bytes > 0 && a < end && start < a + x.bytes
+                    })
                 })
             }) || self
                 .scribbles
@@ -1113,6 +1288,41 @@ impl Exec {
                 saved: at,
             });
         }
+    }
+
+    /// [`Device::watch_peer_recv`]'s check: `done` send entries of op `op` in block `j` are
+    /// complete without early completion, so the peer has posted at least `done − ahead`.
+    ///
+    /// # Safety
+    /// As [`Exec::advance`], and the watched words are live ([`Device::watch_peer_recv`]).
+    unsafe fn check_peer_recv(
+        &self,
+        job: &Job,
+        j: usize,
+        op: u32,
+        done: u32,
+    ) -> Result<(), DeviceError> {
+        for w in self.peer_recv.iter().filter(|w| w.block == j && w.op == op) {
+            // Acquire (HostWord::load): the peer device raised the index before its proxy
+            // posted the receive that let the transport finish this send, and the proxy's
+            // completion count this device read with acquire follows that.
+            // SAFETY: the caller's contract.
+            let v = unsafe { self.word(w.addr) }?.load();
+            let posted = if v == HOST_INDEX_READY { 0 } else { v };
+            if posted.saturating_add(w.ahead) < done {
+                let b = &job.blocks[j];
+                return Err(self.protocol(format!(
+                    "stream {} block {} op {op}: send entry {} counted complete while the peer \
+                     had posted {posted} receives (+{} early): completed before the transport \
+                     finished it, without early_send_completion",
+                    b.stream,
+                    b.block,
+                    done - 1,
+                    w.ahead
+                )));
+            }
+        }
+        Ok(())
     }
 
     /// Runs one instruction of job block `j`; `Some` = it waits for that word (run it again
@@ -1233,6 +1443,9 @@ impl Exec {
                     } else if p.nec.early_send {
                         // SAFETY: the caller's contract.
                         unsafe { self.scribble(job, j, op, prev, done) };
+                    } else {
+                        // SAFETY: the caller's contract and `watch_peer_recv`'s.
+                        unsafe { self.check_peer_recv(job, j, op, done) }?;
                     }
                 }
                 if done < upto {

@@ -465,6 +465,21 @@ impl PolledDevice {
         self.device.rank()
     }
 
+    /// Makes the device raise no recv host index for `polls` polls after each block begins
+    /// ([`Device::set_recv_lag`]; a test knob, 0 = none).
+    pub fn set_recv_lag(&mut self, polls: u32) {
+        self.device.set_recv_lag(polls);
+    }
+
+    /// Adds a send-completion oracle ([`Device::watch_peer_recv`]; a test knob).
+    ///
+    /// # Safety
+    /// As [`Device::watch_peer_recv`].
+    pub unsafe fn watch_peer_recv(&mut self, block: usize, op: u32, addr: u64, ahead: u32) {
+        // SAFETY: forwarded under this function's contract.
+        unsafe { self.device.watch_peer_recv(block, op, addr, ahead) };
+    }
+
     /// Starts `job`: no word is touched until the next [`PolledDevice::poll_once`]. A launch
     /// still running is dropped as it is.
     ///

@@ -119,6 +119,43 @@ fn parse_op(s: &str) -> Result<RedOp, String> {
     RedOp::from_name(s).ok_or_else(|| format!("unknown op '{s}' (sum, prod, min, max)"))
 }
 
+/// `--streams` default (chosen by measurement on this machine, BENCHMARKS.md).
+pub const DEFAULT_STREAMS: u32 = 1;
+/// `--blocks` default (chosen by measurement on this machine, BENCHMARKS.md).
+pub const DEFAULT_BLOCKS: u32 = 1;
+/// `--early-recv` default (0 = off; chosen by measurement on this machine, BENCHMARKS.md).
+pub const DEFAULT_EARLY_RECV: u32 = 0;
+/// `--early-send` default (`on` / `off`; chosen by measurement on this machine, BENCHMARKS.md).
+pub const DEFAULT_EARLY_SEND: &str = "off";
+/// `--idx-wrap` default (0 = no wrap).
+pub const DEFAULT_IDX_WRAP: u32 = 0;
+/// `--credits` default (0 = the progress half's default).
+pub const DEFAULT_CREDITS: u32 = 0;
+
+/// Parses `--idx-wrap`: 0 (no wrap) or at least 2 (a wrap of 1 leaves no entry to post).
+///
+/// # Errors
+/// A message for 1 or a malformed number.
+pub fn parse_idx_wrap(s: &str) -> Result<u32, String> {
+    match s.parse::<u32>() {
+        Ok(1) => Err("1 leaves the device no entry to post: 0 (no wrap) or at least 2".into()),
+        Ok(v) => Ok(v),
+        Err(_) => Err(format!("'{s}' is not a number")),
+    }
+}
+
+/// Parses `on` / `off` (also `true` / `false`, `1` / `0`, `yes` / `no`).
+///
+/// # Errors
+/// A message naming the accepted spellings.
+pub fn parse_on_off(s: &str) -> Result<bool, String> {
+    match s.to_ascii_lowercase().as_str() {
+        "on" | "true" | "1" | "yes" => Ok(true),
+        "off" | "false" | "0" | "no" => Ok(false),
+        _ => Err(format!("'{s}' is not on or off")),
+    }
+}
+
 /// A fault `--inject` can plant (see its help).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FaultArg {
@@ -269,6 +306,40 @@ pub struct Args {
     /// Largest FIFO entry (pipeline chunk) in bytes.
     #[arg(long, default_value_t = DEFAULT_CHUNK_BYTES, value_parser = parse_size)]
     pub chunk: u64,
+    /// Streams (channels) the collective is split over, 1..=4: each rank's part is cut into
+    /// this many contiguous slices, slice s on stream s, all run by one network task.
+    #[arg(long, default_value_t = DEFAULT_STREAMS, value_parser = clap::value_parser!(u32).range(1..=4))]
+    pub streams: u32,
+    /// Basic blocks (pipeline stages) per stream, 1..=16: each stream's slice is cut again
+    /// into this many blocks with ids 1..=B, every non-empty (stream, block) filed at the
+    /// network task's INIT and run in schedule order (with `--loop`, `1..=B` repeated `-n`
+    /// times).
+    #[arg(long, default_value_t = DEFAULT_BLOCKS, value_parser = clap::value_parser!(u32).range(1..=16))]
+    pub blocks: u32,
+    /// Early receive posting with this many receives posted ahead of the device's host
+    /// index (`ending_recv_credits`; 0 = off).
+    #[arg(long = "early-recv", value_name = "N", default_value_t = DEFAULT_EARLY_RECV)]
+    pub early_recv: u32,
+    /// Early send completion: a send's FIFO entry is completed to the device as soon as the
+    /// transport has taken the data (`--early-send`, `--early-send=on|off`).
+    #[arg(
+        long = "early-send",
+        value_name = "on|off",
+        num_args = 0..=1,
+        require_equals = true,
+        default_value = DEFAULT_EARLY_SEND,
+        default_missing_value = "on",
+        value_parser = parse_on_off
+    )]
+    pub early_send: bool,
+    /// FIFO index wrap (`net_idx_loop_size`): the device never has this many entries of an
+    /// op posted and not completed, and indices wrap at it (0 = no wrap).
+    #[arg(long = "idx-wrap", value_name = "N", default_value_t = DEFAULT_IDX_WRAP, value_parser = parse_idx_wrap)]
+    pub idx_wrap: u32,
+    /// Initial send credits of each op (`initial_send_credits`: requests a send may have
+    /// outstanding at the transport; 0 = the progress half's default).
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_CREDITS, value_parser = clap::value_parser!(u32).range(0..=128))]
+    pub credits: u32,
     /// Pin rank r's device emulator to CPU r mod ncpus. Driver workers follow
     /// `NEURON_RT_LOW_LATENCY_TASKS_CPU_AFFINITY`.
     #[arg(long)]
@@ -322,6 +393,40 @@ pub struct Args {
 }
 
 impl Args {
+    /// The protocol options for the header: `streams 1 blocks 1 early-recv off early-send off
+    /// idx-wrap none credits default`.
+    pub fn protocol_line(&self) -> String {
+        let or = |v: u32, zero: &str| {
+            if v == 0 {
+                zero.to_owned()
+            } else {
+                v.to_string()
+            }
+        };
+        format!(
+            "streams {} blocks {} early-recv {} early-send {} idx-wrap {} credits {}",
+            self.streams,
+            self.blocks,
+            or(self.early_recv, "off"),
+            if self.early_send { "on" } else { "off" },
+            or(self.idx_wrap, "none"),
+            or(self.credits, "default")
+        )
+    }
+
+    /// The protocol options as JSON: `{"streams", "blocks", "early_recv_credits" (0 = off),
+    /// "early_send", "idx_wrap" (0 = none), "credits" (0 = the progress half's default)}`.
+    pub fn protocol_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "streams": self.streams,
+            "blocks": self.blocks,
+            "early_recv_credits": self.early_recv,
+            "early_send": self.early_send,
+            "idx_wrap": self.idx_wrap,
+            "credits": self.credits,
+        })
+    }
+
     /// The sizes of the sweep in bytes, each rounded down to whole elements (at least one).
     pub fn sizes(&self) -> Vec<u64> {
         let elt = self.dtype.size() as u64;

@@ -982,6 +982,24 @@ impl DriverEngine {
             .collect()
     }
 
+    /// Ops in the op pools of every stream of every in-process comm (free or in use: the
+    /// pools' capacity, [`proxy_core::progress::comm::StreamState::capacity`]), summed over the
+    /// engine's ranks; `None` when a comm is a loaded library's (its pools are not visible).
+    /// Call it only while no execution is in flight, as [`DriverEngine::protocol_stats`].
+    pub fn pool_ops(&self) -> Option<u64> {
+        self.ranks
+            .iter()
+            .map(|r| match &r.comm {
+                EngineComm::InProcess { comm, .. } => Some(
+                    (0..proxy_core::progress::comm::NUM_STREAMS)
+                        .map(|s| u64::from(comm.stream(s).capacity()))
+                        .sum::<u64>(),
+                ),
+                EngineComm::Loaded { .. } => None,
+            })
+            .sum()
+    }
+
     /// After a run (or its failure): lets every rank's outstanding tasks end by themselves
     /// until `deadline_ns` (monotonic), then leaves every slot, and returns every rank's
     /// counts (global rank, stats).

@@ -46,6 +46,7 @@ pub fn header(args: &Args, info: &HeaderInfo<'_>) -> String {
     );
     let _ = writeln!(s, "#  proxy: {}", info.engine);
     let _ = writeln!(s, "#  progress half: {}", info.progress_half);
+    let _ = writeln!(s, "#  protocol: {}", args.protocol_line());
     let _ = writeln!(
         s,
         "#  minBytes {} maxBytes {} step: {} warmup iters: {} iters: {} check iters: {} type {} op {} root {} algo {:?} chunk {}",
@@ -256,6 +257,9 @@ fn measure_json(m: &Measure) -> serde_json::Value {
         "timed_device_executions": m.timed_device_execs,
         "timed_recv_bytes": m.timed_recv_bytes,
         "recv_bytes_per_execution": m.recv_bytes_per_exec,
+        "filed_blocks": m.filed_blocks,
+        "pool_ops_before": m.pool_ops.map(|p| p.0),
+        "pool_ops_after": m.pool_ops.map(|p| p.1),
     })
 }
 
@@ -289,6 +293,7 @@ pub fn write_json(
         "warmup_iters": args.warmup,
         "check_iters": args.check,
         "busbw_factor": c.busbw_factor(args.ranks),
+        "protocol_options": args.protocol_json(),
         "rows": rows.iter().map(|r| serde_json::json!({
             "size": r.size,
             "count": r.count,

@@ -12,7 +12,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use proxy_collectives::planner::data::{count_wrong, fill_input, POISON};
-use proxy_collectives::planner::{plan, Addresses, Collective, Fifos, PlanParams, RankPlan};
+use proxy_collectives::planner::{
+    plan_blocks, Addresses, BlockPlans, Collective, Fifos, NecOptions, PlanParams,
+};
 use proxy_core::driver::trigger::TRIGGER_ARMED;
 use proxy_core::progress::comm::{Comm, CommConfig};
 use proxy_core::progress::fault::{FaultPlan, FaultTransport, PPM};
@@ -31,6 +33,7 @@ use super::engine::{
     Execution,
 };
 use proxy_bootstrap::SharedBootstrap;
+use proxy_collectives::interpreter::JobBlock;
 use proxy_core::driver::queue::DriveMode;
 use proxy_core::driver::wake::{ThreadPark, Waiter};
 use proxy_core::progress::abort::AbortHandle;
@@ -40,8 +43,6 @@ use proxy_runtime::hostmem::{HostMem, HostMemCallbacks, LINE};
 use proxy_runtime::loader::ProgressLib;
 use proxy_runtime::Config;
 
-/// Block id every collective call uses (one block per call).
-pub const BLOCK: u32 = 1;
 /// Bytes between host words (each alone on a host-memory line).
 const WORD_STRIDE: u64 = LINE as u64;
 /// Trigger-word sets per rank (executions in flight at once).
@@ -69,6 +70,13 @@ pub struct Measure {
     pub timed_recv_bytes: u64,
     /// Bytes all ranks receive in one execution of the block.
     pub recv_bytes_per_exec: u64,
+    /// (stream, block) parts filed per execution, summed over the ranks (each is one `start`
+    /// at the network task's INIT).
+    pub filed_blocks: u64,
+    /// Ops in the in-process comms' op pools (summed over ranks) after the warm-up and after
+    /// the checked runs: equal when recycled ops are filed again instead of new ones taken;
+    /// `None` with a loaded progress half.
+    pub pool_ops: Option<(u64, u64)>,
 }
 
 /// One rank's protocol counters after a run (`--stats`, `--json`).
@@ -410,10 +418,10 @@ fn run_config(
     ))
 }
 
-/// Host-memory lines per rank: the fixed words, then 6 plan words per op, at most 2(n − 1)
-/// ops (ring all-reduce).
-fn host_lines(n: u32) -> usize {
-    FIXED_LINES + 12 * n as usize + 6
+/// Host-memory lines per rank: the fixed words, then per (stream, block) part 6 plan words per
+/// op, at most 2(n − 1) ops (ring all-reduce) and a margin.
+fn host_lines(n: u32, streams: u32, blocks: u32) -> usize {
+    FIXED_LINES + (streams as usize * blocks as usize) * (12 * n as usize + 6)
 }
 
 /// `nec_inc_semaphore` for comms of a loaded progress half: the words are the tool's own host
@@ -454,9 +462,15 @@ struct Assembly {
 
 /// One measured mode's plans and placements (by local index).
 struct Prepared {
-    plans: Vec<Arc<RankPlan>>,
+    /// Every non-empty (stream, block) part of each rank's collective.
+    plans: Vec<Arc<BlockPlans>>,
+    /// The whole rank's buffers and host words (each part's FIFOs and device program apply its
+    /// own word base).
     addrs: Vec<Addresses>,
-    fifos: Vec<Fifos>,
+    /// `(stream, block id, FIFOs)` of every part, filed at the network task's INIT.
+    fifos: Vec<Vec<(u32, u32, Fifos)>>,
+    /// The device programs of each rank's parts, with the addresses each runs with.
+    device: Vec<Vec<JobBlock>>,
     /// Which `prepare` made it (unique in the World): with the reps, the shape key of its
     /// executions' kept tasks and jobs.
     generation: u32,
@@ -493,7 +507,7 @@ impl World {
         let stall_release = Arc::new(AtomicBool::new(false));
         let stall_for = stall_limit(args)?;
         let (cfg, wait, _, modes) = run_config(args, n, 1)?;
-        let lines = host_lines(n);
+        let lines = host_lines(n, args.streams, args.blocks);
         let mems = (0..n)
             .map(|_| HostMem::new(lines).map(Arc::new))
             .collect::<Result<Vec<_>, _>>()
@@ -632,7 +646,10 @@ impl World {
             return Err("--progress-lib runs with --transport mem only".into());
         }
         let (cfg, wait, _, modes) = run_config(args, n, n)?;
-        let mem = Arc::new(HostMem::new(host_lines(n)).map_err(|e| format!("host memory: {e}"))?);
+        let mem = Arc::new(
+            HostMem::new(host_lines(n, args.streams, args.blocks))
+                .map_err(|e| format!("host memory: {e}"))?,
+        );
         let lf = LibfabricCommConfig {
             transport: Options {
                 provider,
@@ -891,7 +908,20 @@ impl World {
         p.root = a.root;
         p.chunk_bytes = a.chunk;
         p.in_place = in_place;
+        p.streams = a.streams;
+        p.blocks = a.blocks;
+        p.nec = NecOptions {
+            early_recv: a.early_recv,
+            early_send: a.early_send,
+            idx_wrap: a.idx_wrap,
+            credits: a.credits,
+        };
         p
+    }
+
+    /// Rank `rank`'s (stream, block) parts of `size` ([`plan_blocks`]).
+    fn plan(&self, size: u64, rank: u32, in_place: bool) -> Result<BlockPlans, String> {
+        plan_blocks(&self.params(size, rank, in_place)).map_err(|e| e.to_string())
     }
 
     /// Arms trigger set `set` and submits one execution (`reps` program executions, block
@@ -1136,10 +1166,11 @@ impl World {
             plans: Vec::new(),
             addrs: Vec::new(),
             fifos: Vec::new(),
+            device: Vec::new(),
             generation: self.preparations,
         };
         for (r, m) in mems.iter_mut().enumerate() {
-            let p = plan(&self.params(size, self.local[r], in_place)).map_err(|e| e.to_string())?;
+            let p = self.plan(size, self.local[r], in_place)?;
             let lines = self.fixed[r].mem.lines();
             if FIXED_LINES + p.host_words() as usize > lines {
                 return Err(format!("plan needs {} host words", p.host_words()));
@@ -1158,7 +1189,25 @@ impl World {
                 words: self.fixed[r].plan_words(),
                 word_stride: WORD_STRIDE,
             };
-            prep.fifos.push(p.fifos(&a));
+            prep.device.push(
+                p.blocks
+                    .iter()
+                    .map(|b| JobBlock {
+                        stream: b.stream,
+                        block: b.block,
+                        plan: Arc::new(b.plan.clone()),
+                        addrs: b.addresses(&a),
+                    })
+                    .collect(),
+            );
+            // A part without ops (one rank: nothing to send) is not filed.
+            prep.fifos.push(
+                p.blocks
+                    .iter()
+                    .filter(|b| !b.plan.ops.is_empty())
+                    .map(|b| (b.stream, b.block, b.fifos(&a)))
+                    .collect(),
+            );
             prep.addrs.push(a);
             prep.plans.push(Arc::new(p));
         }
@@ -1224,6 +1273,7 @@ impl World {
         } else {
             self.run_execs(&prep, warmup, 1)?;
         }
+        let pool0 = self.engine.pool_ops();
         let starts0 = seam_starts();
         let stats0: Vec<(u64, u64)> = self
             .devices
@@ -1260,8 +1310,11 @@ impl World {
         let recv_bytes_per_exec = prep
             .plans
             .iter()
-            .map(|p| p.dst.iter().map(|e| e.bytes).sum::<u64>())
+            .flat_map(|p| &p.blocks)
+            .map(|b| b.plan.dst.iter().map(|e| e.bytes).sum::<u64>())
             .sum();
+        let filed_blocks = prep.fifos.iter().map(|f| f.len() as u64).sum();
+        let pool = pool0.zip(self.engine.pool_ops());
         let mut local = Counts {
             elapsed_ns: u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX),
             timed_starts,
@@ -1269,6 +1322,8 @@ impl World {
             bytes,
             wrong,
             recv_bytes_per_exec,
+            filed_blocks,
+            pool,
         };
         if let Some(peers) = &self.peers {
             local = Counts::combine(peers, &local)?;
@@ -1280,6 +1335,8 @@ impl World {
             bytes,
             wrong,
             recv_bytes_per_exec,
+            filed_blocks,
+            pool,
         } = local;
         let time = elapsed_ns as f64 / 1e9 / f64::from(iters);
         let bytes_moved = size_of_row(&prep) as f64;
@@ -1297,6 +1354,8 @@ impl World {
             timed_device_execs: execs,
             timed_recv_bytes: bytes,
             recv_bytes_per_exec,
+            filed_blocks,
+            pool_ops: pool,
         })
     }
 
@@ -1345,8 +1404,8 @@ impl World {
         self.local
             .iter()
             .map(|&r| {
-                let po = plan(&self.params(size, r, false)).map_err(|e| e.to_string())?;
-                let pi = plan(&self.params(size, r, true)).map_err(|e| e.to_string())?;
+                let po = self.plan(size, r, false)?;
+                let pi = self.plan(size, r, true)?;
                 let lo = po.layout;
                 Ok(RankMem {
                     input: alloc_bytes(lo.input_bytes),
@@ -1367,7 +1426,7 @@ impl World {
             return Err(format!("an earlier execution failed: {e}"));
         }
         let n = self.args.ranks;
-        let probe = plan(&self.params(size, 0, false)).map_err(|e| e.to_string())?;
+        let probe = self.plan(size, 0, false)?;
         let mut mems = self.buffers(size)?;
         let oop = self.measure(&mut mems, size, false);
         let ip = oop.is_ok().then(|| self.measure(&mut mems, size, true));
@@ -1398,10 +1457,13 @@ struct Counts {
     bytes: u64,
     wrong: Option<u64>,
     recv_bytes_per_exec: u64,
+    filed_blocks: u64,
+    /// Op-pool sizes before and after (`None`: not visible).
+    pool: Option<(u64, u64)>,
 }
 
 impl Counts {
-    const WORDS: usize = 6;
+    const WORDS: usize = 9;
 
     fn encode(&self) -> Vec<u8> {
         [
@@ -1411,6 +1473,9 @@ impl Counts {
             self.bytes,
             self.wrong.unwrap_or(u64::MAX),
             self.recv_bytes_per_exec,
+            self.filed_blocks,
+            self.pool.map_or(u64::MAX, |p| p.0),
+            self.pool.map_or(u64::MAX, |p| p.1),
         ]
         .iter()
         .flat_map(|w| w.to_le_bytes())
@@ -1429,6 +1494,8 @@ impl Counts {
             bytes: w(3),
             wrong: (w(4) != u64::MAX).then(|| w(4)),
             recv_bytes_per_exec: w(5),
+            filed_blocks: w(6),
+            pool: (w(7) != u64::MAX).then(|| (w(7), w(8))),
         })
     }
 
@@ -1445,6 +1512,8 @@ impl Counts {
             bytes: 0,
             wrong: None,
             recv_bytes_per_exec: 0,
+            filed_blocks: 0,
+            pool: Some((0, 0)),
         };
         for (r, b) in all.iter().enumerate() {
             let c = Self::decode(b)
@@ -1457,6 +1526,11 @@ impl Counts {
                 *total.wrong.get_or_insert(0) += w;
             }
             total.recv_bytes_per_exec += c.recv_bytes_per_exec;
+            total.filed_blocks += c.filed_blocks;
+            total.pool = match (total.pool, c.pool) {
+                (Some(t), Some(p)) => Some((t.0 + p.0, t.1 + p.1)),
+                _ => None,
+            };
         }
         Ok(total)
     }
@@ -1687,12 +1761,8 @@ fn execution_of(
     let leader = r == 0;
     Execution {
         id,
-        blocks: if prep.plans[r].ops.is_empty() {
-            Vec::new()
-        } else {
-            vec![(0, BLOCK, prep.fifos[r].clone())]
-        },
-        schedule: vec![BLOCK; reps as usize],
+        blocks: prep.fifos[r].clone(),
+        schedule: prep.plans[r].schedule(reps),
         net_triggers: vec![f.net_trigger(set)],
         barrier_triggers: vec![f.barrier_trigger(set)],
         barrier_done: if leader {
@@ -1706,14 +1776,13 @@ fn execution_of(
 
 /// Rank `r`'s device job for trigger set `set`.
 fn job_of(prep: &Prepared, f: &FixedWords, r: usize, set: usize, reps: u32) -> Job {
-    Job::single(
-        prep.plans[r].clone(),
-        prep.addrs[r],
-        reps,
-        vec![f.net_trigger(set)],
-        vec![f.barrier_trigger(set)],
-        Some(f.barrier_done()),
-    )
+    Job {
+        blocks: prep.device[r].clone(),
+        schedule: prep.plans[r].schedule(reps),
+        net_triggers: vec![f.net_trigger(set)],
+        barrier_triggers: vec![f.barrier_trigger(set)],
+        barrier_done: Some(f.barrier_done()),
+    }
 }
 
 /// Arms rank `f`'s trigger words of set `set` (before its tasks are submitted, docs/design.md

@@ -166,8 +166,9 @@ fn json(path: &std::path::Path) -> serde_json::Value {
     serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
 }
 
-/// `--loop` really recycles: seam `start` once per stream and block for the timed run while
-/// all 20 iterations move data and the check passes; without `--loop`, once per iteration.
+/// `--loop` really recycles: seam `start` once per filed (stream, block) for the timed run
+/// while all 20 iterations move data and the check passes; without `--loop`, once per
+/// iteration.
 #[test]
 fn loop_recycles_ops_instead_of_filing_again() {
     let dir = std::env::temp_dir();
@@ -226,14 +227,25 @@ fn loop_recycles_ops_instead_of_filing_again() {
             assert_eq!(f[0], r.to_string());
             assert_eq!(f[1], starts.to_string(), "{line}");
         }
+        // The default streams and blocks: every (stream, block) part of both ranks is filed.
+        let o = &v["protocol_options"];
+        let parts = o["streams"].as_u64().unwrap() * o["blocks"].as_u64().unwrap();
+        let blocks = o["blocks"].as_u64().unwrap();
         for side in ["out_of_place", "in_place"] {
             let m = &v["rows"][0][side];
             let starts = m["timed_seam_starts"].as_u64().unwrap();
-            // 2 ranks × 1 stream × 1 block, once for the whole timed run, or once per iteration.
-            assert_eq!(starts, if looped { 2 } else { 2 * 20 }, "{side}: {m}");
+            let filed = m["filed_blocks"].as_u64().unwrap();
+            assert_eq!(filed, 2 * parts, "{side}: {m}");
+            // Once per filed part for the whole timed run, or once per iteration.
+            assert_eq!(
+                starts,
+                if looped { filed } else { filed * 20 },
+                "{side}: {m}"
+            );
+            // The device runs the schedule 1..=B per iteration.
             assert_eq!(
                 m["timed_device_executions"].as_u64().unwrap(),
-                2 * 20,
+                2 * 20 * blocks,
                 "{m}"
             );
             let per = m["recv_bytes_per_execution"].as_u64().unwrap();

@@ -488,6 +488,150 @@ fn waiting_for_names_the_word_and_the_value() {
     assert!(!Stage::Idle.edge_ok(Stage::Failed));
 }
 
+/// The early-send overwrite never covers a range a receive posted early may land in: op 0
+/// sends from output bytes 0..8, op 1 receives into them with one early credit (so the proxy
+/// may post that receive at the handshake, before the program hands it out). The device sees
+/// the send complete while the early receive is still pending; the receive lands; the
+/// program then hands the receive out. Overwriting the source then (and restoring it when the
+/// receive is handed out) would put the sent bytes back over the received ones.
+#[test]
+fn the_early_send_overwrite_spares_a_range_an_early_receive_may_land_in() {
+    use crate::planner::{Buf, Layout, Loc, PlannedEntry, PlannedOp};
+    let mut params = PlanParams::new(Collective::SendRecv, 2, DataType::F32, 0, 2);
+    params.nec.early_send = true;
+    params.nec.early_recv = 1;
+    let op = |tx, rx, credits, base| PlannedOp {
+        send_peer: if tx > 0 { 1 } else { -1 },
+        recv_peer: if rx > 0 { 1 } else { -1 },
+        tag: base,
+        tx_entry_cnt: tx,
+        rx_entry_cnt: rx,
+        src_base: 0,
+        dst_base: base.saturating_sub(1),
+        ending_recv_credits: credits,
+    };
+    let entry = |op, offset| PlannedEntry {
+        op,
+        loc: Loc::new(Buf::Output, offset),
+        bytes: 8,
+        mark: 0,
+    };
+    let plan = RankPlan {
+        params,
+        layout: Layout {
+            input_bytes: 8,
+            output_bytes: 16,
+            scratch_bytes: 0,
+            in_place: false,
+            input_offset: 0,
+            output_offset: 0,
+        },
+        // Op 0 sends, op 1 receives into the send's source, op 2 receives elsewhere (its
+        // wait holds the program between the send's completion and op 1's post).
+        ops: vec![op(1, 0, 0, 0), op(0, 1, 1, 1), op(0, 1, 0, 2)],
+        src: vec![entry(0, 0)],
+        dst: vec![entry(1, 0), entry(2, 8)],
+        program: vec![
+            Instr::Arm {
+                op: 0,
+                side: Side::Send,
+            },
+            Instr::Arm {
+                op: 1,
+                side: Side::Recv,
+            },
+            Instr::Arm {
+                op: 2,
+                side: Side::Recv,
+            },
+            Instr::WaitHandshake {
+                op: 0,
+                side: Side::Send,
+            },
+            Instr::WaitHandshake {
+                op: 1,
+                side: Side::Recv,
+            },
+            Instr::WaitHandshake {
+                op: 2,
+                side: Side::Recv,
+            },
+            Instr::Post {
+                op: 0,
+                side: Side::Send,
+                upto: 1,
+            },
+            Instr::Post {
+                op: 2,
+                side: Side::Recv,
+                upto: 1,
+            },
+            Instr::Wait {
+                op: 0,
+                side: Side::Send,
+                upto: 1,
+            },
+            Instr::Wait {
+                op: 2,
+                side: Side::Recv,
+                upto: 1,
+            },
+            Instr::Post {
+                op: 1,
+                side: Side::Recv,
+                upto: 1,
+            },
+            Instr::Wait {
+                op: 1,
+                side: Side::Recv,
+                upto: 1,
+            },
+        ],
+        recv_free: Vec::new(),
+    };
+    let mut buf = vec![0u64; 4];
+    let base = buf.as_mut_ptr() as u64;
+    let words: Vec<AtomicU32> = (0..plan.host_words()).map(|_| AtomicU32::new(0)).collect();
+    let addrs = Addresses {
+        input: base + 24,
+        output: base,
+        scratch: base + 24,
+        words: words.as_ptr() as u64,
+        word_stride: 4,
+    };
+    let job = Job::single(Arc::new(plan), addrs, 1, vec![], vec![], None);
+    let word = |op: u32, hw: OpWord| &words[hw.index(op) as usize];
+    let mut d = Device::new(0, None);
+    // SAFETY: `buf` and `words` outlive every poll of this launch.
+    unsafe { d.launch(job) };
+    let env = Counts::default();
+    // The handshakes: index 0, semaphore +1 (the proxy posts op 1's receive early now).
+    let pending = |d: &mut Device| matches!(d.poll(&env), Ok(DevicePoll::Pending { .. }));
+    assert!(pending(&mut d));
+    for (k, side) in [(0, Side::Send), (1, Side::Recv), (2, Side::Recv)] {
+        word(k, OpWord::post(side)).store(0, Ordering::Release);
+        word(k, OpWord::handshake(side)).fetch_add(1, Ordering::Release);
+    }
+    assert!(pending(&mut d));
+    assert_eq!(word(0, OpWord::post(Side::Send)).load(Ordering::Acquire), 1);
+    // The send is done (early: copied); the device sees it and waits for op 2.
+    // SAFETY: as below: the device does not run between polls; `buf` is live.
+    unsafe { core::ptr::write_volatile(base as usize as *mut u64, 0x1111) };
+    word(0, OpWord::complete(Side::Send)).fetch_add(1, Ordering::Release);
+    assert!(pending(&mut d));
+    // Op 1's early receive lands in the send's source; then op 2's receive completes.
+    // SAFETY: the device does not run between polls; `buf` is live.
+    unsafe { core::ptr::write_volatile(base as usize as *mut u64, 0x2222) };
+    word(2, OpWord::complete(Side::Recv)).fetch_add(1, Ordering::Release);
+    assert!(pending(&mut d));
+    word(1, OpWord::complete(Side::Recv)).fetch_add(1, Ordering::Release);
+    assert_eq!(d.poll(&env), Ok(DevicePoll::Done));
+    // SAFETY: as above.
+    let got = unsafe { core::ptr::read_volatile(base as usize as *const u64) };
+    drop(buf);
+    assert_eq!(got, 0x2222, "the received bytes survive");
+}
+
 /// One send-recv rank (rank 0 of 2) with `nec` options, its words and buffers, no triggers.
 struct NecSetup {
     buf: Vec<u64>,

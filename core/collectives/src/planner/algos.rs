@@ -628,5 +628,6 @@ pub(super) fn build(p: PlanParams, ib: u64, ob: u64) -> Result<RankPlan, PlanErr
         src: built.src,
         dst: built.dst,
         program: built.program,
+        recv_free: alloc::vec::Vec::new(),
     })
 }

@@ -221,3 +221,111 @@ fn fifos_carry_the_nec_options() {
     let pl = plan(&p).unwrap();
     assert!(pl.ops.iter().all(|o| o.ending_recv_credits == 8));
 }
+
+/// The early receive credits promise only buffers that are free from the handshake on: the
+/// first `ending_recv_credits` receive entries of every op are touched by no instruction
+/// before the `Post` that hands each out (in place by real overlap). In-place all-to-all
+/// copies its input (= output, where the receives land) to scratch first: no credits; the
+/// ring all-reduce's all-gather receives land in segments reduced and sent before.
+#[test]
+fn early_credits_promise_only_buffers_free_at_the_handshake() {
+    for c in Collective::ALL {
+        for algorithm in [Algorithm::Ring, Algorithm::Direct] {
+            for in_place in [false, true] {
+                for n in [2, 3, 4] {
+                    for r in 0..n {
+                        let mut p = params(c, n, 48, 1, 1);
+                        p.rank = r;
+                        p.root = n - 1;
+                        p.algorithm = algorithm;
+                        p.in_place = in_place;
+                        p.nec.early_recv = 8;
+                        let pl = plan(&p).unwrap();
+                        check_free_at_handshake(&pl);
+                        if c == Collective::AllToAll && in_place {
+                            assert!(pl.ops.iter().all(|o| o.ending_recv_credits == 0), "{p:?}");
+                        }
+                    }
+                }
+            }
+        }
+    }
+    let mut p = params(Collective::AllReduce, 3, 3 * 6 * 1024, 1, 1);
+    p.chunk_bytes = 4096;
+    p.algorithm = Algorithm::Ring;
+    p.nec.early_recv = 2;
+    let pl = plan(&p).unwrap();
+    // The last all-gather step receives into segments the reduce-scatter reduced and sent.
+    assert_eq!(
+        pl.ops.last().unwrap().ending_recv_credits,
+        0,
+        "{:?}",
+        pl.ops
+    );
+    // The first reduce-scatter step receives into untouched scratch.
+    assert!(pl.ops[0].ending_recv_credits > 0, "{:?}", pl.ops);
+}
+
+fn check_free_at_handshake(pl: &super::RankPlan) {
+    let l = pl.layout;
+    let base = |b: Buf| match (b, l.in_place) {
+        (Buf::Input, true) => l.input_offset,
+        (Buf::Output, true) => l.output_offset,
+        (Buf::Input, false) => 1 << 40,
+        (Buf::Output, false) => 2 << 40,
+        (Buf::Scratch, _) => 3 << 40,
+    };
+    let rng = |loc: super::Loc, bytes: u64| {
+        (
+            base(loc.buf) + loc.offset,
+            base(loc.buf) + loc.offset + bytes,
+        )
+    };
+    let elt = pl.params.dtype.size() as u64;
+    for (k, o) in pl.ops.iter().enumerate() {
+        let k = k as u32;
+        for (i, e) in pl.entries(k, super::Side::Recv)[..o.ending_recv_credits as usize]
+            .iter()
+            .enumerate()
+        {
+            let (a, b) = rng(e.loc, e.bytes);
+            let hit = |(x, y): (u64, u64)| x < b && a < y && x < y;
+            let mut handed = vec![[0u32; 2]; pl.ops.len()];
+            'prog: for (pc, ins) in pl.program.iter().enumerate() {
+                let touched: Vec<(u64, u64)> = match *ins {
+                    Instr::Post { op, side, upto } => {
+                        let from = handed[op as usize][side as usize];
+                        handed[op as usize][side as usize] = upto;
+                        let mut v = Vec::new();
+                        for (j, x) in pl.entries(op, side)[from as usize..upto as usize]
+                            .iter()
+                            .enumerate()
+                        {
+                            if op == k && side == super::Side::Recv && from as usize + j == i {
+                                assert!(
+                                    !v.iter().any(|&t| hit(t)),
+                                    "op {k} entry {i} touched in its own post at {pc}"
+                                );
+                                break 'prog;
+                            }
+                            v.push(rng(x.loc, x.bytes));
+                        }
+                        v
+                    }
+                    Instr::Reduce { dst, a, b, elems } => {
+                        [dst, a, b].iter().map(|&x| rng(x, elems * elt)).collect()
+                    }
+                    Instr::Copy { dst, src, bytes } => vec![rng(dst, bytes), rng(src, bytes)],
+                    _ => Vec::new(),
+                };
+                assert!(
+                    !touched.iter().any(|&t| hit(t)),
+                    "{:?}: op {k} recv entry {i} (credits {}) touched at pc {pc} ({ins:?}) \
+                     before it is handed out",
+                    pl.params,
+                    o.ending_recv_credits
+                );
+            }
+        }
+    }
+}

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use proxy_collectives::interpreter::JobBlock;
 use proxy_collectives::planner::data::{count_wrong, fill_input, POISON};
-use proxy_collectives::planner::{plan_blocks, Addresses, BlockPlans, PlanParams};
+use proxy_collectives::planner::{plan_blocks, Addresses, BlockPlans, OpWord, PlanParams, Side};
 use proxy_core::driver::queue::{ProxyQueue, QueueConfig, SlotHandle, TaskBox};
 use proxy_core::driver::record::TaskRecord;
 use proxy_core::driver::task::{
@@ -174,9 +174,20 @@ impl Rank {
         }
     }
 
-    /// Writes the rank's input (again: an in-place collective overwrote it).
+    /// Poisons the rank's output (so that a result of the execution before cannot hide a
+    /// wrong one) and writes its input (again: an in-place collective overwrote it).
     fn fill(&self, rank: u32) {
         let l = self.plans.layout;
+        if !l.in_place {
+            // SAFETY: the output range lies in this rank's live buffer; nothing runs now.
+            unsafe {
+                std::ptr::write_bytes(
+                    self.out_ptr as usize as *mut u8,
+                    POISON,
+                    l.output_bytes as usize,
+                )
+            };
+        }
         // SAFETY: the input range lies in this rank's live buffer; nothing runs now.
         let inb = unsafe {
             std::slice::from_raw_parts_mut(
@@ -336,6 +347,53 @@ pub fn run_mode(
     device_timeout: Duration,
     mode: Mode,
 ) -> Outcome {
+    run_devices(p, execs, loops, device_timeout, mode, 0, false)
+}
+
+/// [`run`] with devices that raise no recv host index for `recv_lag` polls after each block
+/// begins ([`PolledDevice::set_recv_lag`]).
+pub fn run_lagged(
+    p: &PlanParams,
+    execs: u32,
+    loops: u32,
+    device_timeout: Duration,
+    recv_lag: u32,
+) -> Outcome {
+    run_with(p, execs, loops, device_timeout, recv_lag, false)
+}
+
+/// [`run_lagged`], and with `watch_sends` every device checks each send completion against
+/// the peer's receive host index ([`PolledDevice::watch_peer_recv`]; use `loops == 1`).
+pub fn run_with(
+    p: &PlanParams,
+    execs: u32,
+    loops: u32,
+    device_timeout: Duration,
+    recv_lag: u32,
+    watch_sends: bool,
+) -> Outcome {
+    run_devices(
+        p,
+        execs,
+        loops,
+        device_timeout,
+        Mode::Polled,
+        recv_lag,
+        watch_sends,
+    )
+}
+
+/// The one runner behind [`run`], [`run_mode`], [`run_lagged`] and [`run_with`]; the two
+/// test knobs (`recv_lag`, `watch_sends`) exist on polled devices only.
+fn run_devices(
+    p: &PlanParams,
+    execs: u32,
+    loops: u32,
+    device_timeout: Duration,
+    mode: Mode,
+    recv_lag: u32,
+    watch_sends: bool,
+) -> Outcome {
     let n = p.nranks;
     let fabric = MemFabric::new(n).expect("a fabric");
     let ranks: Vec<Rank> = (0..n).map(|r| Rank::new(p, r, &fabric)).collect();
@@ -347,8 +405,16 @@ pub fn run_mode(
         .collect();
     let mut devices: Vec<Dev> = (0..n)
         .map(|r| match mode {
-            Mode::Polled => Dev::Polled(Box::new(PolledDevice::new(r, None, device_timeout))),
+            Mode::Polled => {
+                let mut d = PolledDevice::new(r, None, device_timeout);
+                d.set_recv_lag(recv_lag);
+                Dev::Polled(Box::new(d))
+            }
             Mode::Threaded => {
+                assert!(
+                    recv_lag == 0 && !watch_sends,
+                    "the lag and send-watch knobs are polled-device knobs"
+                );
                 let policy = WaitPolicy {
                     spins: 0,
                     yields: 50,
@@ -359,6 +425,41 @@ pub fn run_mode(
             }
         })
         .collect();
+    if watch_sends {
+        for (r, (d, rank)) in devices.iter_mut().zip(&ranks).enumerate() {
+            let Dev::Polled(d) = d else {
+                unreachable!("checked above: polled devices only")
+            };
+            for (j, b) in rank.plans.blocks.iter().enumerate() {
+                for (k, o) in b.plan.ops.iter().enumerate() {
+                    if o.tx_entry_cnt == 0 {
+                        continue;
+                    }
+                    let peer = &ranks[o.send_peer as usize];
+                    let pb = peer
+                        .plans
+                        .blocks
+                        .iter()
+                        .find(|x| x.stream == b.stream && x.block == b.block)
+                        .expect("the peer's part");
+                    let (kk, po) = pb
+                        .plan
+                        .ops
+                        .iter()
+                        .enumerate()
+                        .find(|(_, x)| {
+                            x.tag == o.tag && x.recv_peer == r as i32 && x.rx_entry_cnt > 0
+                        })
+                        .expect("the partner recv op");
+                    let addr = pb
+                        .addresses(&peer.addrs)
+                        .word(OpWord::post(Side::Recv).index(kk as u32));
+                    // SAFETY: a host word of a rank that outlives every poll of this run.
+                    unsafe { d.watch_peer_recv(j, k as u32, addr, po.ending_recv_credits) };
+                }
+            }
+        }
+    }
     let mut out = Outcome {
         device: Vec::new(),
         status: Vec::new(),
@@ -467,7 +568,12 @@ pub fn run_mode(
 /// Asserts that every execution completed on every rank with 0 wrong elements, `start` was
 /// called once per filed (stream, block) per rank and execution, and the pools stayed flat.
 pub fn assert_completed(p: &PlanParams, out: &Outcome, execs: u32, loops: u32) {
-    assert_eq!(out.device.len(), execs as usize, "{p:?}: executions");
+    assert_eq!(
+        out.device.len(),
+        execs as usize,
+        "{p:?}: executions (devices: {:?})",
+        out.device
+    );
     for (e, (dev, st)) in out.device.iter().zip(&out.status).enumerate() {
         for (r, d) in dev.iter().enumerate() {
             assert_eq!(*d, Ok(()), "{p:?}: execution {e} rank {r}: device");
