@@ -237,7 +237,11 @@ fn loop_recycles_ops_instead_of_filing_again() {
             let filed = m["filed_blocks"].as_u64().unwrap();
             assert_eq!(filed, 2 * parts, "{side}: {m}");
             // Once per filed part for the whole timed run, or once per iteration.
-            assert_eq!(starts, if looped { filed } else { filed * 20 }, "{side}: {m}");
+            assert_eq!(
+                starts,
+                if looped { filed } else { filed * 20 },
+                "{side}: {m}"
+            );
             // The device runs the schedule 1..=B per iteration.
             assert_eq!(
                 m["timed_device_executions"].as_u64().unwrap(),
