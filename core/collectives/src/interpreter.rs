@@ -450,6 +450,8 @@ struct Exec {
     flipped: bool,
     /// Per job block: its first slot in the per-op vectors.
     op_base: Vec<usize>,
+    /// Per job block: it may hold entries back (an index wrap or early receive credits).
+    holds: Vec<bool>,
     /// Per op, per side: the handshake semaphore at the start of the block's execution.
     hs_base: Vec<[u32; 2]>,
     /// Per op, per side: the complete semaphore at the start of the block's execution.
@@ -495,6 +497,7 @@ impl Device {
                 fault_target: None,
                 flipped: false,
                 op_base: Vec::new(),
+                holds: Vec::new(),
                 hs_base: Vec::new(),
                 cpl_base: Vec::new(),
                 authorized: Vec::new(),
@@ -662,10 +665,15 @@ impl Exec {
     /// Lays out the per-op state of `job` and the streams (edge 1's reset, at the first poll).
     fn setup(&mut self, job: &Job, fault: Option<Fault>) -> Result<(), DeviceError> {
         self.op_base.clear();
+        self.holds.clear();
         let mut total = 0;
         for b in &job.blocks {
             self.check_plan(&b.plan)?;
             self.op_base.push(total);
+            self.holds.push(
+                b.plan.params.nec.idx_wrap > 0
+                    || b.plan.ops.iter().any(|o| o.ending_recv_credits > 0),
+            );
             total += b.plan.ops.len();
         }
         for v in [
@@ -999,6 +1007,9 @@ impl Exec {
     /// # Safety
     /// As [`Exec::advance`].
     unsafe fn flush_block(&mut self, job: &Job, j: usize) -> Result<(), DeviceError> {
+        if !self.holds[j] {
+            return Ok(());
+        }
         for k in 0..job.blocks[j].plan.ops.len() {
             let slot = self.op_base[j] + k;
             for side in [Side::Send, Side::Recv] {

@@ -10,7 +10,7 @@ mod blocks;
 
 use std::time::Duration;
 
-use blocks::{assert_completed, assert_counters, run};
+use blocks::{assert_completed, assert_counters, run, run_mode, Mode};
 use proxy_collectives::planner::{Algorithm, Collective, DataType, PlanParams};
 
 /// The factors, each as its list of values (indices into the lists below).
@@ -104,6 +104,18 @@ fn pairwise_matrix_completes_with_every_byte_right() {
         let loops = if p.in_place { 1 } else { 2 };
         let out = run(&p, 2, loops, Duration::from_secs(20));
         assert_completed(&p, &out, 2, loops);
+        assert_counters(&p, &out);
+    }
+}
+
+/// Devices on their own threads (`device-<rank>`), racing the proxy: the finest split with
+/// every option on, each collective once, ring and direct by turns.
+#[test]
+fn threaded_devices_complete_every_option() {
+    for i in 0..Collective::ALL.len() {
+        let p = params(&[2, 1, 1, 1, 1, 0, i, 2, i % 2, 0]);
+        let out = run_mode(&p, 2, 2, Duration::from_secs(20), Mode::Threaded);
+        assert_completed(&p, &out, 2, 2);
         assert_counters(&p, &out);
     }
 }

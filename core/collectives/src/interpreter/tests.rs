@@ -487,3 +487,149 @@ fn waiting_for_names_the_word_and_the_value() {
     assert!(!Stage::Done.edge_ok(Stage::BarrierWait));
     assert!(!Stage::Idle.edge_ok(Stage::Failed));
 }
+
+/// One send-recv rank (rank 0 of 2) with `nec` options, its words and buffers, no triggers.
+struct NecSetup {
+    buf: Vec<u64>,
+    words: Vec<AtomicU32>,
+    job: Job,
+}
+
+fn nec_setup(nec: crate::planner::NecOptions) -> NecSetup {
+    let mut p = PlanParams::new(Collective::SendRecv, 16, DataType::F32, 0, 2);
+    p.chunk_bytes = 8; // 8 entries per side
+    p.nec = nec;
+    let p = plan(&p).unwrap();
+    let mut buf = vec![0u64; 64];
+    for (i, x) in buf.iter_mut().enumerate() {
+        *x = i as u64 + 1;
+    }
+    let base = buf.as_mut_ptr() as u64;
+    let words: Vec<AtomicU32> = (0..p.host_words()).map(|_| AtomicU32::new(0)).collect();
+    let addrs = Addresses {
+        input: base,
+        output: base + 256,
+        scratch: base + 384,
+        words: words.as_ptr() as u64,
+        word_stride: 4,
+    };
+    let job = Job::single(Arc::new(p), addrs, 1, vec![], vec![], None);
+    NecSetup { buf, words, job }
+}
+
+/// With a wrap of 3 the device never has 3 or more entries posted and not complete on a side,
+/// writes the host index modulo 3, and reaches the limit while the proxy credits slowly (one
+/// entry per side per round).
+#[test]
+fn the_index_wrap_bounds_what_the_device_posts() {
+    let wrap = 3;
+    let s = nec_setup(crate::planner::NecOptions {
+        idx_wrap: wrap,
+        ..Default::default()
+    });
+    let w = |hw: OpWord| &s.words[hw.index(0) as usize];
+    let mut d = Device::new(0, None);
+    // SAFETY: every address of the job points into `s`, alive for the test.
+    unsafe { d.launch(s.job.clone()) };
+    // Per side: (last raw index, entries posted unwrapped, entries credited).
+    let mut st = [(0u32, 0u32, 0u32); 2];
+    let mut most = 0;
+    let mut done = false;
+    for _ in 0..1000 {
+        if d.poll(&()).unwrap() == DevicePoll::Done {
+            done = true;
+            break;
+        }
+        for side in [Side::Send, Side::Recv] {
+            let (last, posted, credited) = &mut st[side as usize];
+            let raw = w(OpWord::post(side)).load(Ordering::Acquire);
+            if raw == HOST_INDEX_READY {
+                w(OpWord::post(side)).store(0, Ordering::Release);
+                w(OpWord::handshake(side)).fetch_add(1, Ordering::Release);
+                continue;
+            }
+            assert!(raw < wrap, "host index {raw} not modulo {wrap}");
+            *posted += (raw + wrap - *last) % wrap;
+            *last = raw;
+            assert!(
+                *posted - *credited < wrap,
+                "{} outstanding",
+                *posted - *credited
+            );
+            most = most.max(*posted - *credited);
+            if *credited < *posted {
+                *credited += 1;
+                w(OpWord::complete(side)).fetch_add(1, Ordering::Release);
+            }
+        }
+    }
+    assert!(done, "the launch ended");
+    assert_eq!(most, wrap - 1, "the device used the whole window");
+    assert_eq!(st[0].1, 8);
+    assert_eq!(st[1].1, 8);
+}
+
+/// With early send completion, a send source the device saw complete is overwritten while the
+/// block runs (so a completion counted before the transport had its copy sends garbage), and
+/// put back when the block ends.
+#[test]
+fn early_send_completion_overwrites_the_source_until_the_block_ends() {
+    let s = nec_setup(crate::planner::NecOptions {
+        early_send: true,
+        ..Default::default()
+    });
+    let original = s.buf.clone();
+    let w = |hw: OpWord| &s.words[hw.index(0) as usize];
+    let input = s.buf.as_ptr() as *const u8;
+    let mut d = Device::new(0, None);
+    // SAFETY: every address of the job points into `s`, alive for the test.
+    unsafe { d.launch(s.job.clone()) };
+    let mut credited = [0u32; 2];
+    let mut saw_scribble = false;
+    // Sends first: the receives are credited from the round after the last send.
+    let mut done = false;
+    for _ in 0..1000 {
+        if d.poll(&()).unwrap() == DevicePoll::Done {
+            done = true;
+            break;
+        }
+        let sends_were_done = credited[0] == 8;
+        for side in [Side::Send, Side::Recv] {
+            let post = w(OpWord::post(side)).load(Ordering::Acquire);
+            if post == HOST_INDEX_READY {
+                w(OpWord::post(side)).store(0, Ordering::Release);
+                w(OpWord::handshake(side)).fetch_add(1, Ordering::Release);
+                continue;
+            }
+            if side == Side::Recv {
+                if !sends_were_done {
+                    // The receives complete only after the device has seen every send
+                    // complete (a round later).
+                    continue;
+                }
+                if credited[1] < post {
+                    // Every send was counted complete and the device has looked: its sources
+                    // (the 64 input bytes) are overwritten while the receives are outstanding.
+                    // SAFETY: the input bytes of `s`, which only this thread touches now.
+                    let bytes = unsafe { core::slice::from_raw_parts(input, 64) };
+                    saw_scribble |= bytes.iter().all(|&b| b == SCRIBBLE);
+                }
+            }
+            let c = &mut credited[side as usize];
+            if post > *c {
+                w(OpWord::complete(side)).fetch_add(post - *c, Ordering::Release);
+                *c = post;
+            }
+        }
+    }
+    assert!(done, "the launch ended");
+    assert!(
+        saw_scribble,
+        "the sources were overwritten after their early completion"
+    );
+    assert_eq!(
+        s.buf[..8],
+        original[..8],
+        "the sources are back after the block"
+    );
+}

@@ -16,6 +16,16 @@
 //! caller has placed the buffers and the host words ([`Addresses`]). Op `k` uses host words
 //! `6k .. 6k + 6` ([`OpWord`]).
 //!
+//! # Streams, basic blocks and the `nec.h` options
+//! [`plan`] makes one block. [`plan_blocks`] splits the collective over [`PlanParams::streams`]
+//! stream slices and [`PlanParams::blocks`] basic blocks per slice, at chunk granularity, each
+//! part planned with the whole collective's algorithm and moved into the whole buffers, with its
+//! own scratch, op tags and host words ([`BlockPlans`], [`BlockPlan`]; the `split` module's docs
+//! say how). [`PlanParams::nec`] ([`NecOptions`]) goes into every op info ([`RankPlan::fifos`]);
+//! the early receive credits are lowered per op to what its program can promise
+//! ([`PlannedOp::ending_recv_credits`]). The interpreter honours each option as a device would
+//! (docs/design.md §5, "The `nec.h` options").
+//!
 //! # How waits are placed
 //! Each algorithm only says, in a pipelined order, which entries to post and which local
 //! reductions and copies to do; a hazard tracker (`builder`) inserts the minimum waits so that
@@ -805,10 +815,13 @@ pub fn plan(params: &PlanParams) -> Result<RankPlan, PlanError> {
 }
 
 /// Sets each op's [`PlannedOp::ending_recv_credits`]: [`NecOptions::early_recv`], lowered so
-/// that the device, which raises a recv host index only while the buffers of the next
-/// `credits` entries are free (the entries the program has posted), still reaches every wait:
-/// at each `Wait { upto }` of a recv side with `a` entries posted (fewer than all), `credits <=
-/// a − upto`.
+/// that every buffer the proxy may receive into early is free:
+/// * right after the handshake the proxy posts `credits` receives at host index 0, before the
+///   program ran: those entries must be free from the start, i.e. handed out before the
+///   program's first local work or wait (`credits <=` the entries posted in that prologue);
+/// * later the device raises a recv host index only while the buffers of the next `credits`
+///   entries are handed out, and must still reach every wait: at each `Wait { upto }` of a
+///   recv side with `a` entries handed out (fewer than all), `credits <= a − upto`.
 fn set_ending_recv_credits(plan: &mut RankPlan) {
     let want = plan.params.nec.early_recv;
     let mut authorized: Vec<u32> = plan.ops.iter().map(|_| 0).collect();
@@ -818,7 +831,18 @@ fn set_ending_recv_credits(plan: &mut RankPlan) {
         .map(|o| if o.rx_entry_cnt > 0 { want } else { 0 })
         .collect();
     if want > 0 {
+        let mut prologue = true;
         for ins in &plan.program {
+            if matches!(
+                ins,
+                Instr::Wait { .. } | Instr::Reduce { .. } | Instr::Copy { .. }
+            ) && prologue
+            {
+                prologue = false;
+                for (c, &a) in credits.iter_mut().zip(&authorized) {
+                    *c = (*c).min(a);
+                }
+            }
             match *ins {
                 Instr::Post {
                     op,

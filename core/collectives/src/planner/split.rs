@@ -234,6 +234,20 @@ impl Mover {
 /// As [`plan`]; [`PlanError::BadSplit`] for `streams` outside `1..=4` or `blocks` 0;
 /// [`PlanError::TooManyTags`] when the parts' tags do not fit below 2^14.
 pub fn plan_blocks(params: &PlanParams) -> Result<BlockPlans, PlanError> {
+    // Tags: a range of `t` per (stream, block), the same on every rank (partner ops must
+    // agree): the most tags any algorithm uses, ring all-reduce's 2(n − 1) steps or direct's
+    // distances 1..n. Checked before any planning (a refused split costs nothing).
+    let t = (2 * params.nranks.saturating_sub(1))
+        .max(params.nranks)
+        .max(1);
+    let parts_n = u64::from(params.streams) * u64::from(params.blocks);
+    if (1..=4).contains(&params.streams)
+        && params.blocks > 0
+        && parts_n > 1
+        && parts_n.saturating_mul(u64::from(t)) > u64::from(MAX_OP_TAG)
+    {
+        return Err(PlanError::TooManyTags);
+    }
     // The whole collective: checks every parameter, gives the whole layout, resolves the
     // algorithm (which every part keeps).
     let whole = plan(params)?;
@@ -271,16 +285,9 @@ pub fn plan_blocks(params: &PlanParams) -> Result<BlockPlans, PlanError> {
             parts.push((s as u32, b as u32 + 1, (lo, hi), part));
         }
     }
-    // Tags: a range of `t` per (stream, block), the same on every rank (partner ops must
-    // agree): the most tags any algorithm uses, ring all-reduce's 2(n − 1) steps or direct's
-    // distances 1..n.
-    let t = (2 * (p.nranks - 1)).max(p.nranks).max(1);
     debug_assert!(parts
         .iter()
         .all(|(_, _, _, pl)| pl.ops.iter().all(|o| o.tag < t)));
-    if s_n * b_n > 1 && (s_n * b_n).saturating_mul(u64::from(t)) > u64::from(MAX_OP_TAG) {
-        return Err(PlanError::TooManyTags);
-    }
     // Scratch: per stream the largest of its blocks, streams one after the other.
     let mut stream_scratch = [0u64; 4];
     for (s, _, _, pl) in &parts {

@@ -9,7 +9,7 @@
 #![allow(dead_code)] // each test binary uses part of the harness
 
 use std::ffi::c_void;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -25,42 +25,74 @@ use proxy_core::driver::task::{
 use proxy_core::driver::trigger::{HostWord, TriggerWords, TRIGGER_ARMED};
 use proxy_core::driver::wake::{ThreadPark, Waiter};
 use proxy_core::progress::comm::{Comm, CommConfig};
-use proxy_core::progress::desc::{NetDestAddr, NetOpInfo, NetSrcAddr};
 use proxy_core::progress::device::DirectHostWords;
 use proxy_core::progress::mem_transport::MemFabric;
 use proxy_core::progress::stats::{OpPeak, ProtocolStats};
-use proxy_core::seam::{in_process_start, SeamTable};
+use proxy_core::seam::SeamTable;
 use proxy_core::status::NrtStatus;
 use proxy_core::time::MonotonicClock;
-use proxy_emulator::{DeviceError, Job, PolledDevice};
+use proxy_emulator::{DeviceError, DeviceThread, Job, PolledDevice, WaitPolicy};
 
 /// The proxy tasks' no-progress limit (a bound, behind the device's).
 const TASK_TIMEOUT_NS: u64 = 20_000_000_000;
 /// Bound on one whole run.
 pub const RUN_LIMIT: Duration = Duration::from_secs(60);
 
-/// `start` calls through [`counting_start`], per process.
-pub static STARTS: AtomicU64 = AtomicU64::new(0);
+/// How the devices are driven.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// A [`PolledDevice`] per rank, polled by the thread that ticks the proxy queue.
+    Polled,
+    /// A `device-<rank>` thread per rank ([`DeviceThread`]).
+    Threaded,
+}
 
-/// The in-process `start`, counted in [`STARTS`].
-///
-/// # Safety
-/// As [`in_process_start`].
-#[allow(clippy::too_many_arguments)]
-unsafe extern "C" fn counting_start(
-    comm: *mut c_void,
-    stream: u32,
-    bb: u32,
-    ops: *const NetOpInfo,
-    n_ops: usize,
-    src: *const NetSrcAddr,
-    n_src: usize,
-    dst: *const NetDestAddr,
-    n_dst: usize,
-) -> u32 {
-    STARTS.fetch_add(1, Ordering::Relaxed);
-    // SAFETY: forwarded under this function's contract.
-    unsafe { in_process_start(comm, stream, bb, ops, n_ops, src, n_src, dst, n_dst) }
+/// A rank's device in either mode.
+enum Dev {
+    Polled(Box<PolledDevice>),
+    Threaded(DeviceThread),
+}
+
+impl Dev {
+    /// `Some(result)` once the launch ended.
+    fn poll(&mut self) -> Option<Result<(), DeviceError>> {
+        match self {
+            Dev::Polled(d) => d.poll_once(),
+            Dev::Threaded(d) => d.finished().then(|| d.wait()),
+        }
+    }
+
+    fn failed(&self) -> bool {
+        match self {
+            Dev::Polled(d) => d.failed(),
+            Dev::Threaded(d) => d.failed(),
+        }
+    }
+
+    /// # Safety
+    /// As [`PolledDevice::launch`] / [`DeviceThread::launch`].
+    unsafe fn launch(&mut self, job: Job) {
+        match self {
+            // SAFETY: the caller's contract.
+            Dev::Polled(d) => unsafe { d.launch(job) },
+            // SAFETY: the caller's contract.
+            Dev::Threaded(d) => unsafe { d.launch(job) },
+        }
+    }
+
+    fn take_job(&mut self) {
+        let _ = match self {
+            Dev::Polled(d) => d.take_job(),
+            Dev::Threaded(d) => d.take_job(),
+        };
+    }
+
+    fn executions(&self) -> u64 {
+        match self {
+            Dev::Polled(d) => d.stats().executions.load(Ordering::Relaxed),
+            Dev::Threaded(d) => d.stats().executions.load(Ordering::Relaxed),
+        }
+    }
 }
 
 /// One host word alone on its line.
@@ -242,10 +274,7 @@ impl Rank {
             task_id: 4 * id + 2 * rank,
             comm,
             comm_id: 1,
-            seam: SeamTable {
-                start: counting_start,
-                ..SeamTable::in_process()
-            },
+            seam: SeamTable::in_process(),
             blocks,
             schedule: Some(self.plans.schedule(loops)),
             triggers: TriggerWords::new(&triggers).expect("trigger words"),
@@ -277,7 +306,7 @@ pub struct Outcome {
     pub status: Vec<Vec<Vec<NrtStatus>>>,
     /// Per rank: wrong output elements after the last execution.
     pub wrong: Vec<u64>,
-    /// `start` calls over the whole run (all ranks).
+    /// `start` calls over the whole run (all ranks; the comms' counters).
     pub starts: u64,
     /// (stream, block) parts with ops, summed over ranks.
     pub filed: u64,
@@ -294,22 +323,42 @@ pub struct Outcome {
 /// Runs `execs` executions (each one network task per rank whose schedule repeats the blocks
 /// `loops` times; in place, where a repeat is not idempotent, use 1) of `p` on every rank,
 /// the inputs written before each, with polled devices whose no-progress timeout is
-/// `device_timeout`. `STARTS` must not be used by another test at the same time.
+/// `device_timeout`.
 pub fn run(p: &PlanParams, execs: u32, loops: u32, device_timeout: Duration) -> Outcome {
+    run_mode(p, execs, loops, device_timeout, Mode::Polled)
+}
+
+/// [`run`] with the devices driven in `mode`.
+pub fn run_mode(
+    p: &PlanParams,
+    execs: u32,
+    loops: u32,
+    device_timeout: Duration,
+    mode: Mode,
+) -> Outcome {
     let n = p.nranks;
     let fabric = MemFabric::new(n).expect("a fabric");
     let ranks: Vec<Rank> = (0..n).map(|r| Rank::new(p, r, &fabric)).collect();
     let (queue, mut worker) =
         ProxyQueue::new(QueueConfig::default(), Box::new(MonotonicClock)).expect("a queue");
-    let barrier = SharedMemBarrier::new(n).expect("a barrier");
     let done_words: Vec<HostWord> = ranks.iter().map(|r| r.host_word(DONE)).collect();
     let mut slots: Vec<SlotHandle> = (0..n)
         .map(|_| ProxyQueue::join(&queue).expect("a slot"))
         .collect();
-    let mut devices: Vec<PolledDevice> = (0..n)
-        .map(|r| PolledDevice::new(r, None, device_timeout))
+    let mut devices: Vec<Dev> = (0..n)
+        .map(|r| match mode {
+            Mode::Polled => Dev::Polled(Box::new(PolledDevice::new(r, None, device_timeout))),
+            Mode::Threaded => {
+                let policy = WaitPolicy {
+                    spins: 0,
+                    yields: 50,
+                    nap: Duration::from_micros(200),
+                    timeout: device_timeout,
+                };
+                Dev::Threaded(DeviceThread::spawn(r, None, policy, None).expect("a device"))
+            }
+        })
         .collect();
-    let starts0 = STARTS.load(Ordering::Relaxed);
     let mut out = Outcome {
         device: Vec::new(),
         status: Vec::new(),
@@ -332,6 +381,9 @@ pub fn run(p: &PlanParams, execs: u32, loops: u32, device_timeout: Duration) -> 
     };
     let start = Instant::now();
     for e in 0..execs {
+        // A barrier per execution: an endpoint counts its own generations, and each task
+        // takes its endpoint.
+        let barrier = SharedMemBarrier::new(n).expect("a barrier");
         for (i, r) in ranks.iter().enumerate() {
             r.fill(i as u32);
             for l in r.net_lines().into_iter().chain([BAR]) {
@@ -350,7 +402,9 @@ pub fn run(p: &PlanParams, execs: u32, loops: u32, device_timeout: Duration) -> 
         loop {
             worker.tick();
             for (d, r) in devices.iter_mut().zip(results.iter_mut()) {
-                *r = d.poll_once();
+                if r.is_none() {
+                    *r = d.poll();
+                }
             }
             for (s, v) in slots.iter_mut().zip(records.iter_mut()) {
                 while let Some(rec) = s.try_pop_record() {
@@ -358,7 +412,7 @@ pub fn run(p: &PlanParams, execs: u32, loops: u32, device_timeout: Duration) -> 
                 }
             }
             let ended = results.iter().all(Option::is_some);
-            let failed = devices.iter().any(PolledDevice::failed);
+            let failed = devices.iter().any(Dev::failed);
             if ended && (records.iter().all(|v| v.len() == 2) || failed) {
                 break;
             }
@@ -381,17 +435,15 @@ pub fn run(p: &PlanParams, execs: u32, loops: u32, device_timeout: Duration) -> 
                 .map(|r| std::array::from_fn(|s| r.comm.stream(s).capacity()))
                 .collect(),
         );
-        if devices.iter().any(PolledDevice::failed) {
+        if devices.iter().any(Dev::failed) {
             break;
         }
         for d in &mut devices {
-            let _ = d.take_job();
+            d.take_job();
         }
     }
-    out.executions = devices
-        .iter()
-        .map(|d| d.stats().executions.load(Ordering::Relaxed))
-        .collect();
+    out.executions = devices.iter().map(Dev::executions).collect();
+    drop(devices);
     drop(worker);
     let waiter = Waiter {
         park: &ThreadPark,
@@ -401,8 +453,8 @@ pub fn run(p: &PlanParams, execs: u32, loops: u32, device_timeout: Duration) -> 
     for s in slots {
         let _ = s.leave(&waiter);
     }
-    out.starts = STARTS.load(Ordering::Relaxed) - starts0;
     out.stats = ranks.iter().map(|r| r.comm.protocol_stats()).collect();
+    out.starts = out.stats.iter().map(|s| s.starts).sum();
     out.peaks = ranks.iter().map(|r| r.comm.op_peaks().to_vec()).collect();
     out.wrong = ranks
         .iter()
@@ -498,6 +550,9 @@ pub fn assert_counters(p: &PlanParams, out: &Outcome) {
                 );
             }
         }
+    }
+    if p.blocks > 1 && peaks().any(|o| o.bb > 1) {
+        assert!(sum(|s| s.block_switches) > 0, "{p:?}: block switches");
     }
     let beyond_wrap = peaks().any(|o| o.tx_entries.max(o.rx_entries) > nec.idx_wrap);
     if nec.idx_wrap > 0 && beyond_wrap {
