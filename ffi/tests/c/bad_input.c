@@ -154,6 +154,10 @@ int main(void) {
         CHECK(neuronStopNetworkProxy(bad[i], 0), NRT_INVALID_HANDLE);
         CHECK(neuronStopNetworkProxyStep(bad[i], 0, &done), NRT_INVALID_HANDLE);
         CHECK(nccom_comm_register_memory(bad[i], buf, sizeof buf), NRT_INVALID_HANDLE);
+        {
+            nccom_protocol_stats_t ps = {.size = sizeof ps};
+            CHECK(nccom_comm_protocol_stats(bad[i], &ps), NRT_INVALID_HANDLE);
+        }
         CHECK(nccom_comm_destroy(bad[i]), NRT_INVALID_HANDLE);
     }
     CHECK(nccom_mem_group_destroy((nccom_mem_group_t *)c0), NRT_INVALID_HANDLE);
@@ -233,6 +237,23 @@ int main(void) {
     idle = 1, done = 1;
     CHECK(neuronNetworkProxyProgress(c0, 2, 1, &idle, &done), NRT_SUCCESS);
     EXPECT(idle == 1 && done == 1);
+    /* The protocol counters (ABI 1.2): two starts accepted on c0 (the rejected ones not
+       counted), the size protocol, bad pointers. */
+    {
+        nccom_protocol_stats_t ps;
+        memset(&ps, 0, sizeof ps);
+        ps.size = sizeof ps;
+        CHECK(nccom_comm_protocol_stats(c0, &ps), NRT_SUCCESS);
+        EXPECT(ps.size == sizeof ps && ps.starts == 2 && ps.early_send_completions == 0);
+        memset(&ps, 0, sizeof ps);
+        ps.size = 16; /* an older, smaller struct: size, reserved, starts */
+        ps.block_switches = 77;
+        CHECK(nccom_comm_protocol_stats(c0, &ps), NRT_SUCCESS);
+        EXPECT(ps.size == 16 && ps.starts == 2 && ps.block_switches == 77);
+        ps.size = 4;
+        CHECK(nccom_comm_protocol_stats(c0, &ps), NRT_INVALID);
+        CHECK(nccom_comm_protocol_stats(c0, NULL), NRT_INVALID);
+    }
 
     /* ---- a failing comm: the receive is shorter than the message (truncation) ---- */
     {

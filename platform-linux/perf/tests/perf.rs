@@ -932,6 +932,7 @@ fn libfabric_every_collective_both_modes() {
                     "1",
                     "-c",
                     "1",
+                    "--stats",
                 ];
                 v.extend_from_slice(&modes);
                 let b = run_bounded(
@@ -946,6 +947,24 @@ fn libfabric_every_collective_both_modes() {
                 eprintln!("{what}: {:.1} s", b.took.as_secs_f64());
                 assert_eq!(b.code, Some(0), "{what}:\n{}\n{}", b.out, b.err);
                 assert_eq!(zero_wrong_rows(&b.out), 4, "{what}\n{}", b.out);
+                // `--stats`: every rank's counters, the other processes' gathered over the
+                // bootstrap: a rank with network ops files its one block once per execution,
+                // 4 executions per side of each of the 4 rows (a rank without, e.g. the only
+                // rank, none).
+                let stats: Vec<Vec<&str>> = b
+                    .out
+                    .lines()
+                    .skip_while(|l| !l.starts_with("# Protocol counters per rank"))
+                    .skip(2)
+                    .map(|l| l.trim_start_matches('#').split_whitespace().collect())
+                    .collect();
+                assert_eq!(stats.len(), ranks as usize, "{what}\n{}", b.out);
+                for (rank, f) in stats.iter().enumerate() {
+                    assert_eq!(f[0], rank.to_string(), "{what}\n{}", b.out);
+                    assert!(["0", "32"].contains(&f[1]), "{what}: starts\n{}", b.out);
+                }
+                let filing = stats.iter().filter(|f| f[1] == "32").count();
+                assert_eq!(filing > 0, ranks > 1, "{what}: starts\n{}", b.out);
             }
         }
     }
