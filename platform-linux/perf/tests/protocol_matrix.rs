@@ -2,14 +2,21 @@
 //! over streams {1, 2, 4} × blocks {1, 3} × early receive {off, on} × early send {off, on} ×
 //! index wrap {0, 4} × credits {1, 128} × every collective × ranks {2, 3, 4} × {mem, libfabric
 //! tcp, libfabric shm} × {execution, `--loop`} × {caller + polled, worker + device thread}:
-//! every pair of values of any two factors meets in at least one cell (not the full product).
-//! Each cell runs the `proxy-perf` binary once (out of place and in place, every byte checked)
-//! and asserts 0 wrong and the seam's `start` count.
+//! every pair of values of any two factors meets in at least one cell (21 cells, not the
+//! product's 20,736). Each cell runs the `proxy-perf` binary once (out of place and in place,
+//! every byte checked) and asserts 0 wrong; every (stream, block) part filed, `start` once per
+//! part and execution (once for a whole `--loop` run), the device's schedule `1..=B` per
+//! iteration, the op pools flat across executions; and every rank's protocol counters: block
+//! switches, early send completions (> 0 when on, 0 when off), receives posted ahead (> 0 where
+//! the planner granted credits, at most `--early-recv`), index wraps (> 0 with a wrap below the
+//! entries per op), send requests outstanding (at most the credits, equal to them when an op has
+//! more entries).
 //!
 //! Sizes: every (stream, block) gets about 6 FIFO entries per op; the chunk is the transport's
 //! copy limit (mem and shm 4096 B, tcp the inject size, 64 B). Early send completions are
-//! counted on mem only: libfabric's injected sends are done at the transport when posted. Every run is bounded (a per-run kill after 90 s, the tasks' 20 s
-//! no-progress limit).
+//! counted on mem only: libfabric's injected sends are done at the transport when posted. Every
+//! run is bounded (a per-run kill after 90 s, the tasks' 20 s no-progress limit). About 20 s in
+//! all on this 2-CPU machine (debug build).
 
 use std::collections::BTreeSet;
 use std::process::{Command, Stdio};
