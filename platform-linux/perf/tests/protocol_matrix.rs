@@ -658,3 +658,75 @@ fn progress_lib_streams_blocks_and_options() {
         check_counters(&cell, r.json.as_ref().expect("checked"));
     }
 }
+
+/// The protocol flags: their defaults and spellings, and a clear refusal of values the planner
+/// cannot take (before any rank starts).
+#[test]
+fn protocol_flags_parse_and_refuse_bad_values() {
+    use clap::Parser;
+    use proxy_perf::args::Args;
+    let parse = |v: &[&str]| {
+        let mut all = vec!["proxy-perf", "all-reduce"];
+        all.extend_from_slice(v);
+        Args::try_parse_from(all)
+    };
+    let d = parse(&[]).expect("defaults");
+    assert_eq!(
+        (
+            d.streams,
+            d.blocks,
+            d.early_recv,
+            d.early_send,
+            d.idx_wrap,
+            d.credits
+        ),
+        (1, 1, 0, false, 0, 0)
+    );
+    assert_eq!(
+        d.protocol_line(),
+        "streams 1 blocks 1 early-recv off early-send off idx-wrap none credits default"
+    );
+    let a = parse(&[
+        "--streams",
+        "4",
+        "--blocks",
+        "3",
+        "--early-recv",
+        "2",
+        "--early-send",
+        "--idx-wrap",
+        "4",
+        "--credits",
+        "128",
+    ])
+    .expect("every option");
+    assert_eq!(
+        (
+            a.streams,
+            a.blocks,
+            a.early_recv,
+            a.early_send,
+            a.idx_wrap,
+            a.credits
+        ),
+        (4, 3, 2, true, 4, 128)
+    );
+    assert_eq!(
+        a.protocol_json(),
+        serde_json::json!({"streams": 4, "blocks": 3, "early_recv_credits": 2,
+            "early_send": true, "idx_wrap": 4, "credits": 128})
+    );
+    assert!(!parse(&["--early-send=off"]).expect("off").early_send);
+    assert!(parse(&["--early-send=on"]).expect("on").early_send);
+    for (bad, says) in [
+        (&["--streams", "0"][..], "0 is not in 1..=4"),
+        (&["--streams", "5"][..], "5 is not in 1..=4"),
+        (&["--blocks", "0"][..], "0 is not in 1..=16"),
+        (&["--idx-wrap", "1"][..], "0 (no wrap) or at least 2"),
+        (&["--credits", "129"][..], "129 is not in 0..=128"),
+        (&["--early-send=maybe"][..], "'maybe' is not on or off"),
+    ] {
+        let e = parse(bad).expect_err("refused").to_string();
+        assert!(e.contains(says), "{bad:?}: {e}");
+    }
+}
