@@ -125,7 +125,7 @@ fn main() {
                             let mut spins = 0u32;
                             while ranks[r].ready[c].load(Ordering::Acquire) != it {
                                 spins = spins.wrapping_add(1);
-                                if spins % 64 == 0 {
+                                if spins.is_multiple_of(64) {
                                     std::thread::yield_now();
                                 } else {
                                     std::hint::spin_loop();

@@ -2,14 +2,21 @@
 //! over streams {1, 2, 4} × blocks {1, 3} × early receive {off, on} × early send {off, on} ×
 //! index wrap {0, 4} × credits {1, 128} × every collective × ranks {2, 3, 4} × {mem, libfabric
 //! tcp, libfabric shm} × {execution, `--loop`} × {caller + polled, worker + device thread}:
-//! every pair of values of any two factors meets in at least one cell (not the full product).
-//! Each cell runs the `proxy-perf` binary once (out of place and in place, every byte checked)
-//! and asserts 0 wrong and the seam's `start` count.
+//! every pair of values of any two factors meets in at least one cell (21 cells, not the
+//! product's 20,736). Each cell runs the `proxy-perf` binary once (out of place and in place,
+//! every byte checked) and asserts 0 wrong; every (stream, block) part filed, `start` once per
+//! part and execution (once for a whole `--loop` run), the device's schedule `1..=B` per
+//! iteration, the op pools flat across executions; and every rank's protocol counters: block
+//! switches, early send completions (> 0 when on, 0 when off), receives posted ahead (> 0 where
+//! the planner granted credits, at most `--early-recv`), index wraps (> 0 with a wrap below the
+//! entries per op), send requests outstanding (at most the credits, equal to them when an op has
+//! more entries).
 //!
 //! Sizes: every (stream, block) gets about 6 FIFO entries per op; the chunk is the transport's
 //! copy limit (mem and shm 4096 B, tcp the inject size, 64 B). Early send completions are
-//! counted on mem only: libfabric's injected sends are done at the transport when posted. Every run is bounded (a per-run kill after 90 s, the tasks' 20 s
-//! no-progress limit).
+//! counted on mem only: libfabric's injected sends are done at the transport when posted. Every
+//! run is bounded (a per-run kill after 90 s, the tasks' 20 s no-progress limit). About 20 s in
+//! all on this 2-CPU machine (debug build).
 
 use std::collections::BTreeSet;
 use std::process::{Command, Stdio};
@@ -232,34 +239,8 @@ impl Cell {
     }
 }
 
-/// The combinations the matrix leaves out until the planner / device program are fixed (both
-/// give wrong values; each reproduced by an ignored test below):
-///
-/// 1. All-reduce over 3 or more ranks with early receive posting and early send completion (mem
-///    and shm, intermittently): the device's early-send scribble checks only the entries it
-///    handed out (`seen..authorized`) for transfers in flight, not the receives the proxy may
-///    post up to `ending_recv_credits` beyond them; such a receive lands in a scribbled send
-///    source, and the restore before the program touches the range again writes the saved
-///    bytes over it ([`all_reduce_both_early_flags_three_ranks`]; widening that check to
-///    `authorized + ending_recv_credits` on recv sides makes it pass).
-/// 2. In-place all-to-all with early receive posting over libfabric (tcp and shm; not mem,
-///    whose sends copy at post): the planner grants `ending_recv_credits` although a receive's
-///    range is the send source of the same peer's block, not yet sent; a receive posted early
-///    overwrites it ([`all_to_all_in_place_early_recv_libfabric`]).
-fn allowed(row: &[Option<usize>]) -> bool {
-    let is = |f: usize, v: usize| row[f] == Some(v);
-    let bug1 = is(6, 0) // all-reduce
-        && matches!(row[7], Some(l) if RANKS[l] >= 3)
-        && is(2, 1) // early receive on
-        && is(3, 1); // early send on
-    let bug2 = is(6, 5) // all-to-all
-        && is(2, 1) // early receive on
-        && matches!(row[8], Some(l) if TRANSPORTS[l] != "mem");
-    !(bug1 || bug2)
-}
-
 fn cells() -> Vec<Cell> {
-    pairwise(&LEVELS, &allowed)
+    pairwise(&LEVELS, &|_| true)
         .iter()
         .map(|l| Cell::from_levels(l))
         .collect()
@@ -269,11 +250,7 @@ fn cells() -> Vec<Cell> {
 /// product.
 #[test]
 fn pairwise_covers_every_pair() {
-    let rows = pairwise(&LEVELS, &allowed);
-    for r in &rows {
-        let r: Vec<Option<usize>> = r.iter().map(|&v| Some(v)).collect();
-        assert!(allowed(&r), "{r:?}");
-    }
+    let rows = pairwise(&LEVELS, &|_| true);
     for i in 0..LEVELS.len() {
         for j in i + 1..LEVELS.len() {
             for a in 0..LEVELS[i] {
@@ -511,12 +488,10 @@ fn check_counters(cell: &Cell, v: &serde_json::Value) {
             assert_eq!(get("early_send_completions"), 0, "{at}");
         }
         let rank = r["rank"].as_u64().expect("rank") as u32;
-        // Only the reducing programs hold receives back (they land in scratch slots the
-        // device frees as it reduces); the others hand every receive out at once, so no entry
-        // is beyond the host index to be posted early.
-        let holds_back = matches!(cell.collective, "all-reduce" | "reduce-scatter");
         let (granted, most_sends) = planned(cell, rank);
-        if cell.early_recv > 0 && holds_back && granted > 0 {
+        // Every rank the planner granted credits posts receives ahead (the device hands the
+        // held-back entries out only as the ones before complete).
+        if cell.early_recv > 0 && granted > 0 {
             assert!(get("recvs_posted_ahead") > 0, "{at}");
             let most = get("max_recv_ahead");
             assert!(most > 0 && most <= u64::from(cell.early_recv), "{at}");
@@ -574,12 +549,12 @@ fn matrix_libfabric() {
     run_cells(|c| c.transport != "mem");
 }
 
-/// Known bug 1 of [`allowed`]: all-reduce over 3 ranks in 3 blocks with both early flags on the
-/// in-memory transport, every byte checked, 5 runs. Fails today (about 900 wrong elements per
-/// side in most runs); run with `--ignored` once the device program's fix is in, then drop
-/// the exclusion.
+/// A regression found by this matrix: all-reduce over 3 ranks in 3 blocks with both early
+/// flags gave about 900 wrong elements per side (the device's early-send overwrite of a send
+/// source did not look at the receives the proxy may post up to `ending_recv_credits` beyond
+/// the entries handed out; such a receive landed in an overwritten source and the restore wrote
+/// the saved bytes over it). In-memory transport, every byte checked, 5 runs.
 #[test]
-#[ignore = "known device-program bug: early-send scribble over early-posted receives"]
 fn all_reduce_both_early_flags_three_ranks() {
     for n in 0..5 {
         let cell = Cell {
@@ -600,11 +575,12 @@ fn all_reduce_both_early_flags_three_ranks() {
     }
 }
 
-/// Known bug 2 of [`allowed`]: in-place all-to-all over 3 rank processes on libfabric tcp with
-/// early receive posting (worker threads, device threads), 3 runs. Fails today (tens to hundreds of wrong elements in place).
+/// A regression found by this matrix: in-place all-to-all over 3 rank processes on libfabric
+/// tcp with early receive posting (worker threads, device threads) gave tens to hundreds of
+/// wrong elements in place (a receive posted early overwrote the same peer's block before it
+/// was sent). 3 runs.
 #[cfg(feature = "libfabric")]
 #[test]
-#[ignore = "known planner bug: early receive credits over unsent in-place all-to-all sources"]
 fn all_to_all_in_place_early_recv_libfabric() {
     for n in 0..3 {
         let cell = Cell {
@@ -680,5 +656,77 @@ fn progress_lib_streams_blocks_and_options() {
         assert!(r.out.contains("progress half: loaded from"), "{}", r.out);
         check(&cell, &r);
         check_counters(&cell, r.json.as_ref().expect("checked"));
+    }
+}
+
+/// The protocol flags: their defaults and spellings, and a clear refusal of values the planner
+/// cannot take (before any rank starts).
+#[test]
+fn protocol_flags_parse_and_refuse_bad_values() {
+    use clap::Parser;
+    use proxy_perf::args::Args;
+    let parse = |v: &[&str]| {
+        let mut all = vec!["proxy-perf", "all-reduce"];
+        all.extend_from_slice(v);
+        Args::try_parse_from(all)
+    };
+    let d = parse(&[]).expect("defaults");
+    assert_eq!(
+        (
+            d.streams,
+            d.blocks,
+            d.early_recv,
+            d.early_send,
+            d.idx_wrap,
+            d.credits
+        ),
+        (1, 1, 0, false, 0, 0)
+    );
+    assert_eq!(
+        d.protocol_line(),
+        "streams 1 blocks 1 early-recv off early-send off idx-wrap none credits default"
+    );
+    let a = parse(&[
+        "--streams",
+        "4",
+        "--blocks",
+        "3",
+        "--early-recv",
+        "2",
+        "--early-send",
+        "--idx-wrap",
+        "4",
+        "--credits",
+        "128",
+    ])
+    .expect("every option");
+    assert_eq!(
+        (
+            a.streams,
+            a.blocks,
+            a.early_recv,
+            a.early_send,
+            a.idx_wrap,
+            a.credits
+        ),
+        (4, 3, 2, true, 4, 128)
+    );
+    assert_eq!(
+        a.protocol_json(),
+        serde_json::json!({"streams": 4, "blocks": 3, "early_recv_credits": 2,
+            "early_send": true, "idx_wrap": 4, "credits": 128})
+    );
+    assert!(!parse(&["--early-send=off"]).expect("off").early_send);
+    assert!(parse(&["--early-send=on"]).expect("on").early_send);
+    for (bad, says) in [
+        (&["--streams", "0"][..], "0 is not in 1..=4"),
+        (&["--streams", "5"][..], "5 is not in 1..=4"),
+        (&["--blocks", "0"][..], "0 is not in 1..=16"),
+        (&["--idx-wrap", "1"][..], "0 (no wrap) or at least 2"),
+        (&["--credits", "129"][..], "129 is not in 0..=128"),
+        (&["--early-send=maybe"][..], "'maybe' is not on or off"),
+    ] {
+        let e = parse(bad).expect_err("refused").to_string();
+        assert!(e.contains(says), "{bad:?}: {e}");
     }
 }
