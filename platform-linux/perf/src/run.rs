@@ -47,9 +47,12 @@ use proxy_runtime::Config;
 const WORD_STRIDE: u64 = LINE as u64;
 /// Trigger-word sets per rank (executions in flight at once).
 const TRIGGER_SETS: usize = 2;
-/// Host-memory lines of the fixed words: per set a network and a barrier trigger word, then
-/// the barrier-done semaphore.
-const FIXED_LINES: usize = 2 * TRIGGER_SETS + 1;
+/// Network trigger words per set: one per stream, as the seed's
+/// `start_proxy_task_host_mem_addrs` (at most four per task).
+const NET_TRIGGERS: usize = proxy_core::driver::task::network::MAX_STREAMS as usize;
+/// Host-memory lines of the fixed words: per set a network trigger word per stream and a
+/// barrier trigger word, then the barrier-done semaphore.
+const FIXED_LINES: usize = (NET_TRIGGERS + 1) * TRIGGER_SETS + 1;
 
 /// One side (out of place or in place) of a row.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -176,8 +179,9 @@ struct RankMem {
     scratch: Vec<u64>,
 }
 
-/// Per rank: its host-memory region: the fixed words (trigger words of the network and barrier
-/// tasks, barrier-done) on lines 0..3, then the plan's host words, one per line.
+/// Per rank: its host-memory region: the fixed words (per trigger set a network trigger word
+/// per stream and a barrier trigger word, then barrier-done) on lines `0..FIXED_LINES`, then
+/// the plan's host words, one per line.
 struct FixedWords {
     mem: Arc<HostMem>,
 }
@@ -189,14 +193,26 @@ impl FixedWords {
     fn plan_words(&self) -> u64 {
         self.addr(FIXED_LINES)
     }
-    fn net_trigger(&self, set: usize) -> u64 {
-        self.addr(2 * set)
+    fn net_trigger(&self, set: usize, stream: usize) -> u64 {
+        self.addr((NET_TRIGGERS + 1) * set + stream)
+    }
+    /// The network trigger words of set `set`: one per stream that has a part (stream 0's
+    /// when none has: the task still waits for its device).
+    fn net_triggers(&self, set: usize, plans: &BlockPlans) -> Vec<u64> {
+        let streams = plans.streams();
+        if streams.is_empty() {
+            return vec![self.net_trigger(set, 0)];
+        }
+        streams
+            .iter()
+            .map(|&s| self.net_trigger(set, s as usize))
+            .collect()
     }
     fn barrier_trigger(&self, set: usize) -> u64 {
-        self.addr(2 * set + 1)
+        self.addr((NET_TRIGGERS + 1) * set + NET_TRIGGERS)
     }
     fn barrier_done(&self) -> u64 {
-        self.addr(2 * TRIGGER_SETS)
+        self.addr((NET_TRIGGERS + 1) * TRIGGER_SETS)
     }
 }
 
@@ -1763,7 +1779,7 @@ fn execution_of(
         id,
         blocks: prep.fifos[r].clone(),
         schedule: prep.plans[r].schedule(reps),
-        net_triggers: vec![f.net_trigger(set)],
+        net_triggers: f.net_triggers(set, &prep.plans[r]),
         barrier_triggers: vec![f.barrier_trigger(set)],
         barrier_done: if leader {
             done_words.to_vec()
@@ -1779,7 +1795,7 @@ fn job_of(prep: &Prepared, f: &FixedWords, r: usize, set: usize, reps: u32) -> J
     Job {
         blocks: prep.device[r].clone(),
         schedule: prep.plans[r].schedule(reps),
-        net_triggers: vec![f.net_trigger(set)],
+        net_triggers: f.net_triggers(set, &prep.plans[r]),
         barrier_triggers: vec![f.barrier_trigger(set)],
         barrier_done: Some(f.barrier_done()),
     }
@@ -1788,7 +1804,8 @@ fn job_of(prep: &Prepared, f: &FixedWords, r: usize, set: usize, reps: u32) -> J
 /// Arms rank `f`'s trigger words of set `set` (before its tasks are submitted, docs/design.md
 /// §4).
 fn arm_triggers(f: &FixedWords, set: usize) -> Result<(), String> {
-    for t in [f.net_trigger(set), f.barrier_trigger(set)] {
+    let net = (0..NET_TRIGGERS).map(|s| f.net_trigger(set, s));
+    for t in net.chain([f.barrier_trigger(set)]) {
         f.mem
             .word_at(t)
             .ok_or_else(|| format!("trigger word {t:#x} outside the host memory"))?
