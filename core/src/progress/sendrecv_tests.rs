@@ -680,7 +680,10 @@ fn only_record(w: &World, rank: usize) -> OpPeak {
 }
 
 #[test]
-#[cfg_attr(miri, ignore = "counting only: the send/recv paths it drives run under Miri in the tests above")]
+#[cfg_attr(
+    miri,
+    ignore = "counting only: the send/recv paths it drives run under Miri in the tests above"
+)]
 fn counters_peak_outstanding_is_the_send_credits_when_entries_exceed_them() {
     let n = if cfg!(miri) { 12 } else { 40u32 };
     // 5000 B: above the in-memory transport's eager size, so each send stays outstanding until
@@ -716,7 +719,10 @@ fn counters_peak_outstanding_is_the_send_credits_when_entries_exceed_them() {
 }
 
 #[test]
-#[cfg_attr(miri, ignore = "counting only: the send/recv paths it drives run under Miri in the tests above")]
+#[cfg_attr(
+    miri,
+    ignore = "counting only: the send/recv paths it drives run under Miri in the tests above"
+)]
 fn counters_receives_posted_ahead_stay_within_the_ending_credits() {
     for early in [true, false] {
         let mut s = Spec::new(0, vec![32; 20]);
@@ -745,7 +751,10 @@ fn counters_receives_posted_ahead_stay_within_the_ending_credits() {
 }
 
 #[test]
-#[cfg_attr(miri, ignore = "counting only: the send/recv paths it drives run under Miri in the tests above")]
+#[cfg_attr(
+    miri,
+    ignore = "counting only: the send/recv paths it drives run under Miri in the tests above"
+)]
 fn counters_index_wraps_are_entries_over_the_loop_size_per_execution() {
     let counts: &[u32] = if cfg!(miri) {
         &[1, 129]
@@ -774,7 +783,10 @@ fn counters_index_wraps_are_entries_over_the_loop_size_per_execution() {
 }
 
 #[test]
-#[cfg_attr(miri, ignore = "counting only: the send/recv paths it drives run under Miri in the tests above")]
+#[cfg_attr(
+    miri,
+    ignore = "counting only: the send/recv paths it drives run under Miri in the tests above"
+)]
 fn counters_early_send_completions_count_copied_entries_only_with_the_flag() {
     // Four entries the in-memory transport copies at post (≤ 4096 B), one it does not.
     let sizes = vec![0, 1, 4095, 4096, 5000];
@@ -799,7 +811,10 @@ fn counters_early_send_completions_count_copied_entries_only_with_the_flag() {
 }
 
 #[test]
-#[cfg_attr(miri, ignore = "counting only: the send/recv paths it drives run under Miri in the tests above")]
+#[cfg_attr(
+    miri,
+    ignore = "counting only: the send/recv paths it drives run under Miri in the tests above"
+)]
 fn counters_starts_count_accepted_calls_and_records_do_not_grow_when_refiled() {
     let mut specs = Vec::new();
     for k in 0..6u32 {
@@ -851,7 +866,10 @@ fn counters_starts_count_accepted_calls_and_records_do_not_grow_when_refiled() {
 }
 
 #[test]
-#[cfg_attr(miri, ignore = "counting only: the send/recv paths it drives run under Miri in the tests above")]
+#[cfg_attr(
+    miri,
+    ignore = "counting only: the send/recv paths it drives run under Miri in the tests above"
+)]
 fn counters_a_rejected_start_counts_nothing() {
     let fabric = MemFabric::new(2).unwrap();
     // SAFETY: the comm's ops never run in this test.
