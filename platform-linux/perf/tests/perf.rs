@@ -7,6 +7,8 @@
 //! others run the `proxy-perf` binary. Every wait inside is bounded (the tool's wait policy
 //! times out), and every loop here is a bounded `for`.
 
+mod common;
+use common::progress_library;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -742,34 +744,6 @@ fn libfabric_killed_rank_ends_the_run_within_the_task_timeout() {
     assert!(r.err.contains("rank 1 ended with signal"), "{}", r.err);
     // Task timeout 3 s, stop's drain limit, the bootstrap's close linger, and slack.
     assert!(after < Duration::from_secs(20), "{after:?}\n{}", r.err);
-}
-
-/// Path of `libnccom_proxy.so`: `$NCCOM_PROXY_LIB`; else the one cargo built (proxy-ffi is a
-/// dev-dependency) next to this test binary or in its profile directory; else a fresh
-/// `cargo build -p proxy-ffi` into a target directory of its own.
-fn progress_library() -> std::path::PathBuf {
-    if let Some(p) = std::env::var_os("NCCOM_PROXY_LIB") {
-        return p.into();
-    }
-    let exe = std::env::current_exe().expect("current_exe");
-    let deps = exe.parent().expect("test binary directory");
-    for dir in [Some(deps), deps.parent()].into_iter().flatten() {
-        let p = dir.join("libnccom_proxy.so");
-        if p.is_file() {
-            return p;
-        }
-    }
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let target = root.join("target/loader-tests");
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let st = Command::new(cargo)
-        .current_dir(&root)
-        .args(["build", "-p", "proxy-ffi", "--target-dir"])
-        .arg(&target)
-        .status()
-        .expect("run cargo build -p proxy-ffi");
-    assert!(st.success(), "cargo build -p proxy-ffi failed");
-    target.join("debug/libnccom_proxy.so")
 }
 
 /// Issue 8 point 5: `--progress-lib` runs the collectives with the progress half loaded from

@@ -18,6 +18,8 @@
 //! run is bounded (a per-run kill after 90 s, the tasks' 20 s no-progress limit). About 20 s in
 //! all on this 2-CPU machine (debug build).
 
+mod common;
+use common::progress_library;
 use std::collections::BTreeSet;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -599,33 +601,6 @@ fn all_to_all_in_place_early_recv_libfabric() {
         let r = run(&cell, 2000 + n);
         check(&cell, &r);
     }
-}
-
-/// The C library's path: `NCCOM_PROXY_LIB`, else a `libnccom_proxy.so` next to this test binary
-/// (or in its parent), else built with `cargo build -p proxy-ffi` into `target/loader-tests`.
-fn progress_library() -> std::path::PathBuf {
-    if let Some(p) = std::env::var_os("NCCOM_PROXY_LIB") {
-        return p.into();
-    }
-    let exe = std::env::current_exe().expect("current_exe");
-    let deps = exe.parent().expect("test binary directory");
-    for dir in [Some(deps), deps.parent()].into_iter().flatten() {
-        let p = dir.join("libnccom_proxy.so");
-        if p.is_file() {
-            return p;
-        }
-    }
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let target = root.join("target/loader-tests");
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let st = Command::new(cargo)
-        .current_dir(&root)
-        .args(["build", "-p", "proxy-ffi", "--target-dir"])
-        .arg(&target)
-        .status()
-        .expect("run cargo build -p proxy-ffi");
-    assert!(st.success(), "cargo build -p proxy-ffi failed");
-    target.join("debug/libnccom_proxy.so")
 }
 
 /// The progress half loaded from the C library (`--progress-lib`): all-reduce over 2 streams in

@@ -1,0 +1,31 @@
+//! What several of proxy-perf's integration tests share.
+
+use std::process::Command;
+
+/// Path of `libnccom_proxy.so`: `$NCCOM_PROXY_LIB`; else the one cargo built (proxy-ffi is a
+/// dev-dependency) next to this test binary or in its profile directory; else a fresh
+/// `cargo build -p proxy-ffi` into a target directory of its own.
+pub fn progress_library() -> std::path::PathBuf {
+    if let Some(p) = std::env::var_os("NCCOM_PROXY_LIB") {
+        return p.into();
+    }
+    let exe = std::env::current_exe().expect("current_exe");
+    let deps = exe.parent().expect("test binary directory");
+    for dir in [Some(deps), deps.parent()].into_iter().flatten() {
+        let p = dir.join("libnccom_proxy.so");
+        if p.is_file() {
+            return p;
+        }
+    }
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let target = root.join("target/loader-tests");
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let st = Command::new(cargo)
+        .current_dir(&root)
+        .args(["build", "-p", "proxy-ffi", "--target-dir"])
+        .arg(&target)
+        .status()
+        .expect("run cargo build -p proxy-ffi");
+    assert!(st.success(), "cargo build -p proxy-ffi failed");
+    target.join("debug/libnccom_proxy.so")
+}
