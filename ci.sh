@@ -32,8 +32,19 @@ run_step() { # name budget_seconds command...
     echo "=== FAILED: step $name stopped at its budget of ${budget}s"; exit 1
   fi
   if [ "$rc" != 0 ]; then echo "=== FAILED: step $name (exit $rc) after ${dt}s"; exit "$rc"; fi
-  echo "=== step $name took ${dt}s of ${budget}s budget"
+  echo "=== step $name took ${dt}s of ${budget}s budget ($(disk_report))"
 }
+
+# Free disk space and the size of target/ after a step: a full run needs several GiB, and a
+# build that runs out of space fails with a linker bus error rather than a clear message.
+disk_report() {
+  local free used
+  free=$(df -Pk . | awk 'NR == 2 { printf "%.1f", $4 / 1048576 }')
+  used=$(du -sk target 2>/dev/null | awk '{ printf "%.1f", $1 / 1048576 }')
+  echo "disk: ${free:-?} GiB free, target/ ${used:-0} GiB"
+}
+# Below this much free space (GiB) at the start, say so before the build fails on it.
+MIN_FREE_GIB=6
 
 setup() {
   # Toolchain, components and targets of rust-toolchain.toml. rustup does not always add a
@@ -277,6 +288,14 @@ miri() {
 
 # Budgets (s), adding up to the suite's 2700 (45 min on 2 cores); measured times are in
 # README.md.
+if [ "${PROXY_CI_INNER:-0}" != 1 ]; then
+  echo "=== start ($(disk_report))"
+  free_gib=$(df -Pk . | awk 'NR == 2 { printf "%d", $4 / 1048576 }')
+  if [ "${free_gib:-0}" -lt "$MIN_FREE_GIB" ]; then
+    echo "warning: only ${free_gib} GiB free here; a full run needs about ${MIN_FREE_GIB} GiB" \
+      "(target/ at the end of the last measured run is in README.md)"
+  fi
+fi
 run_step setup 390 setup
 run_step fmt 20 fmt
 run_step facade 10 facade
