@@ -49,7 +49,7 @@ const WORD_STRIDE: u64 = LINE as u64;
 const TRIGGER_SETS: usize = 2;
 /// Network trigger words per set: one per stream, as the seed's
 /// `start_proxy_task_host_mem_addrs` (at most four per task).
-const NET_TRIGGERS: usize = proxy_core::driver::task::network::MAX_STREAMS as usize;
+const NET_TRIGGERS: usize = proxy_core::progress::comm::NUM_STREAMS;
 /// Host-memory lines of the fixed words: per set a network trigger word per stream and a
 /// barrier trigger word, then the barrier-done semaphore.
 const FIXED_LINES: usize = (NET_TRIGGERS + 1) * TRIGGER_SETS + 1;

@@ -49,12 +49,10 @@ use super::{ProxyTask, Step, StepEnv, TaskCore, TaskKind};
 use crate::driver::record::RunState;
 use crate::driver::trigger::TriggerWords;
 use crate::progress::abort::AbortHandle;
+use crate::progress::comm::NUM_STREAMS;
 use crate::progress::desc::{NetDestAddr, NetOpInfo, NetSrcAddr};
 use crate::seam::{CommDumpFn, SeamTable};
 use crate::status::NrtStatus;
-
-/// Number of streams of a comm (stream ids are `0..4`).
-pub const MAX_STREAMS: u32 = 4;
 
 /// An opaque comm handle of the progress half (`nccom_comm_t *`), as the seam takes it.
 ///
@@ -134,7 +132,7 @@ pub struct NetworkTaskSpec {
 fn streams_of(task_id: u32, blocks: &[BlockFifos]) -> Result<u32, NrtStatus> {
     let mut mask = 0u32;
     for b in blocks {
-        if b.stream >= MAX_STREAMS || b.bb == u32::MAX {
+        if b.stream as usize >= NUM_STREAMS || b.bb == u32::MAX {
             log::error!(
                 "network task {task_id}: invalid block (stream {}, bb {:#x})",
                 b.stream,
@@ -159,10 +157,10 @@ fn first_appearance(blocks: &[BlockFifos], out: &mut Vec<u32>) {
 }
 
 /// One cursor at the first block per stream of `mask`, in stream order.
-fn cursors_for(mask: u32) -> heapless::Vec<StreamCursor, { MAX_STREAMS as usize }> {
+fn cursors_for(mask: u32) -> heapless::Vec<StreamCursor, NUM_STREAMS> {
     let mut cursors = heapless::Vec::new();
-    for stream in (0..MAX_STREAMS).filter(|s| mask & (1 << s) != 0) {
-        // Cannot fail: at most MAX_STREAMS streams pass the filter.
+    for stream in (0..NUM_STREAMS as u32).filter(|s| mask & (1 << s) != 0) {
+        // Cannot fail: at most NUM_STREAMS streams pass the filter.
         let _ = cursors.push(StreamCursor { stream, cursor: 0 });
     }
     cursors
@@ -186,9 +184,9 @@ pub struct NetworkTask {
     schedule: Vec<u32>,
     /// `true` when the schedule is the default one (follows the blocks on `replace_fifos`).
     default_schedule: bool,
-    /// One cursor per stream the task runs, in stream order: at most [`MAX_STREAMS`], and the
+    /// One cursor per stream the task runs, in stream order: at most [`NUM_STREAMS`], and the
     /// capacity is in the type (no allocation per task for them).
-    cursors: heapless::Vec<StreamCursor, { MAX_STREAMS as usize }>,
+    cursors: heapless::Vec<StreamCursor, NUM_STREAMS>,
     triggers: TriggerWords,
     wait_for_device: bool,
     skip: bool,

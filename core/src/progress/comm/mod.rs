@@ -40,7 +40,9 @@ use crate::status::NrtStatus;
 use crate::sync::spin_loop;
 use crate::time::Clock;
 
-/// Streams per comm.
+/// Streams per comm: stream ids are `0..NUM_STREAMS`, in the two stream bits of a tag. The
+/// one stream count of the engine (the driver's network tasks and the C ABI's
+/// `NCCOM_NUM_STREAMS` use it). Seed: `proxyStateStream`, `ncclProxyState` × 4, §4.
 pub const NUM_STREAMS: usize = 4;
 /// Block id meaning "none" (`(uint32)-1`).
 pub const BB_NONE: u32 = u32::MAX;
