@@ -37,12 +37,50 @@
 //! zeros nor all ones), so no real pointer can ever decode as a handle. Generations wrap after
 //! 2^36 reuses of one slot (2^12 on 32-bit targets).
 
-use core::cell::UnsafeCell;
-use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+#[cfg(not(loom))]
+use core::sync::atomic::AtomicU64;
+#[cfg(loom)]
+use loom::sync::atomic::AtomicU64;
+// proxy-core's facade: loom's atomics and `UnsafeCell` under `--cfg loom`, so the model of
+// this table (`loom-tests/tests/handles.rs`) checks the code as it ships.
+use proxy_core::sync::{AtomicUsize, Ordering, UnsafeCell};
 
-/// Slots per table (12 index bits).
+/// A planted line (`proxy_core::plant`): under `--cfg loom` the buggy variant when its plant is
+/// selected, else (and in every other build) the correct code alone. Every planted line carries
+/// a `// PLANT:` comment.
+#[cfg(loom)]
+macro_rules! plant {
+    ($plant:ident, $buggy:expr, $correct:expr $(,)?) => {
+        if proxy_core::plant::active(proxy_core::plant::Plant::$plant) {
+            $buggy
+        } else {
+            $correct
+        }
+    };
+}
+#[cfg(not(loom))]
+macro_rules! plant {
+    ($plant:ident, $buggy:expr, $correct:expr $(,)?) => {
+        $correct
+    };
+}
+
+/// A constructor that is `const` in normal builds (the C libraries keep their tables in
+/// statics) and not under `--cfg loom` (loom's atomics have no `const` constructor; a model
+/// builds its table at run time).
+macro_rules! loom_const_fn {
+    ($(#[$m:meta])* $v:vis fn $($rest:tt)*) => {
+        #[cfg(not(loom))]
+        $(#[$m])* $v const fn $($rest)*
+        #[cfg(loom)]
+        $(#[$m])* $v fn $($rest)*
+    };
+}
+
+/// Index bits of a handle: at most `2^12` slots per table.
 pub const INDEX_BITS: u32 = 12;
-/// Largest number of live objects of one kind.
+/// Slots of a table by default (the largest possible): the largest number of live objects of
+/// one kind.
 pub const CAPACITY: usize = 1 << INDEX_BITS;
 
 #[cfg(target_pointer_width = "64")]
@@ -110,19 +148,20 @@ struct Slot<T> {
     value: UnsafeCell<Option<T>>,
 }
 
-/// A fixed table of live objects of one kind, keyed by opaque handles.
-pub struct HandleTable<T> {
+/// A fixed table of up to `N` live objects of one kind (`1..=`[`CAPACITY`], default
+/// `CAPACITY`; the loom model uses one or two slots), keyed by opaque handles.
+pub struct HandleTable<T, const N: usize = CAPACITY> {
     /// The tag in the top bits of every handle.
     tag: Tag,
     /// Where the next insert starts scanning (a hint only).
     next: AtomicUsize,
-    slots: [Slot<T>; CAPACITY],
+    slots: [Slot<T>; N],
 }
 
 // SAFETY: a slot's value is only accessed by the one thread that won the CAS into BUSY or
 // RESERVED for it (exclusive until it stores LIVE or FREE with Release, which the next winner's
 // Acquire CAS synchronizes with); values move between threads, hence `T: Send`.
-unsafe impl<T: Send> Sync for HandleTable<T> {}
+unsafe impl<T: Send, const N: usize> Sync for HandleTable<T, N> {}
 
 /// Releases a BUSY slot back to LIVE when dropped (also on unwind).
 struct BusyGuard<'a> {
@@ -132,45 +171,58 @@ struct BusyGuard<'a> {
 
 impl Drop for BusyGuard<'_> {
     fn drop(&mut self) {
-        // Release: everything the call did to the object happens-before the next lookup's
-        // Acquire CAS of this slot.
+        // Edge (4). Release: everything the call did to the object happens-before the next
+        // lookup's Acquire CAS of this slot.
         self.word.store(self.live, Ordering::Release);
     }
 }
 
-impl<T> HandleTable<T> {
-    /// Every slot FREE at generation 0.
-    const fn empty() -> [Slot<T>; CAPACITY] {
-        [const {
+impl<T> Slot<T> {
+    loom_const_fn! {
+        /// A FREE slot at generation 0.
+        fn free() -> Self {
             Slot {
                 word: AtomicU64::new(FREE),
                 value: UnsafeCell::new(None),
             }
-        }; CAPACITY]
+        }
     }
+}
 
-    /// An empty table whose handles carry the fixed `magic` (non-zero; on 64-bit targets not
-    /// `0xFFFF`, on 32-bit targets at most `0xFF`).
-    pub const fn new(magic: u16) -> Self {
-        assert!(magic != 0 && magic != 0xFFFF);
-        #[cfg(not(target_pointer_width = "64"))]
-        assert!(magic <= 0xFF);
-        Self {
-            tag: Tag::Fixed(magic),
-            next: AtomicUsize::new(0),
-            slots: Self::empty(),
+impl<T, const N: usize> HandleTable<T, N> {
+    loom_const_fn! {
+        /// An empty table with `tag`: every slot FREE at generation 0.
+        fn with_tag(tag: Tag) -> Self {
+            assert!(N > 0 && N <= CAPACITY);
+            Self {
+                tag,
+                next: AtomicUsize::new(0),
+                #[cfg(not(loom))]
+                slots: [const { Slot::free() }; N],
+                #[cfg(loom)]
+                slots: core::array::from_fn(|_| Slot::free()),
+            }
         }
     }
 
-    /// An empty table of handles of `kind` (1..=15) whose tag also carries the loaded copy's
-    /// instance id (module docs). 64-bit targets only.
-    #[cfg(target_pointer_width = "64")]
-    pub const fn with_instance(kind: u8, instance: Instance) -> Self {
-        assert!(kind != 0 && kind < 16);
-        Self {
-            tag: Tag::PerCopy { kind, instance },
-            next: AtomicUsize::new(0),
-            slots: Self::empty(),
+    loom_const_fn! {
+        /// An empty table whose handles carry the fixed `magic` (non-zero; on 64-bit targets
+        /// not `0xFFFF`, on 32-bit targets at most `0xFF`).
+        pub fn new(magic: u16) -> Self {
+            assert!(magic != 0 && magic != 0xFFFF);
+            #[cfg(not(target_pointer_width = "64"))]
+            assert!(magic <= 0xFF);
+            Self::with_tag(Tag::Fixed(magic))
+        }
+    }
+
+    loom_const_fn! {
+        /// An empty table of handles of `kind` (1..=15) whose tag also carries the loaded
+        /// copy's instance id (module docs). 64-bit targets only.
+        #[cfg(target_pointer_width = "64")]
+        pub fn with_instance(kind: u8, instance: Instance) -> Self {
+            assert!(kind != 0 && kind < 16);
+            Self::with_tag(Tag::PerCopy { kind, instance })
         }
     }
 
@@ -207,8 +259,8 @@ impl<T> HandleTable<T> {
         }
         let index = handle & INDEX_MASK;
         let generation = ((handle & !tag_mask) >> INDEX_BITS) as u64;
-        if generation == 0 {
-            // Generation 0 is never handed out.
+        if generation == 0 || index >= N {
+            // Generation 0 is never handed out; a smaller table has no such slot.
             return Err(LookupError::NotAHandle);
         }
         Ok((index, generation))
@@ -218,8 +270,8 @@ impl<T> HandleTable<T> {
     /// table is full.
     pub fn insert(&self, value: T) -> Result<usize, T> {
         let start = self.next.fetch_add(1, Ordering::Relaxed);
-        for k in 0..CAPACITY {
-            let index = (start + k) & INDEX_MASK;
+        for k in 0..N {
+            let index = (start.wrapping_add(k)) % N;
             let slot = &self.slots[index];
             let w = slot.word.load(Ordering::Relaxed);
             if w & STATE_MASK != FREE {
@@ -235,23 +287,32 @@ impl<T> HandleTable<T> {
             if generation == 0 {
                 generation = 1;
             }
-            // Acquire: the previous owner's Release store of FREE (after it took the value out)
-            // happens-before our write of the value.
-            if slot
-                .word
-                .compare_exchange(
-                    w,
-                    word(generation, RESERVED),
-                    Ordering::Acquire,
-                    Ordering::Relaxed,
-                )
-                .is_err()
-            {
+            // Edge (1). Acquire: the previous owner's Release store of FREE (after it took the
+            // value out) happens-before our write of the value.
+            let reserved = plant!(
+                HandleReserveByLoadStore,
+                // PLANT: the slot was FREE when loaded above; claim it with a plain store, so
+                // two inserters can both "win" it.
+                {
+                    slot.word
+                        .store(word(generation, RESERVED), Ordering::Release);
+                    true
+                },
+                slot.word
+                    .compare_exchange(
+                        w,
+                        word(generation, RESERVED),
+                        Ordering::Acquire,
+                        Ordering::Relaxed,
+                    )
+                    .is_ok()
+            );
+            if !reserved {
                 continue;
             }
             // SAFETY: we won FREE → RESERVED, so no other thread accesses the value.
-            unsafe { *slot.value.get() = Some(value) };
-            // Release: the value is written before any lookup's Acquire CAS sees LIVE.
+            slot.value.with_mut(|v| unsafe { *v = Some(value) });
+            // Edge (2). Release: the value is written before any lookup's Acquire CAS sees LIVE.
             slot.word.store(word(generation, LIVE), Ordering::Release);
             return Ok(self.encode(index, generation));
         }
@@ -266,14 +327,19 @@ impl<T> HandleTable<T> {
         let (index, generation) = self.decode(handle)?;
         let slot = &self.slots[index];
         let live = word(generation, LIVE);
-        // Acquire: pairs with the Release store of LIVE by the inserter or the previous caller,
-        // so their writes to the object are visible here.
-        if let Err(seen) = slot.word.compare_exchange(
-            live,
-            word(generation, BUSY),
-            Ordering::Acquire,
+        // Edge (3). Acquire: pairs with the Release store of LIVE by the inserter or the
+        // previous caller, so their writes to the object are visible here.
+        let acquire = plant!(
+            HandleLookupRelaxed,
+            // PLANT: Relaxed, so the inserter's or the previous caller's writes to the object
+            // may not be visible to this call.
             Ordering::Relaxed,
-        ) {
+            Ordering::Acquire
+        );
+        if let Err(seen) =
+            slot.word
+                .compare_exchange(live, word(generation, BUSY), acquire, Ordering::Relaxed)
+        {
             return Err(Self::why(seen, generation));
         }
         let _guard = BusyGuard {
@@ -281,12 +347,11 @@ impl<T> HandleTable<T> {
             live,
         };
         // SAFETY: we won LIVE → BUSY for this generation: exclusive access until the guard
-        // stores LIVE again. The value is `Some` while the slot is LIVE.
-        let value = unsafe { (*slot.value.get()).as_mut() };
-        match value {
+        // stores LIVE again (edge 4). The value is `Some` while the slot is LIVE.
+        slot.value.with_mut(|v| match unsafe { (*v).as_mut() } {
             Some(v) => Ok(f(v)),
             None => Err(LookupError::Stale),
-        }
+        })
     }
 
     /// Removes and returns the object of `handle`; the handle (and every copy of it) is stale
@@ -297,6 +362,7 @@ impl<T> HandleTable<T> {
     pub fn remove(&self, handle: usize) -> Result<T, LookupError> {
         let (index, generation) = self.decode(handle)?;
         let slot = &self.slots[index];
+        // Edge (5).
         if let Err(seen) = slot.word.compare_exchange(
             word(generation, LIVE),
             word(generation, RESERVED),
@@ -305,10 +371,26 @@ impl<T> HandleTable<T> {
         ) {
             return Err(Self::why(seen, generation));
         }
-        // SAFETY: we won LIVE → RESERVED: exclusive access.
-        let value = unsafe { (*slot.value.get()).take() };
-        // Release: the slot is empty before any inserter's Acquire CAS sees FREE.
-        slot.word.store(word(generation, FREE), Ordering::Release);
+        let take = || {
+            // SAFETY: we won LIVE → RESERVED: exclusive access until we store FREE.
+            slot.value.with_mut(|v| unsafe { (*v).take() })
+        };
+        let value = plant!(
+            HandleRemoveFreesFirst,
+            // PLANT: the slot is FREE before its value is taken out, so an inserter may
+            // write its value into the slot while (or before) this thread takes it.
+            {
+                slot.word.store(word(generation, FREE), Ordering::Release);
+                take()
+            },
+            {
+                let value = take();
+                // Edge (6). Release: the slot is empty before any inserter's Acquire CAS sees
+                // FREE.
+                slot.word.store(word(generation, FREE), Ordering::Release);
+                value
+            }
+        );
         value.ok_or(LookupError::Stale)
     }
 
@@ -420,6 +502,25 @@ mod tests {
         all.sort_unstable();
         all.dedup();
         assert_eq!(all.len(), 800);
+    }
+
+    #[test]
+    fn a_small_table_refuses_indices_beyond_its_slots() {
+        let small: Box<HandleTable<u32, 2>> = Box::new(HandleTable::new(0xC0CC));
+        let a = small.insert(1).unwrap();
+        let b = small.insert(2).unwrap();
+        assert_eq!(small.insert(3), Err(3), "two slots");
+        let mut idx = [a & INDEX_MASK, b & INDEX_MASK];
+        idx.sort_unstable();
+        assert_eq!(idx, [0, 1]);
+        // The same tag and generation at slot 2 or 4095: no such slot in this table.
+        for index in [2, INDEX_MASK] {
+            let beyond = (a & !INDEX_MASK) | index;
+            assert_eq!(small.with(beyond, |v| *v), Err(LookupError::NotAHandle));
+            assert_eq!(small.remove(beyond), Err(LookupError::NotAHandle));
+        }
+        assert_eq!(small.remove(a), Ok(1));
+        assert_eq!(small.insert(4).map(|h| h & INDEX_MASK), Ok(a & INDEX_MASK));
     }
 
     fn test_instance() -> InstanceId {

@@ -15,6 +15,7 @@ pub(crate) use std::thread;
 pub mod abort;
 pub mod driver;
 pub mod dump;
+pub mod handles;
 pub mod registry;
 pub mod trigger;
 
