@@ -67,7 +67,7 @@ use proxy_core::time::MonotonicClock;
 pub use proxy_ffi_types as types;
 use proxy_ffi_types::*;
 
-use proxy_ffi_types::boundary::{guard, lookup_status, panic_message};
+use proxy_ffi_types::boundary::{c_in, c_out, c_slice, guard, lookup_status, panic_message};
 use proxy_ffi_types::handles::{self, HandleTable};
 
 // ---------------------------------------------------------------------------------------------
@@ -146,53 +146,6 @@ fn with_comm(
         .map_err(|e| lookup_status(what, "comm", h, e))?
 }
 
-/// A C array as a slice, checked: NULL with a non-zero length, a misaligned pointer and a
-/// length whose byte size overflows are `Invalid` (docs/design.md §6).
-///
-/// # Safety
-/// A non-null, aligned `ptr` must be valid for `len` reads of `T` for the returned lifetime.
-unsafe fn c_slice<'a, T>(what: &str, ptr: *const T, len: usize) -> Result<&'a [T], NrtStatus> {
-    if len == 0 {
-        return Ok(&[]);
-    }
-    if ptr.is_null() {
-        log::error!("{what}: NULL pointer with length {len}");
-        return Err(NrtStatus::Invalid);
-    }
-    if !ptr.is_aligned() {
-        log::error!("{what}: pointer {ptr:p} is not aligned for its element type");
-        return Err(NrtStatus::Invalid);
-    }
-    if len > isize::MAX as usize / size_of::<T>().max(1) {
-        log::error!("{what}: length {len} is too large");
-        return Err(NrtStatus::Invalid);
-    }
-    // SAFETY: non-null, aligned, size in range; valid for `len` reads per the caller's contract.
-    Ok(unsafe { std::slice::from_raw_parts(ptr, len) })
-}
-
-/// A C out-parameter, checked: NULL or misaligned is `Invalid`.
-fn c_out<'a, T>(what: &str, name: &str, ptr: *mut T) -> Result<&'a mut T, NrtStatus> {
-    if ptr.is_null() || !ptr.is_aligned() {
-        log::error!("{what}: {name} is NULL or misaligned");
-        return Err(NrtStatus::Invalid);
-    }
-    // SAFETY: non-null and aligned; the C caller passes a pointer to writable storage for one
-    // `T` (the function's contract), which we hold only for this call.
-    Ok(unsafe { &mut *ptr })
-}
-
-/// A C in-parameter, checked: NULL or misaligned is `Invalid`.
-fn c_in<'a, T>(what: &str, name: &str, ptr: *const T) -> Result<&'a T, NrtStatus> {
-    if ptr.is_null() || !ptr.is_aligned() {
-        log::error!("{what}: {name} is NULL or misaligned");
-        return Err(NrtStatus::Invalid);
-    }
-    // SAFETY: non-null and aligned; the C caller passes a pointer to a readable, initialized
-    // `T` (the function's contract), which we read only during this call.
-    Ok(unsafe { &*ptr })
-}
-
 // ---------------------------------------------------------------------------------------------
 // The seam
 // ---------------------------------------------------------------------------------------------
@@ -231,9 +184,9 @@ pub unsafe extern "C" fn neuronStartNetworkProxy(
             // SAFETY: per this function's contract.
             let (o, s, d) = unsafe {
                 (
-                    c_slice("neuronStartNetworkProxy: ops", ops, n_ops)?,
-                    c_slice("neuronStartNetworkProxy: src", src, n_src)?,
-                    c_slice("neuronStartNetworkProxy: dst", dst, n_dst)?,
+                    c_slice("neuronStartNetworkProxy", "ops", ops, n_ops)?,
+                    c_slice("neuronStartNetworkProxy", "src", src, n_src)?,
+                    c_slice("neuronStartNetworkProxy", "dst", dst, n_dst)?,
                 )
             };
             c.start(stream, bb, o, s, d)
@@ -268,8 +221,10 @@ pub unsafe extern "C" fn neuronNetworkProxyProgress(
     const WHAT: &str = "neuronNetworkProxyProgress";
     guard(WHAT, || {
         with_comm(WHAT, comm, |c| {
-            let idle = c_out(WHAT, "idle", idle)?;
-            let done = c_out(WHAT, "done", done)?;
+            // SAFETY: `idle`: the C caller's pointer, valid or NULL by this function's contract.
+            let idle = unsafe { c_out(WHAT, "idle", idle) }?;
+            // SAFETY: `done`: the C caller's pointer, valid or NULL by this function's contract.
+            let done = unsafe { c_out(WHAT, "done", done) }?;
             let (mut i, mut d) = (true, true);
             let r = c.progress(stream, bb, &mut i, &mut d);
             // A failed call reports neither idle nor done.
@@ -329,7 +284,8 @@ pub unsafe extern "C" fn neuronStopNetworkProxyStep(
     const WHAT: &str = "neuronStopNetworkProxyStep";
     guard(WHAT, || {
         with_comm(WHAT, comm, |c| {
-            let done = c_out(WHAT, "done", done)?;
+            // SAFETY: `done`: the C caller's pointer, valid or NULL by this function's contract.
+            let done = unsafe { c_out(WHAT, "done", done) }?;
             let mut d = false;
             let r = c.stop_step(stream, &mut d);
             // A teardown that ended at its drain limit is over too.
@@ -384,7 +340,8 @@ pub unsafe extern "C" fn nccom_register_device_callbacks(
             device::register(None);
             return Ok(());
         }
-        let t = c_in(WHAT, "callbacks", callbacks)?;
+        // SAFETY: `callbacks`: the C caller's pointer, valid or NULL by this function's contract.
+        let t = unsafe { c_in(WHAT, "callbacks", callbacks) }?;
         let Some(dev) = device::CDevice::from_table(t) else {
             log::error!("{WHAT}: nec_inc_semaphore is NULL");
             return Err(NrtStatus::Invalid);
@@ -411,7 +368,8 @@ pub unsafe extern "C" fn nccom_mem_group_create(
 ) -> NRT_STATUS {
     const WHAT: &str = "nccom_mem_group_create";
     guard(WHAT, || {
-        let out = c_out(WHAT, "out", out)?;
+        // SAFETY: `out`: the C caller's pointer, valid or NULL by this function's contract.
+        let out = unsafe { c_out(WHAT, "out", out) }?;
         *out = ptr::null_mut();
         let fabric = MemFabric::new(nranks).map_err(|e| {
             log::error!("{WHAT}: {e}");
@@ -532,14 +490,17 @@ pub unsafe extern "C" fn nccom_comm_create(
 ) -> NRT_STATUS {
     const WHAT: &str = "nccom_comm_create";
     guard(WHAT, || {
-        let out = c_out(WHAT, "out", out)?;
+        // SAFETY: `out`: the C caller's pointer, valid or NULL by this function's contract.
+        let out = unsafe { c_out(WHAT, "out", out) }?;
         *out = ptr::null_mut();
-        let cfg = *c_in(WHAT, "config", config)?;
+        // SAFETY: `config`: the C caller's pointer, valid or NULL by this function's contract.
+        let cfg = *unsafe { c_in(WHAT, "config", config) }?;
         validate_config(WHAT, &cfg)?;
         let own = if cfg.callbacks.is_null() {
             None
         } else {
-            Some(c_in(WHAT, "config.callbacks", cfg.callbacks)?)
+            // SAFETY: `cfg.callbacks`: the C caller's pointer, valid or NULL by this function's contract.
+            Some(unsafe { c_in(WHAT, "config.callbacks", cfg.callbacks) }?)
         };
         let dev = device::resolve(own)?;
         let clock = Arc::new(MonotonicClock);

@@ -10,7 +10,6 @@
 //! instead of leaving them to the exec timeout. Destroying the comm closes them (`Bye`). The
 //! C ABI has no barrier over them; a runtime synchronises its processes itself.
 
-use std::ffi::{c_char, CStr};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -19,28 +18,10 @@ use proxy_core::progress::comm::Comm;
 use proxy_core::progress::device::DeviceCallbacks;
 use proxy_core::status::NrtStatus;
 use proxy_core::time::Clock;
+use proxy_ffi_types::boundary::c_string;
 use proxy_ffi_types::NccomCommConfig;
 use proxy_libfabric::net_setup::{open_libfabric_comm, LibfabricCommConfig};
 use proxy_libfabric::Options;
-
-/// A NUL-terminated UTF-8 C string, or `None` for NULL.
-///
-/// # Safety
-/// `p` must be NULL or point to a readable NUL-terminated string.
-unsafe fn c_string(what: &str, name: &str, p: *const c_char) -> Result<Option<String>, NrtStatus> {
-    if p.is_null() {
-        return Ok(None);
-    }
-    // SAFETY: the caller's contract.
-    let s = unsafe { CStr::from_ptr(p) };
-    match s.to_str() {
-        Ok(s) => Ok(Some(s.to_owned())),
-        Err(_) => {
-            log::error!("{what}: {name} is not UTF-8");
-            Err(NrtStatus::Invalid)
-        }
-    }
-}
 
 /// Checks the libfabric fields of a config before anything is created.
 ///

@@ -43,7 +43,7 @@ pub mod plan;
 pub mod types;
 
 use std::collections::VecDeque;
-use std::ffi::{c_char, c_void, CStr};
+use std::ffi::{c_char, c_void};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::PathBuf;
 use std::ptr;
@@ -69,7 +69,9 @@ use proxy_runtime::loader::{LoadedComm, LoadedMemGroup, ProgressLib};
 use proxy_runtime::{Config, LinuxRegistry};
 
 pub use plan::*;
-use proxy_ffi_types::boundary::{guard, lookup_status, panic_message};
+use proxy_ffi_types::boundary::{
+    bad, c_in, c_out, c_slice, c_string, guard, lookup_status, panic_message,
+};
 use proxy_ffi_types::handles::{HandleTable, InstanceId, LookupError};
 pub use types::*;
 
@@ -239,73 +241,6 @@ pub fn live_instances() -> usize {
 // ---------------------------------------------------------------------------------------------
 // Helpers
 // ---------------------------------------------------------------------------------------------
-
-fn bad<T>(what: &str, msg: std::fmt::Arguments<'_>) -> Result<T, NrtStatus> {
-    log::error!("{what}: {msg}");
-    Err(NrtStatus::Invalid)
-}
-
-/// A C out-parameter, checked: NULL or misaligned is `Invalid`.
-fn c_out<'a, T>(what: &str, name: &str, ptr: *mut T) -> Result<&'a mut T, NrtStatus> {
-    if ptr.is_null() || !ptr.is_aligned() {
-        return bad(what, format_args!("{name} is NULL or misaligned"));
-    }
-    // SAFETY: non-null and aligned; the C caller passes writable storage for one `T` (the
-    // function's contract), held only for this call.
-    Ok(unsafe { &mut *ptr })
-}
-
-/// A C in-parameter, checked: NULL or misaligned is `Invalid`.
-fn c_in<'a, T>(what: &str, name: &str, ptr: *const T) -> Result<&'a T, NrtStatus> {
-    if ptr.is_null() || !ptr.is_aligned() {
-        return bad(what, format_args!("{name} is NULL or misaligned"));
-    }
-    // SAFETY: non-null and aligned; the C caller passes a readable, initialized `T` (the
-    // function's contract), read only during this call.
-    Ok(unsafe { &*ptr })
-}
-
-/// A C array as a slice, checked: NULL with a non-zero length, a misaligned pointer and a
-/// too-large length are `Invalid`.
-///
-/// # Safety
-/// A non-null, aligned `ptr` must be valid for `len` reads of `T` for the returned lifetime.
-unsafe fn c_slice<'a, T>(
-    what: &str,
-    name: &str,
-    ptr: *const T,
-    len: usize,
-) -> Result<&'a [T], NrtStatus> {
-    if len == 0 {
-        return Ok(&[]);
-    }
-    if ptr.is_null() || !ptr.is_aligned() {
-        return bad(
-            what,
-            format_args!("{name}: NULL or misaligned pointer with length {len}"),
-        );
-    }
-    if len > isize::MAX as usize / size_of::<T>().max(1) {
-        return bad(what, format_args!("{name}: length {len} is too large"));
-    }
-    // SAFETY: non-null, aligned, size in range; valid for `len` reads per the caller's contract.
-    Ok(unsafe { std::slice::from_raw_parts(ptr, len) })
-}
-
-/// A NUL-terminated UTF-8 C string, or `None` for NULL.
-///
-/// # Safety
-/// `p` must be NULL or point to a readable NUL-terminated string.
-unsafe fn c_string(what: &str, name: &str, p: *const c_char) -> Result<Option<String>, NrtStatus> {
-    if p.is_null() {
-        return Ok(None);
-    }
-    // SAFETY: the caller's contract.
-    match unsafe { CStr::from_ptr(p) }.to_str() {
-        Ok(s) => Ok(Some(s.to_owned())),
-        Err(_) => bad(what, format_args!("{name} is not UTF-8")),
-    }
-}
 
 /// Host words from a C array of pointers: each non-null and 4-byte aligned.
 ///
@@ -526,7 +461,8 @@ fn default_config() -> NrtProxyConfig {
 pub unsafe extern "C" fn nrt_proxy_config_init(config: *mut NrtProxyConfig) -> NRT_STATUS {
     const WHAT: &str = "nrt_proxy_config_init";
     guard(WHAT, || {
-        *c_out(WHAT, "config", config)? = default_config();
+        // SAFETY: `config`: the C caller's pointer, valid or NULL by this function's contract.
+        *unsafe { c_out(WHAT, "config", config) }? = default_config();
         Ok(())
     })
 }
@@ -548,7 +484,8 @@ pub unsafe extern "C" fn nrt_proxy_config_init(config: *mut NrtProxyConfig) -> N
 pub unsafe extern "C" fn nrt_proxy_config_from_env(config: *mut NrtProxyConfig) -> NRT_STATUS {
     const WHAT: &str = "nrt_proxy_config_from_env";
     guard(WHAT, || {
-        let out = c_out(WHAT, "config", config)?;
+        // SAFETY: `config`: the C caller's pointer, valid or NULL by this function's contract.
+        let out = unsafe { c_out(WHAT, "config", config) }?;
         *out = default_config();
         let c = Config::from_env().map_err(|e| {
             log::error!("{WHAT}: {e}");
@@ -674,12 +611,14 @@ pub unsafe extern "C" fn nrt_proxy_init(
 ) -> NRT_STATUS {
     const WHAT: &str = "nrt_proxy_init";
     guard(WHAT, || {
-        let out = c_out(WHAT, "out", out)?;
+        // SAFETY: `out`: the C caller's pointer, valid or NULL by this function's contract.
+        let out = unsafe { c_out(WHAT, "out", out) }?;
         *out = ptr::null_mut();
         let c = if config.is_null() {
             default_config()
         } else {
-            *c_in(WHAT, "config", config)?
+            // SAFETY: `config`: the C caller's pointer, valid or NULL by this function's contract.
+            *unsafe { c_in(WHAT, "config", config) }?
         };
         let cfg = resolve_config(WHAT, &c)?;
         // SAFETY: the C contract (NULL or NUL-terminated).
@@ -752,7 +691,8 @@ pub unsafe extern "C" fn nrt_proxy_register_device_callbacks(
         let cb = if callbacks.is_null() {
             None
         } else {
-            Some(c_in(WHAT, "callbacks", callbacks)?)
+            // SAFETY: `callbacks`: the C caller's pointer, valid or NULL by this function's contract.
+            Some(unsafe { c_in(WHAT, "callbacks", callbacks) }?)
         };
         inst.lib.register_device_callbacks(cb)
     })
@@ -779,7 +719,8 @@ pub unsafe extern "C" fn nrt_proxy_group_create(
 ) -> NRT_STATUS {
     const WHAT: &str = "nrt_proxy_group_create";
     guard(WHAT, || {
-        let out = c_out(WHAT, "out", out)?;
+        // SAFETY: `out`: the C caller's pointer, valid or NULL by this function's contract.
+        let out = unsafe { c_out(WHAT, "out", out) }?;
         *out = ptr::null_mut();
         let inst = instance_of(WHAT, inst)?;
         let mem = inst.lib.mem_group(nranks).inspect_err(|e| {
@@ -833,7 +774,8 @@ pub unsafe extern "C" fn nrt_proxy_group_destroy(group: *mut NrtProxyGroup) -> N
 pub unsafe extern "C" fn nrt_proxy_comm_config_init(config: *mut NrtProxyCommConfig) -> NRT_STATUS {
     const WHAT: &str = "nrt_proxy_comm_config_init";
     guard(WHAT, || {
-        *c_out(WHAT, "config", config)? = NrtProxyCommConfig {
+        // SAFETY: `config`: the C caller's pointer, valid or NULL by this function's contract.
+        *unsafe { c_out(WHAT, "config", config) }? = NrtProxyCommConfig {
             struct_size: size_of::<NrtProxyCommConfig>() as u32,
             rank: 0,
             nranks: 0,
@@ -910,10 +852,12 @@ pub unsafe extern "C" fn nrt_proxy_comm_create(
 ) -> NRT_STATUS {
     const WHAT: &str = "nrt_proxy_comm_create";
     guard(WHAT, || {
-        let out = c_out(WHAT, "out", out)?;
+        // SAFETY: `out`: the C caller's pointer, valid or NULL by this function's contract.
+        let out = unsafe { c_out(WHAT, "out", out) }?;
         *out = ptr::null_mut();
         let inst = instance_of(WHAT, inst)?;
-        let c = *c_in(WHAT, "config", config)?;
+        // SAFETY: `config`: the C caller's pointer, valid or NULL by this function's contract.
+        let c = *unsafe { c_in(WHAT, "config", config) }?;
         if c.struct_size as usize != size_of::<NrtProxyCommConfig>() {
             return bad(
                 WHAT,
@@ -1055,7 +999,8 @@ pub unsafe extern "C" fn nrt_proxy_comm_nccom(
 ) -> NRT_STATUS {
     const WHAT: &str = "nrt_proxy_comm_nccom";
     guard(WHAT, || {
-        let out = c_out(WHAT, "out", out)?;
+        // SAFETY: `out`: the C caller's pointer, valid or NULL by this function's contract.
+        let out = unsafe { c_out(WHAT, "out", out) }?;
         *out = ptr::null_mut();
         let p = with_comm(WHAT, comm, |e| Ok(e.comm.as_ptr()))?;
         *out = p.cast();
@@ -1290,7 +1235,8 @@ pub unsafe extern "C" fn nrt_proxy_submit_network(
     const WHAT: &str = "nrt_proxy_submit_network";
     guard(WHAT, || {
         with_comm(WHAT, comm, |e| {
-            let t = c_in(WHAT, "task", task)?;
+            // SAFETY: `task`: the C caller's pointer, valid or NULL by this function's contract.
+            let t = unsafe { c_in(WHAT, "task", task) }?;
             if t.struct_size as usize != size_of::<NrtProxyNetworkTask>() || t.reserved != 0 {
                 return bad(
                     WHAT,
@@ -1364,7 +1310,8 @@ pub unsafe extern "C" fn nrt_proxy_submit_barrier(
     const WHAT: &str = "nrt_proxy_submit_barrier";
     guard(WHAT, || {
         with_comm(WHAT, comm, |e| {
-            let t = c_in(WHAT, "task", task)?;
+            // SAFETY: `task`: the C caller's pointer, valid or NULL by this function's contract.
+            let t = unsafe { c_in(WHAT, "task", task) }?;
             if t.struct_size as usize != size_of::<NrtProxyBarrierTask>() || t.reserved != 0 {
                 return bad(
                     WHAT,
@@ -1489,7 +1436,8 @@ pub unsafe extern "C" fn nrt_proxy_try_pop(
     const WHAT: &str = "nrt_proxy_try_pop";
     guard(WHAT, || {
         with_comm(WHAT, comm, |e| {
-            let out = c_out(WHAT, "record", record)?;
+            // SAFETY: `record`: the C caller's pointer, valid or NULL by this function's contract.
+            let out = unsafe { c_out(WHAT, "record", record) }?;
             let r = match e.leftover.pop_front() {
                 Some(r) => r,
                 None => e
@@ -1522,7 +1470,8 @@ pub unsafe extern "C" fn nrt_proxy_wait(
     const WHAT: &str = "nrt_proxy_wait";
     guard(WHAT, || {
         with_comm(WHAT, comm, |e| {
-            let out = c_out(WHAT, "record", record)?;
+            // SAFETY: `record`: the C caller's pointer, valid or NULL by this function's contract.
+            let out = unsafe { c_out(WHAT, "record", record) }?;
             if let Some(r) = e.leftover.pop_front() {
                 *out = e.note(r);
                 return Ok(());
@@ -1554,7 +1503,8 @@ pub unsafe extern "C" fn nrt_proxy_tick(comm: *mut NrtProxyComm, tick: *mut u32)
     const WHAT: &str = "nrt_proxy_tick";
     guard(WHAT, || {
         with_comm(WHAT, comm, |e| {
-            let out = c_out(WHAT, "tick", tick)?;
+            // SAFETY: `tick`: the C caller's pointer, valid or NULL by this function's contract.
+            let out = unsafe { c_out(WHAT, "tick", tick) }?;
             let m = e.member(WHAT)?;
             let t = m.slot.queue().tick().inspect_err(|_| {
                 log::error!("{WHAT}: the queue has a worker thread, or another thread drives it");
@@ -1589,7 +1539,8 @@ pub unsafe extern "C" fn nrt_proxy_drive_until(
     const WHAT: &str = "nrt_proxy_drive_until";
     guard(WHAT, || {
         with_comm(WHAT, comm, |e| {
-            let out = c_out(WHAT, "record", record)?;
+            // SAFETY: `record`: the C caller's pointer, valid or NULL by this function's contract.
+            let out = unsafe { c_out(WHAT, "record", record) }?;
             if let Some(i) = e.leftover.iter().position(|r| r.task_id == task_id) {
                 let r = e.leftover.remove(i).ok_or(NrtStatus::Failure)?;
                 *out = e.note(r);
@@ -1687,7 +1638,8 @@ pub unsafe extern "C" fn nrt_proxy_comm_get_async_error(
     const WHAT: &str = "nrt_proxy_comm_get_async_error";
     guard(WHAT, || {
         with_comm(WHAT, comm, |e| {
-            let out = c_out(WHAT, "status", status)?;
+            // SAFETY: `status`: the C caller's pointer, valid or NULL by this function's contract.
+            let out = unsafe { c_out(WHAT, "status", status) }?;
             *out = if e.async_error != NrtStatus::Success {
                 e.async_error.code()
             } else if let Some(s) = e.abort.aborted() {
@@ -1832,8 +1784,10 @@ pub unsafe extern "C" fn ncclNetworkProxyProgress(
 ) -> NRT_STATUS {
     const WHAT: &str = "ncclNetworkProxyProgress";
     guard(WHAT, || {
-        let idle = c_out(WHAT, "idle", idle)?;
-        let done = c_out(WHAT, "done", done)?;
+        // SAFETY: `idle`: the C caller's pointer, valid or NULL by this function's contract.
+        let idle = unsafe { c_out(WHAT, "idle", idle) }?;
+        // SAFETY: `done`: the C caller's pointer, valid or NULL by this function's contract.
+        let done = unsafe { c_out(WHAT, "done", done) }?;
         let lib = default_lib(WHAT)?;
         // SAFETY: the caller's contract; the progress half checks the handle.
         unsafe { lib.seam().progress(comm.cast(), stream, bb, idle, done) }

@@ -29,9 +29,9 @@ use proxy_core::status::NrtStatus;
 use proxy_ffi_types::NRT_STATUS;
 
 use crate::types::*;
-use proxy_ffi_types::boundary::{guard, lookup_status};
+use proxy_ffi_types::boundary::{bad, c_in, c_out, guard, lookup_status};
 
-use crate::{bad, c_in, c_out, instance_id, retry_busy};
+use crate::{instance_id, retry_busy};
 use proxy_ffi_types::handles::HandleTable;
 
 /// Handle kind of plans (bits 48..52 of a handle).
@@ -158,7 +158,8 @@ fn too_many_entries(what: &str, p: &PlanParams) -> Result<(), NrtStatus> {
 pub unsafe extern "C" fn nrt_proxy_plan_params_init(params: *mut NrtProxyPlanParams) -> NRT_STATUS {
     const WHAT: &str = "nrt_proxy_plan_params_init";
     guard(WHAT, || {
-        let out = c_out(WHAT, "params", params)?;
+        // SAFETY: `params`: the C caller's pointer, valid or NULL by this function's contract.
+        let out = unsafe { c_out(WHAT, "params", params) }?;
         *out = NrtProxyPlanParams {
             struct_size: size_of::<NrtProxyPlanParams>() as u32,
             collective: NRT_PROXY_COLL_ALL_REDUCE,
@@ -204,9 +205,11 @@ pub unsafe extern "C" fn nrt_proxy_plan_create(
 ) -> NRT_STATUS {
     const WHAT: &str = "nrt_proxy_plan_create";
     guard(WHAT, || {
-        let out = c_out(WHAT, "out", out)?;
+        // SAFETY: `out`: the C caller's pointer, valid or NULL by this function's contract.
+        let out = unsafe { c_out(WHAT, "out", out) }?;
         *out = ptr::null_mut();
-        let p = self::params(WHAT, c_in(WHAT, "params", params)?)?;
+        // SAFETY: `params`: the C caller's pointer, valid or NULL by this function's contract.
+        let p = self::params(WHAT, unsafe { c_in(WHAT, "params", params) }?)?;
         too_many_entries(WHAT, &p)?;
         let plans = plan_blocks(&p).or_else(|e| bad(WHAT, format_args!("{e}")))?;
         let h = PLANS.insert(Arc::new(plans)).map_err(|_| {
@@ -251,7 +254,8 @@ pub unsafe extern "C" fn nrt_proxy_plan_layout(
     const WHAT: &str = "nrt_proxy_plan_layout";
     guard(WHAT, || {
         let p = plan_of(WHAT, plan)?;
-        let out = c_out(WHAT, "layout", layout)?;
+        // SAFETY: `layout`: the C caller's pointer, valid or NULL by this function's contract.
+        let out = unsafe { c_out(WHAT, "layout", layout) }?;
         if out.struct_size as usize != size_of::<NrtProxyPlanLayout>() {
             return bad(
                 WHAT,
@@ -333,7 +337,8 @@ pub unsafe extern "C" fn nrt_proxy_plan_blocks(
     const WHAT: &str = "nrt_proxy_plan_blocks";
     guard(WHAT, || {
         let p = plan_of(WHAT, plan)?;
-        let count = c_out(WHAT, "count", count)?;
+        // SAFETY: `count`: the C caller's pointer, valid or NULL by this function's contract.
+        let count = unsafe { c_out(WHAT, "count", count) }?;
         // SAFETY: the caller's contract.
         let out = unsafe { out_array(WHAT, "infos", infos, cap, p.blocks.len()) }?;
         for (o, b) in out.iter_mut().zip(&p.blocks) {
@@ -376,7 +381,8 @@ pub unsafe extern "C" fn nrt_proxy_plan_schedule(
     const WHAT: &str = "nrt_proxy_plan_schedule";
     guard(WHAT, || {
         let p = plan_of(WHAT, plan)?;
-        let count = c_out(WHAT, "count", count)?;
+        // SAFETY: `count`: the C caller's pointer, valid or NULL by this function's contract.
+        let count = unsafe { c_out(WHAT, "count", count) }?;
         if loops == 0 {
             return bad(WHAT, format_args!("loops is 0"));
         }
@@ -432,8 +438,10 @@ pub unsafe extern "C" fn nrt_proxy_plan_fifos(
                 format_args!("index {index}: the plan has {} parts", p.blocks.len()),
             );
         };
-        let a = c_in(WHAT, "addrs", addrs)?;
-        let block = c_out(WHAT, "block", block)?;
+        // SAFETY: `addrs`: the C caller's pointer, valid or NULL by this function's contract.
+        let a = unsafe { c_in(WHAT, "addrs", addrs) }?;
+        // SAFETY: `block`: the C caller's pointer, valid or NULL by this function's contract.
+        let block = unsafe { c_out(WHAT, "block", block) }?;
         check_addresses(WHAT, &p, a)?;
         // SAFETY: the caller's contract (each array writable for its capacity).
         let ops_out = unsafe { out_array(WHAT, "ops", ops, ops_cap, b.plan.ops.len()) }?;
@@ -599,7 +607,8 @@ pub unsafe extern "C" fn nrt_proxy_plan_program(
                 format_args!("index {index}: the plan has {} parts", p.blocks.len()),
             );
         };
-        let count = c_out(WHAT, "count", count)?;
+        // SAFETY: `count`: the C caller's pointer, valid or NULL by this function's contract.
+        let count = unsafe { c_out(WHAT, "count", count) }?;
         let prog = &b.plan.program;
         // SAFETY: the caller's contract.
         let out = unsafe { out_array(WHAT, "instrs", instrs, cap, prog.len()) }?;

@@ -1,6 +1,8 @@
 //! What both C libraries do at the boundary of every entry point (feature `std`): install the
 //! logger on the first call, turn a panic into `NRT_FAILURE` with a log line (no unwind crosses
-//! the C ABI), and say why a handle lookup failed. Each library links its own copy (its own
+//! the C ABI), say why a handle lookup failed, and check the C caller's pointers (`c_in`,
+//! `c_out`, `c_slice`, `c_string`: NULL, misaligned and oversized arguments are `NRT_INVALID`
+//! with a log line naming the call and the argument). Each library links its own copy (its own
 //! logger and `Once`), and exports nothing from here.
 //!
 //! The logger: the `log` facade to stderr, level from `NEURON_RT_LOG_LEVEL` (`ERROR`, `WARN`,
@@ -11,6 +13,8 @@
 extern crate std;
 
 use core::any::Any;
+use core::ffi::{c_char, CStr};
+use std::borrow::ToOwned;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::string::String;
 use std::sync::Once;
@@ -93,6 +97,103 @@ pub fn lookup_status(what: &str, kind: &str, handle: usize, e: LookupError) -> N
             );
             NrtStatus::Failure
         }
+    }
+}
+
+/// Logs `what: msg` as an error and answers `Invalid`: the one way an entry point refuses bad
+/// input (docs/design.md §6).
+///
+/// # Errors
+/// Always `NrtStatus::Invalid`.
+pub fn bad<T>(what: &str, msg: core::fmt::Arguments<'_>) -> Result<T, NrtStatus> {
+    log::error!("{what}: {msg}");
+    Err(NrtStatus::Invalid)
+}
+
+/// A C out-parameter `name` of the call `what`, checked: NULL or misaligned is `Invalid`.
+///
+/// # Errors
+/// `NrtStatus::Invalid` (logged) for a NULL or misaligned `ptr`.
+///
+/// # Safety
+/// A non-null, aligned `ptr` must be valid for writes of one `T`, and not otherwise accessed,
+/// for the returned lifetime (the C caller's contract: storage for the result).
+pub unsafe fn c_out<'a, T>(what: &str, name: &str, ptr: *mut T) -> Result<&'a mut T, NrtStatus> {
+    if ptr.is_null() || !ptr.is_aligned() {
+        return bad(what, format_args!("{name} is NULL or misaligned"));
+    }
+    // SAFETY: non-null and aligned; writable and unaliased for `'a` by the caller's contract.
+    Ok(unsafe { &mut *ptr })
+}
+
+/// A C in-parameter `name` of the call `what`, checked: NULL or misaligned is `Invalid`.
+///
+/// # Errors
+/// `NrtStatus::Invalid` (logged) for a NULL or misaligned `ptr`.
+///
+/// # Safety
+/// A non-null, aligned `ptr` must point to an initialized `T` that nothing writes for the
+/// returned lifetime.
+pub unsafe fn c_in<'a, T>(what: &str, name: &str, ptr: *const T) -> Result<&'a T, NrtStatus> {
+    if ptr.is_null() || !ptr.is_aligned() {
+        return bad(what, format_args!("{name} is NULL or misaligned"));
+    }
+    // SAFETY: non-null and aligned; initialized and unwritten for `'a` by the caller's
+    // contract.
+    Ok(unsafe { &*ptr })
+}
+
+/// The C array `name` (`len` elements) of the call `what` as a slice, checked: NULL with a
+/// non-zero length, a misaligned pointer and a length whose byte size overflows `isize` are
+/// `Invalid` (docs/design.md §6); a zero length is the empty slice whatever `ptr` is.
+///
+/// # Errors
+/// `NrtStatus::Invalid` (logged), as above.
+///
+/// # Safety
+/// A non-null, aligned `ptr` must be valid for `len` reads of `T`, unwritten for the returned
+/// lifetime.
+pub unsafe fn c_slice<'a, T>(
+    what: &str,
+    name: &str,
+    ptr: *const T,
+    len: usize,
+) -> Result<&'a [T], NrtStatus> {
+    if len == 0 {
+        return Ok(&[]);
+    }
+    if ptr.is_null() || !ptr.is_aligned() {
+        return bad(
+            what,
+            format_args!("{name}: NULL or misaligned pointer with length {len}"),
+        );
+    }
+    if len > isize::MAX as usize / size_of::<T>().max(1) {
+        return bad(what, format_args!("{name}: length {len} is too large"));
+    }
+    // SAFETY: non-null, aligned, size in range; valid for `len` reads per the caller's contract.
+    Ok(unsafe { std::slice::from_raw_parts(ptr, len) })
+}
+
+/// The NUL-terminated UTF-8 C string `name` of the call `what`, copied; `None` for NULL.
+///
+/// # Errors
+/// `NrtStatus::Invalid` (logged) when the string is not UTF-8.
+///
+/// # Safety
+/// `p` must be NULL or point to a readable NUL-terminated string.
+pub unsafe fn c_string(
+    what: &str,
+    name: &str,
+    p: *const c_char,
+) -> Result<Option<String>, NrtStatus> {
+    if p.is_null() {
+        return Ok(None);
+    }
+    // SAFETY: non-null; NUL-terminated and readable by the caller's contract.
+    match unsafe { CStr::from_ptr(p) }.to_str() {
+        Ok(s) => Ok(Some(s.to_owned())),
+        Err(_) => bad(what, format_args!("{name} is not UTF-8")),
     }
 }
 
