@@ -929,9 +929,10 @@ NRT_STATUS nrt_proxy_config_init(struct nrt_proxy_config_t *config);
  * `NEURON_RT_RANKS_PER_NETWORK_PROXY`, `NEURON_RT_ONE_THREAD_PER_CORE`,
  * `NEURON_RT_PROXY_SPIN_US`, `NEURON_RT_EXEC_TIMEOUT` (seconds), `NEURON_RT_PROXY_DRIVE_MODE`,
  * `NEURON_RT_DBG_PROXY_EARLY_COMPLETION` (the table of `proxy_runtime::Config`). The progress
- * library stays NULL (`nrt_proxy_init` reads `NEURON_RT_PROXY_PROGRESS_LIB` itself).
- * `NEURON_RT_LOW_LATENCY_TASKS_CPU_AFFINITY` and `NEURON_RT_PROXY_DUMP_SIGNAL` are checked but
- * not supported yet (a warning says they are ignored).
+ * library stays NULL (`nrt_proxy_init` reads `NEURON_RT_PROXY_PROGRESS_LIB` itself), and so do
+ * the two process-wide settings `nrt_proxy_init` reads from the environment whatever the
+ * config (`NEURON_RT_LOW_LATENCY_TASKS_CPU_AFFINITY`, `NEURON_RT_PROXY_DUMP_SIGNAL`); a
+ * malformed value of either is refused here too.
  *
  * Returns `NRT_SUCCESS`; `NRT_INVALID` for a NULL `config` or a malformed variable (the log
  * names it; `*config` then holds the defaults).
@@ -950,9 +951,17 @@ NRT_STATUS nrt_proxy_config_from_env(struct nrt_proxy_config_t *config);
  * `*out` (NULL on failure). Several instances may live at once; the first progress half loaded
  * is the one the exported trampolines call.
  *
+ * Two process-wide settings come from the environment, as libnrt reads them at init, whatever
+ * the config: `NEURON_RT_LOW_LATENCY_TASKS_CPU_AFFINITY` (a CPU list like `0,2-3`: each new
+ * proxy queue's worker thread is pinned to the next CPU of the list, round robin) and
+ * `NEURON_RT_PROXY_DUMP_SIGNAL` (`USR1` or `USR2`: the signal dumps every proxy queue of this
+ * instance to the log, from a watcher thread; `nrt_proxy_fini` removes the handler once
+ * nothing holds the instance).
+ *
  * Returns `NRT_SUCCESS`; `NRT_INVALID` for a NULL `out`, a config of another size or version,
- * a bad field (the log names it), a progress half that cannot be loaded, lacks an entry point or
- * has another ABI major; `NRT_RESOURCE` when too many instances are live.
+ * a bad field or a malformed variable above (the log names it), a progress half that cannot
+ * be loaded, lacks an entry point or has another ABI major; `NRT_RESOURCE` when too many
+ * instances are live or the signal handler cannot be installed.
  *
  * # Safety
  * `config` NULL or a readable `nrt_proxy_config_t` (its `progress_lib` NULL or

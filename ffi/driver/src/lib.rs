@@ -65,6 +65,7 @@ use proxy_core::progress::abort::AbortHandle;
 use proxy_core::status::NrtStatus;
 use proxy_core::time::{Clock, MonotonicClock};
 use proxy_ffi_types::*;
+use proxy_runtime::dump::{dump_all, DumpSignal, SIGNAL_DUMP_WAIT};
 use proxy_runtime::loader::{LoadedComm, LoadedMemGroup, ProgressLib};
 use proxy_runtime::{Config, LinuxRegistry};
 
@@ -90,8 +91,19 @@ const DESTROY_LEAVE_TIMEOUT: Duration = Duration::from_secs(30);
 struct Instance {
     lib: &'static ProgressLib,
     cfg: Config,
-    registry: LinuxRegistry,
+    /// The handler of `cfg.dump_signal` (dumps this registry); dropped (removed, its watcher
+    /// joined) before the registry.
+    _dump_signal: Option<DumpSignal>,
+    /// Shared with the dump handler's watcher thread (which holds it only while it dumps).
+    registry: Arc<LinuxRegistry>,
 }
+
+/// The variables `nrt_proxy_init` reads from the process environment itself: the process-wide
+/// settings the C configuration has no field for (libnrt reads them at init).
+const INIT_ENV: [&str; 2] = [
+    "NEURON_RT_LOW_LATENCY_TASKS_CPU_AFFINITY",
+    "NEURON_RT_PROXY_DUMP_SIGNAL",
+];
 
 /// A group of this process's ranks: the in-memory transport group of the progress half and the
 /// in-process barrier.
@@ -471,9 +483,10 @@ pub unsafe extern "C" fn nrt_proxy_config_init(config: *mut NrtProxyConfig) -> N
 /// `NEURON_RT_RANKS_PER_NETWORK_PROXY`, `NEURON_RT_ONE_THREAD_PER_CORE`,
 /// `NEURON_RT_PROXY_SPIN_US`, `NEURON_RT_EXEC_TIMEOUT` (seconds), `NEURON_RT_PROXY_DRIVE_MODE`,
 /// `NEURON_RT_DBG_PROXY_EARLY_COMPLETION` (the table of `proxy_runtime::Config`). The progress
-/// library stays NULL (`nrt_proxy_init` reads `NEURON_RT_PROXY_PROGRESS_LIB` itself).
-/// `NEURON_RT_LOW_LATENCY_TASKS_CPU_AFFINITY` and `NEURON_RT_PROXY_DUMP_SIGNAL` are checked but
-/// not supported yet (a warning says they are ignored).
+/// library stays NULL (`nrt_proxy_init` reads `NEURON_RT_PROXY_PROGRESS_LIB` itself), and so do
+/// the two process-wide settings `nrt_proxy_init` reads from the environment whatever the
+/// config (`NEURON_RT_LOW_LATENCY_TASKS_CPU_AFFINITY`, `NEURON_RT_PROXY_DUMP_SIGNAL`); a
+/// malformed value of either is refused here too.
 ///
 /// Returns `NRT_SUCCESS`; `NRT_INVALID` for a NULL `config` or a malformed variable (the log
 /// names it; `*config` then holds the defaults).
@@ -502,12 +515,6 @@ pub unsafe extern "C" fn nrt_proxy_config_from_env(config: *mut NrtProxyConfig) 
             .map_or(0, |t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX));
         out.one_thread_per_core = u32::from(c.one_thread_per_core);
         out.early_completion = u32::from(c.early_completion);
-        if !c.cpu_affinity.is_empty() || c.dump_signal.is_some() {
-            log::warn!(
-                "{WHAT}: NEURON_RT_LOW_LATENCY_TASKS_CPU_AFFINITY and NEURON_RT_PROXY_DUMP_SIGNAL \
-                 are not supported by libnrt_proxy yet; ignored"
-            );
-        }
         Ok(())
     })
 }
@@ -597,9 +604,17 @@ fn load_progress_lib(what: &str, name: PathBuf) -> Result<&'static ProgressLib, 
 /// `*out` (NULL on failure). Several instances may live at once; the first progress half loaded
 /// is the one the exported trampolines call.
 ///
+/// Two process-wide settings come from the environment, as libnrt reads them at init, whatever
+/// the config: `NEURON_RT_LOW_LATENCY_TASKS_CPU_AFFINITY` (a CPU list like `0,2-3`: each new
+/// proxy queue's worker thread is pinned to the next CPU of the list, round robin) and
+/// `NEURON_RT_PROXY_DUMP_SIGNAL` (`USR1` or `USR2`: the signal dumps every proxy queue of this
+/// instance to the log, from a watcher thread; `nrt_proxy_fini` removes the handler once
+/// nothing holds the instance).
+///
 /// Returns `NRT_SUCCESS`; `NRT_INVALID` for a NULL `out`, a config of another size or version,
-/// a bad field (the log names it), a progress half that cannot be loaded, lacks an entry point or
-/// has another ABI major; `NRT_RESOURCE` when too many instances are live.
+/// a bad field or a malformed variable above (the log names it), a progress half that cannot
+/// be loaded, lacks an entry point or has another ABI major; `NRT_RESOURCE` when too many
+/// instances are live or the signal handler cannot be installed.
 ///
 /// # Safety
 /// `config` NULL or a readable `nrt_proxy_config_t` (its `progress_lib` NULL or
@@ -620,7 +635,19 @@ pub unsafe extern "C" fn nrt_proxy_init(
             // SAFETY: `config`: the C caller's pointer, valid or NULL by this function's contract.
             *unsafe { c_in(WHAT, "config", config) }?
         };
-        let cfg = resolve_config(WHAT, &c)?;
+        let mut cfg = resolve_config(WHAT, &c)?;
+        let env = Config::from_lookup(|k| {
+            INIT_ENV
+                .contains(&k)
+                .then(|| std::env::var(k).ok())
+                .flatten()
+        })
+        .map_err(|e| {
+            log::error!("{WHAT}: {e}");
+            NrtStatus::Invalid
+        })?;
+        cfg.cpu_affinity = env.cpu_affinity;
+        cfg.dump_signal = env.dump_signal;
         // SAFETY: the C contract (NULL or NUL-terminated).
         let path = unsafe { c_string(WHAT, "config.progress_lib", c.progress_lib) }?;
         let name = path
@@ -635,7 +662,28 @@ pub unsafe extern "C" fn nrt_proxy_init(
             log::error!("{WHAT}: registry: {e}");
             NrtStatus::Invalid
         })?;
-        let inst = Arc::new(Instance { lib, cfg, registry });
+        let registry = Arc::new(registry);
+        let dump_signal = match cfg.dump_signal {
+            Some(sig) => {
+                let weak = Arc::downgrade(&registry);
+                let handler = DumpSignal::install(sig, move || {
+                    if let Some(r) = weak.upgrade() {
+                        dump_all(&r, SIGNAL_DUMP_WAIT);
+                    }
+                });
+                Some(handler.map_err(|e| {
+                    log::error!("{WHAT}: NEURON_RT_PROXY_DUMP_SIGNAL: {e}");
+                    NrtStatus::Resource
+                })?)
+            }
+            None => None,
+        };
+        let inst = Arc::new(Instance {
+            lib,
+            cfg,
+            _dump_signal: dump_signal,
+            registry,
+        });
         let h = INSTANCES.insert(inst.clone()).map_err(|_| {
             log::error!("{WHAT}: too many live instances");
             NrtStatus::Resource

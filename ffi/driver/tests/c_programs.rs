@@ -20,6 +20,9 @@
 //!   half of ABI major 2 (`fake_progress_v2.c`), the trampolines' checks; exact statuses, the
 //!   comm's health and last error, everything destroyed;
 //! * `minimal.c` (the README's program) through the installed pkg-config files;
+//! * `dump_signal.c`: `nrt_proxy_init` reads `NEURON_RT_LOW_LATENCY_TASKS_CPU_AFFINITY` and
+//!   `NEURON_RT_PROXY_DUMP_SIGNAL` from the environment (the worker pinned, the signal dumps the
+//!   instance's proxy queues, `nrt_proxy_fini` removes the handler), and refuses bad values;
 //! * `examples/raii_exchange.cpp`, the README's C++17 example (RAII wrappers of every handle),
 //!   compiled with `g++ -std=c++17 -Wall -Wextra -Werror`;
 //! * with the feature `libfabric`, `tcp_exchange.c`: two processes, one rank each, over
@@ -34,7 +37,10 @@
 
 mod common;
 
-use std::process::Command;
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
 
 use common::{compile, progress_library, run};
 
@@ -359,6 +365,106 @@ fn tcp_pair(mode: &str, cmd: impl Fn() -> Command) {
         assert!(
             out.contains(&format!("tcp_exchange: ok: rank {rank}, {mode} mode")),
             "{out}"
+        );
+    }
+}
+
+/// `NEURON_RT_PROXY_DUMP_SIGNAL=USR1` and `NEURON_RT_LOW_LATENCY_TASKS_CPU_AFFINITY=0`, with a
+/// config from `nrt_proxy_config_init`: the instance logs both in its configuration, the raised
+/// signal dumps its two proxy queues (one per rank, each written by its worker), and the program tears down
+/// cleanly afterwards (the handler removed at the last reference). A malformed value of either
+/// variable makes `nrt_proxy_init` answer `NRT_INVALID` naming it.
+#[test]
+fn init_reads_the_dump_signal_and_cpu_affinity_from_the_environment() {
+    let exe = compile("dump_signal", "dump_signal", &[]);
+    let mut child = Command::new(&exe)
+        .arg(progress_library())
+        .arg(libc::SIGUSR1.to_string())
+        .env_remove("LD_LIBRARY_PATH")
+        .env("NEURON_RT_PROXY_DUMP_SIGNAL", "USR1")
+        .env("NEURON_RT_LOW_LATENCY_TASKS_CPU_AFFINITY", "0")
+        .env("NEURON_RT_LOG_LEVEL", "info")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run dump_signal");
+    // Both streams on reader threads, every line to one channel.
+    let (tx, rx) = mpsc::channel::<(bool, String)>();
+    let readers: Vec<_> = [
+        (
+            false,
+            Box::new(child.stdout.take().unwrap()) as Box<dyn std::io::Read + Send>,
+        ),
+        (true, Box::new(child.stderr.take().unwrap())),
+    ]
+    .into_iter()
+    .map(|(is_err, r)| {
+        let tx = tx.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(r).lines().map_while(Result::ok) {
+                let _ = tx.send((is_err, line));
+            }
+        })
+    })
+    .collect();
+    drop(tx);
+    let mut log = String::new();
+    let (mut raised, mut dumped) = (false, false);
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !(raised && dumped) {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        let Ok((is_err, line)) = rx.recv_timeout(left) else {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("no dump within 60 s (raised: {raised}); output so far:\n{log}");
+        };
+        raised |= !is_err && line == "raised";
+        dumped |= is_err && line.contains("proxy-dump registry groups=2 written=2");
+        log.push_str(&line);
+        log.push('\n');
+    }
+    // The dump is in the log: let the program tear down.
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(b"\n").expect("write to dump_signal");
+    drop(stdin);
+    let status = child.wait().expect("wait for dump_signal");
+    for r in readers {
+        r.join().unwrap();
+    }
+    log.extend(rx.try_iter().map(|(_, l)| l + "\n"));
+    println!("{log}");
+    assert!(status.success(), "dump_signal failed with {status}:\n{log}");
+    assert!(log.contains("dump_signal: ok"), "{log}");
+    assert!(
+        log.contains("cpu_affinity: [0]"),
+        "the configuration logged: {log}"
+    );
+    assert!(
+        log.contains(&format!("dump_signal: Some({})", libc::SIGUSR1)),
+        "the configuration logged: {log}"
+    );
+    assert!(
+        log.contains(&format!("signal {} dumps every proxy queue", libc::SIGUSR1)),
+        "{log}"
+    );
+    for (var, value) in [
+        ("NEURON_RT_PROXY_DUMP_SIGNAL", "TERM"),
+        ("NEURON_RT_LOW_LATENCY_TASKS_CPU_AFFINITY", "0-x"),
+    ] {
+        let o = Command::new(&exe)
+            .arg(progress_library())
+            .arg(libc::SIGUSR1.to_string())
+            .env_remove("LD_LIBRARY_PATH")
+            .env(var, value)
+            .stdin(Stdio::null())
+            .output()
+            .expect("run dump_signal");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{var}={value}: {err}");
+        assert!(
+            err.contains("nrt_proxy_init(&cfg, &inst): NRT_INVALID") && err.contains(var),
+            "{var}={value}: {err}"
         );
     }
 }
