@@ -25,7 +25,8 @@
 //! These are benchmarks, not tests: nothing here asserts a time. They compile in CI's clippy
 //! step and are run by hand.
 
-pub mod alloc_count;
+/// The counting global allocator (the `proxy-alloc-count` crate, shared with the tests).
+pub use proxy_alloc_count as alloc_count;
 pub mod cpu;
 pub mod fixtures;
 pub mod stats;

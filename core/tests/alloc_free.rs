@@ -17,11 +17,10 @@
 
 #![cfg(not(loom))]
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
-use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
+use proxy_alloc_count::CountingAlloc;
 use proxy_core::driver::task::{
     BlockFifos, CommHandle, NetworkTask, NetworkTaskSpec, ProxyTask, Step, StepEnv,
 };
@@ -35,57 +34,12 @@ use proxy_core::status::NrtStatus;
 use proxy_core::sync::PlainArc;
 use proxy_core::time::NoClock;
 
-/// Counts every allocation and reallocation on the test's thread while it is armed.
-struct Counting;
-
-std::thread_local! {
-    /// Armed on the test's thread only: the engine runs on that thread alone here (tasks
-    /// stepped directly, no worker, no queue), and the test harness's own threads (its
-    /// "running for over 60 seconds" notice under a loaded machine or Miri) must not count.
-    static ARMED: Cell<bool> = const { Cell::new(false) };
-}
-
-/// `true` on the armed thread (never during its thread-local teardown).
-fn armed() -> bool {
-    ARMED.try_with(Cell::get).unwrap_or(false)
-}
-static ALLOCS: AtomicUsize = AtomicUsize::new(0);
-
-// SAFETY: forwards every call to `System` unchanged; the counters are atomics and never
-// allocate.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        if armed() {
-            ALLOCS.fetch_add(1, Ordering::Relaxed);
-        }
-        // SAFETY: the caller's contract is `System`'s.
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        if armed() {
-            ALLOCS.fetch_add(1, Ordering::Relaxed);
-        }
-        // SAFETY: as above.
-        unsafe { System.alloc_zeroed(layout) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        if armed() {
-            ALLOCS.fetch_add(1, Ordering::Relaxed);
-        }
-        // SAFETY: as above.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: as above.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
-
+/// Counts allocation calls on the test's thread while it is armed
+/// ([`CountingAlloc::arm_this_thread`]): the engine runs on that thread alone here (tasks
+/// stepped directly, no worker, no queue), and the test harness's own threads (its "running for
+/// over 60 seconds" notice under a loaded machine or Miri) must not count.
 #[global_allocator]
-static GLOBAL: Counting = Counting;
+static ALLOC: CountingAlloc = CountingAlloc::new();
 
 /// Executions run while the counter is armed (fewer under Miri, which interprets every byte).
 const EXECUTIONS: u32 = if cfg!(miri) { 3 } else { 1_000 };
@@ -423,21 +377,17 @@ fn executions_allocate_nothing_once_warm() {
         execute(&mut ranks, exec);
     }
     // The counter counts: one allocation while armed reads 1.
-    ARMED.with(|a| a.set(true));
+    CountingAlloc::arm_this_thread(true);
     drop(std::hint::black_box(Vec::<u8>::with_capacity(1)));
-    ARMED.with(|a| a.set(false));
-    assert_eq!(
-        ALLOCS.swap(0, Ordering::SeqCst),
-        1,
-        "the counting allocator counts"
-    );
-    ARMED.with(|a| a.set(true));
+    CountingAlloc::arm_this_thread(false);
+    assert_eq!(ALLOC.take_armed_calls(), 1, "the counting allocator counts");
+    CountingAlloc::arm_this_thread(true);
     for exec in WARM_UP..WARM_UP + EXECUTIONS {
         execute(&mut ranks, exec);
     }
-    ARMED.with(|a| a.set(false));
+    CountingAlloc::arm_this_thread(false);
     assert_eq!(
-        ALLOCS.load(Ordering::SeqCst),
+        ALLOC.armed_calls(),
         0,
         "allocations during {EXECUTIONS} warm executions"
     );

@@ -16,58 +16,17 @@
 //! 8 MiB. `PROXY_SOAK_CYCLES` sets the cycle count (default 200). One test in this binary: the
 //! counts are process-wide.
 
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::ffi::{c_int, c_void};
 use std::ptr;
-use std::sync::atomic::{AtomicI64, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, Ordering};
 
 use nccom_proxy::types::*;
 use nccom_proxy::*;
+use proxy_alloc_count::CountingAlloc;
 
-static LIVE: AtomicI64 = AtomicI64::new(0);
-
-/// Forwards to the system allocator and keeps [`LIVE`] (allocated minus freed bytes).
-struct Counting;
-
-// SAFETY: forwards every call to `System` unchanged; the counter is an atomic and never
-// allocates.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        // SAFETY: the caller's contract, forwarded.
-        let p = unsafe { System.alloc(layout) };
-        if !p.is_null() {
-            LIVE.fetch_add(layout.size() as i64, Ordering::Relaxed);
-        }
-        p
-    }
-
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        // SAFETY: the caller's contract, forwarded.
-        let p = unsafe { System.alloc_zeroed(layout) };
-        if !p.is_null() {
-            LIVE.fetch_add(layout.size() as i64, Ordering::Relaxed);
-        }
-        p
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        LIVE.fetch_sub(layout.size() as i64, Ordering::Relaxed);
-        // SAFETY: the caller's contract, forwarded.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        // SAFETY: the caller's contract, forwarded.
-        let p = unsafe { System.realloc(ptr, layout, new_size) };
-        if !p.is_null() {
-            LIVE.fetch_add(new_size as i64 - layout.size() as i64, Ordering::Relaxed);
-        }
-        p
-    }
-}
-
+/// Live heap bytes (allocated minus freed, every thread): [`CountingAlloc::live_bytes`].
 #[global_allocator]
-static GLOBAL: Counting = Counting;
+static ALLOC: CountingAlloc = CountingAlloc::new();
 
 const SIZES: [usize; 3] = [1, 4097, 64 * 1024];
 /// Host words: [send idx, send hs, send cpl, recv idx, recv hs, recv cpl], one per line.
@@ -347,7 +306,7 @@ fn c_abi_create_run_destroy_cycles_leave_nothing_behind() {
         (
             count_dir("/proc/self/task"),
             count_dir("/proc/self/fd"),
-            LIVE.load(Ordering::SeqCst),
+            ALLOC.live_bytes(),
         )
     };
     let (before, rss0) = (sample(), rss());

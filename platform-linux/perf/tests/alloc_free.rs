@@ -4,46 +4,16 @@
 //! thread, in both driver modes: worker threads with device threads, and caller-driven queues
 //! with polled devices. Counted by this binary's global allocator while armed.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use clap::Parser;
+use proxy_alloc_count::CountingAlloc;
 use proxy_perf::args::Args;
 use proxy_perf::run::World;
 
-/// Counts allocations (every thread) while [`ARMED`].
-struct Counting;
-
-static ARMED: AtomicBool = AtomicBool::new(false);
-static ALLOCS: AtomicU64 = AtomicU64::new(0);
-
-// SAFETY: forwards every call to the system allocator unchanged; only counts.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        if ARMED.load(Ordering::Relaxed) {
-            ALLOCS.fetch_add(1, Ordering::Relaxed);
-        }
-        // SAFETY: the caller's contract, forwarded.
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: the caller's contract, forwarded.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        if ARMED.load(Ordering::Relaxed) {
-            ALLOCS.fetch_add(1, Ordering::Relaxed);
-        }
-        // SAFETY: the caller's contract, forwarded.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
+/// Counts allocation calls on every thread while armed ([`CountingAlloc::arm_all_threads`]).
 #[global_allocator]
-static GLOBAL: Counting = Counting;
+static ALLOC: CountingAlloc = CountingAlloc::new();
 
 /// One test at a time (the counter is process-wide).
 static ONE: Mutex<()> = Mutex::new(());
@@ -54,13 +24,21 @@ fn steady_state_allocations(modes: &[&str]) -> (u64, u64) {
     argv.extend_from_slice(modes);
     let args = Args::try_parse_from(argv).unwrap();
     let mut world = World::new(&args).unwrap_or_else(|e| panic!("{modes:?}: {e}"));
-    ALLOCS.store(0, Ordering::SeqCst);
-    let arm = |on: bool| ARMED.store(on, Ordering::SeqCst);
+    // The counter counts: an allocation while armed is seen.
+    ALLOC.take_armed_calls();
+    ALLOC.arm_all_threads(true);
+    drop(std::hint::black_box(Vec::<u8>::with_capacity(1)));
+    ALLOC.arm_all_threads(false);
+    assert!(
+        ALLOC.take_armed_calls() >= 1,
+        "the counting allocator counts"
+    );
+    let arm = |on: bool| ALLOC.arm_all_threads(on);
     let wrong = world
         .count_steady_state(8, 50, 1_000, &arm)
         .unwrap_or_else(|e| panic!("{modes:?}: {e}"));
-    ARMED.store(false, Ordering::SeqCst);
-    (ALLOCS.load(Ordering::SeqCst), wrong)
+    ALLOC.arm_all_threads(false);
+    (ALLOC.armed_calls(), wrong)
 }
 
 #[test]

@@ -30,60 +30,17 @@
 //! in about 9 s, tcp 200 in about 70 s). Only one test in this binary: the counts are
 //! process-wide.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::mpsc;
 use std::time::Duration;
 
 use clap::Parser;
+use proxy_alloc_count::CountingAlloc;
 use proxy_perf::args::Args;
 use proxy_perf::run::World;
 
-/// Live heap bytes: allocated minus freed, every thread.
-static LIVE: AtomicI64 = AtomicI64::new(0);
-
-/// Forwards to the system allocator and keeps [`LIVE`].
-struct Counting;
-
-// SAFETY: forwards every call to `System` unchanged; the counter is an atomic and never
-// allocates.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        // SAFETY: the caller's contract, forwarded.
-        let p = unsafe { System.alloc(layout) };
-        if !p.is_null() {
-            LIVE.fetch_add(layout.size() as i64, Ordering::Relaxed);
-        }
-        p
-    }
-
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        // SAFETY: the caller's contract, forwarded.
-        let p = unsafe { System.alloc_zeroed(layout) };
-        if !p.is_null() {
-            LIVE.fetch_add(layout.size() as i64, Ordering::Relaxed);
-        }
-        p
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        LIVE.fetch_sub(layout.size() as i64, Ordering::Relaxed);
-        // SAFETY: the caller's contract, forwarded.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        // SAFETY: the caller's contract, forwarded.
-        let p = unsafe { System.realloc(ptr, layout, new_size) };
-        if !p.is_null() {
-            LIVE.fetch_add(new_size as i64 - layout.size() as i64, Ordering::Relaxed);
-        }
-        p
-    }
-}
-
+/// Live heap bytes (allocated minus freed, every thread): [`CountingAlloc::live_bytes`].
 #[global_allocator]
-static GLOBAL: Counting = Counting;
+static ALLOC: CountingAlloc = CountingAlloc::new();
 
 /// The test's logger: `LEVEL target: message` lines written straight to the process's stderr.
 /// Not `eprintln!`: libtest keeps a test's captured output in memory, so every line (each
@@ -158,7 +115,7 @@ fn held() -> Held {
         threads: count_dir("/proc/self/task"),
         fds: count_dir("/proc/self/fd"),
         shm: own_shm(),
-        heap: LIVE.load(Ordering::SeqCst),
+        heap: ALLOC.live_bytes(),
     }
 }
 
@@ -323,9 +280,9 @@ fn tcp_cycle(i: u32) {
                         World::join(&args(i, true), boot, Some("tcp;ofi_rxm".to_owned()))
                             .unwrap_or_else(|e| panic!("{what}: joining: {e}"));
                     let meet = || {
-                        arrived.fetch_add(1, Ordering::SeqCst);
+                        arrived.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                         let t0 = std::time::Instant::now();
-                        while arrived.load(Ordering::SeqCst) < 2 {
+                        while arrived.load(std::sync::atomic::Ordering::SeqCst) < 2 {
                             assert!(
                                 t0.elapsed() < ABORT_ARM_WAIT,
                                 "{what}: the other rank never reached its aborted run"
