@@ -338,6 +338,10 @@ impl Transport for FaultTransport {
         self.inner.close()
     }
 
+    fn dump_state(&self, out: &mut dyn core::fmt::Write) -> core::fmt::Result {
+        self.inner.dump_state(out)
+    }
+
     #[cfg(any(test, feature = "testing"))]
     fn scripts(&mut self) -> Option<&mut crate::progress::scripted::ScriptTable> {
         self.inner.scripts()

@@ -203,6 +203,16 @@ pub trait Transport: Send {
         Ok(())
     }
 
+    /// Appends the transport's own state to the comm's first state-dump line, as
+    /// ` key=value` fields each with a leading space (requests in flight, registrations, what a
+    /// teardown had to quarantine, ...). Writes nothing by default.
+    ///
+    /// # Errors
+    /// Whatever `out` returns.
+    fn dump_state(&self, _out: &mut dyn core::fmt::Write) -> core::fmt::Result {
+        Ok(())
+    }
+
     /// Test scaffolding (feature `testing`): the table where scripted test ops keep their
     /// scripts beside the op, so no script field sits in the 352-byte op. `None` (the default)
     /// means this transport cannot run scripted ops, and `Comm::start_scripted` rejects them.

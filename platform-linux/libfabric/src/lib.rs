@@ -49,7 +49,9 @@
 //! * **Requests** live in a slab whose contexts start with `struct fi_context2` (`FI_CONTEXT` /
 //!   `FI_CONTEXT2` mode; `requests.rs`).
 //! * **Close** cancels every request in flight and drains the CQ (bounded) before `fi_close`
-//!   (tcp answers `-FI_EBUSY` otherwise).
+//!   (tcp answers `-FI_EBUSY` otherwise). Requests the provider has not finished by then (rxm
+//!   cannot cancel sends; a link that went down never answers) **quarantine** the transport:
+//!   nothing a posted request can touch is closed, ever (`quarantine.rs`, [`quarantine_stats`]).
 //!
 //! Seed: `ncclNet->{isend,irecv,test}` over aws-ofi-nccl's libfabric plugin, §1 and §4;
 //! docs/design.md §5 (tags, `FI_ORDER_SAS`) and §8 (poll once per tick per comm).
@@ -60,6 +62,7 @@ mod info;
 mod mr;
 pub mod net_setup;
 mod objects;
+mod quarantine;
 mod requests;
 #[cfg(test)]
 mod tests;
@@ -80,6 +83,7 @@ pub use self::mr::{
     MR_CACHE_BYTES_VAR, MR_CACHE_ENTRIES_VAR,
 };
 use self::objects::Objects;
+pub use self::quarantine::{quarantine_stats, QuarantineStats};
 use self::requests::{Kind, Requests, State};
 
 /// Completions read per `fi_cq_read` call.
@@ -111,7 +115,9 @@ pub struct Options {
     pub tx_size: Option<usize>,
     /// Ask for this receive queue size (`rx_attr.size`) instead of the provider's default.
     pub rx_size: Option<usize>,
-    /// How long [`Transport::close`] polls for cancelled requests before closing anyway.
+    /// How long [`Transport::close`] polls for cancelled requests; requests the provider has
+    /// not finished by then quarantine the transport's objects instead of closing them
+    /// ([`quarantine_stats`]).
     pub close_drain: Duration,
     /// Lower the inject threshold (bytes) below the provider's `tx_attr.inject_size`;
     /// `Some(0)` sends everything with `fi_tsend`.
@@ -1005,6 +1011,18 @@ impl Transport for LibfabricTransport {
         Ok(())
     }
 
+    /// ` in_flight=N registrations=N closed=BOOL` and the process's quarantine totals.
+    fn dump_state(&self, out: &mut dyn std::fmt::Write) -> std::fmt::Result {
+        write!(
+            out,
+            " in_flight={} registrations={} closed={} {}",
+            self.reqs.in_flight(),
+            self.mrs.len(),
+            self.closed,
+            quarantine_stats()
+        )
+    }
+
     fn close(&mut self) -> Result<(), NetError> {
         if self.closed {
             return Ok(());
@@ -1036,16 +1054,14 @@ impl Transport for LibfabricTransport {
         }
         let left = self.reqs.in_flight();
         if left > 0 {
-            first_err.get_or_insert_with(|| {
-                NetError::failure(
-                    None,
-                    format!(
-                        "{}: {left} requests still in flight after cancelling and draining for \
-                         {:?}; closing the endpoint anyway",
-                        self.name, self.close_drain
-                    ),
-                )
-            });
+            // The provider may still touch every object, context, registration and buffer of
+            // these requests: close nothing (quarantine.rs has the rule and why).
+            let e = self.quarantine(format!(
+                "{left} requests still in flight after cancelling and draining for {:?}",
+                self.close_drain
+            ));
+            log::warn!("{e}");
+            return Err(e);
         }
         // Registrations bound to the endpoint (FI_MR_ENDPOINT) are closed before it (as fabtests
         // do), the others after it.
@@ -1057,32 +1073,14 @@ impl Transport for LibfabricTransport {
             }
         }
         let ep_ret = self.obj.close_ep();
-        if ep_ret == 0 {
-            // The endpoint is gone: the provider touches no buffer and no context any more, so
-            // what is left in flight fails (and its buffers are free).
-            let closed = NetError::failure(
-                None,
-                format!(
-                    "{}: transport closed before the request completed",
-                    self.name
-                ),
-            );
-            self.reqs.fail_all_in_flight(&closed);
-        } else {
-            // The provider may still own contexts and buffers: the requests stay in flight (their
-            // owner must not reuse the buffers) and the contexts are never freed.
-            self.reqs.leak_contexts();
-            first_err.get_or_insert_with(|| {
-                NetError::failure(
-                    None,
-                    format!(
-                        "{}: fi_close(endpoint) failed: {} ({ep_ret}); {} requests stay in flight",
-                        self.name,
-                        fi_error_text(ep_ret as isize),
-                        self.reqs.in_flight()
-                    ),
-                )
-            });
+        if ep_ret != 0 {
+            // The provider refused: it may still own contexts and buffers.
+            let e = self.quarantine(format!(
+                "fi_close(endpoint) failed: {} ({ep_ret})",
+                fi_error_text(ep_ret as isize)
+            ));
+            log::warn!("{e}");
+            return Err(e);
         }
         if !mr_first {
             let mut reg = fi_registrar!(self);
@@ -1091,16 +1089,12 @@ impl Transport for LibfabricTransport {
             }
         }
         if let Some((what, ret)) = self.obj.close_all() {
-            first_err.get_or_insert_with(|| {
-                NetError::failure(
-                    None,
-                    format!(
-                        "{}: fi_close({what}) failed: {} ({ret})",
-                        self.name,
-                        fi_error_text(ret as isize)
-                    ),
-                )
-            });
+            // The refused object and its parents stay open: quarantined.
+            let e = self.quarantine(format!(
+                "fi_close({what}) failed: {} ({ret})",
+                fi_error_text(ret as isize)
+            ));
+            first_err.get_or_insert(e);
         }
         match first_err {
             Some(e) => {

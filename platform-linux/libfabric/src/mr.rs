@@ -35,8 +35,14 @@
 //!                                         ▼   (4) invalidated while requests use it    CLOSED
 //!                                      DETACHED ◄──┘                                      ▲
 //!                                         └──(5) its last request completes; close ───────┘
+//!
+//!   (6) CACHED or DETACHED ──(transport quarantined: requests the provider never finished)──►
+//!       QUARANTINED
 //! ```
-//! CLOSED is the region's removal from the cache, after exactly one `fi_close`.
+//! CLOSED is the region's removal from the cache, after exactly one `fi_close`. QUARANTINED is
+//! its removal without any: the transport could not drain its requests, so the provider may
+//! still use the registration, and it moves into the process's quarantine
+//! (`quarantine.rs`), never closed.
 //!
 //! Registration goes through the small [`Registrar`] trait ([`FiRegistrar`] over libfabric),
 //! so the cache's rules are unit-tested against a fake that records keys and ranges.
@@ -256,6 +262,9 @@ pub(super) enum RegionState {
     Detached,
     /// Closed and removed (the target of the last transition only; no region is stored in it).
     Closed,
+    /// Removed without a close, its registration handed to the quarantine (edge 6; no region
+    /// is stored in it).
+    Quarantined,
 }
 
 /// One registration.
@@ -304,6 +313,9 @@ pub struct MrCacheStats {
     pub deferred: u64,
     /// Registrations whose close the provider refused (logged; the region is gone anyway).
     pub close_errors: u64,
+    /// Registrations handed to the process's quarantine unclosed (the transport could not drain
+    /// its requests; `quarantine.rs`).
+    pub quarantined: u64,
 }
 
 /// What [`MrCache::invalidate`] did.
@@ -344,6 +356,8 @@ pub(super) struct MrCache {
     stats: MrCacheStats,
     /// The first close the provider refused since the last [`MrCache::close_all`].
     first_close_error: Option<NetError>,
+    /// Registrations quarantined by the running [`MrCache::quarantine_all`] (empty otherwise).
+    quarantined: Vec<Registration>,
 }
 
 /// The widened range `[start, end)` of `addr..addr+len` (`len > 0`).
@@ -371,6 +385,7 @@ impl MrCache {
             next_handle: 1,
             stats: MrCacheStats::default(),
             first_close_error: None,
+            quarantined: Vec::new(),
         }
     }
 
@@ -386,6 +401,8 @@ impl MrCache {
                 (RegionState::Cached, RegionState::Detached)
                     | (RegionState::Cached, RegionState::Closed)
                     | (RegionState::Detached, RegionState::Closed)
+                    | (RegionState::Cached, RegionState::Quarantined)
+                    | (RegionState::Detached, RegionState::Quarantined)
             ),
             "region {id}: {from:?}=>{to:?} is not a transition"
         );
@@ -422,6 +439,11 @@ impl MrCache {
                     self.stats.close_errors += 1;
                     self.first_close_error.get_or_insert(e);
                 }
+            }
+            RegionState::Quarantined => {
+                let r = self.regions.remove(&id).expect("looked up above");
+                self.stats.quarantined += 1;
+                self.quarantined.push(r.reg);
             }
             s => self.regions.get_mut(&id).expect("looked up above").state = s,
         }
@@ -735,6 +757,17 @@ impl MrCache {
         }
     }
 
+    /// Takes every region out of the cache without closing it (edge 6): the transport could not
+    /// drain its requests, so the provider may still use any of them. Returns the registrations,
+    /// which the caller keeps open for the life of the process.
+    pub(super) fn quarantine_all(&mut self, reg: &mut dyn Registrar) -> Vec<Registration> {
+        let ids: Vec<RegionId> = self.regions.keys().copied().collect();
+        for id in ids {
+            self.transition(reg, id, RegionState::Quarantined);
+        }
+        std::mem::take(&mut self.quarantined)
+    }
+
     /// Number of registrations held (cached and detached).
     pub(super) fn len(&self) -> usize {
         self.regions.len()
@@ -1015,6 +1048,25 @@ mod tests {
         assert_eq!(closed, vec![1, 2]);
         c.release(&mut f, ra); // the request fails after close: nothing left to close
         assert_eq!(c.len(), 0);
+    }
+
+    #[test]
+    fn quarantine_takes_every_region_unclosed_and_only_once() {
+        let (mut f, mut c) = (Fake::default(), cache(1, 0));
+        let (ra, _) = c.acquire(&mut f, A, 64).unwrap(); // cached, in flight
+        let (_rb, _) = c.acquire(&mut f, B, 64).unwrap(); // uncached (detached), in flight
+        let q = c.quarantine_all(&mut f);
+        let mut keys: Vec<u64> = q.iter().map(|r| r.key).collect();
+        keys.sort_unstable();
+        assert_eq!(keys, vec![1, 2]);
+        assert!(f.closed.is_empty(), "a quarantined region was closed");
+        assert_eq!(c.len(), 0);
+        assert_eq!(c.stats().quarantined, 2);
+        // The transport's later close and a late release close nothing.
+        c.release(&mut f, ra);
+        c.close_all(&mut f).unwrap();
+        assert!(f.closed.is_empty());
+        assert!(c.quarantine_all(&mut f).is_empty());
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! The libfabric objects of one transport (fabric, domain, completion queue, address vector,
 //! endpoint): opened in order, closed in reverse order, and never a parent closed under a
-//! child that failed to close.
+//! child that failed to close (what is left open goes to the quarantine, `quarantine.rs`).
 
 use std::ptr;
 
@@ -9,16 +9,31 @@ use proxy_core::progress::net::NetError;
 
 use crate::*;
 
-/// The libfabric objects, closed in reverse order of opening.
+/// The libfabric objects, closed in reverse order of opening. A null pointer is an object not
+/// open (never opened, closed, or handed to the quarantine).
 pub(crate) struct Objects {
     pub(crate) fabric: *mut fi::fid_fabric,
     pub(crate) domain: *mut fi::fid_domain,
     pub(crate) cq: *mut fi::fid_cq,
     pub(crate) av: *mut fi::fid_av,
     pub(crate) ep: *mut fi::fid_ep,
-    /// An object failed to close (and was leaked): the objects it depends on must not be
-    /// closed under it, so they are leaked too.
-    pub(crate) leaking: bool,
+}
+
+/// Closes `*obj` unless it is null; nulls it when the close succeeded and keeps it (still open)
+/// when the provider refused. Returns the libfabric status.
+///
+/// # Safety
+/// `*obj` is null or an open object owned by the caller whose children are all closed.
+unsafe fn close_one<T>(obj: &mut *mut T, fid: impl FnOnce(*mut T) -> *mut fi::fid) -> i32 {
+    if obj.is_null() {
+        return 0;
+    }
+    // SAFETY: the caller's contract: `*obj` is open and owned, its children are closed.
+    let ret = unsafe { fi::fi_close(fid(*obj)) };
+    if ret == 0 {
+        *obj = ptr::null_mut();
+    }
+    ret
 }
 
 impl Objects {
@@ -29,90 +44,75 @@ impl Objects {
             cq: ptr::null_mut(),
             av: ptr::null_mut(),
             ep: ptr::null_mut(),
-            leaking: false,
         }
     }
 
-    /// Closes `ep` (only). Returns the libfabric status.
+    /// Closes the endpoint (only). Returns the libfabric status; on a refusal the endpoint
+    /// stays open (for the quarantine).
     pub(crate) fn close_ep(&mut self) -> i32 {
-        let ep = std::mem::replace(&mut self.ep, ptr::null_mut());
-        if ep.is_null() {
-            return 0;
-        }
-        // SAFETY: `ep` is an open endpoint owned by this struct, closed once.
-        let ret = unsafe { fi::fi_close(&mut (*ep).fid) };
-        self.leaking |= ret != 0;
-        ret
+        // SAFETY: `ep` is null or open and owned by this struct; nothing is opened under it.
+        unsafe { close_one(&mut self.ep, |p| &mut (*p).fid) }
     }
 
-    /// Closes everything still open, endpoint first; returns the first failure as
-    /// `(object, status)`. An object that fails to close is forgotten (leaked), and so is every
-    /// object opened before it: closing a fabric under a domain that refused to close
-    /// (`-FI_EBUSY` on tcp after a peer vanished mid-send) frees what the provider's threads
-    /// still use, and crashed a survivor here.
+    /// Closes the AV, the CQ, the domain and the fabric, each after what depends on it (the
+    /// caller has closed the endpoint and the registrations). Returns the first refusal as
+    /// `(object, status)`: the refused object and every parent of it stay open (closing a
+    /// fabric under a domain that refused, `-FI_EBUSY` on tcp after a peer vanished mid-send,
+    /// frees what the provider still uses and crashed a survivor here), for the quarantine.
     pub(crate) fn close_all(&mut self) -> Option<(&'static str, i32)> {
-        let ep = self.close_ep();
-        let mut first = (ep != 0).then_some(("endpoint", ep));
-        if self.leaking {
-            let leaked: Vec<&str> = [
-                (!self.av.is_null()).then_some("address vector"),
-                (!self.cq.is_null()).then_some("completion queue"),
-                (!self.domain.is_null()).then_some("domain"),
-                (!self.fabric.is_null()).then_some("fabric"),
-            ]
-            .into_iter()
-            .flatten()
-            .collect();
-            *self = Self {
-                leaking: true,
-                ..Self::none()
-            };
-            if !leaked.is_empty() {
-                log::warn!("libfabric: the endpoint did not close: {leaked:?} leaked with it");
-            }
-            // close() has reported the endpoint's failure.
-            return first;
+        if !self.ep.is_null() {
+            return Some(("endpoint", -(fi::FI_EBUSY as i32)));
         }
+        let mut first = None;
         let mut note = |what, ret: i32| {
             if ret != 0 && first.is_none() {
                 first = Some((what, ret));
             }
-            ret == 0
         };
-        // Each pointer below is an open object owned by this struct, nulled before it is closed
-        // (so closed at most once), after everything that depends on it.
-        let mut children_closed = true;
-        let av = std::mem::replace(&mut self.av, ptr::null_mut());
-        if !av.is_null() {
-            // SAFETY: `av` is open and owned; the endpoint bound to it is closed.
-            children_closed &= note("address vector", unsafe { fi::fi_close(&mut (*av).fid) });
-        }
-        let cq = std::mem::replace(&mut self.cq, ptr::null_mut());
-        if !cq.is_null() {
-            // SAFETY: `cq` is open and owned; the endpoint bound to it is closed.
-            children_closed &= note("completion queue", unsafe { fi::fi_close(&mut (*cq).fid) });
-        }
-        let domain = std::mem::replace(&mut self.domain, ptr::null_mut());
-        if !domain.is_null() {
-            if children_closed {
-                // SAFETY: `domain` is open and owned; its endpoint, AV and CQ are closed (the
-                // registrations were closed by the caller).
-                children_closed &= note("domain", unsafe { fi::fi_close(&mut (*domain).fid) });
-            } else {
-                log::warn!("libfabric: the AV or CQ did not close: the domain is leaked");
+        // SAFETY: (each call) the object is null or open and owned by this struct; the endpoint
+        // bound to the AV and the CQ is closed, the domain is closed only once the AV and the CQ
+        // are, the fabric only once the domain is.
+        unsafe {
+            note("address vector", close_one(&mut self.av, |p| &mut (*p).fid));
+            note(
+                "completion queue",
+                close_one(&mut self.cq, |p| &mut (*p).fid),
+            );
+            if self.av.is_null() && self.cq.is_null() {
+                note("domain", close_one(&mut self.domain, |p| &mut (*p).fid));
+            }
+            if self.domain.is_null() {
+                note("fabric", close_one(&mut self.fabric, |p| &mut (*p).fid));
             }
         }
-        let fabric = std::mem::replace(&mut self.fabric, ptr::null_mut());
-        if !fabric.is_null() {
-            if children_closed {
-                // SAFETY: `fabric` is open and owned; its domain is closed.
-                children_closed &= note("fabric", unsafe { fi::fi_close(&mut (*fabric).fid) });
-            } else {
-                log::warn!("libfabric: an object of the fabric did not close: it is leaked");
-            }
-        }
-        self.leaking |= !children_closed;
         first
+    }
+
+    /// Takes every object still open, children first, without closing any (for the
+    /// quarantine); the struct is empty afterwards.
+    pub(crate) fn take_open(&mut self) -> Vec<*mut fi::fid> {
+        let mut open = Vec::new();
+        // SAFETY: (each) a non-null pointer is an open object of this struct: taking the address
+        // of its `fid` field reads nothing.
+        unsafe {
+            if !self.ep.is_null() {
+                open.push(&raw mut (*self.ep).fid);
+            }
+            if !self.av.is_null() {
+                open.push(&raw mut (*self.av).fid);
+            }
+            if !self.cq.is_null() {
+                open.push(&raw mut (*self.cq).fid);
+            }
+            if !self.domain.is_null() {
+                open.push(&raw mut (*self.domain).fid);
+            }
+            if !self.fabric.is_null() {
+                open.push(&raw mut (*self.fabric).fid);
+            }
+        }
+        *self = Self::none();
+        open
     }
 }
 

@@ -286,23 +286,27 @@ impl Requests {
         }
     }
 
-    /// Never free the contexts (the endpoint could not be closed; see `leak_contexts`).
-    pub(super) fn leak_contexts(&mut self) {
-        self.leak_contexts = true;
+    /// The requests in flight: `(sends, receives, peers)` (peers sorted, once each).
+    pub(super) fn in_flight_summary(&self) -> (usize, usize, Vec<u32>) {
+        let (mut sends, mut recvs, mut peers) = (0, 0, Vec::new());
+        for s in self.slots.iter().filter(|s| s.state.in_flight()) {
+            match s.kind {
+                Kind::Send => sends += 1,
+                Kind::Recv => recvs += 1,
+            }
+            peers.push(s.peer);
+        }
+        peers.sort_unstable();
+        peers.dedup();
+        (sends, recvs, peers)
     }
 
-    /// Marks every in-flight request failed with `err` (the endpoint is gone; the provider no
-    /// longer owns anything). Returns how many there were.
-    pub(super) fn fail_all_in_flight(&mut self, err: &NetError) -> usize {
-        let mut n = 0;
-        for slot in &mut self.slots {
-            if slot.state.in_flight() {
-                slot.state = State::Failed(err.clone());
-                n += 1;
-            }
-        }
-        self.in_flight -= n;
-        n
+    /// Hands every context to the caller and never frees one (the endpoint was not closed, so
+    /// the provider may still hold any of them): the caller keeps them in the process's
+    /// quarantine. Returns the context pointers.
+    pub(super) fn quarantine_contexts(&mut self) -> Vec<*mut c_void> {
+        self.leak_contexts = true;
+        self.slots.iter().map(|s| s.ctx.cast()).collect()
     }
 }
 

@@ -2063,6 +2063,10 @@ impl Transport for StallTransport {
     fn close(&mut self) -> Result<(), NetError> {
         self.inner.close()
     }
+
+    fn dump_state(&self, out: &mut dyn std::fmt::Write) -> std::fmt::Result {
+        self.inner.dump_state(out)
+    }
 }
 
 impl Drop for World {

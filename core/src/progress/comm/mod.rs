@@ -364,7 +364,7 @@ impl Comm {
     pub fn dump(&self, out: &mut dyn core::fmt::Write) -> core::fmt::Result {
         use crate::driver::dump::Opt;
         let id = self.config.comm_id;
-        writeln!(
+        write!(
             out,
             "comm={id} rank={} nranks={} transport={} last_op_count={} fatal={} fatal_peer={} aborted={} orphans={} \
              starts={} block_switches={} early_send_completions={} recvs_posted_ahead={} max_recv_ahead={} index_wraps={} \
@@ -386,6 +386,8 @@ impl Comm {
             self.stats.peak_outstanding_send,
             self.stats.peak_outstanding_recv
         )?;
+        self.transport.dump_state(out)?;
+        writeln!(out)?;
         for (s, st) in self.streams.iter().enumerate() {
             writeln!(
                 out,

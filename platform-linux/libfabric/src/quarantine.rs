@@ -1,0 +1,205 @@
+//! The process's quarantine: libfabric objects that a transport's teardown could not close
+//! safely, held open (and reachable) for the life of the process.
+//!
+//! **The rule.** A transport never closes an endpoint, completion queue, address vector, memory
+//! registration, domain or fabric that a posted request can still touch. Teardown cancels every
+//! request in flight and drains the completion queue for a bounded time
+//! ([`crate::Options::close_drain`]); if the provider has then answered every request, everything
+//! is closed (registrations, endpoint, AV, CQ, domain, fabric, each after what depends on it). If
+//! it has not, the transport is *quarantined*: none of its objects is closed, its request
+//! contexts are never freed, and its registrations stay registered. The same holds for whatever
+//! is left when the provider refuses a close (`-FI_EBUSY`): the object and every parent of it.
+//!
+//! Why not close anyway: libfabric 1.17's `tcp;ofi_rxm` frees its transmit buffers in
+//! `fi_close(endpoint)` while its tcp connections still hold queued work that points into them.
+//! With a link down mid-transfer (16 MiB all-reduces between two network namespaces) that
+//! crashed the survivor with SIGSEGV inside libfabric about one run in four; rxm cannot cancel
+//! sends (only receives), so after a link failure the drain never finishes. shm keeps a peer's
+//! view of the region until the endpoint's close; efa's NIC may still write a posted receive
+//! buffer through its registration.
+//!
+//! **The bound.** One quarantined transport per comm whose teardown found requests the provider
+//! never finished: its fabric, domain, CQ, AV and endpoint (5 objects, with the provider's
+//! sockets and queues behind them), its registrations (at most the cache's bound plus the
+//! uncached ones in flight) and its request slab. Nothing else is held. The totals are
+//! [`quarantine_stats`]; each quarantine is logged once at WARN, and the comm's state dump shows
+//! the totals (`quarantined_transports=`, ...). Memory a quarantined request was posted with
+//! must stay mapped on providers that write through registrations (efa): the registration pins
+//! the pages, and the NIC may still write them.
+//!
+//! Seed: none (the seed's teardown is `neuronStopNetworkProxy` draining a block); the rule is
+//! docs/design.md §5, "Teardown with requests the provider never finished".
+
+use std::ffi::c_void;
+use std::fmt;
+use std::sync::Mutex;
+
+use libfabric_sys as fi;
+use proxy_core::progress::net::NetError;
+
+use crate::mr::FiRegistrar;
+use crate::LibfabricTransport;
+
+/// What the process's quarantine holds: totals since the process started (they only grow).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct QuarantineStats {
+    /// Transports whose teardown quarantined objects.
+    pub transports: u64,
+    /// libfabric objects held unclosed (endpoints, CQs, AVs, domains, fabrics).
+    pub objects: u64,
+    /// Memory registrations held unclosed.
+    pub registrations: u64,
+    /// Requests the provider never finished (their contexts are held).
+    pub requests: u64,
+}
+
+impl fmt::Display for QuarantineStats {
+    /// `quarantined_transports=1 quarantined_objects=5 quarantined_registrations=2
+    /// quarantined_requests=16`, the form of the state dump.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "quarantined_transports={} quarantined_objects={} quarantined_registrations={} \
+             quarantined_requests={}",
+            self.transports, self.objects, self.registrations, self.requests
+        )
+    }
+}
+
+/// One quarantined transport's objects.
+pub(crate) struct Held {
+    /// The libfabric objects, children before parents (never closed).
+    pub objects: Vec<*mut fi::fid>,
+    /// The registrations (`fid_mr`, never closed).
+    pub registrations: Vec<*mut c_void>,
+    /// Every request context of the transport's slab (never freed; held, never read).
+    #[expect(dead_code, reason = "held only to keep the contexts reachable")]
+    pub contexts: Vec<*mut c_void>,
+    /// Requests the provider had not finished.
+    pub requests: u64,
+}
+
+// SAFETY: the pointers are never dereferenced, closed or freed through a `Held`: the quarantine
+// only keeps them reachable (so leak checkers report them as held, not lost) until the process
+// ends, so moving them between threads cannot race with anything.
+unsafe impl Send for Held {}
+
+/// The quarantine: every transport ever quarantined, and the totals.
+struct Quarantine {
+    held: Vec<Held>,
+    stats: QuarantineStats,
+}
+
+static QUARANTINE: Mutex<Quarantine> = Mutex::new(Quarantine {
+    held: Vec::new(),
+    stats: QuarantineStats {
+        transports: 0,
+        objects: 0,
+        registrations: 0,
+        requests: 0,
+    },
+});
+
+fn lock() -> std::sync::MutexGuard<'static, Quarantine> {
+    // A panic while holding the lock leaves plain counters and a vector: still consistent.
+    QUARANTINE.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Takes `held` into the quarantine for the life of the process; returns the new totals.
+/// An empty `held` (nothing left open) changes nothing.
+pub(crate) fn admit(held: Held) -> QuarantineStats {
+    let mut q = lock();
+    if held.objects.is_empty() && held.registrations.is_empty() && held.requests == 0 {
+        return q.stats;
+    }
+    q.stats.transports += 1;
+    q.stats.objects += held.objects.len() as u64;
+    q.stats.registrations += held.registrations.len() as u64;
+    q.stats.requests += held.requests;
+    q.held.push(held);
+    q.stats
+}
+
+/// The process's quarantine totals (all zero while no teardown has had to quarantine).
+///
+/// Seed: none; docs/design.md §5, "Teardown with requests the provider never finished".
+pub fn quarantine_stats() -> QuarantineStats {
+    lock().stats
+}
+
+impl LibfabricTransport {
+    /// Hands every object, registration and request context still open to the quarantine,
+    /// closing none, because `why` (the provider may still touch them). Returns the failure
+    /// that the close reports (logged once, by the caller).
+    pub(crate) fn quarantine(&mut self, why: String) -> NetError {
+        let registrations = {
+            let mut reg = FiRegistrar {
+                domain: self.obj.domain,
+                ep: self.obj.ep,
+                cfg: self.mr_cfg,
+                provider: &self.attrs.provider,
+            };
+            self.mrs.quarantine_all(&mut reg)
+        };
+        let requests = self.reqs.in_flight() as u64;
+        let (sends, recvs, peers) = self.reqs.in_flight_summary();
+        let held = Held {
+            objects: self.obj.take_open(),
+            registrations: registrations.iter().map(|r| r.mr).collect(),
+            contexts: self.reqs.quarantine_contexts(),
+            requests,
+        };
+        let (objects, regs) = (held.objects.len(), held.registrations.len());
+        let totals = admit(held);
+        NetError::failure(
+            None,
+            format!(
+                "{}: {why}: quarantined for the life of the process, never closed under the \
+                 provider: {objects} objects, {regs} registrations, {requests} requests \
+                 ({sends} sends, {recvs} receives; peers {peers:?}) (process totals: {totals})",
+                self.name
+            ),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn admitting_counts_and_an_empty_hold_counts_nothing() {
+        let before = quarantine_stats();
+        let same = admit(Held {
+            objects: Vec::new(),
+            registrations: Vec::new(),
+            contexts: vec![std::ptr::null_mut()],
+            requests: 0,
+        });
+        assert_eq!(same, before);
+        let after = admit(Held {
+            objects: vec![std::ptr::null_mut(); 5],
+            registrations: vec![std::ptr::null_mut(); 2],
+            contexts: Vec::new(),
+            requests: 3,
+        });
+        // Other tests of this binary may quarantine concurrently: at least ours is counted.
+        assert!(after.transports > before.transports);
+        assert!(after.objects >= before.objects + 5);
+        assert!(after.registrations >= before.registrations + 2);
+        assert!(after.requests >= before.requests + 3);
+        assert_eq!(
+            format!(
+                "{}",
+                QuarantineStats {
+                    transports: 1,
+                    objects: 5,
+                    registrations: 2,
+                    requests: 16
+                }
+            ),
+            "quarantined_transports=1 quarantined_objects=5 quarantined_registrations=2 \
+             quarantined_requests=16"
+        );
+    }
+}
