@@ -12,6 +12,13 @@
 #   2. host 2's link taken down mid-collective: every rank exits non-zero, its log naming the
 #      failure (a lost rank, NRT_NETWORK_PROXY_FAILURE), before the exec timeout (the deadline
 #      fails the test); each rank's time from the link going down to its exit is printed.
+#   3. two more hosts joined by one veth pair (no switch), one rank each, 16 MiB all-reduces in
+#      flight, the link taken down, LINK_DOWN_RUNS times (5; the link comes back up between
+#      runs): every rank must exit with the tool's error status 2 (not 0, not a signal, not the
+#      1 that a provider's crash handler turns a SIGSEGV into), name the failure, leave no
+#      `*.btr` crash report in its working directory, and end before the exec timeout. The
+#      rank's teardown quarantines what libfabric could not finish (docs/design.md §5,
+#      "Teardown with requests the provider never finished"); its log says so.
 #
 # Needs root and `ip` (iproute2) and `unshare` (util-linux). A missing capability fails the test
 # unless PROXY_ALLOW_SKIP_NETNS=1. The namespaces are removed at the end, also on failure.
@@ -36,7 +43,12 @@ skip_or_fail() {
   exit 1
 }
 
-namespaces() { echo "$SW"; for h in "${!HOST_RANKS[@]}"; do echo "${PREFIX}h$h"; done; }
+namespaces() {
+  echo "$SW"
+  for h in "${!HOST_RANKS[@]}"; do echo "${PREFIX}h$h"; done
+  echo "${PREFIX}p0"
+  echo "${PREFIX}p1"
+}
 
 cleanup() {
   local p ns
@@ -195,6 +207,107 @@ else
   fail "link down: the run never printed its header"
   show down
 fi
+
+# 3. Two hosts on one veth pair, 16 MiB in flight, the link taken down, LINK_DOWN_RUNS times.
+LINK_DOWN_RUNS=${LINK_DOWN_RUNS:-5}
+P0="${PREFIX}p0"
+P1="${PREFIX}p1"
+ip netns add "$P0"
+ip netns add "$P1"
+ip -n "$P0" link add eth0 type veth peer name eth0 netns "$P1"
+for i in 0 1; do
+  ns="${PREFIX}p$i"
+  ip -n "$ns" link set lo up
+  ip -n "$ns" addr add "10.99.1.$((i + 1))/24" dev eth0
+done
+
+# pair_up: both ends up and carrying (libfabric's tcp provider skips an interface without a
+# carrier at open and quietly falls back to another one, here lo): at most 10 s.
+pair_up() {
+  local i
+  ip -n "$P0" link set eth0 up
+  ip -n "$P1" link set eth0 up
+  for _ in $(seq 1 200); do
+    if ip -n "$P0" link show eth0 | grep -q LOWER_UP && ip -n "$P1" link show eth0 | grep -q LOWER_UP; then
+      return 0
+    fi
+    sleep 0.05
+  done
+  return 1
+}
+
+# pair_run RUN: both ranks (cwd: a directory of their own, for crash reports), 16 MiB all-reduces
+# until the link goes down.
+PAIR_PIDS=()
+pair_run() {
+  local run=$1 r dir
+  PAIR_PIDS=()
+  for r in 0 1; do
+    dir="$TMP/pair$run.$r"
+    mkdir -p "$dir"
+    (cd "$dir" && exec ip netns exec "${PREFIX}p$r" unshare --uts sh -c 'hostname "$0" && exec "$@"' "pxpair$r" \
+      env PROXY_RANK="$r" PROXY_NRANKS=2 NEURON_RT_ROOT_COMM_ID="10.99.1.1:$((PORT + 1))" \
+      NEURON_RT_BOOTSTRAP_TIMEOUT=60 NEURON_RT_EXEC_TIMEOUT="$EXEC_TIMEOUT" \
+      NEURON_RT_LOG_LEVEL=WARN FI_TCP_IFACE=eth0 FI_PROVIDER=tcp \
+      "$BIN" all-reduce --transport libfabric --provider tcp --ranks 2 \
+      -b 16M -e 16M -n 1000000 -w 0 -c 0 >"$dir/out" 2>"$dir/err") &
+    PAIR_PIDS+=($!)
+  done
+}
+
+for ((run = 1; run <= LINK_DOWN_RUNS; run++)); do
+  if ! pair_up; then
+    fail "16 MiB link down, run $run: the veth pair never got a carrier"
+    break
+  fi
+  pair_run "$run"
+  header=0
+  for _ in $(seq 1 1200); do # at most 60 s for the set-up
+    if grep -q "(elements)" "$TMP/pair$run.0/out" 2>/dev/null; then header=1; break; fi
+    sleep 0.05
+  done
+  if [ "$header" = 0 ]; then
+    fail "16 MiB link down, run $run: the run never printed its header"
+    for r in 0 1; do kill -9 "${PAIR_PIDS[$r]}" 2>/dev/null || true; tail -n 15 "$TMP/pair$run.$r/err"; done
+    break
+  fi
+  sleep 1 # 16 MiB all-reduces in flight
+  down_at=$(now)
+  ip -n "$P0" link set eth0 down
+  deadline=$(awk -v t="$down_at" -v e="$EXEC_TIMEOUT" 'BEGIN { printf "%.3f", t + e }')
+  for r in 0 1; do
+    code=
+    while kill -0 "${PAIR_PIDS[$r]}" 2>/dev/null; do
+      if awk -v n="$(now)" -v d="$deadline" 'BEGIN { exit !(n > d) }'; then
+        kill -9 "${PAIR_PIDS[$r]}" 2>/dev/null || true
+        code=killed
+        break
+      fi
+      sleep 0.05
+    done
+    c=0
+    wait "${PAIR_PIDS[$r]}" 2>/dev/null || c=$?
+    [ -n "$code" ] || code=$c
+    took=$(awk -v a="$down_at" -v b="$(now)" 'BEGIN { printf "%.2f", b - a }')
+    dir="$TMP/pair$run.$r"
+    quarantined=$(grep -c "quarantined for the life of the process" "$dir/err" || true)
+    echo "16 MiB link down, run $run: rank $r exit $code after ${took} s (quarantine lines: $quarantined)"
+    bad=
+    case "$code" in
+      2) ;;
+      killed) bad="still running at the exec timeout ($EXEC_TIMEOUT s)" ;;
+      0) bad="exited 0 after its data path failed" ;;
+      *) bad="exited $code (2 expected: a signal or a crash handler's exit)" ;;
+    esac
+    if compgen -G "$dir/*.btr" >/dev/null; then bad="${bad:+$bad; }left a crash report $(ls "$dir"/*.btr)"; fi
+    grep -qE "NRT_NETWORK_PROXY_FAILURE|NRT_TIMEOUT" "$dir/err" ||
+      bad="${bad:+$bad; }its log names no failure"
+    if [ -n "$bad" ]; then
+      fail "16 MiB link down, run $run: rank $r $bad"
+      tail -n 20 "$dir/err"
+    fi
+  done
+done
 
 [ "$FAILED" = 0 ] && echo "netns tests passed"
 exit "$FAILED"
