@@ -18,7 +18,7 @@
 //! process groups run one at a time (the machine has few cores).
 
 use std::collections::HashMap;
-use std::io::Write;
+use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::process::Command;
 use std::sync::{Mutex, MutexGuard};
@@ -28,10 +28,14 @@ use proxy_bootstrap::launch::{free_loopback_root, LocalLaunch, OutStream};
 
 #[path = "multiproc/child.rs"]
 mod child;
+#[path = "multiproc/soak.rs"]
+mod soak;
 
 const SCENARIO_ENV: &str = "MULTIPROC_SCENARIO";
 const PROVIDER_ENV: &str = "MULTIPROC_PROVIDER";
 const VICTIM_ENV: &str = "MULTIPROC_VICTIM";
+/// When the killed-peer scenarios' fault comes (`child::FaultPhase`).
+const PHASE_ENV: &str = "MULTIPROC_PHASE";
 const TASK_TIMEOUT_ENV: &str = "MULTIPROC_TASK_TIMEOUT_MS";
 /// The children's teardown drains in ms (default 1000); passed through from the test's own
 /// environment.
@@ -240,6 +244,15 @@ fn killed_peer(provider: &str, victim: u32) {
 }
 
 fn kill_scenario(scenario: &str, provider: &str, victim: u32) {
+    kill_in_phase(scenario, provider, victim, "mid");
+}
+
+/// [`kill_scenario`] with the fault in `phase` (`child::FaultPhase`): the victim is killed when
+/// the line that phase waits for appears (the victim's `KILL_ME` mid-transfer, the survivor's
+/// `IN_TEARDOWN` or `ABORTED`), or exits by itself (`connect`). The survivor must end cleanly
+/// (no signal, no crash report), with a status that names the failure, within the task timeout
+/// plus the teardown's bounded drains.
+fn kill_in_phase(scenario: &str, provider: &str, victim: u32, phase: &str) {
     let _g = serial();
     // Slower children (MULTIPROC_CHILD_WRAPPER=valgrind ...) need a longer no-progress timeout.
     let task_timeout_ms: u64 = std::env::var("MULTIPROC_KILL_TASK_TIMEOUT_MS")
@@ -251,20 +264,35 @@ fn kill_scenario(scenario: &str, provider: &str, victim: u32) {
     let v = victim.to_string();
     for r in 0..2 {
         let mut c = child_command(scenario, provider);
-        c.env(TASK_TIMEOUT_ENV, &tt).env(VICTIM_ENV, &v);
+        c.env(TASK_TIMEOUT_ENV, &tt)
+            .env(VICTIM_ENV, &v)
+            .env(PHASE_ENV, phase);
         l.spawn(r, c).expect("spawn");
     }
     let pids: Vec<u32> = (0..2).filter_map(|r| l.pid(r)).collect();
-    let ready = l.wait_line(victim, Duration::from_secs(120), |s| s == "KILL_ME");
-    assert!(
-        ready.is_some(),
-        "{provider}: the victim never got mid-transfer; stderr:\n{}",
-        stderr_of(&l, victim)
-    );
-    // Let the survivor's large sends get going, then kill.
-    std::thread::sleep(Duration::from_millis(200));
-    let killed_at = Instant::now();
-    l.kill(victim).expect("kill");
+    let survivor = 1 - victim;
+    let (waiter, line) = match phase {
+        "teardown" => (survivor, "IN_TEARDOWN"),
+        "abort" => (survivor, "ABORTED"),
+        _ => (victim, "KILL_ME"),
+    };
+    let killed_at = if phase == "connect" {
+        Instant::now() // The victim exits by itself after the bootstrap.
+    } else {
+        let ready = l.wait_line(waiter, Duration::from_secs(120), |s| s == line);
+        assert!(
+            ready.is_some(),
+            "{provider} ({phase}): rank {waiter} never printed {line}; stderr:\n{}",
+            stderr_of(&l, waiter)
+        );
+        if phase == "mid" || phase == "small" {
+            // Let the survivor's sends get going, then kill.
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        let at = Instant::now();
+        l.kill(victim).expect("kill");
+        at
+    };
     // Failure detection (at most the task timeout), stop (drain limit 1 s per stream), and the
     // comm's drop (close drain 1 s) are all bounded.
     let slack_s: u64 = std::env::var("MULTIPROC_KILL_SLACK_S")
@@ -274,7 +302,6 @@ fn kill_scenario(scenario: &str, provider: &str, victim: u32) {
     let bound = Duration::from_millis(task_timeout_ms) + Duration::from_secs(slack_s);
     let exits = l.wait_all(bound + Duration::from_secs(5));
     remove_shm_regions(&pids);
-    let survivor = 1 - victim;
     let e = exits.iter().find(|e| e.rank == survivor).unwrap();
     let took = killed_at.elapsed();
     assert!(
@@ -288,9 +315,22 @@ fn kill_scenario(scenario: &str, provider: &str, victim: u32) {
     eprintln!(
         "{provider}: survivor rank {survivor} reported {r:?}, exited {took:?} after the kill"
     );
+    let named = match phase {
+        // The test cut the run itself; the failure shows in the stops and the bootstrap.
+        "teardown" | "abort" => r["status"] == "NRT_CLOSED",
+        _ => r["status"] == "NRT_NETWORK_PROXY_FAILURE" || r["status"] == "NRT_TIMEOUT",
+    };
+    assert!(named, "{provider} ({phase}): survivor: {r:?}");
+    // A crash handler's report in the working directory is a crash, whatever the exit code.
+    let reports: Vec<_> = std::fs::read_dir(".")
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".btr"))
+        .map(|e| e.file_name())
+        .collect();
     assert!(
-        r["status"] == "NRT_NETWORK_PROXY_FAILURE" || r["status"] == "NRT_TIMEOUT",
-        "{provider}: survivor: {r:?}"
+        reports.is_empty(),
+        "{provider} ({phase}): crash reports {reports:?}"
     );
     if let Some(idle) = r.get("idle_ms") {
         let detect_ms: u64 = idle.parse().unwrap();
@@ -306,6 +346,46 @@ fn kill_scenario(scenario: &str, provider: &str, victim: u32) {
     );
     // The survivor's bootstrap noticed the lost peer too.
     assert_ne!(r["boot"], "ok", "{r:?}");
+}
+
+#[test]
+fn peer_lost_while_connecting_tcp() {
+    kill_in_phase("kill", TCP, 1, "connect");
+}
+
+#[test]
+fn peer_lost_while_connecting_shm() {
+    kill_in_phase("kill", SHM, 1, "connect");
+}
+
+#[test]
+fn killed_peer_with_small_requests_tcp() {
+    kill_in_phase("kill", TCP, 1, "small");
+}
+
+#[test]
+fn killed_peer_with_small_requests_shm() {
+    kill_in_phase("kill", SHM, 1, "small");
+}
+
+#[test]
+fn killed_peer_during_teardown_tcp() {
+    kill_in_phase("kill", TCP, 1, "teardown");
+}
+
+#[test]
+fn killed_peer_during_teardown_shm() {
+    kill_in_phase("kill", SHM, 1, "teardown");
+}
+
+#[test]
+fn killed_peer_after_abort_tcp() {
+    kill_in_phase("kill", TCP, 1, "abort");
+}
+
+#[test]
+fn killed_peer_after_abort_shm() {
+    kill_in_phase("kill", SHM, 1, "abort");
 }
 
 /// Also run 20 times in a row by ci.sh's `killed_peer` step (docs/design.md §5, "tcp and a
@@ -329,6 +409,153 @@ fn killed_peer_driver_tcp() {
 #[test]
 fn killed_peer_driver_shm() {
     kill_scenario("driver_kill", SHM, 1);
+}
+
+// ---------------------------------------------------------------------------------------------
+// the killed-peer soak
+
+/// One survivor process creates, runs and destroys `MULTIPROC_SOAK_CYCLES` comms (default 12
+/// here; ci.sh's soak step runs 200 over tcp and 60 over shm), each with a fresh peer process, every fourth peer killed
+/// with 16 MiB in flight (`multiproc/soak.rs`). After the first 10 cycles, a cycle whose
+/// teardown quarantined nothing must leave exactly the fds and threads it found, and every
+/// quarantined transport the same number of fds: the process ends with the fds of cycle 10
+/// plus that many per quarantined transport, and nothing else (docs/design.md §5).
+fn killed_peer_soak(provider: &str) {
+    let _g = serial();
+    let cycles: usize = std::env::var(soak::CYCLES_ENV)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(12);
+    assert!(cycles > 10, "{}: more than 10 cycles", soak::CYCLES_ENV);
+    let mut c = child_command("soak", provider);
+    // A killed peer is found by the bootstrap's watch within milliseconds; the no-progress
+    // timeout is only a backstop (a loaded machine moves 16 MiB slowly in a debug build).
+    c.env(soak::CYCLES_ENV, cycles.to_string())
+        .env(TASK_TIMEOUT_ENV, "10000")
+        .env(DRAIN_ENV, "200")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let mut child = c.spawn().expect("spawn the survivor");
+    // Both pipes are read while the survivor runs (a full pipe would block its logging).
+    let readers: Vec<_> = [
+        Box::new(child.stdout.take().unwrap()) as Box<dyn std::io::Read + Send>,
+        Box::new(child.stderr.take().unwrap()),
+    ]
+    .into_iter()
+    .map(|mut p| {
+        std::thread::spawn(move || {
+            let mut text = String::new();
+            let _ = p.read_to_string(&mut text);
+            text
+        })
+    })
+    .collect();
+    // Bounded: 10 s a cycle at the most, then the survivor is killed and the test fails.
+    let limit = Duration::from_secs(10 * cycles as u64 + 30);
+    let start = Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().expect("wait") {
+            break Some(s);
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut texts = readers.into_iter().map(|h| h.join().unwrap_or_default());
+    let (out, err) = (texts.next().unwrap(), texts.next().unwrap());
+    let tail: String = err.lines().rev().take(40).collect::<Vec<_>>().join("\n");
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "{provider}: soak survivor ended {status:?} after {:?}; stderr (last lines, newest \
+         first):\n{tail}",
+        start.elapsed()
+    );
+    let r: HashMap<String, String> = out
+        .lines()
+        .rev()
+        .find(|l| l.starts_with("RESULT "))
+        .unwrap_or_else(|| panic!("{provider}: no RESULT line; stdout: {out}"))["RESULT ".len()..]
+        .split_whitespace()
+        .filter_map(|kv| kv.split_once('='))
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
+    assert_eq!(r["status"], "ok", "{provider}: {r:?}\n{tail}");
+    let list = |k: &str| -> Vec<u64> { r[k].split(',').map(|v| v.parse().unwrap()).collect() };
+    let (fds, threads, quarantined) = (list("fds"), list("threads"), list("quarantined"));
+    assert_eq!(fds.len(), cycles);
+    // Fds per quarantined transport: measured at the first quarantine after cycle 10.
+    let mut per: Option<u64> = None;
+    for i in 10..cycles {
+        let (df, dq) = (
+            fds[i] as i64 - fds[i - 1] as i64,
+            quarantined[i] - quarantined[i - 1],
+        );
+        assert!(dq <= 1, "{provider}: cycle {i} quarantined {dq} transports");
+        if dq == 0 {
+            assert_eq!(
+                df, 0,
+                "{provider}: cycle {i} left {df} fds without a quarantine: {r:?}"
+            );
+        } else {
+            let p = *per.get_or_insert(df as u64);
+            assert_eq!(
+                df as u64, p,
+                "{provider}: cycle {i}'s quarantine held {df} fds, an earlier one {p}"
+            );
+        }
+        assert_eq!(
+            threads[i], threads[9],
+            "{provider}: threads after cycle {i}: {r:?}"
+        );
+    }
+    let q = quarantined[cycles - 1] - quarantined[9];
+    let per = per.unwrap_or(0);
+    assert_eq!(fds[cycles - 1], fds[9] + per * q, "{provider}: {r:?}");
+    // Memory is reported, not asserted (the allocator keeps freed memory): the mean RSS change
+    // of the cycles after cycle 10 that quarantined, and of those that did not.
+    let rss = list("rss_kib");
+    let mean_delta = |quarantining: bool| {
+        let d: Vec<f64> = (10..cycles)
+            .filter(|&i| (quarantined[i] > quarantined[i - 1]) == quarantining)
+            .map(|i| (rss[i] as f64 - rss[i - 1] as f64) / 1024.0)
+            .collect();
+        d.iter().sum::<f64>() / d.len().max(1) as f64
+    };
+    eprintln!(
+        "{provider}: RSS {:.0} MiB after cycle 10, {:.0} MiB at the end; mean change {:.1} MiB per \
+         quarantining cycle, {:.1} MiB per other cycle",
+        rss[9] as f64 / 1024.0,
+        rss[cycles - 1] as f64 / 1024.0,
+        mean_delta(true),
+        mean_delta(false)
+    );
+    eprintln!(
+        "{provider}: {cycles} cycles ({} killed) in {} s: fds {} at start, {} after cycle 10, {} at \
+         the end; {} transports quarantined in all ({q} after cycle 10, {per} fds each; {} \
+         objects, {} registrations, {} requests)",
+        r["killed"],
+        r["seconds"],
+        r["fds_start"],
+        fds[9],
+        fds[cycles - 1],
+        quarantined[cycles - 1],
+        r["q_objects"],
+        r["q_registrations"],
+        r["q_requests"]
+    );
+}
+
+#[test]
+fn killed_peer_soak_tcp() {
+    killed_peer_soak(TCP);
+}
+
+#[test]
+fn killed_peer_soak_shm() {
+    killed_peer_soak(SHM);
 }
 
 // ---------------------------------------------------------------------------------------------

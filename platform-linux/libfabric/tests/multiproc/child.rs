@@ -31,7 +31,34 @@ use proxy_libfabric::Options;
 use proxy_runtime::worker::waiter;
 use proxy_runtime::{registry, Config};
 
-use super::{DRAIN_ENV, PROVIDER_ENV, TASK_TIMEOUT_ENV, VICTIM_ENV};
+use super::{DRAIN_ENV, PHASE_ENV, PROVIDER_ENV, TASK_TIMEOUT_ENV, VICTIM_ENV};
+
+/// When a killed-peer scenario's fault comes (`MULTIPROC_PHASE`): `mid` (default: the victim is
+/// killed once both sides are mid-transfer, 16 MiB sends in flight), `small` (the survivor's
+/// device posts only its 1 B and 4 KiB + 1 entries: only small requests in flight), `connect`
+/// (the victim exits after the bootstrap, before its transport connects), `teardown` (the
+/// survivor stops its comm mid-transfer and prints `IN_TEARDOWN`; the victim is killed during
+/// the stop's drain), `abort` (the survivor aborts its comm mid-transfer and prints `ABORTED`;
+/// the victim is killed before the survivor destroys the comm).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FaultPhase {
+    Mid,
+    Small,
+    Connect,
+    Teardown,
+    Abort,
+}
+
+/// The phase of this run (`MULTIPROC_PHASE`; default `mid`).
+pub fn fault_phase() -> FaultPhase {
+    match std::env::var(PHASE_ENV).as_deref() {
+        Ok("small") => FaultPhase::Small,
+        Ok("connect") => FaultPhase::Connect,
+        Ok("teardown") => FaultPhase::Teardown,
+        Ok("abort") => FaultPhase::Abort,
+        _ => FaultPhase::Mid,
+    }
+}
 
 /// Entry sizes of every op side: 1 B, 4 KiB + 1, 1 MiB, 16 MiB.
 pub const SIZES: [usize; 4] = [1, 4097, 1 << 20, 16 << 20];
@@ -113,7 +140,7 @@ fn init_log() {
 }
 
 /// Prints the result line and exits (the harness's own output never follows).
-fn finish(fields: &[(&str, String)]) -> ! {
+pub(super) fn finish(fields: &[(&str, String)]) -> ! {
     let mut line = String::from("RESULT");
     for (k, v) in fields {
         line.push_str(&format!(" {k}={v}"));
@@ -141,6 +168,7 @@ pub fn main(scenario: &str) -> ! {
                 driver(Some(victim))
             }
         }
+        "soak" => super::soak::soak(),
         s => panic!("unknown scenario {s}"),
     }
 }
@@ -206,6 +234,8 @@ struct Device {
     sides: Vec<Side>,
     /// Victim mode: post only the first entry of each side, announce, and wait to be killed.
     victim: bool,
+    /// Post only the first two entries of each side (1 B, 4 KiB + 1): phase `small`.
+    small_only: bool,
     /// Driver mode: gate each execution on the network task's trigger words, and after it
     /// raise the barrier task's trigger and wait for barrier-done.
     gated: bool,
@@ -281,7 +311,13 @@ impl Device {
                             moved = true;
                             continue;
                         }
-                        let limit = if self.victim { 1 } else { n };
+                        let limit = if self.victim {
+                            1
+                        } else if self.small_only {
+                            2
+                        } else {
+                            n
+                        };
                         if posted < limit {
                             let e = posted as usize;
                             if send {
@@ -508,6 +544,7 @@ fn drive(
     device_failed: &AtomicBool,
     task_timeout: Duration,
     idle_ms: &mut u128,
+    cut: Option<Instant>,
 ) -> Result<(), NrtStatus> {
     let snapshot = || -> Vec<u32> { words.iter().map(|w| w.load(Ordering::Acquire)).collect() };
     for _exec in 0..EXECUTIONS {
@@ -516,6 +553,10 @@ fn drive(
         let mut last_change = Instant::now();
         let mut spins = 0u32;
         loop {
+            if cut.is_some_and(|c| Instant::now() >= c) {
+                // The test's own cut (phases `teardown` and `abort`): not a failure of the comm.
+                return Err(NrtStatus::Closed);
+            }
             let mut changed = false;
             for (s, d) in done.iter_mut().enumerate() {
                 if *d {
@@ -563,10 +604,12 @@ fn drive(
 
 /// What both send/recv scenarios set up: bootstrap, host words, buffers, the libfabric comm
 /// with the memory registered, the blocks, and the (not yet started) device.
-struct Setup {
+pub(super) struct Setup {
     /// `None` while the driver scenario shares it with its barrier tasks.
     boot: Option<SharedBootstrap>,
     rank: u32,
+    /// The rank to be killed, in the killed-peer scenarios.
+    victim: Option<u32>,
     provider: String,
     task_timeout: Duration,
     words: Arc<[AtomicU32]>,
@@ -581,6 +624,12 @@ struct Setup {
 }
 
 fn setup(victim: Option<u32>, gated: bool) -> Setup {
+    let cfg = BootstrapConfig::from_env(None, None, None).expect("bootstrap config");
+    setup_with(cfg, victim, gated)
+}
+
+/// [`setup`] with the bootstrap's configuration given.
+pub(super) fn setup_with(cfg: BootstrapConfig, victim: Option<u32>, gated: bool) -> Setup {
     let provider = std::env::var(PROVIDER_ENV).expect("provider");
     let task_timeout = Duration::from_millis(
         std::env::var(TASK_TIMEOUT_ENV)
@@ -588,12 +637,15 @@ fn setup(victim: Option<u32>, gated: bool) -> Setup {
             .and_then(|v| v.parse().ok())
             .unwrap_or(60_000),
     );
-    let cfg = BootstrapConfig::from_env(None, None, None).expect("bootstrap config");
     let boot = SharedBootstrap::new(Bootstrap::init(&cfg).expect("bootstrap"));
     let (rank, nranks) = {
         let b = boot.lock();
         (b.rank(), b.nranks())
     };
+    if victim == Some(rank) && fault_phase() == FaultPhase::Connect {
+        // Gone after the bootstrap, before the transport's all-gather and connect.
+        process::exit(3);
+    }
 
     let words: Arc<[AtomicU32]> = (0..WORDS).map(|_| AtomicU32::new(0)).collect();
     let mut src: Vec<Vec<Vec<u8>>> = (0..STREAMS)
@@ -625,8 +677,22 @@ fn setup(victim: Option<u32>, gated: bool) -> Setup {
         ..LibfabricCommConfig::default()
     };
     let clock = Arc::new(MonotonicClock);
-    let mut comm =
-        Box::new(open_libfabric_comm(&boot, &lf, device_cb, clock).expect("libfabric comm"));
+    let t_open = Instant::now();
+    let mut comm = match open_libfabric_comm(&boot, &lf, device_cb, clock) {
+        Ok(c) => Box::new(c),
+        // A peer lost while connecting: the status and how long the open took to say so.
+        Err(e) if victim.is_some() => {
+            eprintln!("open_libfabric_comm: {e}");
+            finish(&[
+                ("status", e.status().as_str().into()),
+                ("phase", "connect".into()),
+                ("open_ms", t_open.elapsed().as_millis().to_string()),
+                ("provider", provider.replace(';', ",")),
+                ("boot", "lost".into()),
+            ]);
+        }
+        Err(e) => panic!("libfabric comm: {e}"),
+    };
     // SAFETY: the words and buffers stay allocated and unmoved until the comm is dropped (the
     // scenarios drop it first); the words are only accessed atomically.
     unsafe {
@@ -658,12 +724,14 @@ fn setup(victim: Option<u32>, gated: bool) -> Setup {
         dst: bufs(&mut dst),
         sides,
         victim: victim == Some(rank),
+        small_only: victim.is_some() && fault_phase() == FaultPhase::Small,
         gated,
         stop: stop.clone(),
     };
     Setup {
         boot: Some(boot),
         rank,
+        victim,
         provider,
         task_timeout,
         words,
@@ -698,11 +766,21 @@ fn spawn_device(st: &mut Setup) -> (thread::JoinHandle<Result<u64, String>>, Arc
 /// The final part of both scenarios: a bootstrap barrier (passes when everyone is fine, fails
 /// when a peer was lost), close, free the memory, print the result.
 fn conclude(
+    st: Setup,
+    status: String,
+    device_result: &Result<u64, String>,
+    fields: Vec<(&str, String)>,
+) -> ! {
+    finish(&conclude_fields(st, status, device_result, fields))
+}
+
+/// [`conclude`] without the exit: returns the result's fields.
+fn conclude_fields<'a>(
     mut st: Setup,
     status: String,
     device_result: &Result<u64, String>,
-    mut fields: Vec<(&str, String)>,
-) -> ! {
+    mut fields: Vec<(&'a str, String)>,
+) -> Vec<(&'a str, String)> {
     let shared = st.boot.take().expect("bootstrap");
     let mut boot = shared.lock();
     let boot_result = match boot.barrier() {
@@ -722,14 +800,18 @@ fn conclude(
         device_result.as_ref().map_or(0, |b| *b).to_string(),
     ));
     fields.push(("boot", boot_result));
-    finish(&fields)
+    fields
 }
 
 /// Send/recv with the comm driven directly (start / progress / stop from this thread); with
 /// `victim`, that rank stalls after its first entries (to be killed) and the other one
 /// reports how its comm failed.
 fn sendrecv(victim: Option<u32>) -> ! {
-    let mut st = setup(victim, false);
+    finish(&sendrecv_run(setup(victim, false)))
+}
+
+/// One send/recv run on `st`, to the result's fields (see [`sendrecv`]).
+pub(super) fn sendrecv_run(mut st: Setup) -> Vec<(&'static str, String)> {
     let mut comm = st.comm.take().expect("comm");
     for b in &st.blocks {
         comm.start(b.stream, b.bb, &b.ops, &b.src, &b.dst)
@@ -738,16 +820,36 @@ fn sendrecv(victim: Option<u32>) -> ! {
     let (dev, device_failed) = spawn_device(&mut st);
     let start = Instant::now();
     let mut idle_ms = 0u128;
+    // Phases `teardown` and `abort`: the survivor cuts its run short mid-transfer (the victim
+    // stalls after its first entries, so the survivor's 16 MiB sends are in flight by then).
+    let phase = fault_phase();
+    let survivor = st.victim.is_some_and(|v| v != st.rank);
+    let cut = (survivor && matches!(phase, FaultPhase::Teardown | FaultPhase::Abort))
+        .then(|| start + Duration::from_millis(500));
     let outcome = drive(
         &mut comm,
         &st.words,
         &device_failed,
         st.task_timeout,
         &mut idle_ms,
+        cut,
     );
     let progress_ms = start.elapsed().as_millis();
     if outcome.is_err() {
         st.stop.store(true, Ordering::Release);
+    }
+    if cut.is_some() && outcome == Err(NrtStatus::Closed) {
+        if phase == FaultPhase::Abort {
+            comm.abort_handle().abort();
+            println!("ABORTED");
+            let _ = std::io::Write::flush(&mut std::io::stdout());
+            // The parent kills the victim now; destroy comes after the kill.
+            thread::sleep(Duration::from_millis(300));
+        } else {
+            // The parent kills the victim now, while the stops below drain.
+            println!("IN_TEARDOWN");
+            let _ = std::io::Write::flush(&mut std::io::stdout());
+        }
     }
     // Stop every stream (bounded by the drain limit), then drop the comm (the transport's close
     // drain is bounded too).
@@ -777,7 +879,7 @@ fn sendrecv(victim: Option<u32>) -> ! {
             "DEVICE_ERROR".to_owned()
         }
     };
-    conclude(
+    conclude_fields(
         st,
         status,
         &device_result,
