@@ -226,6 +226,15 @@ soak() {
   # rebuild); measured 26 s in the clean-clone run.
   FI_TCP_IFACE=lo PROXY_SOAK_CYCLES=200 PROXY_SOAK_TCP_CYCLES=200 \
     cargo test --workspace "${FEATURES[@]}" --test soak
+  # Killed peers: one survivor process creates, runs and destroys 200 comms over tcp (60 over
+  # shm), each with a fresh peer process, every fourth peer killed with 16 MiB in flight; after
+  # cycle 10 a cycle leaves nothing behind but what its teardown quarantined, the same fds for
+  # every quarantined transport (tcp: 8; shm: none), threads flat (tests/multiproc/soak.rs;
+  # measured about 1.1 s a cycle here).
+  MULTIPROC_SOAK_CYCLES=200 cargo test -p proxy-libfabric --test multiproc -- --exact \
+    killed_peer_soak_tcp --nocapture
+  MULTIPROC_SOAK_CYCLES=60 cargo test -p proxy-libfabric --test multiproc -- --exact \
+    killed_peer_soak_shm --nocapture
 }
 
 fuzz() {
@@ -251,18 +260,27 @@ fuzz() {
 }
 
 killed_peer() {
-  # A peer killed mid-transfer over tcp;ofi_rxm, 20 times (the two scenarios of
-  # platform-linux/libfabric/tests/multiproc.rs in turn: the comm driven directly, and through a
-  # proxy queue): libfabric 1.17's tcp provider once crashed the survivor about one run in 30
-  # (docs/design.md section 5, "tcp and a killed peer"); any failure fails the step. A 1 s
-  # no-progress timeout and 200 ms teardown drains keep each run at about 3 s.
+  # A peer killed with 16 MiB sends in flight (the survivor posts 1 B, 4 KiB + 1, 1 MiB and
+  # 16 MiB per stream; the victim only its first entries), 10 times over tcp;ofi_rxm and 10 times
+  # over shm, the two scenarios of platform-linux/libfabric/tests/multiproc.rs in turn (the comm
+  # driven directly, and through a proxy queue). The survivor must end with a status naming the
+  # failure and exit cleanly: a signal, a crash handler's report (`*.btr` in the test's working
+  # directory) or any failure fails the step. On tcp the survivor's teardown quarantines the
+  # sends rxm cannot cancel (docs/design.md section 5). A 1 s no-progress timeout and 200 ms
+  # teardown drains keep each run at about 2-3 s.
   cargo test -p proxy-libfabric --test multiproc --no-run
-  local i t
-  for i in $(seq 1 20); do
-    if [ $((i % 2)) = 1 ]; then t=killed_peer_tcp; else t=killed_peer_driver_tcp; fi
-    echo "killed_peer: run $i of 20: $t"
-    MULTIPROC_KILL_TASK_TIMEOUT_MS=1000 MULTIPROC_DRAIN_MS=200 cargo test -q -p proxy-libfabric --test multiproc \
-      -- --exact "$t" || { echo "killed_peer: run $i ($t) failed"; return 1; }
+  local i t p dir=platform-linux/libfabric
+  rm -f "$dir"/*.btr
+  for p in tcp shm; do
+    for i in $(seq 1 10); do
+      if [ $((i % 2)) = 1 ]; then t=killed_peer_$p; else t=killed_peer_driver_$p; fi
+      echo "killed_peer: $p run $i of 10: $t"
+      MULTIPROC_KILL_TASK_TIMEOUT_MS=1000 MULTIPROC_DRAIN_MS=200 cargo test -q -p proxy-libfabric --test multiproc \
+        -- --exact "$t" || { echo "killed_peer: $p run $i ($t) failed"; return 1; }
+      if compgen -G "$dir/*.btr" >/dev/null; then
+        echo "killed_peer: $p run $i ($t) left a crash report:"; cat "$dir"/*.btr; return 1
+      fi
+    done
   done
 }
 
@@ -304,8 +322,8 @@ run_step baremetal 80 baremetal
 run_step clippy 170 clippy
 run_step test 560 test
 run_step killed_peer 80 killed_peer
-run_step soak 50 soak
-run_step netns 50 netns
+run_step soak 400 soak
+run_step netns 110 netns
 run_step loom 190 loom
 run_step miri 860 miri
 run_step fuzz 170 fuzz
