@@ -294,8 +294,14 @@ fn run(cell: &Cell, n: usize) -> Ran {
 fn run_with(cell: &Cell, n: usize, extra: &[String]) -> Ran {
     use std::io::Read;
     use std::os::unix::process::CommandExt;
-    let path =
-        std::env::temp_dir().join(format!("proxy-perf-matrix-{}-{n}.json", std::process::id()));
+    // Unique per run: the matrix tests run in parallel threads of one process, and their cell
+    // numbers overlap (one test's remove_file took another's JSON).
+    static RUNS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let run = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let path = std::env::temp_dir().join(format!(
+        "proxy-perf-matrix-{}-{run}-{n}.json",
+        std::process::id()
+    ));
     let _ = std::fs::remove_file(&path);
     let start = Instant::now();
     let mut child = Command::new(BIN)
