@@ -1039,6 +1039,13 @@ fn tcp_sends_to_a_vanished_peer_are_spaced() {
     let [mut a, mut b] = pair(TCP, NO_INJECT);
     b.close().expect("close rank 1");
     drop(b);
+    // Let rank 0's rxm see the connection go (a post made before it reads the shutdown is
+    // queued on the old connection and accepted; seen once on a loaded machine).
+    let settle = Instant::now();
+    while settle.elapsed() < Duration::from_millis(100) {
+        let _ = a.poll();
+        std::thread::sleep(Duration::from_millis(1));
+    }
     let buf = vec![7u8; 4096];
     let start = Instant::now();
     let (mut refused, mut rounds) = (0u64, 0u64);
