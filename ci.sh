@@ -11,7 +11,7 @@ export CARGO_TERM_COLOR=never
 export RUST_BACKTRACE=1
 export CARGO_INCREMENTAL=0
 
-ALL_STEPS=(setup fmt facade no_std baremetal clippy test killed_peer soak netns loom miri fuzz)
+ALL_STEPS=(setup fmt facade no_std baremetal clippy test install killed_peer soak netns loom miri fuzz)
 STEPS=("$@")
 [ ${#STEPS[@]} -eq 0 ] && STEPS=("${ALL_STEPS[@]}")
 
@@ -53,10 +53,10 @@ setup() {
   rustup component add rustfmt clippy llvm-tools
   rustup target add thumbv7em-none-eabihf x86_64-unknown-none
   # System packages: the libfabric backend's build needs libfabric-dev, libclang-dev
-  # (bindgen) and pkg-config; the C-ABI tests use valgrind; the netns step uses iproute2; the
-  # baremetal step runs the firmware example under qemu-system-arm (installed without its
+  # (bindgen) and pkg-config; the C-ABI tests use valgrind and g++; the install step uses
+  # cmake (the C++ consumer's find_package); the netns step uses iproute2; the baremetal step runs the firmware example under qemu-system-arm (installed without its
   # recommended GUI and firmware-image packages, which it does not need).
-  local pkgs=(libfabric-dev libclang-dev pkg-config valgrind gcc iproute2 qemu-system-arm)
+  local pkgs=(libfabric-dev libclang-dev pkg-config valgrind gcc g++ cmake iproute2 qemu-system-arm)
   local missing=() lean=()
   for p in "${pkgs[@]}"; do
     dpkg -s "$p" >/dev/null 2>&1 && continue
@@ -212,6 +212,13 @@ test() {
   cargo test -p proxy-emulator --features plants --test plants --test nec_plants
 }
 
+# ffi/install.sh into a fresh prefix, then a C consumer (pkg-config) and a C++ one (CMake
+# find_package(nrt_proxy)) built from that prefix only and run without LD_LIBRARY_PATH or any
+# proxy variable (ffi/tests/install_consumers.sh; a release build of the two libraries).
+install_prefix() {
+  ffi/tests/install_consumers.sh
+}
+
 # Four hosts in network namespaces (needs root and iproute2; PROXY_ALLOW_SKIP_NETNS=1 skips
 # when they are missing): an all-reduce across them, and a link taken down mid-collective.
 netns() {
@@ -321,6 +328,7 @@ run_step no_std 50 no_std
 run_step baremetal 80 baremetal
 run_step clippy 170 clippy
 run_step test 560 test
+run_step install 180 install_prefix
 run_step killed_peer 80 killed_peer
 run_step soak 400 soak
 run_step netns 110 netns

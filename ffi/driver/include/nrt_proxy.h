@@ -344,7 +344,8 @@ typedef struct nrt_proxy_config_t {
     uint32_t version;
     /**
      * The progress half to load: a path or a name for `dlopen`; NULL: the environment variable
-     * `NEURON_RT_PROXY_PROGRESS_LIB`, else `libnccom_proxy.so.1` (its SONAME).
+     * `NEURON_RT_PROXY_PROGRESS_LIB`, else `libnccom_proxy.so.1` beside `libnrt_proxy.so`, else
+     * `libnccom_proxy.so.1` (its SONAME) by the dynamic linker's search.
      */
     const char *progress_lib;
     /**
@@ -944,7 +945,8 @@ NRT_STATUS nrt_proxy_config_from_env(struct nrt_proxy_config_t *config);
 
 /**
  * Creates a library instance from `*config` (NULL: the defaults): loads the progress half
- * (`config->progress_lib`, else `$NEURON_RT_PROXY_PROGRESS_LIB`, else `libnccom_proxy.so.1`;
+ * (`config->progress_lib`, else `$NEURON_RT_PROXY_PROGRESS_LIB`, else `libnccom_proxy.so.1`
+ * beside this library, else `libnccom_proxy.so.1` by the dynamic linker's search: `locate.rs`;
  * each name is loaded once per process and never unloaded), checks that its
  * `nccom_abi_version()` major is `NCCOM_PROXY_ABI_VERSION_MAJOR`, builds the registry of proxy
  * queues, logs the versions and the resolved configuration (`INFO`), and stores the handle in

@@ -10,6 +10,7 @@
 //!                                   │  network task ── seam table ─► neuronStartNetworkProxy ...
 //!                                   │  comms, device callbacks ─────► nccom_comm_create ...
 //!                                   └─ dlopen(progress_lib | $NEURON_RT_PROXY_PROGRESS_LIB |
+//!                                             <own dir>/libnccom_proxy.so.1 |
 //!                                             "libnccom_proxy.so.1"), ABI major checked
 //! ```
 //! The library exports no progress-half symbol: the comms, the seam and the device callbacks
@@ -39,6 +40,7 @@
 #![warn(missing_docs)]
 #![allow(non_snake_case)]
 
+mod locate;
 pub mod plan;
 pub mod types;
 
@@ -579,25 +581,43 @@ fn resolve_config(what: &str, c: &NrtProxyConfig) -> Result<Config, NrtStatus> {
     })
 }
 
-/// Loads (once per name) the progress half `name` and checks its ABI major.
-fn load_progress_lib(what: &str, name: PathBuf) -> Result<&'static ProgressLib, NrtStatus> {
+/// Loads (once per name) the first of `names` that opens as a progress half of this ABI major
+/// (`locate.rs` gives the order); logs at INFO which one it took.
+///
+/// # Errors
+/// `NrtStatus::Invalid` when none does; the log names every one tried and why it failed.
+fn load_first_progress_lib(
+    what: &str,
+    names: Vec<PathBuf>,
+) -> Result<&'static ProgressLib, NrtStatus> {
     let mut libs = LIBS.lock().unwrap_or_else(PoisonError::into_inner);
-    if let Some((_, lib)) = libs.iter().find(|(n, _)| *n == name) {
-        return Ok(lib);
+    let mut failures = Vec::new();
+    for name in names {
+        if let Some((_, lib)) = libs.iter().find(|(n, _)| *n == name) {
+            return Ok(lib);
+        }
+        match ProgressLib::open(&name) {
+            Ok(lib) => {
+                let lib = lib.leak();
+                log::info!("{what}: progress half {}", name.display());
+                libs.push((name, lib));
+                let _ = DEFAULT_LIB.set(lib);
+                return Ok(lib);
+            }
+            Err(e) => failures.push(format!("{}: {e}", name.display())),
+        }
     }
-    let lib = ProgressLib::open(&name)
-        .map_err(|e| {
-            log::error!("{what}: {e}");
-            NrtStatus::Invalid
-        })?
-        .leak();
-    libs.push((name, lib));
-    let _ = DEFAULT_LIB.set(lib);
-    Ok(lib)
+    log::error!(
+        "{what}: cannot load the progress half (set config.progress_lib or {PROGRESS_LIB_ENV}, \
+         or install {PROGRESS_LIB_SONAME} beside libnrt_proxy.so): {}",
+        failures.join("; ")
+    );
+    Err(NrtStatus::Invalid)
 }
 
 /// Creates a library instance from `*config` (NULL: the defaults): loads the progress half
-/// (`config->progress_lib`, else `$NEURON_RT_PROXY_PROGRESS_LIB`, else `libnccom_proxy.so.1`;
+/// (`config->progress_lib`, else `$NEURON_RT_PROXY_PROGRESS_LIB`, else `libnccom_proxy.so.1`
+/// beside this library, else `libnccom_proxy.so.1` by the dynamic linker's search: `locate.rs`;
 /// each name is loaded once per process and never unloaded), checks that its
 /// `nccom_abi_version()` major is `NCCOM_PROXY_ABI_VERSION_MAJOR`, builds the registry of proxy
 /// queues, logs the versions and the resolved configuration (`INFO`), and stores the handle in
@@ -650,14 +670,13 @@ pub unsafe extern "C" fn nrt_proxy_init(
         cfg.dump_signal = env.dump_signal;
         // SAFETY: the C contract (NULL or NUL-terminated).
         let path = unsafe { c_string(WHAT, "config.progress_lib", c.progress_lib) }?;
-        let name = path
-            .or_else(|| {
-                std::env::var(PROGRESS_LIB_ENV)
-                    .ok()
-                    .filter(|s| !s.is_empty())
-            })
-            .unwrap_or_else(|| PROGRESS_LIB_SONAME.to_owned());
-        let lib = load_progress_lib(WHAT, PathBuf::from(&name))?;
+        let explicit = path.or_else(|| {
+            std::env::var(PROGRESS_LIB_ENV)
+                .ok()
+                .filter(|s| !s.is_empty())
+        });
+        let own_dir = locate::dir_of(nrt_proxy_init as *const c_void);
+        let lib = load_first_progress_lib(WHAT, locate::candidates(explicit, own_dir))?;
         let registry = proxy_runtime::registry(&cfg).map_err(|e| {
             log::error!("{WHAT}: registry: {e}");
             NrtStatus::Invalid

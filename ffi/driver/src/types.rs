@@ -83,7 +83,8 @@ pub struct NrtProxyConfig {
     /// `NRT_PROXY_CONFIG_VERSION`.
     pub version: u32,
     /// The progress half to load: a path or a name for `dlopen`; NULL: the environment variable
-    /// `NEURON_RT_PROXY_PROGRESS_LIB`, else `libnccom_proxy.so.1` (its SONAME).
+    /// `NEURON_RT_PROXY_PROGRESS_LIB`, else `libnccom_proxy.so.1` beside `libnrt_proxy.so`, else
+    /// `libnccom_proxy.so.1` (its SONAME) by the dynamic linker's search.
     pub progress_lib: *const c_char,
     /// Ranks per proxy queue and worker (group id = global rank / this); ≥ 1.
     pub ranks_per_network_proxy: u32,

@@ -12,7 +12,8 @@
  * REDUCE and COPY work on the rank's buffers. Semaphores are read when a block begins (they are
  * cumulative), so the program's counts are per execution.
  *
- * Usage: ring_allreduce /path/to/libnccom_proxy.so [thread|caller]
+ * Usage: ring_allreduce /path/to/libnccom_proxy.so|- [thread|caller]
+ *   -: no path (libnrt_proxy.so's own search: beside itself, then libnccom_proxy.so.1)
  *   thread: a worker per rank (ranks_per_network_proxy 1); caller: one queue for the four
  *   ranks, driven by the host thread inside nrt_proxy_drive_until.
  * Exit status 0 = every check passed.
@@ -324,14 +325,14 @@ static void *device_main(void *arg) {
 
 int main(int argc, char **argv) {
     if (argc < 2 || argc > 3)
-        FAIL("usage: %s /path/to/libnccom_proxy.so [thread|caller]", argv[0]);
+        FAIL("usage: %s /path/to/libnccom_proxy.so|- [thread|caller]", argv[0]);
     int caller = argc == 3 && strcmp(argv[2], "caller") == 0;
     if (nrt_proxy_abi_version() < NRT_PROXY_ABI_VERSION)
         FAIL("library ABI %#x, the planner needs %#x", nrt_proxy_abi_version(),
              NRT_PROXY_ABI_VERSION);
     nrt_proxy_config_t cfg;
     EXPECT_OK(nrt_proxy_config_from_env(&cfg));
-    cfg.progress_lib = argv[1];
+    cfg.progress_lib = strcmp(argv[1], "-") == 0 ? NULL : argv[1];
     cfg.drive_mode = caller ? NRT_PROXY_DRIVE_CALLER : NRT_PROXY_DRIVE_THREAD;
     cfg.ranks_per_network_proxy = caller ? N : 1;
     nrt_proxy_t *inst = NULL;
