@@ -1271,8 +1271,12 @@ NRT_STATUS nrt_proxy_comm_invalidate_range(struct nrt_proxy_comm_t *comm,
 NRT_STATUS nrt_proxy_comm_get_async_error(struct nrt_proxy_comm_t *comm, NRT_STATUS *status);
 
 /**
- * The comm's last error as text (empty when none): copied into `buf` (at most `len - 1` bytes
- * and a NUL; truncated to fit).
+ * The comm's most recent failure as text (empty when none): a call on the comm that was
+ * refused, with the refusal's cause and the argument or peer it names (`nrt_proxy_submit_network:
+ * block 0 entry 3: src size 65536 above max 4096 (NRT_INVALID)`), or a task record that ended in
+ * failure (`task 7 of comm 3 (rank 1) ended NRT_TIMEOUT`), whichever came last. A refusal of this
+ * very call (NULL `buf`) is not recorded. Copied into `buf` (at most `len - 1` bytes and a NUL;
+ * truncated to fit).
  *
  * Returns `NRT_SUCCESS`; `NRT_INVALID_HANDLE`; `NRT_INVALID` for a NULL `buf` or a zero `len`.
  *

@@ -168,7 +168,7 @@ struct CommEntry {
     leftover: VecDeque<TaskRecord>,
     /// The first failure seen in a record (`Success`: none).
     async_error: NrtStatus,
-    /// Its description.
+    /// The most recent failure of a call on the comm or of a task record, with its cause.
     last_error: String,
     /// Set once `nrt_proxy_comm_join` succeeded (a second join is refused).
     joined_once: bool,
@@ -326,7 +326,25 @@ fn with_comm<R>(
                 log::error!("{what}: comm {h:#x} is poisoned by an earlier panic");
                 return Err(NrtStatus::Failure);
             }
+            proxy_ffi_types::refusal::clear_last();
             match catch_unwind(AssertUnwindSafe(|| f(e))) {
+                Ok(Err(s)) => {
+                    // A refused call is the comm's most recent failure, with its cause (the
+                    // refusal's text names the argument or peer). Answers that are not failures
+                    // (an empty queue, a wait that timed out) refuse nothing.
+                    match proxy_ffi_types::refusal::take_last() {
+                        Some(why) => e.last_error = format!("{why} ({})", s.as_str()),
+                        None if !matches!(
+                            s,
+                            NrtStatus::QueueEmpty | NrtStatus::QueueFull | NrtStatus::Timeout
+                        ) =>
+                        {
+                            e.last_error = format!("{what}: {}", s.as_str());
+                        }
+                        None => {}
+                    }
+                    Err(s)
+                }
                 Ok(r) => r,
                 Err(p) => {
                     e.poisoned = true;
@@ -381,12 +399,14 @@ impl CommEntry {
         proxy_runtime::worker::waiter(self.inst.cfg.spin)
     }
 
-    /// Notes a record handed to the caller: a failure becomes the comm's async error (the
-    /// first one is kept).
+    /// Notes a record handed to the caller: a failure becomes the comm's last error (the most
+    /// recent one) and, if it is the first, its async error (sticky, as NCCL's).
     fn note(&mut self, r: TaskRecord) -> NrtProxyTaskRecord {
         let s = r.status();
-        if s != NrtStatus::Success && self.async_error == NrtStatus::Success {
-            self.async_error = s;
+        if s != NrtStatus::Success {
+            if self.async_error == NrtStatus::Success {
+                self.async_error = s;
+            }
             self.last_error = format!(
                 "task {} of comm {} (rank {}) ended {s}",
                 r.task_id, self.comm_id, self.rank
@@ -734,6 +754,8 @@ pub unsafe extern "C" fn nrt_proxy_fini(inst: *mut NrtProxy) -> NRT_STATUS {
     guard(WHAT, || {
         let h = inst.addr();
         retry_busy(|| INSTANCES.remove(h)).map_err(|e| lookup_status(WHAT, "instance", h, e))?;
+        // Refusals still only counted are reported now, not lost with the instance.
+        proxy_ffi_types::refusal::flush();
         Ok(())
     })
 }
@@ -1574,7 +1596,11 @@ pub unsafe extern "C" fn nrt_proxy_tick(comm: *mut NrtProxyComm, tick: *mut u32)
             let out = unsafe { c_out(WHAT, "tick", tick) }?;
             let m = e.member(WHAT)?;
             let t = m.slot.queue().tick().inspect_err(|_| {
-                log::error!("{WHAT}: the queue has a worker thread, or another thread drives it");
+                proxy_ffi_types::refusal::refuse(
+                    WHAT,
+                    "not the driver",
+                    format_args!("the queue has a worker thread, or another thread drives it"),
+                );
             })?;
             *out = match t {
                 Tick::Park => NRT_PROXY_TICK_IDLE,
@@ -1719,8 +1745,12 @@ pub unsafe extern "C" fn nrt_proxy_comm_get_async_error(
     })
 }
 
-/// The comm's last error as text (empty when none): copied into `buf` (at most `len - 1` bytes
-/// and a NUL; truncated to fit).
+/// The comm's most recent failure as text (empty when none): a call on the comm that was
+/// refused, with the refusal's cause and the argument or peer it names (`nrt_proxy_submit_network:
+/// block 0 entry 3: src size 65536 above max 4096 (NRT_INVALID)`), or a task record that ended in
+/// failure (`task 7 of comm 3 (rank 1) ended NRT_TIMEOUT`), whichever came last. A refusal of this
+/// very call (NULL `buf`) is not recorded. Copied into `buf` (at most `len - 1` bytes and a NUL;
+/// truncated to fit).
 ///
 /// Returns `NRT_SUCCESS`; `NRT_INVALID_HANDLE`; `NRT_INVALID` for a NULL `buf` or a zero `len`.
 ///
@@ -1734,10 +1764,11 @@ pub unsafe extern "C" fn nrt_proxy_comm_last_error(
 ) -> NRT_STATUS {
     const WHAT: &str = "nrt_proxy_comm_last_error";
     guard(WHAT, || {
+        // Checked outside the comm: this call's own refusal must not replace what it reports.
+        if buf.is_null() || len == 0 {
+            return bad(WHAT, format_args!("NULL buf or zero len"));
+        }
         with_comm(WHAT, comm, |e| {
-            if buf.is_null() || len == 0 {
-                return bad(WHAT, format_args!("NULL buf or zero len"));
-            }
             let text = if !e.last_error.is_empty() {
                 e.last_error.clone()
             } else if let Some(s) = e.abort.aborted() {

@@ -89,6 +89,59 @@ fn cpp17_raii_example_exchanges() {
     assert!(run(cmd).contains("raii_exchange: ok: 2 ranks"));
 }
 
+/// A runtime that repeats a bad call 100000 times and calls one comm from two threads at once
+/// for 300 ms (`tests/c/refusal_flood.c`): every call answers its status, and the log gets the
+/// first 10 refusals of each kind in full, then at most one summary line a second per kind.
+#[test]
+fn refused_calls_do_not_flood_the_log() {
+    let exe = compile("refusal_flood", "refusal_flood", &["-pthread"]);
+    let o = Command::new(exe)
+        .arg(progress_library())
+        .env_remove("LD_LIBRARY_PATH")
+        .env("NEURON_RT_LOG_LEVEL", "ERROR")
+        .output()
+        .expect("run refusal_flood");
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.contains("refusal_flood: ok"), "{stdout}");
+    let lines: Vec<&str> = stderr.lines().filter(|l| l.contains("ERROR")).collect();
+    let (ticks, busy) = (
+        lines
+            .iter()
+            .filter(|l| l.contains("nrt_proxy_tick"))
+            .count(),
+        lines
+            .iter()
+            .filter(|l| l.contains("in use by another call"))
+            .count(),
+    );
+    println!(
+        "{stdout}{} ERROR lines: {ticks} for the bad call, {busy} busy",
+        lines.len()
+    );
+    // 10 in full, the 11th with its note, a summary a second (the loop takes well under 10 s),
+    // and the fini's summary of the rest.
+    assert!(
+        (12..=22).contains(&ticks),
+        "{ticks} lines for 100000 bad calls:\n{stderr}"
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("are counted and summarised")),
+        "no note:\n{stderr}"
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("more refusals (bad input) not logged")),
+        "no summary line:\n{stderr}"
+    );
+    // At most 11 in full, one a second for the 300 ms of two threads, and the fini's.
+    assert!(busy <= 14, "{busy} lines for the busy comm:\n{stderr}");
+}
+
 #[test]
 fn c_plan_api_answers_bad_input() {
     let exe = compile("plan_bad_input", "plan_bad_input", &[]);

@@ -22,6 +22,7 @@ use std::sync::Once;
 use proxy_core::status::NrtStatus;
 
 use crate::handles::LookupError;
+use crate::refusal::refuse;
 use crate::{NRT_FAILURE, NRT_STATUS};
 
 fn level_from(s: Option<&str>) -> log::LevelFilter {
@@ -83,30 +84,43 @@ pub fn guard(what: &str, f: impl FnOnce() -> Result<(), NrtStatus>) -> NRT_STATU
 pub fn lookup_status(what: &str, kind: &str, handle: usize, e: LookupError) -> NrtStatus {
     match e {
         LookupError::NotAHandle => {
-            log::error!("{what}: {handle:#x} is not a {kind} handle of this library");
+            refuse(
+                what,
+                "not a handle",
+                format_args!("{handle:#x} is not a {kind} handle of this library"),
+            );
             NrtStatus::InvalidHandle
         }
         LookupError::Stale => {
-            log::error!("{what}: {kind} {handle:#x} was destroyed");
+            refuse(
+                what,
+                "destroyed",
+                format_args!("{kind} {handle:#x} was destroyed"),
+            );
             NrtStatus::InvalidHandle
         }
         LookupError::Busy => {
-            log::error!(
-                "{what}: {kind} {handle:#x} is in use by another call right now (one thread at a \
-                 time per {kind})"
+            refuse(
+                what,
+                "busy",
+                format_args!(
+                    "{kind} {handle:#x} is in use by another call right now (one thread at a \
+                     time per {kind})"
+                ),
             );
             NrtStatus::Failure
         }
     }
 }
 
-/// Logs `what: msg` as an error and answers `Invalid`: the one way an entry point refuses bad
-/// input (docs/design.md §6).
+/// Refuses bad input: records `what: msg` as a refusal (counted, remembered for the calling
+/// thread's comm `last_error`, logged at ERROR under the rate limit of `refusal.rs`) and answers
+/// `Invalid`: the one way an entry point refuses bad input (docs/design.md §6).
 ///
 /// # Errors
 /// Always `NrtStatus::Invalid`.
 pub fn bad<T>(what: &str, msg: core::fmt::Arguments<'_>) -> Result<T, NrtStatus> {
-    log::error!("{what}: {msg}");
+    refuse(what, "bad input", msg);
     Err(NrtStatus::Invalid)
 }
 

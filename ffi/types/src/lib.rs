@@ -28,6 +28,8 @@ use core::ffi::{c_char, c_int, c_void};
 #[cfg(feature = "std")]
 pub mod boundary;
 pub mod handles;
+#[cfg(feature = "std")]
+pub mod refusal;
 
 pub use proxy_core::progress::desc::{NetDestAddr, NetOpInfo, NetSrcAddr};
 
