@@ -160,8 +160,8 @@ fn c_programs_under_valgrind() {
             "--tool=memcheck",
             "--error-exitcode=1",
             "--leak-check=full",
-            "--errors-for-leak-kinds=definite",
-            "--show-leak-kinds=definite",
+            "--errors-for-leak-kinds=definite,possible",
+            "--show-leak-kinds=definite,possible",
             "--track-origins=yes",
             "-q",
         ])

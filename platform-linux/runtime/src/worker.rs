@@ -16,7 +16,7 @@ use std::ffi::CString;
 use std::io;
 use std::os::unix::thread::JoinHandleExt;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::mpsc;
+use std::sync::{Arc, Condvar, Mutex};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
@@ -238,7 +238,18 @@ impl Spawner for ThreadSpawner {
         }
         let queue = worker.queue().clone();
         let cfg = self.cfg.clone();
-        let (tx, rx) = mpsc::sync_channel::<Result<i32, NrtStatus>>(1);
+        // The worker's start, handed back under a mutex and a condition variable (not a
+        // channel: a std channel's receive creates the calling thread's `Thread` handle in a
+        // thread-local, which a C program's main thread never frees, and memcheck reports as
+        // 48 bytes "possibly lost").
+        let started: Arc<(Mutex<Option<Result<i32, NrtStatus>>>, Condvar)> =
+            Arc::new((Mutex::new(None), Condvar::new()));
+        let tell = started.clone();
+        let report = move |r: Result<i32, NrtStatus>| {
+            let (lock, cv) = &*tell;
+            *lock.lock().unwrap_or_else(|p| p.into_inner()) = Some(r);
+            cv.notify_one();
+        };
         let join = thread::Builder::new()
             .name(format!("proxy-g{group}"))
             .spawn(move || {
@@ -247,12 +258,11 @@ impl Spawner for ThreadSpawner {
                 if let Some(cpu) = cpu {
                     if !affinity::pin_current_thread(cpu) {
                         log::error!("group {group}: could not pin worker {tid} to CPU {cpu}");
-                        let _ = tx.send(Err(NrtStatus::Invalid));
+                        report(Err(NrtStatus::Invalid));
                         return; // `worker` drops here: the queue is torn down
                     }
                 }
-                let _ = tx.send(Ok(tid));
-                drop(tx);
+                report(Ok(tid));
                 log::debug!("group {group}: worker proxy-{tid} running (cpu {cpu:?})");
                 run_worker(worker, &cfg);
                 log::debug!("group {group}: worker proxy-{tid} stopped");
@@ -261,18 +271,26 @@ impl Spawner for ThreadSpawner {
                 log::error!("group {group}: cannot create a worker thread: {e}");
                 NrtStatus::Resource
             })?;
-        match rx.recv_timeout(START_TIMEOUT) {
-            Ok(Ok(tid)) => Ok(WorkerThread {
+        let outcome = {
+            let (lock, cv) = &*started;
+            let guard = lock.lock().unwrap_or_else(|p| p.into_inner());
+            let (mut guard, _) = cv
+                .wait_timeout_while(guard, START_TIMEOUT, |r| r.is_none())
+                .unwrap_or_else(|p| p.into_inner());
+            guard.take()
+        };
+        match outcome {
+            Some(Ok(tid)) => Ok(WorkerThread {
                 join,
                 tid,
                 cpu,
                 group,
             }),
-            Ok(Err(e)) => {
+            Some(Err(e)) => {
                 let _ = join.join();
                 Err(e)
             }
-            Err(_) => {
+            None => {
                 log::error!("group {group}: worker did not start within {START_TIMEOUT:?}");
                 queue.request_stop();
                 let _ = join.join();

@@ -142,15 +142,16 @@ pub fn tool_missing_allowed(tool: &str, opt_out: &str) -> bool {
     panic!("{tool} is not installed (ci.sh setup installs it); set {opt_out}=1 to skip this test");
 }
 
-/// `valgrind` memcheck around `exe` (definite leaks and invalid accesses fail), spin budgets 0.
+/// `valgrind` memcheck around `exe` (definite and possible leaks and invalid accesses fail, as
+/// a runtime's valgrind gate would), spin budgets 0.
 pub fn valgrind(exe: &Path) -> Command {
     let mut cmd = Command::new("valgrind");
     cmd.args([
         "--tool=memcheck",
         "--error-exitcode=1",
         "--leak-check=full",
-        "--errors-for-leak-kinds=definite",
-        "--show-leak-kinds=definite",
+        "--errors-for-leak-kinds=definite,possible",
+        "--show-leak-kinds=definite,possible",
         "-q",
     ])
     .arg(exe)
