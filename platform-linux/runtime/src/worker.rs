@@ -17,6 +17,9 @@ use std::io;
 use std::os::unix::thread::JoinHandleExt;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
+
+/// A worker's start, reported once: its thread id, or why it could not start.
+type StartSignal = (Mutex<Option<Result<i32, NrtStatus>>>, Condvar);
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
@@ -242,8 +245,7 @@ impl Spawner for ThreadSpawner {
         // channel: a std channel's receive creates the calling thread's `Thread` handle in a
         // thread-local, which a C program's main thread never frees, and memcheck reports as
         // 48 bytes "possibly lost").
-        let started: Arc<(Mutex<Option<Result<i32, NrtStatus>>>, Condvar)> =
-            Arc::new((Mutex::new(None), Condvar::new()));
+        let started: Arc<StartSignal> = Arc::new((Mutex::new(None), Condvar::new()));
         let tell = started.clone();
         let report = move |r: Result<i32, NrtStatus>| {
             let (lock, cv) = &*tell;
