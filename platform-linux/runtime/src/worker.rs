@@ -18,8 +18,6 @@ use std::os::unix::thread::JoinHandleExt;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 
-/// A worker's start, reported once: its thread id, or why it could not start.
-type StartSignal = (Mutex<Option<Result<i32, NrtStatus>>>, Condvar);
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
@@ -30,6 +28,9 @@ use proxy_core::status::NrtStatus;
 use proxy_core::time::{Clock, MonotonicClock};
 
 use crate::affinity;
+
+/// A worker's start, reported once: its thread id, or why it could not start.
+type StartSignal = (Mutex<Option<Result<i32, NrtStatus>>>, Condvar);
 
 /// A consumer-side [`Waiter`] for the calling thread: spin for `spin` on `CLOCK_MONOTONIC`,
 /// then `std::thread::park`.
