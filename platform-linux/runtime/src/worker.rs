@@ -17,7 +17,6 @@ use std::io;
 use std::os::unix::thread::JoinHandleExt;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
-
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
