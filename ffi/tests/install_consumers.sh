@@ -2,10 +2,12 @@
 # The install as a runtime author meets it (ci.sh step `install`): ffi/install.sh into a fresh
 # prefix, then two consumers built from that prefix only and run with no LD_LIBRARY_PATH and no
 # proxy environment variable:
-#   * C with pkg-config: ffi/driver/tests/c/ring_allreduce.c, a 4-rank ring all-reduce with
-#     every word checked, in worker-thread and caller-driven mode;
+#   * C with pkg-config: ffi/driver/examples/allreduce.c, an all-reduce on the library's host
+#     devices (no device code), 2 and 4 ranks, caller and thread mode; and
+#     ffi/driver/tests/c/ring_allreduce.c, a 4-rank ring all-reduce with its own device, every
+#     word checked, in worker-thread and caller-driven mode;
 #   * C++17 with CMake (find_package(nrt_proxy)): ffi/driver/examples/raii_exchange.cpp, a
-#     2-rank send-recv with every word checked.
+#     2-rank send-recv with every word checked, and the C example again.
 # The prefix also must hold the versioned files, the SONAME links and both package files.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -33,8 +35,19 @@ echo "install: files, versioned names and SONAMEs as expected"
 # No variable of ours and no library path: what the consumers find, they find by themselves.
 clean_env=(env -u LD_LIBRARY_PATH -u NEURON_RT_PROXY_PROGRESS_LIB -u PKG_CONFIG_PATH)
 
-# C, pkg-config.
+# C, pkg-config: the example all-reduce on the library's host device (no device code), 2 and 4
+# ranks, both modes.
 flags=$(PKG_CONFIG_PATH="$PREFIX/lib/pkgconfig" pkg-config --cflags --libs nrt_proxy)
+cc -std=c11 -Wall -Wextra -Werror ffi/driver/examples/allreduce.c $flags -pthread \
+  -o "$TMP/allreduce"
+for mode in caller thread; do
+  for n in 2 4; do
+    timeout 120 "${clean_env[@]}" "$TMP/allreduce" "$mode" "$n" ||
+      fail "allreduce ($mode, $n ranks) from the installed prefix"
+  done
+  echo "install: C consumer (pkg-config), example all-reduce on host devices, $mode mode, 2 and 4 ranks: passed"
+done
+# C, pkg-config: the ring all-reduce with its own device.
 cc -std=c11 -Wall -Wextra -Werror ffi/driver/tests/c/ring_allreduce.c $flags -pthread \
   -o "$TMP/ring_allreduce"
 for mode in thread caller; do
@@ -51,4 +64,7 @@ cmake --build "$TMP/build" >>"$TMP/cmake.log" 2>&1 ||
 timeout 120 "${clean_env[@]}" "$TMP/build/raii_exchange" ||
   fail "raii_exchange (CMake) from the installed prefix"
 echo "install: C++ consumer (CMake find_package(nrt_proxy)), 2-rank send-recv: passed"
+timeout 120 "${clean_env[@]}" "$TMP/build/allreduce" thread 4 ||
+  fail "allreduce (CMake) from the installed prefix"
+echo "install: C consumer (CMake), example all-reduce, thread mode, 4 ranks: passed"
 echo "install: passed"

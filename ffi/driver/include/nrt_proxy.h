@@ -37,14 +37,14 @@
 
 /**
  * Minor version: additions that keep every older call and layout valid (1: the planner,
- * `nrt_proxy_plan_*`).
+ * `nrt_proxy_plan_*`; 2: the host device, `nrt_proxy_host_device_*`).
  */
-#define NRT_PROXY_ABI_VERSION_MINOR 1
+#define NRT_PROXY_ABI_VERSION_MINOR 2
 
 /**
  * `(major << 16) | minor`, what `nrt_proxy_abi_version()` returns.
  */
-#define NRT_PROXY_ABI_VERSION 65537
+#define NRT_PROXY_ABI_VERSION 65538
 
 /**
  * The `version` of `nrt_proxy_config_t` this library reads.
@@ -112,6 +112,21 @@
  * Run state of a finished task in `nrt_proxy_task_record_t::run_state`.
  */
 #define NRT_PROXY_RUN_STATE_DONE 4
+
+/**
+ * `nrt_proxy_host_device_poll`: nothing is launched.
+ */
+#define NRT_PROXY_DEVICE_IDLE 0
+
+/**
+ * `nrt_proxy_host_device_poll`: the launch waits for a host word; poll again.
+ */
+#define NRT_PROXY_DEVICE_PENDING 1
+
+/**
+ * `nrt_proxy_host_device_poll`: the launch completed (every execution and the barrier).
+ */
+#define NRT_PROXY_DEVICE_DONE 2
 
 /**
  * `collective`: every rank ends with the element-wise reduction of every rank's `count`
@@ -318,6 +333,12 @@ typedef struct nrt_proxy_comm_t nrt_proxy_comm_t;
  * barrier.
  */
 typedef struct nrt_proxy_group_t nrt_proxy_group_t;
+
+/**
+ * A host device (`nrt_proxy_host_device_*`, ABI 1.2): plays the device side of a plan's rank
+ * on host memory. Opaque; never dereferenced.
+ */
+typedef struct nrt_proxy_host_device_t nrt_proxy_host_device_t;
 
 /**
  * A plan of one rank's part of one collective (opaque handle): its (stream, block) parts, their
@@ -624,6 +645,33 @@ typedef struct nrt_proxy_task_record_t {
 } nrt_proxy_task_record_t;
 
 /**
+ * Where a rank placed its buffers and host words (`nrt_proxy_plan_fifos`), virtual addresses.
+ */
+typedef struct nrt_proxy_plan_addresses_t {
+    /**
+     * Input buffer (in place: the shared buffer plus `input_offset`).
+     */
+    uint64_t input;
+    /**
+     * Output buffer (in place: the shared buffer plus `output_offset`).
+     */
+    uint64_t output;
+    /**
+     * Scratch area (ignored when `scratch_bytes` is 0).
+     */
+    uint64_t scratch;
+    /**
+     * Host word 0; word `i` is at `words + word_stride × i`.
+     */
+    uint64_t words;
+    /**
+     * Bytes between consecutive host words: a non-zero multiple of 4 (4 packs them, 64 puts
+     * each on its own cache line).
+     */
+    uint64_t word_stride;
+} nrt_proxy_plan_addresses_t;
+
+/**
  * What a plan is made from (`nrt_proxy_plan_create`). Fill it with
  * `nrt_proxy_plan_params_init`, then set the collective, count, dtype, rank and nranks.
  *
@@ -809,33 +857,6 @@ typedef struct nrt_proxy_plan_block_info_t {
      */
     uint64_t elem_hi;
 } nrt_proxy_plan_block_info_t;
-
-/**
- * Where a rank placed its buffers and host words (`nrt_proxy_plan_fifos`), virtual addresses.
- */
-typedef struct nrt_proxy_plan_addresses_t {
-    /**
-     * Input buffer (in place: the shared buffer plus `input_offset`).
-     */
-    uint64_t input;
-    /**
-     * Output buffer (in place: the shared buffer plus `output_offset`).
-     */
-    uint64_t output;
-    /**
-     * Scratch area (ignored when `scratch_bytes` is 0).
-     */
-    uint64_t scratch;
-    /**
-     * Host word 0; word `i` is at `words + word_stride × i`.
-     */
-    uint64_t words;
-    /**
-     * Bytes between consecutive host words: a non-zero multiple of 4 (4 packs them, 64 puts
-     * each on its own cache line).
-     */
-    uint64_t word_stride;
-} nrt_proxy_plan_addresses_t;
 
 /**
  * One instruction of a part's device program (`nrt_proxy_plan_program`): what the device
@@ -1349,6 +1370,101 @@ NRT_STATUS ncclNetworkProxyProgress(nccom_comm_t *comm,
  * Seed: `ncclStopNetworkProxy` (libnrt trampoline → `neuronStopNetworkProxy`), §3 B3.
  */
 NRT_STATUS ncclStopNetworkProxy(nccom_comm_t *comm, uint32_t stream);
+
+/**
+ * Creates a host device that plays the device side of `plan`'s rank with the buffers and host
+ * words at `*addrs` (the addresses its FIFOs were written with, `nrt_proxy_plan_fifos`).
+ *
+ * Returns `NRT_SUCCESS` with `*out` the device; `NRT_INVALID_HANDLE` for a bad plan;
+ * `NRT_INVALID` for a NULL `addrs` or `out`, or addresses the plan cannot use (as
+ * `nrt_proxy_plan_fifos`); `NRT_RESOURCE` when too many host devices are live (4096). `*out`
+ * is NULL on failure. The device keeps the plan alive.
+ *
+ * # Safety
+ * `addrs` NULL or readable; `out` NULL or writable.
+ */
+NRT_STATUS nrt_proxy_host_device_create(struct nrt_proxy_plan_t *plan,
+                                        const struct nrt_proxy_plan_addresses_t *addrs,
+                                        struct nrt_proxy_host_device_t **out);
+
+/**
+ * Launches `executions` executions of the plan's block schedule: the net stage (writes 1 to
+ * every `net_triggers` word and waits until the network task consumed each: the trigger words
+ * of the network task, one per stream of the plan; none: no net-stage gate), each execution's
+ * blocks on every stream, then the barrier (writes 1 to every `barrier_triggers` word and waits
+ * until `*barrier_done` rose by one; NULL: no wait). A launch in flight, or a library thread
+ * running one, is stopped first. Nothing is touched before the next poll.
+ *
+ * Returns `NRT_SUCCESS`; `NRT_INVALID_HANDLE` for a bad device; `NRT_INVALID` for a NULL
+ * array with a non-zero count, a NULL or misaligned word, or more than 4 trigger words of
+ * either kind.
+ *
+ * # Safety
+ * The arrays NULL or readable for their counts. The plan's buffers and host words (at the
+ * device's addresses), the trigger words and `barrier_done` stay valid, and are accessed by
+ * nobody but this device and the proxy as the protocol allows, until the launch is done,
+ * another launch replaces it, or the device is destroyed.
+ */
+NRT_STATUS nrt_proxy_host_device_launch(struct nrt_proxy_host_device_t *dev,
+                                        uint32_t executions,
+                                        nccom_host_word_t *const *net_triggers,
+                                        uint32_t n_net_triggers,
+                                        nccom_host_word_t *const *barrier_triggers,
+                                        uint32_t n_barrier_triggers,
+                                        nccom_host_word_t *barrier_done);
+
+/**
+ * One poll of the launch, never blocking: `*state` becomes `NRT_PROXY_DEVICE_PENDING` (it
+ * waits for a host word; poll again), `NRT_PROXY_DEVICE_DONE` (every execution and the barrier
+ * completed) or `NRT_PROXY_DEVICE_IDLE` (nothing launched).
+ *
+ * Returns `NRT_SUCCESS`; `NRT_INVALID_HANDLE`; `NRT_INVALID` for a NULL `state` or a device
+ * whose launch runs on a library thread (`nrt_proxy_host_device_start`); `NRT_FAILURE` when
+ * the proxy broke the protocol (the log and the refusal text name the word; every later poll
+ * answers the same until the next launch).
+ *
+ * # Safety
+ * `state` NULL or writable.
+ */
+NRT_STATUS nrt_proxy_host_device_poll(struct nrt_proxy_host_device_t *dev, uint32_t *state);
+
+/**
+ * Runs the launch on a thread of the library (`host-device-<rank>`): it polls, spinning
+ * briefly, then yielding, then napping 50 µs between polls that found nothing to do, until the
+ * launch is done or fails, or the device is relaunched or destroyed. `nrt_proxy_host_device_wait`
+ * waits for it.
+ *
+ * Returns `NRT_SUCCESS`; `NRT_INVALID_HANDLE`; `NRT_INVALID` when a thread runs already;
+ * `NRT_RESOURCE` when the thread cannot be created.
+ *
+ * # Safety
+ * None beyond the C contract (the launch's).
+ */
+NRT_STATUS nrt_proxy_host_device_start(struct nrt_proxy_host_device_t *dev);
+
+/**
+ * Waits at most `timeout_ms` milliseconds for the library thread's launch
+ * (`nrt_proxy_host_device_start`) to end, and joins the thread once it has.
+ *
+ * Returns `NRT_SUCCESS` when the launch completed; `NRT_TIMEOUT` when it still runs (it goes
+ * on; wait again); `NRT_FAILURE` when it failed (the refusal text names the word);
+ * `NRT_INVALID_HANDLE`; `NRT_INVALID` when no library thread was started.
+ *
+ * # Safety
+ * None beyond the C contract.
+ */
+NRT_STATUS nrt_proxy_host_device_wait(struct nrt_proxy_host_device_t *dev, uint64_t timeout_ms);
+
+/**
+ * Destroys a host device: a library thread is stopped and joined, a launch in flight is
+ * abandoned (its words stay as the device left them).
+ *
+ * Returns `NRT_SUCCESS`; `NRT_INVALID_HANDLE` for a NULL, destroyed or unknown device.
+ *
+ * # Safety
+ * None beyond the C contract.
+ */
+NRT_STATUS nrt_proxy_host_device_destroy(struct nrt_proxy_host_device_t *dev);
 
 /**
  * Fills `*params` with the defaults: `struct_size`, all-reduce, `NRT_PROXY_ALGO_AUTO`, f32,

@@ -40,6 +40,7 @@
 #![warn(missing_docs)]
 #![allow(non_snake_case)]
 
+pub mod host_device;
 mod locate;
 pub mod plan;
 pub mod types;
@@ -71,6 +72,7 @@ use proxy_runtime::dump::{dump_all, DumpSignal, SIGNAL_DUMP_WAIT};
 use proxy_runtime::loader::{LoadedComm, LoadedMemGroup, ProgressLib};
 use proxy_runtime::{Config, LinuxRegistry};
 
+pub use host_device::*;
 pub use plan::*;
 use proxy_ffi_types::boundary::{
     bad, c_in, c_out, c_slice, c_string, guard, lookup_status, panic_message,

@@ -46,7 +46,7 @@ pub fn live_plans() -> usize {
     PLANS.live()
 }
 
-fn plan_of(what: &str, plan: *mut NrtProxyPlan) -> Result<Arc<BlockPlans>, NrtStatus> {
+pub(crate) fn plan_of(what: &str, plan: *mut NrtProxyPlan) -> Result<Arc<BlockPlans>, NrtStatus> {
     let h = plan.addr();
     retry_busy(|| PLANS.with(h, |p| p.clone())).map_err(|e| lookup_status(what, "plan", h, e))
 }
@@ -476,7 +476,11 @@ pub unsafe extern "C" fn nrt_proxy_plan_fifos(
 
 /// The addresses are usable for the plan: host words placed, every needed buffer placed, no
 /// range past the end of the address space.
-fn check_addresses(what: &str, p: &BlockPlans, a: &NrtProxyPlanAddresses) -> Result<(), NrtStatus> {
+pub(crate) fn check_addresses(
+    what: &str,
+    p: &BlockPlans,
+    a: &NrtProxyPlanAddresses,
+) -> Result<(), NrtStatus> {
     let s = a.word_stride;
     if s == 0 || !s.is_multiple_of(4) {
         return bad(

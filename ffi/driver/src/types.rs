@@ -12,10 +12,10 @@ use proxy_ffi_types::{NccomDeviceCallbacks, NccomHostWord, NetDestAddr, NetOpInf
 /// incompatible (it is also the SONAME's number, `libnrt_proxy.so.1`).
 pub const NRT_PROXY_ABI_VERSION_MAJOR: u32 = 1;
 /// Minor version: additions that keep every older call and layout valid (1: the planner,
-/// `nrt_proxy_plan_*`).
-pub const NRT_PROXY_ABI_VERSION_MINOR: u32 = 1;
+/// `nrt_proxy_plan_*`; 2: the host device, `nrt_proxy_host_device_*`).
+pub const NRT_PROXY_ABI_VERSION_MINOR: u32 = 2;
 /// `(major << 16) | minor`, what `nrt_proxy_abi_version()` returns.
-pub const NRT_PROXY_ABI_VERSION: u32 = 0x0001_0001;
+pub const NRT_PROXY_ABI_VERSION: u32 = 0x0001_0002;
 const _: () = assert!(
     NRT_PROXY_ABI_VERSION == (NRT_PROXY_ABI_VERSION_MAJOR << 16) | NRT_PROXY_ABI_VERSION_MINOR
 );
@@ -287,6 +287,19 @@ impl From<TaskRecord> for NrtProxyTaskRecord {
 pub struct NrtProxyPlan {
     _private: [u8; 0],
 }
+
+/// A host device (`nrt_proxy_host_device_*`, ABI 1.2): plays the device side of a plan's rank
+/// on host memory. Opaque; never dereferenced.
+pub struct NrtProxyHostDevice {
+    _private: [u8; 0],
+}
+
+/// `nrt_proxy_host_device_poll`: nothing is launched.
+pub const NRT_PROXY_DEVICE_IDLE: u32 = 0;
+/// `nrt_proxy_host_device_poll`: the launch waits for a host word; poll again.
+pub const NRT_PROXY_DEVICE_PENDING: u32 = 1;
+/// `nrt_proxy_host_device_poll`: the launch completed (every execution and the barrier).
+pub const NRT_PROXY_DEVICE_DONE: u32 = 2;
 
 /// `collective`: every rank ends with the element-wise reduction of every rank's `count`
 /// elements.

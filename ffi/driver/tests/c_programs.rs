@@ -142,6 +142,27 @@ fn refused_calls_do_not_flood_the_log() {
     assert!(busy <= 14, "{busy} lines for the busy comm:\n{stderr}");
 }
 
+/// `examples/allreduce.c`: an all-reduce on the library's host devices (no device code), 2 and
+/// 4 ranks, caller and thread mode, every word checked; also under memcheck (caller mode).
+#[test]
+fn example_allreduce_runs_on_host_devices() {
+    let exe = common::compile_c_at("examples/allreduce.c", "allreduce", &["-pthread"]);
+    for mode in ["caller", "thread"] {
+        for n in ["2", "4"] {
+            let mut cmd = Command::new(&exe);
+            cmd.args([mode, n])
+                .env("NEURON_RT_PROXY_PROGRESS_LIB", progress_library());
+            assert!(run(cmd).contains(&format!("allreduce: ok: {mode} mode, {n} ranks")));
+        }
+    }
+    if common::have_valgrind() {
+        let mut cmd = common::valgrind(&exe);
+        cmd.args(["caller", "2"])
+            .env("NEURON_RT_PROXY_PROGRESS_LIB", progress_library());
+        assert!(run(cmd).contains("allreduce: ok: caller mode, 2 ranks"));
+    }
+}
+
 #[test]
 fn c_plan_api_answers_bad_input() {
     let exe = compile("plan_bad_input", "plan_bad_input", &[]);

@@ -81,6 +81,13 @@ pub fn compile(name: &str, out: &str, extra: &[&str]) -> PathBuf {
     build(&cc, "-std=c11", &src, out, extra)
 }
 
+/// Compiles the C11 file `path` (relative to the crate, e.g. an example; warnings are errors)
+/// with `$CC` linked with `-lnrt_proxy` into the scratch directory as `<out>`.
+pub fn compile_c_at(path: &str, out: &str, extra: &[&str]) -> PathBuf {
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    build(&cc, "-std=c11", &manifest_dir().join(path), out, extra)
+}
+
 /// Compiles the C++ file `path` (relative to the crate; C++17, warnings are errors) with `$CXX`
 /// (default `g++`) linked with `-lnrt_proxy` into the scratch directory as `<out>`.
 pub fn compile_cpp(path: &str, out: &str, extra: &[&str]) -> PathBuf {

@@ -1,0 +1,427 @@
+//! A host device through C (`nrt_proxy_host_device_*`, ABI 1.2): the device side of a planned
+//! collective, played on host memory by `proxy-collectives`' interpreter (the program of
+//! `nrt_proxy_plan_program`: trigger words, `-1` handshakes, host-index posts, semaphore waits,
+//! reductions and copies, the barrier), so a runtime without a device (CPU ranks, tests, a
+//! firmware bring-up) runs a collective with no device code of its own.
+//!
+//! ```text
+//!   create(plan, addrs) ──► launch(executions, net triggers, barrier triggers, barrier-done)
+//!        │                        │
+//!        │       ┌────────────────┴─────────────────┐
+//!        │       ▼ polled (the caller's thread)     ▼ a thread of the library
+//!        │   poll(&state) until DONE            start() … wait(timeout)
+//!        └────────────────────────────────────── destroy (stops a running thread)
+//! ```
+//!
+//! The buffers and host words are the ones the plan's FIFOs were written with
+//! (`nrt_proxy_plan_fifos` with the same `nrt_proxy_plan_addresses_t`); the trigger words are
+//! the network task's (one per stream of the plan) and the barrier task's, and the barrier-done
+//! word is the one the barrier leader increments. A device error (the proxy broke the
+//! protocol, a word moved backwards) answers `NRT_FAILURE` and is the refusal text of the call.
+//!
+//! Seed: the on-device collective program that the proxy interlocks with (§5); the interpreter
+//! is `proxy-collectives`' `interpreter.rs`.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use proxy_collectives::interpreter::{Device, DevicePoll, Job, JobBlock};
+use proxy_collectives::planner::{Addresses, BlockPlans};
+use proxy_core::status::NrtStatus;
+use proxy_ffi_types::boundary::{bad, c_out, c_slice, guard, lookup_status};
+use proxy_ffi_types::handles::HandleTable;
+use proxy_ffi_types::{NccomHostWord, NRT_STATUS};
+
+use crate::plan::{check_addresses, plan_of};
+use crate::types::*;
+use crate::{instance_id, retry_busy};
+
+/// Handle kind of host devices (bits 48..52 of a handle).
+const KIND_HOST_DEVICE: u8 = 5;
+
+/// What a library thread's run ended with (`None` while it runs).
+type Outcome = Option<Result<(), String>>;
+
+/// One host device.
+struct HostDevice {
+    plan: Arc<BlockPlans>,
+    addrs: Addresses,
+    /// The interpreter; shared with the library thread while one runs.
+    dev: Arc<Mutex<Device>>,
+    /// Asks the library thread to stop (destroy, a new launch).
+    stop: Arc<AtomicBool>,
+    /// The library thread's outcome, and its signal.
+    done: Arc<(Mutex<Outcome>, Condvar)>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl HostDevice {
+    /// Stops and joins a running library thread (bounded: its loop checks `stop` every poll).
+    fn stop_thread(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        self.stop.store(false, Ordering::Release);
+    }
+}
+
+static DEVICES: HandleTable<HostDevice> = HandleTable::with_instance(KIND_HOST_DEVICE, instance_id);
+
+/// Number of live host devices (tests and diagnostics).
+pub fn live_host_devices() -> usize {
+    DEVICES.live()
+}
+
+fn with_device<R>(
+    what: &str,
+    dev: *mut NrtProxyHostDevice,
+    f: impl FnOnce(&mut HostDevice) -> Result<R, NrtStatus>,
+) -> Result<R, NrtStatus> {
+    let h = dev.addr();
+    DEVICES
+        .with(h, f)
+        .map_err(|e| lookup_status(what, "host device", h, e))?
+}
+
+fn lock(dev: &Mutex<Device>) -> std::sync::MutexGuard<'_, Device> {
+    dev.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Creates a host device that plays the device side of `plan`'s rank with the buffers and host
+/// words at `*addrs` (the addresses its FIFOs were written with, `nrt_proxy_plan_fifos`).
+///
+/// Returns `NRT_SUCCESS` with `*out` the device; `NRT_INVALID_HANDLE` for a bad plan;
+/// `NRT_INVALID` for a NULL `addrs` or `out`, or addresses the plan cannot use (as
+/// `nrt_proxy_plan_fifos`); `NRT_RESOURCE` when too many host devices are live (4096). `*out`
+/// is NULL on failure. The device keeps the plan alive.
+///
+/// # Safety
+/// `addrs` NULL or readable; `out` NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn nrt_proxy_host_device_create(
+    plan: *mut NrtProxyPlan,
+    addrs: *const NrtProxyPlanAddresses,
+    out: *mut *mut NrtProxyHostDevice,
+) -> NRT_STATUS {
+    const WHAT: &str = "nrt_proxy_host_device_create";
+    guard(WHAT, || {
+        // SAFETY: `out`: the C caller's pointer, valid or NULL by this function's contract.
+        let out = unsafe { c_out(WHAT, "out", out) }?;
+        *out = std::ptr::null_mut();
+        let p = plan_of(WHAT, plan)?;
+        // SAFETY: `addrs`: the C caller's pointer, valid or NULL by this function's contract.
+        let a = unsafe { proxy_ffi_types::boundary::c_in(WHAT, "addrs", addrs) }?;
+        check_addresses(WHAT, &p, a)?;
+        let rank = p.params.rank;
+        let d = HostDevice {
+            plan: p,
+            addrs: Addresses {
+                input: a.input,
+                output: a.output,
+                scratch: a.scratch,
+                words: a.words,
+                word_stride: a.word_stride,
+            },
+            dev: Arc::new(Mutex::new(Device::new(rank, None))),
+            stop: Arc::new(AtomicBool::new(false)),
+            done: Arc::new((Mutex::new(None), Condvar::new())),
+            thread: None,
+        };
+        let h = DEVICES.insert(d).map_err(|_| {
+            log::error!("{WHAT}: too many live host devices");
+            NrtStatus::Resource
+        })?;
+        *out = std::ptr::without_provenance_mut(h);
+        Ok(())
+    })
+}
+
+/// The word addresses of a C array of host-word pointers (NULL with count 0: none).
+///
+/// # Safety
+/// `words` NULL or readable for `n` pointers.
+unsafe fn word_list(
+    what: &str,
+    name: &str,
+    words: *const *mut NccomHostWord,
+    n: u32,
+) -> Result<Vec<u64>, NrtStatus> {
+    // SAFETY: the caller's contract.
+    let ws = unsafe { c_slice(what, name, words, n as usize) }?;
+    ws.iter()
+        .map(|&w| {
+            if w.is_null() || !w.is_aligned() {
+                bad(what, format_args!("{name}: a NULL or misaligned host word"))
+            } else {
+                Ok(w as usize as u64)
+            }
+        })
+        .collect()
+}
+
+/// Launches `executions` executions of the plan's block schedule: the net stage (writes 1 to
+/// every `net_triggers` word and waits until the network task consumed each: the trigger words
+/// of the network task, one per stream of the plan; none: no net-stage gate), each execution's
+/// blocks on every stream, then the barrier (writes 1 to every `barrier_triggers` word and waits
+/// until `*barrier_done` rose by one; NULL: no wait). A launch in flight, or a library thread
+/// running one, is stopped first. Nothing is touched before the next poll.
+///
+/// Returns `NRT_SUCCESS`; `NRT_INVALID_HANDLE` for a bad device; `NRT_INVALID` for a NULL
+/// array with a non-zero count, a NULL or misaligned word, or more than 4 trigger words of
+/// either kind.
+///
+/// # Safety
+/// The arrays NULL or readable for their counts. The plan's buffers and host words (at the
+/// device's addresses), the trigger words and `barrier_done` stay valid, and are accessed by
+/// nobody but this device and the proxy as the protocol allows, until the launch is done,
+/// another launch replaces it, or the device is destroyed.
+#[no_mangle]
+pub unsafe extern "C" fn nrt_proxy_host_device_launch(
+    dev: *mut NrtProxyHostDevice,
+    executions: u32,
+    net_triggers: *const *mut NccomHostWord,
+    n_net_triggers: u32,
+    barrier_triggers: *const *mut NccomHostWord,
+    n_barrier_triggers: u32,
+    barrier_done: *mut NccomHostWord,
+) -> NRT_STATUS {
+    const WHAT: &str = "nrt_proxy_host_device_launch";
+    guard(WHAT, || {
+        with_device(WHAT, dev, |d| {
+            if n_net_triggers > 4 || n_barrier_triggers > 4 {
+                return bad(
+                    WHAT,
+                    format_args!(
+                        "{n_net_triggers} net and {n_barrier_triggers} barrier trigger words: \
+                         at most 4 each"
+                    ),
+                );
+            }
+            // SAFETY: the caller's contract (arrays readable for their counts).
+            let net = unsafe { word_list(WHAT, "net_triggers", net_triggers, n_net_triggers) }?;
+            // SAFETY: as above.
+            let barrier = unsafe {
+                word_list(
+                    WHAT,
+                    "barrier_triggers",
+                    barrier_triggers,
+                    n_barrier_triggers,
+                )
+            }?;
+            if !barrier_done.is_null() && !barrier_done.is_aligned() {
+                return bad(WHAT, format_args!("barrier_done is misaligned"));
+            }
+            d.stop_thread();
+            *d.done.0.lock().unwrap_or_else(PoisonError::into_inner) = None;
+            let job = Job {
+                blocks: d
+                    .plan
+                    .blocks
+                    .iter()
+                    .map(|b| JobBlock {
+                        stream: b.stream,
+                        block: b.block,
+                        plan: Arc::new(b.plan.clone()),
+                        addrs: b.addresses(&d.addrs),
+                    })
+                    .collect(),
+                schedule: d.plan.schedule(executions),
+                net_triggers: net,
+                barrier_triggers: barrier,
+                barrier_done: (!barrier_done.is_null()).then_some(barrier_done as usize as u64),
+            };
+            // SAFETY: the caller's contract: every address of the job stays valid for the
+            // accesses of its program until the launch is done, replaced or the device is
+            // destroyed (which abandons it first).
+            unsafe { lock(&d.dev).launch(job) };
+            Ok(())
+        })
+    })
+}
+
+/// One poll of the launch, never blocking: `*state` becomes `NRT_PROXY_DEVICE_PENDING` (it
+/// waits for a host word; poll again), `NRT_PROXY_DEVICE_DONE` (every execution and the barrier
+/// completed) or `NRT_PROXY_DEVICE_IDLE` (nothing launched).
+///
+/// Returns `NRT_SUCCESS`; `NRT_INVALID_HANDLE`; `NRT_INVALID` for a NULL `state` or a device
+/// whose launch runs on a library thread (`nrt_proxy_host_device_start`); `NRT_FAILURE` when
+/// the proxy broke the protocol (the log and the refusal text name the word; every later poll
+/// answers the same until the next launch).
+///
+/// # Safety
+/// `state` NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn nrt_proxy_host_device_poll(
+    dev: *mut NrtProxyHostDevice,
+    state: *mut u32,
+) -> NRT_STATUS {
+    const WHAT: &str = "nrt_proxy_host_device_poll";
+    guard(WHAT, || {
+        // SAFETY: `state`: the C caller's pointer, valid or NULL by this function's contract.
+        let state = unsafe { c_out(WHAT, "state", state) }?;
+        with_device(WHAT, dev, |d| {
+            if d.thread.is_some() {
+                return bad(
+                    WHAT,
+                    format_args!("the launch runs on a library thread: wait for it instead"),
+                );
+            }
+            match lock(&d.dev).poll(&()) {
+                Ok(DevicePoll::Pending { .. }) => *state = NRT_PROXY_DEVICE_PENDING,
+                Ok(DevicePoll::Done) => *state = NRT_PROXY_DEVICE_DONE,
+                Ok(DevicePoll::Idle) => *state = NRT_PROXY_DEVICE_IDLE,
+                Err(e) => {
+                    proxy_ffi_types::refusal::refuse(WHAT, "device error", format_args!("{e}"));
+                    return Err(NrtStatus::Failure);
+                }
+            }
+            Ok(())
+        })
+    })
+}
+
+/// Runs the launch on a thread of the library (`host-device-<rank>`): it polls, spinning
+/// briefly, then yielding, then napping 50 µs between polls that found nothing to do, until the
+/// launch is done or fails, or the device is relaunched or destroyed. `nrt_proxy_host_device_wait`
+/// waits for it.
+///
+/// Returns `NRT_SUCCESS`; `NRT_INVALID_HANDLE`; `NRT_INVALID` when a thread runs already;
+/// `NRT_RESOURCE` when the thread cannot be created.
+///
+/// # Safety
+/// None beyond the C contract (the launch's).
+#[no_mangle]
+pub unsafe extern "C" fn nrt_proxy_host_device_start(dev: *mut NrtProxyHostDevice) -> NRT_STATUS {
+    const WHAT: &str = "nrt_proxy_host_device_start";
+    guard(WHAT, || {
+        with_device(WHAT, dev, |d| {
+            if d.thread.is_some() {
+                return bad(
+                    WHAT,
+                    format_args!("a library thread runs the launch already"),
+                );
+            }
+            *d.done.0.lock().unwrap_or_else(PoisonError::into_inner) = None;
+            let (device, stop, done) = (d.dev.clone(), d.stop.clone(), d.done.clone());
+            let rank = d.plan.params.rank;
+            let t = std::thread::Builder::new()
+                .name(format!("host-device-{rank}"))
+                .spawn(move || {
+                    let outcome = run(&device, &stop);
+                    let (lock, cv) = &*done;
+                    *lock.lock().unwrap_or_else(PoisonError::into_inner) = Some(outcome);
+                    cv.notify_all();
+                })
+                .map_err(|e| {
+                    log::error!("{WHAT}: cannot create the device thread: {e}");
+                    NrtStatus::Resource
+                })?;
+            d.thread = Some(t);
+            Ok(())
+        })
+    })
+}
+
+/// The library thread's loop: polls until done, failed, idle or stopped.
+fn run(device: &Mutex<Device>, stop: &AtomicBool) -> Result<(), String> {
+    let mut idle = 0u32;
+    loop {
+        if stop.load(Ordering::Acquire) {
+            return Err("stopped before the launch completed".into());
+        }
+        match lock(device).poll(&()) {
+            Ok(DevicePoll::Done) => return Ok(()),
+            Ok(DevicePoll::Idle) => return Err("nothing launched".into()),
+            Ok(DevicePoll::Pending { .. }) => {}
+            Err(e) => return Err(e.to_string()),
+        }
+        // The same backoff as the emulator's device thread: a few hot polls, then yield, then
+        // short naps (a device waits on the network, which takes microseconds at least).
+        idle = idle.saturating_add(1);
+        if idle < 64 {
+            std::hint::spin_loop();
+        } else if idle < 256 {
+            std::thread::yield_now();
+        } else {
+            std::thread::sleep(Duration::from_micros(50));
+        }
+    }
+}
+
+/// Waits at most `timeout_ms` milliseconds for the library thread's launch
+/// (`nrt_proxy_host_device_start`) to end, and joins the thread once it has.
+///
+/// Returns `NRT_SUCCESS` when the launch completed; `NRT_TIMEOUT` when it still runs (it goes
+/// on; wait again); `NRT_FAILURE` when it failed (the refusal text names the word);
+/// `NRT_INVALID_HANDLE`; `NRT_INVALID` when no library thread was started.
+///
+/// # Safety
+/// None beyond the C contract.
+#[no_mangle]
+pub unsafe extern "C" fn nrt_proxy_host_device_wait(
+    dev: *mut NrtProxyHostDevice,
+    timeout_ms: u64,
+) -> NRT_STATUS {
+    const WHAT: &str = "nrt_proxy_host_device_wait";
+    guard(WHAT, || {
+        // The handle is released while waiting: a destroy from another thread is then refused
+        // as "in use" only for the instant of each look.
+        let done = with_device(WHAT, dev, |d| {
+            if d.thread.is_none() {
+                return bad(WHAT, format_args!("no library thread was started"));
+            }
+            Ok(d.done.clone())
+        })?;
+        let deadline = Instant::now() + Duration::from_millis(timeout_ms);
+        let outcome = {
+            let (lock, cv) = &*done;
+            let mut g = lock.lock().unwrap_or_else(PoisonError::into_inner);
+            while g.is_none() {
+                let left = deadline.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    break;
+                }
+                g = cv
+                    .wait_timeout(g, left)
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .0;
+            }
+            g.clone()
+        };
+        match outcome {
+            None => Err(NrtStatus::Timeout),
+            Some(r) => with_device(WHAT, dev, |d| {
+                if let Some(t) = d.thread.take() {
+                    let _ = t.join();
+                }
+                r.map_err(|e| {
+                    proxy_ffi_types::refusal::refuse(WHAT, "device error", format_args!("{e}"));
+                    NrtStatus::Failure
+                })
+            }),
+        }
+    })
+}
+
+/// Destroys a host device: a library thread is stopped and joined, a launch in flight is
+/// abandoned (its words stay as the device left them).
+///
+/// Returns `NRT_SUCCESS`; `NRT_INVALID_HANDLE` for a NULL, destroyed or unknown device.
+///
+/// # Safety
+/// None beyond the C contract.
+#[no_mangle]
+pub unsafe extern "C" fn nrt_proxy_host_device_destroy(dev: *mut NrtProxyHostDevice) -> NRT_STATUS {
+    const WHAT: &str = "nrt_proxy_host_device_destroy";
+    guard(WHAT, || {
+        let h = dev.addr();
+        let mut d = retry_busy(|| DEVICES.remove(h))
+            .map_err(|e| lookup_status(WHAT, "host device", h, e))?;
+        d.stop_thread();
+        lock(&d.dev).abandon();
+        Ok(())
+    })
+}
