@@ -78,7 +78,9 @@ cmake --build "$TMP/build" >>"$TMP/cmake.log" 2>&1 ||
   { cat "$TMP/cmake.log"; fail "cmake build"; }
 timeout 120 "${clean_env[@]}" "$TMP/build/raii_exchange" ||
   fail "raii_exchange (CMake) from the installed prefix"
-echo "install: C++ consumer (CMake find_package(nrt_proxy)), 2-rank send-recv: passed"
+timeout 120 "${clean_env[@]}" "$TMP/build/raii_exchange" --host-device ||
+  fail "raii_exchange --host-device (CMake) from the installed prefix"
+echo "install: C++ consumer (CMake find_package(nrt_proxy)), 2-rank send-recv, own device and host devices: passed"
 timeout 120 "${clean_env[@]}" "$TMP/build/allreduce" thread 4 ||
   fail "allreduce (CMake) from the installed prefix"
 echo "install: C consumer (CMake), example all-reduce, thread mode, 4 ranks: passed"

@@ -6,7 +6,8 @@
 //
 // Build: g++ -std=c++17 -Wall -Wextra -Werror raii_exchange.cpp -pthread -o raii_exchange
 //            $(pkg-config --cflags --libs nrt_proxy)      (one command line)
-// Run:   ./raii_exchange [/path/to/libnccom_proxy.so]   (default: libnccom_proxy.so.1)
+// Run:   ./raii_exchange [--host-device] [/path/to/libnccom_proxy.so]
+//        (default: libnccom_proxy.so.1; --host-device: the library plays the devices)
 #include <atomic>
 #include <cstdint>
 #include <cstdio>
@@ -145,6 +146,31 @@ class Plan {
     std::vector<nrt_proxy_plan_block_info_t> infos_;
 };
 
+// The library's host device for one rank's plan (ABI 1.2): plays its device program on host
+// memory, on a thread of the library, so a runtime needs no device code of its own.
+class HostDevice {
+  public:
+    HostDevice(const Plan &plan, const nrt_proxy_plan_addresses_t &addrs) {
+        nrt_proxy_host_device_t *d = nullptr;
+        check(nrt_proxy_host_device_create(plan.get(), &addrs, &d), "nrt_proxy_host_device_create");
+        h_ = Handle<nrt_proxy_host_device_t, nrt_proxy_host_device_destroy>(d);
+    }
+    // One launch of `executions` executions, gated on the network task's trigger word, run on a
+    // library thread until wait() sees it done.
+    void start(uint32_t executions, nccom_host_word_t *net_trigger) {
+        nccom_host_word_t *trig[1] = {net_trigger};
+        check(nrt_proxy_host_device_launch(h_.get(), executions, trig, 1, nullptr, 0, nullptr),
+              "nrt_proxy_host_device_launch");
+        check(nrt_proxy_host_device_start(h_.get()), "nrt_proxy_host_device_start");
+    }
+    void wait(uint64_t timeout_ms) {
+        check(nrt_proxy_host_device_wait(h_.get(), timeout_ms), "nrt_proxy_host_device_wait");
+    }
+
+  private:
+    Handle<nrt_proxy_host_device_t, nrt_proxy_host_device_destroy> h_;
+};
+
 } // namespace nrt
 
 namespace {
@@ -171,7 +197,7 @@ struct Rank {
         src.resize(b.n_src);
         dst.resize(b.n_dst);
         prog.resize(b.n_instrs);
-        nrt_proxy_plan_addresses_t a{};
+        nrt_proxy_plan_addresses_t &a = addrs;
         a.input = reinterpret_cast<uintptr_t>(input.data());
         a.output = reinterpret_cast<uintptr_t>(output.data());
         a.scratch = reinterpret_cast<uintptr_t>(scratch.data());
@@ -204,6 +230,7 @@ struct Rank {
     std::vector<neuron_net_dest_addr_t> dst;
     std::vector<nrt_proxy_plan_instr_t> prog;
     nrt_proxy_block_t block{};
+    nrt_proxy_plan_addresses_t addrs{};
     uint32_t trigger = 0xFFFFFFFFu;
 };
 
@@ -235,7 +262,7 @@ void run_device(Rank &r, const std::atomic<bool> &stop) {
     }
 }
 
-int run(const char *progress_lib) {
+int run(const char *progress_lib, bool host_device) {
     nrt::Library lib(progress_lib);
     nrt::Group group(lib, kRanks);
     static const nccom_device_callbacks_t cbs = [] {
@@ -275,13 +302,22 @@ int run(const char *progress_lib) {
         nrt::check(nrt_proxy_submit_network(comms[r].get(), &t), "nrt_proxy_submit_network");
     }
     std::atomic<bool> stop{false};
-    std::thread device([&] {
-        std::vector<std::thread> lanes;
-        for (auto &r : ranks)
-            lanes.emplace_back([&r, &stop] { run_device(r, stop); });
-        for (auto &l : lanes)
-            l.join();
-    });
+    std::vector<nrt::HostDevice> devices;
+    std::thread device;
+    if (host_device) {
+        for (auto &r : ranks) {
+            devices.emplace_back(r.plan, r.addrs);
+            devices.back().start(1, &r.trigger);
+        }
+    } else {
+        device = std::thread([&] {
+            std::vector<std::thread> lanes;
+            for (auto &r : ranks)
+                lanes.emplace_back([&r, &stop] { run_device(r, stop); });
+            for (auto &l : lanes)
+                l.join();
+        });
+    }
     int bad = 0;
     for (uint32_t r = 0; r < kRanks; r++) {
         nrt_proxy_task_record_t rec;
@@ -294,7 +330,14 @@ int run(const char *progress_lib) {
         }
     }
     stop = bad != 0; // a failed task: release the device's waits
-    device.join();
+    if (host_device) {
+        for (auto &d : devices)
+            if (bad == 0)
+                d.wait(10000);
+        devices.clear(); // destroyed (a thread still running is stopped)
+    } else {
+        device.join();
+    }
     for (uint32_t r = 0; r < kRanks && bad == 0; r++) {
         const uint32_t from = (r + kRanks - 1) % kRanks;
         for (uint64_t i = 0; i < kCount; i++)
@@ -309,8 +352,9 @@ int run(const char *progress_lib) {
     members.clear();
     if (bad != 0)
         return 1;
-    std::printf("raii_exchange: ok: %u ranks, %llu int32 each, C++17 RAII wrappers\n", kRanks,
-                static_cast<unsigned long long>(kCount));
+    std::printf("raii_exchange: ok: %u ranks, %llu int32 each, C++17 RAII wrappers, %s\n", kRanks,
+                static_cast<unsigned long long>(kCount),
+                host_device ? "the library's host devices" : "its own device thread");
     return 0;
 }
 
@@ -318,7 +362,10 @@ int run(const char *progress_lib) {
 
 int main(int argc, char **argv) {
     try {
-        return run(argc > 1 ? argv[1] : nullptr);
+        // Arguments: [--host-device] [/path/to/libnccom_proxy.so]
+        bool host_device = argc > 1 && std::strcmp(argv[1], "--host-device") == 0;
+        int lib = host_device ? 2 : 1;
+        return run(argc > lib ? argv[lib] : nullptr, host_device);
     } catch (const std::exception &e) {
         std::fprintf(stderr, "raii_exchange: %s\n", e.what());
         return 1;

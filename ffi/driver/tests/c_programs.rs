@@ -84,9 +84,13 @@ fn c_runtime_runs_a_4_rank_ring_all_reduce() {
 #[test]
 fn cpp17_raii_example_exchanges() {
     let exe = common::compile_cpp("examples/raii_exchange.cpp", "raii_exchange", &["-pthread"]);
-    let mut cmd = Command::new(exe);
+    let mut cmd = Command::new(&exe);
     cmd.arg(progress_library());
     assert!(run(cmd).contains("raii_exchange: ok: 2 ranks"));
+    // The same with the library's host devices (nrt::HostDevice) instead of its own device.
+    let mut cmd = Command::new(&exe);
+    cmd.arg("--host-device").arg(progress_library());
+    assert!(run(cmd).contains("the library's host devices"));
 }
 
 /// A runtime that repeats a bad call 100000 times and calls one comm from two threads at once
