@@ -178,7 +178,18 @@ impl LibfabricTransport {
             if ret != 0 {
                 return Err(fail("fi_ep_bind(cq)", ret as isize));
             }
-            let ret = fi::fi_enable(o.ep);
+            let mut ret = fi::fi_enable(o.ep);
+            if ret == -(fi::FI_EBUSY as i32) && prov == "shm" {
+                // libfabric 1.17's shm found a region file of the same name left by a dead
+                // process whose pid this process now has (a killed process never unlinks its
+                // region); it unlinked the file and answered -FI_EBUSY (`smr_retry_map`).
+                // Once more, now that the name is free.
+                log::warn!(
+                    "libfabric provider shm: fi_enable: a stale shm region of a dead process \
+                     with this pid was in the way (removed by the provider); enabling again"
+                );
+                ret = fi::fi_enable(o.ep);
+            }
             if ret != 0 {
                 return Err(fail("fi_enable", ret as isize));
             }

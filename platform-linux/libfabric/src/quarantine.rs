@@ -150,6 +150,7 @@ impl LibfabricTransport {
             requests,
         };
         let (objects, regs) = (held.objects.len(), held.registrations.len());
+        self.unlink_shm_region();
         let totals = admit(held);
         NetError::failure(
             None,
@@ -160,6 +161,39 @@ impl LibfabricTransport {
                 self.name
             ),
         )
+    }
+}
+
+impl LibfabricTransport {
+    /// shm only: removes the name of this endpoint's region from `/dev/shm` (the mapping stays,
+    /// for the provider and the peers that mapped it). A quarantined endpoint is never closed,
+    /// so shm would never unlink it, and the file would outlive the process; a later process
+    /// that gets the same pid would then find its region name taken.
+    fn unlink_shm_region(&self) {
+        if self.attrs.provider != "shm" {
+            return;
+        }
+        // The endpoint's name is `fi_shm://<region>` (NUL-terminated); the region file is
+        // `<region>` under /dev/shm (libfabric's `smr_no_prefix`, `shm_open`).
+        let name = self.local_name.split(|&b| b == 0).next().unwrap_or(&[]);
+        let Some(region) = std::str::from_utf8(name)
+            .ok()
+            .and_then(|n| n.split_once("://").map(|(_, r)| r))
+            .filter(|r| !r.is_empty() && !r.contains('/'))
+        else {
+            return;
+        };
+        let Ok(c) = std::ffi::CString::new(std::format!("/{region}")) else {
+            return;
+        };
+        // SAFETY: `c` is a NUL-terminated name; shm_unlink only removes the name.
+        let ret = unsafe { libc::shm_unlink(c.as_ptr()) };
+        if ret != 0 {
+            log::debug!(
+                "quarantine: shm_unlink(/{region}): {}",
+                std::io::Error::last_os_error()
+            );
+        }
     }
 }
 
