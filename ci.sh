@@ -327,7 +327,7 @@ run_step facade 10 facade
 run_step no_std 50 no_std
 run_step baremetal 80 baremetal
 run_step clippy 170 clippy
-run_step test 560 test
+run_step test 700 test
 run_step install 180 install_prefix
 run_step killed_peer 80 killed_peer
 run_step soak 400 soak
