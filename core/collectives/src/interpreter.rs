@@ -89,7 +89,7 @@ use proxy_core::driver::trigger::HostWord;
 use proxy_core::progress::sendrecv::HOST_INDEX_READY;
 
 use crate::planner::kernels::reduce_raw;
-use crate::planner::{Addresses, Instr, OpWord, RankPlan, Side};
+use crate::planner::{Addresses, BlockPlans, Instr, OpWord, RankPlan, Side};
 
 /// Something the interpreter counts (reported through [`DeviceEnv::record`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -314,6 +314,23 @@ pub struct JobBlock {
     /// Where its buffers and host words are (for a [`crate::planner::BlockPlan`]:
     /// [`crate::planner::BlockPlan::addresses`]).
     pub addrs: Addresses,
+}
+
+impl JobBlock {
+    /// Every (stream, block) part of one rank's `plans`, each with the addresses its program
+    /// uses when the rank's buffers and host words are at `addrs`: the blocks of a launch.
+    pub fn of_plans(plans: &BlockPlans, addrs: &Addresses) -> Vec<JobBlock> {
+        plans
+            .blocks
+            .iter()
+            .map(|b| JobBlock {
+                stream: b.stream,
+                block: b.block,
+                plan: Arc::new(b.plan.clone()),
+                addrs: b.addresses(addrs),
+            })
+            .collect()
+    }
 }
 
 /// One launch: the schedule of blocks of every stream between the net-stage trigger and the

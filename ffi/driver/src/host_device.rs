@@ -217,17 +217,7 @@ pub unsafe extern "C" fn nrt_proxy_host_device_launch(
             d.stop_thread();
             *d.done.0.lock().unwrap_or_else(PoisonError::into_inner) = None;
             let job = Job {
-                blocks: d
-                    .plan
-                    .blocks
-                    .iter()
-                    .map(|b| JobBlock {
-                        stream: b.stream,
-                        block: b.block,
-                        plan: Arc::new(b.plan.clone()),
-                        addrs: b.addresses(&d.addrs),
-                    })
-                    .collect(),
+                blocks: JobBlock::of_plans(&d.plan, &d.addrs),
                 schedule: d.plan.schedule(executions),
                 net_triggers: net,
                 barrier_triggers: barrier,

@@ -1205,17 +1205,7 @@ impl World {
                 words: self.fixed[r].plan_words(),
                 word_stride: WORD_STRIDE,
             };
-            prep.device.push(
-                p.blocks
-                    .iter()
-                    .map(|b| JobBlock {
-                        stream: b.stream,
-                        block: b.block,
-                        plan: Arc::new(b.plan.clone()),
-                        addrs: b.addresses(&a),
-                    })
-                    .collect(),
-            );
+            prep.device.push(JobBlock::of_plans(&p, &a));
             // A part without ops (one rank: nothing to send) is not filed.
             prep.fifos.push(
                 p.blocks

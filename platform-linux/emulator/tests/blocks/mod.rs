@@ -218,17 +218,7 @@ impl Rank {
 
     fn job(&self, loops: u32) -> Job {
         Job {
-            blocks: self
-                .plans
-                .blocks
-                .iter()
-                .map(|b| JobBlock {
-                    stream: b.stream,
-                    block: b.block,
-                    plan: Arc::new(b.plan.clone()),
-                    addrs: b.addresses(&self.addrs),
-                })
-                .collect(),
+            blocks: JobBlock::of_plans(&self.plans, &self.addrs),
             schedule: self.plans.schedule(loops),
             net_triggers: self
                 .net_lines()
