@@ -234,7 +234,7 @@ soak() {
   FI_TCP_IFACE=lo PROXY_SOAK_CYCLES=200 PROXY_SOAK_TCP_CYCLES=200 \
     cargo test --workspace "${FEATURES[@]}" --test soak
   # Killed peers: one survivor process creates, runs and destroys 200 comms over tcp (60 over
-  # shm), each with a fresh peer process, every fourth peer killed with 16 MiB in flight; after
+  # shm), each with a fresh peer process, every fourth peer killed with 1 MiB sends in flight (rendezvous on tcp, like 16 MiB); after
   # cycle 10 a cycle leaves nothing behind but what its teardown quarantined, the same fds for
   # every quarantined transport (tcp: 8; shm: none), threads flat (tests/multiproc/soak.rs;
   # measured about 1.1 s a cycle here).

@@ -416,7 +416,7 @@ fn killed_peer_driver_shm() {
 
 /// One survivor process creates, runs and destroys `MULTIPROC_SOAK_CYCLES` comms (default 12
 /// here; ci.sh's soak step runs 200 over tcp and 60 over shm), each with a fresh peer process, every fourth peer killed
-/// with 16 MiB in flight (`multiproc/soak.rs`). After the first 10 cycles, a cycle whose
+/// with 1 MiB sends in flight (rendezvous on tcp, like 16 MiB; the killed-peer tests move 16 MiB) (`multiproc/soak.rs`). After the first 10 cycles, a cycle whose
 /// teardown quarantined nothing must leave exactly the fds and threads it found, and every
 /// quarantined transport the same number of fds: the process ends with the fds of cycle 10
 /// plus that many per quarantined transport, and nothing else (docs/design.md §5).
@@ -431,6 +431,7 @@ fn killed_peer_soak(provider: &str) {
     // A killed peer is found by the bootstrap's watch within milliseconds; the no-progress
     // timeout is only a backstop (a loaded machine moves 16 MiB slowly in a debug build).
     c.env(soak::CYCLES_ENV, cycles.to_string())
+        .env(child::LARGEST_ENV, (1 << 20).to_string())
         .env(TASK_TIMEOUT_ENV, "10000")
         .env(DRAIN_ENV, "200")
         .stdout(std::process::Stdio::piped())
@@ -483,7 +484,13 @@ fn killed_peer_soak(provider: &str) {
         .map(|(k, v)| (k.to_owned(), v.to_owned()))
         .collect();
     assert_eq!(r["status"], "ok", "{provider}: {r:?}\n{tail}");
-    let list = |k: &str| -> Vec<u64> { r[k].split(',').map(|v| v.parse().unwrap()).collect() };
+    let list = |k: &str| -> Vec<u64> {
+        r.get(k)
+            .unwrap_or_else(|| panic!("{provider}: no {k} in the result {r:?}"))
+            .split(',')
+            .map(|v| v.parse().unwrap())
+            .collect()
+    };
     let (fds, threads, quarantined) = (list("fds"), list("threads"), list("quarantined"));
     assert_eq!(fds.len(), cycles);
     // Fds per quarantined transport: measured at the first quarantine after cycle 10.
@@ -516,22 +523,23 @@ fn killed_peer_soak(provider: &str) {
     assert_eq!(fds[cycles - 1], fds[9] + per * q, "{provider}: {r:?}");
     // Memory is reported, not asserted (the allocator keeps freed memory): the mean RSS change
     // of the cycles after cycle 10 that quarantined, and of those that did not.
-    let rss = list("rss_kib");
-    let mean_delta = |quarantining: bool| {
+    let mean_delta = |v: &[u64], quarantining: bool| {
         let d: Vec<f64> = (10..cycles)
             .filter(|&i| (quarantined[i] > quarantined[i - 1]) == quarantining)
-            .map(|i| (rss[i] as f64 - rss[i - 1] as f64) / 1024.0)
+            .map(|i| (v[i] as f64 - v[i - 1] as f64) / 1024.0)
             .collect();
         d.iter().sum::<f64>() / d.len().max(1) as f64
     };
-    eprintln!(
-        "{provider}: RSS {:.0} MiB after cycle 10, {:.0} MiB at the end; mean change {:.1} MiB per \
-         quarantining cycle, {:.1} MiB per other cycle",
-        rss[9] as f64 / 1024.0,
-        rss[cycles - 1] as f64 / 1024.0,
-        mean_delta(true),
-        mean_delta(false)
-    );
+    for (what, v) in [("RSS", list("rss_kib")), ("heap in use", list("heap_kib"))] {
+        eprintln!(
+            "{provider}: {what} {:.0} MiB after cycle 10, {:.0} MiB at the end; mean change \
+             {:.1} MiB per quarantining cycle, {:.2} MiB per other cycle",
+            v[9] as f64 / 1024.0,
+            v[cycles - 1] as f64 / 1024.0,
+            mean_delta(&v, true),
+            mean_delta(&v, false)
+        );
+    }
     eprintln!(
         "{provider}: {cycles} cycles ({} killed) in {} s: fds {} at start, {} after cycle 10, {} at \
          the end; {} transports quarantined in all ({q} after cycle 10, {per} fds each; {} \

@@ -60,8 +60,22 @@ pub fn fault_phase() -> FaultPhase {
     }
 }
 
-/// Entry sizes of every op side: 1 B, 4 KiB + 1, 1 MiB, 16 MiB.
-pub const SIZES: [usize; 4] = [1, 4097, 1 << 20, 16 << 20];
+/// The largest entry in bytes (`MULTIPROC_LARGEST`; default 16 MiB).
+pub const LARGEST_ENV: &str = "MULTIPROC_LARGEST";
+
+/// Entry sizes of every op side: 1 B, 4 KiB + 1, 1 MiB, and the largest: 16 MiB unless
+/// `MULTIPROC_LARGEST` says otherwise (the killed-peer soak's 1 MiB, which is still far above
+/// rxm's 128 KiB rendezvous threshold, so its sends to a killed peer are stuck all the same).
+pub fn sizes() -> [usize; 4] {
+    static SIZES: std::sync::OnceLock<[usize; 4]> = std::sync::OnceLock::new();
+    *SIZES.get_or_init(|| {
+        let largest = std::env::var(LARGEST_ENV)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(16 << 20);
+        [1, 4097, 1 << 20, largest]
+    })
+}
 /// Streams used: stream 0 sends to rank + 1, stream 1 to rank − 1 (mod nranks).
 const STREAMS: usize = 2;
 /// Executions of the block (the second one runs the recycled ops).
@@ -90,7 +104,7 @@ fn barrier_trigger(exec: u32) -> usize {
 
 /// Bytes each rank checks in the send/recv scenario.
 pub fn expected_checked_bytes() -> u64 {
-    SIZES.iter().sum::<usize>() as u64 * STREAMS as u64 * u64::from(EXECUTIONS)
+    sizes().iter().sum::<usize>() as u64 * STREAMS as u64 * u64::from(EXECUTIONS)
 }
 
 fn pattern_seed(src: u32, stream: u32, entry: u32, exec: u32) -> u32 {
@@ -266,7 +280,7 @@ impl Device {
 
     /// One execution; `Err` on a protocol violation, a stop request, or the deadline.
     fn run_exec(&mut self, exec: u32, deadline: Instant) -> Result<(), String> {
-        let n = SIZES.len() as u32;
+        let n = sizes().len() as u32;
         self.arm();
         let mut announced = false;
         let mut spins = 0u32;
@@ -461,7 +475,7 @@ fn build_blocks(
             ((rank + nranks - 1) % nranks, (rank + 1) % nranks)
         };
         let w = s * WORDS_PER_STREAM;
-        let n = SIZES.len() as u32;
+        let n = sizes().len() as u32;
         let info = NetOpInfo {
             send_peer: to as i32,
             recv_peer: from as i32,
@@ -478,7 +492,7 @@ fn build_blocks(
             ..NetOpInfo::default()
         };
         let mark = |e: usize| {
-            if e + 1 == SIZES.len() {
+            if e + 1 == sizes().len() {
                 EXEC_COMPLETE
             } else {
                 NET_TRANSFER
@@ -649,10 +663,10 @@ pub(super) fn setup_with(cfg: BootstrapConfig, victim: Option<u32>, gated: bool)
 
     let words: Arc<[AtomicU32]> = (0..WORDS).map(|_| AtomicU32::new(0)).collect();
     let mut src: Vec<Vec<Vec<u8>>> = (0..STREAMS)
-        .map(|_| SIZES.iter().map(|&n| vec![0u8; n]).collect())
+        .map(|_| sizes().iter().map(|&n| vec![0u8; n]).collect())
         .collect();
     let mut dst: Vec<Vec<Vec<u8>>> = (0..STREAMS)
-        .map(|_| SIZES.iter().map(|&n| vec![POISON; n]).collect())
+        .map(|_| sizes().iter().map(|&n| vec![POISON; n]).collect())
         .collect();
 
     // SAFETY: every host-word address given to the comm is a word of `words`, which outlives

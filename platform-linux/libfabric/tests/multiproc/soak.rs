@@ -1,6 +1,6 @@
 //! The killed-peer soak's survivor (scenario `soak`): one long-lived process that creates,
 //! runs and destroys `MULTIPROC_SOAK_CYCLES` comms (default 200) with a fresh peer process each,
-//! every fourth peer killed mid-collective (16 MiB sends in flight), and reports what it held
+//! every fourth peer killed mid-collective (1 MiB sends in flight: rendezvous on tcp, as 16 MiB), and reports what it held
 //! after each cycle: open fds, threads, and the process's libfabric quarantine
 //! (`proxy_libfabric::quarantine_stats`).
 //!
@@ -43,6 +43,15 @@ fn rss_kib() -> u64 {
         .unwrap_or(0)
 }
 
+/// Bytes the C allocator has handed out and not taken back, in KiB (glibc's `mallinfo2`:
+/// `uordblks + hblkhd`): unlike the RSS, it falls again when memory is freed, so a steady
+/// growth is a leak (libfabric's allocations included), not the allocator keeping pages.
+fn heap_kib() -> u64 {
+    // SAFETY: mallinfo2 has no preconditions; it only reads the allocator's counters.
+    let m = unsafe { libc::mallinfo2() };
+    ((m.uordblks + m.hblkhd) / 1024) as u64
+}
+
 /// Waits at most `limit` for `child`, killing it then; never blocks longer.
 fn reap(child: &mut Child, limit: Duration) {
     let deadline = Instant::now() + limit;
@@ -63,8 +72,9 @@ pub fn soak() -> ! {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(200);
-    // Per cycle: killed?, fds, threads, quarantined transports and RSS (KiB) after it.
-    let mut rows: Vec<(bool, usize, usize, u64, u64)> = Vec::new();
+    // Per cycle: killed?, fds, threads, quarantined transports, RSS and heap in use (KiB) after
+    // it.
+    let mut rows: Vec<(bool, usize, usize, u64, u64, u64)> = Vec::new();
     let fds_start = count_dir("/proc/self/fd");
     let start = Instant::now();
     for i in 0..cycles {
@@ -125,6 +135,7 @@ pub fn soak() -> ! {
             count_dir("/proc/self/task"),
             quarantine_stats().transports,
             rss_kib(),
+            heap_kib(),
         ));
     }
     let q = quarantine_stats();
@@ -148,6 +159,10 @@ pub fn soak() -> ! {
         (
             "rss_kib",
             fmt(rows.iter().map(|r| r.4.to_string()).collect()),
+        ),
+        (
+            "heap_kib",
+            fmt(rows.iter().map(|r| r.5.to_string()).collect()),
         ),
         ("q_objects", q.objects.to_string()),
         ("q_registrations", q.registrations.to_string()),
