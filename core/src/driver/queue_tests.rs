@@ -1252,19 +1252,28 @@ mod dump {
         let worker = spawn_worker(w);
         let clock = MonotonicClock;
         let wt = waiter(&clock);
-        // Wait until the worker parks (bounded).
-        for _ in 0..100_000 {
-            if q.driver_activity() == DriverActivity::Parked {
-                break;
+        // Wait until the worker parks (bounded). Seen once, not read again: a park may return
+        // spuriously (Miri does that), and the worker then ticks and parks again.
+        let parked = (0..1_000_000).any(|_| {
+            let p = q.driver_activity() == DriverActivity::Parked;
+            if !p {
+                std::thread::yield_now();
             }
-            std::thread::yield_now();
-        }
-        assert_eq!(q.driver_activity(), DriverActivity::Parked);
+            p
+        });
+        assert!(parked, "the worker never parked: {:?}", q.driver_activity());
         let deadline = clock.now_ns() + 10_000_000_000;
         assert_eq!(q.dump_until(&wt, deadline), DumpOutcome::Written);
         let lines = dump_lines_of(q.id());
         assert_has(&lines, "reason=request mode=thread driver=ticking");
-        assert_has(&lines, "before=parked writer=driver active=0");
+        // Parked when the dump was asked for, unless a spurious wake-up had it ticking then.
+        assert!(
+            lines.iter().any(|l| {
+                (l.contains("before=parked writer=driver active=0")
+                    || l.contains("before=ticking writer=driver active=0"))
+            }),
+            "{lines:?}"
+        );
         assert_has(&lines, "slot=0 state=Active submit=0/4 status=0/4 active=0");
         assert_has(&lines, "end lines=3");
         let _ = h.leave(&wt);
