@@ -1269,8 +1269,8 @@ mod dump {
         // Parked when the dump was asked for, unless a spurious wake-up had it ticking then.
         assert!(
             lines.iter().any(|l| {
-                (l.contains("before=parked writer=driver active=0")
-                    || l.contains("before=ticking writer=driver active=0"))
+                l.contains("before=parked writer=driver active=0")
+                    || l.contains("before=ticking writer=driver active=0")
             }),
             "{lines:?}"
         );
