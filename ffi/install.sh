@@ -75,31 +75,36 @@ install_lib() {
 NCCOM_VERSION=$(install_lib nccom_proxy ffi/include/nccom_proxy.h NCCOM_PROXY)
 NRT_VERSION=$(install_lib nrt_proxy ffi/driver/include/nrt_proxy.h NRT_PROXY)
 
-cat >"$LIB/cmake/nrt_proxy/nrt_proxyConfig.cmake" <<EOF
+# cmake_target NAME VERSION: the imported target nrt_proxy::NAME of lib/libNAME.so.VERSION.
+cmake_target() {
+  cat <<EOF
+if(NOT TARGET nrt_proxy::$1)
+  add_library(nrt_proxy::$1 SHARED IMPORTED)
+  set_target_properties(nrt_proxy::$1 PROPERTIES
+    IMPORTED_LOCATION "\${_nrt_proxy_prefix}/lib/lib$1.so.$2"
+    IMPORTED_SONAME "lib$1.so.${2%%.*}"
+    INTERFACE_INCLUDE_DIRECTORIES "\${_nrt_proxy_prefix}/include")
+endif()
+EOF
+}
+
+{
+  cat <<EOF
 # CMake package of the proxy & progress engine's C libraries (written by ffi/install.sh).
 #   find_package(nrt_proxy $NRT_VERSION REQUIRED)
 #   target_link_libraries(app PRIVATE nrt_proxy::nrt_proxy)  # the driver half (loads the
 #                                                            # progress half beside itself)
 #   target_link_libraries(app PRIVATE nrt_proxy::nccom_proxy) # the progress half, linked directly
 get_filename_component(_nrt_proxy_prefix "\${CMAKE_CURRENT_LIST_DIR}/../../.." ABSOLUTE)
-if(NOT TARGET nrt_proxy::nccom_proxy)
-  add_library(nrt_proxy::nccom_proxy SHARED IMPORTED)
-  set_target_properties(nrt_proxy::nccom_proxy PROPERTIES
-    IMPORTED_LOCATION "\${_nrt_proxy_prefix}/lib/libnccom_proxy.so.$NCCOM_VERSION"
-    IMPORTED_SONAME "libnccom_proxy.so.${NCCOM_VERSION%%.*}"
-    INTERFACE_INCLUDE_DIRECTORIES "\${_nrt_proxy_prefix}/include")
-endif()
-if(NOT TARGET nrt_proxy::nrt_proxy)
-  add_library(nrt_proxy::nrt_proxy SHARED IMPORTED)
-  set_target_properties(nrt_proxy::nrt_proxy PROPERTIES
-    IMPORTED_LOCATION "\${_nrt_proxy_prefix}/lib/libnrt_proxy.so.$NRT_VERSION"
-    IMPORTED_SONAME "libnrt_proxy.so.${NRT_VERSION%%.*}"
-    INTERFACE_INCLUDE_DIRECTORIES "\${_nrt_proxy_prefix}/include")
-endif()
+EOF
+  cmake_target nccom_proxy "$NCCOM_VERSION"
+  cmake_target nrt_proxy "$NRT_VERSION"
+  cat <<EOF
 set(nrt_proxy_VERSION $NRT_VERSION)
 set(nrt_proxy_FOUND TRUE)
 unset(_nrt_proxy_prefix)
 EOF
+} >"$LIB/cmake/nrt_proxy/nrt_proxyConfig.cmake"
 
 cat >"$LIB/cmake/nrt_proxy/nrt_proxyConfigVersion.cmake" <<EOF
 # Same major, and at least the minor asked for (ffi/README.md, "ABI versions").
