@@ -110,9 +110,20 @@ fn own_shm() -> Vec<String> {
     v
 }
 
-fn held() -> Held {
+/// What the process holds now; the thread count is given at most 500 ms to come down to
+/// `threads_at_start` (a torn-down comm's thread or a libfabric progress thread still exiting
+/// was counted once in a CI run; a thread that stays is leaked, and the count then shows it).
+fn held(threads_at_start: usize) -> Held {
+    let mut threads = count_dir("/proc/self/task");
+    for _ in 0..100 {
+        if threads <= threads_at_start {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+        threads = count_dir("/proc/self/task");
+    }
     Held {
-        threads: count_dir("/proc/self/task"),
+        threads,
         fds: count_dir("/proc/self/fd"),
         shm: own_shm(),
         heap: ALLOC.live_bytes(),
@@ -230,11 +241,12 @@ fn mem_cycle(i: u32) {
 
 /// Samples, runs `warm_up` then `cycles` cycles of `cycle`, samples, and compares.
 fn soak(name: &str, cycles: u32, cycle: &dyn Fn(u32)) {
+    let threads_at_start = count_dir("/proc/self/task");
     // Warm-up: every kind (two modes × aborted or not) once.
     for i in 0..4 {
         cycle(i);
     }
-    let (before, rss0) = (held(), rss());
+    let (before, rss0) = (held(threads_at_start), rss());
     let t0 = std::time::Instant::now();
     for i in 4..4 + cycles {
         let t = std::time::Instant::now();
@@ -244,7 +256,7 @@ fn soak(name: &str, cycles: u32, cycle: &dyn Fn(u32)) {
             eprintln!("soak {name}: cycle {i} took {dt:?}");
         }
     }
-    let (after, rss1) = (held(), rss());
+    let (after, rss1) = (held(threads_at_start), rss());
     eprintln!(
         "soak {name}: {cycles} cycles in {:.1} s; before {before:?} rss {rss0}; after {after:?} rss {rss1}",
         t0.elapsed().as_secs_f64()
