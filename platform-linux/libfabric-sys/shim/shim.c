@@ -26,6 +26,9 @@ int lfsys_fi_enable(struct fid_ep *ep)
 int lfsys_fi_getname(struct fid *fid, void *addr, size_t *addrlen)
 { return fi_getname(fid, addr, addrlen); }
 
+int lfsys_fi_setname(struct fid *fid, void *addr, size_t addrlen)
+{ return fi_setname(fid, addr, addrlen); }
+
 int lfsys_fi_av_insert(struct fid_av *av, const void *addr, size_t count,
 		       fi_addr_t *fi_addr, uint64_t flags, void *context)
 { return fi_av_insert(av, addr, count, fi_addr, flags, context); }

@@ -37,6 +37,8 @@ int lfsys_fi_ep_bind(struct fid_ep *ep, struct fid *bfid, uint64_t flags);
 int lfsys_fi_enable(struct fid_ep *ep);
 /** `fi_getname(3)`: copies the endpoint's address into `addr` (`*addrlen` in/out). */
 int lfsys_fi_getname(struct fid *fid, void *addr, size_t *addrlen);
+/** `fi_setname(3)`: sets the endpoint's address (before `fi_enable`; shm takes a string). */
+int lfsys_fi_setname(struct fid *fid, void *addr, size_t addrlen);
 /** `fi_av_insert(3)`: inserts `count` addresses into `av`, writing their `fi_addr_t`s. */
 int lfsys_fi_av_insert(struct fid_av *av, const void *addr, size_t count,
 		       fi_addr_t *fi_addr, uint64_t flags, void *context);

@@ -64,6 +64,7 @@ pub mod net_setup;
 mod objects;
 mod quarantine;
 mod requests;
+pub mod shm_cma;
 #[cfg(test)]
 mod tests;
 
@@ -172,6 +173,9 @@ pub struct ProviderAttrs {
     pub control_progress: u32,
     /// `domain_attr.threading` granted (`FI_THREAD_DOMAIN` asked for).
     pub threading: u32,
+    /// shm only: how sends over the inject size move, from the CMA detection at the process's
+    /// first open (`shm_cma.rs`): `cma (...)`, `mmap (CMA unavailable: ...)` or `sar (...)`.
+    pub shm_large_messages: Option<String>,
 }
 
 /// The name of a `fi_progress` value.
@@ -323,6 +327,8 @@ impl LibfabricTransport {
             tx_size: opts.tx_size,
             rx_size: opts.rx_size,
         };
+        // Before the first fi_getinfo: detect CMA, set shm's SAR threshold (shm_cma.rs).
+        let shm_path = shm_cma::prepare_provider_env();
         let with_rma = InfoList::query(true, sizes)?;
         let plain = InfoList::query(false, sizes)?;
         let entry = info::choose(&request, with_rma.as_ref(), plain.as_ref())?;
@@ -349,8 +355,21 @@ impl LibfabricTransport {
                 data_progress: (*i.domain_attr).data_progress,
                 control_progress: (*i.domain_attr).control_progress,
                 threading: (*i.domain_attr).threading,
+                shm_large_messages: None,
             }
         };
+        let mut attrs = attrs;
+        if info::name_matches("shm", &attrs.provider) {
+            log::info!(
+                "libfabric/shm: rank {rank}/{nranks}: sends over the inject size move by {}; \
+                 FI_SHM_SAR_THRESHOLD={}",
+                shm_path.describe(),
+                shm_path
+                    .sar_threshold
+                    .map_or_else(|| "unset".to_owned(), |t| t.to_string())
+            );
+            attrs.shm_large_messages = Some(shm_path.describe());
+        }
         if attrs.data_progress != fi::FI_PROGRESS_MANUAL {
             // Polling still moves such a provider; but it also moves on its own threads, which
             // the transport's single-threaded use of the domain does not expect.

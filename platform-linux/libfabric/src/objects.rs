@@ -178,6 +178,19 @@ impl LibfabricTransport {
             if ret != 0 {
                 return Err(fail("fi_ep_bind(cq)", ret as isize));
             }
+            if prov == "shm" {
+                // Our own name, without `/`: shm's mmap protocol (its large messages when CMA
+                // is unavailable, shm_cma.rs) names a file per message `<endpoint name>_<id>`,
+                // which shm_open refuses for the default `fi_shm://...` (EINVAL).
+                let name = super::shm_cma::endpoint_name();
+                let mut c = Vec::with_capacity(name.len() + 1);
+                c.extend_from_slice(name.as_bytes());
+                c.push(0);
+                let ret = fi::fi_setname(&mut (*o.ep).fid, c.as_mut_ptr().cast(), c.len());
+                if ret != 0 {
+                    return Err(fail("fi_setname", ret as isize));
+                }
+            }
             let mut ret = fi::fi_enable(o.ep);
             if ret == -(fi::FI_EBUSY as i32) && prov == "shm" {
                 // libfabric 1.17's shm found a region file of the same name left by a dead

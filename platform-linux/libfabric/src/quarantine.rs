@@ -173,12 +173,13 @@ impl LibfabricTransport {
         if self.attrs.provider != "shm" {
             return;
         }
-        // The endpoint's name is `fi_shm://<region>` (NUL-terminated); the region file is
-        // `<region>` under /dev/shm (libfabric's `smr_no_prefix`, `shm_open`).
+        // The endpoint's name is `fi_shm://<region>` or, as the transport names it
+        // (`shm_cma::endpoint_name`), `<region>` (NUL-terminated); the region file is `<region>`
+        // under /dev/shm (libfabric's `smr_no_prefix`, `shm_open`).
         let name = self.local_name.split(|&b| b == 0).next().unwrap_or(&[]);
         let Some(region) = std::str::from_utf8(name)
             .ok()
-            .and_then(|n| n.split_once("://").map(|(_, r)| r))
+            .map(|n| n.split_once("://").map_or(n, |(_, r)| r))
             .filter(|r| !r.is_empty() && !r.contains('/'))
         else {
             return;

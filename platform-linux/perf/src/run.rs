@@ -684,13 +684,22 @@ impl World {
         // until the executions that use them are complete (buffers of finished rows are
         // retired, not freed, until the comm is gone).
         unsafe { comm.trust_all_addresses() };
-        let transport = format!(
-            "libfabric (provider {})",
-            comm.transport()
-                .name()
-                .strip_prefix("libfabric/")
-                .unwrap_or(comm.transport().name())
-        );
+        let prov = comm
+            .transport()
+            .name()
+            .strip_prefix("libfabric/")
+            .unwrap_or(comm.transport().name());
+        // shm: how its large messages move (CMA, or mmap when CMA is unavailable), as the
+        // transport detected it at open.
+        let transport = match proxy_libfabric::shm_cma::shm_large_messages() {
+            Some(shm) if prov == "shm" => {
+                format!(
+                    "libfabric (provider shm; large messages: {})",
+                    shm.describe()
+                )
+            }
+            _ => format!("libfabric (provider {prov})"),
+        };
         let engine = DriverEngine::with_comms(
             vec![EngineComm::InProcess {
                 rank,
