@@ -286,7 +286,9 @@ fn a_dead_peer_fails_the_comm_through_the_c_abi() {
     if let Ok(dir) = std::fs::read_dir("/dev/shm") {
         for e in dir.flatten() {
             let name = e.file_name().to_string_lossy().into_owned();
-            if pids.iter().any(|p| name.starts_with(&format!("{p}:"))) {
+            if pids.iter().any(|p| {
+                (name.starts_with(&format!("{p}:")) || name.starts_with(&format!("pxyshm_{p}_")))
+            }) {
                 let _ = std::fs::remove_file(e.path());
             }
         }

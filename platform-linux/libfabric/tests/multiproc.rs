@@ -222,7 +222,8 @@ fn driver_2_processes_shm() {
 // ---------------------------------------------------------------------------------------------
 // a peer killed mid-transfer
 
-/// The shm provider names its regions `/dev/shm/<pid>:...`; a killed process (and a survivor
+/// The shm provider names its regions `/dev/shm/<pid>:...` (the transport's own shm endpoints:
+/// `pxyshm_<pid>_...`, shm_cma.rs); a killed process (and a survivor
 /// that closed with requests in flight) leaves them behind. Removes those of our children.
 fn remove_shm_regions(pids: &[u32]) {
     let Ok(dir) = std::fs::read_dir("/dev/shm") else {
@@ -230,7 +231,9 @@ fn remove_shm_regions(pids: &[u32]) {
     };
     for e in dir.flatten() {
         let name = e.file_name().to_string_lossy().into_owned();
-        if pids.iter().any(|p| name.starts_with(&format!("{p}:"))) {
+        if pids.iter().any(|p| {
+            (name.starts_with(&format!("{p}:")) || name.starts_with(&format!("pxyshm_{p}_")))
+        }) {
             let _ = std::fs::remove_file(e.path());
         }
     }

@@ -150,7 +150,8 @@ fn proc_state(pid: i32) -> Option<char> {
     stat.rsplit_once(')')?.1.trim_start().chars().next()
 }
 
-/// The shm provider names its regions `/dev/shm/<pid>:...`; a killed process (and a survivor
+/// The shm provider names its regions `/dev/shm/<pid>:...` (the transport's own shm endpoints:
+/// `pxyshm_<pid>_...`, shm_cma.rs); a killed process (and a survivor
 /// that closed with requests in flight) leaves them behind. Removes those of `pids`.
 fn remove_shm_regions(pids: &[i32]) {
     let Ok(dir) = std::fs::read_dir("/dev/shm") else {
@@ -158,7 +159,9 @@ fn remove_shm_regions(pids: &[i32]) {
     };
     for e in dir.flatten() {
         let name = e.file_name().to_string_lossy().into_owned();
-        if pids.iter().any(|p| name.starts_with(&format!("{p}:"))) {
+        if pids.iter().any(|p| {
+            (name.starts_with(&format!("{p}:")) || name.starts_with(&format!("pxyshm_{p}_")))
+        }) {
             let _ = std::fs::remove_file(e.path());
         }
     }

@@ -665,7 +665,8 @@ fn rank_processes(launcher: u32) -> Vec<(i32, u32)> {
         .collect()
 }
 
-/// The shm provider names its regions `/dev/shm/<pid>:...`; a killed process (and a survivor
+/// The shm provider names its regions `/dev/shm/<pid>:...` (the transport's own shm endpoints:
+/// `pxyshm_<pid>_...`, shm_cma.rs); a killed process (and a survivor
 /// that closed with requests in flight) leaves them behind. Removes those of `pids`.
 #[cfg(feature = "libfabric")]
 fn remove_shm_regions(pids: &[i32]) {
@@ -674,7 +675,9 @@ fn remove_shm_regions(pids: &[i32]) {
     };
     for e in dir.flatten() {
         let name = e.file_name().to_string_lossy().into_owned();
-        if pids.iter().any(|p| name.starts_with(&format!("{p}:"))) {
+        if pids.iter().any(|p| {
+            (name.starts_with(&format!("{p}:")) || name.starts_with(&format!("pxyshm_{p}_")))
+        }) {
             let _ = std::fs::remove_file(e.path());
         }
     }
