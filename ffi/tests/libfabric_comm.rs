@@ -287,7 +287,7 @@ fn a_dead_peer_fails_the_comm_through_the_c_abi() {
         for e in dir.flatten() {
             let name = e.file_name().to_string_lossy().into_owned();
             if pids.iter().any(|p| {
-                (name.starts_with(&format!("{p}:")) || name.starts_with(&format!("pxyshm_{p}_")))
+                name.starts_with(&format!("{p}:")) || name.starts_with(&format!("pxyshm_{p}_"))
             }) {
                 let _ = std::fs::remove_file(e.path());
             }

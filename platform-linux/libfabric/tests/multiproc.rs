@@ -232,7 +232,7 @@ fn remove_shm_regions(pids: &[u32]) {
     for e in dir.flatten() {
         let name = e.file_name().to_string_lossy().into_owned();
         if pids.iter().any(|p| {
-            (name.starts_with(&format!("{p}:")) || name.starts_with(&format!("pxyshm_{p}_")))
+            name.starts_with(&format!("{p}:")) || name.starts_with(&format!("pxyshm_{p}_"))
         }) {
             let _ = std::fs::remove_file(e.path());
         }
