@@ -180,6 +180,17 @@ plants! {
     /// remove still reads it. Loom model 13 (`tests/handles.rs`): a causality violation on the
     /// slot's value, or the remove returns the new object.
     HandleRemoveFreesFirst = 25,
+    /// `driver/inval.rs: InvalCell::serve` (the driving thread applying a slot owner's
+    /// invalidation) answers APPLIED with success before it calls the progress half: the owner
+    /// returns, and may free the range, while the transport has not dropped its registrations
+    /// yet. Loom model 14 (`tests/invalidate.rs`): "the invalidation reached the transport
+    /// before the call returned" (or a data race on the model comm).
+    InvalidateAnsweredBeforeApplied = 26,
+    /// `driver/inval.rs: InvalCell::transition` withdraws a timed-out request (edge 5, POSTED
+    /// → IDLE) by a load and a store instead of a CAS: the driver can take and apply it in
+    /// between while the owner answers `NRT_TIMEOUT` ("not applied"). Loom model 14
+    /// (`tests/invalidate.rs`): "a withdrawn invalidation is never applied".
+    InvalidateWithdrawByLoadStore = 27,
 }
 
 /// "No plant" in the selector's storage.

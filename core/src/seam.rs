@@ -318,6 +318,30 @@ pub unsafe fn in_process_dump(
     }
 }
 
+/// [`InvalidateFn`](crate::driver::inval::InvalidateFn) over this crate's own [`Comm`]:
+/// [`Comm::invalidate_range`], as `nccom_comm_invalidate_range` of the C library does it.
+/// Returns `NRT_SUCCESS`, `NRT_INVALID_HANDLE` for a null comm, `NRT_INVALID` for a NULL `addr`,
+/// a zero `len` or a wrapping range, or the transport's failure.
+///
+/// # Safety
+/// `comm` must be null or a live `*mut Comm` used by no other thread during the call (the
+/// queue's driving thread calls it at a safe point, `driver::inval`).
+pub unsafe extern "C" fn in_process_invalidate_range(
+    comm: *mut c_void,
+    addr: *const c_void,
+    len: usize,
+) -> u32 {
+    // SAFETY: per this function's contract.
+    let Some(comm) = (unsafe { (comm as *mut Comm).as_mut() }) else {
+        return NrtStatus::InvalidHandle.code();
+    };
+    if addr.is_null() {
+        log::error!("invalidate: NULL addr");
+        return NrtStatus::Invalid.code();
+    }
+    NrtStatus::from_result(comm.invalidate_range(addr.addr() as u64, len as u64)).code()
+}
+
 impl SeamTable {
     /// The in-process seam: the table filled with this crate's own progress half (the stepped
     /// stop included); the comm handle is a `*mut Comm`.

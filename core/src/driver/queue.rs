@@ -58,6 +58,7 @@ use alloc::vec::Vec;
 
 use core::fmt::Write as _;
 
+use crate::driver::inval::{InvalCell, InvalEdge, InvalState, Invalidation};
 use crate::driver::dump::{
     next_queue_id, ActivityWord, Counting, DriverActivity, DumpOutcome, DumpReason, DumpRequests,
     LogLines, Opt, Prefixed, DUMP_PREFIX,
@@ -217,6 +218,9 @@ struct SharedSlot {
     /// dump the driving thread did not answer).
     submit_seen: Observer<Submitted>,
     status_seen: Observer<TaskRecord>,
+    /// The owner's invalidation request, served by the driving thread at its next tick
+    /// (`driver::inval`).
+    inval: InvalCell,
 }
 
 /// The edges of the slot state machine (the numbers of the module diagram). Only these can be
@@ -312,6 +316,10 @@ pub struct ProxyQueue {
     /// queue of 64 slots with 2 comms scans 2). Only grows (`fetch_max` at join, release; the
     /// driver's acquire load then sees the claimed slot's state).
     high_water: AtomicU32,
+    /// The thread tag ([`Park::thread_tag`]) of the token's holder when it took the token with
+    /// [`ProxyQueue::try_drive_as`] (0: unknown). Only compared with the caller's own tag (a
+    /// thread finds its own tag here only while it holds the token), so it hands nothing over.
+    holder: DiagAtomicU32,
 }
 
 // SAFETY: the non-Sync fields are each slot's `owner` cell, accessed by one party at a time
@@ -414,6 +422,7 @@ impl ProxyQueue {
                 wants_drive: AtomicBool::new(false),
                 submit_seen: sobs,
                 status_seen: robs,
+                inval: InvalCell::new(),
             }));
             worker_slots.push(WorkerSlot {
                 submit: srx,
@@ -435,6 +444,7 @@ impl ProxyQueue {
             mode,
             drive: AtomicU32::new(0),
             high_water: AtomicU32::new(0),
+            holder: DiagAtomicU32::new(0),
             driver: UnsafeCell::new(DriverState {
                 slots: worker_slots,
                 clock,
@@ -500,10 +510,38 @@ impl ProxyQueue {
     pub fn try_drive(&self) -> Option<Driver<'_>> {
         // Not `then_some`: a Driver made eagerly and dropped would release a token we never took.
         if self.take_token() {
-            Some(Driver { queue: self })
+            Some(Driver {
+                queue: self,
+                tagged: false,
+            })
         } else {
             None
         }
+    }
+
+    /// [`ProxyQueue::try_drive`], and the token remembers the calling thread
+    /// ([`Park::thread_tag`] of `park`, the calling thread's parker) while the [`Driver`] lives:
+    /// an invalidation asked for by this same thread while it holds the token (from a drive
+    /// hook, between ticks) is then applied at once instead of waiting for a tick that this
+    /// thread would have to make ([`SlotHandle::invalidate_until`]). The slots' waits drive
+    /// through this.
+    pub fn try_drive_as(&self, park: &dyn Park) -> Option<Driver<'_>> {
+        let mut d = self.try_drive()?;
+        let tag = park.thread_tag();
+        if tag != 0 {
+            self.holder.store(tag, DiagOrdering::Relaxed);
+            d.tagged = true;
+        }
+        Some(d)
+    }
+
+    /// `true` when the calling thread (whose parker is `park`) holds the drive token, taken with
+    /// [`ProxyQueue::try_drive_as`]. Always `false` on a platform without thread tags.
+    pub fn held_by_current(&self, park: &dyn Park) -> bool {
+        let tag = park.thread_tag();
+        // Only this thread stores its own tag, and it clears it before it releases the token:
+        // finding it here means this thread holds the token now.
+        tag != 0 && self.is_driven() && self.holder.load(DiagOrdering::Relaxed) == tag
     }
 
     /// One tick by the calling thread (caller mode): takes the drive token, ticks once
@@ -584,6 +622,8 @@ impl ProxyQueue {
             while ends.status.pop().is_some() {}
             while ends.returned.pop().is_some() {}
             ends.early.clear();
+            // An answer the previous owner did not collect (its handle was dropped): ours now.
+            let _ = slot.inval.collect(index);
             this.high_water
                 .fetch_max(index as u32 + 1, Ordering::AcqRel);
             this.worker_wait.notify();
@@ -594,6 +634,7 @@ impl ProxyQueue {
                 outstanding: 0,
                 kept_out: 0,
                 leaving: false,
+                inval_stale: false,
             });
         }
         Err(NrtStatus::Resource)
@@ -788,6 +829,9 @@ pub struct SlotHandle {
     /// `true` once a bounded leave took edge 2 (the slot is CLOSING or CLOSED) and timed out:
     /// submissions are refused, and a retry does not take edge 2 again.
     leaving: bool,
+    /// `true` once an invalidation timed out after the driver took it (TAKEN or APPLIED): its
+    /// answer is collected before the next request.
+    inval_stale: bool,
 }
 
 impl core::fmt::Debug for SlotHandle {
@@ -1097,6 +1141,10 @@ impl SlotHandle {
         self.leaving = false;
         // Boxes not taken back are dropped with the slot's next join (or here, now).
         while ends.returned.pop().is_some() {}
+        // The answer of an invalidation that timed out after the driver took it (CLOSED is
+        // stored after the driver's serve, so it is APPLIED by now).
+        let _ = slot.inval.collect(index);
+        self.inval_stale = false;
         // SAFETY: the slot is CLOSED (or CLOSING with the worker gone) and we are its owner:
         // nobody else touches `owner` until our release edge to FREE.
         slot.owner.with_mut(|p| unsafe { *p = Some(ends) });
@@ -1112,7 +1160,131 @@ impl SlotHandle {
     pub fn is_leaving(&self) -> bool {
         self.leaving
     }
+
+    /// The caller is about to free `request.addr .. + request.len`: drops the comm's transport
+    /// registrations of the range (`request.invalidate` on `request.comm`, this slot's comm)
+    /// before any further post of the comm, at any time, also while tasks of the comm run
+    /// (docs/design.md §9, "Invalidation while the driver runs"). When it returns `Ok`, the
+    /// progress half has applied it: no later post uses a stale registration of the range, and
+    /// registrations that in-flight requests still use are detached (closed when they complete;
+    /// the memory itself must stay valid until then, as every post's contract says).
+    ///
+    /// Where it is applied (`driver::inval`): by the queue's driving thread at the start of its
+    /// next tick, before it steps any task (this thread posts the request in the slot's cell,
+    /// wakes the worker and waits: spins for the waiter's budget, then parks, woken by the
+    /// answer or by the token's release); in caller mode with the drive token free, by this
+    /// thread, which takes the token and ticks; by this thread at once when it holds the token
+    /// itself (taken with [`ProxyQueue::try_drive_as`]: the slots' waits, so also from a drive
+    /// hook) or the queue's worker is gone. A thread that holds the token through
+    /// [`ProxyQueue::try_drive`] must not call this (it would wait for its own tick until the
+    /// deadline).
+    ///
+    /// # Errors
+    /// The progress half's status ([`NrtStatus::Invalid`] for a NULL address, a zero length or
+    /// a wrapping range; the transport's failure). [`NrtStatus::Closed`] after a leave.
+    /// [`NrtStatus::Timeout`] when `deadline_ns` (on `waiter.clock`; `None`: none) passed before
+    /// the driving thread reached a safe point: the request was withdrawn and **not applied** (do
+    /// not free the range yet; the log names the driver's activity), or the driver took it and
+    /// did not answer within [`INVALIDATE_GRACE_NS`] more (its answer is collected by the next
+    /// call).
+    pub fn invalidate_until(
+        &mut self,
+        request: Invalidation,
+        waiter: &Waiter<'_>,
+        deadline_ns: Option<u64>,
+    ) -> Result<(), NrtStatus> {
+        let queue = &*self.queue;
+        let index = self.index as usize;
+        let cell = &queue.slots[index].inval;
+        let ends = self.ends.as_mut().ok_or(NrtStatus::Closed)?;
+        if self.inval_stale {
+            // An earlier request the driver took and did not answer in time: its answer first.
+            let earlier = wait_driving(queue, index, ends, waiter, deadline_ns, None, &mut |_| {
+                cell.collect(index)
+            })
+            .inspect_err(|_| {
+                log::error!(
+                    "slot {index}: invalidate {:#x}+{:#x}: an earlier invalidation is still \
+                     being applied by the queue's driver (driver {}); not applied",
+                    request.addr,
+                    request.len,
+                    queue.driver_activity().name()
+                );
+            })?;
+            self.inval_stale = false;
+            if let Err(e) = earlier {
+                log::warn!("slot {index}: the earlier, late invalidation answered {e}");
+            }
+        }
+        if queue.held_by_current(waiter.park) || queue.worker_exited() {
+            // SAFETY: this thread holds the drive token and is between ticks (the slots' waits
+            // call the hook between ticks; the seam's callbacks may not call back into the
+            // driver), or the worker is gone (its exit, acquired above, ended every call into
+            // the queue's comms): no thread is inside the comm.
+            return unsafe { request.apply() };
+        }
+        if !cell.post(index, request) {
+            log::error!("slot {index}: invalidate: the slot's request cell is busy (bug)");
+            return Err(NrtStatus::Failure);
+        }
+        queue.worker_wait.notify();
+        /// What the owner's wait ends with.
+        enum Ended {
+            Answer(Result<(), NrtStatus>),
+            DriverGone,
+        }
+        let mut poll = |_: &mut OwnerEnds| {
+            cell.collect(index).map(Ended::Answer).or_else(|| {
+                queue.worker_exited().then_some(Ended::DriverGone)
+            })
+        };
+        match wait_driving(queue, index, ends, waiter, deadline_ns, None, &mut poll) {
+            Ok(Ended::Answer(r)) => return r,
+            Ok(Ended::DriverGone) | Err(_) => {}
+        }
+        let gone = queue.worker_exited();
+        if cell.transition(index, InvalEdge::Withdraw) {
+            if gone {
+                // SAFETY: the worker is gone (see above) and the request is ours again.
+                return unsafe { request.apply() };
+            }
+            log::error!(
+                "slot {index}: invalidate {:#x}+{:#x}: the queue's driver did not reach a safe \
+                 point before the deadline (driver {}, token {}); withdrawn, not applied",
+                request.addr,
+                request.len,
+                queue.driver_activity().name(),
+                if queue.is_driven() { "held" } else { "free" }
+            );
+            return Err(NrtStatus::Timeout);
+        }
+        // The driver took it: it is applying it now (one call of the progress half).
+        let grace = waiter.clock.now_ns().saturating_add(INVALIDATE_GRACE_NS);
+        match wait_driving(queue, index, ends, waiter, Some(grace), None, &mut |_| {
+            cell.collect(index)
+        }) {
+            Ok(r) => r,
+            Err(s) => {
+                self.inval_stale = true;
+                log::error!(
+                    "slot {index}: invalidate {:#x}+{:#x}: the queue's driver took the request \
+                     but did not answer within {} ms after the deadline (driver {}); do not \
+                     free the range yet",
+                    request.addr,
+                    request.len,
+                    INVALIDATE_GRACE_NS / 1_000_000,
+                    queue.driver_activity().name()
+                );
+                Err(s)
+            }
+        }
+    }
 }
+
+/// How long [`SlotHandle::invalidate_until`] keeps waiting, past its deadline, for a request the
+/// driving thread has already taken (it is inside the one progress-half call that applies it):
+/// 1 s.
+pub const INVALIDATE_GRACE_NS: u64 = 1_000_000_000;
 
 impl Drop for SlotHandle {
     fn drop(&mut self) {
@@ -1211,7 +1383,7 @@ fn wait_driving<T>(
         if let Some(v) = poll(ends) {
             return Ok(v);
         }
-        if let Some(mut d) = queue.try_drive() {
+        if let Some(mut d) = queue.try_drive_as(waiter.park) {
             // We drive: tick and run the hook until our value comes (the token is released
             // when `d` drops, on every return).
             let mut idle_since: Option<u64> = None;
@@ -1300,6 +1472,8 @@ fn wait_driving<T>(
 /// dropping it releases the token and wakes the slot owners waiting for it.
 pub struct Driver<'q> {
     queue: &'q ProxyQueue,
+    /// `true` when it was taken with [`ProxyQueue::try_drive_as`] (the holder's tag is set).
+    tagged: bool,
 }
 
 impl core::fmt::Debug for Driver<'_> {
@@ -1350,6 +1524,10 @@ impl Driver<'_> {
 
 impl Drop for Driver<'_> {
     fn drop(&mut self) {
+        if self.tagged {
+            // Before the release: the next holder may store its own tag.
+            self.queue.holder.store(0, DiagOrdering::Relaxed);
+        }
         self.queue.release_token();
     }
 }
@@ -1505,8 +1683,10 @@ impl DriverState {
         self.woke_from = queue.activity.get();
         queue.activity.set(DriverActivity::Ticking);
         let mut drained = false;
-        let mut progressed = false;
         let hw = (queue.high_water.load(Ordering::Acquire) as usize).min(self.slots.len());
+        // The safe point: invalidations first, before any task of this tick is stepped (so
+        // before any further post of their comms) and before a leaving slot's teardown.
+        let mut progressed = serve_invalidations(queue, hw);
         for (index, ws) in self.slots[..hw].iter_mut().enumerate() {
             let slot = &queue.slots[index];
             match SlotState::from_u32(slot.state.load(Ordering::Acquire)) {
@@ -1614,6 +1794,7 @@ impl DriverState {
         queue.worker_wait.park(park, || {
             queue.stop_requested()
                 || queue.dump.pending_since(served)
+                || queue.slots.iter().any(|s| s.inval.state() == InvalState::Posted)
                 || slots.iter_mut().enumerate().any(|(i, ws)| {
                     match SlotState::from_u32(queue.slots[i].state.load(Ordering::Acquire)) {
                         SlotState::Active => !ws.submit.is_empty(),
@@ -1747,6 +1928,9 @@ impl DriverState {
     }
 
     fn exit(&mut self, queue: &ProxyQueue) {
+        // Requests posted before the exit are answered (later ones see the worker gone and
+        // apply themselves).
+        serve_invalidations(queue, queue.slots.len());
         for (index, ws) in self.slots.iter_mut().enumerate() {
             let slot = &queue.slots[index];
             let state = SlotState::from_u32(slot.state.load(Ordering::Acquire));
@@ -1776,6 +1960,22 @@ impl DriverState {
             slot.waiter.notify();
         }
     }
+}
+
+/// Applies every POSTED invalidation request of the slots below `hw` and wakes their owners
+/// (`driver::inval`); `true` when it applied one. Called by the drive token's holder only, at a
+/// safe point (inside no comm). One load per slot while nothing is asked.
+fn serve_invalidations(queue: &ProxyQueue, hw: usize) -> bool {
+    let mut any = false;
+    for (index, slot) in queue.slots[..hw].iter().enumerate() {
+        // SAFETY: the caller holds the drive token at a safe point (this function's contract):
+        // no other thread steps the queue's tasks, so none is inside the request's comm.
+        if unsafe { slot.inval.serve(index) } {
+            slot.waiter.notify();
+            any = true;
+        }
+    }
+    any
 }
 
 /// A DONE task leaves the driver: its box goes back to the owner if it was submitted with

@@ -73,6 +73,14 @@ pub trait Park {
     fn yield_now(&self) {
         spin_loop();
     }
+
+    /// A tag of the calling thread, unique among the process's threads (never 0), or 0 when
+    /// the platform has none. The drive token remembers its holder's tag
+    /// (`ProxyQueue::try_drive_as`) so that a request this same thread makes while it holds the
+    /// token is not made to wait for itself. Default 0 (a firmware's one main loop).
+    fn thread_tag(&self) -> u32 {
+        0
+    }
 }
 
 const EMPTY: u32 = 0;
@@ -402,6 +410,24 @@ impl Park for ThreadPark {
 
     fn unparker(&self) -> Box<dyn Unpark> {
         Box::new(ThreadUnpark(std::thread::current()))
+    }
+
+    /// A number per thread, from a process-wide counter at the thread's first call (never 0;
+    /// unique until 2^32 - 1 threads have asked).
+    fn thread_tag(&self) -> u32 {
+        // A diagnostic-kind word (never loom's): a counter that hands nothing over.
+        static NEXT: crate::sync::DiagAtomicU32 = crate::sync::DiagAtomicU32::new(1);
+        std::thread_local!(static TAG: core::cell::Cell<u32> = const { core::cell::Cell::new(0) });
+        TAG.with(|t| {
+            if t.get() == 0 {
+                let mut tag = NEXT.fetch_add(1, crate::sync::DiagOrdering::Relaxed);
+                if tag == 0 {
+                    tag = NEXT.fetch_add(1, crate::sync::DiagOrdering::Relaxed);
+                }
+                t.set(tag);
+            }
+            t.get()
+        })
     }
 }
 
