@@ -1400,3 +1400,274 @@ mod dump {
         drop((c, c2));
     }
 }
+
+// ---------------------------------------------------------------- invalidation while running
+
+/// A request to invalidate `[addr, addr + 0x1000)` of the script's comm.
+fn inval(s: &Script, addr: usize) -> crate::driver::inval::Invalidation {
+    crate::driver::inval::Invalidation {
+        // SAFETY: every test keeps its script alive until its tasks are reported.
+        comm: unsafe { s.handle() },
+        invalidate: crate::progress::testing::invalidate,
+        addr,
+        len: 0x1000,
+    }
+}
+
+/// The deadline `ms` from now on `clock`.
+fn within(clock: &MonotonicClock, ms: u64) -> Option<u64> {
+    Some(clock.now_ns() + ms * 1_000_000)
+}
+
+/// Waits (bounded) until the script has seen `n` more progress calls than `from`.
+fn progresses_past(s: &Script, from: u32, n: u32) {
+    let t0 = Instant::now();
+    while s.counts().1 < from + n {
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "the comm's task made no progress"
+        );
+        std::thread::yield_now();
+    }
+}
+
+/// Checks one invalidation in the script's log: there, with progress calls (the comm's posts)
+/// both before and after it: it was applied between two rounds, mid-run.
+fn applied_mid_run(s: &Script, addr: usize) {
+    let calls = s.calls();
+    let at = calls
+        .iter()
+        .position(|c| matches!(c, Call::Invalidate { addr: a, .. } if *a == addr))
+        .unwrap_or_else(|| panic!("invalidation {addr:#x} did not reach the comm"));
+    assert!(
+        calls[..at].iter().any(|c| matches!(c, Call::Progress { .. })),
+        "invalidation {addr:#x} before the task ran"
+    );
+    assert!(
+        calls[at + 1..]
+            .iter()
+            .any(|c| matches!(c, Call::Progress { .. })),
+        "no post after invalidation {addr:#x}"
+    );
+}
+
+/// Thread mode: while the worker thread runs the comm's task (never done: it progresses every
+/// tick), the comm's owner invalidates ranges from its own thread. Each call answers success,
+/// and when it returns the invalidation is in the comm's log (it reached the transport before
+/// the call returned, so before the next post); the task kept running around it; never were
+/// two calls inside the comm at once.
+#[test]
+fn invalidate_while_the_worker_runs_the_comm() {
+    let clock = MonotonicClock;
+    let s = Script::new(0);
+    let (q, w) = small(2, 8);
+    let worker = spawn_worker(w);
+    let mut h = ProxyQueue::join(&q).unwrap();
+    h.submit(net(&s, 1, 1)).unwrap();
+    progresses_past(&s, 0, 3);
+    for i in 0..50usize {
+        let addr = 0x10_0000 + i * 0x1000;
+        let before = s.invalidations().len();
+        assert_eq!(
+            h.invalidate_until(inval(&s, addr), &waiter(&clock), within(&clock, 10_000)),
+            Ok(())
+        );
+        let after = s.invalidations();
+        assert_eq!(after.len(), before + 1, "applied once, before the call returned");
+        assert_eq!(after.last(), Some(&(addr, 0x1000)));
+        progresses_past(&s, s.counts().1, 1);
+    }
+    for i in 0..50usize {
+        applied_mid_run(&s, 0x10_0000 + i * 0x1000);
+    }
+    // A bad range: the progress half's status, from the driver's thread.
+    assert_eq!(
+        h.invalidate_until(
+            crate::driver::inval::Invalidation { len: 0, ..inval(&s, 0x5000) },
+            &waiter(&clock),
+            within(&clock, 10_000)
+        ),
+        Err(NrtStatus::Invalid)
+    );
+    assert_eq!(s.overlaps.load(Ordering::SeqCst), 0, "two threads inside the comm");
+    let recs = h.leave(&waiter(&clock));
+    assert_eq!(recs.len(), 1);
+    q.request_stop();
+    worker.join().unwrap();
+}
+
+/// Caller mode: thread A drives the queue (its own slot's `drive_until`, holding the drive
+/// token the whole time) while the comm of slot B, whose task A's ticks run, is invalidated by
+/// B's owner from another thread: B's request waits for A's next tick and is applied there,
+/// between two posts. With the token free afterwards, B's owner takes it and applies its next
+/// request itself.
+#[test]
+fn invalidate_while_another_thread_drives_the_caller_mode_queue() {
+    let clock = MonotonicClock;
+    let (sa, sb) = (Script::new(0), Script::new(0));
+    let q = ProxyQueue::new_caller(
+        QueueConfig {
+            slots: 2,
+            submit_capacity: 8,
+            status_capacity: 8,
+        },
+        Box::new(NoClock),
+    )
+    .unwrap();
+    let mut ha = ProxyQueue::join(&q).unwrap();
+    let mut hb = ProxyQueue::join(&q).unwrap();
+    hb.submit(net(&sb, 2, 1)).unwrap();
+    ha.submit(net(&sa, 1, 1)).unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let driver = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let clock = MonotonicClock;
+            // Drive until told to stop, in 200 ms waits (the task never ends: each times out).
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                let r = ha.drive_until(1, within(&clock, 200), &waiter(&clock), None);
+                assert_eq!(r.unwrap_err(), NrtStatus::Timeout);
+            }
+            ha
+        })
+    };
+    progresses_past(&sb, 0, 3);
+    for i in 0..20usize {
+        let addr = 0x20_0000 + i * 0x1000;
+        assert_eq!(
+            hb.invalidate_until(inval(&sb, addr), &waiter(&clock), within(&clock, 10_000)),
+            Ok(())
+        );
+        assert_eq!(sb.invalidations().last(), Some(&(addr, 0x1000)));
+        progresses_past(&sb, sb.counts().1, 1);
+    }
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let ha = driver.join().unwrap();
+    for i in 0..20usize {
+        applied_mid_run(&sb, 0x20_0000 + i * 0x1000);
+    }
+    // Nobody drives now: the owner takes the free token and applies it itself.
+    assert!(!q.is_driven());
+    assert_eq!(
+        hb.invalidate_until(inval(&sb, 0x30_0000), &waiter(&clock), within(&clock, 10_000)),
+        Ok(())
+    );
+    assert_eq!(sb.invalidations().last(), Some(&(0x30_0000, 0x1000)));
+    assert!(!q.is_driven(), "the token is released");
+    assert_eq!(sb.overlaps.load(Ordering::SeqCst), 0, "two threads inside the comm");
+    assert_eq!(hb.leave(&waiter(&clock)).len(), 1);
+    assert_eq!(ha.leave(&waiter(&clock)).len(), 1);
+}
+
+/// Caller mode, one thread owning two slots: from inside the drive hook of slot A's
+/// `drive_until` (the thread holds the drive token, between ticks) it invalidates slot B's
+/// comm. The request is applied at once by this thread, not left waiting for a tick this thread
+/// would have to make: no deadlock, no timeout.
+#[test]
+fn invalidate_from_the_drive_hook_of_the_token_holder() {
+    let clock = MonotonicClock;
+    let (sa, sb) = (Script::new(0), Script::new(0));
+    let q = ProxyQueue::new_caller(
+        QueueConfig {
+            slots: 2,
+            submit_capacity: 8,
+            status_capacity: 8,
+        },
+        Box::new(NoClock),
+    )
+    .unwrap();
+    let mut ha = ProxyQueue::join(&q).unwrap();
+    let mut hb = ProxyQueue::join(&q).unwrap();
+    hb.submit(net(&sb, 2, 1)).unwrap();
+    ha.submit(net(&sa, 1, 1)).unwrap();
+    let mut answers = Vec::new();
+    let mut rounds = 0u32;
+    let t0 = Instant::now();
+    let mut hook = || {
+        rounds += 1;
+        if rounds % 10 == 0 && answers.len() < 5 {
+            let addr = 0x40_0000 + answers.len() * 0x1000;
+            // The same thread holds the token: applied here and now.
+            let r = hb.invalidate_until(inval(&sb, addr), &waiter(&clock), within(&clock, 5_000));
+            answers.push((r, sb.invalidations().last().copied()));
+        }
+        true
+    };
+    let r = ha.drive_until(1, within(&clock, 300), &waiter(&clock), Some(&mut hook));
+    assert_eq!(r.unwrap_err(), NrtStatus::Timeout, "task 1 never ends");
+    assert!(
+        t0.elapsed() < Duration::from_secs(4),
+        "an invalidation from the hook waited for its own driver"
+    );
+    assert_eq!(answers.len(), 5);
+    for (i, (r, last)) in answers.iter().enumerate() {
+        assert_eq!(*r, Ok(()));
+        assert_eq!(*last, Some((0x40_0000 + i * 0x1000, 0x1000)));
+        applied_mid_run(&sb, 0x40_0000 + i * 0x1000);
+    }
+    assert_eq!(sb.overlaps.load(Ordering::SeqCst), 0);
+    assert_eq!(hb.leave(&waiter(&clock)).len(), 1);
+    assert_eq!(ha.leave(&waiter(&clock)).len(), 1);
+}
+
+/// A driver that never reaches a safe point (here: a thread holds a caller-mode queue's token
+/// and does not tick): the request is withdrawn at the deadline and answers `NRT_TIMEOUT`, not
+/// applied; once the token is free again the next request is applied.
+#[test]
+fn invalidate_times_out_when_the_driver_never_ticks_and_is_not_applied() {
+    let clock = MonotonicClock;
+    let s = Script::new(0);
+    let q = ProxyQueue::new_caller(
+        QueueConfig {
+            slots: 1,
+            submit_capacity: 8,
+            status_capacity: 8,
+        },
+        Box::new(NoClock),
+    )
+    .unwrap();
+    let mut h = ProxyQueue::join(&q).unwrap();
+    let (held_tx, held_rx) = std::sync::mpsc::channel();
+    let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
+    let q2 = q.clone();
+    let holder = std::thread::spawn(move || {
+        let _d = q2.try_drive().expect("a free token");
+        held_tx.send(()).unwrap();
+        release_rx.recv_timeout(Duration::from_secs(20)).unwrap();
+    });
+    held_rx.recv_timeout(Duration::from_secs(20)).unwrap();
+    let t0 = Instant::now();
+    assert_eq!(
+        h.invalidate_until(inval(&s, 0x7000), &waiter(&clock), within(&clock, 50)),
+        Err(NrtStatus::Timeout)
+    );
+    assert!(t0.elapsed() >= Duration::from_millis(50));
+    assert!(s.invalidations().is_empty(), "a withdrawn request is not applied");
+    release_tx.send(()).unwrap();
+    holder.join().unwrap();
+    assert_eq!(
+        h.invalidate_until(inval(&s, 0x7000), &waiter(&clock), within(&clock, 10_000)),
+        Ok(())
+    );
+    assert_eq!(s.invalidations(), [(0x7000, 0x1000)]);
+    assert!(h.leave(&waiter(&clock)).is_empty());
+}
+
+/// Thread mode with the worker gone (stopped): nothing drives, so the owner applies the
+/// request itself.
+#[test]
+fn invalidate_after_the_worker_exited_is_applied_by_the_owner() {
+    let clock = MonotonicClock;
+    let s = Script::new(0);
+    let (q, w) = small(1, 8);
+    let mut h = ProxyQueue::join(&q).unwrap();
+    let worker = spawn_worker(w);
+    q.request_stop();
+    worker.join().unwrap();
+    assert!(q.worker_exited());
+    assert_eq!(
+        h.invalidate_until(inval(&s, 0x9000), &waiter(&clock), within(&clock, 10_000)),
+        Ok(())
+    );
+    assert_eq!(s.invalidations(), [(0x9000, 0x1000)]);
+}

@@ -288,6 +288,13 @@ pub enum Call {
         /// The stream.
         stream: u32,
     },
+    /// `invalidate(addr, len)` ([`invalidate`], the script's `nccom_comm_invalidate_range`).
+    Invalidate {
+        /// First byte of the range.
+        addr: usize,
+        /// Length in bytes.
+        len: usize,
+    },
 }
 
 /// A scripted comm: what the comm handle of [`seam`] points at.
@@ -313,6 +320,11 @@ pub struct Script {
     /// Stepped stops ([`stepped_seam`]) answer "not done" this many times in all before they
     /// answer done (each "not done" counts it down).
     pub stop_steps_pending: AtomicU32,
+    /// Set while a call is inside the script (a comm is used by one thread at a time).
+    inside: AtomicBool,
+    /// Calls that entered while another call was inside: each is a breach of the one-thread
+    /// rule (what the invalidation tests check stays 0).
+    pub overlaps: AtomicU32,
 }
 
 impl Script {
@@ -329,7 +341,29 @@ impl Script {
             fail_progress_at: AtomicU32::new(0),
             fail_start: AtomicBool::new(false),
             stop_steps_pending: AtomicU32::new(0),
+            inside: AtomicBool::new(false),
+            overlaps: AtomicU32::new(0),
         })
+    }
+
+    /// Marks a call inside the script until the guard drops; counts an overlap when another
+    /// call is inside already.
+    fn enter(&self) -> Inside<'_> {
+        if self.inside.swap(true, Ordering::SeqCst) {
+            self.overlaps.fetch_add(1, Ordering::SeqCst);
+        }
+        Inside(self)
+    }
+
+    /// The ranges invalidated so far, in order.
+    pub fn invalidations(&self) -> Vec<(usize, usize)> {
+        self.calls()
+            .into_iter()
+            .filter_map(|c| match c {
+                Call::Invalidate { addr, len } => Some((addr, len)),
+                _ => None,
+            })
+            .collect()
     }
 
     /// The comm handle of this script, for tasks that call [`seam`].
@@ -369,6 +403,15 @@ impl Script {
     }
 }
 
+/// A call inside a [`Script`] ([`Script::enter`]).
+struct Inside<'a>(&'a Script);
+
+impl Drop for Inside<'_> {
+    fn drop(&mut self) {
+        self.0.inside.store(false, Ordering::SeqCst);
+    }
+}
+
 fn script<'a>(comm: *mut c_void) -> &'a Script {
     // SAFETY: every comm handle given to the scripted seam points at a live Script.
     unsafe { &*(comm as *const Script) }
@@ -386,6 +429,7 @@ unsafe extern "C" fn start(
     _n_dst: usize,
 ) -> u32 {
     let s = script(comm);
+    let _inside = s.enter();
     s.starts.fetch_add(1, Ordering::SeqCst);
     s.log.lock().push(Call::Start { stream, bb });
     if s.fail_start.load(Ordering::SeqCst) {
@@ -402,6 +446,7 @@ unsafe extern "C" fn progress(
     done: *mut c_int,
 ) -> u32 {
     let s = script(comm);
+    let _inside = s.enter();
     let n = s.progresses.fetch_add(1, Ordering::SeqCst) + 1;
     s.log.lock().push(Call::Progress { stream, bb });
     if s.fail_progress_at.load(Ordering::SeqCst) == n {
@@ -424,8 +469,28 @@ unsafe extern "C" fn progress(
 
 unsafe extern "C" fn stop(comm: *mut c_void, stream: u32) -> u32 {
     let s = script(comm);
+    let _inside = s.enter();
     s.stops.fetch_add(1, Ordering::SeqCst);
     s.log.lock().push(Call::Stop { stream });
+    0
+}
+
+/// The script's `nccom_comm_invalidate_range` (a [`crate::driver::inval::InvalidateFn`] over
+/// comm handles from [`Script::handle`]): logs [`Call::Invalidate`]; `NRT_INVALID` for a NULL
+/// `addr` or a zero `len`.
+///
+/// # Safety
+/// `comm` is a handle from [`Script::handle`] of a live script.
+pub unsafe extern "C" fn invalidate(comm: *mut c_void, addr: *const c_void, len: usize) -> u32 {
+    let s = script(comm);
+    let _inside = s.enter();
+    if addr.is_null() || len == 0 {
+        return NrtStatus::Invalid.code();
+    }
+    s.log.lock().push(Call::Invalidate {
+        addr: addr.addr(),
+        len,
+    });
     0
 }
 
@@ -433,6 +498,7 @@ unsafe extern "C" fn stop(comm: *mut c_void, stream: u32) -> u32 {
 /// above zero (counting it down), else done, counted and logged as a `stop`.
 unsafe extern "C" fn stop_step(comm: *mut c_void, stream: u32, done: *mut c_int) -> u32 {
     let s = script(comm);
+    let _inside = s.enter();
     let pending = s
         .stop_steps_pending
         .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
