@@ -30,6 +30,12 @@
 #include "nccom_proxy.h"
 
 /**
+ * How long `nrt_proxy_comm_invalidate_range` waits for the proxy queue's driver to reach a safe
+ * point (the start of its next tick): 10 s.
+ */
+#define INVALIDATE_TIMEOUT_MS 10000
+
+/**
  * Major version of this library's C ABI: a library whose major differs from the header's is
  * incompatible (it is also the SONAME's number, `libnrt_proxy.so.1`).
  */
@@ -1265,12 +1271,25 @@ NRT_STATUS nrt_proxy_comm_abort(struct nrt_proxy_comm_t *comm);
 
 /**
  * The caller is about to free `[addr, addr + len)`: the progress half drops its transport's
- * cached registrations of the range (`nccom_comm_invalidate_range`). Call it when no task of
- * the comm is in flight (after its records are popped, or after the leave): while the queue's
- * driver is inside the comm the progress half answers `NRT_FAILURE`.
+ * cached registrations of the range (`nccom_comm_invalidate_range`). Works at any time, also
+ * while tasks of the comm run: when it returns `NRT_SUCCESS`, no later post of the comm uses a
+ * stale registration of the range, and registrations that requests in flight still use are
+ * detached (closed when those requests complete; the memory itself must stay valid until the
+ * tasks that post from it are popped, as always). Free the range only after `NRT_SUCCESS`.
+ *
+ * A joined comm's invalidation is applied by the thread that drives its proxy queue, at the
+ * start of its next tick, before it steps any task (docs/design.md §9, "Invalidation while the
+ * driver runs"): in thread mode the call wakes the worker and waits for its answer; in caller
+ * mode it waits for the thread that holds the drive token, or takes the free token and applies
+ * it itself. It waits at most [`INVALIDATE_TIMEOUT_MS`] (10 s) for a safe point. A comm that is
+ * not joined (never joined, or left) is invalidated by the calling thread at once.
  *
  * Returns `NRT_SUCCESS`; `NRT_INVALID_HANDLE`; the progress half's status (`NRT_INVALID` for a
- * NULL `addr`, a zero `len` or a wrapping range).
+ * NULL `addr`, a zero `len` or a wrapping range; `NRT_NETWORK_PROXY_FAILURE` when the provider
+ * refused to close a registration); `NRT_TIMEOUT` when the queue's driver did not reach a safe
+ * point in time: the range was **not** invalidated (do not free it yet; the last error and the
+ * log name the driver's activity; call again); `NRT_FAILURE` for a progress half without the
+ * entry (ABI 1.0), or while another thread is inside a call on the same comm.
  *
  * # Safety
  * None beyond the C contract (the range is only compared).

@@ -56,6 +56,7 @@ use std::time::Duration;
 use proxy_bootstrap::{
     Bootstrap, BootstrapConfig, HostBarrier, HostBarrierConfig, SharedBootstrap,
 };
+use proxy_core::driver::inval::Invalidation;
 use proxy_core::driver::queue::{DriveMode, QueueConfig, TaskBox, Tick};
 use proxy_core::driver::record::{RunState, TaskRecord};
 use proxy_core::driver::registry::Membership;
@@ -1717,12 +1718,25 @@ pub unsafe extern "C" fn nrt_proxy_comm_abort(comm: *mut NrtProxyComm) -> NRT_ST
 }
 
 /// The caller is about to free `[addr, addr + len)`: the progress half drops its transport's
-/// cached registrations of the range (`nccom_comm_invalidate_range`). Call it when no task of
-/// the comm is in flight (after its records are popped, or after the leave): while the queue's
-/// driver is inside the comm the progress half answers `NRT_FAILURE`.
+/// cached registrations of the range (`nccom_comm_invalidate_range`). Works at any time, also
+/// while tasks of the comm run: when it returns `NRT_SUCCESS`, no later post of the comm uses a
+/// stale registration of the range, and registrations that requests in flight still use are
+/// detached (closed when those requests complete; the memory itself must stay valid until the
+/// tasks that post from it are popped, as always). Free the range only after `NRT_SUCCESS`.
+///
+/// A joined comm's invalidation is applied by the thread that drives its proxy queue, at the
+/// start of its next tick, before it steps any task (docs/design.md §9, "Invalidation while the
+/// driver runs"): in thread mode the call wakes the worker and waits for its answer; in caller
+/// mode it waits for the thread that holds the drive token, or takes the free token and applies
+/// it itself. It waits at most [`INVALIDATE_TIMEOUT_MS`] (10 s) for a safe point. A comm that is
+/// not joined (never joined, or left) is invalidated by the calling thread at once.
 ///
 /// Returns `NRT_SUCCESS`; `NRT_INVALID_HANDLE`; the progress half's status (`NRT_INVALID` for a
-/// NULL `addr`, a zero `len` or a wrapping range).
+/// NULL `addr`, a zero `len` or a wrapping range; `NRT_NETWORK_PROXY_FAILURE` when the provider
+/// refused to close a registration); `NRT_TIMEOUT` when the queue's driver did not reach a safe
+/// point in time: the range was **not** invalidated (do not free it yet; the last error and the
+/// log name the driver's activity; call again); `NRT_FAILURE` for a progress half without the
+/// entry (ABI 1.0), or while another thread is inside a call on the same comm.
 ///
 /// # Safety
 /// None beyond the C contract (the range is only compared).
@@ -1734,9 +1748,52 @@ pub unsafe extern "C" fn nrt_proxy_comm_invalidate_range(
 ) -> NRT_STATUS {
     const WHAT: &str = "nrt_proxy_comm_invalidate_range";
     guard(WHAT, || {
-        with_comm(WHAT, comm, |e| e.comm.invalidate_range(addr.cast(), len))
+        with_comm(WHAT, comm, |e| {
+            let waiter = e.waiter();
+            let lib = e.inst.lib;
+            let nccom = e.comm.as_ptr();
+            let Some(m) = e.member.as_mut() else {
+                // Not on a queue: no driver calls into the comm.
+                return e.comm.invalidate_range(addr.cast(), len);
+            };
+            let Some(invalidate) = lib.invalidate_fn() else {
+                return bad(
+                    WHAT,
+                    format_args!("the progress half has no nccom_comm_invalidate_range (ABI 1.0)"),
+                );
+            };
+            // SAFETY: the comm's handle lives in the entry until after the membership left
+            // (as for the network tasks, which carry the same handle).
+            let comm = unsafe { CommHandle::new(nccom.cast()) }.ok_or(NrtStatus::InvalidHandle)?;
+            let request = Invalidation {
+                comm,
+                invalidate,
+                addr: addr.addr(),
+                len,
+            };
+            m.slot
+                .invalidate_until(request, &waiter, Some(deadline_after(INVALIDATE_TIMEOUT_MS)))
+                .inspect_err(|s| {
+                    if *s == NrtStatus::Timeout {
+                        proxy_ffi_types::refusal::refuse(
+                            WHAT,
+                            "driver busy",
+                            format_args!(
+                                "the proxy queue's driver did not reach a safe point within \
+                                 {INVALIDATE_TIMEOUT_MS} ms (driver {}); the range {addr:p}+{len:#x} \
+                                 was not invalidated: do not free it yet",
+                                m.slot.queue().driver_activity().name()
+                            ),
+                        );
+                    }
+                })
+        })
     })
 }
+
+/// How long `nrt_proxy_comm_invalidate_range` waits for the proxy queue's driver to reach a safe
+/// point (the start of its next tick): 10 s.
+pub const INVALIDATE_TIMEOUT_MS: u64 = 10_000;
 
 /// The comm's health, as NCCL's `ncclCommGetAsyncError`: `*status` is `NRT_SUCCESS` while no
 /// task of the comm has failed, `NRT_CLOSED` once it is aborted, else the status of the first

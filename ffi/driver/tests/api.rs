@@ -708,3 +708,145 @@ fn status_names_are_the_progress_half_s() {
     assert_eq!(status(NRT_QUEUE_FULL), "NRT_QUEUE_FULL");
     assert_eq!(nrt_proxy_abi_version(), NRT_PROXY_ABI_VERSION);
 }
+
+/// A comm of rank `rank` of the 2-rank group `g` (comm id 9).
+fn comm_of(inst: *mut NrtProxy, g: *mut NrtProxyGroup, rank: u32) -> *mut NrtProxyComm {
+    let mut cc = std::mem::MaybeUninit::<NrtProxyCommConfig>::uninit();
+    expect!(NRT_SUCCESS, nrt_proxy_comm_config_init(cc.as_mut_ptr()));
+    // SAFETY: initialized above.
+    let mut cc = unsafe { cc.assume_init() };
+    cc.nranks = 2;
+    cc.rank = rank;
+    cc.comm_id = 9;
+    cc.group = g;
+    cc.callbacks = &CALLBACKS;
+    let mut c = ptr::null_mut();
+    expect!(NRT_SUCCESS, nrt_proxy_comm_create(inst, &cc, &mut c));
+    c
+}
+
+/// A network task that never ends (no limit): one send of 64 B to `peer`, which never posts the
+/// matching receive, so the queue's driver calls the comm's progress every tick.
+fn endless_send(c: *mut NrtProxyComm, id: u32, peer: i32) {
+    let (mut ops, src) = valid_fifos();
+    ops[0].send_peer = peer;
+    let blocks = [block(&ops, &src)];
+    let mut t = net_task(id, &blocks, 0);
+    t.timeout_ms = NRT_PROXY_TIMEOUT_NONE;
+    expect!(NRT_SUCCESS, nrt_proxy_submit_network(c, &t));
+}
+
+/// `n` invalidations of distinct ranges of the comm, each answering `NRT_SUCCESS`.
+fn invalidate_many(c: *mut NrtProxyComm, n: usize) {
+    for i in 0..n {
+        let addr = ptr::without_provenance::<c_void>(0x7f00_0000_0000 + i * 0x1000);
+        expect!(
+            NRT_SUCCESS,
+            nrt_proxy_comm_invalidate_range(c, addr, 0x1000)
+        );
+    }
+}
+
+/// Thread mode: while the worker thread runs a task of the comm (inside the progress half's
+/// comm on every tick), the comm's thread invalidates ranges: every call answers `NRT_SUCCESS`
+/// (applied by the worker at its next tick; before, a call that met the worker inside the comm
+/// answered `NRT_FAILURE`). Bad input is still the progress half's `NRT_INVALID`; a left comm is
+/// invalidated directly.
+#[test]
+fn invalidate_range_while_the_worker_runs_the_comm() {
+    let _s = serial();
+    let lib = lib_cstring();
+    let inst = init(&config(NRT_PROXY_DRIVE_THREAD), &lib);
+    let (g, c) = comm0(inst);
+    expect!(NRT_SUCCESS, nrt_proxy_comm_join(c));
+    endless_send(c, 1, 1);
+    invalidate_many(c, 500);
+    expect!(
+        NRT_INVALID,
+        nrt_proxy_comm_invalidate_range(c, ptr::null(), 64)
+    );
+    expect!(
+        NRT_INVALID,
+        nrt_proxy_comm_invalidate_range(c, BUF.as_ptr().cast::<c_void>(), 0)
+    );
+    let mut rec = NrtProxyTaskRecord::default();
+    expect!(NRT_TIMEOUT, nrt_proxy_wait(c, 10, &mut rec));
+    expect!(NRT_SUCCESS, nrt_proxy_comm_abort(c));
+    expect!(NRT_SUCCESS, nrt_proxy_wait(c, 30_000, &mut rec));
+    assert_eq!(
+        (rec.task_id, status(rec.progress_status)),
+        (1, status(NRT_CLOSED))
+    );
+    expect!(NRT_SUCCESS, nrt_proxy_comm_leave(c, 30_000));
+    invalidate_many(c, 10);
+    teardown(g, c, inst);
+}
+
+/// Caller mode, two comms (ranks 0 and 1) on one proxy queue: thread A drives the queue for
+/// its comm (`nrt_proxy_drive_until`, holding the drive token) while the other comm's thread
+/// invalidates ranges of its own comm, whose task A's ticks run: every call answers
+/// `NRT_SUCCESS` (applied at A's next tick, or by the caller itself when the token is free).
+#[test]
+fn invalidate_range_while_another_thread_drives_the_caller_mode_queue() {
+    let _s = serial();
+    let lib = lib_cstring();
+    let mut cfg = config(NRT_PROXY_DRIVE_CALLER);
+    cfg.ranks_per_network_proxy = 2;
+    let inst = init(&cfg, &lib);
+    let mut g = ptr::null_mut();
+    expect!(NRT_SUCCESS, nrt_proxy_group_create(inst, 2, &mut g));
+    let c0 = comm_of(inst, g, 0);
+    let c1 = comm_of(inst, g, 1);
+    expect!(NRT_SUCCESS, nrt_proxy_comm_join(c0));
+    expect!(NRT_SUCCESS, nrt_proxy_comm_join(c1));
+    // Each sends to the other rank with the tag the other's op does not receive: neither ends.
+    endless_send(c0, 1, 1);
+    endless_send(c1, 2, 0);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let drives = std::sync::Arc::new(AtomicU32::new(0));
+    let driver = {
+        let (stop, drives) = (stop.clone(), drives.clone());
+        let h = c1 as usize;
+        std::thread::spawn(move || {
+            let c1: *mut NrtProxyComm = ptr::without_provenance_mut(h);
+            let mut rec = NrtProxyTaskRecord::default();
+            while !stop.load(Ordering::SeqCst) {
+                expect!(NRT_TIMEOUT, nrt_proxy_drive_until(c1, 2, 20, &mut rec));
+                drives.fetch_add(1, Ordering::SeqCst);
+            }
+            expect!(NRT_SUCCESS, nrt_proxy_comm_abort(c1));
+            expect!(NRT_SUCCESS, nrt_proxy_drive_until(c1, 2, 30_000, &mut rec));
+            assert_eq!(
+                (rec.task_id, status(rec.progress_status)),
+                (2, status(NRT_CLOSED))
+            );
+        })
+    };
+    // Invalidate while A's drives run: until A has driven (and timed out) five times.
+    let t0 = std::time::Instant::now();
+    let mut calls = 0;
+    while drives.load(Ordering::SeqCst) < 5 || calls < 300 {
+        assert!(
+            t0.elapsed() < std::time::Duration::from_secs(60),
+            "the driving thread stalled"
+        );
+        invalidate_many(c0, 10);
+        calls += 10;
+    }
+    stop.store(true, Ordering::SeqCst);
+    driver.join().expect("the driving thread");
+    // The token is free now: the caller applies it itself.
+    invalidate_many(c0, 10);
+    let mut rec = NrtProxyTaskRecord::default();
+    expect!(NRT_SUCCESS, nrt_proxy_comm_abort(c0));
+    expect!(NRT_SUCCESS, nrt_proxy_drive_until(c0, 1, 30_000, &mut rec));
+    assert_eq!(
+        (rec.task_id, status(rec.progress_status)),
+        (1, status(NRT_CLOSED))
+    );
+    expect!(NRT_SUCCESS, nrt_proxy_comm_destroy(c1));
+    expect!(NRT_SUCCESS, nrt_proxy_comm_destroy(c0));
+    expect!(NRT_SUCCESS, nrt_proxy_group_destroy(g));
+    expect!(NRT_SUCCESS, nrt_proxy_fini(inst));
+    assert_eq!(live(), (0, 0, 0));
+}

@@ -295,6 +295,22 @@ impl ProgressLib {
         &self.init
     }
 
+    /// The library's `nccom_comm_invalidate_range` as the driver's request carries it
+    /// ([`proxy_core::driver::inval::InvalidateFn`], the comm pointer as `void *`), valid while
+    /// `self` lives; `None` for a library that predates ABI 1.1.
+    pub fn invalidate_fn(&self) -> Option<proxy_core::driver::inval::InvalidateFn> {
+        self.init.comm_invalidate_range.map(|f| {
+            // SAFETY: the typedefs differ only in the pointee type of the comm pointer
+            // (`nccom_comm_t *` vs `void *`): same C ABI, same arguments (as the seam's).
+            unsafe {
+                std::mem::transmute::<
+                    NccomCommInvalidateRangeFn,
+                    proxy_core::driver::inval::InvalidateFn,
+                >(f)
+            }
+        })
+    }
+
     /// The library's name for a status value (`nrt_get_status_as_str`).
     pub fn status_str(&self, status: u32) -> String {
         // SAFETY: the function takes any value and returns a static NUL-terminated string.
