@@ -30,12 +30,6 @@
 #include "nccom_proxy.h"
 
 /**
- * How long `nrt_proxy_comm_invalidate_range` waits for the proxy queue's driver to reach a safe
- * point (the start of its next tick): 10 s.
- */
-#define INVALIDATE_TIMEOUT_MS 10000
-
-/**
  * Major version of this library's C ABI: a library whose major differs from the header's is
  * incompatible (it is also the SONAME's number, `libnrt_proxy.so.1`).
  */
@@ -1281,7 +1275,7 @@ NRT_STATUS nrt_proxy_comm_abort(struct nrt_proxy_comm_t *comm);
  * start of its next tick, before it steps any task (docs/design.md §9, "Invalidation while the
  * driver runs"): in thread mode the call wakes the worker and waits for its answer; in caller
  * mode it waits for the thread that holds the drive token, or takes the free token and applies
- * it itself. It waits at most [`INVALIDATE_TIMEOUT_MS`] (10 s) for a safe point. A comm that is
+ * it itself. It waits at most 10 s for a safe point. A comm that is
  * not joined (never joined, or left) is invalidated by the calling thread at once.
  *
  * Returns `NRT_SUCCESS`; `NRT_INVALID_HANDLE`; the progress half's status (`NRT_INVALID` for a

@@ -1728,7 +1728,7 @@ pub unsafe extern "C" fn nrt_proxy_comm_abort(comm: *mut NrtProxyComm) -> NRT_ST
 /// start of its next tick, before it steps any task (docs/design.md §9, "Invalidation while the
 /// driver runs"): in thread mode the call wakes the worker and waits for its answer; in caller
 /// mode it waits for the thread that holds the drive token, or takes the free token and applies
-/// it itself. It waits at most [`INVALIDATE_TIMEOUT_MS`] (10 s) for a safe point. A comm that is
+/// it itself. It waits at most 10 s for a safe point. A comm that is
 /// not joined (never joined, or left) is invalidated by the calling thread at once.
 ///
 /// Returns `NRT_SUCCESS`; `NRT_INVALID_HANDLE`; the progress half's status (`NRT_INVALID` for a
@@ -1793,7 +1793,7 @@ pub unsafe extern "C" fn nrt_proxy_comm_invalidate_range(
 
 /// How long `nrt_proxy_comm_invalidate_range` waits for the proxy queue's driver to reach a safe
 /// point (the start of its next tick): 10 s.
-pub const INVALIDATE_TIMEOUT_MS: u64 = 10_000;
+const INVALIDATE_TIMEOUT_MS: u64 = 10_000;
 
 /// The comm's health, as NCCL's `ncclCommGetAsyncError`: `*status` is `NRT_SUCCESS` while no
 /// task of the comm has failed, `NRT_CLOSED` once it is aborted, else the status of the first
