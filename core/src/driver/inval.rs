@@ -40,7 +40,8 @@ use crate::sync::{AtomicU32, Ordering, UnsafeCell};
 /// `NRT_STATUS nccom_comm_invalidate_range(nccom_comm_t *comm, const void *addr, size_t len)`:
 /// the progress half's entry that drops the comm's transport registrations of `[addr, addr +
 /// len)` (bytes). The comm pointer is `void *` here, as in the seam table.
-pub type InvalidateFn = unsafe extern "C" fn(comm: *mut c_void, addr: *const c_void, len: usize) -> u32;
+pub type InvalidateFn =
+    unsafe extern "C" fn(comm: *mut c_void, addr: *const c_void, len: usize) -> u32;
 
 /// One invalidation: the comm, the progress half's entry that applies it, and the range.
 #[derive(Clone, Copy, Debug)]

@@ -58,11 +58,11 @@ use alloc::vec::Vec;
 
 use core::fmt::Write as _;
 
-use crate::driver::inval::{InvalCell, InvalEdge, InvalState, Invalidation};
 use crate::driver::dump::{
     next_queue_id, ActivityWord, Counting, DriverActivity, DumpOutcome, DumpReason, DumpRequests,
     LogLines, Opt, Prefixed, DUMP_PREFIX,
 };
+use crate::driver::inval::{InvalCell, InvalEdge, InvalState, Invalidation};
 use crate::driver::record::TaskRecord;
 use crate::driver::ring::{self, Consumer, Observer, Producer};
 use crate::driver::task::{ProxyTask, Step, StepEnv};
@@ -1234,9 +1234,9 @@ impl SlotHandle {
             DriverGone,
         }
         let mut poll = |_: &mut OwnerEnds| {
-            cell.collect(index).map(Ended::Answer).or_else(|| {
-                queue.worker_exited().then_some(Ended::DriverGone)
-            })
+            cell.collect(index)
+                .map(Ended::Answer)
+                .or_else(|| queue.worker_exited().then_some(Ended::DriverGone))
         };
         match wait_driving(queue, index, ends, waiter, deadline_ns, None, &mut poll) {
             Ok(Ended::Answer(r)) => return r,
@@ -1794,7 +1794,10 @@ impl DriverState {
         queue.worker_wait.park(park, || {
             queue.stop_requested()
                 || queue.dump.pending_since(served)
-                || queue.slots.iter().any(|s| s.inval.state() == InvalState::Posted)
+                || queue
+                    .slots
+                    .iter()
+                    .any(|s| s.inval.state() == InvalState::Posted)
                 || slots.iter_mut().enumerate().any(|(i, ws)| {
                     match SlotState::from_u32(queue.slots[i].state.load(Ordering::Acquire)) {
                         SlotState::Active => !ws.submit.is_empty(),

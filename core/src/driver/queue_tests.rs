@@ -1440,7 +1440,9 @@ fn applied_mid_run(s: &Script, addr: usize) {
         .position(|c| matches!(c, Call::Invalidate { addr: a, .. } if *a == addr))
         .unwrap_or_else(|| panic!("invalidation {addr:#x} did not reach the comm"));
     assert!(
-        calls[..at].iter().any(|c| matches!(c, Call::Progress { .. })),
+        calls[..at]
+            .iter()
+            .any(|c| matches!(c, Call::Progress { .. })),
         "invalidation {addr:#x} before the task ran"
     );
     assert!(
@@ -1473,7 +1475,11 @@ fn invalidate_while_the_worker_runs_the_comm() {
             Ok(())
         );
         let after = s.invalidations();
-        assert_eq!(after.len(), before + 1, "applied once, before the call returned");
+        assert_eq!(
+            after.len(),
+            before + 1,
+            "applied once, before the call returned"
+        );
         assert_eq!(after.last(), Some(&(addr, 0x1000)));
         progresses_past(&s, s.counts().1, 1);
     }
@@ -1483,13 +1489,20 @@ fn invalidate_while_the_worker_runs_the_comm() {
     // A bad range: the progress half's status, from the driver's thread.
     assert_eq!(
         h.invalidate_until(
-            crate::driver::inval::Invalidation { len: 0, ..inval(&s, 0x5000) },
+            crate::driver::inval::Invalidation {
+                len: 0,
+                ..inval(&s, 0x5000)
+            },
             &waiter(&clock),
             within(&clock, 10_000)
         ),
         Err(NrtStatus::Invalid)
     );
-    assert_eq!(s.overlaps.load(Ordering::SeqCst), 0, "two threads inside the comm");
+    assert_eq!(
+        s.overlaps.load(Ordering::SeqCst),
+        0,
+        "two threads inside the comm"
+    );
     let recs = h.leave(&waiter(&clock));
     assert_eq!(recs.len(), 1);
     q.request_stop();
@@ -1549,12 +1562,20 @@ fn invalidate_while_another_thread_drives_the_caller_mode_queue() {
     // Nobody drives now: the owner takes the free token and applies it itself.
     assert!(!q.is_driven());
     assert_eq!(
-        hb.invalidate_until(inval(&sb, 0x30_0000), &waiter(&clock), within(&clock, 10_000)),
+        hb.invalidate_until(
+            inval(&sb, 0x30_0000),
+            &waiter(&clock),
+            within(&clock, 10_000)
+        ),
         Ok(())
     );
     assert_eq!(sb.invalidations().last(), Some(&(0x30_0000, 0x1000)));
     assert!(!q.is_driven(), "the token is released");
-    assert_eq!(sb.overlaps.load(Ordering::SeqCst), 0, "two threads inside the comm");
+    assert_eq!(
+        sb.overlaps.load(Ordering::SeqCst),
+        0,
+        "two threads inside the comm"
+    );
     assert_eq!(hb.leave(&waiter(&clock)).len(), 1);
     assert_eq!(ha.leave(&waiter(&clock)).len(), 1);
 }
@@ -1642,7 +1663,10 @@ fn invalidate_times_out_when_the_driver_never_ticks_and_is_not_applied() {
         Err(NrtStatus::Timeout)
     );
     assert!(t0.elapsed() >= Duration::from_millis(50));
-    assert!(s.invalidations().is_empty(), "a withdrawn request is not applied");
+    assert!(
+        s.invalidations().is_empty(),
+        "a withdrawn request is not applied"
+    );
     release_tx.send(()).unwrap();
     holder.join().unwrap();
     assert_eq!(

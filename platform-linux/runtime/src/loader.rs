@@ -433,6 +433,9 @@ impl LoadedComm<'_> {
 
     /// Drops the transport's cached registrations of `[addr, addr + len)`: call it before
     /// freeing or unmapping a buffer that was posted (docs/design.md §5, "Memory registration").
+    /// Calls the library from this thread: only while no task of the comm is on a proxy queue
+    /// (else the library answers `Failure` while the driver is inside the comm); a joined comm
+    /// asks its queue (`SlotHandle::invalidate_until` with [`ProgressLib::invalidate_fn`]).
     ///
     /// # Errors
     /// The library's status (`Invalid` for a NULL `addr`, a zero `len` or a wrapping range);

@@ -458,6 +458,12 @@ impl Comm {
     /// transport stays open until the comm is dropped). The ranges of
     /// [`Comm::register_memory`] are not changed.
     ///
+    /// Like the seam, called by the comm's one thread. For a comm whose tasks a proxy queue
+    /// runs, ask the queue instead ([`SlotHandle::invalidate_until`](
+    /// crate::driver::queue::SlotHandle::invalidate_until) with
+    /// [`crate::seam::in_process_invalidate_range`]): its driving thread calls this at a safe
+    /// point, at any time, also while the tasks run.
+    ///
     /// # Errors
     /// `Invalid` for an empty or wrapping range; the transport's status when it fails (the comm
     /// does not fail with it).
