@@ -1606,7 +1606,7 @@ fn invalidate_from_the_drive_hook_of_the_token_holder() {
     let t0 = Instant::now();
     let mut hook = || {
         rounds += 1;
-        if rounds % 10 == 0 && answers.len() < 5 {
+        if rounds.is_multiple_of(10) && answers.len() < 5 {
             let addr = 0x40_0000 + answers.len() * 0x1000;
             // The same thread holds the token: applied here and now.
             let r = hb.invalidate_until(inval(&sb, addr), &waiter(&clock), within(&clock, 5_000));
