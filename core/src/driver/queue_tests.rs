@@ -1467,7 +1467,7 @@ fn invalidate_while_the_worker_runs_the_comm() {
     let mut h = ProxyQueue::join(&q).unwrap();
     h.submit(net(&s, 1, 1)).unwrap();
     progresses_past(&s, 0, 3);
-    for i in 0..50usize {
+    for i in 0..20usize {
         let addr = 0x10_0000 + i * 0x1000;
         let before = s.invalidations().len();
         assert_eq!(
@@ -1483,7 +1483,7 @@ fn invalidate_while_the_worker_runs_the_comm() {
         assert_eq!(after.last(), Some(&(addr, 0x1000)));
         progresses_past(&s, s.counts().1, 1);
     }
-    for i in 0..50usize {
+    for i in 0..20usize {
         applied_mid_run(&s, 0x10_0000 + i * 0x1000);
     }
     // A bad range: the progress half's status, from the driver's thread.

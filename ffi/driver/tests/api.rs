@@ -760,7 +760,7 @@ fn invalidate_range_while_the_worker_runs_the_comm() {
     let (g, c) = comm0(inst);
     expect!(NRT_SUCCESS, nrt_proxy_comm_join(c));
     endless_send(c, 1, 1);
-    invalidate_many(c, 500);
+    invalidate_many(c, 200);
     expect!(
         NRT_INVALID,
         nrt_proxy_comm_invalidate_range(c, ptr::null(), 64)
