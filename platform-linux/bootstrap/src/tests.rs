@@ -384,6 +384,75 @@ fn a_watch_names_a_lost_root_on_every_leaf() {
     }
 }
 
+/// The flaky case of the killed-leaf test, made deterministic: the root's own comm failed (a
+/// transport error) just as leaf 2 died; its abort names the lost leaf to the other leaf
+/// instead of covering it with a clean `Bye`.
+#[test]
+fn an_abort_after_a_peer_died_names_the_lost_peer_to_every_survivor() {
+    let out = run_ranks(3, &[0, 1, 2], Duration::from_secs(10), |c| {
+        let mut b = Bootstrap::init(&c).unwrap();
+        b.barrier().unwrap();
+        match c.rank {
+            2 => {
+                crash(&mut b);
+                None
+            }
+            0 => {
+                let e = b.abort(NrtStatus::Failure, "task 7 ended NRT_NETWORK_PROXY_FAILURE");
+                // Sticky, and no Bye after it.
+                assert_eq!(b.failure(), Some(&e));
+                b.close();
+                Some((0, e))
+            }
+            _ => {
+                let mut w = PeerWatch::new(&SharedBootstrap::new(b));
+                Some((c.rank, watch_until_failed(&mut w, Duration::from_secs(8))))
+            }
+        }
+    });
+    let out: Vec<_> = out.into_iter().flatten().collect();
+    assert_eq!(out.len(), 2);
+    for (rank, e) in out {
+        assert_eq!(e.lost_rank(), Some(2), "rank {rank}: {e}");
+        assert!(e.to_string().contains("lost rank 2"), "rank {rank}: {e}");
+    }
+}
+
+/// A rank whose run failed with every peer alive: each peer learns who aborted, with what
+/// status and why, and no one waits for a timeout.
+#[test]
+fn an_abort_with_every_peer_alive_tells_every_peer_its_origin_and_reason() {
+    let out = run_ranks(3, &[0, 1, 2], Duration::from_secs(10), |c| {
+        let mut b = Bootstrap::init(&c).unwrap();
+        b.barrier().unwrap();
+        if c.rank == 1 {
+            let e = b.abort(NrtStatus::Timeout, "rank 1's device stalled");
+            b.close();
+            return (1, e);
+        }
+        let mut w = PeerWatch::new(&SharedBootstrap::new(b));
+        (c.rank, watch_until_failed(&mut w, Duration::from_secs(8)))
+    });
+    for (rank, e) in out {
+        match &e {
+            BootstrapError::Aborted {
+                origin,
+                status,
+                reason,
+                ..
+            } => {
+                assert_eq!(
+                    (*origin, *status),
+                    (1, NrtStatus::Timeout),
+                    "rank {rank}: {e}"
+                );
+                assert_eq!(reason, "rank 1's device stalled", "rank {rank}");
+            }
+            other => panic!("rank {rank}: expected Aborted, got {other}"),
+        }
+    }
+}
+
 #[test]
 fn a_clean_close_is_not_a_lost_peer_and_a_busy_bootstrap_is_skipped() {
     let out = run_ranks(2, &[0, 1], Duration::from_secs(10), |c| {

@@ -19,13 +19,56 @@
 use std::sync::TryLockError;
 use std::time::{Duration, Instant};
 
+use proxy_core::NrtStatus;
+
 use crate::*;
 
 /// Default interval between two checks of a [`PeerWatch`] (a check costs one non-blocking
 /// `read` per bootstrap connection).
 pub const WATCH_INTERVAL: Duration = Duration::from_millis(5);
 
+/// How long [`Bootstrap::abort`] watches for a lost peer before it reports its own failure
+/// instead: a killed process's connections close at once (measured well under 10 ms here), so
+/// a rank whose transport failed because a peer died sees that peer lost within it.
+pub const ABORT_GRACE: Duration = Duration::from_millis(500);
+
 impl Bootstrap {
+    /// Ends this rank's part in the job after a failure the bootstrap did not see itself (a
+    /// comm's task failed on the transport's own error): every peer is told, so that none
+    /// waits for its exec timeout behind a clean `Bye` (MPI's `MPI_Abort`, NCCL's
+    /// `ncclCommAbort` for the bootstrap). A peer lost at about the same time (the usual cause
+    /// of a transport failure) is reported as lost, by rank: the connections are watched for at
+    /// most [`ABORT_GRACE`] first. Otherwise every peer receives `Abort` naming this rank,
+    /// `status` and `reason`. Sticky, like every failure; a later [`Bootstrap::close`] sends
+    /// no `Bye`.
+    ///
+    /// Returns the failure the peers were told: [`BootstrapError::PeerLost`] (the lost rank),
+    /// [`BootstrapError::Aborted`] (this rank's, or another rank's abort that arrived first),
+    /// the earlier sticky failure, or [`BootstrapError::Closed`] when the bootstrap was
+    /// already closed (nothing is sent then).
+    pub fn abort(&mut self, status: NrtStatus, reason: &str) -> BootstrapError {
+        if let Err(e) = self.check("abort") {
+            return e;
+        }
+        let until = Instant::now() + ABORT_GRACE;
+        loop {
+            if let Err(e) = self.watch_peers() {
+                return e;
+            }
+            if Instant::now() >= until {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let err = BootstrapError::Aborted {
+            rank: self.rank,
+            origin: self.rank,
+            status,
+            reason: reason.to_owned(),
+        };
+        self.fail(err)
+    }
+
     /// Moves the connections' bytes once and reports a lost peer (non-blocking): what a
     /// [`PeerWatch`] calls. Unlike [`Bootstrap::check_alive`], a root that closed cleanly
     /// (`Bye`) and a closed bootstrap are not failures: there is just nothing left to watch.

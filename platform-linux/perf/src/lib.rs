@@ -162,7 +162,11 @@ fn join(args: &Args) -> Result<i32, String> {
     let provider = args.provider.map(|p| p.fi_name().to_owned());
     let mut world = run::World::join(args, boot, provider)?;
     let result = sweep(args, &mut world);
-    finish(args, &mut world, result)
+    let result = finish(args, &mut world, result);
+    if let Err(e) = &result {
+        world.abort_peers(e);
+    }
+    result
 }
 
 /// Header, one row per size, footer (printed by the process that runs rank 0 only; every

@@ -506,6 +506,17 @@ impl World {
         self.engine.dump_all(Duration::from_secs(2));
     }
 
+    /// After this process's run failed with `reason`: tells the other processes through the
+    /// bootstrap ([`proxy_bootstrap::Bootstrap::abort`]: a peer found lost within its grace is
+    /// named as lost, else every peer is told this rank aborted), so that none waits for its
+    /// exec timeout behind a clean close. Nothing to do when the ranks share this process.
+    pub fn abort_peers(&self, reason: &str) {
+        if let Some(peers) = &self.peers {
+            let told = peers.lock().abort(NrtStatus::Failure, reason);
+            log::debug!("proxy-perf: the other processes were told: {told}");
+        }
+    }
+
     /// Sets up `args.ranks` ranks on the in-process transport, all in this process; with
     /// `args.progress_lib`, the progress half is loaded from that library (its comms over one
     /// of its in-memory groups, its seam in every network task).
