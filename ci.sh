@@ -189,7 +189,7 @@ FEATURES=(--features proxy-perf/libfabric,proxy-ffi/libfabric,proxy-driver-ffi/l
 clippy() {
   cargo clippy --workspace --all-targets "${FEATURES[@]}" -- -D warnings
   RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom \
-    cargo clippy -p proxy-core -p proxy-ffi-types -p loom-tests --all-targets --release -- -D warnings
+    cargo clippy -p proxy-core -p proxy-abi -p loom-tests --all-targets --release -- -D warnings
   # The planted bugs compiled in (feature `plants`), as the plant tests build them.
   cargo clippy -p proxy-core --all-targets --features plants -- -D warnings
   cargo clippy -p proxy-emulator --all-targets --features plants -- -D warnings

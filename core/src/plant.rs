@@ -165,17 +165,17 @@ plants! {
     /// (`sendrecv_tests`, see this module's tests): the in-test device sees a send counted
     /// complete while the peer's receive does not hold the entry yet.
     SendRecvEarlyCompletionWithoutFlag = 22,
-    /// `proxy-ffi-types: handles.rs: HandleTable::insert` claims a FREE slot with a plain store
+    /// `proxy-abi: handles.rs: HandleTable::insert` claims a FREE slot with a plain store
     /// instead of a CAS (edge 1): two threads creating objects at once can both take one slot.
     /// Loom model 13 (`tests/handles.rs`): "two inserts got one slot" or a data race on the
     /// slot's value.
     HandleReserveByLoadStore = 23,
-    /// `proxy-ffi-types: handles.rs: HandleTable::with` takes a LIVE slot BUSY with a `Relaxed`
+    /// `proxy-abi: handles.rs: HandleTable::with` takes a LIVE slot BUSY with a `Relaxed`
     /// CAS instead of `Acquire` (edge 3): the object the inserter or the previous call wrote may
     /// not be visible to the call. Loom model 13 (`tests/handles.rs`): a causality violation on
     /// the slot's value.
     HandleLookupRelaxed = 24,
-    /// `proxy-ffi-types: handles.rs: HandleTable::remove` stores FREE before it takes the value
+    /// `proxy-abi: handles.rs: HandleTable::remove` stores FREE before it takes the value
     /// out (edge 6 before the take): an insert that reuses the slot writes its object while the
     /// remove still reads it. Loom model 13 (`tests/handles.rs`): a causality violation on the
     /// slot's value, or the remove returns the new object.

@@ -6,9 +6,9 @@
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Mutex;
 
+use proxy_abi::{NccomDeviceCallbacks, NccomHostWord};
 use proxy_core::progress::device::DeviceCallbacks;
 use proxy_core::status::NrtStatus;
-use proxy_ffi_types::{NccomDeviceCallbacks, NccomHostWord};
 
 type IncFn = unsafe extern "C" fn(addr: *mut NccomHostWord, val: u32);
 type LoadFn = unsafe extern "C" fn(addr: *mut NccomHostWord) -> u32;

@@ -11,7 +11,7 @@ fn committed_header_is_fresh() {
     // Exactly the files that define the C ABI: the exports, their types, and the descriptors.
     let bindings = cbindgen::Builder::new()
         .with_src(dir.join("src/lib.rs"))
-        .with_src(dir.join("types/src/lib.rs"))
+        .with_src(dir.join("../core/abi/src/lib.rs"))
         .with_src(dir.join("../core/src/progress/desc.rs"))
         .with_config(config)
         .generate()

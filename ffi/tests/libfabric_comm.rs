@@ -21,11 +21,11 @@ use std::ptr;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use proxy_bootstrap::launch::{free_loopback_root, LocalLaunch, OutStream};
-use proxy_ffi_types::{
+use proxy_abi::{
     NccomCommConfig, NccomDeviceCallbacks, NccomHostWord, NccomLibfabricDesc, NccomTransportDesc,
     NCCOM_HOST_WORD_READY, NCCOM_TRANSPORT_LIBFABRIC, NRT_INVALID,
 };
+use proxy_bootstrap::launch::{free_loopback_root, LocalLaunch, OutStream};
 use proxy_runtime::loader::{
     ncclNetworkProxyProgress, ncclStartNetworkProxy, ncclStopNetworkProxy, ProgressLib,
 };

@@ -27,12 +27,12 @@ use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use proxy_abi::boundary::{bad, c_out, c_slice, guard, lookup_status};
+use proxy_abi::handles::HandleTable;
+use proxy_abi::{NccomHostWord, NRT_STATUS};
 use proxy_collectives::interpreter::{Device, DevicePoll, Job, JobBlock};
 use proxy_collectives::planner::{Addresses, BlockPlans};
 use proxy_core::status::NrtStatus;
-use proxy_ffi_types::boundary::{bad, c_out, c_slice, guard, lookup_status};
-use proxy_ffi_types::handles::HandleTable;
-use proxy_ffi_types::{NccomHostWord, NRT_STATUS};
 
 use crate::plan::{check_addresses, plan_of};
 use crate::types::*;
@@ -113,7 +113,7 @@ pub unsafe extern "C" fn nrt_proxy_host_device_create(
         *out = std::ptr::null_mut();
         let p = plan_of(WHAT, plan)?;
         // SAFETY: `addrs`: the C caller's pointer, valid or NULL by this function's contract.
-        let a = unsafe { proxy_ffi_types::boundary::c_in(WHAT, "addrs", addrs) }?;
+        let a = unsafe { proxy_abi::boundary::c_in(WHAT, "addrs", addrs) }?;
         check_addresses(WHAT, &p, a)?;
         let rank = p.params.rank;
         let d = HostDevice {
@@ -264,7 +264,7 @@ pub unsafe extern "C" fn nrt_proxy_host_device_poll(
                 Ok(DevicePoll::Done) => *state = NRT_PROXY_DEVICE_DONE,
                 Ok(DevicePoll::Idle) => *state = NRT_PROXY_DEVICE_IDLE,
                 Err(e) => {
-                    proxy_ffi_types::refusal::refuse(WHAT, "device error", format_args!("{e}"));
+                    proxy_abi::refusal::refuse(WHAT, "device error", format_args!("{e}"));
                     return Err(NrtStatus::Failure);
                 }
             }
@@ -388,7 +388,7 @@ pub unsafe extern "C" fn nrt_proxy_host_device_wait(
                     let _ = t.join();
                 }
                 r.map_err(|e| {
-                    proxy_ffi_types::refusal::refuse(WHAT, "device error", format_args!("{e}"));
+                    proxy_abi::refusal::refuse(WHAT, "device error", format_args!("{e}"));
                     NrtStatus::Failure
                 })
             }),

@@ -19,7 +19,7 @@
 //! # The C contract
 //! * **Handles** (`nrt_proxy_t`, `nrt_proxy_group_t`, `nrt_proxy_comm_t`, `nrt_proxy_plan_t`)
 //!   are opaque, generation-checked and carry the instance id of the loaded copy of the library
-//!   (`proxy_ffi_types::handles`, tagged with [`instance_id`]): NULL, destroyed, never-created
+//!   (`proxy_abi::handles`, tagged with [`instance_id`]): NULL, destroyed, never-created
 //!   and other copies' handles answer `NRT_INVALID_HANDLE` and are never dereferenced.
 //! * **Threads**: see the README's table. One thread at a time per comm (a concurrent call on
 //!   the same comm answers `NRT_FAILURE`), except `nrt_proxy_comm_abort` (any thread, any time).
@@ -53,6 +53,7 @@ use std::ptr;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::Duration;
 
+use proxy_abi::*;
 use proxy_bootstrap::{
     Bootstrap, BootstrapConfig, HostBarrier, HostBarrierConfig, SharedBootstrap,
 };
@@ -68,17 +69,16 @@ use proxy_core::driver::trigger::{HostWord, TriggerWords, MAX_TRIGGER_WORDS};
 use proxy_core::progress::abort::AbortHandle;
 use proxy_core::status::NrtStatus;
 use proxy_core::time::{Clock, MonotonicClock};
-use proxy_ffi_types::*;
 use proxy_runtime::dump::{dump_all, DumpSignal, SIGNAL_DUMP_WAIT};
 use proxy_runtime::loader::{LoadedComm, LoadedMemGroup, ProgressLib};
 use proxy_runtime::{Config, LinuxRegistry};
 
 pub use host_device::*;
 pub use plan::*;
-use proxy_ffi_types::boundary::{
+use proxy_abi::boundary::{
     bad, c_in, c_out, c_slice, c_string, guard, lookup_status, panic_message,
 };
-use proxy_ffi_types::handles::{HandleTable, InstanceId, LookupError};
+use proxy_abi::handles::{HandleTable, InstanceId, LookupError};
 pub use types::*;
 
 /// The environment variable naming the progress half to load when the config does not.
@@ -207,7 +207,7 @@ fn random_u64() -> u64 {
 
 /// This loaded copy's instance id (`1..=0xFFE`, random once per copy) and the first generation
 /// of its handle slots: the tag of every handle table of this library
-/// (`proxy_ffi_types::handles`), so a handle of another loaded copy is refused.
+/// (`proxy_abi::handles`), so a handle of another loaded copy is refused.
 pub(crate) fn instance_id() -> InstanceId {
     static ID: OnceLock<InstanceId> = OnceLock::new();
     *ID.get_or_init(|| {
@@ -226,7 +226,7 @@ type AbortEntry = (
     usize,
     AbortHandle,
     usize,
-    Option<proxy_ffi_types::NccomCommAbortFn>,
+    Option<proxy_abi::NccomCommAbortFn>,
 );
 static ABORTS: Mutex<Vec<AbortEntry>> = Mutex::new(Vec::new());
 
@@ -330,13 +330,13 @@ fn with_comm<R>(
                 log::error!("{what}: comm {h:#x} is poisoned by an earlier panic");
                 return Err(NrtStatus::Failure);
             }
-            proxy_ffi_types::refusal::clear_last();
+            proxy_abi::refusal::clear_last();
             match catch_unwind(AssertUnwindSafe(|| f(e))) {
                 Ok(Err(s)) => {
                     // A refused call is the comm's most recent failure, with its cause (the
                     // refusal's text names the argument or peer). Answers that are not failures
                     // (an empty queue, a wait that timed out) refuse nothing.
-                    match proxy_ffi_types::refusal::take_last() {
+                    match proxy_abi::refusal::take_last() {
                         Some(why) => e.last_error = format!("{why} ({})", s.as_str()),
                         None if !matches!(
                             s,
@@ -779,7 +779,7 @@ pub unsafe extern "C" fn nrt_proxy_fini(inst: *mut NrtProxy) -> NRT_STATUS {
         let h = inst.addr();
         retry_busy(|| INSTANCES.remove(h)).map_err(|e| lookup_status(WHAT, "instance", h, e))?;
         // Refusals still only counted are reported now, not lost with the instance.
-        proxy_ffi_types::refusal::flush();
+        proxy_abi::refusal::flush();
         Ok(())
     })
 }
@@ -1620,7 +1620,7 @@ pub unsafe extern "C" fn nrt_proxy_tick(comm: *mut NrtProxyComm, tick: *mut u32)
             let out = unsafe { c_out(WHAT, "tick", tick) }?;
             let m = e.member(WHAT)?;
             let t = m.slot.queue().tick().inspect_err(|_| {
-                proxy_ffi_types::refusal::refuse(
+                proxy_abi::refusal::refuse(
                     WHAT,
                     "not the driver",
                     format_args!("the queue has a worker thread, or another thread drives it"),
@@ -1775,7 +1775,7 @@ pub unsafe extern "C" fn nrt_proxy_comm_invalidate_range(
                 .invalidate_until(request, &waiter, Some(deadline_after(INVALIDATE_TIMEOUT_MS)))
                 .inspect_err(|s| {
                     if *s == NrtStatus::Timeout {
-                        proxy_ffi_types::refusal::refuse(
+                        proxy_abi::refusal::refuse(
                             WHAT,
                             "driver busy",
                             format_args!(

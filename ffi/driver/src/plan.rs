@@ -3,7 +3,7 @@
 //! C runtime need not build them by hand.
 //!
 //! A plan is made once from `nrt_proxy_plan_params_t` and kept behind a generation-checked
-//! handle (kind 4, `proxy_ffi_types::handles`); it holds no address. The caller asks its layout (the
+//! handle (kind 4, `proxy_abi::handles`); it holds no address. The caller asks its layout (the
 //! buffer, scratch and host-word sizes), its (stream, block) parts and their block schedule,
 //! places the buffers and host words, and has each part's three FIFOs written into its own
 //! arrays with those addresses, as an `nrt_proxy_block_t` ready for `nrt_proxy_submit_network`.
@@ -20,19 +20,19 @@
 use std::ptr;
 use std::sync::Arc;
 
+use proxy_abi::NRT_STATUS;
 use proxy_collectives::planner::{
     plan_blocks, Algorithm, BlockPlans, Buf, Collective, DataType, Instr, Loc, NecOptions,
     PlanParams, RedOp, Side, DEFAULT_CHUNK_BYTES, DEFAULT_PIPELINE_DEPTH, WORDS_PER_OP,
 };
 use proxy_core::progress::desc::{NetDestAddr, NetOpInfo, NetSrcAddr, MAX_ENTRIES_PER_OP};
 use proxy_core::status::NrtStatus;
-use proxy_ffi_types::NRT_STATUS;
 
 use crate::types::*;
-use proxy_ffi_types::boundary::{bad, c_in, c_out, guard, lookup_status};
+use proxy_abi::boundary::{bad, c_in, c_out, guard, lookup_status};
 
 use crate::{instance_id, retry_busy};
-use proxy_ffi_types::handles::HandleTable;
+use proxy_abi::handles::HandleTable;
 
 /// Handle kind of plans (bits 48..52 of a handle).
 const KIND_PLAN: u8 = 4;

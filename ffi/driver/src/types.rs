@@ -5,8 +5,8 @@
 
 use std::ffi::c_char;
 
+use proxy_abi::{NccomDeviceCallbacks, NccomHostWord, NetDestAddr, NetOpInfo, NetSrcAddr};
 use proxy_core::driver::record::TaskRecord;
-use proxy_ffi_types::{NccomDeviceCallbacks, NccomHostWord, NetDestAddr, NetOpInfo, NetSrcAddr};
 
 /// Major version of this library's C ABI: a library whose major differs from the header's is
 /// incompatible (it is also the SONAME's number, `libnrt_proxy.so.1`).

@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Mutex;
 
 use nrt_proxy::*;
-use proxy_ffi_types::*;
+use proxy_abi::*;
 
 /// The tests share the process (and the library's tables): one at a time, so the live-object
 /// counts they check are theirs.
@@ -703,7 +703,7 @@ fn status_names_are_the_progress_half_s() {
     ] {
         // SAFETY: a static string each.
         let ours = unsafe { CStr::from_ptr(nrt_get_status_as_str(s)) };
-        assert_eq!(ours, proxy_ffi_types::status_name(s));
+        assert_eq!(ours, proxy_abi::status_name(s));
     }
     assert_eq!(status(NRT_QUEUE_FULL), "NRT_QUEUE_FULL");
     assert_eq!(nrt_proxy_abi_version(), NRT_PROXY_ABI_VERSION);

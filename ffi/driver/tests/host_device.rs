@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use nrt_proxy::host_device::live_host_devices;
 use nrt_proxy::*;
-use proxy_ffi_types::*;
+use proxy_abi::*;
 
 macro_rules! expect {
     ($want:expr, $call:expr) => {{

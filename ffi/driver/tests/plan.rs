@@ -7,11 +7,11 @@
 use std::ptr;
 
 use nrt_proxy::*;
+use proxy_abi::*;
 use proxy_collectives::planner::{
     plan_blocks, Addresses, Algorithm, Buf, Collective, DataType, Instr, NecOptions, PlanParams,
     RedOp, Side,
 };
-use proxy_ffi_types::*;
 
 fn c_params(p: &PlanParams) -> NrtProxyPlanParams {
     let mut c = std::mem::MaybeUninit::<NrtProxyPlanParams>::uninit();

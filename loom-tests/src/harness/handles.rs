@@ -1,12 +1,12 @@
 //! Model 13 — the C libraries' generation-checked handle table
-//! (`proxy_ffi_types::handles::HandleTable`): every C call looks its handle up there, from
+//! (`proxy_abi::handles::HandleTable`): every C call looks its handle up there, from
 //! whichever thread the runtime calls on, so the slot word (FREE → RESERVED → LIVE ⇄ BUSY →
 //! RESERVED → FREE, edges 1–6 of the module diagram) is the handoff of each object between the
 //! threads that create it, use it and destroy it. The bodies use one- and two-slot tables, so
 //! every insert races for the same slot.
 
+use proxy_abi::handles::{HandleTable, LookupError};
 use proxy_core::sync::Arc;
-use proxy_ffi_types::handles::{HandleTable, LookupError};
 
 use super::thread;
 

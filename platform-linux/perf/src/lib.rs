@@ -3,7 +3,7 @@
 //!
 //! Dependencies: `proxy-core` (its `std` clock), `proxy-collectives` (planner),
 //! `proxy-runtime` (registry, workers, host memory, loader), `proxy-bootstrap`,
-//! `proxy-emulator`, `proxy-ffi-types`, `log`, and the only users of `clap`, `serde_json` and `plotters` in the workspace; feature
+//! `proxy-emulator`, `proxy-abi`, `log`, and the only users of `clap`, `serde_json` and `plotters` in the workspace; feature
 //! `libfabric`: `proxy-libfabric`.
 //!
 //! Per size: every rank plans the collective ([`proxy_collectives::planner`]), the proxy engine files

@@ -11,6 +11,10 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use proxy_abi::{
+    NccomCommConfig, NccomDeviceCallbacks, NccomHostWord, NccomLibfabricDesc, NccomTransportDesc,
+    NCCOM_TRANSPORT_MEM,
+};
 use proxy_collectives::planner::data::{count_wrong, fill_input, POISON};
 use proxy_collectives::planner::{
     plan_blocks, Addresses, BlockPlans, Collective, Fifos, NecOptions, PlanParams,
@@ -22,10 +26,6 @@ use proxy_core::progress::mem_transport::MemFabric;
 use proxy_core::progress::net::{NetError, Posted, RequestId, TestOutcome, Transport};
 use proxy_core::progress::stats::ProtocolStats;
 use proxy_core::status::NrtStatus;
-use proxy_ffi_types::{
-    NccomCommConfig, NccomDeviceCallbacks, NccomHostWord, NccomLibfabricDesc, NccomTransportDesc,
-    NCCOM_TRANSPORT_MEM,
-};
 
 use super::args::{Args, DeviceArg, DriverArg, FaultArg};
 use super::engine::{

@@ -6,7 +6,7 @@
 //! process registry ([`registry`], [`global_registry`], [`LinuxRegistry`]) and its state dump
 //! on demand or on a signal ([`dump`]).
 //!
-//! Dependencies: `proxy-core`, `proxy-ffi-types` (the loader's ABI types), `log`, `libc`,
+//! Dependencies: `proxy-core`, `proxy-abi` (the loader's ABI types), `log`, `libc`,
 //! `core_affinity`, `libloading`, `signal-hook` (the dump signal's self-pipe). Not the device emulator, not `proxy-perf`, no command-line or
 //! report libraries; the transports and the bootstrap are crates of their own
 //! (`proxy-libfabric`, `proxy-bootstrap`).

@@ -30,11 +30,7 @@ use std::path::{Path, PathBuf};
 use std::ptr;
 
 use libloading::os::unix::{Library, RTLD_LOCAL, RTLD_NOW};
-use proxy_core::progress::desc::{NetDestAddr, NetOpInfo, NetSrcAddr};
-use proxy_core::progress::stats::ProtocolStats;
-use proxy_core::seam::{ProgressFn, SeamTable, StartFn, StopFn, StopStepFn};
-use proxy_core::status::NrtStatus;
-use proxy_ffi_types::{
+use proxy_abi::{
     NccomAbiVersionFn, NccomComm, NccomCommAbortFn, NccomCommConfig, NccomCommCreateFn,
     NccomCommDestroyFn, NccomCommInvalidateRangeFn, NccomCommProtocolStatsFn,
     NccomCommRegisterMemoryFn, NccomDeviceCallbacks, NccomMemGroup, NccomMemGroupCreateFn,
@@ -43,6 +39,10 @@ use proxy_ffi_types::{
     NeuronStopNetworkProxyStepFn, NrtGetStatusAsStrFn, NCCOM_PROXY_ABI_VERSION,
     NCCOM_PROXY_ABI_VERSION_MAJOR,
 };
+use proxy_core::progress::desc::{NetDestAddr, NetOpInfo, NetSrcAddr};
+use proxy_core::progress::stats::ProtocolStats;
+use proxy_core::seam::{ProgressFn, SeamTable, StartFn, StopFn, StopStepFn};
+use proxy_core::status::NrtStatus;
 
 /// Why a progress-half library could not be loaded. Every variant names the path.
 #[derive(Debug, Clone, PartialEq, Eq)]
