@@ -1531,13 +1531,13 @@ fn invalidate_while_another_thread_drives_the_caller_mode_queue() {
     let mut hb = ProxyQueue::join(&q).unwrap();
     hb.submit(net(&sb, 2, 1)).unwrap();
     ha.submit(net(&sa, 1, 1)).unwrap();
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stop = crate::sync::Arc::new(crate::sync::AtomicBool::new(false));
     let driver = {
         let stop = stop.clone();
         std::thread::spawn(move || {
             let clock = MonotonicClock;
             // Drive until told to stop, in 200 ms waits (the task never ends: each times out).
-            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+            while !stop.load(crate::sync::Ordering::SeqCst) {
                 let r = ha.drive_until(1, within(&clock, 200), &waiter(&clock), None);
                 assert_eq!(r.unwrap_err(), NrtStatus::Timeout);
             }
@@ -1554,7 +1554,7 @@ fn invalidate_while_another_thread_drives_the_caller_mode_queue() {
         assert_eq!(sb.invalidations().last(), Some(&(addr, 0x1000)));
         progresses_past(&sb, sb.counts().1, 1);
     }
-    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    stop.store(true, crate::sync::Ordering::SeqCst);
     let ha = driver.join().unwrap();
     for i in 0..20usize {
         applied_mid_run(&sb, 0x20_0000 + i * 0x1000);
