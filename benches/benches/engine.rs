@@ -6,13 +6,13 @@ use std::thread;
 
 use criterion::{criterion_group, criterion_main, BatchSize, BenchmarkId, Criterion, Throughput};
 use crossbeam_queue::ArrayQueue;
+use proxy_core::base::time::NoClock;
 use proxy_core::progress::comm::{Comm, CommConfig};
 use proxy_core::progress::mem_transport::MemFabric;
 use proxy_core::progress::net::{TestOutcome, Transport};
 use proxy_core::progress::scripted::Script;
-use proxy_core::progress::testing::{NullTransport, RecordingDevice};
 use proxy_core::seam::SeamTable;
-use proxy_core::time::NoClock;
+use proxy_core::testing::{NullTransport, RecordingDevice};
 
 const ITEMS: u64 = 100_000;
 
@@ -20,7 +20,7 @@ fn spsc_ring(c: &mut Criterion) {
     let mut g = c.benchmark_group("spsc_ring");
     g.throughput(Throughput::Elements(1));
     g.bench_function("proxy_ring/push_pop_1thread", |b| {
-        let (mut tx, mut rx) = proxy_core::driver::ring::channel::<u64>(1024);
+        let (mut tx, mut rx) = proxy_core::base::ring::channel::<u64>(1024);
         b.iter(|| {
             tx.push(std::hint::black_box(7)).unwrap();
             rx.pop().unwrap()
@@ -36,7 +36,7 @@ fn spsc_ring(c: &mut Criterion) {
     g.throughput(Throughput::Elements(ITEMS));
     g.bench_function("proxy_ring/2threads_100k", |b| {
         b.iter(|| {
-            let (mut tx, mut rx) = proxy_core::driver::ring::channel::<u64>(1024);
+            let (mut tx, mut rx) = proxy_core::base::ring::channel::<u64>(1024);
             let h = thread::spawn(move || {
                 for i in 0..ITEMS {
                     let mut v = i;

@@ -4,7 +4,7 @@
 //! round trip is timed on its own (two `Instant::now` calls, ~2 × 20 ns, are inside every
 //! sample); p50 / p99 / mean are printed per queue.
 //!
-//! Queues: our SPSC ring (`proxy_core::driver::ring`), `rtrb`, `crossbeam_queue::ArrayQueue`,
+//! Queues: our SPSC ring (`proxy_core::base::ring`), `rtrb`, `crossbeam_queue::ArrayQueue`,
 //! `std::sync::mpsc` (`try_recv`), and `Mutex<VecDeque>` + `Condvar` (push notifies, the
 //! consumer spins on the lock as the others spin on their queue).
 //!
@@ -41,14 +41,14 @@ trait Rx: Send + 'static {
     fn try_pop(&mut self) -> Option<u64>;
 }
 
-impl Tx for proxy_core::driver::ring::Producer<u64> {
+impl Tx for proxy_core::base::ring::Producer<u64> {
     fn push(&mut self, v: u64) {
-        while proxy_core::driver::ring::Producer::push(self, v).is_err() {
+        while proxy_core::base::ring::Producer::push(self, v).is_err() {
             std::hint::spin_loop();
         }
     }
 }
-impl Rx for proxy_core::driver::ring::Consumer<u64> {
+impl Rx for proxy_core::base::ring::Consumer<u64> {
     fn try_pop(&mut self) -> Option<u64> {
         self.pop()
     }
@@ -148,7 +148,7 @@ impl Kind {
     fn pair(self) -> (Box<dyn Tx>, Box<dyn Rx>) {
         match self {
             Kind::ProxyRing => {
-                let (t, r) = proxy_core::driver::ring::channel::<u64>(CAP);
+                let (t, r) = proxy_core::base::ring::channel::<u64>(CAP);
                 (Box::new(t), Box::new(r))
             }
             Kind::Rtrb => {

@@ -20,8 +20,8 @@ use proxy_benches::alloc_count::CountingAlloc;
 use proxy_benches::fixtures::{idle_barrier_task, IdleStream};
 use proxy_benches::stats::{row, row_per_element, Recorder};
 use proxy_benches::{quick, WARM_UP};
+use proxy_core::base::time::NoClock;
 use proxy_core::driver::queue::{ProxyQueue, QueueConfig, Tick};
-use proxy_core::time::NoClock;
 
 #[global_allocator]
 static ALLOC: CountingAlloc = CountingAlloc::new();

@@ -18,7 +18,7 @@ use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Through
 use proxy_benches::fixtures::IdleStream;
 use proxy_benches::stats::{row_per_element, Recorder};
 use proxy_benches::{quick, WARM_UP};
-use proxy_core::progress::sendrecv::HOST_INDEX_READY;
+use proxy_core::base::host_word::HOST_INDEX_READY;
 
 const KS: [usize; 4] = [1, 8, 128, 1024];
 
@@ -160,7 +160,7 @@ fn tick_cost(c: &mut Criterion) {
         });
 
         // Ours for shape 3: the SPSC ring (the proxy queue's submission ring), same boxes.
-        let (mut tx, mut rx) = proxy_core::driver::ring::channel::<Box<SeedTask>>(1024);
+        let (mut tx, mut rx) = proxy_core::base::ring::channel::<Box<SeedTask>>(1024);
         run_case(&mut g, "proxy_ring_push_pop", k, || {
             for t in held.drain(..) {
                 if tx.push(t).is_err() {

@@ -30,11 +30,11 @@ use proxy_benches::cpu::thread_usage;
 use proxy_benches::fixtures::skip_barrier_task;
 use proxy_benches::stats::{row, row_latency, Recorder};
 use proxy_benches::{quick, WARM_UP};
+use proxy_core::base::time::MonotonicClock;
 use proxy_core::driver::queue::{ProxyQueue, QueueConfig, Tick};
 use proxy_core::driver::record::{RunState, StatusRecord};
 use proxy_core::driver::task::{ProxyTask, StepEnv};
 use proxy_core::driver::wake::{ThreadPark, WaitCell, Waiter};
-use proxy_core::time::MonotonicClock;
 
 /// Untimed pause before each sample, so the worker is asleep when the task is submitted.
 const PAUSE: Duration = Duration::from_micros(100);
@@ -126,7 +126,7 @@ fn proxy_queue_parked(c: &mut Criterion) {
 }
 
 fn ring_waitcell_parked(c: &mut Criterion) {
-    let (mut tx, mut rx) = proxy_core::driver::ring::channel::<Box<dyn ProxyTask>>(64);
+    let (mut tx, mut rx) = proxy_core::base::ring::channel::<Box<dyn ProxyTask>>(64);
     let cell = Arc::new(WaitCell::new());
     let stop = Arc::new(AtomicBool::new(false));
     let th = {

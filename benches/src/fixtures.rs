@@ -4,16 +4,16 @@
 use std::sync::atomic::AtomicU32;
 use std::sync::Arc;
 
+use proxy_core::base::desc::{NetOpInfo, NetSrcAddr, MAX_OP_TAG, NET_OP_COMPLETE, NO_PEER};
+use proxy_core::base::status::NrtStatus;
+use proxy_core::base::time::NoClock;
 use proxy_core::driver::task::{
     BarrierChannel, BarrierTask, BarrierTaskSpec, BarrierTicket, ProxyTask,
 };
 use proxy_core::driver::trigger::TriggerWords;
 use proxy_core::progress::comm::{Comm, CommConfig};
-use proxy_core::progress::desc::{NetOpInfo, NetSrcAddr, MAX_OP_TAG, NET_OP_COMPLETE, NO_PEER};
 use proxy_core::progress::device::{DeviceCallbacks, DirectHostWords};
-use proxy_core::progress::testing::{NullTransport, RecordingDevice};
-use proxy_core::status::NrtStatus;
-use proxy_core::time::NoClock;
+use proxy_core::testing::{NullTransport, RecordingDevice};
 
 /// Most ops one `start` call of [`IdleStream::new`] files (the stream gets several calls for
 /// the same block above it).

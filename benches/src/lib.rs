@@ -11,7 +11,7 @@
 //!
 //! | binary | group | engine | baseline |
 //! | --- | --- | --- | --- |
-//! | `engine` | `spsc_ring` | `proxy_core::driver::ring` push+pop, one thread and two threads | `crossbeam_queue::ArrayQueue` |
+//! | `engine` | `spsc_ring` | `proxy_core::base::ring` push+pop, one thread and two threads | `crossbeam_queue::ArrayQueue` |
 //! | `engine` | `progress_tick` | one `Comm::progress` over 1, 16, 128 active scripted ops | — (per-op cost) |
 //! | `engine` | `seam` | a progress call through the in-process `SeamTable` | `Comm::progress` called directly |
 //! | `engine` | `mem_transport` | one 1 MiB isend/irecv/test through `MemTransport` | `copy_from_slice` of 1 MiB |

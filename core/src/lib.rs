@@ -55,15 +55,15 @@ macro_rules! plant {
     ($plant:ident => $buggy:block) => {};
 }
 
+pub mod base;
 pub mod driver;
 #[cfg(any(loom, feature = "plants"))]
 pub mod plant;
 pub mod progress;
 pub mod seam;
-pub mod status;
-pub mod sync;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 #[cfg(all(test, not(loom)))]
 mod testutil;
-pub mod time;
 
-pub use status::NrtStatus;
+pub use base::status::NrtStatus;

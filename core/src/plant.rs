@@ -20,7 +20,7 @@
 //! code under test runs, and never while other threads run planted code. Tests in one binary run
 //! in parallel threads, so a planted run happens in a child process (`loom-tests` re-runs its
 //! test binary with `LOOM_TESTS_PLANT=<name>`; this crate's own tests read [`PLANT_ENV`]). The
-//! storage is a plain atomic, not loom's ([`crate::sync`]'s non-loom re-export): loom atomics
+//! storage is a plain atomic, not loom's ([`crate::base::sync`]'s non-loom re-export): loom atomics
 //! cannot be statics, and a read of the selector must add no branch point to a model. 8 bits:
 //! `thumbv7em` has no 64-bit atomics.
 
@@ -30,7 +30,7 @@ extern crate std;
 use alloc::string::String;
 use alloc::vec::Vec;
 
-use crate::sync::{NonLoomPlantAtomicU8 as AtomicU8, NonLoomPlantOrdering as Ordering};
+use crate::base::sync::{NonLoomPlantAtomicU8 as AtomicU8, NonLoomPlantOrdering as Ordering};
 
 /// Declares [`Plant`] with its discriminants (0 is "none"), [`Plant::ALL`] and [`Plant::name`].
 macro_rules! plants {
@@ -135,7 +135,7 @@ plants! {
     /// `proxy-emulator`'s plant tests (`tests/plants.rs`): the device times out waiting for a
     /// complete semaphore.
     SendRecvSkipsCompletion = 17,
-    /// `progress/abort.rs: AbortHandle::abort_with` decides "this request is the first" on a
+    /// `base/abort.rs: AbortHandle::abort_with` decides "this request is the first" on a
     /// load and then stores its status, instead of one CAS from 0: two racing requests (a user
     /// abort and a failure detector) can both be told they aborted the comm, and the later store
     /// replaces the status the driving thread may already have applied. Loom model 10

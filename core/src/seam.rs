@@ -10,9 +10,9 @@
 
 use core::ffi::{c_int, c_void};
 
+use crate::base::desc::{NetDestAddr, NetOpInfo, NetSrcAddr};
+use crate::base::status::NrtStatus;
 use crate::progress::comm::Comm;
-use crate::progress::desc::{NetDestAddr, NetOpInfo, NetSrcAddr};
-use crate::status::NrtStatus;
 
 /// `NRT_STATUS neuronStartNetworkProxy(nccom_comm_t *comm, uint32_t stream, uint32_t bb,
 /// const op_info *ops, size_t n_ops, const src_addr *src, size_t n_src, const dest_addr *dst,
@@ -358,10 +358,10 @@ impl SeamTable {
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
+    use crate::base::sync::PlainArc;
+    use crate::base::time::NoClock;
     use crate::progress::comm::CommConfig;
-    use crate::progress::testing::{NullTransport, RecordingDevice};
-    use crate::sync::PlainArc;
-    use crate::time::NoClock;
+    use crate::testing::{NullTransport, RecordingDevice};
     use alloc::boxed::Box;
 
     /// A failed progress call (here: a stream out of range) writes 0 to both out-parameters,
@@ -401,7 +401,7 @@ mod tests {
     #[test]
     fn the_c_stop_drains_before_it_returns_and_the_step_does_not() {
         use crate::progress::scripted::Script;
-        use crate::progress::testing::SlowCancelTransport;
+        use crate::testing::SlowCancelTransport;
         let t = SlowCancelTransport {
             confirm_after_polls: 50,
             ..SlowCancelTransport::default()
@@ -434,7 +434,7 @@ mod tests {
             (NrtStatus::Success.code(), 0),
             "a step does not wait"
         );
-        let n = || polls.load(crate::sync::Ordering::Relaxed);
+        let n = || polls.load(crate::base::sync::Ordering::Relaxed);
         assert!(n() < 50);
         // SAFETY: as above.
         let r = unsafe { in_process_stop(p, 1) };

@@ -3,11 +3,11 @@
 
 use alloc::boxed::Box;
 
-pub use crate::progress::testing::{block, seam, Call, Script};
+pub use crate::testing::{block, seam, Call, Script};
 
+use crate::base::sync::AtomicU32;
+use crate::base::time::MonotonicClock;
 use crate::driver::wake::ThreadPark;
-use crate::sync::AtomicU32;
-use crate::time::MonotonicClock;
 
 /// Words for tests: owns the atomics, hands out `HostWord`s that must not outlive it.
 pub struct Words(Box<[AtomicU32]>);
@@ -17,10 +17,10 @@ impl Words {
         Self(init.iter().map(|&v| AtomicU32::new(v)).collect())
     }
 
-    pub fn get(&self, i: usize) -> crate::driver::trigger::HostWord {
+    pub fn get(&self, i: usize) -> crate::base::host_word::HostWord {
         // SAFETY: every test keeps its `Words` alive (declared first) until its handles and the
         // tasks that carry them are gone.
-        unsafe { crate::driver::trigger::HostWord::from_ref(&self.0[i]) }
+        unsafe { crate::base::host_word::HostWord::from_ref(&self.0[i]) }
     }
 }
 
@@ -34,7 +34,7 @@ pub fn waiter(clock: &MonotonicClock) -> crate::driver::wake::Waiter<'_> {
 }
 
 /// The dump lines logged so far by every test of this binary (target
-/// `crate::driver::dump::DUMP_TARGET`), captured by a logger installed at the first call: pick
+/// `crate::base::dump_lines::DUMP_TARGET`), captured by a logger installed at the first call: pick
 /// a test's own lines by its queue id (`queue=<id> `).
 pub fn dump_lines_of(queue_id: u32) -> alloc::vec::Vec<alloc::string::String> {
     extern crate std;
@@ -44,7 +44,7 @@ pub fn dump_lines_of(queue_id: u32) -> alloc::vec::Vec<alloc::string::String> {
     struct Capture;
     impl log::Log for Capture {
         fn enabled(&self, m: &log::Metadata<'_>) -> bool {
-            m.target() == crate::driver::dump::DUMP_TARGET
+            m.target() == crate::base::dump_lines::DUMP_TARGET
         }
         fn log(&self, r: &log::Record<'_>) {
             if self.enabled(r.metadata()) {

@@ -21,18 +21,19 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
 use proxy_alloc_count::CountingAlloc;
+use proxy_core::base::desc::{NetDestAddr, NetOpInfo, NetSrcAddr, EXEC_COMPLETE, NET_TRANSFER};
+use proxy_core::base::host_word::HostWord;
+use proxy_core::base::status::NrtStatus;
+use proxy_core::base::sync::PlainArc;
+use proxy_core::base::time::NoClock;
 use proxy_core::driver::task::{
     BlockFifos, CommHandle, NetworkTask, NetworkTaskSpec, ProxyTask, Step, StepEnv,
 };
-use proxy_core::driver::trigger::{HostWord, TriggerWords};
+use proxy_core::driver::trigger::TriggerWords;
 use proxy_core::progress::comm::{Comm, CommConfig};
-use proxy_core::progress::desc::{NetDestAddr, NetOpInfo, NetSrcAddr, EXEC_COMPLETE, NET_TRANSFER};
 use proxy_core::progress::device::DirectHostWords;
 use proxy_core::progress::mem_transport::MemFabric;
 use proxy_core::seam::SeamTable;
-use proxy_core::status::NrtStatus;
-use proxy_core::sync::PlainArc;
-use proxy_core::time::NoClock;
 
 /// Counts allocation calls on the test's thread while it is armed
 /// ([`CountingAlloc::arm_this_thread`]): the engine runs on that thread alone here (tasks

@@ -27,12 +27,12 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
 use proptest::prelude::*;
+use proxy_core::base::desc::{NetDestAddr, NetOpInfo, NetSrcAddr, EXEC_COMPLETE, NET_TRANSFER};
+use proxy_core::base::sync::PlainArc;
+use proxy_core::base::time::NoClock;
 use proxy_core::progress::comm::{Comm, CommConfig};
-use proxy_core::progress::desc::{NetDestAddr, NetOpInfo, NetSrcAddr, EXEC_COMPLETE, NET_TRANSFER};
 use proxy_core::progress::device::DirectHostWords;
 use proxy_core::progress::mem_transport::MemFabric;
-use proxy_core::sync::PlainArc;
-use proxy_core::time::NoClock;
 
 /// Registered bytes (a multiple of 8; under Miri just enough for the regression test's lent
 /// entries above the 4096-byte eager limit).

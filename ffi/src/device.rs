@@ -7,8 +7,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Mutex;
 
 use proxy_abi::{NccomDeviceCallbacks, NccomHostWord};
+use proxy_core::base::status::NrtStatus;
 use proxy_core::progress::device::DeviceCallbacks;
-use proxy_core::status::NrtStatus;
 
 type IncFn = unsafe extern "C" fn(addr: *mut NccomHostWord, val: u32);
 type LoadFn = unsafe extern "C" fn(addr: *mut NccomHostWord) -> u32;

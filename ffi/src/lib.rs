@@ -57,12 +57,12 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr;
 use std::sync::{Arc, Mutex};
 
-use proxy_core::progress::abort::AbortHandle;
+use proxy_core::base::abort::AbortHandle;
+use proxy_core::base::status::NrtStatus;
+use proxy_core::base::time::MonotonicClock;
 use proxy_core::progress::comm::{Comm, CommConfig};
 use proxy_core::progress::mem_transport::MemFabric;
 use proxy_core::progress::net::{Transport, MAX_COMM_ID, MAX_NRANKS};
-use proxy_core::status::NrtStatus;
-use proxy_core::time::MonotonicClock;
 
 pub use proxy_abi as types;
 use proxy_abi::*;

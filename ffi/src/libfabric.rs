@@ -16,10 +16,10 @@ use std::time::Duration;
 use proxy_abi::boundary::c_string;
 use proxy_abi::NccomCommConfig;
 use proxy_bootstrap::{Bootstrap, BootstrapConfig, SharedBootstrap};
+use proxy_core::base::status::NrtStatus;
+use proxy_core::base::time::Clock;
 use proxy_core::progress::comm::Comm;
 use proxy_core::progress::device::DeviceCallbacks;
-use proxy_core::status::NrtStatus;
-use proxy_core::time::Clock;
 use proxy_libfabric::net_setup::{open_libfabric_comm, LibfabricCommConfig};
 use proxy_libfabric::Options;
 

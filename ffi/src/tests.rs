@@ -208,7 +208,7 @@ impl Stuck {
         };
         let src = NetSrcAddr {
             net_op_idx: 0,
-            mark: proxy_core::progress::desc::EXEC_COMPLETE,
+            mark: proxy_core::base::desc::EXEC_COMPLETE,
             addr: self.buf.as_ptr() as u64,
             size: 64,
             dest_rank: -1,

@@ -12,7 +12,7 @@ fn committed_header_is_fresh() {
     let bindings = cbindgen::Builder::new()
         .with_src(dir.join("src/lib.rs"))
         .with_src(dir.join("../core/abi/src/lib.rs"))
-        .with_src(dir.join("../core/src/progress/desc.rs"))
+        .with_src(dir.join("../core/src/base/desc.rs"))
         .with_config(config)
         .generate()
         .expect("cbindgen generation");

@@ -8,8 +8,8 @@ use proxy_abi::{
     NccomCommConfig, NccomDeviceCallbacks, NccomHostWord, NccomLibfabricDesc, NccomTransportDesc,
     NCCOM_HOST_WORD_READY, NCCOM_PROXY_ABI_VERSION_MAJOR, NCCOM_TRANSPORT_MEM,
 };
+use proxy_core::base::status::NrtStatus;
 use proxy_core::progress::stats::ProtocolStats;
-use proxy_core::status::NrtStatus;
 use proxy_runtime::loader::{
     ncclNetworkProxyProgress, ncclStartNetworkProxy, ncclStopNetworkProxy, LoadError, ProgressLib,
 };

@@ -119,9 +119,9 @@ fn cycle(i: u32) {
     let n = SIZES.len() as u32;
     let mark = |e: usize| {
         if e + 1 == SIZES.len() {
-            proxy_core::progress::desc::EXEC_COMPLETE
+            proxy_core::base::desc::EXEC_COMPLETE
         } else {
-            proxy_core::progress::desc::NET_TRANSFER
+            proxy_core::base::desc::NET_TRANSFER
         }
     };
     let send = NetOpInfo {

@@ -19,7 +19,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::string::String;
 use std::sync::Once;
 
-use proxy_core::status::NrtStatus;
+use proxy_core::base::status::NrtStatus;
 
 use crate::handles::LookupError;
 use crate::refusal::refuse;

@@ -43,7 +43,7 @@ use core::sync::atomic::AtomicU64;
 use loom::sync::atomic::AtomicU64;
 // proxy-core's facade: loom's atomics and `UnsafeCell` under `--cfg loom`, so the model of
 // this table (`loom-tests/tests/handles.rs`) checks the code as it ships.
-use proxy_core::sync::{AtomicUsize, Ordering, UnsafeCell};
+use proxy_core::base::sync::{AtomicUsize, Ordering, UnsafeCell};
 
 /// A planted line (`proxy_core::plant`): under `--cfg loom` the buggy variant when its plant is
 /// selected, else (and in every other build) the correct code alone. Every planted line carries

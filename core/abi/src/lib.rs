@@ -31,7 +31,7 @@ pub mod handles;
 #[cfg(feature = "std")]
 pub mod refusal;
 
-pub use proxy_core::progress::desc::{NetDestAddr, NetOpInfo, NetSrcAddr};
+pub use proxy_core::base::desc::{NetDestAddr, NetOpInfo, NetSrcAddr};
 
 // ---------------------------------------------------------------------------------------------
 // Versions
@@ -61,7 +61,7 @@ const _: () = assert!(
 ///
 /// Seed: `nrt_get_status_as_str`.
 pub fn status_name(status: NRT_STATUS) -> &'static core::ffi::CStr {
-    use proxy_core::status::NrtStatus;
+    use proxy_core::base::status::NrtStatus;
     match NrtStatus::from_code(status) {
         Some(NrtStatus::Success) => c"NRT_SUCCESS",
         Some(NrtStatus::Failure) => c"NRT_FAILURE",
@@ -143,13 +143,13 @@ pub const NCCOM_BB_NONE: u32 = u32::MAX;
 pub const NCCOM_HOST_WORD_READY: u32 = u32::MAX;
 
 const _: () = {
-    assert!(NET_TRANSFER == proxy_core::progress::desc::NET_TRANSFER);
-    assert!(NET_OP_COMPLETE == proxy_core::progress::desc::NET_OP_COMPLETE);
-    assert!(EXEC_COMPLETE == proxy_core::progress::desc::EXEC_COMPLETE);
-    assert!(NCCOM_NO_PEER == proxy_core::progress::desc::NO_PEER);
-    assert!(NCCOM_NUM_STREAMS as usize == proxy_core::progress::comm::NUM_STREAMS);
+    assert!(NET_TRANSFER == proxy_core::base::desc::NET_TRANSFER);
+    assert!(NET_OP_COMPLETE == proxy_core::base::desc::NET_OP_COMPLETE);
+    assert!(EXEC_COMPLETE == proxy_core::base::desc::EXEC_COMPLETE);
+    assert!(NCCOM_NO_PEER == proxy_core::base::desc::NO_PEER);
+    assert!(NCCOM_NUM_STREAMS as usize == proxy_core::base::desc::NUM_STREAMS);
     assert!(NCCOM_BB_NONE == proxy_core::progress::comm::BB_NONE);
-    assert!(NCCOM_HOST_WORD_READY == proxy_core::progress::sendrecv::HOST_INDEX_READY);
+    assert!(NCCOM_HOST_WORD_READY == proxy_core::base::host_word::HOST_INDEX_READY);
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -447,7 +447,7 @@ pub type NccomCommProtocolStatsFn =
 #[cfg(test)]
 mod tests {
     use super::*;
-    use proxy_core::status::NrtStatus;
+    use proxy_core::base::status::NrtStatus;
 
     #[test]
     fn status_values_match_core() {

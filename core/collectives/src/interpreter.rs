@@ -85,8 +85,8 @@ use alloc::sync::Arc;
 use alloc::vec::Vec;
 use core::fmt;
 
-use proxy_core::driver::trigger::HostWord;
-use proxy_core::progress::sendrecv::HOST_INDEX_READY;
+use proxy_core::base::host_word::HostWord;
+use proxy_core::base::host_word::HOST_INDEX_READY;
 
 use crate::planner::kernels::reduce_raw;
 use crate::planner::{Addresses, BlockPlans, Instr, OpWord, RankPlan, Side};

@@ -34,7 +34,7 @@ use core::cell::Cell;
 use cortex_m::peripheral::syst::SystClkSource;
 use cortex_m::peripheral::{SCB, SYST};
 use critical_section::Mutex;
-use proxy_core::time::Clock;
+use proxy_core::base::time::Clock;
 
 /// The core clock of QEMU's `mps2-an386` (AN386: 25 MHz), which SysTick counts with
 /// `CLKSOURCE = core`.

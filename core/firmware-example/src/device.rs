@@ -9,7 +9,7 @@ use core::cell::Cell;
 use proxy_collectives::interpreter::{
     Device, DeviceEnv, DeviceError, DevicePoll, Event, Job, Stage, WaitingFor,
 };
-use proxy_core::time::Clock;
+use proxy_core::base::time::Clock;
 
 use crate::clock::SysTickClock;
 

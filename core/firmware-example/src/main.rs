@@ -22,7 +22,7 @@ use core::fmt::Write;
 use cortex_m_rt::{entry, exception, ExceptionFrame};
 use cortex_m_semihosting::{debug, hio, hprintln};
 use proxy_collectives::planner::{Collective, DataType};
-use proxy_core::time::Clock;
+use proxy_core::base::time::Clock;
 
 use crate::clock::{SysTickClock, CORE_HZ};
 use crate::heap::{CountingHeap, HEAP_BYTES};

@@ -28,14 +28,15 @@ use proxy_core::driver::task::{
     BarrierTask, BarrierTaskSpec, BlockFifos, CommHandle, NetworkTask, NetworkTaskSpec,
     SharedMemBarrier,
 };
-use proxy_core::driver::trigger::{HostWord, TriggerWords, TRIGGER_ARMED};
+use proxy_core::base::host_word::HostWord;
+use proxy_core::driver::trigger::{TriggerWords, TRIGGER_ARMED};
 use proxy_core::driver::wake::{Park, Unpark, Waiter};
 use proxy_core::progress::comm::{Comm, CommConfig};
 use proxy_core::progress::device::DirectHostWords;
 use proxy_core::progress::mem_transport::MemFabric;
 use proxy_core::seam::SeamTable;
-use proxy_core::status::NrtStatus;
-use proxy_core::time::Clock;
+use proxy_core::base::status::NrtStatus;
+use proxy_core::base::time::Clock;
 
 use crate::clock::SysTickClock;
 use crate::device::FirmwareDevice;

@@ -33,9 +33,9 @@
 
 use core::ffi::c_void;
 
+use crate::base::status::NrtStatus;
+use crate::base::sync::{AtomicU32, Ordering, UnsafeCell};
 use crate::driver::task::CommHandle;
-use crate::status::NrtStatus;
-use crate::sync::{AtomicU32, Ordering, UnsafeCell};
 
 /// `NRT_STATUS nccom_comm_invalidate_range(nccom_comm_t *comm, const void *addr, size_t len)`:
 /// the progress half's entry that drops the comm's transport registrations of `[addr, addr +

@@ -9,7 +9,6 @@ pub mod inval;
 pub mod queue;
 pub mod record;
 pub mod registry;
-pub mod ring;
 pub mod task;
 pub mod trigger;
 pub mod wake;

@@ -58,21 +58,21 @@ use alloc::vec::Vec;
 
 use core::fmt::Write as _;
 
-use crate::driver::dump::{
-    next_queue_id, ActivityWord, Counting, DriverActivity, DumpOutcome, DumpReason, DumpRequests,
-    LogLines, Opt, Prefixed, DUMP_PREFIX,
-};
-use crate::driver::inval::{InvalCell, InvalEdge, InvalState, Invalidation};
-use crate::driver::record::TaskRecord;
-use crate::driver::ring::{self, Consumer, Observer, Producer};
-use crate::driver::task::{ProxyTask, Step, StepEnv};
-use crate::driver::wake::{Park, WaitCell, Waiter};
-use crate::status::NrtStatus;
-use crate::sync::{
+use crate::base::dump_lines::{Counting, LogLines, Opt, Prefixed, DUMP_PREFIX};
+use crate::base::ring::{self, Consumer, Observer, Producer};
+use crate::base::status::NrtStatus;
+use crate::base::sync::{
     spin_loop, Arc, AtomicBool, AtomicU32, CachePadded, DiagAtomicU32, DiagOrdering, Ordering,
     UnsafeCell,
 };
-use crate::time::Clock;
+use crate::base::time::Clock;
+use crate::driver::dump::{
+    next_queue_id, ActivityWord, DriverActivity, DumpOutcome, DumpReason, DumpRequests,
+};
+use crate::driver::inval::{InvalCell, InvalEdge, InvalState, Invalidation};
+use crate::driver::record::TaskRecord;
+use crate::driver::task::{ProxyTask, Step, StepEnv};
+use crate::driver::wake::{Park, WaitCell, Waiter};
 
 /// Default number of producer slots per queue (real size; 2 under loom).
 pub const DEFAULT_SLOTS: usize = if cfg!(loom) { 2 } else { DEFAULT_SLOTS_REAL };
@@ -677,7 +677,7 @@ impl ProxyQueue {
 
     /// Asks the driving thread to write the queue's state dump (docs/design.md §6: every slot,
     /// ring, task, stream and op, one line each, to the log at error level, target
-    /// [`crate::driver::dump::DUMP_TARGET`]) at its next tick, and wakes a parked worker.
+    /// [`crate::base::dump_lines::DUMP_TARGET`]) at its next tick, and wakes a parked worker.
     /// Returns the ticket [`ProxyQueue::wait_dump`] waits for. Any thread, any time; requests
     /// that arrive together are answered by one dump. A caller-mode queue that no thread drives
     /// is dumped at its next drive (or by [`ProxyQueue::wait_dump`], which takes the free token).
@@ -1628,7 +1628,7 @@ impl Worker {
     }
 
     /// Writes the queue's state dump to the log (error level, target
-    /// [`crate::driver::dump::DUMP_TARGET`]; `reason=request`): see [`Worker::dump_to`].
+    /// [`crate::base::dump_lines::DUMP_TARGET`]; `reason=request`): see [`Worker::dump_to`].
     pub fn dump(&mut self) {
         let q = &*self.queue;
         // SAFETY: the worker holds the drive token for its life.

@@ -8,6 +8,8 @@ use alloc::vec::Vec;
 use std::time::{Duration, Instant};
 
 use super::*;
+use crate::base::time::MonotonicClock;
+use crate::base::time::NoClock;
 use crate::driver::record::RunState;
 use crate::driver::task::{
     BarrierTask, BarrierTaskSpec, NetworkTask, NetworkTaskSpec, SharedMemBarrier, TaskKind,
@@ -15,8 +17,6 @@ use crate::driver::task::{
 use crate::driver::trigger::TriggerWords;
 use crate::driver::wake::ThreadPark;
 use crate::testutil::{block, seam, waiter, Call, Script};
-use crate::time::MonotonicClock;
-use crate::time::NoClock;
 
 fn net(s: &Script, id: u32, bb: u32) -> TaskBox {
     Box::new(
@@ -139,7 +139,7 @@ fn admission_limit_is_the_status_ring_capacity() {
 #[test]
 fn barrier_runs_beside_a_network_task() {
     let s = Script::new(0);
-    s.idle.store(true, crate::sync::Ordering::SeqCst);
+    s.idle.store(true, crate::base::sync::Ordering::SeqCst);
     let (q, mut w) = small(1, 8);
     let mut h = ProxyQueue::join(&q).unwrap();
     h.submit(net(&s, 1, 1)).unwrap();
@@ -179,7 +179,7 @@ fn leave_closes_queued_and_active_tasks_once() {
     }
     // wait (bounded) until the first task is active at the seam
     let t0 = Instant::now();
-    while s.progresses.load(crate::sync::Ordering::SeqCst) == 0 {
+    while s.progresses.load(crate::base::sync::Ordering::SeqCst) == 0 {
         assert!(
             t0.elapsed() < Duration::from_secs(10),
             "worker never progressed"
@@ -708,10 +708,11 @@ fn registry_bounded_leave_keeps_the_reference_until_the_slot_is_left() {
 
 #[test]
 fn an_aborted_or_failing_comm_does_not_stop_the_queue_for_the_others() {
-    use crate::progress::abort::AbortHandle;
+    use crate::base::abort::AbortHandle;
     let a = Script::new(0); // never done: aborted mid-run
     let f = Script::new(0); // fails at its third progress call
-    f.fail_progress_at.store(3, crate::sync::Ordering::SeqCst);
+    f.fail_progress_at
+        .store(3, crate::base::sync::Ordering::SeqCst);
     let b = Script::new(20); // a healthy comm beside them
     let (q, mut w) = small(3, 8);
     let mut ha = ProxyQueue::join(&q).unwrap();
@@ -809,12 +810,12 @@ fn an_aborted_or_failing_comm_does_not_stop_the_queue_for_the_others() {
 
 mod teardown {
     use super::*;
+    use crate::base::desc::{NetDestAddr, NetOpInfo, NetSrcAddr};
+    use crate::base::sync::{AtomicU32, PlainArc};
     use crate::progress::comm::{Comm, CommConfig, STOP_STEP_POLLS};
-    use crate::progress::desc::{NetDestAddr, NetOpInfo, NetSrcAddr};
     use crate::progress::scripted::Script as OpScript;
-    use crate::progress::testing::{NullTransport, RecordingDevice, SlowCancelTransport};
     use crate::seam::{in_process_progress, in_process_stop, in_process_stop_step, SeamTable};
-    use crate::sync::{AtomicU32, PlainArc};
+    use crate::testing::{NullTransport, RecordingDevice, SlowCancelTransport};
     use core::ffi::c_void;
 
     /// `start` of these tests' seam: files one scripted op on the in-process comm that
@@ -1063,19 +1064,19 @@ mod teardown {
 
 mod dump {
     use super::*;
+    use crate::base::abort::AbortHandle;
+    use crate::base::desc::{NetDestAddr, NetOpInfo, NetSrcAddr};
+    use crate::base::host_word::HostWord;
+    use crate::base::sync::{AtomicU32, PlainArc};
+    use crate::base::time::{Clock, ManualClock};
     use crate::driver::dump::DumpOutcome;
-    use crate::driver::trigger::HostWord;
-    use crate::progress::abort::AbortHandle;
     use crate::progress::comm::{Comm, CommConfig};
-    use crate::progress::desc::{NetDestAddr, NetOpInfo, NetSrcAddr};
     use crate::progress::scripted::Script as OpScript;
-    use crate::progress::testing::{NullTransport, RecordingDevice};
     use crate::seam::{
         in_process_dump, in_process_progress, in_process_stop, in_process_stop_step, SeamTable,
     };
-    use crate::sync::{AtomicU32, PlainArc};
+    use crate::testing::{NullTransport, RecordingDevice};
     use crate::testutil::dump_lines_of;
-    use crate::time::{Clock, ManualClock};
     use alloc::string::String;
     use core::ffi::c_void;
 
@@ -1408,7 +1409,7 @@ fn inval(s: &Script, addr: usize) -> crate::driver::inval::Invalidation {
     crate::driver::inval::Invalidation {
         // SAFETY: every test keeps its script alive until its tasks are reported.
         comm: unsafe { s.handle() },
-        invalidate: crate::progress::testing::invalidate,
+        invalidate: crate::testing::invalidate,
         addr,
         len: 0x1000,
     }
@@ -1531,13 +1532,13 @@ fn invalidate_while_another_thread_drives_the_caller_mode_queue() {
     let mut hb = ProxyQueue::join(&q).unwrap();
     hb.submit(net(&sb, 2, 1)).unwrap();
     ha.submit(net(&sa, 1, 1)).unwrap();
-    let stop = crate::sync::Arc::new(crate::sync::AtomicBool::new(false));
+    let stop = crate::base::sync::Arc::new(crate::base::sync::AtomicBool::new(false));
     let driver = {
         let stop = stop.clone();
         std::thread::spawn(move || {
             let clock = MonotonicClock;
             // Drive until told to stop, in 200 ms waits (the task never ends: each times out).
-            while !stop.load(crate::sync::Ordering::SeqCst) {
+            while !stop.load(crate::base::sync::Ordering::SeqCst) {
                 let r = ha.drive_until(1, within(&clock, 200), &waiter(&clock), None);
                 assert_eq!(r.unwrap_err(), NrtStatus::Timeout);
             }
@@ -1554,7 +1555,7 @@ fn invalidate_while_another_thread_drives_the_caller_mode_queue() {
         assert_eq!(sb.invalidations().last(), Some(&(addr, 0x1000)));
         progresses_past(&sb, sb.counts().1, 1);
     }
-    stop.store(true, crate::sync::Ordering::SeqCst);
+    stop.store(true, crate::base::sync::Ordering::SeqCst);
     let ha = driver.join().unwrap();
     for i in 0..20usize {
         applied_mid_run(&sb, 0x20_0000 + i * 0x1000);

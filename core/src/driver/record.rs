@@ -13,8 +13,8 @@
 
 use core::fmt;
 
-use crate::status::NrtStatus;
-use crate::sync::{AtomicU32, Ordering};
+use crate::base::status::NrtStatus;
+use crate::base::sync::{AtomicU32, Ordering};
 
 /// The run state of a proxy task. The numbers are ABI (they appear at offset 0x14 of the status
 /// record).

@@ -16,13 +16,13 @@
 use alloc::boxed::Box;
 use alloc::vec::Vec;
 
+use crate::base::status::NrtStatus;
+use crate::base::sync::{spin_loop, Arc, Mutex};
+use crate::base::time::Clock;
 use crate::driver::dump::DumpOutcome;
 use crate::driver::queue::{DriveMode, ProxyQueue, QueueConfig, SlotHandle, Worker};
 use crate::driver::record::TaskRecord;
 use crate::driver::wake::Waiter;
-use crate::status::NrtStatus;
-use crate::sync::{spin_loop, Arc, Mutex};
-use crate::time::Clock;
 
 /// The platform's part of the registry: start and join worker threads.
 pub trait Spawner: Send + Sync {

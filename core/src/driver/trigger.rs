@@ -1,8 +1,6 @@
-//! Host-memory words and the device-trigger gate.
+//! The device-trigger gate.
 //!
-//! A [`HostWord`] is a handle on one 32-bit word in host memory that the device (or its
-//! emulator, possibly in another process) reads and writes: trigger words, host indices,
-//! semaphores, barrier-done words. [`TriggerWords`] are the up to four per-task trigger words of
+//! [`TriggerWords`] are the up to four per-task trigger words of
 //! seed §5: the producer arms them with [`TRIGGER_ARMED`] before it submits the task, the device
 //! writes another value when it reaches the net stage, and the task consumes them by writing 0.
 //!
@@ -10,104 +8,15 @@
 //! (nrt:0x1ce7d0), `clear_start_proxy_task_flag` (nrt:0x1ce810), §5; docs/design.md §4.
 
 use core::fmt;
-use core::ptr::NonNull;
 
-use crate::status::NrtStatus;
-use crate::sync::{AtomicU32, Ordering};
+use crate::base::host_word::HostWord;
+use crate::base::status::NrtStatus;
 
 /// Value of a trigger word while the device has not reached the net stage (`-1`).
 pub const TRIGGER_ARMED: u32 = 0xFFFF_FFFF;
 
 /// Most trigger words a task has: one per stream.
 pub const MAX_TRIGGER_WORDS: usize = 4;
-
-/// A handle on one 4-byte-aligned `u32` word in host memory, accessed only atomically.
-///
-/// `Copy`, `Send` and `Sync`: it is an address. Liveness is the platform's business: the
-/// host-memory region that holds the word (on Linux an mmap'd region, possibly shared with
-/// another process) must outlive every handle and every task that carries one; see
-/// [`HostWord::from_addr`].
-///
-/// Seed: the `volatile uint32_t *` host-memory words of §5 and `nec_inc_semaphore`'s target.
-#[derive(Clone, Copy, PartialEq, Eq, Hash)]
-pub struct HostWord {
-    ptr: NonNull<AtomicU32>,
-}
-
-// SAFETY: a HostWord is an address of a word that is only ever accessed atomically (the
-// constructors' contract), so using it from any thread is as safe as sharing `&AtomicU32`.
-unsafe impl Send for HostWord {}
-// SAFETY: as above.
-unsafe impl Sync for HostWord {}
-
-impl HostWord {
-    /// A handle on the word at `addr`, or `None` when `addr` is 0 or not 4-byte aligned.
-    ///
-    /// Under `--cfg loom` only handles made by [`HostWord::from_static`] may be used (a raw
-    /// address is not a loom atomic).
-    ///
-    /// # Safety
-    /// `addr` must be the address of a live `u32` in memory that stays mapped for as long as
-    /// this handle or any copy of it is used, and that is only ever accessed atomically (by this
-    /// process and by any other process or device sharing the memory).
-    pub unsafe fn from_addr(addr: u64) -> Option<Self> {
-        if addr == 0 || !addr.is_multiple_of(4) || addr > usize::MAX as u64 {
-            return None;
-        }
-        NonNull::new(addr as usize as *mut AtomicU32).map(|ptr| Self { ptr })
-    }
-
-    /// A handle on a word that lives for the rest of the program (tests, loom models, statics).
-    pub fn from_static(word: &'static AtomicU32) -> Self {
-        Self {
-            ptr: NonNull::from(word),
-        }
-    }
-
-    /// A handle on `word` (keeps its provenance; works under loom).
-    ///
-    /// # Safety
-    /// `word` must outlive every use of the handle and of its copies.
-    pub unsafe fn from_ref(word: &AtomicU32) -> Self {
-        Self {
-            ptr: NonNull::from(word),
-        }
-    }
-
-    /// The word's address (what goes into an op info's `*_addr` field).
-    pub fn addr(&self) -> u64 {
-        self.ptr.as_ptr() as usize as u64
-    }
-
-    fn word(&self) -> &AtomicU32 {
-        // SAFETY: the constructors' contract: the word is live and only accessed atomically
-        // while any handle is used.
-        unsafe { self.ptr.as_ref() }
-    }
-
-    /// Reads the word with acquire ordering: what the writer stored before its release store
-    /// (or RMW) is visible after this load.
-    pub fn load(&self) -> u32 {
-        self.word().load(Ordering::Acquire)
-    }
-
-    /// Writes `val` with release ordering.
-    pub fn store(&self, val: u32) {
-        self.word().store(val, Ordering::Release);
-    }
-
-    /// Adds `val` (wrapping) with release ordering and returns the previous value: a semaphore
-    /// increment (seed: `nec_inc_semaphore`).
-    pub fn fetch_add(&self, val: u32) -> u32 {
-        self.word().fetch_add(val, Ordering::Release)
-    }
-}
-
-impl fmt::Debug for HostWord {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "HostWord({:#x})", self.addr())
-    }
-}
 
 /// The trigger words of one task: up to [`MAX_TRIGGER_WORDS`], one per stream (a barrier task
 /// uses the same gate).
@@ -182,7 +91,7 @@ impl TriggerWords {
         self.iter().all(|w| {
             let v = plant!(
                 TriggerCanStartRelaxed,
-                w.word().load(Ordering::Relaxed),
+                w.word().load(crate::base::sync::Ordering::Relaxed),
                 w.load()
             );
             v != TRIGGER_ARMED
@@ -198,7 +107,7 @@ impl TriggerWords {
             // (filing its blocks) is not visible to the device that reads the 0.
             plant!(
                 TriggerConsumeRelaxed,
-                w.word().store(0, Ordering::Relaxed),
+                w.word().store(0, crate::base::sync::Ordering::Relaxed),
                 w.store(0)
             );
         }

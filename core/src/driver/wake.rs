@@ -33,8 +33,8 @@
 
 use alloc::boxed::Box;
 
-use crate::sync::{spin_loop, AtomicU32, Ordering, PlainArc, UnsafeCell};
-use crate::time::Clock;
+use crate::base::sync::{spin_loop, AtomicU32, Ordering, PlainArc, UnsafeCell};
+use crate::base::time::Clock;
 
 /// Wakes one particular thread (the platform's half of the protocol).
 ///
@@ -416,13 +416,13 @@ impl Park for ThreadPark {
     /// unique until 2^32 - 1 threads have asked).
     fn thread_tag(&self) -> u32 {
         // A diagnostic-kind word (never loom's): a counter that hands nothing over.
-        static NEXT: crate::sync::DiagAtomicU32 = crate::sync::DiagAtomicU32::new(1);
+        static NEXT: crate::base::sync::DiagAtomicU32 = crate::base::sync::DiagAtomicU32::new(1);
         std::thread_local!(static TAG: core::cell::Cell<u32> = const { core::cell::Cell::new(0) });
         TAG.with(|t| {
             if t.get() == 0 {
-                let mut tag = NEXT.fetch_add(1, crate::sync::DiagOrdering::Relaxed);
+                let mut tag = NEXT.fetch_add(1, crate::base::sync::DiagOrdering::Relaxed);
                 if tag == 0 {
-                    tag = NEXT.fetch_add(1, crate::sync::DiagOrdering::Relaxed);
+                    tag = NEXT.fetch_add(1, crate::base::sync::DiagOrdering::Relaxed);
                 }
                 t.set(tag);
             }
@@ -473,15 +473,15 @@ impl Park for LoomPark {
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
-    use crate::sync::AtomicBool;
+    use crate::base::sync::AtomicBool;
     use core::cell::Cell;
 
     /// A parker for single-threaded tests: `park` panics unless a token is present.
     #[derive(Default)]
     struct TokenPark {
-        token: crate::sync::PlainArc<AtomicBool>,
+        token: crate::base::sync::PlainArc<AtomicBool>,
     }
-    struct TokenUnpark(crate::sync::PlainArc<AtomicBool>);
+    struct TokenUnpark(crate::base::sync::PlainArc<AtomicBool>);
     impl Unpark for TokenUnpark {
         fn unpark(&self) {
             self.0.store(true, Ordering::SeqCst);
@@ -543,7 +543,7 @@ mod tests {
     fn waiter_spins_then_parks() {
         let c = WaitCell::new();
         let p = TokenPark::default();
-        let clock = crate::time::ManualClock::new(0);
+        let clock = crate::base::time::ManualClock::new(0);
         let n = Cell::new(0u32);
         let w = Waiter {
             park: &p,

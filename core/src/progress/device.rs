@@ -3,11 +3,11 @@
 //!
 //! Seed: `nec_inc_semaphore` (the libnccom → libnrt reverse import), §1 and §5; docs/design.md §5.
 
-use crate::sync::{AtomicU32, Ordering};
+use crate::base::sync::{AtomicU32, Ordering};
 
 /// The callbacks a proxy op uses to talk to the device, all through 32-bit host-memory words.
 ///
-/// Addresses are the `*_addr` values of [`NetOpInfo`](crate::progress::desc::NetOpInfo): 4-byte-aligned
+/// Addresses are the `*_addr` values of [`NetOpInfo`](crate::base::desc::NetOpInfo): 4-byte-aligned
 /// `u32` words in host memory the device reaches. The ops never write a semaphore other than
 /// through [`DeviceCallbacks::inc_semaphore`].
 ///

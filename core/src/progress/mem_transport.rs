@@ -3,13 +3,13 @@
 //!
 //! # Shape
 //! * A [`MemFabric`] for `nranks` ranks owns, for every ordered (sender, receiver) pair, one
-//!   bounded single-producer single-consumer mailbox ([`crate::driver::ring`]). Each rank takes its
+//!   bounded single-producer single-consumer mailbox ([`crate::base::ring`]). Each rank takes its
 //!   [`MemTransport`] endpoint once ([`MemFabric::endpoint`]): the endpoint is the one producer
 //!   of its outgoing mailboxes and the one consumer of its incoming ones. Endpoints are `Send`;
 //!   each is used by one thread at a time (its rank's worker, docs/design.md §8), different endpoints
 //!   by different threads.
 //! * A send becomes one descriptor (`SendShared`: tag, payload, a 32-bit state word) shared by
-//!   the two endpoints through [`crate::sync::Arc`]; the sender keeps one reference in its
+//!   the two endpoints through [`crate::base::sync::Arc`]; the sender keeps one reference in its
 //!   request slab and pushes the other through the mailbox.
 //! * The receiver does all matching and all copying. `poll` (and `test`, and `irecv` for its own
 //!   peer) drains incoming mailboxes; a message that finds no posted receive goes to the
@@ -78,9 +78,9 @@ use alloc::format;
 use alloc::vec::Vec;
 use core::fmt;
 
-use crate::driver::ring::{self, Consumer, Producer};
+use crate::base::ring::{self, Consumer, Producer};
+use crate::base::sync::{fence, spin_loop, Arc, AtomicBool, Ordering, UnsafeCell};
 use crate::progress::net::{NetError, Posted, RequestId, TestOutcome, Transport, MAX_NRANKS};
-use crate::sync::{fence, spin_loop, Arc, AtomicBool, Ordering, UnsafeCell};
 use handoff::{Claim, LentBuf, Payload, SendShared, SendState};
 
 /// Largest message, in bytes, that `isend` copies into the mailbox at post (4 KiB, inclusive).

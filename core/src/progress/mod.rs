@@ -5,10 +5,9 @@
 //!
 //! Seed: libnccom's `ncclProxyProgress` / `ncclProxyProgressOps` (nccom:0x40f40, nccom:0x40a80), §4.
 
-pub mod abort;
 pub mod comm;
-pub mod desc;
 pub mod device;
+#[cfg(any(test, feature = "fault-injection"))]
 pub mod fault;
 pub mod mem_transport;
 pub mod net;
@@ -19,5 +18,3 @@ pub mod sendrecv;
 #[cfg(all(test, not(loom)))]
 mod sendrecv_tests;
 pub mod stats;
-#[cfg(any(test, feature = "testing"))]
-pub mod testing;

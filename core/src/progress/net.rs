@@ -7,7 +7,7 @@
 use alloc::string::String;
 use core::fmt;
 
-use crate::status::NrtStatus;
+use crate::base::status::NrtStatus;
 
 /// A transport-chosen handle for one posted send or receive, valid until [`Transport::test`]
 /// reports it finished ([`TestOutcome::Done`] or [`TestOutcome::Cancelled`]).

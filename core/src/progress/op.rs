@@ -8,11 +8,11 @@ use alloc::boxed::Box;
 use core::mem::{offset_of, size_of};
 use core::ptr;
 
-use crate::progress::desc::{NetDestAddr, NetSrcAddr};
+use crate::base::desc::{NetDestAddr, NetSrcAddr};
+use crate::base::status::NrtStatus;
 use crate::progress::device::DeviceCallbacks;
 use crate::progress::net::{RequestId, Transport};
 use crate::progress::stats::ProtocolStats;
-use crate::status::NrtStatus;
 
 /// A pointer-sized value in an 8-byte, 8-aligned slot, so the op layout is the same on 32-bit
 /// targets (docs/design.md §3).
@@ -39,8 +39,21 @@ pub type OpProgressFn = fn(op: &mut ProxyOp, ctx: &mut OpCtx<'_>) -> Result<(), 
 pub struct OpKind {
     /// Name for logs (`"send"`, `"recv"`, `"scripted"`).
     pub name: &'static str,
+    /// Which side of a transfer ops of this kind are (the protocol counters count by it).
+    pub side: OpSide,
     /// The progress function installed in new ops of this kind.
     pub progress: OpProgressFn,
+}
+
+/// The side of a transfer an op kind drives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OpSide {
+    /// Sends the op's source entries (`netNeuronSendProxy`).
+    Send,
+    /// Receives into the op's destination entries (`netNeuronRecvProxy`).
+    Recv,
+    /// Neither: a test's scripted op.
+    Neither,
 }
 
 /// Everything an op's progress function may touch besides the op itself.

@@ -8,8 +8,8 @@
 
 use alloc::collections::BTreeMap;
 
-use crate::progress::op::{OpCtx, OpKind, OpState, ProxyOp, Slot8};
-use crate::status::NrtStatus;
+use crate::base::status::NrtStatus;
+use crate::progress::op::{OpCtx, OpKind, OpSide, OpState, ProxyOp, Slot8};
 
 /// Scripts of the scripted ops of a transport, keyed by the op's address (see the module doc).
 pub type ScriptTable = BTreeMap<usize, Script>;
@@ -34,6 +34,7 @@ pub struct Script {
 /// The scripted op kind.
 pub static SCRIPTED_OP: OpKind = OpKind {
     name: "scripted",
+    side: OpSide::Neither,
     progress: scripted_progress,
 };
 

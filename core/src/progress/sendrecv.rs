@@ -7,29 +7,26 @@
 //! Seed: `netNeuronSendProxy` (nccom:0x4e510), `netNeuronRecvProxy` (nccom:0x4fe20), the
 //! requestTracker 128-rings, §1/§4 (owned by send-recv-prims in the seed).
 
-use crate::progress::desc::{NetOpInfo, NO_PEER};
+use crate::base::desc::{NetOpInfo, NO_PEER};
+use crate::base::host_word::HOST_INDEX_READY;
+use crate::base::status::NrtStatus;
 use crate::progress::net::make_tag;
 use crate::progress::net::TestOutcome;
 use crate::progress::op::{
-    OpCtx, OpKind, OpState, ProxyOp, Slot8, TrackedRequest, FLAG_EARLY_RECV_POSTING,
+    OpCtx, OpKind, OpSide, OpState, ProxyOp, Slot8, TrackedRequest, FLAG_EARLY_RECV_POSTING,
     FLAG_EARLY_SEND_COMPLETION, REQUEST_TRACKER_SIZE,
 };
-use crate::status::NrtStatus;
-
-/// Value (`-1`, `nec.h`) the device writes to an op side's host index to say "ready for the
-/// handshake"; the proxy answers by writing 0 and adding 1 to the handshake semaphore. The C
-/// ABI spells it `NCCOM_HOST_WORD_READY`. (The same number in a trigger word means the opposite,
-/// "device not at the net stage yet": that is `driver::trigger::TRIGGER_ARMED`.)
-pub const HOST_INDEX_READY: u32 = 0xFFFF_FFFF;
 
 /// The send op kind (`netNeuronSendProxy`).
 pub static SEND_OP: OpKind = OpKind {
     name: "send",
+    side: OpSide::Send,
     progress: send_progress,
 };
 /// The recv op kind (`netNeuronRecvProxy`).
 pub static RECV_OP: OpKind = OpKind {
     name: "recv",
+    side: OpSide::Recv,
     progress: recv_progress,
 };
 

@@ -4,21 +4,21 @@
 
 extern crate std;
 
-use crate::sync::PlainArc;
+use crate::base::sync::PlainArc;
 use alloc::boxed::Box;
 use alloc::vec;
 use alloc::vec::Vec;
 
-use crate::progress::comm::{Comm, CommConfig};
-use crate::progress::desc::{
+use crate::base::desc::{
     NetDestAddr, NetOpInfo, NetSrcAddr, EXEC_COMPLETE, NET_OP_COMPLETE, NET_TRANSFER,
 };
+use crate::base::status::NrtStatus;
+use crate::base::sync::{AtomicU32, Ordering};
+use crate::base::time::NoClock;
+use crate::progress::comm::{Comm, CommConfig};
 use crate::progress::device::DirectHostWords;
 use crate::progress::mem_transport::MemFabric;
 use crate::progress::stats::{OpPeak, ProtocolStats, PROTOCOL_STATS_SIZE};
-use crate::status::NrtStatus;
-use crate::sync::{AtomicU32, Ordering};
-use crate::time::NoClock;
 
 const POISON: u8 = 0xFF;
 

@@ -14,11 +14,10 @@
 
 use alloc::vec::Vec;
 use core::mem::size_of;
-use core::ptr;
 
-use crate::progress::desc::NetOpInfo;
+use crate::base::desc::NetOpInfo;
+use crate::progress::op::OpSide;
 use crate::progress::op::{OpList, ProxyOp, REQUEST_TRACKER_SIZE};
-use crate::progress::sendrecv::{RECV_OP, SEND_OP};
 
 /// A comm's protocol counters, cumulative since the comm was created (`stop` and a failure
 /// keep them). `#[repr(C)]`: the C ABI's `nccom_protocol_stats_t` has exactly this layout
@@ -188,13 +187,10 @@ pub(crate) fn file_records(
 
 /// `Some(true)` for a send proxy op, `Some(false)` for a recv proxy op, `None` otherwise.
 fn side(op: &ProxyOp) -> Option<bool> {
-    let kind = op.transport_comm.0?;
-    if ptr::eq(kind, &SEND_OP) {
-        Some(true)
-    } else if ptr::eq(kind, &RECV_OP) {
-        Some(false)
-    } else {
-        None
+    match op.transport_comm.0?.side {
+        OpSide::Send => Some(true),
+        OpSide::Recv => Some(false),
+        OpSide::Neither => None,
     }
 }
 

@@ -32,7 +32,7 @@ use proxy_abi::handles::HandleTable;
 use proxy_abi::{NccomHostWord, NRT_STATUS};
 use proxy_collectives::interpreter::{Device, DevicePoll, Job, JobBlock};
 use proxy_collectives::planner::{Addresses, BlockPlans};
-use proxy_core::status::NrtStatus;
+use proxy_core::base::status::NrtStatus;
 
 use crate::plan::{check_addresses, plan_of};
 use crate::types::*;

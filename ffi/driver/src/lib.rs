@@ -57,6 +57,10 @@ use proxy_abi::*;
 use proxy_bootstrap::{
     Bootstrap, BootstrapConfig, HostBarrier, HostBarrierConfig, SharedBootstrap,
 };
+use proxy_core::base::abort::AbortHandle;
+use proxy_core::base::host_word::HostWord;
+use proxy_core::base::status::NrtStatus;
+use proxy_core::base::time::{Clock, MonotonicClock};
 use proxy_core::driver::inval::Invalidation;
 use proxy_core::driver::queue::{DriveMode, QueueConfig, TaskBox, Tick};
 use proxy_core::driver::record::{RunState, TaskRecord};
@@ -65,10 +69,7 @@ use proxy_core::driver::task::{
     BarrierChannel, BarrierTask, BarrierTaskSpec, BarrierTicket, BlockFifos, CommHandle,
     NetworkTask, NetworkTaskSpec, SharedMemBarrier,
 };
-use proxy_core::driver::trigger::{HostWord, TriggerWords, MAX_TRIGGER_WORDS};
-use proxy_core::progress::abort::AbortHandle;
-use proxy_core::status::NrtStatus;
-use proxy_core::time::{Clock, MonotonicClock};
+use proxy_core::driver::trigger::{TriggerWords, MAX_TRIGGER_WORDS};
 use proxy_runtime::dump::{dump_all, DumpSignal, SIGNAL_DUMP_WAIT};
 use proxy_runtime::loader::{LoadedComm, LoadedMemGroup, ProgressLib};
 use proxy_runtime::{Config, LinuxRegistry};

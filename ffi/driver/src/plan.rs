@@ -25,8 +25,8 @@ use proxy_collectives::planner::{
     plan_blocks, Algorithm, BlockPlans, Buf, Collective, DataType, Instr, Loc, NecOptions,
     PlanParams, RedOp, Side, DEFAULT_CHUNK_BYTES, DEFAULT_PIPELINE_DEPTH, WORDS_PER_OP,
 };
-use proxy_core::progress::desc::{NetDestAddr, NetOpInfo, NetSrcAddr, MAX_ENTRIES_PER_OP};
-use proxy_core::status::NrtStatus;
+use proxy_core::base::desc::{NetDestAddr, NetOpInfo, NetSrcAddr, MAX_ENTRIES_PER_OP};
+use proxy_core::base::status::NrtStatus;
 
 use crate::types::*;
 use proxy_abi::boundary::{bad, c_in, c_out, guard, lookup_status};

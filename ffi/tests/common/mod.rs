@@ -7,7 +7,7 @@ use std::process::Command;
 use std::sync::atomic::AtomicU32;
 use std::sync::OnceLock;
 
-use proxy_core::progress::desc::{
+use proxy_core::base::desc::{
     NetDestAddr, NetOpInfo, NetSrcAddr, EXEC_COMPLETE, NET_TRANSFER, NO_PEER,
 };
 

@@ -16,15 +16,15 @@
 use core::cell::Cell;
 use core::ffi::{c_int, c_void};
 
+use proxy_core::base::abort::AbortHandle;
+use proxy_core::base::desc::{NetDestAddr, NetOpInfo, NetSrcAddr};
+use proxy_core::base::status::NrtStatus;
 use proxy_core::driver::record::RunState;
 use proxy_core::driver::task::{
     BlockFifos, CommHandle, NetworkTask, NetworkTaskSpec, ProxyTask, Step, StepEnv,
 };
 use proxy_core::driver::trigger::TriggerWords;
-use proxy_core::progress::abort::AbortHandle;
-use proxy_core::progress::desc::{NetDestAddr, NetOpInfo, NetSrcAddr};
 use proxy_core::seam::SeamTable;
-use proxy_core::status::NrtStatus;
 
 use super::driver::SPIN_BOUND;
 use super::thread;

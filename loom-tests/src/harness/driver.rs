@@ -11,15 +11,15 @@
 
 use std::sync::atomic::{AtomicBool as StdAtomicBool, Ordering as StdOrdering};
 
+use proxy_core::base::status::NrtStatus;
+use proxy_core::base::sync::Arc;
+use proxy_core::base::time::NoClock;
 use proxy_core::driver::queue::{
     ProxyQueue, QueueConfig, SlotHandle, SlotState, TaskBox, Tick, Worker,
 };
 use proxy_core::driver::record::{RunState, StatusRecord, TaskRecord};
 use proxy_core::driver::task::{ProxyTask, Step, StepEnv, TaskCore, TaskKind};
 use proxy_core::driver::wake::WaitCell;
-use proxy_core::status::NrtStatus;
-use proxy_core::sync::Arc;
-use proxy_core::time::NoClock;
 
 use super::{thread, waiter, ModelPark};
 
@@ -236,7 +236,7 @@ pub fn record_handoff() {
 /// each set one and notify (so one notifier can find the word PARKED, the other NOTIFYING or
 /// NOTIFIED). The waiter always wakes, and sees both flags once it stops waiting.
 pub fn wake_word_two_notifiers() {
-    use proxy_core::sync::{AtomicBool, Ordering};
+    use proxy_core::base::sync::{AtomicBool, Ordering};
     let flags = Arc::new([AtomicBool::new(false), AtomicBool::new(false)]);
     let cell = Arc::new(WaitCell::new());
     let notifiers: Vec<_> = (0..2)

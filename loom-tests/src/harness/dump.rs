@@ -12,9 +12,9 @@
 //!   another thread requests a dump and waits (bounded) for it. Checked: the parked worker is
 //!   woken and writes the dump (the park's re-check sees the pending request).
 
+use proxy_core::base::sync::{Arc, AtomicU32, Ordering};
 use proxy_core::driver::dump::DumpRequests;
 use proxy_core::driver::queue::ProxyQueue;
-use proxy_core::sync::{Arc, AtomicU32, Ordering};
 
 use super::driver::{new_queue, one_slot, run_worker, SPIN_BOUND};
 use super::thread;

@@ -6,7 +6,7 @@
 //! every insert races for the same slot.
 
 use proxy_abi::handles::{HandleTable, LookupError};
-use proxy_core::sync::Arc;
+use proxy_core::base::sync::Arc;
 
 use super::thread;
 

@@ -17,11 +17,11 @@
 
 use std::ffi::c_void;
 
+use proxy_core::base::status::NrtStatus;
+use proxy_core::base::sync::{Arc, UnsafeCell};
 use proxy_core::driver::inval::Invalidation;
 use proxy_core::driver::queue::ProxyQueue;
 use proxy_core::driver::task::CommHandle;
-use proxy_core::status::NrtStatus;
-use proxy_core::sync::{Arc, UnsafeCell};
 
 use super::driver::{new_queue, one_slot, run_worker};
 use super::{thread, waiter};

@@ -1,11 +1,11 @@
 //! Model bodies over proxy-core's real types. A planted run executes the same body with one
 //! plant selected (`proxy_core::plant`, in the child process of `assert_loom_catches`). Each
-//! body uses `proxy_core::sync` (loom's types under `--cfg loom`, std's otherwise), so under
+//! body uses `proxy_core::base::sync` (loom's types under `--cfg loom`, std's otherwise), so under
 //! plain `cargo test` it runs once on real threads.
 
+use proxy_core::base::sync::{Arc, AtomicU32, Ordering, UnsafeCell};
+use proxy_core::base::time::Clock;
 use proxy_core::driver::wake::{Park, Waiter};
-use proxy_core::sync::{Arc, AtomicU32, Ordering, UnsafeCell};
-use proxy_core::time::Clock;
 
 #[cfg(loom)]
 pub(crate) use loom::thread;
@@ -59,7 +59,7 @@ pub fn waiter(spin_ns: u64) -> Waiter<'static> {
 /// Model 1 — SPSC ring: a producer pushes 3 values through a 2-slot ring to a consumer on
 /// another thread. Nothing lost, nothing duplicated, FIFO order; full and empty at the edges.
 pub fn spsc_ring() {
-    let (mut tx, mut rx) = proxy_core::driver::ring::channel::<u32>(2);
+    let (mut tx, mut rx) = proxy_core::base::ring::channel::<u32>(2);
     // Edges, single-threaded: empty then full.
     assert_eq!(rx.pop(), None);
     let producer = thread::spawn(move || {

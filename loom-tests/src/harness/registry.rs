@@ -6,11 +6,11 @@
 
 use std::sync::atomic::{AtomicUsize as StdAtomicUsize, Ordering as StdOrdering};
 
+use proxy_core::base::status::NrtStatus;
+use proxy_core::base::sync::Arc;
+use proxy_core::base::time::{Clock, NoClock};
 use proxy_core::driver::queue::{QueueConfig, Worker};
 use proxy_core::driver::registry::{Registry, RegistryConfig, Spawner};
-use proxy_core::status::NrtStatus;
-use proxy_core::sync::Arc;
-use proxy_core::time::{Clock, NoClock};
 
 use super::driver::run_worker;
 use super::{thread, waiter};

@@ -19,15 +19,16 @@ use core::ffi::{c_int, c_void};
 use std::any::Any;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 
+use proxy_core::base::desc::{NetDestAddr, NetOpInfo, NetSrcAddr};
+use proxy_core::base::host_word::HostWord;
+use proxy_core::base::status::NrtStatus;
+use proxy_core::base::sync::{Arc, AtomicU32, UnsafeCell};
 use proxy_core::driver::record::RunState;
 use proxy_core::driver::task::{
     BlockFifos, CommHandle, NetworkTask, NetworkTaskSpec, ProxyTask, Step, StepEnv,
 };
-use proxy_core::driver::trigger::{HostWord, TriggerWords};
-use proxy_core::progress::desc::{NetDestAddr, NetOpInfo, NetSrcAddr};
+use proxy_core::driver::trigger::TriggerWords;
 use proxy_core::seam::SeamTable;
-use proxy_core::status::NrtStatus;
-use proxy_core::sync::{Arc, AtomicU32, UnsafeCell};
 
 use super::driver::SPIN_BOUND;
 use super::thread;

@@ -587,8 +587,8 @@ mod tests {
     use proxy_collectives::planner::{
         plan, Addresses, Collective, DataType, OpWord, PlanParams, Side,
     };
-    use proxy_core::driver::trigger::HostWord as Word;
-    use proxy_core::progress::sendrecv::HOST_INDEX_READY;
+    use proxy_core::base::host_word::HostWord as Word;
+    use proxy_core::base::host_word::HOST_INDEX_READY;
     use std::sync::atomic::AtomicU32;
 
     /// The checked handle on a word of a test's [`Setup`].

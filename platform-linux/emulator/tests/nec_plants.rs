@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use blocks::{assert_completed, run, run_lagged, run_with, Outcome};
 use proxy_collectives::planner::{Collective, DataType, PlanParams};
+use proxy_core::base::status::NrtStatus;
 use proxy_core::plant::{self, Plant};
-use proxy_core::status::NrtStatus;
 
 static LOCK: Mutex<()> = Mutex::new(());
 

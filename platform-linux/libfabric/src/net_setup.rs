@@ -19,10 +19,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use proxy_core::base::time::Clock;
 use proxy_core::progress::comm::{Comm, CommConfig};
 use proxy_core::progress::device::DeviceCallbacks;
 use proxy_core::progress::net::NetError;
-use proxy_core::time::Clock;
 use proxy_core::NrtStatus;
 
 use proxy_bootstrap::{BootstrapError, PeerWatch, SharedBootstrap};
@@ -155,7 +155,7 @@ fn outcomes(me: u32, blobs: Vec<Vec<u8>>) -> Result<Vec<Vec<u8>>, SetupError> {
 /// let boot = SharedBootstrap::new(Bootstrap::init(&BootstrapConfig::from_env(None, None, None)?)?);
 /// // SAFETY: every host-word address later given to the comm is a live, aligned AtomicU32.
 /// let device = Arc::new(unsafe { proxy_core::progress::device::DirectHostWords::new() });
-/// let clock = Arc::new(proxy_core::time::NoClock);
+/// let clock = Arc::new(proxy_core::base::time::NoClock);
 /// let comm = open_libfabric_comm(&boot, &LibfabricCommConfig::default(), device, clock)?;
 /// # Ok(()) }
 /// ```

@@ -13,6 +13,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use proxy_collectives::planner::Fifos;
+use proxy_core::base::desc::{NetDestAddr, NetOpInfo, NetSrcAddr};
+use proxy_core::base::host_word::HostWord;
+use proxy_core::base::status::NrtStatus;
 use proxy_core::driver::queue::TaskBox;
 use proxy_core::driver::record::TaskRecord;
 use proxy_core::driver::registry::Membership;
@@ -20,16 +23,14 @@ use proxy_core::driver::task::{
     BarrierChannel, BarrierTask, BarrierTaskSpec, BarrierTicket, BlockFifos, CommHandle,
     NetworkTask, NetworkTaskSpec, SharedMemBarrier, SharedMemBarrierEndpoint, TaskKind,
 };
-use proxy_core::driver::trigger::{HostWord, TriggerWords};
+use proxy_core::driver::trigger::TriggerWords;
 use proxy_core::driver::wake::Waiter;
 use proxy_core::progress::comm::Comm;
-use proxy_core::progress::desc::{NetDestAddr, NetOpInfo, NetSrcAddr};
 use proxy_core::progress::stats::ProtocolStats;
 use proxy_core::seam::{
     in_process_progress, in_process_start, in_process_stop, in_process_stop_step, SeamTable,
     StartFn,
 };
-use proxy_core::status::NrtStatus;
 
 use proxy_bootstrap::{HostBarrier, HostBarrierConfig, SharedBootstrap};
 use proxy_emulator::WaitPolicy;
@@ -230,7 +231,7 @@ impl EngineComm {
     }
 
     /// The comm's abort handle (in-process comms only).
-    fn abort_handle(&self) -> Option<proxy_core::progress::abort::AbortHandle> {
+    fn abort_handle(&self) -> Option<proxy_core::base::abort::AbortHandle> {
         match self {
             Self::InProcess { comm, .. } => Some(comm.abort_handle()),
             Self::Loaded { .. } => None,
@@ -909,10 +910,10 @@ impl DriverEngine {
 
     /// The abort handles of the engine's in-process comms, one per rank in [`Engine::submit`]
     /// order (a loaded library's comm has none and is left out). Any thread may call
-    /// [`AbortHandle::abort`](proxy_core::progress::abort::AbortHandle::abort) on them at any
+    /// [`AbortHandle::abort`](proxy_core::base::abort::AbortHandle::abort) on them at any
     /// time: every task of the comm then ends `NRT_CLOSED` at its next step (docs/design.md
     /// §9, "Abort").
-    pub fn abort_handles(&self) -> Vec<proxy_core::progress::abort::AbortHandle> {
+    pub fn abort_handles(&self) -> Vec<proxy_core::base::abort::AbortHandle> {
         self.ranks
             .iter()
             .filter_map(|r| r.comm.abort_handle())
@@ -991,7 +992,7 @@ impl DriverEngine {
             .iter()
             .map(|r| match &r.comm {
                 EngineComm::InProcess { comm, .. } => Some(
-                    (0..proxy_core::progress::comm::NUM_STREAMS)
+                    (0..proxy_core::base::desc::NUM_STREAMS)
                         .map(|s| u64::from(comm.stream(s).capacity()))
                         .sum::<u64>(),
                 ),

@@ -19,13 +19,13 @@ use proxy_collectives::planner::data::{count_wrong, fill_input, POISON};
 use proxy_collectives::planner::{
     plan_blocks, Addresses, BlockPlans, Collective, Fifos, NecOptions, PlanParams,
 };
+use proxy_core::base::status::NrtStatus;
 use proxy_core::driver::trigger::TRIGGER_ARMED;
 use proxy_core::progress::comm::{Comm, CommConfig};
 use proxy_core::progress::fault::{FaultPlan, FaultTransport, PPM};
 use proxy_core::progress::mem_transport::MemFabric;
 use proxy_core::progress::net::{NetError, Posted, RequestId, TestOutcome, Transport};
 use proxy_core::progress::stats::ProtocolStats;
-use proxy_core::status::NrtStatus;
 
 use super::args::{Args, DeviceArg, DriverArg, FaultArg};
 use super::engine::{
@@ -34,10 +34,10 @@ use super::engine::{
 };
 use proxy_bootstrap::SharedBootstrap;
 use proxy_collectives::interpreter::JobBlock;
+use proxy_core::base::abort::AbortHandle;
+use proxy_core::base::time::{Clock, MonotonicClock};
 use proxy_core::driver::queue::DriveMode;
 use proxy_core::driver::wake::{ThreadPark, Waiter};
-use proxy_core::progress::abort::AbortHandle;
-use proxy_core::time::{Clock, MonotonicClock};
 use proxy_emulator::{DeviceError, DeviceThread, Fault, Job, PolledDevice, WaitPolicy};
 use proxy_runtime::hostmem::{HostMem, HostMemCallbacks, LINE};
 use proxy_runtime::loader::ProgressLib;
@@ -49,7 +49,7 @@ const WORD_STRIDE: u64 = LINE as u64;
 const TRIGGER_SETS: usize = 2;
 /// Network trigger words per set: one per stream, as the seed's
 /// `start_proxy_task_host_mem_addrs` (at most four per task).
-const NET_TRIGGERS: usize = proxy_core::progress::comm::NUM_STREAMS;
+const NET_TRIGGERS: usize = proxy_core::base::desc::NUM_STREAMS;
 /// Host-memory lines of the fixed words: per set a network trigger word per stream and a
 /// barrier trigger word, then the barrier-done semaphore.
 const FIXED_LINES: usize = (NET_TRIGGERS + 1) * TRIGGER_SETS + 1;
@@ -607,7 +607,7 @@ impl World {
                         CommConfig::new(r, n, 1),
                         t,
                         Arc::new(HostMemCallbacks::new(mem.clone())),
-                        Arc::new(proxy_core::time::MonotonicClock),
+                        Arc::new(proxy_core::base::time::MonotonicClock),
                     )
                     .map_err(|e| format!("comm {r}: {e}"))?;
                     c.set_drain_relax(std::thread::yield_now);
@@ -688,7 +688,7 @@ impl World {
             &peers,
             &lf,
             Arc::new(HostMemCallbacks::new(mem.clone())),
-            Arc::new(proxy_core::time::MonotonicClock),
+            Arc::new(proxy_core::base::time::MonotonicClock),
         )
         .map_err(|e| e.to_string())?;
         // SAFETY: the tool owns every buffer and word it hands to `start`, and keeps them alive

@@ -37,7 +37,7 @@ fn early_completion_skips_every_task_and_files_nothing() {
                 CommConfig::new(r, n, 1),
                 Box::new(fabric.endpoint(r).unwrap()),
                 Arc::new(HostMemCallbacks::new(mems[r as usize].clone())),
-                Arc::new(proxy_core::time::MonotonicClock),
+                Arc::new(proxy_core::base::time::MonotonicClock),
             )
             .unwrap();
             // SAFETY: the buffers below outlive the engine (declared first, dropped last).

@@ -4,7 +4,7 @@
 //! runs a real all-reduce whose output bytes are checked (one warm-up and two timed executions,
 //! then a checked one into poisoned outputs: 0 wrong elements), and in every other cycle then
 //! starts a run of a million executions and aborts it mid-run from another thread through the
-//! comms' [`AbortHandle`](proxy_core::progress::abort::AbortHandle)s (after the run's warm-up, a
+//! comms' [`AbortHandle`](proxy_core::base::abort::AbortHandle)s (after the run's warm-up, a
 //! short varying delay: the abort lands inside an execution or between two); that run must end
 //! with an error naming `NRT_CLOSED`. Then the world is dropped (tasks ended, threads joined,
 //! comms and transports closed, buffers freed). Cycles alternate the driver and device modes

@@ -13,10 +13,11 @@ use std::io;
 use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
-use proxy_core::driver::dump::{DumpOutcome, DUMP_PREFIX, DUMP_TARGET};
+use proxy_core::base::dump_lines::{DUMP_PREFIX, DUMP_TARGET};
+use proxy_core::base::time::{Clock, MonotonicClock};
+use proxy_core::driver::dump::DumpOutcome;
 use proxy_core::driver::registry::Registry;
 use proxy_core::driver::registry::Spawner;
-use proxy_core::time::{Clock, MonotonicClock};
 use signal_hook::iterator::{Handle, Signals};
 
 use crate::worker::waiter;

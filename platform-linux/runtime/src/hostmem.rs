@@ -19,7 +19,8 @@ use std::ptr::NonNull;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use proxy_core::driver::trigger::{HostWord, TRIGGER_ARMED};
+use proxy_core::base::host_word::HostWord;
+use proxy_core::driver::trigger::TRIGGER_ARMED;
 use proxy_core::progress::device::DeviceCallbacks;
 
 /// Bytes per word line: each word sits alone on its own 128-byte line.

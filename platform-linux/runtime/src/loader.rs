@@ -39,10 +39,10 @@ use proxy_abi::{
     NeuronStopNetworkProxyStepFn, NrtGetStatusAsStrFn, NCCOM_PROXY_ABI_VERSION,
     NCCOM_PROXY_ABI_VERSION_MAJOR,
 };
-use proxy_core::progress::desc::{NetDestAddr, NetOpInfo, NetSrcAddr};
+use proxy_core::base::desc::{NetDestAddr, NetOpInfo, NetSrcAddr};
+use proxy_core::base::status::NrtStatus;
 use proxy_core::progress::stats::ProtocolStats;
 use proxy_core::seam::{ProgressFn, SeamTable, StartFn, StopFn, StopStepFn};
-use proxy_core::status::NrtStatus;
 
 /// Why a progress-half library could not be loaded. Every variant names the path.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -20,11 +20,11 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
+use proxy_core::base::status::NrtStatus;
+use proxy_core::base::time::{Clock, MonotonicClock};
 use proxy_core::driver::queue::{Tick, Worker};
 use proxy_core::driver::registry::Spawner;
 use proxy_core::driver::wake::{ThreadPark, Waiter};
-use proxy_core::status::NrtStatus;
-use proxy_core::time::{Clock, MonotonicClock};
 
 use crate::affinity;
 

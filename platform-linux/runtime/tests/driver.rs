@@ -8,12 +8,12 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
+use proxy_core::base::status::NrtStatus;
 use proxy_core::driver::queue::{QueueConfig, SlotHandle, TaskBox};
 use proxy_core::driver::record::TaskRecord;
 use proxy_core::driver::task::{BlockFifos, NetworkTask, NetworkTaskSpec};
 use proxy_core::driver::trigger::TriggerWords;
-use proxy_core::progress::testing::{seam, Script};
-use proxy_core::status::NrtStatus;
+use proxy_core::testing::{seam, Script};
 use proxy_runtime::hostmem::{HostMem, TriggerWord, LINE};
 use proxy_runtime::worker::waiter;
 use proxy_runtime::{registry, Config, LinuxRegistry};

@@ -7,12 +7,14 @@ use std::sync::atomic::AtomicU32;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use proxy_core::driver::dump::{DumpOutcome, DUMP_TARGET};
+use proxy_core::base::dump_lines::DUMP_TARGET;
+use proxy_core::base::host_word::HostWord;
+use proxy_core::driver::dump::DumpOutcome;
 use proxy_core::driver::queue::TaskBox;
 use proxy_core::driver::record::RunState;
 use proxy_core::driver::task::{BlockFifos, NetworkTask, NetworkTaskSpec};
-use proxy_core::driver::trigger::{HostWord, TriggerWords};
-use proxy_core::progress::testing::{seam, Script};
+use proxy_core::driver::trigger::TriggerWords;
+use proxy_core::testing::{seam, Script};
 use proxy_runtime::dump::{dump_all, DumpSignal};
 use proxy_runtime::worker::waiter;
 use proxy_runtime::{registry, Config};

@@ -576,7 +576,7 @@ pub(super) fn build(p: PlanParams, ib: u64, ob: u64) -> Result<RankPlan, PlanErr
     let ce = p.chunk_elems();
     // Every op side has at most ceil(count / ce) entries: refuse early rather than build a
     // giant plan that the entry limit would reject anyway.
-    if ceil_div(p.count, ce) > u64::from(proxy_core::progress::desc::MAX_ENTRIES_PER_OP) {
+    if ceil_div(p.count, ce) > u64::from(proxy_core::base::desc::MAX_ENTRIES_PER_OP) {
         return Err(PlanError::TooManyEntries);
     }
     let (in_off, out_off) = if p.in_place {

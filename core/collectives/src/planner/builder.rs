@@ -13,7 +13,7 @@ use alloc::collections::BTreeMap;
 use alloc::vec::Vec;
 
 use super::{Buf, Instr, Loc, PlannedEntry, PlannedOp, Side};
-use proxy_core::progress::desc::{EXEC_COMPLETE, NET_OP_COMPLETE, NET_TRANSFER, NO_PEER};
+use proxy_core::base::desc::{EXEC_COMPLETE, NET_OP_COMPLETE, NET_TRANSFER, NO_PEER};
 
 /// A canonical byte range: in-place input and output map into one buffer.
 #[derive(Clone, Copy, Debug)]

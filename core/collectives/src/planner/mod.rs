@@ -76,7 +76,7 @@ use alloc::collections::BTreeMap;
 use alloc::vec::Vec;
 use core::fmt;
 
-use proxy_core::progress::desc::{NetDestAddr, NetOpInfo, NetSrcAddr, MAX_ENTRIES_PER_OP, NO_PEER};
+use proxy_core::base::desc::{NetDestAddr, NetOpInfo, NetSrcAddr, MAX_ENTRIES_PER_OP, NO_PEER};
 
 pub use kernels::{DataType, RedOp};
 
@@ -458,7 +458,7 @@ pub enum Side {
 }
 
 /// Which of an op's six host-memory words, in the order they are laid out (op `k` at
-/// `6k + word`). The words themselves are reached through `proxy_core::driver::trigger::HostWord`.
+/// `6k + word`). The words themselves are reached through `proxy_core::base::host_word::HostWord`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u32)]
 pub enum OpWord {
@@ -561,8 +561,8 @@ pub struct PlannedEntry {
     pub loc: Loc,
     /// Size in bytes (a multiple of the element size; 0 is valid).
     pub bytes: u64,
-    /// [`proxy_core::progress::desc::NET_TRANSFER`], [`proxy_core::progress::desc::NET_OP_COMPLETE`] or
-    /// [`proxy_core::progress::desc::EXEC_COMPLETE`].
+    /// [`proxy_core::base::desc::NET_TRANSFER`], [`proxy_core::base::desc::NET_OP_COMPLETE`] or
+    /// [`proxy_core::base::desc::EXEC_COMPLETE`].
     pub mark: u32,
 }
 
@@ -784,7 +784,7 @@ impl RankPlan {
 pub fn plan(params: &PlanParams) -> Result<RankPlan, PlanError> {
     let p = *params;
     if p.nranks == 0
-        || p.nranks > proxy_core::progress::desc::MAX_OP_TAG
+        || p.nranks > proxy_core::base::desc::MAX_OP_TAG
         || p.rank >= p.nranks
         || p.root >= p.nranks
     {

@@ -896,10 +896,10 @@ fn bad_parameters_are_refused() {
 fn fifos_pass_comm_start_validation() {
     use alloc::boxed::Box;
     use alloc::sync::Arc;
+    use proxy_core::base::time::NoClock;
     use proxy_core::progress::comm::{Comm, CommConfig};
     use proxy_core::progress::device::DirectHostWords;
     use proxy_core::progress::mem_transport::MemFabric;
-    use proxy_core::time::NoClock;
 
     let algos: &[Algorithm] = if cfg!(miri) {
         &[Algorithm::Ring]

@@ -31,7 +31,7 @@ use super::{
     plan, Addresses, Buf, Collective, Fifos, Instr, Layout, Loc, PlanError, PlanParams,
     PlannedEntry, RankPlan,
 };
-use proxy_core::progress::desc::MAX_OP_TAG;
+use proxy_core::base::desc::MAX_OP_TAG;
 
 /// One (stream, block) part of a rank's collective.
 #[derive(Clone, Debug, PartialEq, Eq)]

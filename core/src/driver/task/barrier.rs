@@ -27,11 +27,12 @@ use alloc::boxed::Box;
 use alloc::vec::Vec;
 
 use super::{ProxyTask, Step, StepEnv, TaskCore, TaskKind};
+use crate::base::abort::AbortHandle;
+use crate::base::host_word::HostWord;
+use crate::base::status::NrtStatus;
+use crate::base::sync::{Arc, AtomicU32, CachePadded, Ordering};
 use crate::driver::record::RunState;
-use crate::driver::trigger::{HostWord, TriggerWords};
-use crate::progress::abort::AbortHandle;
-use crate::status::NrtStatus;
-use crate::sync::{Arc, AtomicU32, CachePadded, Ordering};
+use crate::driver::trigger::TriggerWords;
 
 /// A barrier's generation ticket: what [`BarrierChannel::arrive`] hands out and
 /// [`BarrierChannel::poll`] checks.

@@ -20,9 +20,9 @@ pub use barrier::{
 };
 pub use network::{BlockFifos, CommHandle, NetworkTask, NetworkTaskSpec};
 
+use crate::base::status::NrtStatus;
+use crate::base::sync::Arc;
 use crate::driver::record::{RunState, StatusRecord, TaskRecord};
-use crate::status::NrtStatus;
-use crate::sync::Arc;
 
 /// Interval of the "still waiting" warning: a task that waits (no progress) logs one warning
 /// each time its cumulative wait passes another multiple of this, on the queue's clock
@@ -388,7 +388,7 @@ impl TaskCore {
     /// # Errors
     /// Whatever `out` returns.
     pub fn dump_fields(&self, now_ns: u64, out: &mut dyn fmt::Write) -> fmt::Result {
-        use crate::driver::dump::Opt;
+        use crate::base::dump_lines::Opt;
         let state = self.state();
         let waited = (!matches!(state, RunState::Init | RunState::Done))
             .then(|| self.waited_ns(now_ns) / 1_000_000);

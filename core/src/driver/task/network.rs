@@ -46,13 +46,13 @@ use core::ptr::NonNull;
 
 use super::barrier::LimitMs;
 use super::{ProxyTask, Step, StepEnv, TaskCore, TaskKind};
+use crate::base::abort::AbortHandle;
+use crate::base::desc::NUM_STREAMS;
+use crate::base::desc::{NetDestAddr, NetOpInfo, NetSrcAddr};
+use crate::base::status::NrtStatus;
 use crate::driver::record::RunState;
 use crate::driver::trigger::TriggerWords;
-use crate::progress::abort::AbortHandle;
-use crate::progress::comm::NUM_STREAMS;
-use crate::progress::desc::{NetDestAddr, NetOpInfo, NetSrcAddr};
 use crate::seam::{CommDumpFn, SeamTable};
-use crate::status::NrtStatus;
 
 /// An opaque comm handle of the progress half (`nccom_comm_t *`), as the seam takes it.
 ///

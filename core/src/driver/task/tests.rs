@@ -7,9 +7,10 @@ use alloc::vec;
 use alloc::vec::Vec;
 
 use super::*;
+use crate::base::host_word::HostWord;
+use crate::base::status::NrtStatus;
 use crate::driver::record::RunState;
-use crate::driver::trigger::{HostWord, TriggerWords, TRIGGER_ARMED};
-use crate::status::NrtStatus;
+use crate::driver::trigger::{TriggerWords, TRIGGER_ARMED};
 use crate::testutil::{block, seam, Call, Script, Words};
 
 const GO: StepEnv = StepEnv {
@@ -114,7 +115,8 @@ fn init_waits_behind_an_earlier_task_and_never_times_out_there() {
 #[test]
 fn start_failure_stops_each_stream_and_ends_with_the_error() {
     let s = Script::new(1);
-    s.fail_start.store(true, crate::sync::Ordering::SeqCst);
+    s.fail_start
+        .store(true, crate::base::sync::Ordering::SeqCst);
     let mut t = NetworkTask::new(spec(&s, vec![block(0, 1), block(2, 1)])).unwrap();
     assert_eq!(t.step(&GO), Step::Done);
     assert_eq!(t.record().status(), NrtStatus::Invalid);
@@ -155,7 +157,7 @@ fn armed_trigger_blocks_progress_until_a_device_thread_writes_it() {
     for _ in 0..100 {
         assert_eq!(t.step(&GO), Step::Idle);
     }
-    assert_eq!(s.progresses.load(crate::sync::Ordering::SeqCst), 0);
+    assert_eq!(s.progresses.load(crate::base::sync::Ordering::SeqCst), 0);
     // one word written is not enough
     w0.store(1);
     assert_eq!(t.step(&GO), Step::Idle);
@@ -164,7 +166,7 @@ fn armed_trigger_blocks_progress_until_a_device_thread_writes_it() {
     assert_eq!(t.step(&GO), Step::Progressed);
     assert_eq!(t.state(), RunState::Progressing);
     assert_eq!((w0.load(), w1.load()), (0, 0), "trigger consumed");
-    assert_eq!(s.progresses.load(crate::sync::Ordering::SeqCst), 0);
+    assert_eq!(s.progresses.load(crate::base::sync::Ordering::SeqCst), 0);
     assert_eq!(t.step(&GO), Step::Done);
     assert_eq!(s.counts(), (2, 2, 2));
 }
@@ -194,7 +196,7 @@ fn trigger_wait_times_out_and_stops_streams() {
 fn schedule_with_repeats_runs_each_block_the_right_number_of_times() {
     let s = Script::new(1);
     // stream 1 needs 3 calls per block, stream 0 one: stream 0 finishes first.
-    s.needed[1].store(3, crate::sync::Ordering::SeqCst);
+    s.needed[1].store(3, crate::base::sync::Ordering::SeqCst);
     let mut t = NetworkTask::new(NetworkTaskSpec {
         schedule: Some(vec![1, 2, 1]),
         ..spec(&s, vec![block(0, 1), block(0, 2), block(1, 1), block(1, 2)])
@@ -217,7 +219,7 @@ fn idle_rounds_report_idle_and_busy_rounds_progressing() {
     t.step(&GO);
     assert_eq!(t.step(&GO), Step::Progressed);
     assert_eq!(t.state(), RunState::Progressing);
-    s.idle.store(true, crate::sync::Ordering::SeqCst);
+    s.idle.store(true, crate::base::sync::Ordering::SeqCst);
     assert_eq!(t.step(&GO), Step::Idle);
     assert_eq!(t.state(), RunState::Idle);
     // IDLE is not terminal: the next call completes the block
@@ -227,7 +229,8 @@ fn idle_rounds_report_idle_and_busy_rounds_progressing() {
 #[test]
 fn progress_failure_stops_each_stream_once() {
     let s = Script::new(0);
-    s.fail_progress_at.store(3, crate::sync::Ordering::SeqCst);
+    s.fail_progress_at
+        .store(3, crate::base::sync::Ordering::SeqCst);
     let mut t = NetworkTask::new(spec(&s, vec![block(0, 1), block(3, 1)])).unwrap();
     t.step(&GO);
     assert_eq!(t.step(&GO), Step::Progressed);
@@ -242,7 +245,7 @@ fn progress_failure_stops_each_stream_once() {
 #[test]
 fn no_progress_past_the_timeout_ends_with_timeout() {
     let s = Script::new(0);
-    s.idle.store(true, crate::sync::Ordering::SeqCst);
+    s.idle.store(true, crate::base::sync::Ordering::SeqCst);
     let mut t = NetworkTask::new(NetworkTaskSpec {
         timeout_ns: Some(1_000),
         ..spec(&s, vec![block(0, 1), block(1, 1)])
@@ -251,9 +254,9 @@ fn no_progress_past_the_timeout_ends_with_timeout() {
     assert_eq!(t.step(&at(5)), Step::Progressed);
     assert_eq!(t.step(&at(500)), Step::Idle);
     // a busy call restarts the clock
-    s.idle.store(false, crate::sync::Ordering::SeqCst);
+    s.idle.store(false, crate::base::sync::Ordering::SeqCst);
     assert_eq!(t.step(&at(900)), Step::Progressed);
-    s.idle.store(true, crate::sync::Ordering::SeqCst);
+    s.idle.store(true, crate::base::sync::Ordering::SeqCst);
     assert_eq!(t.step(&at(1_900)), Step::Idle);
     assert_eq!(t.step(&at(1_901)), Step::Done);
     assert_eq!(t.record().status(), NrtStatus::Timeout);
@@ -503,12 +506,12 @@ fn network_rearm_with_new_triggers_and_schedule_then_gates_again() {
 fn replace_fifos_copies_into_the_existing_vectors() {
     let s = Script::new(1);
     let mut b0 = block(0, 1);
-    b0.ops = vec![crate::progress::desc::NetOpInfo::default(); 4];
+    b0.ops = vec![crate::base::desc::NetOpInfo::default(); 4];
     let mut t = NetworkTask::new(spec(&s, vec![b0])).unwrap();
     let ptr = t.blocks()[0].ops.as_ptr();
     let mut b1 = block(2, 7);
     b1.ops = vec![
-        crate::progress::desc::NetOpInfo {
+        crate::base::desc::NetOpInfo {
             tag: 9,
             ..Default::default()
         };
@@ -598,8 +601,8 @@ fn barrier_rearm_runs_the_next_generation() {
 
 // ---- bounded waits (docs/design.md §9) -------------------------------------------------------
 
+use crate::base::abort::AbortHandle;
 use crate::driver::task::WAIT_WARN_INTERVAL_NS;
-use crate::progress::abort::AbortHandle;
 
 const SEC: u64 = 1_000_000_000;
 
@@ -695,7 +698,7 @@ fn barrier_spec(
 #[test]
 fn a_waiting_task_warns_every_interval_and_progress_restarts_the_count() {
     let s = Script::new(0);
-    s.idle.store(true, crate::sync::Ordering::SeqCst);
+    s.idle.store(true, crate::base::sync::Ordering::SeqCst);
     let mut t = NetworkTask::new(spec(&s, vec![block(0, 1), block(1, 1)])).unwrap();
     assert_eq!(t.step(&at(0)), Step::Progressed, "filed");
     let warnings = |t: &NetworkTask| t.core().wait_warnings();
@@ -716,10 +719,10 @@ fn a_waiting_task_warns_every_interval_and_progress_restarts_the_count() {
     t.step(&at(5 * WAIT_WARN_INTERVAL_NS + 1));
     assert_eq!(warnings(&t), 2);
     // A busy round is progress: the count of this wait starts again from it.
-    s.idle.store(false, crate::sync::Ordering::SeqCst);
+    s.idle.store(false, crate::base::sync::Ordering::SeqCst);
     let busy_at = 6 * WAIT_WARN_INTERVAL_NS;
     assert_eq!(t.step(&at(busy_at)), Step::Progressed);
-    s.idle.store(true, crate::sync::Ordering::SeqCst);
+    s.idle.store(true, crate::base::sync::Ordering::SeqCst);
     t.step(&at(busy_at + WAIT_WARN_INTERVAL_NS - 1));
     assert_eq!(warnings(&t), 2);
     t.step(&at(busy_at + WAIT_WARN_INTERVAL_NS));
@@ -761,7 +764,7 @@ fn a_slow_peer_that_keeps_moving_never_times_out() {
     // Every round takes 0.9 of the limit and moves something (not idle); the whole run is
     // 50 limits long. Timeout = no progress, so the task ends with success.
     let s = Script::new(50);
-    s.idle.store(false, crate::sync::Ordering::SeqCst);
+    s.idle.store(false, crate::base::sync::Ordering::SeqCst);
     let limit = 1_000;
     let mut t = NetworkTask::new(NetworkTaskSpec {
         timeout_ns: Some(limit),
@@ -865,9 +868,10 @@ fn abort_ends_a_barrier_task_waiting_for_its_trigger_or_the_other_ranks() {
 #[test]
 fn a_task_whose_stepped_stops_are_pending_is_closing_until_every_stream_is_done() {
     let s = Script::new(1);
-    s.stop_steps_pending.store(3, crate::sync::Ordering::SeqCst);
+    s.stop_steps_pending
+        .store(3, crate::base::sync::Ordering::SeqCst);
     let mut t = NetworkTask::new(NetworkTaskSpec {
-        seam: crate::progress::testing::stepped_seam(),
+        seam: crate::testing::stepped_seam(),
         ..spec(&s, vec![block(0, 1), block(1, 1)])
     })
     .unwrap();
@@ -895,9 +899,9 @@ fn a_task_whose_stepped_stops_are_pending_is_closing_until_every_stream_is_done(
 fn a_synchronous_close_finishes_a_closing_task_and_a_close_on_the_tick_may_close() {
     let s = Script::new(0); // never done
     s.stop_steps_pending
-        .store(100, crate::sync::Ordering::SeqCst);
+        .store(100, crate::base::sync::Ordering::SeqCst);
     let mut t = NetworkTask::new(NetworkTaskSpec {
-        seam: crate::progress::testing::stepped_seam(),
+        seam: crate::testing::stepped_seam(),
         ..spec(&s, vec![block(0, 1)])
     })
     .unwrap();

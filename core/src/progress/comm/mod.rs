@@ -20,30 +20,26 @@
 //! `ncclProxyProgress`, `ncclProxyProgressOps`, `proxyReloadProxyArgs`, `recycleOp`,
 //! `neuronStopNetworkProxy`, §4; docs/design.md §3 is the exact contract.
 
-use crate::sync::PlainArc;
+use crate::base::sync::PlainArc;
 use alloc::alloc::{alloc_zeroed, dealloc, Layout};
 use alloc::boxed::Box;
 use alloc::vec::Vec;
 use core::ptr::{self, NonNull};
 
-use crate::progress::abort::AbortHandle;
-use crate::progress::desc::{
+use crate::base::abort::AbortHandle;
+use crate::base::desc::{
     NetDestAddr, NetOpInfo, NetSrcAddr, EXEC_COMPLETE, MAX_ENTRIES_PER_OP, MAX_OP_TAG,
-    NET_OP_COMPLETE, NET_TRANSFER, NO_PEER,
+    NET_OP_COMPLETE, NET_TRANSFER, NO_PEER, NUM_STREAMS,
 };
+use crate::base::status::NrtStatus;
+use crate::base::sync::spin_loop;
+use crate::base::time::Clock;
 use crate::progress::device::DeviceCallbacks;
 use crate::progress::net::{RequestId, TestOutcome, Transport, MAX_COMM_ID, MAX_NRANKS};
 use crate::progress::op::{OpCtx, OpList, OpState, PoolBlock, ProxyOp, OPS_PER_POOL_BLOCK};
 use crate::progress::sendrecv;
 use crate::progress::stats::{self, OpPeak, ProtocolStats};
-use crate::status::NrtStatus;
-use crate::sync::spin_loop;
-use crate::time::Clock;
 
-/// Streams per comm: stream ids are `0..NUM_STREAMS`, in the two stream bits of a tag. The
-/// one stream count of the engine (the driver's network tasks and the C ABI's
-/// `NCCOM_NUM_STREAMS` use it). Seed: `proxyStateStream`, `ncclProxyState` × 4, §4.
-pub const NUM_STREAMS: usize = 4;
 /// Block id meaning "none" (`(uint32)-1`).
 pub const BB_NONE: u32 = u32::MAX;
 /// Default drain limit of `stop`: 1 s.
@@ -362,7 +358,7 @@ impl Comm {
     /// # Errors
     /// Whatever `out` returns.
     pub fn dump(&self, out: &mut dyn core::fmt::Write) -> core::fmt::Result {
-        use crate::driver::dump::Opt;
+        use crate::base::dump_lines::Opt;
         let id = self.config.comm_id;
         write!(
             out,

@@ -3,20 +3,21 @@
 
 extern crate std;
 
-use crate::sync::PlainArc;
+use crate::base::sync::PlainArc;
 use alloc::boxed::Box;
 use alloc::vec;
 use alloc::vec::Vec;
 use core::ffi::c_int;
 
-use crate::progress::comm::{Comm, CommConfig, BB_NONE, NUM_STREAMS};
-use crate::progress::desc::{NetOpInfo, NetSrcAddr, NET_OP_COMPLETE, NET_TRANSFER};
+use crate::base::desc::NUM_STREAMS;
+use crate::base::desc::{NetOpInfo, NetSrcAddr, NET_OP_COMPLETE, NET_TRANSFER};
+use crate::base::status::NrtStatus;
+use crate::base::time::NoClock;
+use crate::progress::comm::{Comm, CommConfig, BB_NONE};
 use crate::progress::op::{OpState, OPS_PER_POOL_BLOCK};
 use crate::progress::scripted::Script;
-use crate::progress::testing::{CountingTransport, NullTransport, RecordingDevice};
 use crate::seam::SeamTable;
-use crate::status::NrtStatus;
-use crate::time::NoClock;
+use crate::testing::{CountingTransport, NullTransport, RecordingDevice};
 
 fn comm() -> Comm {
     Comm::new(
@@ -161,7 +162,7 @@ fn block_switches_count_loads_of_another_block_until_stop() {
 
 // ---------------------------------------------------------------- rounds and reuse
 
-fn counting_comm() -> (Comm, PlainArc<crate::sync::AtomicU32>) {
+fn counting_comm() -> (Comm, PlainArc<crate::base::sync::AtomicU32>) {
     let (t, polls) = CountingTransport::new();
     let c = Comm::new(
         CommConfig::new(0, 2, 7),
@@ -173,8 +174,8 @@ fn counting_comm() -> (Comm, PlainArc<crate::sync::AtomicU32>) {
     (c, polls)
 }
 
-fn polls_of(p: &crate::sync::AtomicU32) -> u32 {
-    p.load(crate::sync::Ordering::Relaxed)
+fn polls_of(p: &crate::base::sync::AtomicU32) -> u32 {
+    p.load(crate::base::sync::Ordering::Relaxed)
 }
 
 #[test]
@@ -946,8 +947,8 @@ fn dump_names_streams_blocks_and_ops() {
 struct DrainTransport {
     inner: NullTransport,
     stuck: bool,
-    polls: PlainArc<crate::sync::AtomicU32>,
-    closes: PlainArc<crate::sync::AtomicU32>,
+    polls: PlainArc<crate::base::sync::AtomicU32>,
+    closes: PlainArc<crate::base::sync::AtomicU32>,
     /// Every `poll` fails with this (a lost peer, say).
     poll_error: Option<crate::progress::net::NetError>,
 }
@@ -960,7 +961,8 @@ impl crate::progress::net::Transport for DrainTransport {
         1 << 20
     }
     fn poll(&mut self) -> Result<(), crate::progress::net::NetError> {
-        self.polls.fetch_add(1, crate::sync::Ordering::Relaxed);
+        self.polls
+            .fetch_add(1, crate::base::sync::Ordering::Relaxed);
         match &self.poll_error {
             Some(e) => Err(e.clone()),
             None => Ok(()),
@@ -1003,7 +1005,8 @@ impl crate::progress::net::Transport for DrainTransport {
         self.inner.cancel(request)
     }
     fn close(&mut self) -> Result<(), crate::progress::net::NetError> {
-        self.closes.fetch_add(1, crate::sync::Ordering::Relaxed);
+        self.closes
+            .fetch_add(1, crate::base::sync::Ordering::Relaxed);
         Ok(())
     }
     fn scripts(&mut self) -> Option<&mut crate::progress::scripted::ScriptTable> {
@@ -1011,7 +1014,7 @@ impl crate::progress::net::Transport for DrainTransport {
     }
 }
 
-type Counter = PlainArc<crate::sync::AtomicU32>;
+type Counter = PlainArc<crate::base::sync::AtomicU32>;
 
 fn drain_comm(stuck: bool, max_polls: u64) -> (Comm, Counter, Counter) {
     let t = DrainTransport {
@@ -1065,10 +1068,10 @@ fn a_poll_failure_naming_a_peer_fails_the_comm_and_keeps_the_peer() {
     c.stop(1).unwrap();
 }
 
-static RELAXES: crate::sync::AtomicU32 = crate::sync::AtomicU32::new(0);
+static RELAXES: crate::base::sync::AtomicU32 = crate::base::sync::AtomicU32::new(0);
 
 fn count_relax() {
-    RELAXES.fetch_add(1, crate::sync::Ordering::Relaxed);
+    RELAXES.fetch_add(1, crate::base::sync::Ordering::Relaxed);
 }
 
 #[test]
@@ -1076,7 +1079,7 @@ fn one_teardown_of_four_streams_waits_for_at_most_one_drain_budget() {
     use crate::progress::comm::DRAIN_SPIN_POLLS;
     let (mut c, polls, closes) = drain_comm(true, 100);
     c.set_drain_relax(count_relax);
-    let n = |p: &Counter| p.load(crate::sync::Ordering::Relaxed);
+    let n = |p: &Counter| p.load(crate::base::sync::Ordering::Relaxed);
     // Four streams' drains in a row (a task ending), each with a request that never confirms.
     let mut results = Vec::new();
     for s in 0..4u32 {
@@ -1094,7 +1097,7 @@ fn one_teardown_of_four_streams_waits_for_at_most_one_drain_budget() {
         "the budget, then one pass per later drain"
     );
     assert_eq!(
-        RELAXES.load(crate::sync::Ordering::Relaxed),
+        RELAXES.load(crate::base::sync::Ordering::Relaxed),
         100 - DRAIN_SPIN_POLLS as u32,
         "spins first, then the relax hook between polls"
     );
@@ -1168,15 +1171,15 @@ fn abort_from_another_thread_is_applied_at_the_next_progress_and_destroy_is_clea
         !c.abort_handle().abort(),
         "a second request changes nothing"
     );
-    let polls_before = polls.load(crate::sync::Ordering::Relaxed);
+    let polls_before = polls.load(crate::base::sync::Ordering::Relaxed);
     drop(c);
     assert_eq!(
-        polls.load(crate::sync::Ordering::Relaxed),
+        polls.load(crate::base::sync::Ordering::Relaxed),
         polls_before,
         "destroy after abort has nothing to drain"
     );
     assert_eq!(
-        closes.load(crate::sync::Ordering::Relaxed),
+        closes.load(crate::base::sync::Ordering::Relaxed),
         1,
         "closed once"
     );
@@ -1186,8 +1189,8 @@ fn abort_from_another_thread_is_applied_at_the_next_progress_and_destroy_is_clea
 
 /// A comm over a [`SlowCancelTransport`] confirming after `confirm` polls, with `max_polls`
 /// as its drain budget, and its poll counter.
-fn slow_comm(confirm: u64, max_polls: u64) -> (Comm, PlainArc<crate::sync::AtomicU32>) {
-    use crate::progress::testing::SlowCancelTransport;
+fn slow_comm(confirm: u64, max_polls: u64) -> (Comm, PlainArc<crate::base::sync::AtomicU32>) {
+    use crate::testing::SlowCancelTransport;
     let t = SlowCancelTransport {
         confirm_after_polls: confirm,
         ..SlowCancelTransport::default()
@@ -1224,7 +1227,7 @@ fn a_stepped_stop_holds_the_ops_until_the_cancels_are_confirmed() {
     let (mut c, polls) = slow_comm(14, 1_000);
     two_active_ops_with_requests(&mut c);
     let cap = c.stream(0).capacity();
-    let before = u64::from(polls.load(crate::sync::Ordering::Relaxed));
+    let before = u64::from(polls.load(crate::base::sync::Ordering::Relaxed));
     // Step 1: cancels, holds the op with requests, frees the other, polls at most 4 times.
     assert_eq!(step(&mut c, 0), (Ok(()), false));
     let st = c.stream(0);
@@ -1234,7 +1237,7 @@ fn a_stepped_stop_holds_the_ops_until_the_cancels_are_confirmed() {
     assert_eq!(st.pool().len(), cap - 1, "the op without requests is free");
     assert!(st.active().is_empty() && st.no_blocks_filed());
     assert_eq!(
-        u64::from(polls.load(crate::sync::Ordering::Relaxed)) - before,
+        u64::from(polls.load(crate::base::sync::Ordering::Relaxed)) - before,
         STOP_STEP_POLLS
     );
     // Meanwhile the stream takes no new block and no progress; other streams do.
@@ -1253,7 +1256,7 @@ fn a_stepped_stop_holds_the_ops_until_the_cancels_are_confirmed() {
     assert_eq!(tick(&mut c, 1, 1), (false, true));
     // Polls so far: 1 (the first progress), 4 (step 1), 1 (stream 1's round). Step 2 (polls
     // 7..10) finds them pending, step 3 sees them confirmed at the 14th poll overall.
-    assert_eq!(polls.load(crate::sync::Ordering::Relaxed), 6);
+    assert_eq!(polls.load(crate::base::sync::Ordering::Relaxed), 6);
     let mut steps = 1;
     loop {
         steps += 1;
@@ -1263,7 +1266,7 @@ fn a_stepped_stop_holds_the_ops_until_the_cancels_are_confirmed() {
         assert!(steps < 10, "bounded");
     }
     assert_eq!(steps, 3);
-    assert_eq!(polls.load(crate::sync::Ordering::Relaxed), 14);
+    assert_eq!(polls.load(crate::base::sync::Ordering::Relaxed), 14);
     let st = c.stream(0);
     assert!(!st.closing());
     assert_eq!(st.closing_ops(), 0);
@@ -1276,7 +1279,7 @@ fn a_stepped_stop_holds_the_ops_until_the_cancels_are_confirmed() {
     assert_eq!(c.fatal_error(), None);
     // The stream is reusable; a step on an empty stream is done at once, polling nothing.
     assert_eq!(step(&mut c, 0), (Ok(()), true));
-    assert_eq!(polls.load(crate::sync::Ordering::Relaxed), 14);
+    assert_eq!(polls.load(crate::base::sync::Ordering::Relaxed), 14);
     c.start_scripted(0, 2, &[after(1)]).unwrap();
 }
 
@@ -1285,12 +1288,12 @@ fn a_stepped_stop_at_the_drain_limit_orphans_and_fails_with_timeout() {
     let (mut c, polls) = slow_comm(u64::MAX, 10);
     two_active_ops_with_requests(&mut c);
     let cap = c.stream(0).capacity();
-    let base = polls.load(crate::sync::Ordering::Relaxed);
+    let base = polls.load(crate::base::sync::Ordering::Relaxed);
     assert_eq!(step(&mut c, 0), (Ok(()), false));
     assert_eq!(step(&mut c, 0), (Ok(()), false));
     // The budget of 10 polls runs out in the third step.
     assert_eq!(step(&mut c, 0), (Err(NrtStatus::Timeout), true));
-    assert_eq!(polls.load(crate::sync::Ordering::Relaxed) - base, 10);
+    assert_eq!(polls.load(crate::base::sync::Ordering::Relaxed) - base, 10);
     assert_eq!(c.fatal_error(), Some(NrtStatus::Timeout));
     assert_eq!(c.orphan_count(), 2);
     let st = c.stream(0);
@@ -1309,7 +1312,7 @@ fn the_synchronous_stop_finishes_a_stepped_teardown_and_destroy_drains_one() {
     assert_eq!(step(&mut c, 2), (Ok(()), false));
     // stop drains before it returns (the C ABI's contract).
     assert_eq!(c.stop(0), Ok(()));
-    assert!(polls.load(crate::sync::Ordering::Relaxed) >= 30);
+    assert!(polls.load(crate::base::sync::Ordering::Relaxed) >= 30);
     assert!(!c.stream(0).closing());
     assert_eq!(c.stream(0).pool().len(), c.stream(0).capacity());
     // Stream 2 is still closing (its requests were confirmed by the polls of stream 0's
@@ -1318,12 +1321,12 @@ fn the_synchronous_stop_finishes_a_stepped_teardown_and_destroy_drains_one() {
     drop(c);
 }
 
-static PARKS: crate::sync::AtomicU32 = crate::sync::AtomicU32::new(0);
-static PARKED_NS: crate::sync::AtomicU32 = crate::sync::AtomicU32::new(0);
+static PARKS: crate::base::sync::AtomicU32 = crate::base::sync::AtomicU32::new(0);
+static PARKED_NS: crate::base::sync::AtomicU32 = crate::base::sync::AtomicU32::new(0);
 
 fn count_park(ns: u64) {
-    PARKS.fetch_add(1, crate::sync::Ordering::Relaxed);
-    PARKED_NS.fetch_max(ns as u32, crate::sync::Ordering::Relaxed);
+    PARKS.fetch_add(1, crate::base::sync::Ordering::Relaxed);
+    PARKED_NS.fetch_max(ns as u32, crate::base::sync::Ordering::Relaxed);
 }
 
 #[test]
@@ -1341,11 +1344,11 @@ fn a_synchronous_drain_spins_then_relaxes_then_parks_with_backoff() {
     );
     // Polls 1..=64 spin, 65..=1088 relax; from poll 1088 on each poll but the budget's last
     // (1108) is followed by a park: 20 parks.
-    assert_eq!(PARKS.load(crate::sync::Ordering::Relaxed), 20);
+    assert_eq!(PARKS.load(crate::base::sync::Ordering::Relaxed), 20);
     // 10 us doubling: 10, 20, 40, ... capped at 1 ms.
     assert_eq!(DRAIN_PARK_FIRST_NS << 6, 640_000);
     assert_eq!(
-        u64::from(PARKED_NS.load(crate::sync::Ordering::Relaxed)),
+        u64::from(PARKED_NS.load(crate::base::sync::Ordering::Relaxed)),
         DRAIN_PARK_MAX_NS
     );
     // The stepped teardown never parks.
@@ -1356,7 +1359,7 @@ fn a_synchronous_drain_spins_then_relaxes_then_parks_with_backoff() {
         let mut done = false;
         let _ = c.stop_step(0, &mut done);
     }
-    assert_eq!(PARKS.load(crate::sync::Ordering::Relaxed), 20);
+    assert_eq!(PARKS.load(crate::base::sync::Ordering::Relaxed), 20);
 }
 
 // ---------------------------------------------------------------- invalidate_range

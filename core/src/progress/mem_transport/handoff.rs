@@ -32,7 +32,7 @@
 use alloc::vec::Vec;
 use core::fmt;
 
-use crate::sync::{AtomicU32, Ordering};
+use crate::base::sync::{AtomicU32, Ordering};
 
 /// The state of one posted send, as stored in [`SendShared::state`].
 #[repr(u32)]
@@ -114,7 +114,7 @@ pub enum Payload {
     Lent(LentBuf),
 }
 
-/// The part of a posted send that both endpoints reach (through `crate::sync::Arc`).
+/// The part of a posted send that both endpoints reach (through `crate::base::sync::Arc`).
 pub struct SendShared {
     /// A [`SendState`] as `u32` (32-bit word: `thumbv7em` has no 64-bit atomics).
     state: AtomicU32,
@@ -261,7 +261,7 @@ impl SendShared {
                 {
                     let now = self.state.load(Ordering::Acquire);
                     if now == from as u32 {
-                        crate::sync::spin_loop();
+                        crate::base::sync::spin_loop();
                         self.state.store(to as u32, Ordering::Relaxed);
                         Ok(())
                     } else {

@@ -14,8 +14,8 @@ use std::vec;
 use std::vec::Vec;
 
 use super::*;
+use crate::base::status::NrtStatus;
 use crate::progress::net::make_tag;
-use crate::status::NrtStatus;
 
 // ---------------------------------------------------------------------------------------------
 // Helpers

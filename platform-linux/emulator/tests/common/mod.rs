@@ -17,20 +17,21 @@ use proxy_collectives::planner::data::{count_wrong, fill_input, POISON};
 use proxy_collectives::planner::{
     plan, Addresses, Collective, DataType, Instr, OpWord, PlanParams, RankPlan, Side,
 };
+use proxy_core::base::host_word::HostWord;
+use proxy_core::base::status::NrtStatus;
+use proxy_core::base::time::MonotonicClock;
 use proxy_core::driver::queue::{ProxyQueue, QueueConfig, SlotHandle, TaskBox};
 use proxy_core::driver::record::TaskRecord;
 use proxy_core::driver::task::{
     BarrierTask, BarrierTaskSpec, BlockFifos, CommHandle, NetworkTask, NetworkTaskSpec,
     SharedMemBarrier,
 };
-use proxy_core::driver::trigger::{HostWord, TriggerWords, TRIGGER_ARMED};
+use proxy_core::driver::trigger::{TriggerWords, TRIGGER_ARMED};
 use proxy_core::driver::wake::{ThreadPark, Waiter};
 use proxy_core::progress::comm::{Comm, CommConfig};
 use proxy_core::progress::device::DirectHostWords;
 use proxy_core::progress::mem_transport::MemFabric;
 use proxy_core::seam::SeamTable;
-use proxy_core::status::NrtStatus;
-use proxy_core::time::MonotonicClock;
 use proxy_emulator::{DeviceError, DeviceThread, Job, PolledDevice, WaitPolicy, WaitingFor};
 
 /// Ranks of the collective.

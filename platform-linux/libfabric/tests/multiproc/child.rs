@@ -14,17 +14,18 @@ use std::time::{Duration, Instant};
 use std::ffi::c_void;
 
 use proxy_bootstrap::{Bootstrap, BootstrapConfig, SharedBootstrap};
+use proxy_core::base::desc::{NetDestAddr, NetOpInfo, NetSrcAddr, EXEC_COMPLETE, NET_TRANSFER};
+use proxy_core::base::host_word::HostWord;
+use proxy_core::base::time::MonotonicClock;
 use proxy_core::driver::queue::TaskBox;
 use proxy_core::driver::record::TaskRecord;
 use proxy_core::driver::task::{
     BarrierTask, BarrierTaskSpec, BlockFifos, CommHandle, NetworkTask, NetworkTaskSpec,
 };
-use proxy_core::driver::trigger::{HostWord, TriggerWords};
+use proxy_core::driver::trigger::TriggerWords;
 use proxy_core::progress::comm::Comm;
-use proxy_core::progress::desc::{NetDestAddr, NetOpInfo, NetSrcAddr, EXEC_COMPLETE, NET_TRANSFER};
 use proxy_core::progress::device::DirectHostWords;
 use proxy_core::seam::SeamTable;
-use proxy_core::time::MonotonicClock;
 use proxy_core::NrtStatus;
 use proxy_libfabric::net_setup::{open_libfabric_comm, LibfabricCommConfig};
 use proxy_libfabric::Options;

@@ -14,11 +14,11 @@ use crate::progress::net::{NetError, Posted, RequestId, TestOutcome, Transport};
 use crate::progress::scripted::ScriptTable;
 use core::ffi::{c_int, c_void};
 
+use crate::base::desc::{NetDestAddr, NetOpInfo, NetSrcAddr};
+use crate::base::status::NrtStatus;
+use crate::base::sync::{AtomicBool, AtomicU32, Ordering, PlainArc};
 use crate::driver::task::{BlockFifos, CommHandle};
-use crate::progress::desc::{NetDestAddr, NetOpInfo, NetSrcAddr};
 use crate::seam::SeamTable;
-use crate::status::NrtStatus;
-use crate::sync::{AtomicBool, AtomicU32, Ordering, PlainArc};
 
 /// A transport with no peers: posts fail with `Invalid`, `poll` counts calls.
 ///

@@ -2,7 +2,7 @@
 //!
 //! The submission ring (producer: a comm's thread, consumer: the worker) and the status ring
 //! (producer: the worker, consumer: the comm's thread) of every proxy-queue slot, and the
-//! in-memory transport's per-pair mailboxes, are this ring. Written against [`crate::sync`] so the
+//! in-memory transport's per-pair mailboxes, are this ring. Written against [`crate::base::sync`] so the
 //! loom models check the exact code that ships.
 //!
 //! Shape (after rtrb): `head` (next slot to read, written only by the consumer) and `tail` (next
@@ -17,7 +17,7 @@ use alloc::boxed::Box;
 use alloc::vec::Vec;
 use core::mem::MaybeUninit;
 
-use crate::sync::{Arc, AtomicUsize, CachePadded, Ordering, UnsafeCell};
+use crate::base::sync::{Arc, AtomicUsize, CachePadded, Ordering, UnsafeCell};
 
 struct Shared<T> {
     /// Next index the consumer reads; written by the consumer only (release), in any `usize`
@@ -62,7 +62,7 @@ impl<T> Drop for Shared<T> {
 ///
 /// # Examples
 /// ```
-/// let (mut tx, mut rx) = proxy_core::driver::ring::channel::<u32>(4);
+/// let (mut tx, mut rx) = proxy_core::base::ring::channel::<u32>(4);
 /// tx.push(7).unwrap();
 /// assert_eq!(rx.pop(), Some(7));
 /// assert_eq!(rx.pop(), None);

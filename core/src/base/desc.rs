@@ -6,6 +6,11 @@
 //!
 //! Seed: `enc_fifo_set` (`net_ops_info_fifo`, `src_addr_fifo`, `dest_addr_fifo`), §3.
 
+/// Streams per comm: stream ids are `0..NUM_STREAMS`, in the two stream bits of a tag. The
+/// one stream count of the engine (the driver's network tasks and the C ABI's
+/// `NCCOM_NUM_STREAMS` use it). Seed: `proxyStateStream`, `ncclProxyState` × 4, §4.
+pub const NUM_STREAMS: usize = 4;
+
 /// Mark of a FIFO entry that is neither the last of its op nor of the execution.
 pub const NET_TRANSFER: u32 = 0;
 /// Mark of the last entry of an op.

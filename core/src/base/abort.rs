@@ -20,8 +20,8 @@
 //!
 //! Seed: none (the seed has no abort; `nrt_close` waits for the proxy); docs/design.md §9.
 
-use crate::status::NrtStatus;
-use crate::sync::{Arc, AtomicU32, Ordering};
+use crate::base::status::NrtStatus;
+use crate::base::sync::{Arc, AtomicU32, Ordering};
 
 /// A comm's abort request, shared by the comm, its tasks and any thread that may abort it.
 ///
