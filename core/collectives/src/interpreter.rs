@@ -87,6 +87,7 @@ use core::fmt;
 
 use proxy_core::base::host_word::HostWord;
 use proxy_core::base::host_word::HOST_INDEX_READY;
+use proxy_core::base::state::{self, Machine};
 
 use crate::planner::kernels::reduce_raw;
 use crate::planner::{Addresses, BlockPlans, Instr, OpWord, RankPlan, Side};
@@ -413,19 +414,24 @@ pub enum Stage {
     Failed,
 }
 
-impl Stage {
-    /// `true` for the edges of the diagram (module docs).
-    fn edge_ok(self, to: Stage) -> bool {
+impl Machine for Stage {
+    const NAME: &'static str = "device";
+
+    /// The numbered edges of the diagram (module docs).
+    fn edge(from: Self, to: Self) -> Option<u8> {
         use Stage::*;
-        match (self, to) {
-            (_, Launched) | (_, Idle) => true,
-            (Launched, NetWait)
-            | (Launched, Program { rep: 0 })
-            | (NetWait, Program { rep: 0 }) => true,
-            (Program { rep: a }, Program { rep: b }) => b == a + 1,
-            (Program { .. }, BarrierWait) | (Program { .. }, Done) | (BarrierWait, Done) => true,
-            (Launched | NetWait | Program { .. } | BarrierWait, Failed) => true,
-            _ => false,
+        match (from, to) {
+            (_, Launched) => Some(1),
+            (Launched, NetWait) => Some(2),
+            (NetWait, Program { rep: 0 }) => Some(3),
+            (Launched, Program { rep: 0 }) => Some(4),
+            (Program { rep: a }, Program { rep: b }) if b == a + 1 => Some(5),
+            (Program { .. }, BarrierWait) => Some(6),
+            (Program { .. }, Done) => Some(7),
+            (BarrierWait, Done) => Some(8),
+            (Launched | NetWait | Program { .. } | BarrierWait, Failed) => Some(9),
+            (_, Idle) => Some(10),
+            _ => None,
         }
     }
 }
@@ -665,18 +671,11 @@ impl Device {
 }
 
 impl Exec {
-    /// The one transition function of [`Stage`] (module docs: the diagram).
+    /// The one transition function of [`Stage`] (module docs: the diagram), through
+    /// [`state::step`]: traces `state=A=>B`, refuses an edge the diagram does not have.
     fn set_stage(&mut self, to: Stage) {
-        log::trace!("device {} state={:?}=>{:?}", self.rank, self.stage, to);
-        if !self.stage.edge_ok(to) {
-            log::error!(
-                "device {}: stage {:?}=>{:?} is not an edge of the diagram",
-                self.rank,
-                self.stage,
-                to
-            );
-        }
-        self.stage = to;
+        let rank = self.rank;
+        let _ = state::step(&mut self.stage, to, &rank);
     }
 
     fn protocol(&self, what: String) -> DeviceError {

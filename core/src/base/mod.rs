@@ -1,7 +1,8 @@
 //! The vocabulary both halves speak, below both of them: the status codes ([`status`]), the
 //! one facade over atomics and locks ([`sync`]), the clock trait ([`time`]), the op descriptors
 //! and the stream count ([`desc`]), host-memory words ([`host_word`]), the abort flag
-//! ([`abort`]), the SPSC ring ([`ring`]) and the lines of a state dump ([`dump_lines`]).
+//! ([`abort`]), the SPSC ring ([`ring`]), the lines of a state dump ([`dump_lines`]) and the
+//! one idiom of every state machine ([`state`]).
 //!
 //! The layering rule: `base` imports nothing of the crate but `base`; the driver half
 //! (`crate::driver`) and the progress half (`crate::progress`) import `base` and meet
@@ -12,6 +13,7 @@ pub mod desc;
 pub mod dump_lines;
 pub mod host_word;
 pub mod ring;
+pub mod state;
 pub mod status;
 pub mod sync;
 pub mod time;

@@ -13,6 +13,7 @@
 
 use core::fmt;
 
+use crate::base::state::Machine;
 use crate::base::status::NrtStatus;
 use crate::base::sync::{AtomicU32, Ordering};
 
@@ -88,6 +89,29 @@ pub enum RunState {
     /// record, still waiting for its streams' cancelled requests to be confirmed (one bounded
     /// step per tick, docs/design.md §3). Not terminal: the buffers may still be in use.
     Closing = 5,
+}
+
+impl Machine for RunState {
+    const NAME: &'static str = "task";
+
+    /// The numbered edges of the diagram above (the lowest number where several join the same
+    /// two states). A task staying in its state (a status update) is not an edge.
+    fn edge(from: Self, to: Self) -> Option<u8> {
+        use RunState as S;
+        match (from, to) {
+            (S::Init, S::Done) => Some(1),
+            (S::Init, S::Progressing) => Some(2),
+            (S::Init, S::WaitingDeviceTrigger) => Some(3),
+            (S::WaitingDeviceTrigger, S::Progressing) => Some(4),
+            (S::Progressing, S::Idle) | (S::Idle, S::Progressing) => Some(5),
+            (S::Progressing | S::Idle, S::Done) => Some(6),
+            (S::WaitingDeviceTrigger, S::Done) => Some(7),
+            (S::Done, S::Init) => Some(10),
+            (S::Init | S::WaitingDeviceTrigger | S::Progressing | S::Idle, S::Closing) => Some(11),
+            (S::Closing, S::Done) => Some(12),
+            _ => None,
+        }
+    }
 }
 
 impl RunState {

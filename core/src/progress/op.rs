@@ -9,6 +9,7 @@ use core::mem::{offset_of, size_of};
 use core::ptr;
 
 use crate::base::desc::{NetDestAddr, NetSrcAddr};
+use crate::base::state::{self, Machine};
 use crate::base::status::NrtStatus;
 use crate::progress::device::DeviceCallbacks;
 use crate::progress::net::{RequestId, Transport};
@@ -237,11 +238,38 @@ impl OpState {
     pub const fn as_u32(self) -> u32 {
         self.0
     }
+}
 
-    /// `true` for the edges of the diagram above (1/4: DONE→HANDSHAKE, 2: HANDSHAKE→TRANSFER,
+impl Machine for OpState {
+    const NAME: &'static str = "op";
+
+    /// The edges of the diagram above (1/4: DONE→HANDSHAKE, 2: HANDSHAKE→TRANSFER,
     /// 3: TRANSFER→DONE, 5: HANDSHAKE→DONE).
-    pub const fn can_go_to(self, to: Self) -> bool {
-        matches!((self.0, to.0), (0, 1) | (1, 2) | (2, 0) | (1, 0))
+    fn edge(from: Self, to: Self) -> Option<u8> {
+        match (from, to) {
+            (Self::DONE, Self::HANDSHAKE) => Some(1),
+            (Self::HANDSHAKE, Self::TRANSFER) => Some(2),
+            (Self::TRANSFER, Self::DONE) => Some(3),
+            (Self::HANDSHAKE, Self::DONE) => Some(5),
+            _ => None,
+        }
+    }
+}
+
+/// An op as its transitions name it: `<kind> op <index> block <bb> peer <peer>`.
+struct OpName<'a>(&'a ProxyOp);
+
+impl core::fmt::Display for OpName<'_> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        let op = self.0;
+        write!(
+            f,
+            "{} {} block {} peer {}",
+            op.kind_name(),
+            op.net_op_idx,
+            op.basic_block_id,
+            op.peer
+        )
     }
 }
 
@@ -421,8 +449,7 @@ impl ProxyOp {
             Some(t) => t.clear(),
             None => self.alloc_request()?,
         }
-        self.set_state(OpState::HANDSHAKE);
-        Ok(())
+        self.set_state(OpState::HANDSHAKE)
     }
 
     /// The op's state.
@@ -430,30 +457,17 @@ impl ProxyOp {
         self.state
     }
 
-    /// The one transition function of the op state machine ([`OpState`]): logs
-    /// `state=A=>B` at trace level. An edge that is not in the diagram is a bug in an op kind:
-    /// it is logged as an error and taken anyway (the walk then fails or recycles the op as
-    /// its new state says), never a panic.
-    pub fn set_state(&mut self, to: OpState) {
-        let from = self.state;
-        if from.can_go_to(to) {
-            log::trace!(
-                "{} op {} block {} peer {}: state={from:?}=>{to:?}",
-                self.kind_name(),
-                self.net_op_idx,
-                self.basic_block_id,
-                self.peer
-            );
-        } else {
-            log::error!(
-                "{} op {} block {} peer {}: illegal state edge {from:?}=>{to:?}",
-                self.kind_name(),
-                self.net_op_idx,
-                self.basic_block_id,
-                self.peer
-            );
-        }
+    /// The one transition function of the op state machine ([`OpState`], through
+    /// [`state::check`]): traces `state=A=>B`; an edge that is not in the diagram is a bug in
+    /// an op kind: refused (the state is kept) and answered as an error, which fails the op's
+    /// stream like any progress error (a panic in a debug build).
+    ///
+    /// # Errors
+    /// [`NrtStatus::Failure`] for an edge the diagram does not have.
+    pub fn set_state(&mut self, to: OpState) -> Result<(), NrtStatus> {
+        state::check(self.state, to, &OpName(self)).map_err(|_| NrtStatus::Failure)?;
         self.state = to;
+        Ok(())
     }
 
     /// Clears the op back to the free state: all zero but for its request tracker, which is

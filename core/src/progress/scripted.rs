@@ -71,7 +71,7 @@ fn scripted_progress(op: &mut ProxyOp, ctx: &mut OpCtx<'_>) -> Result<(), NrtSta
     }
     op.idle = i32::from(t <= 64 && script.idle_mask & (1u64 << (t - 1)) != 0);
     if t >= script.complete_after.max(1) {
-        op.set_state(OpState::DONE);
+        op.set_state(OpState::DONE)?;
     }
     Ok(())
 }

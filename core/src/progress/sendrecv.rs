@@ -142,8 +142,7 @@ fn step(op: &mut ProxyOp, ctx: &mut OpCtx<'_>, send: bool) -> Result<(), NrtStat
                 ctx.device.inc_semaphore(op.handshake_sem_addr, 1)
             );
             op.idle = 0;
-            op.set_state(OpState::TRANSFER);
-            Ok(())
+            op.set_state(OpState::TRANSFER)
         }
         OpState::TRANSFER => transfer(op, ctx, send),
         OpState::DONE => Ok(()),
@@ -374,7 +373,7 @@ fn transfer(op: &mut ProxyOp, ctx: &mut OpCtx<'_>, send: bool) -> Result<(), Nrt
     }
     // State 0 only when every request has completed at the transport.
     if op.completed == n && op.credited == n {
-        op.set_state(OpState::DONE);
+        op.set_state(OpState::DONE)?;
     }
     Ok(())
 }

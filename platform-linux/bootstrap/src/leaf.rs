@@ -5,6 +5,7 @@ use std::io;
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
+use proxy_core::base::state::{self, Machine};
 use proxy_core::progress::net::MAX_COMM_ID;
 
 use crate::conn::{BoundedWait, Conn};
@@ -40,6 +41,24 @@ pub(crate) enum LeafState {
     Joined,
     /// Failed (terminal).
     Failed,
+}
+
+impl Machine for LeafState {
+    const NAME: &'static str = "bootstrap leaf";
+
+    /// The numbered edges of the diagram above.
+    fn edge(from: Self, to: Self) -> Option<u8> {
+        use LeafState as S;
+        match (from, to) {
+            (S::Connecting, S::AwaitPreface) => Some(1),
+            (S::AwaitPreface, S::AwaitWelcome) => Some(2),
+            (S::AwaitWelcome, S::Joined) => Some(3),
+            (S::Connecting, S::Failed) => Some(4),
+            (S::AwaitPreface, S::Failed) => Some(5),
+            (S::AwaitWelcome, S::Failed) => Some(6),
+            _ => None,
+        }
+    }
 }
 
 /// What happened to a leaf's bootstrap (the input of [`Leaf::on_event`]).
@@ -86,16 +105,11 @@ impl<'c> Leaf<'c> {
         }
     }
 
-    /// The one place the state changes (logged as `state=A=>B`).
+    /// The one place the state changes ([`state::step`]: traces `state=A=>B`, refuses an
+    /// edge the diagram does not have).
     fn set_state(&mut self, next: LeafState) {
-        log::debug!(
-            "bootstrap rank {}/{}: leaf state={:?}=>{:?}",
-            self.cfg.rank,
-            self.cfg.nranks,
-            self.state,
-            next
-        );
-        self.state = next;
+        let who = format_args!("rank {}/{}", self.cfg.rank, self.cfg.nranks);
+        let _ = state::step(&mut self.state, next, &who);
     }
 
     /// Runs the machine until it is [`LeafState::Joined`] (returning the welcome and the

@@ -6,6 +6,7 @@ use std::hash::{BuildHasher, Hasher};
 use std::io;
 use std::net::TcpListener;
 
+use proxy_core::base::state::{self, Machine};
 use proxy_core::progress::net::MAX_COMM_ID;
 use proxy_core::NrtStatus;
 
@@ -82,6 +83,25 @@ pub(crate) enum RootState {
     Failed,
 }
 
+impl Machine for RootState {
+    const NAME: &'static str = "bootstrap root";
+
+    /// The numbered edges of the diagram above.
+    fn edge(from: Self, to: Self) -> Option<u8> {
+        use RootState as S;
+        match (from, to) {
+            (S::Start, S::Admitting) => Some(1),
+            (S::Admitting, S::Welcoming) => Some(2),
+            (S::Welcoming, S::Ready) => Some(3),
+            (S::Start, S::Welcoming) => Some(4),
+            (S::Start, S::Failed) => Some(5),
+            (S::Admitting, S::Failed) => Some(6),
+            (S::Welcoming, S::Failed) => Some(7),
+            _ => None,
+        }
+    }
+}
+
 /// What happened to the root's bootstrap (the input of [`Root::on_event`]).
 enum RootEvent {
     /// The root address is listened on.
@@ -121,15 +141,11 @@ impl<'c> Root<'c> {
         }
     }
 
-    /// The one place the state changes (logged as `state=A=>B`).
+    /// The one place the state changes ([`state::step`]: traces `state=A=>B`, refuses an
+    /// edge the diagram does not have).
     fn set_state(&mut self, next: RootState) {
-        log::debug!(
-            "bootstrap rank 0/{}: root state={:?}=>{:?}",
-            self.cfg.nranks,
-            self.state,
-            next
-        );
-        self.state = next;
+        let who = format_args!("rank 0/{}", self.cfg.nranks);
+        let _ = state::step(&mut self.state, next, &who);
     }
 
     /// Runs the machine until it is [`RootState::Ready`] or [`RootState::Failed`].

@@ -481,11 +481,19 @@ fn waiting_for_names_the_word_and_the_value() {
         "device 2: timed out waiting for op 1 Recv complete semaphore 0x1000 to reach 5 (+2; \
          last value 4)"
     );
-    assert!(Stage::Launched.edge_ok(Stage::NetWait));
-    assert!(Stage::Program { rep: 0 }.edge_ok(Stage::Program { rep: 1 }));
-    assert!(!Stage::Program { rep: 0 }.edge_ok(Stage::Program { rep: 2 }));
-    assert!(!Stage::Done.edge_ok(Stage::BarrierWait));
-    assert!(!Stage::Idle.edge_ok(Stage::Failed));
+    use proxy_core::base::state::Machine;
+    assert_eq!(Stage::edge(Stage::Launched, Stage::NetWait), Some(2));
+    assert_eq!(
+        Stage::edge(Stage::Program { rep: 0 }, Stage::Program { rep: 1 }),
+        Some(5)
+    );
+    assert_eq!(
+        Stage::edge(Stage::Program { rep: 0 }, Stage::Program { rep: 2 }),
+        None
+    );
+    assert_eq!(Stage::edge(Stage::Done, Stage::BarrierWait), None);
+    assert_eq!(Stage::edge(Stage::Idle, Stage::Failed), None);
+    assert_eq!(Stage::edge(Stage::Done, Stage::Idle), Some(10));
 }
 
 /// The early-send overwrite never covers a range a receive posted early may land in: op 0

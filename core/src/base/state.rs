@@ -1,0 +1,148 @@
+//! The one idiom of every state machine in the project.
+//!
+//! A machine is an enum (or a newtype with named constants) of states that implements
+//! [`Machine`]: its legal edges live in one place, [`Machine::edge`], a `match` that answers
+//! the number of the edge in the machine's diagram (every machine's doc comment draws the
+//! diagram with numbered edges, and the code that takes an edge cites its number). Every
+//! change of state goes through one transition function, [`step`] (or [`check`] for a machine
+//! whose state lives in an atomic and changes by compare-and-swap): it traces `state=A=>B` and
+//! refuses an edge the diagram does not have: an error log and an [`IllegalEdge`] in a release
+//! build, a panic in a debug build (a bug in the caller, found by the tests).
+//!
+//! ```text
+//!   step(&mut state, to, who)
+//!     ├─ Machine::edge(state, to) = Some(n) ──► trace "<name> <who>: state=A=>B (edge n)", state = to, Ok(n)
+//!     └─ None ──► error "<name> <who>: illegal edge A=>B", debug: panic; release: Err(IllegalEdge), state kept
+//! ```
+//!
+//! Machines built on it: the op state (`progress::op::OpState`), the task run state
+//! (`driver::record::RunState`), the device model's stage (`proxy-collectives`), the bootstrap
+//! root and leaf (`proxy-bootstrap`). The machines whose state lives in an atomic shared
+//! between threads (the slot and invalidation cells, `driver::queue` and `driver::inval`, and
+//! the in-memory transport's send handoff) are the same idiom in its lock-free form: an enum of
+//! numbered edges is their table (`SlotEdge::states`, ...), one transition function takes an
+//! edge by compare-and-swap of its `from` state to its `to` state, traces `state=A=>B`, and
+//! refuses (changes nothing) when the CAS finds another state.
+//!
+//! Seed: none (the seed's state machines are ad hoc integer fields); docs/design.md §4.
+
+use core::fmt;
+
+/// A state machine's states and its table of legal edges.
+pub trait Machine: Copy + PartialEq + fmt::Debug {
+    /// The machine's name in traces and errors (`"op"`, `"task"`, `"slot"`, ...).
+    const NAME: &'static str;
+
+    /// The number of the edge `from => to` in the machine's diagram, `None` when the diagram
+    /// has no such edge. Where several numbered edges join the same two states, the lowest.
+    fn edge(from: Self, to: Self) -> Option<u8>;
+}
+
+/// An edge that [`Machine::edge`] does not have: the transition was refused and the state kept.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct IllegalEdge<S> {
+    /// The state the machine was (and stays) in.
+    pub from: S,
+    /// The state asked for.
+    pub to: S,
+}
+
+impl<S: Machine> fmt::Display for IllegalEdge<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "illegal {} state edge {:?}=>{:?}",
+            S::NAME,
+            self.from,
+            self.to
+        )
+    }
+}
+
+/// Checks the edge `from => to` of `S` for the object `who` (e.g. `"slot=3"`): traces
+/// `<name> <who>: state=A=>B (edge n)` and answers the edge's number, or logs the illegal edge
+/// at error level and answers [`IllegalEdge`] (a panic in a debug build).
+///
+/// # Errors
+/// [`IllegalEdge`] when the diagram has no edge `from => to`.
+pub fn check<S: Machine>(from: S, to: S, who: &dyn fmt::Display) -> Result<u8, IllegalEdge<S>> {
+    match S::edge(from, to) {
+        Some(n) => {
+            log::trace!("{} {who}: state={from:?}=>{to:?} (edge {n})", S::NAME);
+            Ok(n)
+        }
+        None => {
+            let e = IllegalEdge { from, to };
+            log::error!("{} {who}: {e}", S::NAME);
+            debug_assert!(false, "{} {who}: {e}", S::NAME);
+            Err(e)
+        }
+    }
+}
+
+/// The one transition function of a machine whose state its owner holds: [`check`], then
+/// `*state = to` when the edge is legal (the state is kept when it is not).
+///
+/// # Errors
+/// [`IllegalEdge`] when the diagram has no edge from `*state` to `to`.
+pub fn step<S: Machine>(
+    state: &mut S,
+    to: S,
+    who: &dyn fmt::Display,
+) -> Result<u8, IllegalEdge<S>> {
+    let n = check(*state, to, who)?;
+    *state = to;
+    Ok(n)
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    enum Door {
+        Open,
+        Shut,
+        Locked,
+    }
+
+    impl Machine for Door {
+        const NAME: &'static str = "door";
+        fn edge(from: Self, to: Self) -> Option<u8> {
+            match (from, to) {
+                (Door::Open, Door::Shut) => Some(1),
+                (Door::Shut, Door::Open) => Some(2),
+                (Door::Shut, Door::Locked) => Some(3),
+                (Door::Locked, Door::Shut) => Some(4),
+                _ => None,
+            }
+        }
+    }
+
+    #[test]
+    fn a_legal_edge_is_taken_and_numbered() {
+        let mut d = Door::Open;
+        assert_eq!(step(&mut d, Door::Shut, &"front"), Ok(1));
+        assert_eq!(step(&mut d, Door::Locked, &"front"), Ok(3));
+        assert_eq!(d, Door::Locked);
+    }
+
+    #[test]
+    #[cfg_attr(
+        debug_assertions,
+        should_panic(expected = "illegal door state edge Open=>Locked")
+    )]
+    fn an_illegal_edge_is_refused_and_the_state_kept() {
+        let mut d = Door::Open;
+        let r = step(&mut d, Door::Locked, &"front");
+        // Release build: refused, not taken.
+        assert_eq!(
+            r,
+            Err(IllegalEdge {
+                from: Door::Open,
+                to: Door::Locked
+            })
+        );
+        assert_eq!(d, Door::Open);
+    }
+}
