@@ -1,0 +1,146 @@
+//! `--inject`: which fault on which rank (`inject_target`), the transport wrapper that injects
+//! it (`wrap_transport`), and the stalling transport of `stall-rank`.
+
+use super::*;
+
+/// `--inject`'s fault and target rank (default: the last rank).
+///
+/// # Errors
+/// A target that is not a rank.
+pub(super) fn inject_target(args: &Args) -> Result<Option<(FaultArg, u32)>, String> {
+    let Some(i) = args.inject else {
+        return Ok(None);
+    };
+    let rank = i.rank.unwrap_or(args.ranks - 1);
+    if rank >= args.ranks {
+        return Err(format!(
+            "--inject {}:{rank}: not a rank (ranks {})",
+            i.fault.name(),
+            args.ranks
+        ));
+    }
+    Ok(Some((i.fault, rank)))
+}
+
+/// How long a `stall-rank` stall lasts: twice the no-progress limit and a second (every peer
+/// has timed out by then; the run also releases it when it ends), [`STALL_LIMIT`] without a
+/// limit.
+///
+/// # Errors
+/// A bad `NEURON_RT_EXEC_TIMEOUT`.
+pub(super) fn stall_limit(_args: &Args) -> Result<Duration, String> {
+    let cfg = Config::from_env().map_err(|e| e.to_string())?;
+    Ok(cfg.exec_timeout.map_or(STALL_LIMIT, |t| {
+        (t * 2 + Duration::from_secs(1)).min(STALL_LIMIT)
+    }))
+}
+
+/// Rank `r`'s transport with `--inject`'s transport fault when `r` is the target:
+/// `error-completion` and `eagain-storm` through core's `FaultTransport` (after 16 posts, so the
+/// run gets going; seed = the rank), `stall-rank` through [`StallTransport`].
+pub(super) fn wrap_transport(
+    target: Option<(FaultArg, u32)>,
+    r: u32,
+    t: Box<dyn Transport>,
+    release: &Arc<AtomicBool>,
+    stall_for: Duration,
+) -> Box<dyn Transport> {
+    let Some((fault, _)) = target.filter(|&(_, rank)| rank == r) else {
+        return t;
+    };
+    let t_name = t.name().to_owned();
+    let plan = FaultPlan {
+        seed: u64::from(r),
+        after_posts: 16,
+        ..FaultPlan::default()
+    };
+    match fault {
+        FaultArg::ErrorCompletion => Box::new(FaultTransport::new(
+            t,
+            FaultPlan {
+                error_completion: PPM,
+                ..plan
+            },
+        )),
+        FaultArg::EagainStorm => Box::new(FaultTransport::new(
+            t,
+            FaultPlan {
+                eagain: 200_000,
+                eagain_burst: 16,
+                delay: 100_000,
+                delay_polls: 8,
+                ..plan
+            },
+        )),
+        FaultArg::StallRank => Box::new(StallTransport {
+            inner: t,
+            polls: 0,
+            after: 8,
+            release: release.clone(),
+            limit: stall_for,
+            name: format!("stall({})", t_name),
+        }),
+        _ => t,
+    }
+}
+
+impl Transport for StallTransport {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn max_msg_size(&self) -> u64 {
+        self.inner.max_msg_size()
+    }
+
+    fn poll(&mut self) -> Result<(), NetError> {
+        self.polls += 1;
+        if self.polls == self.after {
+            log::warn!("--inject stall-rank: the driving thread stops (blocked in poll)");
+            let end = Instant::now() + self.limit;
+            while !self.release.load(Ordering::Acquire) && Instant::now() < end {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            log::warn!("--inject stall-rank: the driving thread goes on");
+        }
+        self.inner.poll()
+    }
+
+    unsafe fn isend(
+        &mut self,
+        peer: u32,
+        buf: *const u8,
+        size: u64,
+        tag: u64,
+    ) -> Result<Option<Posted>, NetError> {
+        // SAFETY: forwarded under this function's contract.
+        unsafe { self.inner.isend(peer, buf, size, tag) }
+    }
+
+    unsafe fn irecv(
+        &mut self,
+        peer: u32,
+        buf: *mut u8,
+        size: u64,
+        tag: u64,
+    ) -> Result<Option<Posted>, NetError> {
+        // SAFETY: forwarded under this function's contract.
+        unsafe { self.inner.irecv(peer, buf, size, tag) }
+    }
+
+    fn test(&mut self, request: RequestId) -> Result<TestOutcome, NetError> {
+        self.inner.test(request)
+    }
+
+    fn cancel(&mut self, request: RequestId) -> Result<(), NetError> {
+        self.inner.cancel(request)
+    }
+
+    fn close(&mut self) -> Result<(), NetError> {
+        self.inner.close()
+    }
+
+    fn dump_state(&self, out: &mut dyn std::fmt::Write) -> std::fmt::Result {
+        self.inner.dump_state(out)
+    }
+}

@@ -1,0 +1,580 @@
+//! The measurement: ranks, buffers, host words, device emulators and the proxy engine; per
+//! size, warm-up, timed iterations and checked runs, out of place and in place.
+//!
+//! A [`World`] runs the *local* ranks of the comm: every rank with the in-process transport
+//! ([`World::new`]), or the one rank of this process when ranks are processes over libfabric
+//! ([`World::join`]); then the processes combine their wrong counts and timings with a
+//! bootstrap all-gather after each measurement, so every process reports the same row.
+
+use std::io::Write as _;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use proxy_abi::{
+    NccomCommConfig, NccomDeviceCallbacks, NccomHostWord, NccomLibfabricDesc, NccomTransportDesc,
+    NCCOM_TRANSPORT_MEM,
+};
+use proxy_collectives::planner::data::{count_wrong, fill_input, POISON};
+use proxy_collectives::planner::{
+    plan_blocks, Addresses, BlockPlans, Collective, Fifos, NecOptions, PlanParams,
+};
+use proxy_core::base::status::NrtStatus;
+use proxy_core::driver::trigger::TRIGGER_ARMED;
+use proxy_core::progress::comm::{Comm, CommConfig};
+use proxy_core::progress::fault::{FaultPlan, FaultTransport, PPM};
+use proxy_core::progress::mem_transport::MemFabric;
+use proxy_core::progress::net::{NetError, Posted, RequestId, TestOutcome, Transport};
+use proxy_core::progress::stats::ProtocolStats;
+
+use super::args::{Args, DeviceArg, DriverArg, FaultArg};
+use super::engine::{
+    counting_loaded_seam, seam_starts, DriverEngine, DriverRank, Engine, EngineBarrier, EngineComm,
+    Execution,
+};
+use proxy_bootstrap::SharedBootstrap;
+use proxy_collectives::interpreter::JobBlock;
+use proxy_core::base::abort::AbortHandle;
+use proxy_core::base::time::{Clock, MonotonicClock};
+use proxy_core::driver::queue::DriveMode;
+use proxy_core::driver::wake::{ThreadPark, Waiter};
+use proxy_emulator::{DeviceError, DeviceThread, Fault, Job, PolledDevice, WaitPolicy};
+use proxy_runtime::hostmem::{HostMem, HostMemCallbacks, LINE};
+use proxy_runtime::loader::ProgressLib;
+use proxy_runtime::Config;
+
+/// Bytes between host words (each alone on a host-memory line).
+const WORD_STRIDE: u64 = LINE as u64;
+/// Trigger-word sets per rank (executions in flight at once).
+const TRIGGER_SETS: usize = 2;
+/// Network trigger words per set: one per stream, as the seed's
+/// `start_proxy_task_host_mem_addrs` (at most four per task).
+const NET_TRIGGERS: usize = proxy_core::base::desc::NUM_STREAMS;
+/// Host-memory lines of the fixed words: per set a network trigger word per stream and a
+/// barrier trigger word, then the barrier-done semaphore.
+const FIXED_LINES: usize = (NET_TRIGGERS + 1) * TRIGGER_SETS + 1;
+
+/// One side (out of place or in place) of a row.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Measure {
+    /// Time per iteration in µs.
+    pub time_us: f64,
+    /// Bytes / time in GB/s (1e9).
+    pub algbw: f64,
+    /// algbw × the collective's factor.
+    pub busbw: f64,
+    /// Wrong elements over every rank and checked run; `None` without checks.
+    pub wrong: Option<u64>,
+    /// Seam `start` calls during the timed iterations (all ranks).
+    pub timed_starts: u64,
+    /// Program executions the devices ran during the timed iterations (all ranks).
+    pub timed_device_execs: u64,
+    /// Bytes the devices saw received during the timed iterations (all ranks).
+    pub timed_recv_bytes: u64,
+    /// Bytes all ranks receive in one execution of the block.
+    pub recv_bytes_per_exec: u64,
+    /// (stream, block) parts filed per execution, summed over the ranks (each is one `start`
+    /// at the network task's INIT).
+    pub filed_blocks: u64,
+    /// Ops in the in-process comms' op pools (summed over ranks) after the warm-up and after
+    /// the checked runs: equal when recycled ops are filed again instead of new ones taken;
+    /// `None` with a loaded progress half.
+    pub pool_ops: Option<(u64, u64)>,
+}
+
+/// One rank's protocol counters after a run (`--stats`, `--json`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RankProtocol {
+    /// Global rank.
+    pub rank: u32,
+    /// The comm's counters since it was created, or why they could not be read (a loaded
+    /// library older than C ABI 1.2 answers `NRT_FAILURE`).
+    pub stats: Result<ProtocolStats, String>,
+}
+
+impl RankProtocol {
+    /// Words of one rank in the all-gather between processes.
+    const WORDS: usize = 10;
+
+    fn encode(&self, out: &mut Vec<u8>) {
+        let s = self.stats.clone().unwrap_or_default();
+        let words = [
+            u64::from(self.rank),
+            u64::from(self.stats.is_ok()),
+            s.starts,
+            s.block_switches,
+            s.early_send_completions,
+            s.recvs_posted_ahead,
+            s.max_recv_ahead,
+            s.index_wraps,
+            s.peak_outstanding_send,
+            s.peak_outstanding_recv,
+        ];
+        out.extend(words.iter().flat_map(|w| w.to_le_bytes()));
+    }
+
+    fn decode(b: &[u8]) -> Option<Vec<Self>> {
+        if !b.len().is_multiple_of(8 * Self::WORDS) {
+            return None;
+        }
+        let w = |c: &[u8], i: usize| {
+            u64::from_le_bytes(c[8 * i..8 * i + 8].try_into().expect("8 bytes"))
+        };
+        b.chunks(8 * Self::WORDS)
+            .map(|c| {
+                let stats = (w(c, 1) == 1)
+                    .then(|| ProtocolStats {
+                        starts: w(c, 2),
+                        block_switches: w(c, 3),
+                        early_send_completions: w(c, 4),
+                        recvs_posted_ahead: w(c, 5),
+                        max_recv_ahead: w(c, 6),
+                        index_wraps: w(c, 7),
+                        peak_outstanding_send: w(c, 8),
+                        peak_outstanding_recv: w(c, 9),
+                        ..ProtocolStats::new()
+                    })
+                    .ok_or_else(|| "not readable in its process".to_string());
+                Some(Self {
+                    rank: u32::try_from(w(c, 0)).ok()?,
+                    stats,
+                })
+            })
+            .collect()
+    }
+}
+
+/// One row of the table.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Row {
+    /// Bytes of the larger buffer (nccl-tests' `size`).
+    pub size: u64,
+    /// Elements per rank as nccl-tests prints them (its `paramcount`): of the whole buffer for
+    /// all-reduce, broadcast and send-recv; of one rank's block (`size / type size / nranks`)
+    /// for all-gather, reduce-scatter and all-to-all.
+    pub count: u64,
+    /// The algorithm used.
+    pub algorithm: &'static str,
+    /// Out of place.
+    pub oop: Measure,
+    /// In place.
+    pub ip: Measure,
+}
+
+/// Page-aligned-enough backing store (u64 words; the kernels need element alignment only).
+fn alloc_bytes(bytes: u64) -> Vec<u64> {
+    vec![u64::from_ne_bytes([POISON; 8]); (bytes as usize).div_ceil(8) + 1]
+}
+
+fn ptr(v: &mut [u64]) -> u64 {
+    v.as_mut_ptr() as usize as u64
+}
+
+/// A rank's buffers for one size: out-of-place input/output, the in-place shared buffer and
+/// scratch.
+struct RankMem {
+    input: Vec<u64>,
+    output: Vec<u64>,
+    shared: Vec<u64>,
+    scratch: Vec<u64>,
+}
+
+/// Per rank: its host-memory region: the fixed words (per trigger set a network trigger word
+/// per stream and a barrier trigger word, then barrier-done) on lines `0..FIXED_LINES`, then
+/// the plan's host words, one per line.
+struct FixedWords {
+    mem: Arc<HostMem>,
+}
+
+impl FixedWords {
+    fn addr(&self, line: usize) -> u64 {
+        self.mem.base_addr() + (line * LINE) as u64
+    }
+    fn plan_words(&self) -> u64 {
+        self.addr(FIXED_LINES)
+    }
+    fn net_trigger(&self, set: usize, stream: usize) -> u64 {
+        self.addr((NET_TRIGGERS + 1) * set + stream)
+    }
+    /// The network trigger words of set `set`: one per stream that has a part (stream 0's
+    /// when none has: the task still waits for its device).
+    fn net_triggers(&self, set: usize, plans: &BlockPlans) -> Vec<u64> {
+        let streams = plans.streams();
+        if streams.is_empty() {
+            return vec![self.net_trigger(set, 0)];
+        }
+        streams
+            .iter()
+            .map(|&s| self.net_trigger(set, s as usize))
+            .collect()
+    }
+    fn barrier_trigger(&self, set: usize) -> u64 {
+        self.addr((NET_TRIGGERS + 1) * set + NET_TRIGGERS)
+    }
+    fn barrier_done(&self) -> u64 {
+        self.addr((NET_TRIGGERS + 1) * TRIGGER_SETS)
+    }
+}
+
+/// Everything of one run.
+///
+/// Vectors indexed "by local index" hold one entry per rank of [`World::local`] order.
+pub struct World {
+    args: Args,
+    /// (worker spin, device/producer spins) in use, for the header.
+    spin: (std::time::Duration, u32),
+    collective: Collective,
+    /// The global ranks this process runs, ascending (every rank with the in-process
+    /// transport; one with libfabric).
+    local: Vec<u32>,
+    /// Set when the ranks are spread over processes: results are combined through it.
+    peers: Option<SharedBootstrap>,
+    /// The transport, for the header (`mem`, `libfabric (provider tcp;ofi_rxm)`).
+    transport: String,
+    /// Where the progress half comes from, for the header.
+    progress_half: String,
+    /// Who drives the proxy queues and how the devices run (resolved: flags, else the static
+    /// rule of [`default_modes`]).
+    modes: Modes,
+    /// No-progress limit of the tasks; in caller mode also each execution's drive deadline.
+    exec_timeout: Option<Duration>,
+    /// Dropped before the buffers below: the comms (and their transports' registrations) go
+    /// first.
+    engine: DriverEngine,
+    devices: Vec<RankDevice>,
+    /// By local index.
+    fixed: Vec<FixedWords>,
+    next_exec: u32,
+    /// `prepare` calls so far (the generation of the next [`Prepared`]).
+    preparations: u32,
+    /// Every local rank's barrier-done semaphore, by local index (the leader raises them all).
+    done_words: Vec<u64>,
+    /// The first failure: the world runs nothing after it (tasks may still be in flight).
+    failed: Option<String>,
+    /// Buffers kept until the engine is gone: of earlier rows when a transport may have
+    /// registered them (libfabric's registration cache does not watch the address space), and
+    /// of a failed row (tasks may still use them).
+    retired: Vec<Vec<RankMem>>,
+    /// `--inject stall-rank`: set to let the stalled driving thread go on.
+    stall_release: Arc<AtomicBool>,
+}
+
+/// The driver and device modes of a run (`--driver`, `--device`), and the thread counts the rule
+/// weighed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Modes {
+    /// Who drives the proxy queues.
+    pub driver: DriverArg,
+    /// How the device emulators run.
+    pub device: DeviceArg,
+    /// `true` when neither flag chose: [`default_modes`] did.
+    pub by_rule: bool,
+    /// Busy threads on this host in worker mode (every process of the run on this host).
+    pub thread_mode_threads: usize,
+    /// Busy threads on this host in caller + polled mode.
+    pub caller_mode_threads: usize,
+    /// CPUs this process may use.
+    pub cpus: usize,
+}
+
+impl Modes {
+    /// For the header, e.g. `driver caller, device polled (rule: worker mode needs 5 busy
+    /// threads, caller mode 2, 2 CPUs)`.
+    pub fn describe(&self) -> String {
+        let name = |d: DriverArg| match d {
+            DriverArg::Thread => "thread",
+            DriverArg::Caller => "caller",
+        };
+        let dev = match self.device {
+            DeviceArg::Thread => "thread",
+            DeviceArg::Polled => "polled",
+        };
+        let why = if self.by_rule {
+            format!(
+                " (rule: worker mode needs {} busy threads, caller mode {}, {} CPUs)",
+                self.thread_mode_threads, self.caller_mode_threads, self.cpus
+            )
+        } else {
+            " (flags)".into()
+        };
+        format!("driver {}, device {dev}{why}", name(self.driver))
+    }
+}
+
+/// What [`World::assemble`] takes.
+struct Assembly {
+    local: Vec<u32>,
+    /// By local index.
+    mems: Vec<Arc<HostMem>>,
+    engine: DriverEngine,
+    peers: Option<SharedBootstrap>,
+    transport: String,
+    progress_half: String,
+    spin: (std::time::Duration, u32),
+    wait: WaitPolicy,
+    /// By local index.
+    cpus: Vec<Option<usize>>,
+    modes: Modes,
+    exec_timeout: Option<Duration>,
+    stall_release: Arc<AtomicBool>,
+}
+
+/// One measured mode's plans and placements (by local index).
+struct Prepared {
+    /// Every non-empty (stream, block) part of each rank's collective.
+    plans: Vec<Arc<BlockPlans>>,
+    /// The whole rank's buffers and host words (each part's FIFOs and device program apply its
+    /// own word base).
+    addrs: Vec<Addresses>,
+    /// `(stream, block id, FIFOs)` of every part, filed at the network task's INIT.
+    fifos: Vec<Vec<(u32, u32, Fifos)>>,
+    /// The device programs of each rank's parts, with the addresses each runs with.
+    device: Vec<Vec<JobBlock>>,
+    /// Which `prepare` made it (unique in the World): with the reps, the shape key of its
+    /// executions' kept tasks and jobs.
+    generation: u32,
+}
+
+/// The key under which the tasks and device jobs of `prep`'s executions with `reps` program
+/// executions are kept for re-arming.
+fn shape_key(prep: &Prepared, reps: u32) -> u64 {
+    (u64::from(prep.generation) << 32) | u64::from(reps)
+}
+
+impl World {
+    /// Dumps every proxy queue of this process (`--dump-on-exit`; docs/design.md §6), waiting
+    /// up to 2 s for each driving thread (in caller mode with nothing driving, this thread
+    /// takes each queue's drive token and writes its dump itself).
+    pub fn dump_all(&self) {
+        self.engine.dump_all(Duration::from_secs(2));
+    }
+
+    /// After this process's run failed with `reason`: tells the other processes through the
+    /// bootstrap ([`proxy_bootstrap::Bootstrap::abort`]: a peer found lost within its grace is
+    /// named as lost, else every peer is told this rank aborted), so that none waits for its
+    /// exec timeout behind a clean close. Nothing to do when the ranks share this process.
+    pub fn abort_peers(&self, reason: &str) {
+        if let Some(peers) = &self.peers {
+            let told = peers.lock().abort(NrtStatus::Failure, reason);
+            log::debug!("proxy-perf: the other processes were told: {told}");
+        }
+    }
+
+    /// `--inject`: ends the run's accounting. Lets the stalled driving thread go
+    /// (`stall-rank`), lets every task still outstanding end by itself (bounded: the
+    /// no-progress limit and 2 s more), leaves every slot, prints every local rank's final
+    /// status (`# rank R: final status NRT_... (tasks T, reported T, twice 0)`) and answers the
+    /// first failure.
+    ///
+    /// # Errors
+    /// `rank R ended NRT_...` for the first local rank whose status is not a success.
+    pub fn finish(&mut self) -> Result<(), String> {
+        self.stall_release.store(true, Ordering::Release);
+        let clock = MonotonicClock;
+        let limit = self.exec_timeout.unwrap_or(Duration::from_secs(5)) + Duration::from_secs(2);
+        let deadline = clock
+            .now_ns()
+            .saturating_add(u64::try_from(limit.as_nanos()).unwrap_or(u64::MAX));
+        for d in &mut self.devices {
+            d.abort();
+        }
+        let stats = self.engine.settle_and_leave(deadline);
+        let mut first = None;
+        let mut out = std::io::stdout().lock();
+        for (rank, s) in &stats {
+            let _ = writeln!(
+                out,
+                "# rank {rank}: final status {} (tasks {}, reported {}, twice {})",
+                s.status().as_str(),
+                s.submitted,
+                s.reported,
+                s.twice
+            );
+            if s.status() != NrtStatus::Success && first.is_none() {
+                first = Some(format!("rank {rank} ended {}", s.status().as_str()));
+            }
+        }
+        let _ = out.flush();
+        match first {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// Every rank's protocol counters (docs/design.md §5, "Protocol counters"), in rank order:
+    /// this process's ranks read from their comms (in-process through `Comm::protocol_stats`,
+    /// a loaded library's through `nccom_comm_protocol_stats`), the other processes' ranks
+    /// gathered over the bootstrap (collective: every process of the run calls it). Call it
+    /// between rows or after the sweep, when no execution is in flight.
+    ///
+    /// # Errors
+    /// A message when the processes' all-gather fails or a process sent malformed counters.
+    pub fn protocol_stats(&self) -> Result<Vec<RankProtocol>, String> {
+        let mine: Vec<RankProtocol> = self
+            .engine
+            .protocol_stats()
+            .into_iter()
+            .map(|(rank, s)| RankProtocol {
+                rank,
+                stats: s.map_err(|e| format!("{} (C ABI older than 1.2?)", e.as_str())),
+            })
+            .collect();
+        let Some(peers) = &self.peers else {
+            return Ok(mine);
+        };
+        let mut bytes = Vec::new();
+        for r in &mine {
+            r.encode(&mut bytes);
+        }
+        let all = peers
+            .lock()
+            .all_gather(&bytes)
+            .map_err(|e| format!("gathering the protocol counters of the processes: {e}"))?;
+        let mut out = Vec::new();
+        for (p, b) in all.iter().enumerate() {
+            out.extend(RankProtocol::decode(b).ok_or_else(|| {
+                format!(
+                    "process {p} sent malformed protocol counters ({} bytes)",
+                    b.len()
+                )
+            })?);
+        }
+        out.sort_by_key(|r| r.rank);
+        Ok(out)
+    }
+
+    /// The global rank of this process's first rank (0 with the in-process transport): only
+    /// the process that runs rank 0 prints.
+    pub fn first_rank(&self) -> u32 {
+        self.local[0]
+    }
+
+    /// The transport, for the header: `mem`, or `libfabric (provider P)`.
+    pub fn transport_name(&self) -> &str {
+        &self.transport
+    }
+
+    /// Where the progress half comes from, for the header: `in-process`, or `loaded from PATH
+    /// through dlopen (C ABI V)`.
+    pub fn progress_half(&self) -> &str {
+        &self.progress_half
+    }
+
+    /// What runs the proxy (for the header).
+    pub fn engine_name(&self) -> String {
+        format!(
+            "{}; {}; worker spin {} us, device spins {}",
+            self.engine.describe(),
+            self.modes.describe(),
+            self.spin.0.as_micros(),
+            self.spin.1
+        )
+    }
+
+    /// The resolved driver and device modes.
+    pub fn modes(&self) -> Modes {
+        self.modes
+    }
+
+    /// The abort handles of this process's comms (in-process progress half only; none with
+    /// `--progress-lib`), for a caller that aborts a run from another thread (the soak test):
+    /// the run's tasks then end `NRT_CLOSED`, the running measurement returns an error and the
+    /// world runs nothing more; dropping it ends and frees everything.
+    pub fn abort_handles(&self) -> Vec<AbortHandle> {
+        self.engine.abort_handles()
+    }
+
+    /// Ranks per proxy queue in effect (`--ranks-per-proxy`, else the environment, else in
+    /// caller mode the local ranks spread over the CPUs).
+    pub fn ranks_per_proxy(&self) -> u32 {
+        self.engine.ranks_per_proxy()
+    }
+}
+
+/// One process's part of a measurement, combined over the processes of a run: the slowest
+/// process's time (a collective is done when its last rank is), everything else summed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Counts {
+    elapsed_ns: u64,
+    timed_starts: u64,
+    execs: u64,
+    bytes: u64,
+    wrong: Option<u64>,
+    recv_bytes_per_exec: u64,
+    filed_blocks: u64,
+    /// Op-pool sizes before and after (`None`: not visible).
+    pool: Option<(u64, u64)>,
+}
+
+/// A rank's device emulator: its own thread, or polled from the rank's driving thread.
+enum DeviceKind {
+    /// A `device-<rank>` thread.
+    Thread(DeviceThread),
+    /// Polled from the rank's driving thread between ticks (caller mode). Boxed: it holds the
+    /// interpreter's state inline.
+    Polled(Box<PolledDevice>),
+}
+
+/// A rank's device and the jobs of its last executions, kept per trigger set for the next
+/// execution of the same shape (no allocation per execution).
+struct RankDevice {
+    /// `--inject stall-device`: nothing is launched; the device never triggers.
+    stalled: bool,
+    dev: DeviceKind,
+    /// Per trigger set: `(shape key, job)` of its last finished execution.
+    jobs: [Option<(u64, Job)>; TRIGGER_SETS],
+    /// `(shape key, trigger set)` of the job the device holds now.
+    current: Option<(u64, usize)>,
+}
+
+/// What a group thread of a caller-mode run needs (read only): the group's ranks are the local
+/// indices `first..first + ranks.len()`.
+struct GroupRun<'a> {
+    /// Local index of the group's first rank.
+    first: usize,
+    fixed: &'a [FixedWords],
+    /// Every local rank's barrier-done semaphore (the leader raises them all).
+    done_words: &'a [u64],
+    prep: &'a Prepared,
+    reps: u32,
+    first_id: u32,
+    timeout_ns: Option<u64>,
+    spin: Duration,
+    /// The abort handles of every local comm: a group's device may wait for words that another
+    /// group's tasks raise (the barrier leader raises every local rank's barrier-done
+    /// semaphore), which an aborted comm never does.
+    aborts: &'a [AbortHandle],
+}
+
+/// `--inject stall-rank`: after `after` polls, `poll` blocks the driving thread (sleeping 1 ms
+/// at a time) until `release` is set or `limit` has passed: the rank's driver stops.
+struct StallTransport {
+    inner: Box<dyn Transport>,
+    polls: u64,
+    after: u64,
+    release: Arc<AtomicBool>,
+    limit: Duration,
+    name: String,
+}
+
+/// The longest a `stall-rank` stall lasts (the run releases it when it ends).
+const STALL_LIMIT: Duration = Duration::from_secs(120);
+
+impl Drop for World {
+    /// Lets a stalled driving thread go before the engine leaves its slots.
+    fn drop(&mut self) {
+        self.stall_release.store(true, Ordering::Release);
+    }
+}
+
+mod device;
+mod execute;
+mod inject;
+mod setup;
+
+use self::device::*;
+use self::inject::*;
+use self::setup::*;
+pub use self::setup::{
+    default_modes, oversubscribed, oversubscribed_procs, rank_cpus, wait_policy_from_env,
+};

@@ -1,0 +1,502 @@
+//! Setting a run up: the modes the CPUs allow (`default_modes`, the oversubscription rule, the
+//! wait policy, rank pinning), the comm configuration, the host-word layout, and the two ways to
+//! build a [`World`]: every rank in this process (`World::new`) or this process's one rank of a
+//! multi-process run (`World::join`), both through `World::assemble`.
+
+use super::*;
+
+pub(super) fn available_cpus() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// The static rule for the modes when no flag chooses, from the busy threads each needs on this
+/// host (`procs` processes of the run here, `local` ranks each): worker mode needs per process
+/// a device thread per rank, a worker per group (`thread_groups`) and the producer; caller +
+/// polled mode one thread per group (`caller_groups`).
+///
+/// 1. Worker mode when its threads fit on the CPUs (the seed's shape).
+/// 2. Else caller + polled when its threads fit.
+/// 3. Else worker mode: oversubscribed either way, and spinning callers then degrade more
+///    (measured here, 8 B all-reduce over libfabric with 4 processes on 2 CPUs: 53–110 µs in
+///    worker mode against 153–222 µs caller + polled; BENCHMARKS.md).
+///
+/// A flag given alone fixes its half; `--device polled` implies `--driver caller`.
+///
+/// # Errors
+/// `--driver thread --device polled` (a polled device needs the driving thread's hook).
+pub fn default_modes(
+    driver: Option<DriverArg>,
+    device: Option<DeviceArg>,
+    procs: u32,
+    local: u32,
+    thread_groups: u32,
+    caller_groups: u32,
+) -> Result<Modes, String> {
+    let cpus = available_cpus();
+    let procs = procs.max(1) as usize;
+    let thread_mode_threads = procs * (local as usize + thread_groups as usize + 1);
+    let caller_mode_threads = procs * caller_groups as usize;
+    let worker_fits = thread_mode_threads <= cpus;
+    let caller = !worker_fits && caller_mode_threads <= cpus;
+    let by_rule = driver.is_none() && device.is_none();
+    let (driver, device) = match (driver, device) {
+        (Some(DriverArg::Thread), Some(DeviceArg::Polled)) => {
+            return Err(
+                "--device polled runs from the driving thread's hook: it needs --driver caller"
+                    .into(),
+            )
+        }
+        (Some(d), Some(v)) => (d, v),
+        (Some(DriverArg::Thread), None) => (DriverArg::Thread, DeviceArg::Thread),
+        (Some(DriverArg::Caller), None) => (DriverArg::Caller, DeviceArg::Polled),
+        (None, Some(DeviceArg::Polled)) => (DriverArg::Caller, DeviceArg::Polled),
+        (None, Some(DeviceArg::Thread)) => (
+            if caller {
+                DriverArg::Caller
+            } else {
+                DriverArg::Thread
+            },
+            DeviceArg::Thread,
+        ),
+        (None, None) if caller => (DriverArg::Caller, DeviceArg::Polled),
+        (None, None) => (DriverArg::Thread, DeviceArg::Thread),
+    };
+    Ok(Modes {
+        driver,
+        device,
+        by_rule,
+        thread_mode_threads,
+        caller_mode_threads,
+        cpus,
+    })
+}
+
+/// The wait policy and proxy configuration of a run with `ranks` ranks (`procs` processes),
+/// its modes, and whether the machine is oversubscribed.
+pub(super) fn run_config(
+    args: &Args,
+    ranks: u32,
+    procs: u32,
+) -> Result<(Config, WaitPolicy, bool, Modes), String> {
+    let mut cfg = Config::from_env().map_err(|e| e.to_string())?;
+    if let Some(rpp) = args.ranks_per_proxy {
+        cfg.ranks_per_network_proxy = rpp;
+    }
+    let procs = procs.clamp(1, ranks.max(1));
+    let local = ranks.div_ceil(procs);
+    let groups = local.div_ceil(cfg.ranks_per_network_proxy.max(1));
+    // Caller mode groups the local ranks so its threads fit, unless the user chose.
+    let chosen = args.ranks_per_proxy.is_some()
+        || std::env::var_os("NEURON_RT_RANKS_PER_NETWORK_PROXY").is_some();
+    let caller_rpp = if chosen {
+        cfg.ranks_per_network_proxy.max(1)
+    } else {
+        (local as usize).div_ceil(available_cpus()).max(1) as u32
+    };
+    let modes = default_modes(
+        args.driver,
+        args.device,
+        procs,
+        local,
+        groups,
+        local.div_ceil(caller_rpp),
+    )?;
+    cfg.drive_mode = match modes.driver {
+        DriverArg::Thread => DriveMode::Thread,
+        DriverArg::Caller => DriveMode::Caller,
+    };
+    // Caller mode runs one thread per proxy group: unless the user chose the grouping, group
+    // the local ranks so that the threads fit on the CPUs (4 ranks on 2 CPUs: 2 per group).
+    if modes.driver == DriverArg::Caller {
+        cfg.ranks_per_network_proxy = caller_rpp;
+    }
+    let oversubscribed = match modes.driver {
+        DriverArg::Thread => oversubscribed_procs(ranks, cfg.ranks_per_network_proxy, procs),
+        // One thread per group on every process here (plus a device thread per rank with
+        // `--device thread`).
+        DriverArg::Caller => {
+            let devices = if modes.device == DeviceArg::Thread {
+                procs as usize * local as usize
+            } else {
+                0
+            };
+            let groups =
+                procs as usize * local.div_ceil(cfg.ranks_per_network_proxy.max(1)) as usize;
+            groups + devices > available_cpus()
+        }
+    };
+    if oversubscribed && std::env::var_os("NEURON_RT_PROXY_SPIN_US").is_none() {
+        // More threads than cores: a spinning worker only keeps the thread it waits for
+        // off the core. Yield at once unless the user asked otherwise.
+        cfg.spin = std::time::Duration::ZERO;
+    }
+    Ok((
+        cfg,
+        wait_policy_from_env(oversubscribed),
+        oversubscribed,
+        modes,
+    ))
+}
+
+/// Host-memory lines per rank: the fixed words, then per (stream, block) part 6 plan words per
+/// op, at most 2(n − 1) ops (ring all-reduce) and a margin.
+pub(super) fn host_lines(n: u32, streams: u32, blocks: u32) -> usize {
+    FIXED_LINES + (streams as usize * blocks as usize) * (12 * n as usize + 6)
+}
+
+/// `nec_inc_semaphore` for comms of a loaded progress half: the words are the tool's own host
+/// memory.
+///
+/// # Safety
+/// `addr` must be a live, aligned host word accessed only atomically.
+pub(super) unsafe extern "C" fn perf_inc_semaphore(addr: *mut NccomHostWord, val: u32) {
+    // SAFETY: the caller's contract (the library passes the semaphore addresses the tool's
+    // FIFOs gave it: words of a live HostMem).
+    unsafe { AtomicU32::from_ptr(addr) }.fetch_add(val, Ordering::Release);
+}
+
+/// Callbacks handed to a loaded library's comms (copied at creation).
+pub(super) const PERF_CALLBACKS: NccomDeviceCallbacks = NccomDeviceCallbacks {
+    nec_inc_semaphore: Some(perf_inc_semaphore),
+    nec_load_host_index: None,
+    nec_store_host_index: None,
+};
+
+impl World {
+    /// Sets up `args.ranks` ranks on the in-process transport, all in this process; with
+    /// `args.progress_lib`, the progress half is loaded from that library (its comms over one
+    /// of its in-memory groups, its seam in every network task).
+    ///
+    /// # Errors
+    /// A message when a comm, thread, the library or the transport cannot be set up.
+    pub fn new(args: &Args) -> Result<Self, String> {
+        let n = args.ranks;
+        if args.inject.is_some_and(|i| i.fault == FaultArg::ExitRank) {
+            return Err(
+                "--inject exit-rank needs --transport libfabric (ranks as processes)".into(),
+            );
+        }
+        let target = inject_target(args)?;
+        let stall_release = Arc::new(AtomicBool::new(false));
+        let stall_for = stall_limit(args)?;
+        let (cfg, wait, _, modes) = run_config(args, n, 1)?;
+        let lines = host_lines(n, args.streams, args.blocks);
+        let mems = (0..n)
+            .map(|_| HostMem::new(lines).map(Arc::new))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| format!("host memory: {e}"))?;
+        let cpus = rank_cpus(n, args.pin);
+        let (engine, progress_half): (DriverEngine, String) = match &args.progress_lib {
+            Some(path) => {
+                let lib = ProgressLib::open(path).map_err(|e| e.to_string())?.leak();
+                let seam = counting_loaded_seam(lib.seam());
+                let group = lib
+                    .mem_group(n)
+                    .map_err(|e| format!("{}: nccom_mem_group_create: {e}", path.display()))?;
+                let mut comms = Vec::new();
+                for r in 0..n {
+                    let config = NccomCommConfig {
+                        rank: r,
+                        nranks: n,
+                        comm_id: 1,
+                        flags: 0,
+                        transport: NccomTransportDesc {
+                            kind: NCCOM_TRANSPORT_MEM,
+                            reserved: 0,
+                            mem_group: group.as_ptr(),
+                            libfabric: NccomLibfabricDesc {
+                                provider: std::ptr::null(),
+                                root_addr: std::ptr::null(),
+                                bootstrap_timeout_ms: 0,
+                            },
+                        },
+                        callbacks: &PERF_CALLBACKS,
+                        drain_limit_ns: 0,
+                    };
+                    // SAFETY: the config is valid (callbacks a live table, the group this
+                    // library's); flags 0 make the comm trust every address: the tool owns
+                    // every buffer and word it hands to `start` and keeps them alive until the
+                    // executions that use them are complete (the engine, and with it the comm,
+                    // is dropped before the buffers).
+                    let comm = unsafe { lib.create_comm(&config) }.map_err(|e| {
+                        format!("{}: nccom_comm_create rank {r}: {e}", path.display())
+                    })?;
+                    comms.push(EngineComm::Loaded {
+                        rank: r,
+                        comm_id: 1,
+                        comm,
+                        seam,
+                    });
+                }
+                // The comms keep what they use of the group.
+                drop(group);
+                let engine = DriverEngine::with_comms(comms, EngineBarrier::InProcess, &cfg, wait)?;
+                (
+                    engine,
+                    format!(
+                        "loaded from {} through dlopen (C ABI {:#x})",
+                        lib.path().display(),
+                        lib.abi_version()
+                    ),
+                )
+            }
+            None => {
+                let fabric = MemFabric::new(n).map_err(|e| format!("mem transport: {e}"))?;
+                let mut comms = Vec::new();
+                for (r, mem) in (0..n).zip(&mems) {
+                    let mut t = fabric
+                        .endpoint(r)
+                        .map_err(|e| format!("mem transport endpoint {r}: {e}"))?;
+                    t.set_relax(std::thread::yield_now);
+                    let t = wrap_transport(target, r, Box::new(t), &stall_release, stall_for);
+                    let mut c = Comm::new(
+                        CommConfig::new(r, n, 1),
+                        t,
+                        Arc::new(HostMemCallbacks::new(mem.clone())),
+                        Arc::new(proxy_core::base::time::MonotonicClock),
+                    )
+                    .map_err(|e| format!("comm {r}: {e}"))?;
+                    c.set_drain_relax(std::thread::yield_now);
+                    c.set_drain_park(|ns| std::thread::sleep(Duration::from_nanos(ns)));
+                    // SAFETY: the tool owns every buffer and word it hands to `start`, and
+                    // keeps them alive until the executions that use them are complete.
+                    unsafe { c.trust_all_addresses() };
+                    comms.push(c);
+                }
+                (
+                    DriverEngine::new(comms, &cfg, wait)?,
+                    "in-process".to_owned(),
+                )
+            }
+        };
+        Self::assemble(
+            args,
+            Assembly {
+                local: (0..n).collect(),
+                mems,
+                engine,
+                peers: None,
+                transport: "mem".into(),
+                progress_half,
+                spin: (cfg.spin, wait.spins),
+                wait,
+                cpus,
+                modes,
+                exec_timeout: cfg.exec_timeout,
+                stall_release,
+            },
+        )
+    }
+
+    /// Joins a run whose ranks are processes: this process runs rank `boot.rank()` of
+    /// `boot.nranks()` (which must equal `args.ranks`) over libfabric (`provider`: a libfabric
+    /// provider name, or `None` for `FI_PROVIDER` / the automatic choice). Its barrier tasks and
+    /// the combination of results run over the bootstrap connections. Every process of the
+    /// bootstrap must call it, with the same arguments.
+    ///
+    /// # Errors
+    /// A message when the comm (on any rank), a thread or the engine cannot be set up.
+    #[cfg(feature = "libfabric")]
+    pub fn join(
+        args: &Args,
+        boot: proxy_bootstrap::Bootstrap,
+        provider: Option<String>,
+    ) -> Result<Self, String> {
+        use proxy_libfabric::net_setup::{open_libfabric_comm, LibfabricCommConfig};
+        use proxy_libfabric::Options;
+
+        let (rank, n) = (boot.rank(), boot.nranks());
+        // Shared from here: the comm's transport watches it for lost peers (docs/design.md §9,
+        // "Liveness"); the barrier tasks and the combination of results use it too.
+        let peers = SharedBootstrap::new(boot);
+        if n != args.ranks {
+            return Err(format!(
+                "this process is rank {rank} of {n} processes, but --ranks is {}",
+                args.ranks
+            ));
+        }
+        if args.progress_lib.is_some() {
+            return Err("--progress-lib runs with --transport mem only".into());
+        }
+        let (cfg, wait, _, modes) = run_config(args, n, n)?;
+        let mem = Arc::new(
+            HostMem::new(host_lines(n, args.streams, args.blocks))
+                .map_err(|e| format!("host memory: {e}"))?,
+        );
+        let lf = LibfabricCommConfig {
+            transport: Options {
+                provider,
+                ..Options::default()
+            },
+            ..LibfabricCommConfig::default()
+        };
+        let mut comm = open_libfabric_comm(
+            &peers,
+            &lf,
+            Arc::new(HostMemCallbacks::new(mem.clone())),
+            Arc::new(proxy_core::base::time::MonotonicClock),
+        )
+        .map_err(|e| e.to_string())?;
+        // SAFETY: the tool owns every buffer and word it hands to `start`, and keeps them alive
+        // until the executions that use them are complete (buffers of finished rows are
+        // retired, not freed, until the comm is gone).
+        unsafe { comm.trust_all_addresses() };
+        let prov = comm
+            .transport()
+            .name()
+            .strip_prefix("libfabric/")
+            .unwrap_or(comm.transport().name());
+        // shm: how its large messages move (CMA, or mmap when CMA is unavailable), as the
+        // transport detected it at open.
+        let transport = match proxy_libfabric::shm_cma::shm_large_messages() {
+            Some(shm) if prov == "shm" => {
+                format!(
+                    "libfabric (provider shm; large messages: {})",
+                    shm.describe()
+                )
+            }
+            _ => format!("libfabric (provider {prov})"),
+        };
+        let engine = DriverEngine::with_comms(
+            vec![EngineComm::InProcess {
+                rank,
+                comm: Box::new(comm),
+            }],
+            EngineBarrier::Bootstrap(peers.clone()),
+            &cfg,
+            wait,
+        )?;
+        let cpus = rank_cpus(n, args.pin);
+        Self::assemble(
+            args,
+            Assembly {
+                local: vec![rank],
+                mems: vec![mem],
+                engine,
+                peers: Some(peers),
+                transport,
+                progress_half: "in-process".into(),
+                spin: (cfg.spin, wait.spins),
+                wait,
+                cpus: vec![cpus[rank as usize]],
+                modes,
+                exec_timeout: cfg.exec_timeout,
+                stall_release: Arc::new(AtomicBool::new(false)),
+            },
+        )
+    }
+
+    /// The rest of the set-up, shared by [`World::new`] and [`World::join`]: a device per local
+    /// rank.
+    pub(super) fn assemble(args: &Args, mut a: Assembly) -> Result<Self, String> {
+        let n = args.ranks;
+        let target = inject_target(args)?;
+        let mut devices = Vec::new();
+        for (&r, cpu) in a.local.iter().zip(&a.cpus) {
+            let fault = (args.fault_inject && r == n - 1).then_some(Fault { entry: None });
+            let mut dev = RankDevice::new(a.modes.device, r, fault, a.wait, *cpu)?;
+            if let Some((FaultArg::StallDevice, t)) = target {
+                if t == r {
+                    log::warn!("--inject stall-device: rank {r}'s device never triggers");
+                    dev.stalled = true;
+                }
+            }
+            devices.push(dev);
+        }
+        if target.is_some() {
+            for rank in a.engine.ranks_mut() {
+                rank.watch_duplicates();
+            }
+        }
+        if let Some((fault @ (FaultArg::DropComm | FaultArg::ExitRank), t)) = target {
+            if let Some(i) = a.local.iter().position(|&r| r == t) {
+                // The first execution (ids start at 1): aborted or exited once submitted.
+                a.engine.ranks_mut()[i].inject_at(
+                    1,
+                    fault == FaultArg::DropComm,
+                    fault == FaultArg::ExitRank,
+                );
+            }
+        }
+        Ok(Self {
+            args: args.clone(),
+            collective: args.collective.into(),
+            spin: a.spin,
+            local: a.local,
+            peers: a.peers,
+            transport: a.transport,
+            progress_half: a.progress_half,
+            modes: a.modes,
+            exec_timeout: a.exec_timeout,
+            engine: a.engine,
+            devices,
+            done_words: a
+                .mems
+                .iter()
+                .map(|mem| FixedWords { mem: mem.clone() }.barrier_done())
+                .collect(),
+            fixed: a.mems.into_iter().map(|mem| FixedWords { mem }).collect(),
+            next_exec: 0,
+            preparations: 0,
+            failed: None,
+            retired: Vec::new(),
+            stall_release: a.stall_release,
+        })
+    }
+}
+
+pub(super) fn size_of_row(prep: &Prepared) -> u64 {
+    let l = prep.plans[0].layout;
+    l.input_bytes.max(l.output_bytes)
+}
+
+/// `true` when the tool's busy threads (a device per rank, a worker per group, the producer)
+/// outnumber the CPUs: then every wait should yield at once instead of spinning.
+pub fn oversubscribed(ranks: u32, ranks_per_proxy: u32) -> bool {
+    oversubscribed_procs(ranks, ranks_per_proxy, 1)
+}
+
+/// [`oversubscribed`] for `ranks` spread over `procs` processes on this machine (a producer
+/// per process; a proxy group never spans processes).
+pub fn oversubscribed_procs(ranks: u32, ranks_per_proxy: u32, procs: u32) -> bool {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let procs = procs.clamp(1, ranks.max(1));
+    let per_proc = ranks.div_ceil(procs);
+    let groups = procs * per_proc.div_ceil(ranks_per_proxy.max(1));
+    let threads = ranks as usize + groups as usize + procs as usize;
+    threads > cpus
+}
+
+/// The wait policy of every waiting thread of the tool: [`WaitPolicy::default`] (no spins
+/// when `oversubscribed`), with `PROXY_PERF_SPINS` / `PROXY_PERF_YIELDS` / `PROXY_PERF_NAP_US`
+/// overriding its fields (tuning experiments; unset in normal use).
+pub fn wait_policy_from_env(oversubscribed: bool) -> WaitPolicy {
+    let get = |k: &str| std::env::var(k).ok().and_then(|v| v.parse::<u32>().ok());
+    let mut w = WaitPolicy::default();
+    if oversubscribed {
+        w.spins = 0;
+    }
+    if let Some(v) = get("PROXY_PERF_SPINS") {
+        w.spins = v;
+    }
+    if let Some(v) = get("PROXY_PERF_YIELDS") {
+        w.yields = v;
+    }
+    if let Some(v) = get("PROXY_PERF_NAP_US") {
+        w.nap = std::time::Duration::from_micros(u64::from(v));
+    }
+    w
+}
+
+/// With `pin`, rank `r`'s device and proxy thread share CPU `r mod ncpus` (the pairs that hand
+/// off most often then switch on one core instead of waiting for a remote one to be scheduled).
+pub fn rank_cpus(n: u32, pin: bool) -> Vec<Option<usize>> {
+    let ids = if pin {
+        core_affinity::get_core_ids().unwrap_or_default()
+    } else {
+        Vec::new()
+    };
+    (0..n as usize)
+        .map(|r| (!ids.is_empty()).then(|| ids[r % ids.len()].id))
+        .collect()
+}
