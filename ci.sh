@@ -88,7 +88,7 @@ setup() {
   fi
 }
 
-fmt() { cargo fmt --all -- --check; }
+fmt() { cargo fmt --all -- --check && (cd "$FW_DIR" && cargo fmt --check); }
 
 facade() {
   # Only core/src/base/sync.rs may name the real atomics, Arc or UnsafeCell (so loom sees every

@@ -22,21 +22,21 @@ use core::sync::atomic::{AtomicU32, Ordering};
 use proxy_collectives::interpreter::{DeviceError, Job};
 use proxy_collectives::planner::data::{count_wrong, expected_value, fill_input, POISON};
 use proxy_collectives::planner::{plan, Addresses, Collective, DataType, PlanParams, RankPlan};
+use proxy_core::base::host_word::HostWord;
+use proxy_core::base::status::NrtStatus;
+use proxy_core::base::time::Clock;
 use proxy_core::driver::queue::{Driver, ProxyQueue, QueueConfig, SlotHandle, TaskBox, Tick};
 use proxy_core::driver::record::TaskRecord;
 use proxy_core::driver::task::{
     BarrierTask, BarrierTaskSpec, BlockFifos, CommHandle, NetworkTask, NetworkTaskSpec,
     SharedMemBarrier,
 };
-use proxy_core::base::host_word::HostWord;
 use proxy_core::driver::trigger::{TriggerWords, TRIGGER_ARMED};
 use proxy_core::driver::wake::{Park, Unpark, Waiter};
 use proxy_core::progress::comm::{Comm, CommConfig};
 use proxy_core::progress::device::DirectHostWords;
 use proxy_core::progress::mem_transport::MemFabric;
 use proxy_core::seam::SeamTable;
-use proxy_core::base::status::NrtStatus;
-use proxy_core::base::time::Clock;
 
 use crate::clock::SysTickClock;
 use crate::device::FirmwareDevice;
