@@ -20,7 +20,7 @@
 //! protocol, a word moved backwards) answers `NRT_FAILURE` and is the refusal text of the call.
 //!
 //! Seed: the on-device collective program that the proxy interlocks with (§5); the interpreter
-//! is `proxy-collectives`' `interpreter.rs`.
+//! is `proxy-collectives`' `interpreter/`.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
