@@ -8,7 +8,7 @@ use proxy_collectives::planner::{plan, Addresses, Collective, DataType, PlanPara
 use proxy_core::progress::comm::{Comm, CommConfig};
 use proxy_core::progress::mem_transport::MemFabric;
 use proxy_emulator::WaitPolicy;
-use proxy_perf::engine::{seam_starts, DriverEngine, Engine, Execution};
+use proxy_perf::engine::{seam_starts, DriverEngine, Execution};
 use proxy_runtime::hostmem::{HostMem, HostMemCallbacks, LINE};
 use proxy_runtime::Config;
 

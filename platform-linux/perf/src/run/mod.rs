@@ -29,7 +29,7 @@ use proxy_core::progress::stats::ProtocolStats;
 
 use super::args::{Args, DeviceArg, DriverArg, FaultArg};
 use super::engine::{
-    counting_loaded_seam, seam_starts, DriverEngine, DriverRank, Engine, EngineBarrier, EngineComm,
+    counting_loaded_seam, seam_starts, DriverEngine, DriverRank, EngineBarrier, EngineComm,
     Execution,
 };
 use proxy_bootstrap::SharedBootstrap;

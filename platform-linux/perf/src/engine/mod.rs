@@ -145,37 +145,6 @@ pub struct Execution {
     pub leader: bool,
 }
 
-/// The proxy side of the tool: takes each rank's executions and reports their completion.
-pub trait Engine {
-    /// One line for the output header (what runs the proxy).
-    fn describe(&self) -> String;
-
-    /// Submits `exec` for `rank` (its network task and barrier task).
-    ///
-    /// # Errors
-    /// A message when the engine cannot take it.
-    ///
-    /// # Safety
-    /// Every address in `exec` (buffers, host words) must stay valid until [`Engine::wait`]
-    /// for this rank has returned.
-    unsafe fn submit(&mut self, rank: u32, exec: Execution) -> Result<(), String>;
-
-    /// Waits until `rank`'s oldest outstanding execution is complete (both tasks DONE) and
-    /// returns its status. Stops waiting, with an error, as soon as a task of the execution has
-    /// failed or `device_failed` answers `true` (the device will not reach the stages the
-    /// remaining tasks wait for): the engine is then unusable and must be dropped (its drop ends
-    /// every task still in flight).
-    ///
-    /// # Errors
-    /// A message naming the failed task and its status, or saying that the device failed.
-    fn wait(&mut self, rank: u32, device_failed: &dyn Fn() -> bool) -> Result<(), String>;
-
-    /// Executions a rank may have submitted and not yet waited for.
-    fn max_in_flight(&self) -> usize {
-        1
-    }
-}
-
 /// A rank's barrier endpoint shared by its successive barrier tasks (the endpoint counts
 /// generations, and each task takes its channel by value). Only one barrier task of a rank is
 /// active at a time, so the lock is never contended.
@@ -377,382 +346,6 @@ impl RankStats {
     }
 }
 
-impl DriverRank {
-    /// Submits `exec`'s network task and barrier task through the rank's slot (new tasks, not
-    /// kept after they end).
-    ///
-    /// # Errors
-    /// A message when a task cannot be built or the slot refuses it.
-    ///
-    /// # Safety
-    /// As [`Engine::submit`].
-    pub unsafe fn submit(
-        &mut self,
-        exec: Execution,
-        timeout_ns: Option<u64>,
-    ) -> Result<(), String> {
-        let id = exec.id;
-        // SAFETY: forwarded under this function's contract.
-        let (net, barrier) = unsafe { self.build(exec, timeout_ns) }?;
-        self.push(net, barrier, id, None)
-    }
-
-    /// Submits execution `id` on trigger set `set` (0 or 1) of the shape `key` (the caller's
-    /// name for "these FIFOs, words and schedule"): re-arms the two tasks kept from the last
-    /// execution of that set and shape ([`proxy_core::driver::task::ProxyTask::rearm`], nothing
-    /// allocated), or builds
-    /// them from `build()` when there are none. Either way the tasks come back when they end
-    /// ([`SlotHandle::submit_returning`]) and are kept for the next execution of the set.
-    ///
-    /// # Errors
-    /// A message when `build` fails, a task cannot be built or re-armed, or the slot refuses
-    /// it.
-    ///
-    /// # Safety
-    /// As [`Engine::submit`], for the execution `build` describes (a re-armed task carries the
-    /// same addresses as the one `build` made for this key).
-    pub unsafe fn submit_keyed(
-        &mut self,
-        key: u64,
-        set: usize,
-        id: u32,
-        timeout_ns: Option<u64>,
-        build: impl FnOnce() -> Result<Execution, String>,
-    ) -> Result<(), String> {
-        let kept = self.cache[set].take().filter(|k| k.key == key);
-        let (net, barrier) = match kept {
-            Some(mut k) => {
-                k.net
-                    .rearm(id.wrapping_mul(2))
-                    .map_err(|e| format!("re-arming the network task: {e}"))?;
-                k.barrier
-                    .rearm(id.wrapping_mul(2).wrapping_add(1))
-                    .map_err(|e| format!("re-arming the barrier task: {e}"))?;
-                (k.net, k.barrier)
-            }
-            None => {
-                let exec = build()?;
-                debug_assert_eq!(exec.id, id);
-                // SAFETY: forwarded under this function's contract.
-                unsafe { self.build(exec, timeout_ns) }?
-            }
-        };
-        self.push(net, barrier, id, Some((set, key)))
-    }
-
-    /// The two tasks of `exec`.
-    ///
-    /// # Safety
-    /// As [`Engine::submit`].
-    unsafe fn build(
-        &mut self,
-        exec: Execution,
-        timeout_ns: Option<u64>,
-    ) -> Result<(TaskBox, TaskBox), String> {
-        let r = self;
-        let comm_ptr = r.comm.handle();
-        let comm_id = r.comm.comm_id();
-        // SAFETY: the comm (boxed, or a library handle) lives in `self` until after the
-        // membership left (Drop), which ends every task carrying the handle; only the queue's
-        // worker calls the seam on it while a task is submitted.
-        let handle = unsafe { CommHandle::new(comm_ptr) }.ok_or("null comm")?;
-        let net = NetworkTask::new(NetworkTaskSpec {
-            task_id: exec.id.wrapping_mul(2),
-            comm: handle,
-            comm_id,
-            seam: r.comm.seam(),
-            blocks: exec
-                .blocks
-                .into_iter()
-                .map(|(stream, bb, f)| BlockFifos {
-                    stream,
-                    bb,
-                    ops: f.ops,
-                    src: f.src,
-                    dst: f.dst,
-                })
-                .collect(),
-            schedule: Some(exec.schedule),
-            triggers: TriggerWords::new(&host_words(&exec.net_triggers)?)
-                .map_err(|e| format!("trigger words: {e}"))?,
-            wait_for_device: true,
-            skip: r.skip,
-            timeout_ns,
-        })
-        .map_err(|e| format!("network task: {e}"))?;
-        // In-process comms can be aborted (docs/design.md §9): their tasks watch the comm's
-        // abort word. A loaded library's comm has no abort entry in the C ABI yet.
-        let abort = r.comm.abort_handle();
-        let net = match &abort {
-            Some(a) => net.with_abort(a.clone()),
-            None => net,
-        };
-        let net = match r.comm.comm_dump() {
-            // SAFETY: an in-process comm's handle is a `*mut Comm`, which `in_process_dump`
-            // takes.
-            Some(d) => unsafe { net.with_comm_dump(d) },
-            None => net,
-        };
-        let barrier = BarrierTask::new(BarrierTaskSpec {
-            task_id: exec.id.wrapping_mul(2).wrapping_add(1),
-            comm_id,
-            channel: r.barrier.channel(),
-            triggers: TriggerWords::new(&host_words(&exec.barrier_triggers)?)
-                .map_err(|e| format!("barrier trigger words: {e}"))?,
-            leader: exec.leader,
-            done_semaphores: host_words(&exec.barrier_done)?,
-            skip: r.skip,
-            timeout_ns,
-        });
-        let barrier = match abort {
-            Some(a) => barrier.with_abort(a),
-            None => barrier,
-        };
-        Ok((Box::new(net), Box::new(barrier)))
-    }
-
-    /// Submits the two tasks of execution `id`; `keep`: returned and kept for trigger set and
-    /// shape `(set, key)`.
-    fn push(
-        &mut self,
-        net: TaskBox,
-        barrier: TaskBox,
-        id: u32,
-        keep: Option<(usize, u64)>,
-    ) -> Result<(), String> {
-        let ids = [id.wrapping_mul(2), id.wrapping_mul(2).wrapping_add(1)];
-        let slot = &mut self.member.as_mut().ok_or("rank left")?.slot;
-        let submit = |slot: &mut proxy_core::driver::queue::SlotHandle, t: TaskBox| {
-            if keep.is_some() {
-                slot.submit_returning(t)
-            } else {
-                slot.submit(t)
-            }
-        };
-        submit(slot, net).map_err(|e| format!("submit: {}", e.status))?;
-        self.stats.submitted += 1;
-        if let Err(e) = submit(slot, barrier) {
-            // The network task is in: its record belongs to this execution's wait.
-            self.pending.push_back(Pending {
-                ids,
-                n: 1,
-                keep: None,
-            });
-            return Err(format!("submit: {}", e.status));
-        }
-        self.pending.push_back(Pending { ids, n: 2, keep });
-        self.stats.submitted += 1;
-        if self.abort_at == Some(id) {
-            if let Some(a) = self.comm.abort_handle() {
-                log::warn!(
-                    "--inject drop-comm: rank {} aborts its comm mid-run",
-                    self.comm.rank()
-                );
-                a.abort();
-            }
-        }
-        if self.exit_at == Some(id) {
-            log::warn!(
-                "--inject exit-rank: rank {} exits its process mid-run",
-                self.comm.rank()
-            );
-            std::process::exit(3);
-        }
-        Ok(())
-    }
-
-    /// The slot's counts so far.
-    pub fn stats(&self) -> &RankStats {
-        &self.stats
-    }
-
-    /// Watches for a task reported twice (`RankStats::twice`; keeps every task id seen).
-    pub fn watch_duplicates(&mut self) {
-        self.stats.seen.get_or_insert_with(Default::default);
-    }
-
-    /// `--inject`: abort the comm (`abort`) or exit the process (`exit`) once execution `id`
-    /// is submitted.
-    pub fn inject_at(&mut self, id: u32, abort: bool, exit: bool) {
-        if abort {
-            self.abort_at = Some(id);
-        }
-        if exit {
-            self.exit_at = Some(id);
-        }
-    }
-
-    /// Lets every task still outstanding end by itself (each has the no-progress limit),
-    /// collecting its record, until `deadline_ns` (monotonic); in caller mode this thread drives
-    /// the queue meanwhile. Then leaves the slot (tasks still running end `NRT_CLOSED`) and
-    /// counts the records the leave hands back. The rank's [`RankStats`] are then complete.
-    pub fn settle(&mut self, waiter: &Waiter<'_>, deadline_ns: u64) {
-        self.pending.clear();
-        // Noted when they were popped.
-        self.early.clear();
-        let Some(m) = self.member.as_mut() else {
-            return;
-        };
-        while m.slot.outstanding() > 0 {
-            match m.slot.wait_record_until(waiter, Some(deadline_ns)) {
-                Ok(rec) => self.stats.note(&rec),
-                Err(_) => break,
-            }
-        }
-    }
-
-    /// Leaves the rank's slot through `registry`, counting the records it hands back.
-    fn leave(&mut self, registry: &LinuxRegistry, waiter: &Waiter<'_>) {
-        if let Some(m) = self.member.take() {
-            for rec in registry.leave(m, waiter) {
-                self.stats.note(&rec);
-            }
-        }
-    }
-
-    /// After execution `p` completed: keeps its two returned tasks for the next execution of
-    /// its trigger set and shape.
-    fn keep_returned(&mut self, p: &Pending) {
-        let Some((set, key)) = p.keep else {
-            return;
-        };
-        let Some(m) = self.member.as_mut() else {
-            return;
-        };
-        let (mut net, mut barrier) = (None, None);
-        // The boxes are back before their records (both popped): the next two in the ring, in
-        // the order the tasks ended. Checked by task id; a box of another task is dropped (the
-        // next execution of the set then builds new tasks).
-        for _ in 0..2 {
-            let Some(t) = m.slot.take_returned() else {
-                break;
-            };
-            let id = t.record().task_id;
-            if id == p.ids[0] && t.kind() == TaskKind::Network {
-                net = Some(t);
-            } else if id == p.ids[1] && t.kind() == TaskKind::Barrier {
-                barrier = Some(t);
-            } else {
-                log::debug!("a returned task {id} that is not of execution {:?}", p.ids);
-            }
-        }
-        if let (Some(net), Some(barrier)) = (net, barrier) {
-            self.cache[set] = Some(Kept { key, net, barrier });
-        }
-    }
-
-    /// Waits for the oldest execution in flight (see [`Engine::wait`]), polling the status
-    /// ring with `poll`.
-    ///
-    /// # Errors
-    /// As [`Engine::wait`].
-    pub fn wait(
-        &mut self,
-        poll: WaitPolicy,
-        device_failed: &dyn Fn() -> bool,
-    ) -> Result<(), String> {
-        let poll = WaitPolicy {
-            timeout: std::time::Duration::from_millis(2),
-            ..poll
-        };
-        // After the first 2 ms: check the ring (and the device) every 100 µs nap, 100 ms per
-        // round; rounds go on while the device is fine (the tasks' own no-progress timeout
-        // bounds them).
-        let slow = WaitPolicy {
-            spins: 0,
-            yields: 0,
-            nap: std::time::Duration::from_micros(100),
-            timeout: std::time::Duration::from_millis(100),
-        };
-        let Some(p) = self.pending.pop_front() else {
-            return Ok(());
-        };
-        let r = &mut *self;
-        let slot = &mut r.member.as_mut().ok_or("rank left")?.slot;
-        // The execution's task ids still missing (no allocation: at most two).
-        let mut missing = [Some(p.ids[0]), (p.n == 2).then_some(p.ids[1])];
-        while missing.iter().any(Option::is_some) {
-            let rec = match r
-                .early
-                .iter()
-                .position(|e| missing.contains(&Some(e.task_id)))
-            {
-                Some(i) => r.early.swap_remove(i),
-                None => {
-                    // Yield-poll the status ring first, then nap-poll it (a parked consumer
-                    // costs the worker a wake-up syscall per record), watching the device: a
-                    // failed device never reaches the barrier stage, so the barrier task would
-                    // never end.
-                    let mut got = None;
-                    let mut policy = poll;
-                    loop {
-                        let _ = policy.wait(|| {
-                            got = slot.try_pop_record();
-                            got.is_some()
-                        });
-                        if let Some(rec) = &got {
-                            r.stats.note(rec);
-                        }
-                        if got.is_some() {
-                            break;
-                        }
-                        if device_failed() {
-                            return Err(format!(
-                                "the device failed; tasks {:?} abandoned",
-                                missing.iter().flatten().collect::<Vec<_>>()
-                            ));
-                        }
-                        policy = slow;
-                    }
-                    got.expect("loop ends with a record")
-                }
-            };
-            let Some(m) = missing.iter_mut().find(|m| **m == Some(rec.task_id)) else {
-                // Room: reserved for a full status ring when the rank was made.
-                r.early.push(rec);
-                continue;
-            };
-            *m = None;
-            if rec.status() != NrtStatus::Success {
-                // The other task of the execution may never end (a barrier task waits for a
-                // device that waits for the failed network task): do not wait for it.
-                return Err(format!("task {} ended {}", rec.task_id, rec.status()));
-            }
-        }
-        self.keep_returned(&p);
-        Ok(())
-    }
-
-    /// Caller mode: drives the rank's proxy queue from this thread until the oldest execution
-    /// in flight is complete (both tasks' final records), calling `hook` between ticks (the
-    /// polled device runs there). Gives up at `deadline_ns` (monotonic clock).
-    ///
-    /// # Errors
-    /// A message naming the task that failed or timed out.
-    pub fn drive(
-        &mut self,
-        waiter: &Waiter<'_>,
-        deadline_ns: Option<u64>,
-        hook: &mut dyn FnMut() -> bool,
-    ) -> Result<(), String> {
-        let Some(p) = self.pending.pop_front() else {
-            return Ok(());
-        };
-        let slot = &mut self.member.as_mut().ok_or("rank left")?.slot;
-        for &id in &p.ids[..p.n] {
-            let rec = slot
-                .drive_until(id, deadline_ns, waiter, Some(&mut *hook))
-                .map_err(|e| format!("task {id}: driving the proxy queue: {e}"))?;
-            self.stats.note(&rec);
-            if rec.status() != NrtStatus::Success {
-                return Err(format!("task {} ended {}", rec.task_id, rec.status()));
-            }
-        }
-        self.keep_returned(&p);
-        Ok(())
-    }
-}
-
 /// The real driver (docs/design.md §4): every rank's comm joins the process registry's proxy queue
 /// of its group (`NEURON_RT_RANKS_PER_NETWORK_PROXY` ranks per group, one worker thread
 /// `proxy-<tid>` each); each execution is one network task and one barrier task submitted
@@ -790,8 +383,8 @@ impl DriverEngine {
         Self::with_comms(comms, EngineBarrier::InProcess, cfg, poll)
     }
 
-    /// Joins `comms` (this process's ranks of one comm, in the order [`Engine::submit`] and
-    /// [`Engine::wait`] index them) to a registry built from `cfg`, with barrier tasks meeting
+    /// Joins `comms` (this process's ranks of one comm, in the order [`DriverEngine::submit`] and
+    /// [`DriverEngine::wait`] index them) to a registry built from `cfg`, with barrier tasks meeting
     /// through `barrier`; the producer polls status rings with `poll` before it parks.
     ///
     /// # Errors
@@ -908,7 +501,7 @@ impl DriverEngine {
         self.rpp
     }
 
-    /// The abort handles of the engine's in-process comms, one per rank in [`Engine::submit`]
+    /// The abort handles of the engine's in-process comms, one per rank in [`DriverEngine::submit`]
     /// order (a loaded library's comm has none and is left out). Any thread may call
     /// [`AbortHandle::abort`](proxy_core::base::abort::AbortHandle::abort) on them at any
     /// time: every task of the comm then ends `NRT_CLOSED` at its next step (docs/design.md
@@ -925,14 +518,15 @@ fn host_words(addrs: &[u64]) -> Result<Vec<HostWord>, String> {
     addrs
         .iter()
         .map(|&a| {
-            // SAFETY: Engine::submit's contract: the word is live until the execution is done.
+            // SAFETY: DriverEngine::submit's contract: the word is live until the execution is done.
             unsafe { HostWord::from_addr(a) }.ok_or_else(|| format!("bad host word {a:#x}"))
         })
         .collect()
 }
 
-impl Engine for DriverEngine {
-    fn describe(&self) -> String {
+impl DriverEngine {
+    /// One line for the output header (what runs the proxy).
+    pub fn describe(&self) -> String {
         let driven = if self.registry.workers().iter().any(|(_, t)| t.is_some()) {
             "worker threads proxy-<tid>"
         } else {
@@ -951,7 +545,15 @@ impl Engine for DriverEngine {
         )
     }
 
-    unsafe fn submit(&mut self, rank: u32, exec: Execution) -> Result<(), String> {
+    /// Submits `exec` for `rank` (its network task and barrier task).
+    ///
+    /// # Errors
+    /// A message when the engine cannot take it (no such rank, or the queue refused).
+    ///
+    /// # Safety
+    /// Every address in `exec` (buffers, host words) must stay valid until
+    /// [`DriverEngine::wait`] for this rank has returned.
+    pub unsafe fn submit(&mut self, rank: u32, exec: Execution) -> Result<(), String> {
         let timeout_ns = self.timeout_ns;
         let r = self
             .ranks
@@ -961,12 +563,21 @@ impl Engine for DriverEngine {
         unsafe { r.submit(exec, timeout_ns) }
     }
 
-    fn wait(&mut self, rank: u32, device_failed: &dyn Fn() -> bool) -> Result<(), String> {
+    /// Waits until `rank`'s oldest outstanding execution is complete (both tasks DONE) and
+    /// returns its status. Stops waiting, with an error, as soon as a task of the execution has
+    /// failed or `device_failed` answers `true` (the device will not reach the stages the
+    /// remaining tasks wait for): the engine is then unusable and must be dropped (its drop ends
+    /// every task still in flight).
+    ///
+    /// # Errors
+    /// A message naming the failed task and its status, or saying that the device failed.
+    pub fn wait(&mut self, rank: u32, device_failed: &dyn Fn() -> bool) -> Result<(), String> {
         let poll = self.poll;
         self.ranks[rank as usize].wait(poll, device_failed)
     }
 
-    fn max_in_flight(&self) -> usize {
+    /// Executions a rank may have submitted and not yet waited for.
+    pub fn max_in_flight(&self) -> usize {
         2
     }
 }
@@ -1030,3 +641,5 @@ impl Drop for DriverEngine {
         }
     }
 }
+
+mod rank;
