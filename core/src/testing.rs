@@ -101,40 +101,22 @@ pub struct SlowCancelTransport {
     pub polls: PlainArc<AtomicU32>,
 }
 
-impl Transport for SlowCancelTransport {
-    fn name(&self) -> &str {
-        "slow-cancel"
+impl crate::progress::forward::TransportWrapper for SlowCancelTransport {
+    fn inner(&self) -> &dyn Transport {
+        &self.inner
     }
 
-    fn max_msg_size(&self) -> u64 {
-        u64::from(u32::MAX)
+    fn inner_mut(&mut self) -> &mut dyn Transport {
+        &mut self.inner
+    }
+
+    fn name(&self) -> &str {
+        "slow-cancel"
     }
 
     fn poll(&mut self) -> Result<(), NetError> {
         self.polls.fetch_add(1, Ordering::Relaxed);
         Ok(())
-    }
-
-    unsafe fn isend(
-        &mut self,
-        peer: u32,
-        buf: *const u8,
-        size: u64,
-        tag: u64,
-    ) -> Result<Option<Posted>, NetError> {
-        // SAFETY: the caller's contract is the trait's, passed on unchanged.
-        unsafe { self.inner.isend(peer, buf, size, tag) }
-    }
-
-    unsafe fn irecv(
-        &mut self,
-        peer: u32,
-        buf: *mut u8,
-        size: u64,
-        tag: u64,
-    ) -> Result<Option<Posted>, NetError> {
-        // SAFETY: as for `isend`.
-        unsafe { self.inner.irecv(peer, buf, size, tag) }
     }
 
     fn test(&mut self, _request: RequestId) -> Result<TestOutcome, NetError> {
@@ -145,10 +127,6 @@ impl Transport for SlowCancelTransport {
                 TestOutcome::Pending
             },
         )
-    }
-
-    fn cancel(&mut self, request: RequestId) -> Result<(), NetError> {
-        self.inner.cancel(request)
     }
 
     fn scripts(&mut self) -> Option<&mut ScriptTable> {
@@ -180,48 +158,22 @@ impl CountingTransport {
     }
 }
 
-impl Transport for CountingTransport {
-    fn name(&self) -> &str {
-        "counting"
+impl crate::progress::forward::TransportWrapper for CountingTransport {
+    fn inner(&self) -> &dyn Transport {
+        &self.inner
     }
 
-    fn max_msg_size(&self) -> u64 {
-        self.inner.max_msg_size()
+    fn inner_mut(&mut self) -> &mut dyn Transport {
+        &mut self.inner
+    }
+
+    fn name(&self) -> &str {
+        "counting"
     }
 
     fn poll(&mut self) -> Result<(), NetError> {
         self.polls.fetch_add(1, Ordering::Relaxed);
         self.inner.poll()
-    }
-
-    unsafe fn isend(
-        &mut self,
-        peer: u32,
-        buf: *const u8,
-        size: u64,
-        tag: u64,
-    ) -> Result<Option<Posted>, NetError> {
-        // SAFETY: the caller's contract is the trait's, passed on unchanged.
-        unsafe { self.inner.isend(peer, buf, size, tag) }
-    }
-
-    unsafe fn irecv(
-        &mut self,
-        peer: u32,
-        buf: *mut u8,
-        size: u64,
-        tag: u64,
-    ) -> Result<Option<Posted>, NetError> {
-        // SAFETY: as for `isend`.
-        unsafe { self.inner.irecv(peer, buf, size, tag) }
-    }
-
-    fn test(&mut self, request: RequestId) -> Result<TestOutcome, NetError> {
-        self.inner.test(request)
-    }
-
-    fn cancel(&mut self, request: RequestId) -> Result<(), NetError> {
-        self.inner.cancel(request)
     }
 
     fn scripts(&mut self) -> Option<&mut ScriptTable> {

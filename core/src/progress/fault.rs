@@ -23,7 +23,7 @@ use alloc::format;
 use alloc::string::String;
 use alloc::vec::Vec;
 
-use crate::progress::net::{MrHandle, NetError, Posted, RequestId, TestOutcome, Transport};
+use crate::progress::net::{NetError, Posted, RequestId, TestOutcome, Transport};
 
 /// One million: rates are parts per million.
 pub const PPM: u32 = 1_000_000;
@@ -193,17 +193,17 @@ impl FaultTransport {
     }
 }
 
-impl Transport for FaultTransport {
+impl crate::progress::forward::TransportWrapper for FaultTransport {
+    fn inner(&self) -> &dyn Transport {
+        &*self.inner
+    }
+
+    fn inner_mut(&mut self) -> &mut dyn Transport {
+        &mut *self.inner
+    }
+
     fn name(&self) -> &str {
         &self.name
-    }
-
-    fn max_msg_size(&self) -> u64 {
-        self.inner.max_msg_size()
-    }
-
-    fn poll(&mut self) -> Result<(), NetError> {
-        self.inner.poll()
     }
 
     unsafe fn isend(
@@ -320,31 +320,6 @@ impl Transport for FaultTransport {
         }
         self.delayed.retain(|d| d.0 != request);
         self.inner.cancel(request)
-    }
-
-    fn iflush(&mut self, buf: *mut u8, size: u64) -> Result<(), NetError> {
-        self.inner.iflush(buf, size)
-    }
-
-    fn register(&mut self, addr: u64, len: u64) -> Result<MrHandle, NetError> {
-        self.inner.register(addr, len)
-    }
-
-    fn deregister(&mut self, mr: MrHandle) -> Result<(), NetError> {
-        self.inner.deregister(mr)
-    }
-
-    fn close(&mut self) -> Result<(), NetError> {
-        self.inner.close()
-    }
-
-    fn dump_state(&self, out: &mut dyn core::fmt::Write) -> core::fmt::Result {
-        self.inner.dump_state(out)
-    }
-
-    #[cfg(any(test, feature = "testing"))]
-    fn scripts(&mut self) -> Option<&mut crate::progress::scripted::ScriptTable> {
-        self.inner.scripts()
     }
 }
 

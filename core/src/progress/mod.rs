@@ -9,6 +9,7 @@ pub mod comm;
 pub mod device;
 #[cfg(any(test, feature = "fault-injection"))]
 pub mod fault;
+pub mod forward;
 pub mod mem_transport;
 pub mod net;
 pub mod op;

@@ -84,13 +84,17 @@ pub(super) fn wrap_transport(
     }
 }
 
-impl Transport for StallTransport {
-    fn name(&self) -> &str {
-        &self.name
+impl proxy_core::progress::forward::TransportWrapper for StallTransport {
+    fn inner(&self) -> &dyn Transport {
+        &*self.inner
     }
 
-    fn max_msg_size(&self) -> u64 {
-        self.inner.max_msg_size()
+    fn inner_mut(&mut self) -> &mut dyn Transport {
+        &mut *self.inner
+    }
+
+    fn name(&self) -> &str {
+        &self.name
     }
 
     fn poll(&mut self) -> Result<(), NetError> {
@@ -104,43 +108,5 @@ impl Transport for StallTransport {
             log::warn!("--inject stall-rank: the driving thread goes on");
         }
         self.inner.poll()
-    }
-
-    unsafe fn isend(
-        &mut self,
-        peer: u32,
-        buf: *const u8,
-        size: u64,
-        tag: u64,
-    ) -> Result<Option<Posted>, NetError> {
-        // SAFETY: forwarded under this function's contract.
-        unsafe { self.inner.isend(peer, buf, size, tag) }
-    }
-
-    unsafe fn irecv(
-        &mut self,
-        peer: u32,
-        buf: *mut u8,
-        size: u64,
-        tag: u64,
-    ) -> Result<Option<Posted>, NetError> {
-        // SAFETY: forwarded under this function's contract.
-        unsafe { self.inner.irecv(peer, buf, size, tag) }
-    }
-
-    fn test(&mut self, request: RequestId) -> Result<TestOutcome, NetError> {
-        self.inner.test(request)
-    }
-
-    fn cancel(&mut self, request: RequestId) -> Result<(), NetError> {
-        self.inner.cancel(request)
-    }
-
-    fn close(&mut self) -> Result<(), NetError> {
-        self.inner.close()
-    }
-
-    fn dump_state(&self, out: &mut dyn std::fmt::Write) -> std::fmt::Result {
-        self.inner.dump_state(out)
     }
 }

@@ -24,7 +24,7 @@ use proxy_core::driver::trigger::TRIGGER_ARMED;
 use proxy_core::progress::comm::{Comm, CommConfig};
 use proxy_core::progress::fault::{FaultPlan, FaultTransport, PPM};
 use proxy_core::progress::mem_transport::MemFabric;
-use proxy_core::progress::net::{NetError, Posted, RequestId, TestOutcome, Transport};
+use proxy_core::progress::net::{NetError, Transport};
 use proxy_core::progress::stats::ProtocolStats;
 
 use super::args::{Args, DeviceArg, DriverArg, FaultArg};
