@@ -21,7 +21,7 @@ use std::sync::Once;
 
 use proxy_core::base::status::NrtStatus;
 
-use crate::handles::LookupError;
+use crate::handles::{HandleTable, LookupError};
 use crate::refusal::refuse;
 use crate::{NRT_FAILURE, NRT_STATUS};
 
@@ -74,6 +74,117 @@ pub fn guard(what: &str, f: impl FnOnce() -> Result<(), NrtStatus>) -> NRT_STATU
                 panic_message(&*p)
             );
             NRT_FAILURE
+        }
+    }
+}
+
+/// The body of a C entry point, the shape every `#[no_mangle] pub unsafe extern "C" fn` of both
+/// C libraries has: `entry!(WHAT = "name", body)` declares `const WHAT: &str = "name"` (the name
+/// the body's log lines, refusals and lookups use) and runs `body` (a `Result<(), NrtStatus>`)
+/// under [`guard`]: logger installed, the result answered as an `NRT_STATUS`, a panic caught
+/// and answered `NRT_FAILURE`. A call on a live object looks it up inside the body, with
+/// [`with_live`] / [`remove_live`] (a failed lookup answered by [`lookup_status`]) and, for an
+/// object a panic poisons, [`call_guarded`].
+///
+/// The macro wraps the body, never the function: cbindgen, which does not expand macros, reads
+/// each exported signature and its docs as written.
+///
+/// ```ignore
+/// #[no_mangle]
+/// pub unsafe extern "C" fn nccom_comm_destroy(comm: *mut NccomComm) -> NRT_STATUS {
+///     proxy_abi::entry!(WHAT = "nccom_comm_destroy", {
+///         let h = comm.addr();
+///         /* ... */
+///         Ok(())
+///     })
+/// }
+/// ```
+#[macro_export]
+macro_rules! entry {
+    ($what:ident = $name:literal, $body:expr) => {{
+        const $what: &str = $name;
+        $crate::boundary::guard($what, || $body)
+    }};
+}
+
+/// `f` on the live object of `table` that the C handle `handle` (a `kind` handle: "comm",
+/// "plan", ...) names, for the call `what`, holding the object's slot busy meanwhile.
+///
+/// # Errors
+/// A failed lookup, as [`lookup_status`] answers it (logged); else `f`'s error.
+pub fn with_live<T, R, const N: usize>(
+    what: &str,
+    kind: &str,
+    table: &HandleTable<T, N>,
+    handle: usize,
+    f: impl FnOnce(&mut T) -> Result<R, NrtStatus>,
+) -> Result<R, NrtStatus> {
+    table
+        .with(handle, f)
+        .map_err(|e| lookup_status(what, kind, handle, e))?
+}
+
+/// Removes the live object of `table` that the C handle `handle` (a `kind` handle) names, for
+/// the call `what` (a destroy), and hands it back; every copy of the handle is stale afterwards.
+///
+/// # Errors
+/// A failed lookup, as [`lookup_status`] answers it (logged).
+pub fn remove_live<T, const N: usize>(
+    what: &str,
+    kind: &str,
+    table: &HandleTable<T, N>,
+    handle: usize,
+) -> Result<T, NrtStatus> {
+    table
+        .remove(handle)
+        .map_err(|e| lookup_status(what, kind, handle, e))
+}
+
+/// A live object of a C library that a panic caught inside a call on it leaves in an unknown
+/// state (a comm): [`call_guarded`] refuses it from then on.
+pub trait Guarded {
+    /// The object's poison flag: `true` once a call on it panicked (never cleared).
+    fn poisoned(&mut self) -> &mut bool;
+
+    /// Told of every failure `status` a call `what` on the object answered (not of a panic,
+    /// which poisons instead). Default: nothing.
+    fn note_failure(&mut self, what: &str, status: NrtStatus) {
+        let _ = (what, status);
+    }
+}
+
+/// Runs one call `what` on `obj`, the live object of the C handle `handle` (a `kind` object):
+/// a poisoned object is refused with `NRT_FAILURE`; `f`'s failure is told to
+/// [`Guarded::note_failure`] and answered; a panic in `f` poisons the object and is answered
+/// `NRT_FAILURE` (both logged).
+///
+/// # Errors
+/// `NrtStatus::Failure` for a poisoned object or a caught panic; else `f`'s error.
+pub fn call_guarded<T: Guarded, R>(
+    what: &str,
+    kind: &str,
+    handle: usize,
+    obj: &mut T,
+    f: impl FnOnce(&mut T) -> Result<R, NrtStatus>,
+) -> Result<R, NrtStatus> {
+    if *obj.poisoned() {
+        log::error!("{what}: {kind} {handle:#x} is poisoned by an earlier panic");
+        return Err(NrtStatus::Failure);
+    }
+    match catch_unwind(AssertUnwindSafe(|| f(&mut *obj))) {
+        Ok(Err(s)) => {
+            obj.note_failure(what, s);
+            Err(s)
+        }
+        Ok(r) => r,
+        Err(p) => {
+            *obj.poisoned() = true;
+            log::error!(
+                "{what}: caught a panic in {kind} {handle:#x} ({}); {kind} poisoned, returning \
+                 NRT_FAILURE",
+                panic_message(&*p)
+            );
+            Err(NrtStatus::Failure)
         }
     }
 }
@@ -238,5 +349,47 @@ mod tests {
             lookup_status("t", "comm", 1, LookupError::Stale),
             NrtStatus::InvalidHandle
         );
+    }
+
+    struct Obj {
+        poisoned: bool,
+        failures: u32,
+    }
+
+    impl Guarded for Obj {
+        fn poisoned(&mut self) -> &mut bool {
+            &mut self.poisoned
+        }
+
+        fn note_failure(&mut self, _what: &str, _status: NrtStatus) {
+            self.failures += 1;
+        }
+    }
+
+    #[test]
+    fn entry_looks_up_and_guards() {
+        static TABLE: HandleTable<Obj> = HandleTable::new(0x7E57);
+        let h = TABLE
+            .insert(Obj {
+                poisoned: false,
+                failures: 0,
+            })
+            .ok()
+            .unwrap();
+        let call = |f: fn(&mut Obj) -> Result<(), NrtStatus>| {
+            crate::entry!(WHAT = "t", {
+                with_live(WHAT, "obj", &TABLE, h, |o| {
+                    call_guarded(WHAT, "obj", h, o, f)
+                })
+            })
+        };
+        assert_eq!(call(|_| Ok(())), crate::NRT_SUCCESS);
+        assert_eq!(call(|_| Err(NrtStatus::Invalid)), crate::NRT_INVALID);
+        assert_eq!(with_live("t", "obj", &TABLE, h, |o| Ok(o.failures)), Ok(1));
+        assert_eq!(call(|_| panic!("planted")), NRT_FAILURE);
+        assert_eq!(call(|_| Ok(())), NRT_FAILURE, "poisoned");
+        assert!(remove_live("t", "obj", &TABLE, h).is_ok());
+        assert_eq!(call(|_| Ok(())), crate::NRT_INVALID_HANDLE, "stale");
+        assert!(remove_live("t", "obj", &TABLE, h).is_err());
     }
 }
