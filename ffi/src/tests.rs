@@ -2,7 +2,11 @@
 //! binary boundary).
 
 use super::*;
-use std::ffi::CStr;
+use crate::comms::with_comm;
+use proxy_abi::boundary::guard;
+use proxy_core::base::status::NrtStatus;
+use std::ffi::{c_int, c_void, CStr};
+use std::ptr;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 unsafe extern "C" fn inc(addr: *mut NccomHostWord, val: u32) {
