@@ -28,8 +28,9 @@ use proxy_collectives::planner::{
 use proxy_core::base::desc::{NetDestAddr, NetOpInfo, NetSrcAddr, MAX_ENTRIES_PER_OP};
 use proxy_core::base::status::NrtStatus;
 
-use crate::types::*;
 use proxy_abi::boundary::{bad, c_in, c_out, guard, lookup_status};
+
+use crate::types::*;
 
 use crate::{instance_id, retry_busy};
 use proxy_abi::handles::HandleTable;

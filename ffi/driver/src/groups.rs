@@ -1,0 +1,70 @@
+//! Groups of this process's ranks: `nrt_proxy_group_create` (an in-memory transport group of
+//! the progress half and an in-process barrier) and `nrt_proxy_group_destroy`.
+
+use std::ptr;
+
+use proxy_abi::*;
+use proxy_core::base::status::NrtStatus;
+use proxy_core::driver::task::SharedMemBarrier;
+
+use proxy_abi::boundary::{c_out, guard, lookup_status};
+
+use crate::handles::*;
+use crate::objects::*;
+use crate::types::*;
+
+/// Creates a group of `nranks` ranks of this process: an in-memory transport group of the
+/// progress half (`nccom_mem_group_create`) and an in-process barrier. Each rank's comm is
+/// created with `group` set.
+///
+/// Returns `NRT_SUCCESS`; `NRT_INVALID_HANDLE` for a bad instance; `NRT_INVALID` for a NULL
+/// `out` or `nranks` out of range; `NRT_RESOURCE` when too many groups are live.
+///
+/// # Safety
+/// `out` NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn nrt_proxy_group_create(
+    inst: *mut NrtProxy,
+    nranks: u32,
+    out: *mut *mut NrtProxyGroup,
+) -> NRT_STATUS {
+    const WHAT: &str = "nrt_proxy_group_create";
+    guard(WHAT, || {
+        // SAFETY: `out`: the C caller's pointer, valid or NULL by this function's contract.
+        let out = unsafe { c_out(WHAT, "out", out) }?;
+        *out = ptr::null_mut();
+        let inst = instance_of(WHAT, inst)?;
+        let mem = inst.lib.mem_group(nranks).inspect_err(|e| {
+            log::error!("{WHAT}: nccom_mem_group_create({nranks}): {e}");
+        })?;
+        let barrier = SharedMemBarrier::new(nranks)?;
+        let g = Box::new(Group {
+            inst,
+            nranks,
+            mem: SendMemGroup(mem),
+            barrier,
+        });
+        let h = GROUPS.insert(g).map_err(|_| {
+            log::error!("{WHAT}: too many live groups");
+            NrtStatus::Resource
+        })?;
+        *out = ptr::without_provenance_mut(h);
+        Ok(())
+    })
+}
+
+/// Destroys a group handle. Comms created over it keep working.
+///
+/// Returns `NRT_SUCCESS`; `NRT_INVALID_HANDLE` for a NULL, destroyed or unknown group.
+///
+/// # Safety
+/// None beyond the C contract.
+#[no_mangle]
+pub unsafe extern "C" fn nrt_proxy_group_destroy(group: *mut NrtProxyGroup) -> NRT_STATUS {
+    const WHAT: &str = "nrt_proxy_group_destroy";
+    guard(WHAT, || {
+        let h = group.addr();
+        retry_busy(|| GROUPS.remove(h)).map_err(|e| lookup_status(WHAT, "group", h, e))?;
+        Ok(())
+    })
+}

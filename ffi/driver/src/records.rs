@@ -1,0 +1,156 @@
+//! Records and progress: popping and waiting for a comm's final task records, and caller-mode
+//! driving (`nrt_proxy_tick`, `nrt_proxy_drive_until`).
+
+use proxy_abi::*;
+use proxy_core::base::status::NrtStatus;
+use proxy_core::driver::queue::Tick;
+
+use proxy_abi::boundary::{c_out, guard};
+
+use crate::handles::*;
+use crate::objects::*;
+use crate::types::*;
+
+/// Pops the next final status record of the comm's tasks, if one is ready (also after a leave:
+/// the records it collected).
+///
+/// Returns `NRT_SUCCESS` with `*record` filled; `NRT_QUEUE_EMPTY` when none is ready;
+/// `NRT_INVALID_HANDLE` for a bad comm; `NRT_INVALID` for a NULL `record`.
+///
+/// # Safety
+/// `record` NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn nrt_proxy_try_pop(
+    comm: *mut NrtProxyComm,
+    record: *mut NrtProxyTaskRecord,
+) -> NRT_STATUS {
+    const WHAT: &str = "nrt_proxy_try_pop";
+    guard(WHAT, || {
+        with_comm(WHAT, comm, |e| {
+            // SAFETY: `record`: the C caller's pointer, valid or NULL by this function's contract.
+            let out = unsafe { c_out(WHAT, "record", record) }?;
+            let r = match e.leftover.pop_front() {
+                Some(r) => r,
+                None => e
+                    .member
+                    .as_mut()
+                    .and_then(|m| m.slot.try_pop_record())
+                    .ok_or(NrtStatus::QueueEmpty)?,
+            };
+            *out = e.note(r);
+            Ok(())
+        })
+    })
+}
+
+/// Waits at most `timeout_ms` for the next final record (spins for the spin budget, then
+/// parks; in caller mode it drives the queue while the drive token is free).
+///
+/// Returns `NRT_SUCCESS` with `*record` filled; `NRT_TIMEOUT` (nothing lost);
+/// `NRT_QUEUE_EMPTY` when no task is outstanding; `NRT_INVALID_HANDLE`; `NRT_INVALID` for a
+/// NULL `record`; `NRT_CLOSED` for a comm that is not joined (and has no leftover records).
+///
+/// # Safety
+/// `record` NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn nrt_proxy_wait(
+    comm: *mut NrtProxyComm,
+    timeout_ms: u64,
+    record: *mut NrtProxyTaskRecord,
+) -> NRT_STATUS {
+    const WHAT: &str = "nrt_proxy_wait";
+    guard(WHAT, || {
+        with_comm(WHAT, comm, |e| {
+            // SAFETY: `record`: the C caller's pointer, valid or NULL by this function's contract.
+            let out = unsafe { c_out(WHAT, "record", record) }?;
+            if let Some(r) = e.leftover.pop_front() {
+                *out = e.note(r);
+                return Ok(());
+            }
+            let waiter = e.waiter();
+            let m = e.member(WHAT)?;
+            if m.slot.outstanding() == 0 {
+                return Err(NrtStatus::QueueEmpty);
+            }
+            let r = m
+                .slot
+                .wait_record_until(&waiter, Some(deadline_after(timeout_ms)))?;
+            *out = e.note(r);
+            Ok(())
+        })
+    })
+}
+
+/// Caller mode: one tick of the comm's proxy queue by the calling thread; `*tick` says what it
+/// did (`NRT_PROXY_TICK_IDLE`, `_NO_PROGRESS`, `_PROGRESS`).
+///
+/// Returns `NRT_SUCCESS`; `NRT_INVALID_HANDLE`; `NRT_INVALID` for a NULL `tick`, a queue with a
+/// worker thread, or one another thread is driving right now; `NRT_CLOSED` when not joined.
+///
+/// # Safety
+/// `tick` NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn nrt_proxy_tick(comm: *mut NrtProxyComm, tick: *mut u32) -> NRT_STATUS {
+    const WHAT: &str = "nrt_proxy_tick";
+    guard(WHAT, || {
+        with_comm(WHAT, comm, |e| {
+            // SAFETY: `tick`: the C caller's pointer, valid or NULL by this function's contract.
+            let out = unsafe { c_out(WHAT, "tick", tick) }?;
+            let m = e.member(WHAT)?;
+            let t = m.slot.queue().tick().inspect_err(|_| {
+                proxy_abi::refusal::refuse(
+                    WHAT,
+                    "not the driver",
+                    format_args!("the queue has a worker thread, or another thread drives it"),
+                );
+            })?;
+            *out = match t {
+                Tick::Park => NRT_PROXY_TICK_IDLE,
+                Tick::NoProgress => NRT_PROXY_TICK_NO_PROGRESS,
+                Tick::Continue => NRT_PROXY_TICK_PROGRESS,
+            };
+            Ok(())
+        })
+    })
+}
+
+/// Drives (caller mode, while the drive token is free) or waits for the queue until the final
+/// record of task `task_id` is there, at most `timeout_ms`, and returns it; records of other
+/// tasks met meanwhile stay for the next pops, in order.
+///
+/// Returns `NRT_SUCCESS` with `*record` filled; `NRT_TIMEOUT`; `NRT_QUEUE_EMPTY` when no task
+/// is outstanding; `NRT_INVALID_HANDLE`; `NRT_INVALID` for a NULL `record`; `NRT_CLOSED` when
+/// not joined.
+///
+/// # Safety
+/// `record` NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn nrt_proxy_drive_until(
+    comm: *mut NrtProxyComm,
+    task_id: u32,
+    timeout_ms: u64,
+    record: *mut NrtProxyTaskRecord,
+) -> NRT_STATUS {
+    const WHAT: &str = "nrt_proxy_drive_until";
+    guard(WHAT, || {
+        with_comm(WHAT, comm, |e| {
+            // SAFETY: `record`: the C caller's pointer, valid or NULL by this function's contract.
+            let out = unsafe { c_out(WHAT, "record", record) }?;
+            if let Some(i) = e.leftover.iter().position(|r| r.task_id == task_id) {
+                let r = e.leftover.remove(i).ok_or(NrtStatus::Failure)?;
+                *out = e.note(r);
+                return Ok(());
+            }
+            let waiter = e.waiter();
+            let m = e.member(WHAT)?;
+            if m.slot.outstanding() == 0 {
+                return Err(NrtStatus::QueueEmpty);
+            }
+            let r = m
+                .slot
+                .drive_until(task_id, Some(deadline_after(timeout_ms)), &waiter, None)?;
+            *out = e.note(r);
+            Ok(())
+        })
+    })
+}
