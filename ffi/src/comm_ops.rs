@@ -7,7 +7,7 @@ use std::ptr;
 use proxy_abi::*;
 use proxy_core::base::status::NrtStatus;
 
-use proxy_abi::boundary::guard;
+use proxy_abi::entry;
 
 use crate::comms::{aborts, with_comm};
 
@@ -27,8 +27,7 @@ pub unsafe extern "C" fn nccom_comm_register_memory(
     base: *const c_void,
     len: usize,
 ) -> NRT_STATUS {
-    const WHAT: &str = "nccom_comm_register_memory";
-    guard(WHAT, || {
+    entry!(WHAT = "nccom_comm_register_memory", {
         with_comm(WHAT, comm, |c| {
             if base.is_null() {
                 log::error!("{WHAT}: NULL base");
@@ -64,8 +63,7 @@ pub unsafe extern "C" fn nccom_comm_invalidate_range(
     addr: *const c_void,
     len: usize,
 ) -> NRT_STATUS {
-    const WHAT: &str = "nccom_comm_invalidate_range";
-    guard(WHAT, || {
+    entry!(WHAT = "nccom_comm_invalidate_range", {
         with_comm(WHAT, comm, |c| {
             if addr.is_null() {
                 log::error!("{WHAT}: NULL addr");
@@ -96,8 +94,7 @@ pub unsafe extern "C" fn nccom_comm_invalidate_range(
 /// Seed: none (the seed has no abort; `nrt_close` waits for the proxy); docs/design.md §9.
 #[no_mangle]
 pub unsafe extern "C" fn nccom_comm_abort(comm: *mut NccomComm) -> NRT_STATUS {
-    const WHAT: &str = "nccom_comm_abort";
-    guard(WHAT, || {
+    entry!(WHAT = "nccom_comm_abort", {
         let h = comm.addr();
         if h == 0 {
             log::error!("{WHAT}: NULL comm");
@@ -142,8 +139,7 @@ pub unsafe extern "C" fn nccom_comm_protocol_stats(
     comm: *mut NccomComm,
     out: *mut NccomProtocolStats,
 ) -> NRT_STATUS {
-    const WHAT: &str = "nccom_comm_protocol_stats";
-    guard(WHAT, || {
+    entry!(WHAT = "nccom_comm_protocol_stats", {
         with_comm(WHAT, comm, |c| {
             if out.is_null() || !out.is_aligned() {
                 log::error!("{WHAT}: NULL or misaligned out ({out:p})");

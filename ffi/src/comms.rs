@@ -12,9 +12,9 @@ use proxy_core::base::time::MonotonicClock;
 use proxy_core::progress::comm::{Comm, CommConfig};
 use proxy_core::progress::net::{Transport, MAX_COMM_ID, MAX_NRANKS};
 
-use proxy_abi::boundary::{c_in, c_out, guard, lookup_status, panic_message};
+use proxy_abi::boundary::{c_in, c_out, call_guarded, remove_live, with_live, Guarded};
+use proxy_abi::entry;
 use proxy_abi::handles::{self, HandleTable};
-use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use crate::device;
 use crate::init::GROUPS;
@@ -52,8 +52,14 @@ pub fn live_comms() -> usize {
     COMMS.live()
 }
 
+impl Guarded for CommEntry {
+    fn poisoned(&mut self) -> &mut bool {
+        &mut self.poisoned
+    }
+}
+
 /// Runs `f` on the live comm `comm` (holding it busy), catching a panic inside as a poisoning
-/// failure.
+/// failure ([`call_guarded`]).
 pub(crate) fn with_comm(
     what: &str,
     comm: *mut NccomComm,
@@ -64,25 +70,9 @@ pub(crate) fn with_comm(
         log::error!("{what}: NULL comm");
         return Err(NrtStatus::InvalidHandle);
     }
-    COMMS
-        .with(h, |e| {
-            if e.poisoned {
-                log::error!("{what}: comm {h:#x} is poisoned by an earlier panic");
-                return Err(NrtStatus::Failure);
-            }
-            match catch_unwind(AssertUnwindSafe(|| f(&mut e.comm))) {
-                Ok(r) => r,
-                Err(p) => {
-                    e.poisoned = true;
-                    log::error!(
-                        "{what}: caught a panic in comm {h:#x} ({}); comm poisoned, returning NRT_FAILURE",
-                        panic_message(&*p)
-                    );
-                    Err(NrtStatus::Failure)
-                }
-            }
-        })
-        .map_err(|e| lookup_status(what, "comm", h, e))?
+    with_live(what, "comm", &COMMS, h, |e| {
+        call_guarded(what, "comm", h, &mut **e, |e| f(&mut e.comm))
+    })
 }
 
 fn validate_config(what: &str, cfg: &NccomCommConfig) -> Result<(), NrtStatus> {
@@ -166,8 +156,7 @@ pub unsafe extern "C" fn nccom_comm_create(
     config: *const NccomCommConfig,
     out: *mut *mut NccomComm,
 ) -> NRT_STATUS {
-    const WHAT: &str = "nccom_comm_create";
-    guard(WHAT, || {
+    entry!(WHAT = "nccom_comm_create", {
         // SAFETY: `out`: the C caller's pointer, valid or NULL by this function's contract.
         let out = unsafe { c_out(WHAT, "out", out) }?;
         *out = ptr::null_mut();
@@ -190,22 +179,20 @@ pub unsafe extern "C" fn nccom_comm_create(
         }
         // Last, because a rank's endpoint can be taken only once.
         let gh = cfg.transport.mem_group.addr();
-        let transport = GROUPS
-            .with(gh, |fabric| {
-                if fabric.nranks() != cfg.nranks {
-                    log::error!(
-                        "{WHAT}: group has {} ranks, the comm {}",
-                        fabric.nranks(),
-                        cfg.nranks
-                    );
-                    return Err(NrtStatus::Invalid);
-                }
-                fabric.endpoint(cfg.rank).map_err(|e| {
-                    log::error!("{WHAT}: {e}");
-                    NrtStatus::Invalid
-                })
+        let transport = with_live(WHAT, "group", &GROUPS, gh, |fabric| {
+            if fabric.nranks() != cfg.nranks {
+                log::error!(
+                    "{WHAT}: group has {} ranks, the comm {}",
+                    fabric.nranks(),
+                    cfg.nranks
+                );
+                return Err(NrtStatus::Invalid);
+            }
+            fabric.endpoint(cfg.rank).map_err(|e| {
+                log::error!("{WHAT}: {e}");
+                NrtStatus::Invalid
             })
-            .map_err(|e| lookup_status(WHAT, "group", gh, e))??;
+        })?;
         let mut cc = CommConfig::new(cfg.rank, cfg.nranks, cfg.comm_id);
         if cfg.drain_limit_ns != 0 {
             cc.drain_limit_ns = cfg.drain_limit_ns;
@@ -270,16 +257,13 @@ fn register_comm(
 /// None beyond the C contract (the handle is checked, never dereferenced).
 #[no_mangle]
 pub unsafe extern "C" fn nccom_comm_destroy(comm: *mut NccomComm) -> NRT_STATUS {
-    const WHAT: &str = "nccom_comm_destroy";
-    guard(WHAT, || {
+    entry!(WHAT = "nccom_comm_destroy", {
         let h = comm.addr();
         if h == 0 {
             log::error!("{WHAT}: NULL comm");
             return Err(NrtStatus::InvalidHandle);
         }
-        let entry = COMMS
-            .remove(h)
-            .map_err(|e| lookup_status(WHAT, "comm", h, e))?;
+        let entry = remove_live(WHAT, "comm", &COMMS, h)?;
         aborts().retain(|(k, _)| *k != h);
         if entry.poisoned {
             log::error!("{WHAT}: comm {h:#x} was poisoned by a panic; leaking it");

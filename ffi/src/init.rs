@@ -9,7 +9,8 @@ use proxy_abi::*;
 use proxy_core::base::status::NrtStatus;
 use proxy_core::progress::mem_transport::MemFabric;
 
-use proxy_abi::boundary::{c_in, c_out, guard, lookup_status};
+use proxy_abi::boundary::{c_in, c_out, remove_live};
+use proxy_abi::entry;
 use proxy_abi::handles::{self, HandleTable};
 
 use crate::device;
@@ -55,8 +56,7 @@ pub extern "C" fn nrt_get_status_as_str(status: NRT_STATUS) -> *const c_char {
 pub unsafe extern "C" fn nccom_register_device_callbacks(
     callbacks: *const NccomDeviceCallbacks,
 ) -> NRT_STATUS {
-    const WHAT: &str = "nccom_register_device_callbacks";
-    guard(WHAT, || {
+    entry!(WHAT = "nccom_register_device_callbacks", {
         if callbacks.is_null() {
             device::register(None);
             return Ok(());
@@ -87,8 +87,7 @@ pub unsafe extern "C" fn nccom_mem_group_create(
     nranks: u32,
     out: *mut *mut NccomMemGroup,
 ) -> NRT_STATUS {
-    const WHAT: &str = "nccom_mem_group_create";
-    guard(WHAT, || {
+    entry!(WHAT = "nccom_mem_group_create", {
         // SAFETY: `out`: the C caller's pointer, valid or NULL by this function's contract.
         let out = unsafe { c_out(WHAT, "out", out) }?;
         *out = ptr::null_mut();
@@ -113,16 +112,13 @@ pub unsafe extern "C" fn nccom_mem_group_create(
 /// None beyond the C contract (the handle is checked, never dereferenced).
 #[no_mangle]
 pub unsafe extern "C" fn nccom_mem_group_destroy(group: *mut NccomMemGroup) -> NRT_STATUS {
-    const WHAT: &str = "nccom_mem_group_destroy";
-    guard(WHAT, || {
+    entry!(WHAT = "nccom_mem_group_destroy", {
         let h = group.addr();
         if h == 0 {
             log::error!("{WHAT}: NULL group");
             return Err(NrtStatus::InvalidHandle);
         }
-        let fabric = GROUPS
-            .remove(h)
-            .map_err(|e| lookup_status(WHAT, "group", h, e))?;
+        let fabric = remove_live(WHAT, "group", &GROUPS, h)?;
         drop(fabric);
         Ok(())
     })

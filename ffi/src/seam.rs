@@ -7,7 +7,8 @@ use std::ffi::c_int;
 use proxy_abi::*;
 use proxy_core::base::status::NrtStatus;
 
-use proxy_abi::boundary::{c_out, c_slice, guard};
+use proxy_abi::boundary::{c_out, c_slice};
+use proxy_abi::entry;
 
 use crate::comms::with_comm;
 
@@ -39,8 +40,7 @@ pub unsafe extern "C" fn neuronStartNetworkProxy(
     dst: *const NetDestAddr,
     n_dst: usize,
 ) -> NRT_STATUS {
-    const WHAT: &str = "neuronStartNetworkProxy";
-    guard(WHAT, || {
+    entry!(WHAT = "neuronStartNetworkProxy", {
         with_comm(WHAT, comm, |c| {
             // SAFETY: per this function's contract.
             let (o, s, d) = unsafe {
@@ -79,8 +79,7 @@ pub unsafe extern "C" fn neuronNetworkProxyProgress(
     idle: *mut c_int,
     done: *mut c_int,
 ) -> NRT_STATUS {
-    const WHAT: &str = "neuronNetworkProxyProgress";
-    guard(WHAT, || {
+    entry!(WHAT = "neuronNetworkProxyProgress", {
         with_comm(WHAT, comm, |c| {
             // SAFETY: `idle`: the C caller's pointer, valid or NULL by this function's contract.
             let idle = unsafe { c_out(WHAT, "idle", idle) }?;
@@ -113,8 +112,10 @@ pub unsafe extern "C" fn neuronNetworkProxyProgress(
 /// Seed: `neuronStopNetworkProxy` (nccom:0x487d0), B3.
 #[no_mangle]
 pub unsafe extern "C" fn neuronStopNetworkProxy(comm: *mut NccomComm, stream: u32) -> NRT_STATUS {
-    const WHAT: &str = "neuronStopNetworkProxy";
-    guard(WHAT, || with_comm(WHAT, comm, |c| c.stop(stream)))
+    entry!(
+        WHAT = "neuronStopNetworkProxy",
+        with_comm(WHAT, comm, |c| c.stop(stream))
+    )
 }
 
 /// One step of a stream teardown that never blocks (ABI 1.1; docs/design.md §3, "Stepped
@@ -142,8 +143,7 @@ pub unsafe extern "C" fn neuronStopNetworkProxyStep(
     stream: u32,
     done: *mut c_int,
 ) -> NRT_STATUS {
-    const WHAT: &str = "neuronStopNetworkProxyStep";
-    guard(WHAT, || {
+    entry!(WHAT = "neuronStopNetworkProxyStep", {
         with_comm(WHAT, comm, |c| {
             // SAFETY: `done`: the C caller's pointer, valid or NULL by this function's contract.
             let done = unsafe { c_out(WHAT, "done", done) }?;
