@@ -15,7 +15,8 @@ use proxy_core::base::abort::AbortHandle;
 use proxy_core::base::status::NrtStatus;
 use proxy_core::driver::task::BarrierChannel;
 
-use proxy_abi::boundary::{bad, c_in, c_out, c_string, guard, lookup_status};
+use proxy_abi::boundary::{bad, c_in, c_out, c_string, remove_live, with_live};
+use proxy_abi::entry;
 
 use crate::handles::*;
 use crate::objects::*;
@@ -34,8 +35,7 @@ const DESTROY_LEAVE_TIMEOUT: Duration = Duration::from_secs(30);
 /// `config` NULL or writable.
 #[no_mangle]
 pub unsafe extern "C" fn nrt_proxy_comm_config_init(config: *mut NrtProxyCommConfig) -> NRT_STATUS {
-    const WHAT: &str = "nrt_proxy_comm_config_init";
-    guard(WHAT, || {
+    entry!(WHAT = "nrt_proxy_comm_config_init", {
         // SAFETY: `config`: the C caller's pointer, valid or NULL by this function's contract.
         *unsafe { c_out(WHAT, "config", config) }? = NrtProxyCommConfig {
             struct_size: size_of::<NrtProxyCommConfig>() as u32,
@@ -112,8 +112,7 @@ pub unsafe extern "C" fn nrt_proxy_comm_create(
     config: *const NrtProxyCommConfig,
     out: *mut *mut NrtProxyComm,
 ) -> NRT_STATUS {
-    const WHAT: &str = "nrt_proxy_comm_create";
-    guard(WHAT, || {
+    entry!(WHAT = "nrt_proxy_comm_create", {
         // SAFETY: `out`: the C caller's pointer, valid or NULL by this function's contract.
         let out = unsafe { c_out(WHAT, "out", out) }?;
         *out = ptr::null_mut();
@@ -169,24 +168,21 @@ pub unsafe extern "C" fn nrt_proxy_comm_create(
                 );
             }
             let gh = c.group.addr();
-            let (mem, endpoint) = retry_busy(|| {
-                GROUPS.with(gh, |g| {
-                    if !Arc::ptr_eq(&g.inst, &inst) {
-                        return bad(WHAT, format_args!("the group belongs to another instance"));
-                    }
-                    if g.nranks != c.nranks {
-                        return bad(
-                            WHAT,
-                            format_args!("group of {} ranks, comm of {}", g.nranks, c.nranks),
-                        );
-                    }
-                    let ep = g.barrier.endpoint(c.rank).inspect_err(|_| {
-                        log::error!("{WHAT}: rank {} of a group of {}", c.rank, g.nranks);
-                    })?;
-                    Ok((g.mem.0.as_ptr(), ep))
-                })
-            })
-            .map_err(|e| lookup_status(WHAT, "group", gh, e))??;
+            let (mem, endpoint) = with_live_retrying(WHAT, "group", &GROUPS, gh, |g| {
+                if !Arc::ptr_eq(&g.inst, &inst) {
+                    return bad(WHAT, format_args!("the group belongs to another instance"));
+                }
+                if g.nranks != c.nranks {
+                    return bad(
+                        WHAT,
+                        format_args!("group of {} ranks, comm of {}", g.nranks, c.nranks),
+                    );
+                }
+                let ep = g.barrier.endpoint(c.rank).inspect_err(|_| {
+                    log::error!("{WHAT}: rank {} of a group of {}", c.rank, g.nranks);
+                })?;
+                Ok((g.mem.0.as_ptr(), ep))
+            })?;
             nc.transport.mem_group = mem;
             channel = Some(Box::new(endpoint));
             leader = c.rank == 0;
@@ -259,8 +255,7 @@ pub unsafe extern "C" fn nrt_proxy_comm_nccom(
     comm: *mut NrtProxyComm,
     out: *mut *mut NccomComm,
 ) -> NRT_STATUS {
-    const WHAT: &str = "nrt_proxy_comm_nccom";
-    guard(WHAT, || {
+    entry!(WHAT = "nrt_proxy_comm_nccom", {
         // SAFETY: `out`: the C caller's pointer, valid or NULL by this function's contract.
         let out = unsafe { c_out(WHAT, "out", out) }?;
         *out = ptr::null_mut();
@@ -283,12 +278,9 @@ pub unsafe extern "C" fn nrt_proxy_comm_nccom(
 /// None beyond the C contract.
 #[no_mangle]
 pub unsafe extern "C" fn nrt_proxy_comm_destroy(comm: *mut NrtProxyComm) -> NRT_STATUS {
-    const WHAT: &str = "nrt_proxy_comm_destroy";
-    guard(WHAT, || {
+    entry!(WHAT = "nrt_proxy_comm_destroy", {
         let h = comm.addr();
-        let poisoned = COMMS
-            .with(h, |e| e.poisoned)
-            .map_err(|e| lookup_status(WHAT, "comm", h, e))?;
+        let poisoned = with_live(WHAT, "comm", &COMMS, h, |e| Ok(e.poisoned))?;
         if !poisoned {
             with_comm(WHAT, comm, |e| {
                 if e.member.is_some() {
@@ -297,9 +289,7 @@ pub unsafe extern "C" fn nrt_proxy_comm_destroy(comm: *mut NrtProxyComm) -> NRT_
                 Ok(())
             })?;
         }
-        let entry = COMMS
-            .remove(h)
-            .map_err(|e| lookup_status(WHAT, "comm", h, e))?;
+        let entry = remove_live(WHAT, "comm", &COMMS, h)?;
         aborts().retain(|(k, ..)| *k != h);
         if entry.poisoned {
             log::error!("{WHAT}: comm {h:#x} was poisoned by a panic; leaking it");
@@ -328,8 +318,7 @@ pub unsafe extern "C" fn nrt_proxy_comm_destroy(comm: *mut NrtProxyComm) -> NRT_
 /// None beyond the C contract.
 #[no_mangle]
 pub unsafe extern "C" fn nrt_proxy_comm_join(comm: *mut NrtProxyComm) -> NRT_STATUS {
-    const WHAT: &str = "nrt_proxy_comm_join";
-    guard(WHAT, || {
+    entry!(WHAT = "nrt_proxy_comm_join", {
         with_comm(WHAT, comm, |e| {
             if e.joined_once {
                 return bad(
@@ -398,8 +387,7 @@ pub unsafe extern "C" fn nrt_proxy_comm_leave(
     comm: *mut NrtProxyComm,
     timeout_ms: u64,
 ) -> NRT_STATUS {
-    const WHAT: &str = "nrt_proxy_comm_leave";
-    guard(WHAT, || {
+    entry!(WHAT = "nrt_proxy_comm_leave", {
         with_comm(WHAT, comm, |e| leave(WHAT, e, timeout_ms))
     })
 }

@@ -11,7 +11,8 @@ use proxy_core::base::status::NrtStatus;
 use proxy_core::driver::queue::{DriveMode, QueueConfig};
 use proxy_runtime::Config;
 
-use proxy_abi::boundary::{bad, c_out, guard};
+use proxy_abi::boundary::{bad, c_out};
+use proxy_abi::entry;
 
 use crate::types::*;
 
@@ -59,8 +60,7 @@ pub(crate) fn default_config() -> NrtProxyConfig {
 /// `config` must be NULL or point to writable storage for an `nrt_proxy_config_t`.
 #[no_mangle]
 pub unsafe extern "C" fn nrt_proxy_config_init(config: *mut NrtProxyConfig) -> NRT_STATUS {
-    const WHAT: &str = "nrt_proxy_config_init";
-    guard(WHAT, || {
+    entry!(WHAT = "nrt_proxy_config_init", {
         // SAFETY: `config`: the C caller's pointer, valid or NULL by this function's contract.
         *unsafe { c_out(WHAT, "config", config) }? = default_config();
         Ok(())
@@ -83,8 +83,7 @@ pub unsafe extern "C" fn nrt_proxy_config_init(config: *mut NrtProxyConfig) -> N
 /// As [`nrt_proxy_config_init`].
 #[no_mangle]
 pub unsafe extern "C" fn nrt_proxy_config_from_env(config: *mut NrtProxyConfig) -> NRT_STATUS {
-    const WHAT: &str = "nrt_proxy_config_from_env";
-    guard(WHAT, || {
+    entry!(WHAT = "nrt_proxy_config_from_env", {
         // SAFETY: `config`: the C caller's pointer, valid or NULL by this function's contract.
         let out = unsafe { c_out(WHAT, "config", config) }?;
         *out = default_config();

@@ -7,7 +7,8 @@ use proxy_abi::*;
 use proxy_core::base::status::NrtStatus;
 use proxy_core::driver::task::SharedMemBarrier;
 
-use proxy_abi::boundary::{c_out, guard, lookup_status};
+use proxy_abi::boundary::c_out;
+use proxy_abi::entry;
 
 use crate::handles::*;
 use crate::objects::*;
@@ -28,8 +29,7 @@ pub unsafe extern "C" fn nrt_proxy_group_create(
     nranks: u32,
     out: *mut *mut NrtProxyGroup,
 ) -> NRT_STATUS {
-    const WHAT: &str = "nrt_proxy_group_create";
-    guard(WHAT, || {
+    entry!(WHAT = "nrt_proxy_group_create", {
         // SAFETY: `out`: the C caller's pointer, valid or NULL by this function's contract.
         let out = unsafe { c_out(WHAT, "out", out) }?;
         *out = ptr::null_mut();
@@ -61,10 +61,9 @@ pub unsafe extern "C" fn nrt_proxy_group_create(
 /// None beyond the C contract.
 #[no_mangle]
 pub unsafe extern "C" fn nrt_proxy_group_destroy(group: *mut NrtProxyGroup) -> NRT_STATUS {
-    const WHAT: &str = "nrt_proxy_group_destroy";
-    guard(WHAT, || {
+    entry!(WHAT = "nrt_proxy_group_destroy", {
         let h = group.addr();
-        retry_busy(|| GROUPS.remove(h)).map_err(|e| lookup_status(WHAT, "group", h, e))?;
+        remove_live_retrying(WHAT, "group", &GROUPS, h)?;
         Ok(())
     })
 }

@@ -1,14 +1,14 @@
 //! The handle tables of this library (instances, groups, comms; plans and host devices have
 //! theirs in `plan.rs` and `host_device.rs`), tagged with this loaded copy's [`instance_id`], and
 //! the lookups every entry point goes through: [`with_comm`] (a comm held busy, a panic poisoning
-//! it), [`instance_of`], and [`retry_busy`] for tables whose slots are held busy only briefly.
+//! it), [`instance_of`], and [`retry_busy`] for tables whose slots are held busy only briefly
+//! ([`with_live_retrying`], [`remove_live_retrying`]).
 
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, OnceLock};
 
 use proxy_core::base::status::NrtStatus;
 
-use proxy_abi::boundary::{lookup_status, panic_message};
+use proxy_abi::boundary::{call_guarded, lookup_status, with_live, Guarded};
 use proxy_abi::handles::{HandleTable, InstanceId, LookupError};
 
 use crate::objects::*;
@@ -71,9 +71,32 @@ pub fn live_instances() -> usize {
     INSTANCES.live()
 }
 
-/// Runs `f` on the live comm `comm` (holding it busy). A panic inside poisons the comm: its
-/// state is unknown, so later calls on it answer `NRT_FAILURE` and destroy leaks it rather than
-/// free it.
+impl Guarded for CommEntry {
+    fn poisoned(&mut self) -> &mut bool {
+        &mut self.poisoned
+    }
+
+    /// A refused call is the comm's most recent failure, with its cause (the refusal's text
+    /// names the argument or peer). Answers that are not failures (an empty queue, a wait that
+    /// timed out) refuse nothing.
+    fn note_failure(&mut self, what: &str, s: NrtStatus) {
+        match proxy_abi::refusal::take_last() {
+            Some(why) => self.last_error = format!("{why} ({})", s.as_str()),
+            None if !matches!(
+                s,
+                NrtStatus::QueueEmpty | NrtStatus::QueueFull | NrtStatus::Timeout
+            ) =>
+            {
+                self.last_error = format!("{what}: {}", s.as_str());
+            }
+            None => {}
+        }
+    }
+}
+
+/// Runs `f` on the live comm `comm` (holding it busy; [`call_guarded`]). A panic inside poisons
+/// the comm: its state is unknown, so later calls on it answer `NRT_FAILURE` and destroy leaks it
+/// rather than free it. A failure `f` answers becomes the comm's last error.
 pub(crate) fn with_comm<R>(
     what: &str,
     comm: *mut NrtProxyComm,
@@ -81,44 +104,11 @@ pub(crate) fn with_comm<R>(
 ) -> Result<R, NrtStatus> {
     keep_main_thread_handle();
     let h = comm.addr();
-    COMMS
-        .with(h, |e| {
-            if e.poisoned {
-                log::error!("{what}: comm {h:#x} is poisoned by an earlier panic");
-                return Err(NrtStatus::Failure);
-            }
-            proxy_abi::refusal::clear_last();
-            match catch_unwind(AssertUnwindSafe(|| f(e))) {
-                Ok(Err(s)) => {
-                    // A refused call is the comm's most recent failure, with its cause (the
-                    // refusal's text names the argument or peer). Answers that are not failures
-                    // (an empty queue, a wait that timed out) refuse nothing.
-                    match proxy_abi::refusal::take_last() {
-                        Some(why) => e.last_error = format!("{why} ({})", s.as_str()),
-                        None if !matches!(
-                            s,
-                            NrtStatus::QueueEmpty | NrtStatus::QueueFull | NrtStatus::Timeout
-                        ) =>
-                        {
-                            e.last_error = format!("{what}: {}", s.as_str());
-                        }
-                        None => {}
-                    }
-                    Err(s)
-                }
-                Ok(r) => r,
-                Err(p) => {
-                    e.poisoned = true;
-                    log::error!(
-                        "{what}: caught a panic in comm {h:#x} ({}); comm poisoned, returning \
-                         NRT_FAILURE",
-                        panic_message(&*p)
-                    );
-                    Err(NrtStatus::Failure)
-                }
-            }
-        })
-        .map_err(|e| lookup_status(what, "comm", h, e))?
+    with_live(what, "comm", &COMMS, h, |e| {
+        // What this call refuses, and only that, is the cause `note_failure` records.
+        proxy_abi::refusal::clear_last();
+        call_guarded(what, "comm", h, &mut **e, f)
+    })
 }
 
 /// Keeps the process's main thread's `std::thread::Thread` handle reachable from a static.
@@ -160,8 +150,39 @@ pub(crate) fn retry_busy<R>(
     op()
 }
 
+/// [`with_live`] with [`retry_busy`]: `f` on the live object of `table` that `handle` (a `kind`
+/// handle) names, for the call `what`, on a table whose slots are held busy only briefly.
+///
+/// # Errors
+/// A failed lookup, as [`lookup_status`] answers it (logged); else `f`'s error.
+pub(crate) fn with_live_retrying<T, R>(
+    what: &str,
+    kind: &str,
+    table: &HandleTable<T>,
+    handle: usize,
+    mut f: impl FnMut(&mut T) -> Result<R, NrtStatus>,
+) -> Result<R, NrtStatus> {
+    retry_busy(|| table.with(handle, &mut f)).map_err(|e| lookup_status(what, kind, handle, e))?
+}
+
+/// [`remove_live`](proxy_abi::boundary::remove_live) with [`retry_busy`]: the destroy of an
+/// object of a table whose slots are held busy only briefly.
+///
+/// # Errors
+/// A failed lookup, as [`lookup_status`] answers it (logged).
+pub(crate) fn remove_live_retrying<T>(
+    what: &str,
+    kind: &str,
+    table: &HandleTable<T>,
+    handle: usize,
+) -> Result<T, NrtStatus> {
+    retry_busy(|| table.remove(handle)).map_err(|e| lookup_status(what, kind, handle, e))
+}
+
+/// The live instance `inst` names, for the call `what`.
+///
+/// # Errors
+/// `NRT_INVALID_HANDLE` for a NULL, destroyed or unknown instance (logged).
 pub(crate) fn instance_of(what: &str, inst: *mut NrtProxy) -> Result<Arc<Instance>, NrtStatus> {
-    let h = inst.addr();
-    retry_busy(|| INSTANCES.with(h, |i| i.clone()))
-        .map_err(|e| lookup_status(what, "instance", h, e))
+    with_live_retrying(what, "instance", &INSTANCES, inst.addr(), |i| Ok(i.clone()))
 }

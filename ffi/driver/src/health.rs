@@ -10,7 +10,8 @@ use proxy_core::base::status::NrtStatus;
 use proxy_core::driver::inval::Invalidation;
 use proxy_core::driver::task::CommHandle;
 
-use proxy_abi::boundary::{bad, c_out, guard};
+use proxy_abi::boundary::{bad, c_out};
+use proxy_abi::entry;
 
 use crate::handles::*;
 use crate::objects::*;
@@ -27,8 +28,7 @@ use crate::types::*;
 /// None beyond the C contract.
 #[no_mangle]
 pub unsafe extern "C" fn nrt_proxy_comm_abort(comm: *mut NrtProxyComm) -> NRT_STATUS {
-    const WHAT: &str = "nrt_proxy_comm_abort";
-    guard(WHAT, || {
+    entry!(WHAT = "nrt_proxy_comm_abort", {
         let h = comm.addr();
         let Some((_, abort, nccom, f)) = aborts().iter().find(|(k, ..)| *k == h).cloned() else {
             log::error!("{WHAT}: {h:#x} is not a live comm of this library");
@@ -81,8 +81,7 @@ pub unsafe extern "C" fn nrt_proxy_comm_invalidate_range(
     addr: *const c_void,
     len: usize,
 ) -> NRT_STATUS {
-    const WHAT: &str = "nrt_proxy_comm_invalidate_range";
-    guard(WHAT, || {
+    entry!(WHAT = "nrt_proxy_comm_invalidate_range", {
         with_comm(WHAT, comm, |e| {
             let waiter = e.waiter();
             let lib = e.inst.lib;
@@ -143,8 +142,7 @@ pub unsafe extern "C" fn nrt_proxy_comm_get_async_error(
     comm: *mut NrtProxyComm,
     status: *mut NRT_STATUS,
 ) -> NRT_STATUS {
-    const WHAT: &str = "nrt_proxy_comm_get_async_error";
-    guard(WHAT, || {
+    entry!(WHAT = "nrt_proxy_comm_get_async_error", {
         with_comm(WHAT, comm, |e| {
             // SAFETY: `status`: the C caller's pointer, valid or NULL by this function's contract.
             let out = unsafe { c_out(WHAT, "status", status) }?;
@@ -177,8 +175,7 @@ pub unsafe extern "C" fn nrt_proxy_comm_last_error(
     buf: *mut c_char,
     len: usize,
 ) -> NRT_STATUS {
-    const WHAT: &str = "nrt_proxy_comm_last_error";
-    guard(WHAT, || {
+    entry!(WHAT = "nrt_proxy_comm_last_error", {
         // Checked outside the comm: this call's own refusal must not replace what it reports.
         if buf.is_null() || len == 0 {
             return bad(WHAT, format_args!("NULL buf or zero len"));
@@ -216,8 +213,7 @@ pub unsafe extern "C" fn nrt_proxy_comm_dump(
     comm: *mut NrtProxyComm,
     timeout_ms: u64,
 ) -> NRT_STATUS {
-    const WHAT: &str = "nrt_proxy_comm_dump";
-    guard(WHAT, || {
+    entry!(WHAT = "nrt_proxy_comm_dump", {
         with_comm(WHAT, comm, |e| {
             let waiter = e.waiter();
             let m = e.member(WHAT)?;

@@ -27,7 +27,8 @@ use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use proxy_abi::boundary::{bad, c_out, c_slice, guard, lookup_status};
+use proxy_abi::boundary::{bad, c_out, c_slice, with_live};
+use proxy_abi::entry;
 use proxy_abi::handles::HandleTable;
 use proxy_abi::{NccomHostWord, NRT_STATUS};
 use proxy_collectives::interpreter::{Device, DevicePoll, Job, JobBlock};
@@ -36,7 +37,7 @@ use proxy_core::base::status::NrtStatus;
 
 use crate::plan::{check_addresses, plan_of};
 use crate::types::*;
-use crate::{instance_id, retry_busy};
+use crate::{instance_id, remove_live_retrying};
 
 /// Handle kind of host devices (bits 48..52 of a handle).
 const KIND_HOST_DEVICE: u8 = 5;
@@ -80,10 +81,7 @@ fn with_device<R>(
     dev: *mut NrtProxyHostDevice,
     f: impl FnOnce(&mut HostDevice) -> Result<R, NrtStatus>,
 ) -> Result<R, NrtStatus> {
-    let h = dev.addr();
-    DEVICES
-        .with(h, f)
-        .map_err(|e| lookup_status(what, "host device", h, e))?
+    with_live(what, "host device", &DEVICES, dev.addr(), f)
 }
 
 fn lock(dev: &Mutex<Device>) -> std::sync::MutexGuard<'_, Device> {
@@ -106,8 +104,7 @@ pub unsafe extern "C" fn nrt_proxy_host_device_create(
     addrs: *const NrtProxyPlanAddresses,
     out: *mut *mut NrtProxyHostDevice,
 ) -> NRT_STATUS {
-    const WHAT: &str = "nrt_proxy_host_device_create";
-    guard(WHAT, || {
+    entry!(WHAT = "nrt_proxy_host_device_create", {
         // SAFETY: `out`: the C caller's pointer, valid or NULL by this function's contract.
         let out = unsafe { c_out(WHAT, "out", out) }?;
         *out = std::ptr::null_mut();
@@ -188,8 +185,7 @@ pub unsafe extern "C" fn nrt_proxy_host_device_launch(
     n_barrier_triggers: u32,
     barrier_done: *mut NccomHostWord,
 ) -> NRT_STATUS {
-    const WHAT: &str = "nrt_proxy_host_device_launch";
-    guard(WHAT, || {
+    entry!(WHAT = "nrt_proxy_host_device_launch", {
         with_device(WHAT, dev, |d| {
             if n_net_triggers > 4 || n_barrier_triggers > 4 {
                 return bad(
@@ -248,8 +244,7 @@ pub unsafe extern "C" fn nrt_proxy_host_device_poll(
     dev: *mut NrtProxyHostDevice,
     state: *mut u32,
 ) -> NRT_STATUS {
-    const WHAT: &str = "nrt_proxy_host_device_poll";
-    guard(WHAT, || {
+    entry!(WHAT = "nrt_proxy_host_device_poll", {
         // SAFETY: `state`: the C caller's pointer, valid or NULL by this function's contract.
         let state = unsafe { c_out(WHAT, "state", state) }?;
         with_device(WHAT, dev, |d| {
@@ -285,8 +280,7 @@ pub unsafe extern "C" fn nrt_proxy_host_device_poll(
 /// None beyond the C contract (the launch's).
 #[no_mangle]
 pub unsafe extern "C" fn nrt_proxy_host_device_start(dev: *mut NrtProxyHostDevice) -> NRT_STATUS {
-    const WHAT: &str = "nrt_proxy_host_device_start";
-    guard(WHAT, || {
+    entry!(WHAT = "nrt_proxy_host_device_start", {
         with_device(WHAT, dev, |d| {
             if d.thread.is_some() {
                 return bad(
@@ -355,8 +349,7 @@ pub unsafe extern "C" fn nrt_proxy_host_device_wait(
     dev: *mut NrtProxyHostDevice,
     timeout_ms: u64,
 ) -> NRT_STATUS {
-    const WHAT: &str = "nrt_proxy_host_device_wait";
-    guard(WHAT, || {
+    entry!(WHAT = "nrt_proxy_host_device_wait", {
         // The handle is released while waiting: a destroy from another thread is then refused
         // as "in use" only for the instant of each look.
         let done = with_device(WHAT, dev, |d| {
@@ -405,11 +398,9 @@ pub unsafe extern "C" fn nrt_proxy_host_device_wait(
 /// None beyond the C contract.
 #[no_mangle]
 pub unsafe extern "C" fn nrt_proxy_host_device_destroy(dev: *mut NrtProxyHostDevice) -> NRT_STATUS {
-    const WHAT: &str = "nrt_proxy_host_device_destroy";
-    guard(WHAT, || {
+    entry!(WHAT = "nrt_proxy_host_device_destroy", {
         let h = dev.addr();
-        let mut d = retry_busy(|| DEVICES.remove(h))
-            .map_err(|e| lookup_status(WHAT, "host device", h, e))?;
+        let mut d = remove_live_retrying(WHAT, "host device", &DEVICES, h)?;
         d.stop_thread();
         lock(&d.dev).abandon();
         Ok(())

@@ -13,7 +13,8 @@ use proxy_runtime::dump::{dump_all, DumpSignal, SIGNAL_DUMP_WAIT};
 use proxy_runtime::loader::ProgressLib;
 use proxy_runtime::Config;
 
-use proxy_abi::boundary::{c_in, c_out, c_string, guard, lookup_status};
+use proxy_abi::boundary::{c_in, c_out, c_string};
+use proxy_abi::entry;
 
 use crate::config::*;
 use crate::handles::*;
@@ -102,8 +103,7 @@ pub unsafe extern "C" fn nrt_proxy_init(
     config: *const NrtProxyConfig,
     out: *mut *mut NrtProxy,
 ) -> NRT_STATUS {
-    const WHAT: &str = "nrt_proxy_init";
-    guard(WHAT, || {
+    entry!(WHAT = "nrt_proxy_init", {
         // SAFETY: `out`: the C caller's pointer, valid or NULL by this function's contract.
         let out = unsafe { c_out(WHAT, "out", out) }?;
         *out = ptr::null_mut();
@@ -188,10 +188,9 @@ pub unsafe extern "C" fn nrt_proxy_init(
 /// None beyond the C contract (the handle is checked, never dereferenced).
 #[no_mangle]
 pub unsafe extern "C" fn nrt_proxy_fini(inst: *mut NrtProxy) -> NRT_STATUS {
-    const WHAT: &str = "nrt_proxy_fini";
-    guard(WHAT, || {
+    entry!(WHAT = "nrt_proxy_fini", {
         let h = inst.addr();
-        retry_busy(|| INSTANCES.remove(h)).map_err(|e| lookup_status(WHAT, "instance", h, e))?;
+        remove_live_retrying(WHAT, "instance", &INSTANCES, h)?;
         // Refusals still only counted are reported now, not lost with the instance.
         proxy_abi::refusal::flush();
         Ok(())
@@ -212,8 +211,7 @@ pub unsafe extern "C" fn nrt_proxy_register_device_callbacks(
     inst: *mut NrtProxy,
     callbacks: *const NccomDeviceCallbacks,
 ) -> NRT_STATUS {
-    const WHAT: &str = "nrt_proxy_register_device_callbacks";
-    guard(WHAT, || {
+    entry!(WHAT = "nrt_proxy_register_device_callbacks", {
         let inst = instance_of(WHAT, inst)?;
         let cb = if callbacks.is_null() {
             None

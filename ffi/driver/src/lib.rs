@@ -95,4 +95,4 @@ pub use tasks::*;
 pub use trampolines::*;
 pub use types::*;
 
-pub(crate) use handles::{instance_id, retry_busy};
+pub(crate) use handles::{instance_id, remove_live_retrying, with_live_retrying};

@@ -28,11 +28,12 @@ use proxy_collectives::planner::{
 use proxy_core::base::desc::{NetDestAddr, NetOpInfo, NetSrcAddr, MAX_ENTRIES_PER_OP};
 use proxy_core::base::status::NrtStatus;
 
-use proxy_abi::boundary::{bad, c_in, c_out, guard, lookup_status};
+use proxy_abi::boundary::{bad, c_in, c_out};
+use proxy_abi::entry;
 
 use crate::types::*;
 
-use crate::{instance_id, retry_busy};
+use crate::{instance_id, remove_live_retrying, with_live_retrying};
 use proxy_abi::handles::HandleTable;
 
 /// Handle kind of plans (bits 48..52 of a handle).
@@ -49,7 +50,7 @@ pub fn live_plans() -> usize {
 
 pub(crate) fn plan_of(what: &str, plan: *mut NrtProxyPlan) -> Result<Arc<BlockPlans>, NrtStatus> {
     let h = plan.addr();
-    retry_busy(|| PLANS.with(h, |p| p.clone())).map_err(|e| lookup_status(what, "plan", h, e))
+    with_live_retrying(what, "plan", &PLANS, h, |p| Ok(p.clone()))
 }
 
 /// `ALL[v]`: the C constants of each enum (`NRT_PROXY_COLL_*`, `NRT_PROXY_ALGO_*`,
@@ -157,8 +158,7 @@ fn too_many_entries(what: &str, p: &PlanParams) -> Result<(), NrtStatus> {
 /// `params` NULL or writable.
 #[no_mangle]
 pub unsafe extern "C" fn nrt_proxy_plan_params_init(params: *mut NrtProxyPlanParams) -> NRT_STATUS {
-    const WHAT: &str = "nrt_proxy_plan_params_init";
-    guard(WHAT, || {
+    entry!(WHAT = "nrt_proxy_plan_params_init", {
         // SAFETY: `params`: the C caller's pointer, valid or NULL by this function's contract.
         let out = unsafe { c_out(WHAT, "params", params) }?;
         *out = NrtProxyPlanParams {
@@ -204,8 +204,7 @@ pub unsafe extern "C" fn nrt_proxy_plan_create(
     params: *const NrtProxyPlanParams,
     out: *mut *mut NrtProxyPlan,
 ) -> NRT_STATUS {
-    const WHAT: &str = "nrt_proxy_plan_create";
-    guard(WHAT, || {
+    entry!(WHAT = "nrt_proxy_plan_create", {
         // SAFETY: `out`: the C caller's pointer, valid or NULL by this function's contract.
         let out = unsafe { c_out(WHAT, "out", out) }?;
         *out = ptr::null_mut();
@@ -231,10 +230,9 @@ pub unsafe extern "C" fn nrt_proxy_plan_create(
 /// None beyond the C contract.
 #[no_mangle]
 pub unsafe extern "C" fn nrt_proxy_plan_destroy(plan: *mut NrtProxyPlan) -> NRT_STATUS {
-    const WHAT: &str = "nrt_proxy_plan_destroy";
-    guard(WHAT, || {
+    entry!(WHAT = "nrt_proxy_plan_destroy", {
         let h = plan.addr();
-        retry_busy(|| PLANS.remove(h)).map_err(|e| lookup_status(WHAT, "plan", h, e))?;
+        remove_live_retrying(WHAT, "plan", &PLANS, h)?;
         Ok(())
     })
 }
@@ -252,8 +250,7 @@ pub unsafe extern "C" fn nrt_proxy_plan_layout(
     plan: *mut NrtProxyPlan,
     layout: *mut NrtProxyPlanLayout,
 ) -> NRT_STATUS {
-    const WHAT: &str = "nrt_proxy_plan_layout";
-    guard(WHAT, || {
+    entry!(WHAT = "nrt_proxy_plan_layout", {
         let p = plan_of(WHAT, plan)?;
         // SAFETY: `layout`: the C caller's pointer, valid or NULL by this function's contract.
         let out = unsafe { c_out(WHAT, "layout", layout) }?;
@@ -335,8 +332,7 @@ pub unsafe extern "C" fn nrt_proxy_plan_blocks(
     cap: usize,
     count: *mut usize,
 ) -> NRT_STATUS {
-    const WHAT: &str = "nrt_proxy_plan_blocks";
-    guard(WHAT, || {
+    entry!(WHAT = "nrt_proxy_plan_blocks", {
         let p = plan_of(WHAT, plan)?;
         // SAFETY: `count`: the C caller's pointer, valid or NULL by this function's contract.
         let count = unsafe { c_out(WHAT, "count", count) }?;
@@ -379,8 +375,7 @@ pub unsafe extern "C" fn nrt_proxy_plan_schedule(
     cap: usize,
     count: *mut usize,
 ) -> NRT_STATUS {
-    const WHAT: &str = "nrt_proxy_plan_schedule";
-    guard(WHAT, || {
+    entry!(WHAT = "nrt_proxy_plan_schedule", {
         let p = plan_of(WHAT, plan)?;
         // SAFETY: `count`: the C caller's pointer, valid or NULL by this function's contract.
         let count = unsafe { c_out(WHAT, "count", count) }?;
@@ -430,8 +425,7 @@ pub unsafe extern "C" fn nrt_proxy_plan_fifos(
     dst_cap: usize,
     block: *mut NrtProxyBlock,
 ) -> NRT_STATUS {
-    const WHAT: &str = "nrt_proxy_plan_fifos";
-    guard(WHAT, || {
+    entry!(WHAT = "nrt_proxy_plan_fifos", {
         let p = plan_of(WHAT, plan)?;
         let Some(b) = p.blocks.get(index as usize) else {
             return bad(
@@ -603,8 +597,7 @@ pub unsafe extern "C" fn nrt_proxy_plan_program(
     cap: usize,
     count: *mut usize,
 ) -> NRT_STATUS {
-    const WHAT: &str = "nrt_proxy_plan_program";
-    guard(WHAT, || {
+    entry!(WHAT = "nrt_proxy_plan_program", {
         let p = plan_of(WHAT, plan)?;
         let Some(b) = p.blocks.get(index as usize) else {
             return bad(

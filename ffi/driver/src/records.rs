@@ -5,7 +5,8 @@ use proxy_abi::*;
 use proxy_core::base::status::NrtStatus;
 use proxy_core::driver::queue::Tick;
 
-use proxy_abi::boundary::{c_out, guard};
+use proxy_abi::boundary::c_out;
+use proxy_abi::entry;
 
 use crate::handles::*;
 use crate::objects::*;
@@ -24,8 +25,7 @@ pub unsafe extern "C" fn nrt_proxy_try_pop(
     comm: *mut NrtProxyComm,
     record: *mut NrtProxyTaskRecord,
 ) -> NRT_STATUS {
-    const WHAT: &str = "nrt_proxy_try_pop";
-    guard(WHAT, || {
+    entry!(WHAT = "nrt_proxy_try_pop", {
         with_comm(WHAT, comm, |e| {
             // SAFETY: `record`: the C caller's pointer, valid or NULL by this function's contract.
             let out = unsafe { c_out(WHAT, "record", record) }?;
@@ -58,8 +58,7 @@ pub unsafe extern "C" fn nrt_proxy_wait(
     timeout_ms: u64,
     record: *mut NrtProxyTaskRecord,
 ) -> NRT_STATUS {
-    const WHAT: &str = "nrt_proxy_wait";
-    guard(WHAT, || {
+    entry!(WHAT = "nrt_proxy_wait", {
         with_comm(WHAT, comm, |e| {
             // SAFETY: `record`: the C caller's pointer, valid or NULL by this function's contract.
             let out = unsafe { c_out(WHAT, "record", record) }?;
@@ -91,8 +90,7 @@ pub unsafe extern "C" fn nrt_proxy_wait(
 /// `tick` NULL or writable.
 #[no_mangle]
 pub unsafe extern "C" fn nrt_proxy_tick(comm: *mut NrtProxyComm, tick: *mut u32) -> NRT_STATUS {
-    const WHAT: &str = "nrt_proxy_tick";
-    guard(WHAT, || {
+    entry!(WHAT = "nrt_proxy_tick", {
         with_comm(WHAT, comm, |e| {
             // SAFETY: `tick`: the C caller's pointer, valid or NULL by this function's contract.
             let out = unsafe { c_out(WHAT, "tick", tick) }?;
@@ -131,8 +129,7 @@ pub unsafe extern "C" fn nrt_proxy_drive_until(
     timeout_ms: u64,
     record: *mut NrtProxyTaskRecord,
 ) -> NRT_STATUS {
-    const WHAT: &str = "nrt_proxy_drive_until";
-    guard(WHAT, || {
+    entry!(WHAT = "nrt_proxy_drive_until", {
         with_comm(WHAT, comm, |e| {
             // SAFETY: `record`: the C caller's pointer, valid or NULL by this function's contract.
             let out = unsafe { c_out(WHAT, "record", record) }?;

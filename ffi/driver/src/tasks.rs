@@ -10,7 +10,8 @@ use proxy_core::driver::task::{
 };
 use proxy_core::driver::trigger::{TriggerWords, MAX_TRIGGER_WORDS};
 
-use proxy_abi::boundary::{bad, c_in, c_slice, guard};
+use proxy_abi::boundary::{bad, c_in, c_slice};
+use proxy_abi::entry;
 
 use crate::handles::*;
 use crate::objects::*;
@@ -144,8 +145,7 @@ pub unsafe extern "C" fn nrt_proxy_submit_network(
     comm: *mut NrtProxyComm,
     task: *const NrtProxyNetworkTask,
 ) -> NRT_STATUS {
-    const WHAT: &str = "nrt_proxy_submit_network";
-    guard(WHAT, || {
+    entry!(WHAT = "nrt_proxy_submit_network", {
         with_comm(WHAT, comm, |e| {
             // SAFETY: `task`: the C caller's pointer, valid or NULL by this function's contract.
             let t = unsafe { c_in(WHAT, "task", task) }?;
@@ -219,8 +219,7 @@ pub unsafe extern "C" fn nrt_proxy_submit_barrier(
     comm: *mut NrtProxyComm,
     task: *const NrtProxyBarrierTask,
 ) -> NRT_STATUS {
-    const WHAT: &str = "nrt_proxy_submit_barrier";
-    guard(WHAT, || {
+    entry!(WHAT = "nrt_proxy_submit_barrier", {
         with_comm(WHAT, comm, |e| {
             // SAFETY: `task`: the C caller's pointer, valid or NULL by this function's contract.
             let t = unsafe { c_in(WHAT, "task", task) }?;
@@ -291,8 +290,7 @@ pub unsafe extern "C" fn nrt_proxy_resubmit(
     task_id: u32,
     new_task_id: u32,
 ) -> NRT_STATUS {
-    const WHAT: &str = "nrt_proxy_resubmit";
-    guard(WHAT, || {
+    entry!(WHAT = "nrt_proxy_resubmit", {
         with_comm(WHAT, comm, |e| {
             e.member(WHAT)?;
             e.collect_returned();

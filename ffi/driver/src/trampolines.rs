@@ -6,7 +6,8 @@ use proxy_abi::*;
 use proxy_core::base::status::NrtStatus;
 use proxy_runtime::loader::ProgressLib;
 
-use proxy_abi::boundary::{c_out, guard};
+use proxy_abi::boundary::c_out;
+use proxy_abi::entry;
 
 use crate::instance::*;
 
@@ -38,8 +39,7 @@ pub unsafe extern "C" fn ncclStartNetworkProxy(
     dst: *const NetDestAddr,
     n_dst: usize,
 ) -> NRT_STATUS {
-    const WHAT: &str = "ncclStartNetworkProxy";
-    guard(WHAT, || {
+    entry!(WHAT = "ncclStartNetworkProxy", {
         let lib = default_lib(WHAT)?;
         // SAFETY: the caller's contract; the progress half checks the handle and the arrays.
         NrtStatus::result_of_code(unsafe {
@@ -67,8 +67,7 @@ pub unsafe extern "C" fn ncclNetworkProxyProgress(
     idle: *mut bool,
     done: *mut bool,
 ) -> NRT_STATUS {
-    const WHAT: &str = "ncclNetworkProxyProgress";
-    guard(WHAT, || {
+    entry!(WHAT = "ncclNetworkProxyProgress", {
         // SAFETY: `idle`: the C caller's pointer, valid or NULL by this function's contract.
         let idle = unsafe { c_out(WHAT, "idle", idle) }?;
         // SAFETY: `done`: the C caller's pointer, valid or NULL by this function's contract.
@@ -89,8 +88,7 @@ pub unsafe extern "C" fn ncclNetworkProxyProgress(
 /// Seed: `ncclStopNetworkProxy` (libnrt trampoline → `neuronStopNetworkProxy`), §3 B3.
 #[no_mangle]
 pub unsafe extern "C" fn ncclStopNetworkProxy(comm: *mut NccomComm, stream: u32) -> NRT_STATUS {
-    const WHAT: &str = "ncclStopNetworkProxy";
-    guard(WHAT, || {
+    entry!(WHAT = "ncclStopNetworkProxy", {
         let lib = default_lib(WHAT)?;
         // SAFETY: the caller's contract; the progress half checks the handle.
         unsafe { lib.seam().stop(comm.cast(), stream) }
