@@ -12,7 +12,9 @@ use proxy_core::base::time::MonotonicClock;
 use proxy_core::progress::comm::{Comm, CommConfig};
 use proxy_core::progress::net::{Transport, MAX_COMM_ID, MAX_NRANKS};
 
-use proxy_abi::boundary::{c_in, c_out, call_guarded, remove_live, with_live, Guarded};
+use proxy_abi::boundary::{
+    c_handle_out, c_in, c_out, call_guarded, insert_live, remove_live, with_live, Guarded,
+};
 use proxy_abi::entry;
 use proxy_abi::handles::{self, HandleTable};
 
@@ -158,8 +160,7 @@ pub unsafe extern "C" fn nccom_comm_create(
 ) -> NRT_STATUS {
     entry!(WHAT = "nccom_comm_create", {
         // SAFETY: `out`: the C caller's pointer, valid or NULL by this function's contract.
-        let out = unsafe { c_out(WHAT, "out", out) }?;
-        *out = ptr::null_mut();
+        let out = unsafe { c_handle_out(WHAT, out) }?;
         // SAFETY: `config`: the C caller's pointer, valid or NULL by this function's contract.
         let cfg = *unsafe { c_in(WHAT, "config", config) }?;
         validate_config(WHAT, &cfg)?;
@@ -232,10 +233,8 @@ fn register_comm(
         comm,
         poisoned: false,
     });
-    let h = COMMS.insert(entry).map_err(|_| {
-        log::error!("{what}: too many live comms ({})", handles::CAPACITY);
-        NrtStatus::Resource
-    })?;
+    let handle: *mut NccomComm = insert_live(what, "comm", &COMMS, entry)?;
+    let h = handle.addr();
     aborts().push((h, abort));
     log::debug!(
         "{what}: comm {h:#x}: rank {} of {}, comm id {}",
@@ -243,7 +242,7 @@ fn register_comm(
         cfg.nranks,
         cfg.comm_id
     );
-    *out = ptr::without_provenance_mut(h);
+    *out = handle;
     Ok(())
 }
 

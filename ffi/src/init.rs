@@ -9,7 +9,7 @@ use proxy_abi::*;
 use proxy_core::base::status::NrtStatus;
 use proxy_core::progress::mem_transport::MemFabric;
 
-use proxy_abi::boundary::{c_in, c_out, remove_live};
+use proxy_abi::boundary::{c_handle_out, c_in, c_out, insert_live, remove_live};
 use proxy_abi::entry;
 use proxy_abi::handles::{self, HandleTable};
 
@@ -89,17 +89,12 @@ pub unsafe extern "C" fn nccom_mem_group_create(
 ) -> NRT_STATUS {
     entry!(WHAT = "nccom_mem_group_create", {
         // SAFETY: `out`: the C caller's pointer, valid or NULL by this function's contract.
-        let out = unsafe { c_out(WHAT, "out", out) }?;
-        *out = ptr::null_mut();
+        let out = unsafe { c_handle_out(WHAT, out) }?;
         let fabric = MemFabric::new(nranks).map_err(|e| {
             log::error!("{WHAT}: {e}");
             NrtStatus::Invalid
         })?;
-        let h = GROUPS.insert(fabric).map_err(|_| {
-            log::error!("{WHAT}: too many live groups ({})", handles::CAPACITY);
-            NrtStatus::Resource
-        })?;
-        *out = ptr::without_provenance_mut(h);
+        *out = insert_live(WHAT, "group", &GROUPS, fabric)?;
         Ok(())
     })
 }

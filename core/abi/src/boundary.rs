@@ -140,6 +140,42 @@ pub fn remove_live<T, const N: usize>(
         .map_err(|e| lookup_status(what, kind, handle, e))
 }
 
+/// Inserts `value` into `table` for the call `what` (a create of a `kind` object) and answers
+/// its C handle, the pointer a C caller is handed.
+///
+/// # Errors
+/// `NrtStatus::Resource` (logged) when the table is full: `N` live objects of the kind.
+pub fn insert_live<T, P, const N: usize>(
+    what: &str,
+    kind: &str,
+    table: &HandleTable<T, N>,
+    value: T,
+) -> Result<*mut P, NrtStatus> {
+    let h = table.insert(value).map_err(|_| {
+        log::error!("{what}: too many live {kind}s ({N})");
+        NrtStatus::Resource
+    })?;
+    Ok(core::ptr::without_provenance_mut(h))
+}
+
+/// The C out-parameter `out` of a call `what` that creates an object: checked as [`c_out`]
+/// (named "out") and set to NULL at once, so that every failure leaves NULL there.
+///
+/// # Errors
+/// `NrtStatus::Invalid` (logged) for a NULL or misaligned `out`.
+///
+/// # Safety
+/// As [`c_out`].
+pub unsafe fn c_handle_out<'a, P>(
+    what: &str,
+    out: *mut *mut P,
+) -> Result<&'a mut *mut P, NrtStatus> {
+    // SAFETY: the caller's contract, as `c_out`'s.
+    let out = unsafe { c_out(what, "out", out) }?;
+    *out = core::ptr::null_mut();
+    Ok(out)
+}
+
 /// A live object of a C library that a panic caught inside a call on it leaves in an unknown
 /// state (a comm): [`call_guarded`] refuses it from then on.
 pub trait Guarded {
@@ -367,9 +403,26 @@ mod tests {
     }
 
     #[test]
+    fn insert_and_handle_out() {
+        let table: &HandleTable<u8, 1> = &HandleTable::new(0x7E58);
+        let mut out: *mut u8 = core::ptr::dangling_mut();
+        // SAFETY: a local, writable and aligned.
+        let o = unsafe { c_handle_out("t", &raw mut out) }.unwrap();
+        assert!(o.is_null(), "NULL before anything can fail");
+        *o = insert_live("t", "obj", table, 1).unwrap();
+        assert_eq!(
+            insert_live::<u8, u8, 1>("t", "obj", table, 2),
+            Err(NrtStatus::Resource)
+        );
+        assert_eq!(remove_live("t", "obj", table, out.addr()), Ok(1));
+        // SAFETY: NULL is refused before any access.
+        assert!(unsafe { c_handle_out::<u8>("t", core::ptr::null_mut()) }.is_err());
+    }
+
+    #[test]
     fn entry_looks_up_and_guards() {
-        static TABLE: HandleTable<Obj> = HandleTable::new(0x7E57);
-        let h = TABLE
+        let table: &HandleTable<Obj> = &HandleTable::new(0x7E57);
+        let h = table
             .insert(Obj {
                 poisoned: false,
                 failures: 0,
@@ -378,18 +431,18 @@ mod tests {
             .unwrap();
         let call = |f: fn(&mut Obj) -> Result<(), NrtStatus>| {
             crate::entry!(WHAT = "t", {
-                with_live(WHAT, "obj", &TABLE, h, |o| {
+                with_live(WHAT, "obj", table, h, |o| {
                     call_guarded(WHAT, "obj", h, o, f)
                 })
             })
         };
         assert_eq!(call(|_| Ok(())), crate::NRT_SUCCESS);
         assert_eq!(call(|_| Err(NrtStatus::Invalid)), crate::NRT_INVALID);
-        assert_eq!(with_live("t", "obj", &TABLE, h, |o| Ok(o.failures)), Ok(1));
+        assert_eq!(with_live("t", "obj", table, h, |o| Ok(o.failures)), Ok(1));
         assert_eq!(call(|_| panic!("planted")), NRT_FAILURE);
         assert_eq!(call(|_| Ok(())), NRT_FAILURE, "poisoned");
-        assert!(remove_live("t", "obj", &TABLE, h).is_ok());
+        assert!(remove_live("t", "obj", table, h).is_ok());
         assert_eq!(call(|_| Ok(())), crate::NRT_INVALID_HANDLE, "stale");
-        assert!(remove_live("t", "obj", &TABLE, h).is_err());
+        assert!(remove_live("t", "obj", table, h).is_err());
     }
 }

@@ -15,7 +15,9 @@ use proxy_core::base::abort::AbortHandle;
 use proxy_core::base::status::NrtStatus;
 use proxy_core::driver::task::BarrierChannel;
 
-use proxy_abi::boundary::{bad, c_in, c_out, c_string, remove_live, with_live};
+use proxy_abi::boundary::{
+    bad, c_handle_out, c_in, c_out, c_string, insert_live, remove_live, with_live,
+};
 use proxy_abi::entry;
 
 use crate::handles::*;
@@ -114,8 +116,7 @@ pub unsafe extern "C" fn nrt_proxy_comm_create(
 ) -> NRT_STATUS {
     entry!(WHAT = "nrt_proxy_comm_create", {
         // SAFETY: `out`: the C caller's pointer, valid or NULL by this function's contract.
-        let out = unsafe { c_out(WHAT, "out", out) }?;
-        *out = ptr::null_mut();
+        let out = unsafe { c_handle_out(WHAT, out) }?;
         let inst = instance_of(WHAT, inst)?;
         // SAFETY: `config`: the C caller's pointer, valid or NULL by this function's contract.
         let c = *unsafe { c_in(WHAT, "config", config) }?;
@@ -226,10 +227,8 @@ pub unsafe extern "C" fn nrt_proxy_comm_create(
             joined_once: false,
             poisoned: false,
         });
-        let h = COMMS.insert(entry).map_err(|_| {
-            log::error!("{WHAT}: too many live comms");
-            NrtStatus::Resource
-        })?;
+        let handle: *mut NrtProxyComm = insert_live(WHAT, "comm", &COMMS, entry)?;
+        let h = handle.addr();
         aborts().push((h, abort, nccom, inst.lib.init().comm_abort));
         log::debug!(
             "{WHAT}: comm {h:#x}: rank {} of {}, comm id {}",
@@ -237,7 +236,7 @@ pub unsafe extern "C" fn nrt_proxy_comm_create(
             c.nranks,
             c.comm_id
         );
-        *out = ptr::without_provenance_mut(h);
+        *out = handle;
         Ok(())
     })
 }
@@ -257,8 +256,7 @@ pub unsafe extern "C" fn nrt_proxy_comm_nccom(
 ) -> NRT_STATUS {
     entry!(WHAT = "nrt_proxy_comm_nccom", {
         // SAFETY: `out`: the C caller's pointer, valid or NULL by this function's contract.
-        let out = unsafe { c_out(WHAT, "out", out) }?;
-        *out = ptr::null_mut();
+        let out = unsafe { c_handle_out(WHAT, out) }?;
         let p = with_comm(WHAT, comm, |e| Ok(e.comm.as_ptr()))?;
         *out = p.cast();
         Ok(())

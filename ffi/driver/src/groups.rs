@@ -7,7 +7,7 @@ use proxy_abi::*;
 use proxy_core::base::status::NrtStatus;
 use proxy_core::driver::task::SharedMemBarrier;
 
-use proxy_abi::boundary::c_out;
+use proxy_abi::boundary::{c_handle_out, c_out, insert_live};
 use proxy_abi::entry;
 
 use crate::handles::*;
@@ -31,8 +31,7 @@ pub unsafe extern "C" fn nrt_proxy_group_create(
 ) -> NRT_STATUS {
     entry!(WHAT = "nrt_proxy_group_create", {
         // SAFETY: `out`: the C caller's pointer, valid or NULL by this function's contract.
-        let out = unsafe { c_out(WHAT, "out", out) }?;
-        *out = ptr::null_mut();
+        let out = unsafe { c_handle_out(WHAT, out) }?;
         let inst = instance_of(WHAT, inst)?;
         let mem = inst.lib.mem_group(nranks).inspect_err(|e| {
             log::error!("{WHAT}: nccom_mem_group_create({nranks}): {e}");
@@ -44,11 +43,7 @@ pub unsafe extern "C" fn nrt_proxy_group_create(
             mem: SendMemGroup(mem),
             barrier,
         });
-        let h = GROUPS.insert(g).map_err(|_| {
-            log::error!("{WHAT}: too many live groups");
-            NrtStatus::Resource
-        })?;
-        *out = ptr::without_provenance_mut(h);
+        *out = insert_live(WHAT, "group", &GROUPS, g)?;
         Ok(())
     })
 }

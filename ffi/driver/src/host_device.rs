@@ -27,7 +27,7 @@ use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use proxy_abi::boundary::{bad, c_out, c_slice, with_live};
+use proxy_abi::boundary::{bad, c_handle_out, c_out, c_slice, insert_live, with_live};
 use proxy_abi::entry;
 use proxy_abi::handles::HandleTable;
 use proxy_abi::{NccomHostWord, NRT_STATUS};
@@ -106,8 +106,7 @@ pub unsafe extern "C" fn nrt_proxy_host_device_create(
 ) -> NRT_STATUS {
     entry!(WHAT = "nrt_proxy_host_device_create", {
         // SAFETY: `out`: the C caller's pointer, valid or NULL by this function's contract.
-        let out = unsafe { c_out(WHAT, "out", out) }?;
-        *out = std::ptr::null_mut();
+        let out = unsafe { c_handle_out(WHAT, out) }?;
         let p = plan_of(WHAT, plan)?;
         // SAFETY: `addrs`: the C caller's pointer, valid or NULL by this function's contract.
         let a = unsafe { proxy_abi::boundary::c_in(WHAT, "addrs", addrs) }?;
@@ -127,11 +126,7 @@ pub unsafe extern "C" fn nrt_proxy_host_device_create(
             done: Arc::new((Mutex::new(None), Condvar::new())),
             thread: None,
         };
-        let h = DEVICES.insert(d).map_err(|_| {
-            log::error!("{WHAT}: too many live host devices");
-            NrtStatus::Resource
-        })?;
-        *out = std::ptr::without_provenance_mut(h);
+        *out = insert_live(WHAT, "host device", &DEVICES, d)?;
         Ok(())
     })
 }

@@ -13,7 +13,7 @@ use proxy_runtime::dump::{dump_all, DumpSignal, SIGNAL_DUMP_WAIT};
 use proxy_runtime::loader::ProgressLib;
 use proxy_runtime::Config;
 
-use proxy_abi::boundary::{c_in, c_out, c_string};
+use proxy_abi::boundary::{c_handle_out, c_in, c_out, c_string, insert_live};
 use proxy_abi::entry;
 
 use crate::config::*;
@@ -105,8 +105,7 @@ pub unsafe extern "C" fn nrt_proxy_init(
 ) -> NRT_STATUS {
     entry!(WHAT = "nrt_proxy_init", {
         // SAFETY: `out`: the C caller's pointer, valid or NULL by this function's contract.
-        let out = unsafe { c_out(WHAT, "out", out) }?;
-        *out = ptr::null_mut();
+        let out = unsafe { c_handle_out(WHAT, out) }?;
         let c = if config.is_null() {
             default_config()
         } else {
@@ -161,10 +160,7 @@ pub unsafe extern "C" fn nrt_proxy_init(
             _dump_signal: dump_signal,
             registry,
         });
-        let h = INSTANCES.insert(inst.clone()).map_err(|_| {
-            log::error!("{WHAT}: too many live instances");
-            NrtStatus::Resource
-        })?;
+        let handle = insert_live(WHAT, "instance", &INSTANCES, inst.clone())?;
         log::info!(
             "libnrt_proxy {} (C ABI {NRT_PROXY_ABI_VERSION:#x}, instance id {:#x}): progress \
              half {} (C ABI {:#x}); configuration {:?}",
@@ -174,7 +170,7 @@ pub unsafe extern "C" fn nrt_proxy_init(
             lib.abi_version(),
             inst.cfg
         );
-        *out = ptr::without_provenance_mut(h);
+        *out = handle;
         Ok(())
     })
 }

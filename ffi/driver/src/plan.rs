@@ -28,7 +28,7 @@ use proxy_collectives::planner::{
 use proxy_core::base::desc::{NetDestAddr, NetOpInfo, NetSrcAddr, MAX_ENTRIES_PER_OP};
 use proxy_core::base::status::NrtStatus;
 
-use proxy_abi::boundary::{bad, c_in, c_out};
+use proxy_abi::boundary::{bad, c_handle_out, c_in, c_out, insert_live};
 use proxy_abi::entry;
 
 use crate::types::*;
@@ -206,17 +206,12 @@ pub unsafe extern "C" fn nrt_proxy_plan_create(
 ) -> NRT_STATUS {
     entry!(WHAT = "nrt_proxy_plan_create", {
         // SAFETY: `out`: the C caller's pointer, valid or NULL by this function's contract.
-        let out = unsafe { c_out(WHAT, "out", out) }?;
-        *out = ptr::null_mut();
+        let out = unsafe { c_handle_out(WHAT, out) }?;
         // SAFETY: `params`: the C caller's pointer, valid or NULL by this function's contract.
         let p = self::params(WHAT, unsafe { c_in(WHAT, "params", params) }?)?;
         too_many_entries(WHAT, &p)?;
         let plans = plan_blocks(&p).or_else(|e| bad(WHAT, format_args!("{e}")))?;
-        let h = PLANS.insert(Arc::new(plans)).map_err(|_| {
-            log::error!("{WHAT}: too many live plans");
-            NrtStatus::Resource
-        })?;
-        *out = ptr::without_provenance_mut(h);
+        *out = insert_live(WHAT, "plan", &PLANS, Arc::new(plans))?;
         Ok(())
     })
 }
