@@ -2,7 +2,6 @@
 //! a comm goes through ([`with_comm`]), and their life: `nccom_comm_create` (the config checked,
 //! the transport opened, the handle issued) and `nccom_comm_destroy`.
 
-use std::ptr;
 use std::sync::{Arc, Mutex};
 
 use proxy_abi::*;
@@ -13,10 +12,10 @@ use proxy_core::progress::comm::{Comm, CommConfig};
 use proxy_core::progress::net::{Transport, MAX_COMM_ID, MAX_NRANKS};
 
 use proxy_abi::boundary::{
-    c_handle_out, c_in, c_out, call_guarded, insert_live, remove_live, with_live, Guarded,
+    c_handle_out, c_in, call_guarded, insert_live, remove_live, with_live, Guarded,
 };
 use proxy_abi::entry;
-use proxy_abi::handles::{self, HandleTable};
+use proxy_abi::handles::HandleTable;
 
 use crate::device;
 use crate::init::GROUPS;

@@ -2,16 +2,15 @@
 //! device callbacks, and the in-memory groups (their handle table and life).
 
 use std::ffi::c_char;
-use std::ptr;
 use std::sync::Arc;
 
 use proxy_abi::*;
 use proxy_core::base::status::NrtStatus;
 use proxy_core::progress::mem_transport::MemFabric;
 
-use proxy_abi::boundary::{c_handle_out, c_in, c_out, insert_live, remove_live};
+use proxy_abi::boundary::{c_handle_out, c_in, insert_live, remove_live};
 use proxy_abi::entry;
-use proxy_abi::handles::{self, HandleTable};
+use proxy_abi::handles::HandleTable;
 
 use crate::device;
 
