@@ -1,13 +1,10 @@
 //! Groups of this process's ranks: `nrt_proxy_group_create` (an in-memory transport group of
 //! the progress half and an in-process barrier) and `nrt_proxy_group_destroy`.
 
-use std::ptr;
-
 use proxy_abi::*;
-use proxy_core::base::status::NrtStatus;
 use proxy_core::driver::task::SharedMemBarrier;
 
-use proxy_abi::boundary::{c_handle_out, c_out, insert_live};
+use proxy_abi::boundary::{c_handle_out, insert_live};
 use proxy_abi::entry;
 
 use crate::handles::*;
@@ -57,8 +54,6 @@ pub unsafe extern "C" fn nrt_proxy_group_create(
 #[no_mangle]
 pub unsafe extern "C" fn nrt_proxy_group_destroy(group: *mut NrtProxyGroup) -> NRT_STATUS {
     entry!(WHAT = "nrt_proxy_group_destroy", {
-        let h = group.addr();
-        remove_live_retrying(WHAT, "group", &GROUPS, h)?;
-        Ok(())
+        remove_live_retrying(WHAT, "group", &GROUPS, group.addr()).map(drop)
     })
 }

@@ -4,7 +4,6 @@
 
 use std::ffi::c_void;
 use std::path::PathBuf;
-use std::ptr;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use proxy_abi::*;
@@ -13,7 +12,7 @@ use proxy_runtime::dump::{dump_all, DumpSignal, SIGNAL_DUMP_WAIT};
 use proxy_runtime::loader::ProgressLib;
 use proxy_runtime::Config;
 
-use proxy_abi::boundary::{c_handle_out, c_in, c_out, c_string, insert_live};
+use proxy_abi::boundary::{c_handle_out, c_in, c_string, insert_live};
 use proxy_abi::entry;
 
 use crate::config::*;

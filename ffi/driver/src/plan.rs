@@ -17,7 +17,6 @@
 //! Seed: the producer's FIFO build (`enc_channel`, `build_fifo_block_ids`, nrt:0x124f20) and
 //! the device side of `nec.h` (§3, §5).
 
-use std::ptr;
 use std::sync::Arc;
 
 use proxy_abi::NRT_STATUS;
@@ -226,9 +225,7 @@ pub unsafe extern "C" fn nrt_proxy_plan_create(
 #[no_mangle]
 pub unsafe extern "C" fn nrt_proxy_plan_destroy(plan: *mut NrtProxyPlan) -> NRT_STATUS {
     entry!(WHAT = "nrt_proxy_plan_destroy", {
-        let h = plan.addr();
-        remove_live_retrying(WHAT, "plan", &PLANS, h)?;
-        Ok(())
+        remove_live_retrying(WHAT, "plan", &PLANS, plan.addr()).map(drop)
     })
 }
 
