@@ -13,6 +13,7 @@ use proxy_core::driver::queue::TaskBox;
 use proxy_core::driver::record::TaskRecord;
 use proxy_core::driver::registry::Membership;
 use proxy_core::driver::task::{BarrierChannel, BarrierTicket, SharedMemBarrier};
+use proxy_core::driver::wake::Waiter;
 use proxy_runtime::dump::DumpSignal;
 use proxy_runtime::loader::{LoadedComm, LoadedMemGroup, ProgressLib};
 use proxy_runtime::{Config, LinuxRegistry};
@@ -135,7 +136,7 @@ impl CommEntry {
         })
     }
 
-    pub(crate) fn waiter(&self) -> proxy_core::driver::wake::Waiter<'static> {
+    pub(crate) fn waiter(&self) -> Waiter<'static> {
         proxy_runtime::worker::waiter(self.inst.cfg.spin)
     }
 
@@ -153,6 +154,30 @@ impl CommEntry {
             );
         }
         r.into()
+    }
+
+    /// The next record a waiting call hands out: one a leave collected (`leftover` picks it),
+    /// else the one `wait` waits for on the comm's slot (with the comm's waiter); noted.
+    ///
+    /// # Errors
+    /// `NRT_QUEUE_EMPTY` when no task is outstanding; `NRT_CLOSED` when the comm is not joined;
+    /// `wait`'s error (`NRT_TIMEOUT`: nothing lost).
+    pub(crate) fn wait_record(
+        &mut self,
+        what: &str,
+        leftover: impl FnOnce(&mut VecDeque<TaskRecord>) -> Option<TaskRecord>,
+        wait: impl FnOnce(&mut Membership, &Waiter<'static>) -> Result<TaskRecord, NrtStatus>,
+    ) -> Result<NrtProxyTaskRecord, NrtStatus> {
+        if let Some(r) = leftover(&mut self.leftover) {
+            return Ok(self.note(r));
+        }
+        let waiter = self.waiter();
+        let m = self.member(what)?;
+        if m.slot.outstanding() == 0 {
+            return Err(NrtStatus::QueueEmpty);
+        }
+        let r = wait(m, &waiter)?;
+        Ok(self.note(r))
     }
 
     /// Moves tasks that came back (`NRT_PROXY_TASK_KEEP`) from the slot to `kept`.

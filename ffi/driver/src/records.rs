@@ -4,6 +4,8 @@
 use proxy_abi::*;
 use proxy_core::base::status::NrtStatus;
 use proxy_core::driver::queue::Tick;
+use proxy_core::driver::record::TaskRecord;
+use std::collections::VecDeque;
 
 use proxy_abi::boundary::c_out;
 use proxy_abi::entry;
@@ -62,19 +64,10 @@ pub unsafe extern "C" fn nrt_proxy_wait(
         with_comm(WHAT, comm, |e| {
             // SAFETY: `record`: the C caller's pointer, valid or NULL by this function's contract.
             let out = unsafe { c_out(WHAT, "record", record) }?;
-            if let Some(r) = e.leftover.pop_front() {
-                *out = e.note(r);
-                return Ok(());
-            }
-            let waiter = e.waiter();
-            let m = e.member(WHAT)?;
-            if m.slot.outstanding() == 0 {
-                return Err(NrtStatus::QueueEmpty);
-            }
-            let r = m
-                .slot
-                .wait_record_until(&waiter, Some(deadline_after(timeout_ms)))?;
-            *out = e.note(r);
+            *out = e.wait_record(WHAT, VecDeque::pop_front, |m, waiter| {
+                m.slot
+                    .wait_record_until(waiter, Some(deadline_after(timeout_ms)))
+            })?;
             Ok(())
         })
     })
@@ -133,20 +126,14 @@ pub unsafe extern "C" fn nrt_proxy_drive_until(
         with_comm(WHAT, comm, |e| {
             // SAFETY: `record`: the C caller's pointer, valid or NULL by this function's contract.
             let out = unsafe { c_out(WHAT, "record", record) }?;
-            if let Some(i) = e.leftover.iter().position(|r| r.task_id == task_id) {
-                let r = e.leftover.remove(i).ok_or(NrtStatus::Failure)?;
-                *out = e.note(r);
-                return Ok(());
-            }
-            let waiter = e.waiter();
-            let m = e.member(WHAT)?;
-            if m.slot.outstanding() == 0 {
-                return Err(NrtStatus::QueueEmpty);
-            }
-            let r = m
-                .slot
-                .drive_until(task_id, Some(deadline_after(timeout_ms)), &waiter, None)?;
-            *out = e.note(r);
+            let leftover = |l: &mut VecDeque<TaskRecord>| {
+                let i = l.iter().position(|r| r.task_id == task_id)?;
+                l.remove(i)
+            };
+            *out = e.wait_record(WHAT, leftover, |m, waiter| {
+                m.slot
+                    .drive_until(task_id, Some(deadline_after(timeout_ms)), waiter, None)
+            })?;
             Ok(())
         })
     })
