@@ -140,6 +140,21 @@ pub fn remove_live<T, const N: usize>(
         .map_err(|e| lookup_status(what, kind, handle, e))
 }
 
+/// The value of the C handle `p` (a `kind` handle) of the call `what`, NULL refused before any
+/// lookup (the progress half's calls name a NULL handle so in the log).
+///
+/// # Errors
+/// `NrtStatus::InvalidHandle` for NULL, logged as `<what>: NULL <kind>`.
+pub fn c_handle<T>(what: &str, kind: &str, p: *mut T) -> Result<usize, NrtStatus> {
+    match p.addr() {
+        0 => {
+            log::error!("{what}: NULL {kind}");
+            Err(NrtStatus::InvalidHandle)
+        }
+        h => Ok(h),
+    }
+}
+
 /// Inserts `value` into `table` for the call `what` (a create of a `kind` object) and answers
 /// its C handle, the pointer a C caller is handed.
 ///
@@ -415,6 +430,11 @@ mod tests {
             Err(NrtStatus::Resource)
         );
         assert_eq!(remove_live("t", "obj", table, out.addr()), Ok(1));
+        assert_eq!(
+            c_handle("t", "obj", core::ptr::null_mut::<u8>()),
+            Err(NrtStatus::InvalidHandle)
+        );
+        assert_eq!(c_handle("t", "obj", out), Ok(out.addr()));
         // SAFETY: NULL is refused before any access.
         assert!(unsafe { c_handle_out::<u8>("t", core::ptr::null_mut()) }.is_err());
     }
