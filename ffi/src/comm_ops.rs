@@ -7,9 +7,22 @@ use std::ptr;
 use proxy_abi::*;
 use proxy_core::base::status::NrtStatus;
 
+use proxy_abi::boundary::c_handle;
 use proxy_abi::entry;
 
 use crate::comms::{aborts, with_comm};
+
+/// The start of a range argument `name` of the call `what` as an address, NULL refused.
+///
+/// # Errors
+/// `NrtStatus::Invalid` for NULL, logged as `<what>: NULL <name>`.
+fn range_start(what: &str, name: &str, p: *const c_void) -> Result<u64, NrtStatus> {
+    if p.is_null() {
+        log::error!("{what}: NULL {name}");
+        return Err(NrtStatus::Invalid);
+    }
+    Ok(p.addr() as u64)
+}
 
 /// Registers `[base, base + len)` with a comm created with `NCCOM_COMM_CHECK_ADDRESSES`: every
 /// buffer and host word given to `neuronStartNetworkProxy` must lie in a registered range.
@@ -29,12 +42,9 @@ pub unsafe extern "C" fn nccom_comm_register_memory(
 ) -> NRT_STATUS {
     entry!(WHAT = "nccom_comm_register_memory", {
         with_comm(WHAT, comm, |c| {
-            if base.is_null() {
-                log::error!("{WHAT}: NULL base");
-                return Err(NrtStatus::Invalid);
-            }
+            let base = range_start(WHAT, "base", base)?;
             // SAFETY: per this function's contract.
-            unsafe { c.register_memory(base.addr() as u64, len as u64) }
+            unsafe { c.register_memory(base, len as u64) }
         })
     })
 }
@@ -65,11 +75,7 @@ pub unsafe extern "C" fn nccom_comm_invalidate_range(
 ) -> NRT_STATUS {
     entry!(WHAT = "nccom_comm_invalidate_range", {
         with_comm(WHAT, comm, |c| {
-            if addr.is_null() {
-                log::error!("{WHAT}: NULL addr");
-                return Err(NrtStatus::Invalid);
-            }
-            c.invalidate_range(addr.addr() as u64, len as u64)
+            c.invalidate_range(range_start(WHAT, "addr", addr)?, len as u64)
         })
     })
 }
@@ -95,11 +101,7 @@ pub unsafe extern "C" fn nccom_comm_invalidate_range(
 #[no_mangle]
 pub unsafe extern "C" fn nccom_comm_abort(comm: *mut NccomComm) -> NRT_STATUS {
     entry!(WHAT = "nccom_comm_abort", {
-        let h = comm.addr();
-        if h == 0 {
-            log::error!("{WHAT}: NULL comm");
-            return Err(NrtStatus::InvalidHandle);
-        }
+        let h = c_handle(WHAT, "comm", comm)?;
         let Some(abort) = aborts()
             .iter()
             .find(|(k, _)| *k == h)

@@ -12,7 +12,7 @@ use proxy_core::progress::comm::{Comm, CommConfig};
 use proxy_core::progress::net::{Transport, MAX_COMM_ID, MAX_NRANKS};
 
 use proxy_abi::boundary::{
-    c_handle_out, c_in, call_guarded, insert_live, remove_live, with_live, Guarded,
+    c_handle, c_handle_out, c_in, call_guarded, insert_live, remove_live, with_live, Guarded,
 };
 use proxy_abi::entry;
 use proxy_abi::handles::HandleTable;
@@ -66,11 +66,7 @@ pub(crate) fn with_comm(
     comm: *mut NccomComm,
     f: impl FnOnce(&mut Comm) -> Result<(), NrtStatus>,
 ) -> Result<(), NrtStatus> {
-    let h = comm.addr();
-    if h == 0 {
-        log::error!("{what}: NULL comm");
-        return Err(NrtStatus::InvalidHandle);
-    }
+    let h = c_handle(what, "comm", comm)?;
     with_live(what, "comm", &COMMS, h, |e| {
         call_guarded(what, "comm", h, &mut **e, |e| f(&mut e.comm))
     })
@@ -256,11 +252,7 @@ fn register_comm(
 #[no_mangle]
 pub unsafe extern "C" fn nccom_comm_destroy(comm: *mut NccomComm) -> NRT_STATUS {
     entry!(WHAT = "nccom_comm_destroy", {
-        let h = comm.addr();
-        if h == 0 {
-            log::error!("{WHAT}: NULL comm");
-            return Err(NrtStatus::InvalidHandle);
-        }
+        let h = c_handle(WHAT, "comm", comm)?;
         let entry = remove_live(WHAT, "comm", &COMMS, h)?;
         aborts().retain(|(k, _)| *k != h);
         if entry.poisoned {

@@ -8,7 +8,7 @@ use proxy_abi::*;
 use proxy_core::base::status::NrtStatus;
 use proxy_core::progress::mem_transport::MemFabric;
 
-use proxy_abi::boundary::{c_handle_out, c_in, insert_live, remove_live};
+use proxy_abi::boundary::{c_handle, c_handle_out, c_in, insert_live, remove_live};
 use proxy_abi::entry;
 use proxy_abi::handles::HandleTable;
 
@@ -107,11 +107,7 @@ pub unsafe extern "C" fn nccom_mem_group_create(
 #[no_mangle]
 pub unsafe extern "C" fn nccom_mem_group_destroy(group: *mut NccomMemGroup) -> NRT_STATUS {
     entry!(WHAT = "nccom_mem_group_destroy", {
-        let h = group.addr();
-        if h == 0 {
-            log::error!("{WHAT}: NULL group");
-            return Err(NrtStatus::InvalidHandle);
-        }
+        let h = c_handle(WHAT, "group", group)?;
         let fabric = remove_live(WHAT, "group", &GROUPS, h)?;
         drop(fabric);
         Ok(())
