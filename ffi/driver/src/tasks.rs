@@ -63,6 +63,31 @@ fn task_timeout(inst: &Instance, timeout_ms: u64) -> Option<u64> {
     }
 }
 
+/// The task descriptor `task` of the call `what`, checked: readable (as [`c_in`]), its
+/// `struct_size` this library's size of `T` and its `reserved` 0 (`size_reserved` reads the two).
+///
+/// # Errors
+/// `NrtStatus::Invalid` (a refusal) for a NULL or misaligned `task` or another size or reserved.
+///
+/// # Safety
+/// As [`c_in`].
+unsafe fn task_desc<'a, T>(
+    what: &str,
+    task: *const T,
+    size_reserved: impl FnOnce(&T) -> (u32, u32),
+) -> Result<&'a T, NrtStatus> {
+    // SAFETY: the caller's contract.
+    let t = unsafe { c_in(what, "task", task) }?;
+    let (size, reserved) = size_reserved(t);
+    if size as usize != size_of::<T>() || reserved != 0 {
+        return bad(
+            what,
+            format_args!("task struct_size {size} or reserved {reserved}"),
+        );
+    }
+    Ok(t)
+}
+
 /// Copies and checks the blocks of a network task.
 ///
 /// # Safety
@@ -148,16 +173,7 @@ pub unsafe extern "C" fn nrt_proxy_submit_network(
     entry!(WHAT = "nrt_proxy_submit_network", {
         with_comm(WHAT, comm, |e| {
             // SAFETY: `task`: the C caller's pointer, valid or NULL by this function's contract.
-            let t = unsafe { c_in(WHAT, "task", task) }?;
-            if t.struct_size as usize != size_of::<NrtProxyNetworkTask>() || t.reserved != 0 {
-                return bad(
-                    WHAT,
-                    format_args!(
-                        "task struct_size {} or reserved {}",
-                        t.struct_size, t.reserved
-                    ),
-                );
-            }
+            let t = unsafe { task_desc(WHAT, task, |t| (t.struct_size, t.reserved)) }?;
             let known = NRT_PROXY_TASK_WAIT_FOR_DEVICE | NRT_PROXY_TASK_SKIP | NRT_PROXY_TASK_KEEP;
             if t.flags & !known != 0 {
                 return bad(WHAT, format_args!("unknown flags {:#x}", t.flags));
@@ -222,16 +238,7 @@ pub unsafe extern "C" fn nrt_proxy_submit_barrier(
     entry!(WHAT = "nrt_proxy_submit_barrier", {
         with_comm(WHAT, comm, |e| {
             // SAFETY: `task`: the C caller's pointer, valid or NULL by this function's contract.
-            let t = unsafe { c_in(WHAT, "task", task) }?;
-            if t.struct_size as usize != size_of::<NrtProxyBarrierTask>() || t.reserved != 0 {
-                return bad(
-                    WHAT,
-                    format_args!(
-                        "task struct_size {} or reserved {}",
-                        t.struct_size, t.reserved
-                    ),
-                );
-            }
+            let t = unsafe { task_desc(WHAT, task, |t| (t.struct_size, t.reserved)) }?;
             if t.flags & !(NRT_PROXY_TASK_SKIP | NRT_PROXY_TASK_KEEP) != 0 {
                 return bad(WHAT, format_args!("unknown flags {:#x}", t.flags));
             }
