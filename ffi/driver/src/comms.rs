@@ -20,8 +20,8 @@ use proxy_abi::boundary::{
 };
 use proxy_abi::entry;
 
-use crate::handles::*;
-use crate::objects::*;
+use crate::handles::{instance_of, with_comm, with_live_retrying, COMMS, GROUPS};
+use crate::objects::{aborts, deadline_after, CommEntry};
 use crate::types::*;
 
 /// How long `nrt_proxy_comm_destroy` waits for a joined comm to leave its queue.

@@ -7,8 +7,8 @@ use proxy_core::driver::task::SharedMemBarrier;
 use proxy_abi::boundary::{c_handle_out, insert_live};
 use proxy_abi::entry;
 
-use crate::handles::*;
-use crate::objects::*;
+use crate::handles::{instance_of, remove_live_retrying, GROUPS};
+use crate::objects::{Group, SendMemGroup};
 use crate::types::*;
 
 /// Creates a group of `nranks` ranks of this process: an in-memory transport group of the

@@ -11,7 +11,7 @@ use proxy_core::base::status::NrtStatus;
 use proxy_abi::boundary::{call_guarded, lookup_status, with_live, Guarded};
 use proxy_abi::handles::{HandleTable, InstanceId, LookupError};
 
-use crate::objects::*;
+use crate::objects::{CommEntry, Group, Instance};
 use crate::types::*;
 
 /// Handle kinds (bits 48..52 of a handle).
@@ -138,9 +138,7 @@ const SHORT_BUSY_RETRIES: u32 = 1 << 16;
 /// instructions (instances: an `Arc` clone; groups: reading their parts at comm creation):
 /// `Busy` is retried (yielding, at most [`SHORT_BUSY_RETRIES`] times) instead of answered, so
 /// that threads sharing an instance or a group never see a spurious `NRT_FAILURE`.
-pub(crate) fn retry_busy<R>(
-    mut op: impl FnMut() -> Result<R, LookupError>,
-) -> Result<R, LookupError> {
+fn retry_busy<R>(mut op: impl FnMut() -> Result<R, LookupError>) -> Result<R, LookupError> {
     for _ in 0..SHORT_BUSY_RETRIES {
         match op() {
             Err(LookupError::Busy) => std::thread::yield_now(),

@@ -13,8 +13,8 @@ use proxy_core::driver::task::CommHandle;
 use proxy_abi::boundary::{bad, c_out};
 use proxy_abi::entry;
 
-use crate::handles::*;
-use crate::objects::*;
+use crate::handles::with_comm;
+use crate::objects::{aborts, deadline_after};
 use crate::types::*;
 
 /// Requests an abort of a comm, from any thread at any time (also while another thread is in a

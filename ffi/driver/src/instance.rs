@@ -15,10 +15,10 @@ use proxy_runtime::Config;
 use proxy_abi::boundary::{c_handle_out, c_in, c_string, insert_live};
 use proxy_abi::entry;
 
-use crate::config::*;
-use crate::handles::*;
+use crate::config::{default_config, resolve_config};
+use crate::handles::{instance_id, instance_of, remove_live_retrying, INSTANCES};
 use crate::locate;
-use crate::objects::*;
+use crate::objects::Instance;
 use crate::types::*;
 
 /// The environment variable naming the progress half to load when the config does not.

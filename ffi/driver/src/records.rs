@@ -10,8 +10,8 @@ use std::collections::VecDeque;
 use proxy_abi::boundary::c_out;
 use proxy_abi::entry;
 
-use crate::handles::*;
-use crate::objects::*;
+use crate::handles::with_comm;
+use crate::objects::deadline_after;
 use crate::types::*;
 
 /// Pops the next final status record of the comm's tasks, if one is ready (also after a leave:

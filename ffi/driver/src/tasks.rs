@@ -13,8 +13,8 @@ use proxy_core::driver::trigger::{TriggerWords, MAX_TRIGGER_WORDS};
 use proxy_abi::boundary::{bad, c_in, c_slice};
 use proxy_abi::entry;
 
-use crate::handles::*;
-use crate::objects::*;
+use crate::handles::with_comm;
+use crate::objects::{ms_to_ns, Instance, SharedChannel};
 use crate::types::*;
 
 /// Host words from a C array of pointers: each non-null and 4-byte aligned.
