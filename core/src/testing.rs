@@ -11,7 +11,6 @@ use alloc::vec::Vec;
 
 use crate::progress::device::DeviceCallbacks;
 use crate::progress::net::{NetError, Posted, RequestId, TestOutcome, Transport};
-use crate::progress::scripted::ScriptTable;
 use core::ffi::{c_int, c_void};
 
 use crate::base::desc::{NetDestAddr, NetOpInfo, NetSrcAddr};
@@ -22,15 +21,13 @@ use crate::seam::SeamTable;
 
 /// A transport with no peers: posts fail with `Invalid`, `poll` counts calls.
 ///
-/// Enough for scripted ops, which never post: it keeps their scripts.
+/// Enough for scripted ops, which never post (their scripts are the comm's).
 #[derive(Debug, Default)]
 pub struct NullTransport {
     /// Number of `poll` calls.
     pub polls: u64,
     /// Requests cancelled so far.
     pub cancelled: Vec<RequestId>,
-    /// Scripts of the scripted ops filed on the comm that owns this transport.
-    pub scripts: ScriptTable,
 }
 
 impl Transport for NullTransport {
@@ -81,10 +78,6 @@ impl Transport for NullTransport {
         self.cancelled.push(request);
         Ok(())
     }
-
-    fn scripts(&mut self) -> Option<&mut ScriptTable> {
-        Some(&mut self.scripts)
-    }
 }
 
 /// A [`NullTransport`] whose cancelled requests are confirmed only once the transport has
@@ -128,10 +121,6 @@ impl crate::progress::forward::TransportWrapper for SlowCancelTransport {
             },
         )
     }
-
-    fn scripts(&mut self) -> Option<&mut ScriptTable> {
-        Some(&mut self.inner.scripts)
-    }
 }
 
 /// A [`NullTransport`] whose `poll` calls are also counted in a shared word, so a test can
@@ -174,10 +163,6 @@ impl crate::progress::forward::TransportWrapper for CountingTransport {
     fn poll(&mut self) -> Result<(), NetError> {
         self.polls.fetch_add(1, Ordering::Relaxed);
         self.inner.poll()
-    }
-
-    fn scripts(&mut self) -> Option<&mut ScriptTable> {
-        Some(&mut self.inner.scripts)
     }
 }
 

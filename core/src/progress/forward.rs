@@ -137,12 +137,6 @@ pub trait TransportWrapper: Send {
     fn dump_state(&self, out: &mut dyn core::fmt::Write) -> core::fmt::Result {
         self.inner().dump_state(out)
     }
-
-    /// [`Transport::scripts`] (test scaffolding).
-    #[cfg(any(test, feature = "testing"))]
-    fn scripts(&mut self) -> Option<&mut crate::progress::scripted::ScriptTable> {
-        self.inner_mut().scripts()
-    }
 }
 
 impl<W: TransportWrapper> Transport for W {
@@ -210,10 +204,5 @@ impl<W: TransportWrapper> Transport for W {
 
     fn dump_state(&self, out: &mut dyn core::fmt::Write) -> core::fmt::Result {
         TransportWrapper::dump_state(self, out)
-    }
-
-    #[cfg(any(test, feature = "testing"))]
-    fn scripts(&mut self) -> Option<&mut crate::progress::scripted::ScriptTable> {
-        TransportWrapper::scripts(self)
     }
 }

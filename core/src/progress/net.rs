@@ -212,14 +212,6 @@ pub trait Transport: Send {
     fn dump_state(&self, _out: &mut dyn core::fmt::Write) -> core::fmt::Result {
         Ok(())
     }
-
-    /// Test scaffolding (feature `testing`): the table where scripted test ops keep their
-    /// scripts beside the op, so no script field sits in the 352-byte op. `None` (the default)
-    /// means this transport cannot run scripted ops, and `Comm::start_scripted` rejects them.
-    #[cfg(any(test, feature = "testing"))]
-    fn scripts(&mut self) -> Option<&mut crate::progress::scripted::ScriptTable> {
-        None
-    }
 }
 
 /// Builds the 64-bit transport tag of entry `index` of an op (docs/design.md §5): bit 63 reserved

@@ -76,6 +76,9 @@ pub struct OpCtx<'a> {
     /// The comm's protocol counters: the op kinds add to them (plain adds on the thread that
     /// drives the comm, [`crate::progress::stats`]).
     pub stats: &'a mut ProtocolStats,
+    /// Test scaffolding (feature `testing`): the comm's scripts of its scripted ops.
+    #[cfg(any(test, feature = "testing"))]
+    pub scripts: &'a crate::progress::scripted::ScriptTable,
 }
 
 /// Capacity of an op's request tracker ring (the seed's 128-entry requestTracker).

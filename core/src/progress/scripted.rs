@@ -3,7 +3,7 @@
 //! the seam without a transport; the real ops are in [`crate::progress::sendrecv`].
 //!
 //! Test scaffolding, compiled only under `cfg(test)` or the `testing` feature. A scripted op's
-//! script is kept beside the op, in the transport's [`ScriptTable`] (keyed by the op's address,
+//! script is kept beside the op, in its comm's [`ScriptTable`] (keyed by the op's address,
 //! which is stable: ops live in pool blocks), so the ABI proxy op carries no test fields.
 
 use alloc::collections::BTreeMap;
@@ -11,7 +11,7 @@ use alloc::collections::BTreeMap;
 use crate::base::status::NrtStatus;
 use crate::progress::op::{OpCtx, OpKind, OpSide, OpState, ProxyOp, Slot8};
 
-/// Scripts of the scripted ops of a transport, keyed by the op's address (see the module doc).
+/// Scripts of the scripted ops of a comm, keyed by the op's address (see the module doc).
 pub type ScriptTable = BTreeMap<usize, Script>;
 
 /// The key of `op` in a [`ScriptTable`].
@@ -39,7 +39,7 @@ pub static SCRIPTED_OP: OpKind = OpKind {
 };
 
 /// Builds a scripted op (called by `Comm::start_scripted`, which files its script in the
-/// transport's [`ScriptTable`] under [`key`]).
+/// comm's [`ScriptTable`] under [`key`]).
 pub(crate) fn init(op: &mut ProxyOp, index: u32) {
     op.progress = Slot8(Some(SCRIPTED_OP.progress));
     op.transport_comm = Slot8(Some(&SCRIPTED_OP));
@@ -48,16 +48,8 @@ pub(crate) fn init(op: &mut ProxyOp, index: u32) {
 }
 
 fn scripted_progress(op: &mut ProxyOp, ctx: &mut OpCtx<'_>) -> Result<(), NrtStatus> {
-    let Some(script) = ctx
-        .transport
-        .scripts()
-        .and_then(|t| t.get(&key(op)))
-        .copied()
-    else {
-        log::error!(
-            "scripted op {} has no script in its transport",
-            op.net_op_idx
-        );
+    let Some(script) = ctx.scripts.get(&key(op)).copied() else {
+        log::error!("scripted op {} has no script in its comm", op.net_op_idx);
         return Err(NrtStatus::NetworkProxyFailure);
     };
     op.ticks += 1;

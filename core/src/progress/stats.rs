@@ -12,12 +12,7 @@
 //! `netNeuronRecvProxy` (credits, early flags, host index), `ncclProxyStart` and
 //! `check_basic_block_switch`, §3/§4.
 
-use alloc::vec::Vec;
 use core::mem::size_of;
-
-use crate::base::desc::NetOpInfo;
-use crate::progress::op::OpSide;
-use crate::progress::op::{OpList, ProxyOp, REQUEST_TRACKER_SIZE};
 
 /// A comm's protocol counters, cumulative since the comm was created (`stop` and a failure
 /// keep them). `#[repr(C)]`: the C ABI's `nccom_protocol_stats_t` has exactly this layout
@@ -125,11 +120,11 @@ pub struct OpPeak {
     /// Host-index wrap-arounds seen, both sides together.
     pub wraps: u64,
     /// `op_count` of the send proxy op this record follows (`u64::MAX`: none).
-    send_op_count: u64,
+    pub(crate) send_op_count: u64,
     /// `op_count` of the recv proxy op (`u64::MAX`: none).
-    recv_op_count: u64,
+    pub(crate) recv_op_count: u64,
     /// Wraps of the send side / the recv side (their sum is `wraps`).
-    side_wraps: [u64; 2],
+    pub(crate) side_wraps: [u64; 2],
 }
 
 impl OpPeak {
@@ -137,87 +132,4 @@ impl OpPeak {
     pub fn key(&self) -> (u32, u32, u32) {
         (self.stream, self.bb, self.op)
     }
-}
-
-/// Files the records of one accepted `start` on (`stream`, `bb`): one per op info of `ops`,
-/// made or (same key) replaced with zero counters, following the proxy ops just built on
-/// `built` (by their op counts). Allocates only for a key not seen before.
-pub(crate) fn file_records(
-    peaks: &mut Vec<OpPeak>,
-    stream: u32,
-    bb: u32,
-    ops: &[NetOpInfo],
-    built: &OpList,
-) {
-    for (k, o) in ops.iter().enumerate() {
-        let rec = OpPeak {
-            stream,
-            bb,
-            op: k as u32,
-            tx_entries: o.tx_entry_cnt,
-            rx_entries: o.rx_entry_cnt,
-            send_credits: match (o.tx_entry_cnt, o.initial_send_credits) {
-                (0, _) => 0,
-                (_, 0) => REQUEST_TRACKER_SIZE as u32,
-                (_, c) => c,
-            },
-            ending_recv_credits: o.ending_recv_credits,
-            send_op_count: u64::MAX,
-            recv_op_count: u64::MAX,
-            ..OpPeak::default()
-        };
-        match peaks.binary_search_by_key(&rec.key(), OpPeak::key) {
-            Ok(i) => peaks[i] = rec,
-            Err(i) => peaks.insert(i, rec),
-        }
-    }
-    for opp in built.iter() {
-        // SAFETY: ops on a stream's list are live; the caller holds the stream mutably.
-        let op = unsafe { &*opp };
-        let Some(send) = side(op) else { continue };
-        if let Ok(i) = peaks.binary_search_by_key(&op_key(op), OpPeak::key) {
-            if send {
-                peaks[i].send_op_count = op.op_count;
-            } else {
-                peaks[i].recv_op_count = op.op_count;
-            }
-        }
-    }
-}
-
-/// `Some(true)` for a send proxy op, `Some(false)` for a recv proxy op, `None` otherwise.
-fn side(op: &ProxyOp) -> Option<bool> {
-    match op.transport_comm.0?.side {
-        OpSide::Send => Some(true),
-        OpSide::Recv => Some(false),
-        OpSide::Neither => None,
-    }
-}
-
-fn op_key(op: &ProxyOp) -> (u32, u32, u32) {
-    (op.stream, op.basic_block_id, op.net_op_idx)
-}
-
-/// Copies a send or recv op's counters (cumulative since it was built) into its record, if
-/// the record still follows that op (a later `start` of the same block replaced it otherwise).
-/// Idempotent; called when the op finishes an execution and when its stream is stopped.
-pub(crate) fn fold_op(peaks: &mut [OpPeak], op: &ProxyOp) {
-    let Some(send) = side(op) else { return };
-    let Ok(i) = peaks.binary_search_by_key(&op_key(op), OpPeak::key) else {
-        return;
-    };
-    let r = &mut peaks[i];
-    if send && r.send_op_count == op.op_count {
-        r.peak_send = op.peak_outstanding;
-        r.early_send_completions = op.early_send_completions;
-        r.side_wraps[0] = op.index_wraps;
-    } else if !send && r.recv_op_count == op.op_count {
-        r.peak_recv = op.peak_outstanding;
-        r.recvs_ahead = op.recvs_ahead;
-        r.max_recv_ahead = op.max_recv_ahead;
-        r.side_wraps[1] = op.index_wraps;
-    } else {
-        return;
-    }
-    r.wraps = r.side_wraps[0] + r.side_wraps[1];
 }

@@ -38,7 +38,7 @@ use crate::progress::device::DeviceCallbacks;
 use crate::progress::net::{RequestId, TestOutcome, Transport, MAX_COMM_ID, MAX_NRANKS};
 use crate::progress::op::{OpCtx, OpList, OpState, PoolBlock, ProxyOp, OPS_PER_POOL_BLOCK};
 use crate::progress::sendrecv;
-use crate::progress::stats::{self, OpPeak, ProtocolStats};
+use crate::progress::stats::{OpPeak, ProtocolStats};
 
 /// Block id meaning "none" (`(uint32)-1`).
 pub const BB_NONE: u32 = u32::MAX;
@@ -140,6 +140,10 @@ pub struct Comm {
     stats: ProtocolStats,
     /// One record per filed (stream, block, op), sorted by that key ([`Comm::op_peaks`]).
     op_peaks: Vec<OpPeak>,
+    /// Test scaffolding (feature `testing`): the scripts of this comm's scripted ops, keyed by
+    /// the op's address (`progress::scripted`), so no script field sits in the 352-byte op.
+    #[cfg(any(test, feature = "testing"))]
+    scripts: crate::progress::scripted::ScriptTable,
 }
 
 // SAFETY: the raw op pointers inside the streams point into pool blocks owned by this comm and
@@ -166,6 +170,7 @@ macro_rules! reject {
     }};
 }
 
+mod peaks;
 mod start;
 mod stream;
 mod teardown;
@@ -227,6 +232,8 @@ impl Comm {
             round_polled: false,
             stats: ProtocolStats::new(),
             op_peaks: Vec::new(),
+            #[cfg(any(test, feature = "testing"))]
+            scripts: Default::default(),
         })
     }
 

@@ -123,7 +123,7 @@ impl Comm {
         }
         // Protocol counters: one accepted start, and the records of its ops.
         self.stats.starts += 1;
-        stats::file_records(&mut self.op_peaks, stream, bb, ops, &st.next_ops);
+        peaks::file_records(&mut self.op_peaks, stream, bb, ops, &st.next_ops);
         files.ops.append(&mut st.next_ops);
         log::debug!(
             "start: comm {} rank {} stream {stream} block {bb}: filed {n_ops} proxy ops",
@@ -153,21 +153,16 @@ impl Comm {
         }
         let s = check_stream(stream)?;
         self.refuse_if_closing(s, "start_scripted")?;
-        if bb == BB_NONE || scripts.is_empty() || self.transport.scripts().is_none() {
-            reject!(
-                "start_scripted: block {bb:#x} / {} scripts on transport {}",
-                scripts.len(),
-                self.transport.name()
-            );
+        if bb == BB_NONE || scripts.is_empty() {
+            reject!("start_scripted: block {bb:#x} / {} scripts", scripts.len());
         }
         let mut keys = Vec::with_capacity(scripts.len());
         self.build_ops(s, stream, bb, scripts.len() as u32, |op, i| {
             scripted::init(op, i);
             keys.push(scripted::key(op));
         })?;
-        if let Some(table) = self.transport.scripts() {
-            table.extend(keys.into_iter().zip(scripts.iter().copied()));
-        }
+        self.scripts
+            .extend(keys.into_iter().zip(scripts.iter().copied()));
         let st = &mut self.streams[s];
         st.blocks.entry_or_default(bb).ops.append(&mut st.next_ops);
         Ok(())

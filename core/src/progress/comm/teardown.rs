@@ -108,7 +108,7 @@ impl Comm {
         while let Some(opp) = all.pop_front() {
             // SAFETY: `opp` is a live op of this stream, just unlinked; no other reference.
             let op = unsafe { &mut *opp };
-            stats::fold_op(&mut self.op_peaks, op);
+            peaks::fold_op(&mut self.op_peaks, op);
             let mut had = false;
             if let Some(t) = op.tracker_mut() {
                 while let Some(r) = t.pop_front() {
@@ -132,7 +132,7 @@ impl Comm {
         // Their records keep what the ops counted (the ops are cleared now).
         for opp in rest.iter() {
             // SAFETY: ops on the list are live ops of this stream; no other reference.
-            stats::fold_op(&mut self.op_peaks, unsafe { &*opp });
+            peaks::fold_op(&mut self.op_peaks, unsafe { &*opp });
         }
         StreamState::release_list(&mut st.pool, &mut rest);
         st.last_bb = BB_NONE;

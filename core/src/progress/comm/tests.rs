@@ -1009,9 +1009,6 @@ impl crate::progress::net::Transport for DrainTransport {
             .fetch_add(1, crate::base::sync::Ordering::Relaxed);
         Ok(())
     }
-    fn scripts(&mut self) -> Option<&mut crate::progress::scripted::ScriptTable> {
-        Some(&mut self.inner.scripts)
-    }
 }
 
 type Counter = PlainArc<crate::base::sync::AtomicU32>;

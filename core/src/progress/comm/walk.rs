@@ -127,6 +127,8 @@ impl Comm {
             rank,
             stream,
             stats: &mut self.stats,
+            #[cfg(any(test, feature = "testing"))]
+            scripts: &self.scripts,
         };
         let peaks = &mut self.op_peaks;
         let mut all_idle = true;
@@ -179,7 +181,7 @@ impl Comm {
                 // `op` is last used here; the list links are then written through raw
                 // pointers only.
                 op.executions += 1;
-                crate::progress::stats::fold_op(peaks, op);
+                super::peaks::fold_op(peaks, op);
                 let armed = op.rearm();
                 // SAFETY: `prev` is null or the op before `cur` on `active`.
                 let unlinked = unsafe { active.unlink_after(prev) };
