@@ -14,6 +14,8 @@ pub mod mem_transport;
 pub mod net;
 pub mod op;
 #[cfg(any(test, feature = "testing"))]
+pub mod script;
+#[cfg(any(test, feature = "testing"))]
 pub mod scripted;
 pub mod sendrecv;
 #[cfg(all(test, not(loom)))]

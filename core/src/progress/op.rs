@@ -78,7 +78,7 @@ pub struct OpCtx<'a> {
     pub stats: &'a mut ProtocolStats,
     /// Test scaffolding (feature `testing`): the comm's scripts of its scripted ops.
     #[cfg(any(test, feature = "testing"))]
-    pub scripts: &'a crate::progress::scripted::ScriptTable,
+    pub scripts: &'a crate::progress::script::ScriptTable,
 }
 
 /// Capacity of an op's request tracker ring (the seed's 128-entry requestTracker).

@@ -6,29 +6,13 @@
 //! script is kept beside the op, in its comm's [`ScriptTable`] (keyed by the op's address,
 //! which is stable: ops live in pool blocks), so the ABI proxy op carries no test fields.
 
-use alloc::collections::BTreeMap;
-
 use crate::base::status::NrtStatus;
 use crate::progress::op::{OpCtx, OpKind, OpSide, OpState, ProxyOp, Slot8};
-
-/// Scripts of the scripted ops of a comm, keyed by the op's address (see the module doc).
-pub type ScriptTable = BTreeMap<usize, Script>;
+pub use crate::progress::script::{Script, ScriptTable};
 
 /// The key of `op` in a [`ScriptTable`].
 pub(crate) fn key(op: &ProxyOp) -> usize {
     op as *const ProxyOp as usize
-}
-
-/// What a scripted op does in each execution of its block (ticks count from 1 and restart when
-/// the op is recycled).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Script {
-    /// The op reaches state 0 on this tick (values below 1 count as 1).
-    pub complete_after: u32,
-    /// Bit `t - 1` set: report idle on tick `t` (ticks above 64 are never idle).
-    pub idle_mask: u64,
-    /// Fail with `NetworkProxyFailure` on this tick (0 = never).
-    pub fail_tick: u32,
 }
 
 /// The scripted op kind.

@@ -11,10 +11,9 @@ use proxy_core::driver::queue::{DriveMode, QueueConfig};
 use proxy_core::driver::registry::RegistryConfig;
 
 use crate::affinity::{parse_cpu_list, CpuListError};
-use crate::worker::WorkerConfig;
 
-/// Default spin budget of an idle worker or a waiting consumer, in µs.
-pub const DEFAULT_SPIN_US: u64 = 50;
+use crate::worker::{WorkerConfig, DEFAULT_SPIN_US};
+
 /// Default no-progress limit of a task, in seconds (our choice; 0 disables it).
 pub const DEFAULT_EXEC_TIMEOUT_S: u64 = 30;
 

@@ -68,6 +68,10 @@ pub fn current_tid() -> i32 {
     unsafe { libc::gettid() }
 }
 
+/// Default spin budget of an idle worker or a waiting consumer, in µs (the config's default,
+/// which `NEURON_RT_PROXY_SPIN_US` overrides).
+pub const DEFAULT_SPIN_US: u64 = 50;
+
 /// How worker threads run.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct WorkerConfig {
@@ -82,7 +86,7 @@ pub struct WorkerConfig {
 impl Default for WorkerConfig {
     fn default() -> Self {
         Self {
-            spin: Duration::from_micros(crate::config::DEFAULT_SPIN_US),
+            spin: Duration::from_micros(DEFAULT_SPIN_US),
             one_thread_per_core: false,
             cpus: Vec::new(),
         }

@@ -143,7 +143,7 @@ pub struct Comm {
     /// Test scaffolding (feature `testing`): the scripts of this comm's scripted ops, keyed by
     /// the op's address (`progress::scripted`), so no script field sits in the 352-byte op.
     #[cfg(any(test, feature = "testing"))]
-    scripts: crate::progress::scripted::ScriptTable,
+    scripts: crate::progress::script::ScriptTable,
 }
 
 // SAFETY: the raw op pointers inside the streams point into pool blocks owned by this comm and
