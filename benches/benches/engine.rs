@@ -114,7 +114,9 @@ fn progress_tick(c: &mut Criterion) {
                 || idle_comm(ops),
                 |comm| {
                     let (mut idle, mut done) = (true, true);
-                    comm.progress(0, 1, &mut idle, &mut done).unwrap();
+                    comm.progress(0, 1)
+                        .map(|t| t.and_into(&mut idle, &mut done))
+                        .unwrap();
                     (idle, done)
                 },
                 BatchSize::SmallInput,
@@ -141,7 +143,9 @@ fn seam(c: &mut Criterion) {
     g.bench_function("direct_call", |b| {
         b.iter(|| {
             let (mut idle, mut done) = (true, true);
-            comm.progress(0, 1, &mut idle, &mut done).unwrap();
+            comm.progress(0, 1)
+                .map(|t| t.and_into(&mut idle, &mut done))
+                .unwrap();
             (idle, done)
         })
     });

@@ -124,7 +124,8 @@ impl IdleStream {
     pub fn tick(&mut self) -> (bool, bool) {
         let (mut idle, mut done) = (true, true);
         self.comm
-            .progress(0, 1, &mut idle, &mut done)
+            .progress(0, 1)
+            .map(|t| t.and_into(&mut idle, &mut done))
             .expect("progress");
         (idle, done)
     }

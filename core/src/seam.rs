@@ -243,7 +243,9 @@ pub unsafe extern "C" fn in_process_progress(
         return NrtStatus::Invalid.code();
     }
     let (mut i, mut d) = (true, true);
-    let r = comm.progress(stream, bb, &mut i, &mut d);
+    let r = comm
+        .progress(stream, bb)
+        .map(|t| t.and_into(&mut i, &mut d));
     // A failed call reports neither idle nor done (the driver must not end the task as if the
     // stream had drained).
     let ok = r.is_ok();
@@ -422,7 +424,9 @@ mod tests {
         for s in 0..2 {
             comm.start_scripted(s, 1, &[script]).unwrap();
             let (mut i, mut d) = (true, true);
-            comm.progress(s, 1, &mut i, &mut d).unwrap();
+            comm.progress(s, 1)
+                .map(|t| t.and_into(&mut i, &mut d))
+                .unwrap();
             comm.track_test_requests(s, 1, &[u64::from(s) + 1]).unwrap();
         }
         let p = &mut comm as *mut Comm as *mut c_void;

@@ -438,7 +438,11 @@ fn run(inp: &Input) -> Result<bool, TestCaseError> {
         Err(_) => {
             prop_assert_eq!(c.last_op_count(), count0, "a rejected call built ops");
             let (mut idle, mut done) = (true, true);
-            prop_assert_eq!(c.progress(stream, bb, &mut idle, &mut done), Ok(()));
+            prop_assert_eq!(
+                c.progress(stream, bb)
+                    .map(|t| t.and_into(&mut idle, &mut done)),
+                Ok(())
+            );
             prop_assert!(idle && done, "a rejected call filed something");
         }
         Ok(()) => {
@@ -446,8 +450,12 @@ fn run(inp: &Input) -> Result<bool, TestCaseError> {
                 play_device(&ops);
                 let (mut idle, mut done) = (true, true);
                 // Any status: a bad combination of valid fields may fail the comm here.
-                let _ = c.progress(stream, inp.bb, &mut idle, &mut done);
-                let _ = peer.progress(stream, inp.bb, &mut idle, &mut done);
+                let _ = c
+                    .progress(stream, inp.bb)
+                    .map(|t| t.and_into(&mut idle, &mut done));
+                let _ = peer
+                    .progress(stream, inp.bb)
+                    .map(|t| t.and_into(&mut idle, &mut done));
             }
             let sem = |a: u64| {
                 // SAFETY: as in `play_device`: an accepted call's words are in the arena.
@@ -461,7 +469,11 @@ fn run(inp: &Input) -> Result<bool, TestCaseError> {
             prop_assert_eq!(peer.stop(stream), Ok(()));
             let (mut idle, mut done) = (true, true);
             if c.fatal_error().is_none() {
-                prop_assert_eq!(c.progress(stream, bb, &mut idle, &mut done), Ok(()));
+                prop_assert_eq!(
+                    c.progress(stream, bb)
+                        .map(|t| t.and_into(&mut idle, &mut done)),
+                    Ok(())
+                );
                 prop_assert!(idle && done, "the stream is not empty after stop");
             }
         }

@@ -86,7 +86,7 @@ pub unsafe extern "C" fn neuronNetworkProxyProgress(
             // SAFETY: `done`: the C caller's pointer, valid or NULL by this function's contract.
             let done = unsafe { c_out(WHAT, "done", done) }?;
             let (mut i, mut d) = (true, true);
-            let r = c.progress(stream, bb, &mut i, &mut d);
+            let r = c.progress(stream, bb).map(|t| t.and_into(&mut i, &mut d));
             // A failed call reports neither idle nor done.
             let ok = r.is_ok();
             *idle = c_int::from(ok && *idle != 0 && i);

@@ -463,7 +463,8 @@ impl World {
                     for stream in 0..4 {
                         let (mut i, mut dn) = (true, true);
                         self.comms[rank]
-                            .progress(stream, 1, &mut i, &mut dn)
+                            .progress(stream, 1)
+                            .map(|t| t.and_into(&mut i, &mut dn))
                             .unwrap();
                     }
                     for d in 0..n {
@@ -647,9 +648,14 @@ fn truncation_fails_the_receiving_comm_sticky() {
         for d in 0..w.devs.len() {
             w.device_step(d);
         }
-        let _ = w.comms[0].progress(0, 1, &mut true, &mut true);
+        let _ = w.comms[0]
+            .progress(0, 1)
+            .map(|t| t.and_into(&mut true, &mut true));
         let (mut i, mut dn) = (true, true);
-        if let Err(e) = w.comms[1].progress(0, 1, &mut i, &mut dn) {
+        if let Err(e) = w.comms[1]
+            .progress(0, 1)
+            .map(|t| t.and_into(&mut i, &mut dn))
+        {
             failed = Some(e);
             break;
         }
@@ -660,7 +666,9 @@ fn truncation_fails_the_receiving_comm_sticky() {
         Some(NrtStatus::NetworkProxyFailure)
     );
     assert_eq!(
-        w.comms[1].progress(0, 1, &mut true, &mut true),
+        w.comms[1]
+            .progress(0, 1)
+            .map(|t| t.and_into(&mut true, &mut true)),
         Err(NrtStatus::NetworkProxyFailure)
     );
     for rank in 0..2 {

@@ -40,7 +40,9 @@ fn after(n: u32) -> Script {
 /// One progress call with idle/done seeded true; returns (idle, done).
 fn tick(c: &mut Comm, stream: u32, bb: u32) -> (bool, bool) {
     let (mut idle, mut done) = (true, true);
-    c.progress(stream, bb, &mut idle, &mut done).unwrap();
+    c.progress(stream, bb)
+        .map(|t| t.and_into(&mut idle, &mut done))
+        .unwrap();
     (idle, done)
 }
 
@@ -457,13 +459,13 @@ fn an_error_is_sticky_and_maps_to_1206() {
     assert_eq!(tick(&mut c, 0, 1), (false, false));
     let (mut i, mut d) = (true, true);
     assert_eq!(
-        c.progress(0, 1, &mut i, &mut d),
+        c.progress(0, 1).map(|t| t.and_into(&mut i, &mut d)),
         Err(NrtStatus::NetworkProxyFailure)
     );
     assert_eq!(c.fatal_error(), Some(NrtStatus::NetworkProxyFailure));
     // Every later progress, on any stream, fails at once; start is rejected with the error.
     assert_eq!(
-        c.progress(1, 1, &mut i, &mut d),
+        c.progress(1, 1).map(|t| t.and_into(&mut i, &mut d)),
         Err(NrtStatus::NetworkProxyFailure)
     );
     assert_eq!(
@@ -497,7 +499,7 @@ fn op_count_assert_fails_cleanly_naming_the_op() {
     unsafe { (*op).op_count = c.last_op_count() + 10 };
     let (mut i, mut d) = (true, true);
     assert_eq!(
-        c.progress(0, 1, &mut i, &mut d),
+        c.progress(0, 1).map(|t| t.and_into(&mut i, &mut d)),
         Err(NrtStatus::NetworkProxyFailure)
     );
     assert_eq!(c.fatal_error(), Some(NrtStatus::NetworkProxyFailure));
@@ -514,7 +516,7 @@ fn block_assert_fails_cleanly_naming_the_op() {
     unsafe { (*second).basic_block_id = 42 };
     let (mut i, mut d) = (true, true);
     assert_eq!(
-        c.progress(0, 1, &mut i, &mut d),
+        c.progress(0, 1).map(|t| t.and_into(&mut i, &mut d)),
         Err(NrtStatus::NetworkProxyFailure)
     );
     c.stop(0).unwrap();
@@ -653,7 +655,10 @@ fn progress_on_empty_or_bad_stream() {
     let mut c = comm();
     assert_eq!(tick(&mut c, 3, 0), (true, true));
     let (mut i, mut d) = (true, true);
-    assert_eq!(c.progress(4, 0, &mut i, &mut d), Err(NrtStatus::Invalid));
+    assert_eq!(
+        c.progress(4, 0).map(|t| t.and_into(&mut i, &mut d)),
+        Err(NrtStatus::Invalid)
+    );
     assert_eq!(c.stop(4), Err(NrtStatus::Invalid));
     assert_eq!(
         c.fatal_error(),
@@ -893,7 +898,7 @@ mod model {
                     }
                     Cmd::Progress { stream, bb } => {
                         let (mut i, mut d) = (true, true);
-                        let r = c.progress(stream, bb, &mut i, &mut d).map(|()| (i, d));
+                        let r = c.progress(stream, bb).map(|t| t.and_into(&mut i, &mut d)).map(|()| (i, d));
                         prop_assert_eq!(r, m.progress(stream, bb));
                     }
                     Cmd::Stop { stream } => {
@@ -1049,14 +1054,14 @@ fn a_poll_failure_naming_a_peer_fails_the_comm_and_keeps_the_peer() {
     assert_eq!(c.fatal_peer(), None);
     let (mut idle, mut done) = (true, true);
     assert_eq!(
-        c.progress(1, 2, &mut idle, &mut done),
+        c.progress(1, 2).map(|t| t.and_into(&mut idle, &mut done)),
         Err(NrtStatus::NetworkProxyFailure)
     );
     assert_eq!(c.fatal_error(), Some(NrtStatus::NetworkProxyFailure));
     assert_eq!(c.fatal_peer(), Some(3));
     // Sticky, and in the dump.
     assert_eq!(
-        c.progress(1, 2, &mut idle, &mut done),
+        c.progress(1, 2).map(|t| t.and_into(&mut idle, &mut done)),
         Err(NrtStatus::NetworkProxyFailure)
     );
     let mut out = alloc::string::String::new();
@@ -1103,7 +1108,7 @@ fn one_teardown_of_four_streams_waits_for_at_most_one_drain_budget() {
     // A progress call ends the teardown: the next one has a budget of its own.
     let (mut idle, mut done) = (true, true);
     assert_eq!(
-        c.progress(0, 1, &mut idle, &mut done),
+        c.progress(0, 1).map(|t| t.and_into(&mut idle, &mut done)),
         Err(NrtStatus::NetworkProxyFailure),
         "the comm failed"
     );
@@ -1136,7 +1141,7 @@ fn abort_from_another_thread_is_applied_at_the_next_progress_and_destroy_is_clea
     );
     let (mut idle, mut done) = (true, true);
     assert_eq!(
-        c.progress(2, 1, &mut idle, &mut done),
+        c.progress(2, 1).map(|t| t.and_into(&mut idle, &mut done)),
         Err(NrtStatus::Closed)
     );
     assert_eq!(c.fatal_error(), Some(NrtStatus::Closed));
@@ -1155,7 +1160,7 @@ fn abort_from_another_thread_is_applied_at_the_next_progress_and_destroy_is_clea
     }
     // Later calls answer the abort's status; stop still works (nothing left to stop).
     assert_eq!(
-        c.progress(0, 1, &mut idle, &mut done),
+        c.progress(0, 1).map(|t| t.and_into(&mut idle, &mut done)),
         Err(NrtStatus::Closed)
     );
     assert_eq!(
@@ -1241,7 +1246,7 @@ fn a_stepped_stop_holds_the_ops_until_the_cancels_are_confirmed() {
     assert_eq!(c.start_scripted(0, 2, &[after(1)]), Err(NrtStatus::Invalid));
     let (mut idle, mut done) = (true, true);
     assert_eq!(
-        c.progress(0, 1, &mut idle, &mut done),
+        c.progress(0, 1).map(|t| t.and_into(&mut idle, &mut done)),
         Err(NrtStatus::Invalid)
     );
     assert_eq!(
@@ -1458,7 +1463,7 @@ fn invalidate_range_checks_the_range_and_reaches_the_transport() {
     c.abort_handle().abort();
     let (mut idle, mut done) = (true, true);
     assert_eq!(
-        c.progress(0, 1, &mut idle, &mut done),
+        c.progress(0, 1).map(|t| t.and_into(&mut idle, &mut done)),
         Err(NrtStatus::Closed)
     );
     assert_eq!(c.invalidate_range(0x4000, 1), Ok(()));

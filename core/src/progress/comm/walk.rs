@@ -6,14 +6,40 @@
 
 use super::*;
 
+/// What one [`Comm::progress`] tick on a stream found (the seed's `idle` / `done` out
+/// parameters, named): `idle` when no op made progress, `done` when the stream's current block
+/// has no op left (and no other block is pending).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Tick {
+    /// No op of the stream made progress in this tick.
+    pub idle: bool,
+    /// The stream has nothing left to run: its block finished and no other block is pending.
+    pub done: bool,
+}
+
+impl Tick {
+    /// Nothing to run: idle and done.
+    pub const IDLE_DONE: Self = Self {
+        idle: true,
+        done: true,
+    };
+
+    /// ANDs this tick into the caller's "all idle" / "all done" (the seam's out parameters:
+    /// the caller seeds both with `true` and progresses its streams in turn).
+    pub fn and_into(self, idle: &mut bool, done: &mut bool) {
+        *idle &= self.idle;
+        *done &= self.done;
+    }
+}
+
 impl Comm {
     /// One progress tick on `stream` (docs/design.md §3): loads a block when `active` is empty
     /// (the pending block first, else `bb`), remembers `bb` as pending otherwise, walks the
-    /// active ops once, recycles the ops that reached state 0 under their own block, and ANDs
-    /// "all idle" / "all done" into `*idle` / `*done` (the caller seeds both with `true`).
-    /// Done while another block is pending reports `idle = done = false`.
+    /// active ops once, recycles the ops that reached state 0 under their own block, and
+    /// answers what the tick found ([`Tick`]: every op idle, every op done). Done while another
+    /// block is pending is neither idle nor done.
     ///
-    /// A stream with nothing filed (or stopped) reports idle and done.
+    /// A stream with nothing filed (or stopped) is idle and done ([`Tick::IDLE_DONE`]).
     ///
     /// **Rounds.** The caller progresses its streams in turn, in increasing stream order (the
     /// network task does). A call on a stream `<=` the stream of the previous call, or the
@@ -33,13 +59,7 @@ impl Comm {
     ///   active op of another block), each logged with comm, stream, block and op.
     ///
     /// Seed: `neuronNetworkProxyProgress` → `ncclProxyProgress` → `ncclProxyProgressOps`, §4.
-    pub fn progress(
-        &mut self,
-        stream: u32,
-        bb: u32,
-        idle: &mut bool,
-        done: &mut bool,
-    ) -> Result<(), NrtStatus> {
+    pub fn progress(&mut self, stream: u32, bb: u32) -> Result<Tick, NrtStatus> {
         let s = check_stream(stream)?;
         if let Some(status) = self.check_abort() {
             return Err(status);
@@ -85,7 +105,7 @@ impl Comm {
         }
         // 2. Nothing to run.
         if st.current_bb == BB_NONE {
-            return Ok(());
+            return Ok(Tick::IDLE_DONE);
         }
         // The transport's own progress: once per round, before the first op walk of the round
         // (the first call of the round that has a current block).
@@ -204,12 +224,15 @@ impl Comm {
         let st = &self.streams[s];
         let my_done = st.active.is_empty();
         if my_done && st.pending_bb != BB_NONE {
-            *idle = false;
-            *done = false;
+            Ok(Tick {
+                idle: false,
+                done: false,
+            })
         } else {
-            *idle &= all_idle;
-            *done &= my_done;
+            Ok(Tick {
+                idle: all_idle,
+                done: my_done,
+            })
         }
-        Ok(())
     }
 }

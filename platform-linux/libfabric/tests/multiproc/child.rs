@@ -578,7 +578,8 @@ fn drive(
                     continue;
                 }
                 let (mut idle, mut dn) = (true, true);
-                comm.progress(s as u32, BB, &mut idle, &mut dn)?;
+                comm.progress(s as u32, BB)
+                    .map(|t| t.and_into(&mut idle, &mut dn))?;
                 if dn {
                     *d = true;
                     changed = true;
