@@ -9,13 +9,15 @@
 
 use std::io::{self, BufRead, BufReader, Read};
 use std::net::{SocketAddr, TcpListener};
+use std::os::fd::AsRawFd;
+use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use super::{LAUNCHER_VARS, ROOT_COMM_ID_ENV};
+use super::{LAUNCHER_VARS, ROOT_COMM_ID_ENV, ROOT_FD_ENV};
 
 /// A free TCP port on 127.0.0.1, as a root address. (The port is free when this returns; a
 /// process that grabs it before rank 0 binds it makes rank 0's bind fail with a clear error.)
@@ -78,6 +80,9 @@ struct Running {
 pub struct LocalLaunch {
     nranks: u32,
     root: SocketAddr,
+    /// The root's listening socket, bound by the launcher and handed to rank 0 (kept open
+    /// here until then, so no other process can take the port in between).
+    reserved: Option<TcpListener>,
     echo: bool,
     children: Vec<Option<Running>>,
     tx: Sender<Line>,
@@ -102,12 +107,29 @@ impl LocalLaunch {
         Self {
             nranks,
             root,
+            reserved: None,
             echo,
             children: (0..nranks).map(|_| None).collect(),
             tx,
             rx,
             lines: Arc::new(Mutex::new(Vec::new())),
         }
+    }
+
+    /// A launch of `nranks` ranks whose root address the launcher reserves itself: it binds
+    /// and listens on a free port of 127.0.0.1 and hands that socket to rank 0 (inherited, its
+    /// number in [`ROOT_FD_ENV`]), so two launches started at once can never pick the same port
+    /// (with [`free_loopback_root`] the port is free only when it is picked: two test launchers
+    /// once got the same one, and their ranks joined each other's root). `echo` as in
+    /// [`LocalLaunch::new`].
+    ///
+    /// # Errors
+    /// Binding or listening on 127.0.0.1:0 failed.
+    pub fn reserving(nranks: u32, echo: bool) -> io::Result<Self> {
+        let l = TcpListener::bind(("127.0.0.1", 0))?;
+        let mut launch = Self::new(nranks, l.local_addr()?, echo);
+        launch.reserved = Some(l);
+        Ok(launch)
     }
 
     /// The root address the children bootstrap on.
@@ -137,7 +159,28 @@ impl LocalLaunch {
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
+        if rank == 0 {
+            if let Some(l) = &self.reserved {
+                let fd = l.as_raw_fd();
+                cmd.env(ROOT_FD_ENV, fd.to_string());
+                // SAFETY: runs in the forked child before exec; fcntl is async-signal-safe and
+                // touches only the child's copy of the descriptor table (the listener stays
+                // close-on-exec here, so no other child inherits it).
+                unsafe {
+                    cmd.pre_exec(move || {
+                        if libc::fcntl(fd, libc::F_SETFD, 0) == -1 {
+                            return Err(io::Error::last_os_error());
+                        }
+                        Ok(())
+                    });
+                }
+            }
+        }
         let mut child = cmd.spawn()?;
+        if rank == 0 {
+            // Rank 0 holds the listener now; the launcher's copy is closed.
+            self.reserved = None;
+        }
         let mut readers = Vec::new();
         if let Some(out) = child.stdout.take() {
             readers.push(self.reader(rank, OutStream::Stdout, out));

@@ -95,6 +95,12 @@ pub use self::wire::{MAGIC, MAX_FRAME, VERSION as PROTOCOL_VERSION};
 
 /// The root address variable: `ip:port` (a host name is resolved) on which rank 0 listens.
 pub const ROOT_COMM_ID_ENV: &str = "NEURON_RT_ROOT_COMM_ID";
+
+/// The environment variable in which a launcher hands rank 0 the root's listening socket it
+/// reserved ([`launch::LocalLaunch::reserving`]): a file-descriptor number, inherited. Rank 0
+/// uses it once, and only when the socket listens on exactly the root address; otherwise it
+/// binds the root address itself.
+pub const ROOT_FD_ENV: &str = "PROXY_BOOTSTRAP_ROOT_FD";
 /// The bootstrap timeout variable, in seconds (fractions allowed).
 pub const TIMEOUT_ENV: &str = "NEURON_RT_BOOTSTRAP_TIMEOUT";
 /// Default bound of every blocking bootstrap call.

@@ -169,7 +169,8 @@ impl<'c> Root<'c> {
         if n == 1 {
             return RootEvent::Alone;
         }
-        let listener = match TcpListener::bind(cfg.root) {
+        let inherited = inherited_listener(cfg.root);
+        let listener = match inherited.map_or_else(|| TcpListener::bind(cfg.root), Ok) {
             Ok(l) => l,
             Err(e) => {
                 return RootEvent::Failed(BootstrapError::io(
@@ -683,4 +684,73 @@ impl Bootstrap {
             }
         }
     }
+}
+
+/// The root's listening socket a launcher reserved and handed over ([`ROOT_FD_ENV`]), when
+/// it listens on exactly `root`; taken at most once per process. `None` otherwise (rank 0 then
+/// binds `root` itself): no variable, not a number, not a socket, another address.
+fn inherited_listener(root: SocketAddr) -> Option<TcpListener> {
+    inherited_listener_from(std::env::var(ROOT_FD_ENV).ok().as_deref(), root)
+}
+
+/// [`inherited_listener`] with the variable's value given.
+pub(crate) fn inherited_listener_from(var: Option<&str>, root: SocketAddr) -> Option<TcpListener> {
+    use std::os::fd::FromRawFd;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    static TAKEN: AtomicBool = AtomicBool::new(false);
+    let fd: i32 = var?.trim().parse().ok()?;
+    if fd < 3 {
+        return None;
+    }
+    // Is it a listening TCP socket on `root`? Ask the descriptor without owning it.
+    let mut addr: libc::sockaddr_storage = zeroed_sockaddr();
+    let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+    // SAFETY: getsockname writes at most `len` bytes into `addr`; an fd that is not a socket
+    // (or not open) only makes it fail.
+    let r = unsafe { libc::getsockname(fd, (&raw mut addr).cast(), &mut len) };
+    if r != 0 {
+        log::warn!("{ROOT_FD_ENV}={fd} is not an open socket: binding the root address instead");
+        return None;
+    }
+    let mut listening: libc::c_int = 0;
+    let mut olen = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: SO_ACCEPTCONN writes one c_int into `listening`.
+    let r = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_ACCEPTCONN,
+            (&raw mut listening).cast(),
+            &mut olen,
+        )
+    };
+    if r != 0 || listening == 0 || TAKEN.swap(true, Ordering::AcqRel) {
+        return None;
+    }
+    // SAFETY: `fd` is an open listening socket the launcher handed to this process for the
+    // root (ROOT_FD_ENV); TAKEN makes this the only owner in the process.
+    let l = unsafe { TcpListener::from_raw_fd(fd) };
+    match l.local_addr() {
+        Ok(a) if a == root => {
+            // Not inherited by this process's own children.
+            // SAFETY: fcntl on a descriptor this process now owns.
+            unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
+            Some(l)
+        }
+        other => {
+            log::warn!(
+                "{ROOT_FD_ENV}={fd} listens on {other:?}, not the root address {root}: binding it instead"
+            );
+            // Not ours to close: hand the descriptor back untouched.
+            std::mem::forget(l);
+            TAKEN.store(false, Ordering::Release);
+            None
+        }
+    }
+}
+
+/// An all-zero `sockaddr_storage` (a valid value: plain integers).
+fn zeroed_sockaddr() -> libc::sockaddr_storage {
+    // SAFETY: sockaddr_storage is plain old data; all zeroes is a valid value.
+    unsafe { std::mem::zeroed() }
 }

@@ -805,3 +805,30 @@ fn waits_warn_every_interval_with_the_cumulative_wait() {
         assert!(l.contains("timeout 1.3 s"), "{l}");
     }
 }
+
+#[test]
+fn a_reserved_root_listener_is_taken_only_on_its_own_address() {
+    use std::os::fd::AsRawFd;
+    let l = std::net::TcpListener::bind(("127.0.0.1", 0)).unwrap();
+    let addr = l.local_addr().unwrap();
+    let fd = l.as_raw_fd().to_string();
+    let other: SocketAddr = "127.0.0.1:1".parse().unwrap();
+    // Another address, garbage, stdin: refused, and the descriptor is left open.
+    assert!(root::inherited_listener_from(Some(&fd), other).is_none());
+    assert!(root::inherited_listener_from(Some("x"), addr).is_none());
+    assert!(root::inherited_listener_from(Some("0"), addr).is_none());
+    assert!(root::inherited_listener_from(None, addr).is_none());
+    assert_eq!(
+        l.local_addr().unwrap(),
+        addr,
+        "still open after the refusals"
+    );
+    // Its own address: taken (the same socket: a connection to it is pending there).
+    let taken = root::inherited_listener_from(Some(&fd), addr).expect("taken");
+    assert_eq!(taken.local_addr().unwrap(), addr);
+    // Once per process.
+    assert!(root::inherited_listener_from(Some(&fd), addr).is_none());
+    // Both values own the same descriptor now: let only one close it.
+    std::mem::forget(l);
+    drop(taken);
+}

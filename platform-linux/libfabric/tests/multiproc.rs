@@ -24,7 +24,7 @@ use std::process::Command;
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use proxy_bootstrap::launch::{free_loopback_root, LocalLaunch, OutStream};
+use proxy_bootstrap::launch::{LocalLaunch, OutStream};
 
 #[path = "multiproc/child.rs"]
 mod child;
@@ -125,7 +125,7 @@ fn launch(
     env: &[(&str, &str)],
     limit: Duration,
 ) -> (LocalLaunch, Vec<proxy_bootstrap::launch::RankExit>) {
-    let mut l = LocalLaunch::new(nranks, free_loopback_root().unwrap(), true);
+    let mut l = LocalLaunch::reserving(nranks, true).unwrap();
     for &r in ranks {
         let mut c = child_command(scenario, provider);
         for (k, v) in env {
@@ -262,7 +262,7 @@ fn kill_in_phase(scenario: &str, provider: &str, victim: u32, phase: &str) {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(3000);
-    let mut l = LocalLaunch::new(2, free_loopback_root().unwrap(), true);
+    let mut l = LocalLaunch::reserving(2, true).unwrap();
     let tt = task_timeout_ms.to_string();
     let v = victim.to_string();
     for r in 0..2 {
@@ -634,7 +634,7 @@ fn bootstrap_missing_root_fails_every_present_rank() {
 #[test]
 fn bootstrap_ignores_connections_without_the_magic() {
     let _g = serial();
-    let mut l = LocalLaunch::new(3, free_loopback_root().unwrap(), true);
+    let mut l = LocalLaunch::reserving(3, true).unwrap();
     l.spawn(0, child_command("bootstrap", TCP)).unwrap();
     // Strangers reach the root before the real ranks: an HTTP request, one that goes silent.
     let start = Instant::now();

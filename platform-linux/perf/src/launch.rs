@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use super::args::Args;
 use super::{EXIT_ERROR, EXIT_WRONG};
-use proxy_bootstrap::launch::{free_loopback_root, LocalLaunch, OutStream, RankExit};
+use proxy_bootstrap::launch::{LocalLaunch, OutStream, RankExit};
 use proxy_bootstrap::{DEFAULT_TIMEOUT, TIMEOUT_ENV};
 
 /// Bound of a whole local launch unless `PROXY_PERF_LAUNCH_TIMEOUT` (seconds) says otherwise.
@@ -81,8 +81,9 @@ pub fn worst(codes: impl IntoIterator<Item = i32>) -> i32 {
 pub fn run(args: &Args) -> Result<i32, String> {
     let limit = launch_timeout()?;
     let exe = std::env::current_exe().map_err(|e| format!("cannot find this executable: {e}"))?;
-    let root = free_loopback_root().map_err(|e| format!("no free port on 127.0.0.1: {e}"))?;
-    let mut l = LocalLaunch::new(args.ranks, root, false);
+    let mut l = LocalLaunch::reserving(args.ranks, false)
+        .map_err(|e| format!("no free port on 127.0.0.1: {e}"))?;
+    let root = l.root();
     for r in 0..args.ranks {
         let mut c = Command::new(&exe);
         c.args(std::env::args_os().skip(1))
