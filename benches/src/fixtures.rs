@@ -188,35 +188,4 @@ pub fn skip_barrier_task(task_id: u32) -> Box<dyn ProxyTask> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use proxy_core::driver::task::{Step, StepEnv};
-
-    #[test]
-    fn idle_stream_stays_idle_and_active() {
-        let mut s = IdleStream::with_starts(300, 128);
-        for _ in 0..3 {
-            assert_eq!(s.tick(), (true, false));
-        }
-        assert_eq!(s.comm().stream(0).active().len(), 300);
-        assert_eq!(s.ops(), 300);
-        let mut r = IdleStream::with_recording_device(5);
-        assert_eq!(r.tick(), (true, false));
-        assert_eq!(r.comm().stream(0).active().len(), 5);
-    }
-
-    #[test]
-    fn idle_barrier_task_progresses_once_then_idles() {
-        let mut t = idle_barrier_task(3);
-        let env = StepEnv {
-            now_ns: 0,
-            may_begin: true,
-        };
-        assert_eq!(t.step(&env), Step::Progressed);
-        assert_eq!(t.step(&env), Step::Idle);
-        assert_eq!(t.step(&env), Step::Idle);
-        let mut s = skip_barrier_task(4);
-        assert_eq!(s.step(&env), Step::Done);
-        assert!(s.record().is_done());
-    }
-}
+mod tests;

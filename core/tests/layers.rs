@@ -3,7 +3,7 @@
 //!
 //! Reads the sources (not the compiled crate): every `crate::a::b` path on a line that is not a
 //! comment, outside a file's inline `mod tests`, is an edge from the file's module to the
-//! longest module prefix of the path. Test files (`tests.rs`, `*_tests.rs`, `testutil.rs`) are
+//! longest module prefix of the path. Test files (`tests.rs`, `testutil.rs`) are
 //! left out: tests may reach anywhere.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -23,11 +23,7 @@ fn modules(src: &Path) -> BTreeMap<String, String> {
             let rel = p.strip_prefix(src).unwrap().with_extension("");
             let rel = rel.to_string_lossy().replace('/', "::");
             let name = rel.rsplit("::").next().unwrap().to_owned();
-            if p.extension().is_none_or(|x| x != "rs")
-                || name == "tests"
-                || name.ends_with("_tests")
-                || name == "testutil"
-            {
+            if p.extension().is_none_or(|x| x != "rs") || name == "tests" || name == "testutil" {
                 continue;
             }
             let module = rel.strip_suffix("::mod").unwrap_or(&rel).to_owned();

@@ -18,6 +18,4 @@ pub mod script;
 #[cfg(any(test, feature = "testing"))]
 pub mod scripted;
 pub mod sendrecv;
-#[cfg(all(test, not(loom)))]
-mod sendrecv_tests;
 pub mod stats;

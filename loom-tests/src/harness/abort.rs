@@ -171,13 +171,4 @@ pub fn abort_race() {
 }
 
 #[cfg(all(test, not(loom)))]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn abort_model_body_runs_on_real_threads() {
-        for _ in 0..100 {
-            abort_race();
-        }
-    }
-}
+mod tests;

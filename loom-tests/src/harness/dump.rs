@@ -78,14 +78,4 @@ pub fn parked_worker_serves_a_dump() {
 }
 
 #[cfg(all(test, not(loom)))]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn dump_model_bodies_run_on_real_threads() {
-        for _ in 0..100 {
-            dump_request_vs_serve();
-            parked_worker_serves_a_dump();
-        }
-    }
-}
+mod tests;

@@ -116,14 +116,4 @@ pub fn invalidate_withdraw_vs_take() {
 }
 
 #[cfg(all(test, not(loom)))]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn invalidate_model_bodies_run_on_real_threads() {
-        for _ in 0..100 {
-            invalidate_vs_worker();
-            invalidate_withdraw_vs_take();
-        }
-    }
-}
+mod tests;

@@ -153,28 +153,7 @@ pub fn semaphore_edge() {
 }
 
 #[cfg(all(test, not(loom)))]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn ring_model_body_runs_on_real_threads() {
-        for _ in 0..100 {
-            spsc_ring();
-        }
-    }
-
-    #[test]
-    fn handoff_model_body_runs_on_real_threads() {
-        for _ in 0..100 {
-            handoff_cancel_vs_claim();
-        }
-    }
-
-    #[test]
-    fn semaphore_model_body_runs_on_real_threads() {
-        semaphore_edge();
-    }
-}
+mod tests;
 
 /// Model 7b — in-memory transport handoff: a sender cancels a large (lent) send while the
 /// receiver's worker claims it. Exactly one wins: either the bytes are copied whole and the

@@ -65,11 +65,9 @@ mod builder;
 pub mod data;
 pub mod kernels;
 mod plan;
-#[cfg(test)]
-mod sim_tests;
 mod split;
 #[cfg(test)]
-mod split_tests;
+mod tests;
 
 pub use plan::plan;
 pub use split::{plan_blocks, BlockPlan, BlockPlans};

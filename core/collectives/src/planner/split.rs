@@ -347,3 +347,6 @@ pub fn plan_blocks(params: &PlanParams) -> Result<BlockPlans, PlanError> {
         blocks,
     })
 }
+
+#[cfg(test)]
+mod tests;

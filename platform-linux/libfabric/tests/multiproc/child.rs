@@ -1,6 +1,6 @@
 //! The child side of the multi-process tests: one rank per process.
 //!
-//! The device thread follows the protocol of `nec.h` as `core/src/sendrecv_tests.rs`'s in-test
+//! The device thread follows the protocol of `nec.h` as `core/src/progress/sendrecv/tests.rs`'s in-test
 //! device does: per op side, write `-1` to the host index, wait for the handshake semaphore
 //! (and the `0` the proxy wrote), post entries by raising the host index (filling the source
 //! payload just before), wait on the complete semaphore, then check the received data.

@@ -1,9 +1,9 @@
-//! Unit tests of the split over streams and blocks ([`super::plan_blocks`]).
+//! Unit tests of the split over streams and blocks ([`crate::planner::plan_blocks`]).
 
 use alloc::vec;
 use alloc::vec::Vec;
 
-use super::{
+use crate::planner::{
     plan, plan_blocks, Algorithm, Buf, Collective, DataType, Instr, PlanError, PlanParams,
 };
 
@@ -180,7 +180,7 @@ fn fifos_carry_the_nec_options() {
     p.nec.idx_wrap = 4;
     p.nec.credits = 3;
     let bp = plan_blocks(&p).unwrap();
-    let addrs = super::Addresses {
+    let addrs = crate::planner::Addresses {
         input: 0x10000,
         output: 0x20000,
         scratch: 0x30000,
@@ -269,7 +269,7 @@ fn early_credits_promise_only_buffers_free_at_the_handshake() {
     assert!(pl.ops[0].ending_recv_credits > 0, "{:?}", pl.ops);
 }
 
-fn check_free_at_handshake(pl: &super::RankPlan) {
+fn check_free_at_handshake(pl: &crate::planner::RankPlan) {
     let l = pl.layout;
     let base = |b: Buf| match (b, l.in_place) {
         (Buf::Input, true) => l.input_offset,
@@ -278,7 +278,7 @@ fn check_free_at_handshake(pl: &super::RankPlan) {
         (Buf::Output, false) => 2 << 40,
         (Buf::Scratch, _) => 3 << 40,
     };
-    let rng = |loc: super::Loc, bytes: u64| {
+    let rng = |loc: crate::planner::Loc, bytes: u64| {
         (
             base(loc.buf) + loc.offset,
             base(loc.buf) + loc.offset + bytes,
@@ -287,7 +287,7 @@ fn check_free_at_handshake(pl: &super::RankPlan) {
     let elt = pl.params.dtype.size() as u64;
     for (k, o) in pl.ops.iter().enumerate() {
         let k = k as u32;
-        for (i, e) in pl.entries(k, super::Side::Recv)[..o.ending_recv_credits as usize]
+        for (i, e) in pl.entries(k, crate::planner::Side::Recv)[..o.ending_recv_credits as usize]
             .iter()
             .enumerate()
         {
@@ -304,7 +304,10 @@ fn check_free_at_handshake(pl: &super::RankPlan) {
                             .iter()
                             .enumerate()
                         {
-                            if op == k && side == super::Side::Recv && from as usize + j == i {
+                            if op == k
+                                && side == crate::planner::Side::Recv
+                                && from as usize + j == i
+                            {
                                 assert!(
                                     !v.iter().any(|&t| hit(t)),
                                     "op {k} entry {i} touched in its own post at {pc}"

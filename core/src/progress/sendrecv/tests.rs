@@ -893,3 +893,26 @@ fn counters_a_rejected_start_counts_nothing() {
     assert_eq!(c.protocol_stats(), ProtocolStats::new());
     assert!(c.op_peaks().is_empty());
 }
+
+// The host-index arithmetic of the send/recv ops.
+use super::{host_delta, host_wraps};
+
+#[test]
+fn host_wraps_counts_passed_multiples_of_the_loop_size() {
+    assert_eq!(host_wraps(60, 3, 64), 0);
+    assert_eq!(host_wraps(60, 4, 64), 1);
+    assert_eq!(host_wraps(63, 10, 64), 1);
+    assert_eq!(host_wraps(0, 63, 64), 0);
+    assert_eq!(host_wraps(5, 7, 0), 0);
+    assert_eq!(host_wraps(u32::MAX - 1, 2, 0), 1);
+}
+
+#[test]
+fn host_delta_wraps_modulo_loop_size() {
+    assert_eq!(host_delta(5, 3, 0), 2);
+    assert_eq!(host_delta(1, u32::MAX, 0), 2);
+    assert_eq!(host_delta(2, 6, 8), 4);
+    assert_eq!(host_delta(0, 0, 8), 0);
+    assert_eq!(host_delta(7, 7, 128), 0);
+    assert_eq!(host_delta(3, 125, 128), 6);
+}

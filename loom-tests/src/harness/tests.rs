@@ -1,0 +1,20 @@
+use super::*;
+
+#[test]
+fn ring_model_body_runs_on_real_threads() {
+    for _ in 0..100 {
+        spsc_ring();
+    }
+}
+
+#[test]
+fn handoff_model_body_runs_on_real_threads() {
+    for _ in 0..100 {
+        handoff_cancel_vs_claim();
+    }
+}
+
+#[test]
+fn semaphore_model_body_runs_on_real_threads() {
+    semaphore_edge();
+}
