@@ -8,7 +8,7 @@ use proxy_collectives::planner::{plan, Addresses, Collective, DataType, PlanPara
 use proxy_core::progress::comm::{Comm, CommConfig};
 use proxy_core::progress::mem_transport::MemFabric;
 use proxy_emulator::WaitPolicy;
-use proxy_perf::engine::{seam_starts, DriverEngine, Execution};
+use proxy_perf::engine::{seam_starts, Engine, Execution};
 use proxy_runtime::hostmem::{HostMem, HostMemCallbacks, LINE};
 use proxy_runtime::Config;
 
@@ -46,7 +46,7 @@ fn early_completion_skips_every_task_and_files_nothing() {
         })
         .collect();
     let mut bufs: Vec<Vec<u64>> = (0..n).map(|_| vec![0u64; 64]).collect();
-    let mut engine = DriverEngine::new(comms, &cfg, WaitPolicy::default()).unwrap();
+    let mut engine = Engine::new(comms, &cfg, WaitPolicy::default()).unwrap();
     let starts0 = seam_starts();
     for r in 0..n {
         let p = plan(&PlanParams::new(

@@ -181,7 +181,7 @@ mod walk;
 
 pub use stream::{BlockFiles, BlockMap, StreamState};
 use validate::check_stream;
-pub use walk::Tick;
+pub use walk::StreamTick;
 
 impl Comm {
     /// Creates a comm over `transport`, calling back into the device through `device`.

@@ -10,14 +10,14 @@ use super::*;
 /// parameters, named): `idle` when no op made progress, `done` when the stream's current block
 /// has no op left (and no other block is pending).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Tick {
+pub struct StreamTick {
     /// No op of the stream made progress in this tick.
     pub idle: bool,
     /// The stream has nothing left to run: its block finished and no other block is pending.
     pub done: bool,
 }
 
-impl Tick {
+impl StreamTick {
     /// Nothing to run: idle and done.
     pub const IDLE_DONE: Self = Self {
         idle: true,
@@ -36,10 +36,10 @@ impl Comm {
     /// One progress tick on `stream` (docs/design.md §3): loads a block when `active` is empty
     /// (the pending block first, else `bb`), remembers `bb` as pending otherwise, walks the
     /// active ops once, recycles the ops that reached state 0 under their own block, and
-    /// answers what the tick found ([`Tick`]: every op idle, every op done). Done while another
+    /// answers what the tick found ([`StreamTick`]: every op idle, every op done). Done while another
     /// block is pending is neither idle nor done.
     ///
-    /// A stream with nothing filed (or stopped) is idle and done ([`Tick::IDLE_DONE`]).
+    /// A stream with nothing filed (or stopped) is idle and done ([`StreamTick::IDLE_DONE`]).
     ///
     /// **Rounds.** The caller progresses its streams in turn, in increasing stream order (the
     /// network task does). A call on a stream `<=` the stream of the previous call, or the
@@ -59,7 +59,7 @@ impl Comm {
     ///   active op of another block), each logged with comm, stream, block and op.
     ///
     /// Seed: `neuronNetworkProxyProgress` → `ncclProxyProgress` → `ncclProxyProgressOps`, §4.
-    pub fn progress(&mut self, stream: u32, bb: u32) -> Result<Tick, NrtStatus> {
+    pub fn progress(&mut self, stream: u32, bb: u32) -> Result<StreamTick, NrtStatus> {
         let s = check_stream(stream)?;
         if let Some(status) = self.check_abort() {
             return Err(status);
@@ -105,7 +105,7 @@ impl Comm {
         }
         // 2. Nothing to run.
         if st.current_bb == BB_NONE {
-            return Ok(Tick::IDLE_DONE);
+            return Ok(StreamTick::IDLE_DONE);
         }
         // The transport's own progress: once per round, before the first op walk of the round
         // (the first call of the round that has a current block).
@@ -224,12 +224,12 @@ impl Comm {
         let st = &self.streams[s];
         let my_done = st.active.is_empty();
         if my_done && st.pending_bb != BB_NONE {
-            Ok(Tick {
+            Ok(StreamTick {
                 idle: false,
                 done: false,
             })
         } else {
-            Ok(Tick {
+            Ok(StreamTick {
                 idle: all_idle,
                 done: my_done,
             })

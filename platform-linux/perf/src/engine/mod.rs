@@ -1,5 +1,5 @@
 //! The proxy side of `proxy-perf` behind one small trait, [`Engine`]: the full driver
-//! ([`DriverEngine`]: proxy queues, worker threads, network and barrier tasks, status rings).
+//! ([`Engine`]: proxy queues, worker threads, network and barrier tasks, status rings).
 //!
 //! It goes through [`counting_seam`]: the in-process seam with a counter on `start`, so tests can
 //! check that `--loop` files each block once per stream for the whole run. The driver engine
@@ -285,10 +285,10 @@ struct Kept {
     barrier: TaskBox,
 }
 
-/// One rank of a [`DriverEngine`]: its comm, its slot of its group's proxy queue, its barrier
+/// One rank of a [`Engine`]: its comm, its slot of its group's proxy queue, its barrier
 /// endpoint, its executions in flight. In caller mode ([`DriveMode::Caller`]) each rank is
-/// run by its own thread ([`DriverEngine::ranks_mut`]), which submits, drives and waits.
-pub struct DriverRank {
+/// run by its own thread ([`Engine::ranks_mut`]), which submits, drives and waits.
+pub struct EngineRank {
     /// Boxed (in-process) or a library handle: the network tasks carry its address.
     comm: EngineComm,
     member: Option<Membership>,
@@ -350,11 +350,11 @@ impl RankStats {
 /// of its group (`NEURON_RT_RANKS_PER_NETWORK_PROXY` ranks per group, one worker thread
 /// `proxy-<tid>` each); each execution is one network task and one barrier task submitted
 /// through the rank's slot, and completion is read from the slot's status ring.
-pub struct DriverEngine {
+pub struct Engine {
     /// The dump signal's handler (`NEURON_RT_PROXY_DUMP_SIGNAL`), removed first on drop.
     dump_signal: Option<proxy_runtime::dump::DumpSignal>,
     registry: Arc<LinuxRegistry>,
-    ranks: Vec<DriverRank>,
+    ranks: Vec<EngineRank>,
     spin: std::time::Duration,
     timeout_ns: Option<u64>,
     rpp: u32,
@@ -364,7 +364,7 @@ pub struct DriverEngine {
     across_processes: bool,
 }
 
-impl DriverEngine {
+impl Engine {
     /// Joins every comm (`comms[r]` is rank `r`'s; every rank of the comm is in this process)
     /// to a registry built from `cfg`; the producer polls status rings with `poll` before it
     /// parks.
@@ -383,8 +383,8 @@ impl DriverEngine {
         Self::with_comms(comms, EngineBarrier::InProcess, cfg, poll)
     }
 
-    /// Joins `comms` (this process's ranks of one comm, in the order [`DriverEngine::submit`] and
-    /// [`DriverEngine::wait`] index them) to a registry built from `cfg`, with barrier tasks meeting
+    /// Joins `comms` (this process's ranks of one comm, in the order [`Engine::submit`] and
+    /// [`Engine::wait`] index them) to a registry built from `cfg`, with barrier tasks meeting
     /// through `barrier`; the producer polls status rings with `poll` before it parks.
     ///
     /// # Errors
@@ -443,7 +443,7 @@ impl DriverEngine {
                 ))),
                 (None, _) => RankBarrier::Host(host.clone().ok_or("no barrier")?),
             };
-            ranks.push(DriverRank {
+            ranks.push(EngineRank {
                 comm,
                 member: Some(member),
                 barrier,
@@ -482,7 +482,7 @@ impl DriverEngine {
     }
 
     /// The ranks, for caller mode: each is run by its own thread.
-    pub fn ranks_mut(&mut self) -> &mut [DriverRank] {
+    pub fn ranks_mut(&mut self) -> &mut [EngineRank] {
         &mut self.ranks
     }
 
@@ -501,7 +501,7 @@ impl DriverEngine {
         self.rpp
     }
 
-    /// The abort handles of the engine's in-process comms, one per rank in [`DriverEngine::submit`]
+    /// The abort handles of the engine's in-process comms, one per rank in [`Engine::submit`]
     /// order (a loaded library's comm has none and is left out). Any thread may call
     /// [`AbortHandle::abort`](proxy_core::base::abort::AbortHandle::abort) on them at any
     /// time: every task of the comm then ends `NRT_CLOSED` at its next step (docs/design.md
@@ -518,13 +518,13 @@ fn host_words(addrs: &[u64]) -> Result<Vec<HostWord>, String> {
     addrs
         .iter()
         .map(|&a| {
-            // SAFETY: DriverEngine::submit's contract: the word is live until the execution is done.
+            // SAFETY: Engine::submit's contract: the word is live until the execution is done.
             unsafe { HostWord::from_addr(a) }.ok_or_else(|| format!("bad host word {a:#x}"))
         })
         .collect()
 }
 
-impl DriverEngine {
+impl Engine {
     /// One line for the output header (what runs the proxy).
     pub fn describe(&self) -> String {
         let driven = if self.registry.workers().iter().any(|(_, t)| t.is_some()) {
@@ -552,7 +552,7 @@ impl DriverEngine {
     ///
     /// # Safety
     /// Every address in `exec` (buffers, host words) must stay valid until
-    /// [`DriverEngine::wait`] for this rank has returned.
+    /// [`Engine::wait`] for this rank has returned.
     pub unsafe fn submit(&mut self, rank: u32, exec: Execution) -> Result<(), String> {
         let timeout_ns = self.timeout_ns;
         let r = self
@@ -582,7 +582,7 @@ impl DriverEngine {
     }
 }
 
-impl DriverEngine {
+impl Engine {
     /// Every rank's protocol counters (global rank, counters or the library's status), in
     /// rank order of the engine. Call it only while no execution is in flight (between rows,
     /// after a sweep): the counters belong to the thread that drives the comm, and nothing
@@ -597,7 +597,7 @@ impl DriverEngine {
     /// Ops in the op pools of every stream of every in-process comm (free or in use: the
     /// pools' capacity, [`proxy_core::progress::comm::StreamState::capacity`]), summed over the
     /// engine's ranks; `None` when a comm is a loaded library's (its pools are not visible).
-    /// Call it only while no execution is in flight, as [`DriverEngine::protocol_stats`].
+    /// Call it only while no execution is in flight, as [`Engine::protocol_stats`].
     pub fn pool_ops(&self) -> Option<u64> {
         self.ranks
             .iter()
@@ -630,7 +630,7 @@ impl DriverEngine {
     }
 }
 
-impl Drop for DriverEngine {
+impl Drop for Engine {
     fn drop(&mut self) {
         drop(self.dump_signal.take());
         let w = self.waiter();

@@ -1,10 +1,10 @@
-//! One rank of the engine ([`DriverRank`]): its network and barrier tasks built from an
+//! One rank of the engine ([`EngineRank`]): its network and barrier tasks built from an
 //! execution, submitted to its proxy queue, waited for (worker or caller mode), and settled at
 //! the end; with `--inject`, the duplicate watch and the injected abort or exit.
 
 use super::*;
 
-impl DriverRank {
+impl EngineRank {
     /// Submits `exec`'s network task and barrier task through the rank's slot (new tasks, not
     /// kept after they end).
     ///
@@ -12,7 +12,7 @@ impl DriverRank {
     /// A message when a task cannot be built or the slot refuses it.
     ///
     /// # Safety
-    /// As [`DriverEngine::submit`].
+    /// As [`Engine::submit`].
     pub unsafe fn submit(
         &mut self,
         exec: Execution,
@@ -36,7 +36,7 @@ impl DriverRank {
     /// it.
     ///
     /// # Safety
-    /// As [`DriverEngine::submit`], for the execution `build` describes (a re-armed task carries the
+    /// As [`Engine::submit`], for the execution `build` describes (a re-armed task carries the
     /// same addresses as the one `build` made for this key).
     pub unsafe fn submit_keyed(
         &mut self,
@@ -70,7 +70,7 @@ impl DriverRank {
     /// The two tasks of `exec`.
     ///
     /// # Safety
-    /// As [`DriverEngine::submit`].
+    /// As [`Engine::submit`].
     pub(super) unsafe fn build(
         &mut self,
         exec: Execution,
@@ -268,11 +268,11 @@ impl DriverRank {
         }
     }
 
-    /// Waits for the oldest execution in flight (see [`DriverEngine::wait`]), polling the status
+    /// Waits for the oldest execution in flight (see [`Engine::wait`]), polling the status
     /// ring with `poll`.
     ///
     /// # Errors
-    /// As [`DriverEngine::wait`].
+    /// As [`Engine::wait`].
     pub fn wait(
         &mut self,
         poll: WaitPolicy,

@@ -197,7 +197,7 @@ impl GroupRun<'_> {
     /// devices' ends.
     pub(super) fn execution(
         &self,
-        ranks: &mut [DriverRank],
+        ranks: &mut [EngineRank],
         devs: &mut [RankDevice],
         i: u32,
     ) -> Result<(), String> {

@@ -29,8 +29,7 @@ use proxy_core::progress::stats::ProtocolStats;
 
 use super::args::{Args, DeviceArg, DriverArg, FaultArg};
 use super::engine::{
-    counting_loaded_seam, seam_starts, DriverEngine, DriverRank, EngineBarrier, EngineComm,
-    Execution,
+    counting_loaded_seam, seam_starts, Engine, EngineBarrier, EngineComm, EngineRank, Execution,
 };
 use proxy_bootstrap::SharedBootstrap;
 use proxy_collectives::interpreter::JobBlock;
@@ -240,7 +239,7 @@ pub struct World {
     exec_timeout: Option<Duration>,
     /// Dropped before the buffers below: the comms (and their transports' registrations) go
     /// first.
-    engine: DriverEngine,
+    engine: Engine,
     devices: Vec<RankDevice>,
     /// By local index.
     fixed: Vec<FixedWords>,
@@ -306,7 +305,7 @@ struct Assembly {
     local: Vec<u32>,
     /// By local index.
     mems: Vec<Arc<HostMem>>,
-    engine: DriverEngine,
+    engine: Engine,
     peers: Option<SharedBootstrap>,
     transport: String,
     progress_half: String,

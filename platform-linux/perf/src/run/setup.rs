@@ -186,7 +186,7 @@ impl World {
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| format!("host memory: {e}"))?;
         let cpus = rank_cpus(n, args.pin);
-        let (engine, progress_half): (DriverEngine, String) = match &args.progress_lib {
+        let (engine, progress_half): (Engine, String) = match &args.progress_lib {
             Some(path) => {
                 let lib = ProgressLib::open(path).map_err(|e| e.to_string())?.leak();
                 let seam = counting_loaded_seam(lib.seam());
@@ -230,7 +230,7 @@ impl World {
                 }
                 // The comms keep what they use of the group.
                 drop(group);
-                let engine = DriverEngine::with_comms(comms, EngineBarrier::InProcess, &cfg, wait)?;
+                let engine = Engine::with_comms(comms, EngineBarrier::InProcess, &cfg, wait)?;
                 (
                     engine,
                     format!(
@@ -263,10 +263,7 @@ impl World {
                     unsafe { c.trust_all_addresses() };
                     comms.push(c);
                 }
-                (
-                    DriverEngine::new(comms, &cfg, wait)?,
-                    "in-process".to_owned(),
-                )
+                (Engine::new(comms, &cfg, wait)?, "in-process".to_owned())
             }
         };
         Self::assemble(
@@ -357,7 +354,7 @@ impl World {
             }
             _ => format!("libfabric (provider {prov})"),
         };
-        let engine = DriverEngine::with_comms(
+        let engine = Engine::with_comms(
             vec![EngineComm::InProcess {
                 rank,
                 comm: Box::new(comm),
