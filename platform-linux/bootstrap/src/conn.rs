@@ -1,28 +1,29 @@
 //! One bootstrap TCP connection ([`Conn`]: non-blocking, buffered frames both ways) and the
-//! bounded wait every blocking call uses ([`BoundedWait`], [`Backoff`]).
+//! bounded wait every blocking call uses ([`BoundedWait`], pausing by [`POLL_BACKOFF`]).
 
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
+use proxy_core::base::backoff::{Backoff, BackoffPolicy, StdPause};
+
 use crate::wire::{Frame, Preface};
 use crate::*;
 
-/// Backs off between polls: yields first, then sleeps 50 µs doubling to 2 ms.
-#[derive(Debug, Default)]
-pub(crate) struct Backoff(u32);
+/// The bootstrap's pauses between polls (the project's one backoff, `base::backoff`): no
+/// spinning (the answer comes from another process, often another host), 32 yields, then naps
+/// from 50 µs doubling to 2 ms.
+pub(crate) const POLL_BACKOFF: BackoffPolicy = BackoffPolicy {
+    spins: 0,
+    yields: 32,
+    nap_ns: 50_000,
+    max_nap_ns: 2_000_000,
+};
 
-impl Backoff {
-    pub(crate) fn snooze(&mut self) {
-        if self.0 < 32 {
-            std::thread::yield_now();
-        } else {
-            let us = 50u64 << (self.0 - 32).min(5);
-            std::thread::sleep(Duration::from_micros(us.min(2000)));
-        }
-        self.0 = self.0.saturating_add(1);
-    }
+/// A fresh [`Backoff`] under [`POLL_BACKOFF`].
+pub(crate) fn poll_backoff() -> Backoff {
+    Backoff::new(POLL_BACKOFF)
 }
 
 /// One bounded wait: warnings every `warn_interval`, an error after `timeout`.
@@ -41,7 +42,7 @@ impl BoundedWait {
             timeout,
             warn_interval,
             warned: 0,
-            backoff: Backoff::default(),
+            backoff: poll_backoff(),
         }
     }
 
@@ -68,7 +69,7 @@ impl BoundedWait {
                 self.timeout.as_secs_f64()
             );
         }
-        self.backoff.snooze();
+        self.backoff.pause(&StdPause);
         Ok(())
     }
 
@@ -289,13 +290,13 @@ impl Conn {
     pub(crate) fn linger<'a>(conns: impl IntoIterator<Item = &'a mut Conn>, budget: Duration) {
         let mut open: Vec<&mut Conn> = conns.into_iter().collect();
         let deadline = Instant::now() + budget;
-        let mut backoff = Backoff::default();
+        let mut backoff = poll_backoff();
         loop {
             open.retain_mut(|c| !c.linger_once());
             if open.is_empty() || Instant::now() >= deadline {
                 return;
             }
-            backoff.snooze();
+            backoff.pause(&StdPause);
         }
     }
 }

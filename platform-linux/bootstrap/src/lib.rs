@@ -80,7 +80,7 @@ use proxy_core::progress::net::MAX_COMM_ID;
 use self::barrier::reached;
 pub use self::barrier::{BootstrapBarrier, SharedBootstrap};
 pub use self::config::{host_identity, parse_root, BootstrapConfig};
-use self::conn::{Backoff, Conn};
+use self::conn::{poll_backoff, Conn};
 pub use self::conn::{KEEPALIVE_IDLE, PEER_TIMEOUT};
 pub use self::error::BootstrapError;
 pub use self::group::GroupId;
@@ -92,6 +92,7 @@ use self::root::Peer;
 pub use self::watch::{PeerWatch, ABORT_GRACE, WATCH_INTERVAL};
 use self::wire::Frame;
 pub use self::wire::{MAGIC, MAX_FRAME, VERSION as PROTOCOL_VERSION};
+use proxy_core::base::backoff::StdPause;
 
 /// The root address variable: `ip:port` (a host name is resolved) on which rank 0 listens.
 pub const ROOT_COMM_ID_ENV: &str = "NEURON_RT_ROOT_COMM_ID";
@@ -379,7 +380,7 @@ impl Bootstrap {
             }
         }
         let deadline = Instant::now() + self.close_linger;
-        let mut backoff = Backoff::default();
+        let mut backoff = poll_backoff();
         loop {
             let mut open = 0;
             for c in conns.iter_mut() {
@@ -412,7 +413,7 @@ impl Bootstrap {
                 );
                 break;
             }
-            backoff.snooze();
+            backoff.pause(&StdPause);
         }
         log::debug!("bootstrap rank {}/{}: closed", self.rank, self.nranks);
     }

@@ -31,6 +31,7 @@ pub use proxy_collectives::interpreter::{
     Device, DeviceError, DevicePoll, Fault, Job, Stage, WaitingFor,
 };
 use proxy_collectives::interpreter::{DeviceEnv, Event};
+use proxy_core::base::backoff::{Backoff, BackoffPolicy, Pace, StdPause};
 
 /// How a thread waits for a host word: spin, then yield, then park in short naps; give up after
 /// `timeout`.
@@ -64,7 +65,7 @@ impl WaitPolicy {
     /// # Errors
     /// `Err(elapsed)` when `timeout` passed first.
     pub fn wait(&self, mut cond: impl FnMut() -> bool) -> Result<(), Duration> {
-        let mut b = Backoff::new(*self);
+        let mut b = TimedBackoff::new(*self);
         loop {
             if cond() {
                 return Ok(());
@@ -76,56 +77,61 @@ impl WaitPolicy {
     }
 }
 
-/// The pauses of one wait under a [`WaitPolicy`]: `spins` CPU pauses, then `yields` yields,
-/// then naps; the clock is read only once spinning is over (and then every 16 yields, and at
-/// every nap).
+/// One wait under a [`WaitPolicy`]: the project's backoff (`proxy_core::base::backoff`:
+/// `spins` CPU pauses, `yields` yields, then naps of `nap`) plus the policy's timeout; the clock
+/// is read only once spinning is over (then every 16 yields, and at every nap).
 #[derive(Clone, Copy, Debug)]
-pub struct Backoff {
-    policy: WaitPolicy,
-    spun: u32,
-    rounds: u32,
+pub struct TimedBackoff {
+    backoff: Backoff,
+    timeout: Duration,
+    pauses: u32,
     start: Option<Instant>,
 }
 
-impl Backoff {
+impl TimedBackoff {
     /// A fresh wait under `policy`.
     pub fn new(policy: WaitPolicy) -> Self {
+        let nap_ns = u64::try_from(policy.nap.as_nanos())
+            .unwrap_or(u64::MAX)
+            .max(1);
         Self {
-            policy,
-            spun: 0,
-            rounds: 0,
+            backoff: Backoff::new(BackoffPolicy {
+                spins: policy.spins,
+                yields: policy.yields,
+                nap_ns,
+                // Naps stay at `nap`: a device wait is answered by the proxy within microseconds
+                // once it moves, so a longer nap would only add latency.
+                max_nap_ns: nap_ns,
+            }),
+            timeout: policy.timeout,
+            pauses: 0,
             start: None,
         }
     }
 
     /// Starts over (the waiter made progress): spin again, and the timeout counts from now.
     pub fn reset(&mut self) {
-        *self = Self::new(self.policy);
+        self.backoff.reset();
+        self.pauses = 0;
+        self.start = None;
     }
 
     /// One pause (spin, yield or nap, as the wait has gone on).
     ///
     /// # Errors
     /// `Err(elapsed)` once `timeout` has passed since the spinning ended (the first pause after
-    /// it, or [`Backoff::reset`]).
+    /// it, or [`TimedBackoff::reset`]).
     pub fn pause(&mut self) -> Result<(), Duration> {
-        let p = &self.policy;
-        if self.spun < p.spins {
-            self.spun += 1;
-            std::hint::spin_loop();
+        let pace = self.backoff.pause(&StdPause);
+        if pace == Pace::Spun {
             return Ok(());
         }
         let start = *self.start.get_or_insert_with(Instant::now);
-        if self.rounds < p.yields {
-            self.rounds += 1;
-            thread::yield_now();
-        } else {
-            thread::park_timeout(p.nap);
-        }
+        self.pauses = self.pauses.wrapping_add(1);
         // A clock read every few rounds keeps the yield loop cheap.
-        if self.rounds.is_multiple_of(16) || self.rounds >= p.yields {
+        if self.pauses.is_multiple_of(16) || matches!(pace, Pace::Napped(_)) {
             let e = start.elapsed();
-            if e > p.timeout {
+            if e > self.timeout {
                 return Err(e);
             }
         }
@@ -173,7 +179,7 @@ fn drive(
     abort: &AtomicBool,
 ) -> Result<(), DeviceError> {
     let rank = device.rank();
-    let mut backoff = Backoff::new(policy);
+    let mut backoff = TimedBackoff::new(policy);
     let mut last = None;
     loop {
         if abort.load(Ordering::Acquire) {
@@ -390,7 +396,7 @@ impl DeviceThread {
         *self.shared.waiter.lock().unwrap_or_else(|e| e.into_inner()) = Some(thread::current());
         let target = self.launched;
         let shared = &self.shared;
-        let mut b = Backoff::new(WaitPolicy {
+        let mut b = TimedBackoff::new(WaitPolicy {
             timeout: Duration::MAX,
             ..self.wait
         });

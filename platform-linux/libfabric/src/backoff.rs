@@ -27,12 +27,22 @@
 
 use std::time::{Duration, Instant};
 
+use proxy_core::base::backoff::{Backoff, BackoffPolicy};
+
 /// Uninterrupted `-FI_EAGAIN` answers from one peer for this long start the spacing.
 pub(crate) const STORM_AFTER: Duration = Duration::from_millis(50);
 /// First wait between two spaced posts.
 pub(crate) const MIN_WAIT: Duration = Duration::from_micros(100);
 /// Longest wait between two spaced posts.
 pub(crate) const MAX_WAIT: Duration = Duration::from_millis(10);
+
+/// The waits between spaced posts: [`MIN_WAIT`] doubling to [`MAX_WAIT`], no spins or yields.
+const SPACING: BackoffPolicy = BackoffPolicy {
+    spins: 0,
+    yields: 0,
+    nap_ns: MIN_WAIT.as_nanos() as u64,
+    max_nap_ns: MAX_WAIT.as_nanos() as u64,
+};
 
 /// Where one peer's send posts are (module diagram).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -51,6 +61,9 @@ pub(crate) enum PostPressure {
         since: Instant,
         /// The current wait.
         wait: Duration,
+        /// The doubling of the waits (the project's one backoff, `base::backoff`, used for its
+        /// nap sequence only: the transport never sleeps, it answers "not now").
+        naps: Backoff,
         /// No post before this instant.
         until: Instant,
     },
@@ -85,18 +98,27 @@ impl PostPressure {
                 if now.saturating_duration_since(since) < STORM_AFTER {
                     PostPressure::Streak { since } // (3)
                 } else {
+                    let mut naps = Backoff::new(SPACING);
+                    let wait = Duration::from_nanos(naps.next_nap());
                     PostPressure::Spacing {
                         since,
-                        wait: MIN_WAIT,
-                        until: now + MIN_WAIT,
+                        wait,
+                        naps,
+                        until: now + wait,
                     } // (4)
                 }
             }
-            (PostPressure::Spacing { since, wait, .. }, PostEvent::Again) => {
-                let wait = (wait * 2).min(MAX_WAIT);
+            (
+                PostPressure::Spacing {
+                    since, mut naps, ..
+                },
+                PostEvent::Again,
+            ) => {
+                let wait = Duration::from_nanos(naps.next_nap());
                 PostPressure::Spacing {
                     since,
                     wait,
+                    naps,
                     until: now + wait,
                 } // (6)
             }

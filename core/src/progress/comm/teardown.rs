@@ -2,6 +2,7 @@
 //! stops of a stream (cancel, then drain with a bound), and the comm's final drain.
 
 use super::*;
+use crate::base::backoff::{Backoff, BackoffPolicy, Pause};
 
 impl Comm {
     pub(super) fn fail(&mut self, status: NrtStatus) -> NrtStatus {
@@ -217,7 +218,14 @@ impl Comm {
             )
         });
         let mut polls = 0u64;
-        let mut park_ns = DRAIN_PARK_FIRST_NS;
+        // The project's one backoff (base::backoff): DRAIN_SPIN_POLLS spins, DRAIN_RELAX_POLLS
+        // calls of the relax hook (the "yields"), then parks from DRAIN_PARK_FIRST_NS doubling
+        // to DRAIN_PARK_MAX_NS, none past the deadline (without a park hook: relax on).
+        let mut backoff = Backoff::new(DRAIN_BACKOFF);
+        let pause = DrainPause {
+            relax: self.relax,
+            park: self.park,
+        };
         let result = loop {
             let _ = self.transport.poll();
             let transport = &mut self.transport;
@@ -254,19 +262,47 @@ impl Comm {
                 Some(_) => spin_loop(),
                 // Back off: spin a little (a cancel is usually confirmed at once), then let
                 // the platform give the CPU away between polls.
-                None if polls < DRAIN_SPIN_POLLS => spin_loop(),
-                None => match self.park {
-                    Some(park) if polls >= DRAIN_SPIN_POLLS + DRAIN_RELAX_POLLS => {
-                        // Never past the deadline (checked above: now <= deadline).
-                        let left = deadline.saturating_sub(self.clock.now_ns());
-                        park(park_ns.min(left).max(1));
-                        park_ns = (park_ns * 2).min(DRAIN_PARK_MAX_NS);
-                    }
-                    _ => (self.relax)(),
-                },
+                None => {
+                    // A nap never goes past the deadline (checked above: now <= deadline).
+                    let left = if backoff.napping() {
+                        deadline.saturating_sub(self.clock.now_ns())
+                    } else {
+                        u64::MAX
+                    };
+                    backoff.pause_at_most(&pause, left);
+                }
             }
         };
         self.teardown = Some((deadline, polls_left));
         result
+    }
+}
+
+/// The drain's backoff (see `Comm::drain`): the relax hook stands for a yield. The first
+/// [`DRAIN_SPIN_POLLS`] polls have one gap fewer between them: that many spins.
+const DRAIN_BACKOFF: BackoffPolicy = BackoffPolicy {
+    spins: DRAIN_SPIN_POLLS as u32 - 1,
+    yields: DRAIN_RELAX_POLLS as u32,
+    nap_ns: DRAIN_PARK_FIRST_NS,
+    max_nap_ns: DRAIN_PARK_MAX_NS,
+};
+
+/// The platform's drain hooks as a [`Pause`]: a yield calls the relax hook, a nap the park hook
+/// (or the relax hook when the platform gave none).
+struct DrainPause {
+    relax: fn(),
+    park: Option<fn(u64)>,
+}
+
+impl Pause for DrainPause {
+    fn yield_now(&self) {
+        (self.relax)();
+    }
+
+    fn nap(&self, ns: u64) {
+        match self.park {
+            Some(park) => park(ns),
+            None => (self.relax)(),
+        }
     }
 }
