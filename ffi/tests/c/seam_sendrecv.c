@@ -78,7 +78,7 @@ struct dev {
     enum phase phase;
 };
 
-/* One device step of one side (the C twin of World::device_step in core/src/progress/sendrecv_tests.rs). */
+/* One device step of one side (the C twin of World::device_step in core/src/progress/sendrecv/tests.rs). */
 static void device_step(struct dev *d) {
     switch (d->phase) {
     case ARM:
