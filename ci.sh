@@ -342,7 +342,7 @@ run_step fmt 20 fmt
 run_step facade 10 facade
 run_step no_std 40 no_std
 run_step baremetal 80 baremetal
-run_step clippy 150 clippy
+run_step clippy 220 clippy
 run_step test 560 test
 run_step install 90 install_prefix
 run_step killed_peer 80 killed_peer
