@@ -23,6 +23,8 @@
 //! is `proxy-collectives`' `interpreter/`.
 
 use std::sync::atomic::{AtomicBool, Ordering};
+
+use proxy_core::base::backoff::{Backoff, BackoffPolicy, StdPause};
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -306,7 +308,15 @@ pub unsafe extern "C" fn nrt_proxy_host_device_start(dev: *mut NrtProxyHostDevic
 
 /// The library thread's loop: polls until done, failed, idle or stopped.
 fn run(device: &Mutex<Device>, stop: &AtomicBool) -> Result<(), String> {
-    let mut idle = 0u32;
+    // The project's one backoff (`base::backoff`), as the emulator's device thread uses it: a
+    // few hot polls, then yields, then short naps (a device waits on the network, which takes
+    // microseconds at least).
+    let mut backoff = Backoff::new(BackoffPolicy {
+        spins: 63,
+        yields: 192,
+        nap_ns: 50_000,
+        max_nap_ns: 50_000,
+    });
     loop {
         if stop.load(Ordering::Acquire) {
             return Err("stopped before the launch completed".into());
@@ -317,16 +327,7 @@ fn run(device: &Mutex<Device>, stop: &AtomicBool) -> Result<(), String> {
             Ok(DevicePoll::Pending { .. }) => {}
             Err(e) => return Err(e.to_string()),
         }
-        // The same backoff as the emulator's device thread: a few hot polls, then yield, then
-        // short naps (a device waits on the network, which takes microseconds at least).
-        idle = idle.saturating_add(1);
-        if idle < 64 {
-            std::hint::spin_loop();
-        } else if idle < 256 {
-            std::thread::yield_now();
-        } else {
-            std::thread::sleep(Duration::from_micros(50));
-        }
+        backoff.pause(&StdPause);
     }
 }
 

@@ -3,6 +3,7 @@
 //! (`GroupRun`).
 
 use super::*;
+use proxy_core::base::backoff::{Backoff, BackoffPolicy, StdPause};
 
 impl RankDevice {
     pub(super) fn new(
@@ -108,21 +109,20 @@ impl RankDevice {
         match &mut self.dev {
             DeviceKind::Thread(d) => {
                 // Spin, then yield, then nap between checks (the device thread needs the CPU
-                // more than this check does); the device's own timeout bounds the wait.
-                let mut checks = 0u32;
+                // more than this check does; the project's one backoff); the device's own
+                // timeout bounds the wait.
+                let mut backoff = Backoff::new(BackoffPolicy {
+                    spins: 63,
+                    yields: 960,
+                    nap_ns: 20_000,
+                    max_nap_ns: 20_000,
+                });
                 while !d.finished() {
                     if give_up() {
                         d.abort();
                         break;
                     }
-                    checks = checks.saturating_add(1);
-                    if checks < 64 {
-                        std::hint::spin_loop();
-                    } else if checks < 1024 {
-                        std::thread::yield_now();
-                    } else {
-                        std::thread::sleep(Duration::from_micros(20));
-                    }
+                    backoff.pause(&StdPause);
                 }
                 d.wait()
             }
