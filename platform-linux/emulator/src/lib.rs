@@ -31,7 +31,7 @@ pub use proxy_collectives::interpreter::{
     Device, DeviceError, DevicePoll, Fault, Job, Stage, WaitingFor,
 };
 use proxy_collectives::interpreter::{DeviceEnv, Event};
-use proxy_core::base::backoff::{Backoff, BackoffPolicy, Pace, StdPause};
+use proxy_core::base::backoff::{Backoff, BackoffPolicy, Pace, ParkPause};
 
 /// How a thread waits for a host word: spin, then yield, then park in short naps; give up after
 /// `timeout`.
@@ -122,7 +122,8 @@ impl TimedBackoff {
     /// `Err(elapsed)` once `timeout` has passed since the spinning ended (the first pause after
     /// it, or [`TimedBackoff::reset`]).
     pub fn pause(&mut self) -> Result<(), Duration> {
-        let pace = self.backoff.pause(&StdPause);
+        // Naps end early on an unpark (`DeviceThread::wait` registers its thread to be woken).
+        let pace = self.backoff.pause(&ParkPause);
         if pace == Pace::Spun {
             return Ok(());
         }
