@@ -191,6 +191,14 @@ plants! {
     /// between while the owner answers `NRT_TIMEOUT` ("not applied"). Loom model 14
     /// (`tests/invalidate.rs`): "a withdrawn invalidation is never applied".
     InvalidateWithdrawByLoadStore = 27,
+    /// `driver/oneshot.rs: OneShot::set` notifies the waiter before the value is ready: a
+    /// waiter that looks, finds nothing and parks again sleeps past the set. Loom model 15
+    /// (`tests/oneshot.rs`): a deadlock.
+    OneShotNotifyBeforeReady = 28,
+    /// `driver/oneshot.rs: OneShot::set` publishes `ready` with `Relaxed` instead of `Release`:
+    /// a waiter that sees it may read the value before its write. Loom model 15
+    /// (`tests/oneshot.rs`): a causality violation.
+    OneShotReadyRelaxed = 29,
 }
 
 /// "No plant" in the selector's storage.

@@ -6,6 +6,7 @@
 
 pub mod dump;
 pub mod inval;
+pub mod oneshot;
 pub mod queue;
 pub mod record;
 pub mod registry;

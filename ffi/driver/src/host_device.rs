@@ -25,9 +25,11 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use proxy_core::base::backoff::{Backoff, BackoffPolicy, StdPause};
-use std::sync::{Arc, Condvar, Mutex, PoisonError};
+use proxy_core::base::time::MonotonicClock;
+use proxy_core::driver::oneshot::OneShot;
+use proxy_core::driver::wake::ThreadPark;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
 
 use proxy_abi::boundary::{bad, c_handle_out, c_out, c_slice, insert_live, with_live};
 use proxy_abi::entry;
@@ -45,7 +47,8 @@ use crate::{instance_id, remove_live_retrying};
 const KIND_HOST_DEVICE: u8 = 5;
 
 /// What a library thread's run ended with (`None` while it runs).
-type Outcome = Option<Result<(), String>>;
+/// The outcome of a launch run on the library thread.
+type Outcome = Result<(), String>;
 
 /// One host device.
 struct HostDevice {
@@ -55,8 +58,9 @@ struct HostDevice {
     dev: Arc<Mutex<Device>>,
     /// Asks the library thread to stop (destroy, a new launch).
     stop: Arc<AtomicBool>,
-    /// The library thread's outcome, and its signal.
-    done: Arc<(Mutex<Outcome>, Condvar)>,
+    /// The library thread's outcome, handed over once (`driver::oneshot`, loom model 15); a
+    /// new cell for each launch.
+    done: Arc<OneShot<Outcome>>,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -125,7 +129,7 @@ pub unsafe extern "C" fn nrt_proxy_host_device_create(
             },
             dev: Arc::new(Mutex::new(Device::new(rank, None))),
             stop: Arc::new(AtomicBool::new(false)),
-            done: Arc::new((Mutex::new(None), Condvar::new())),
+            done: Arc::new(OneShot::new()),
             thread: None,
         };
         *out = insert_live(WHAT, "host device", &DEVICES, d)?;
@@ -208,7 +212,7 @@ pub unsafe extern "C" fn nrt_proxy_host_device_launch(
                 return bad(WHAT, format_args!("barrier_done is misaligned"));
             }
             d.stop_thread();
-            *d.done.0.lock().unwrap_or_else(PoisonError::into_inner) = None;
+            d.done = Arc::new(OneShot::new());
             let job = Job {
                 blocks: JobBlock::of_plans(&d.plan, &d.addrs),
                 schedule: d.plan.schedule(executions),
@@ -285,16 +289,13 @@ pub unsafe extern "C" fn nrt_proxy_host_device_start(dev: *mut NrtProxyHostDevic
                     format_args!("a library thread runs the launch already"),
                 );
             }
-            *d.done.0.lock().unwrap_or_else(PoisonError::into_inner) = None;
+            d.done = Arc::new(OneShot::new());
             let (device, stop, done) = (d.dev.clone(), d.stop.clone(), d.done.clone());
             let rank = d.plan.params.rank;
             let t = std::thread::Builder::new()
                 .name(format!("host-device-{rank}"))
                 .spawn(move || {
-                    let outcome = run(&device, &stop);
-                    let (lock, cv) = &*done;
-                    *lock.lock().unwrap_or_else(PoisonError::into_inner) = Some(outcome);
-                    cv.notify_all();
+                    done.set(run(&device, &stop));
                 })
                 .map_err(|e| {
                     log::error!("{WHAT}: cannot create the device thread: {e}");
@@ -354,22 +355,8 @@ pub unsafe extern "C" fn nrt_proxy_host_device_wait(
             }
             Ok(d.done.clone())
         })?;
-        let deadline = Instant::now() + Duration::from_millis(timeout_ms);
-        let outcome = {
-            let (lock, cv) = &*done;
-            let mut g = lock.lock().unwrap_or_else(PoisonError::into_inner);
-            while g.is_none() {
-                let left = deadline.saturating_duration_since(Instant::now());
-                if left.is_zero() {
-                    break;
-                }
-                g = cv
-                    .wait_timeout(g, left)
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .0;
-            }
-            g.clone()
-        };
+        let timeout_ns = timeout_ms.saturating_mul(1_000_000);
+        let outcome = done.wait(&ThreadPark, &MonotonicClock, Some(timeout_ns));
         match outcome {
             None => Err(NrtStatus::Timeout),
             Some(r) => with_device(WHAT, dev, |d| {

@@ -17,6 +17,7 @@ pub mod driver;
 pub mod dump;
 pub mod handles;
 pub mod invalidate;
+pub mod oneshot;
 pub mod registry;
 pub mod trigger;
 
