@@ -29,5 +29,5 @@ pub fn oneshot_set_vs_wait() {
     assert!(!o.set(String::from("again")), "a second set is refused");
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(loom)))]
 mod tests;
