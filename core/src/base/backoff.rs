@@ -5,8 +5,8 @@
 //! the CPU (another thread on this core may be the one that answers), then naps that start at
 //! `nap_ns` and double up to `max_nap_ns` (nothing is coming soon: give the core away). A wait
 //! that sees progress calls [`Backoff::reset`] and spins again. The platform says how to yield
-//! and nap ([`Pause`]; on std [`StdPause`], `yield_now` and `sleep`, or [`ParkPause`],
-//! `park_timeout`, for a waiter another thread unparks), so the policy also runs on bare metal.
+//! and nap ([`Pause`]; on std [`StdPause`], `yield_now` and `sleep`; a waiter another thread
+//! unparks naps on its parker, `driver::wake::ParkPause`), so the policy also runs on bare metal.
 //!
 //! ```text
 //!   reset ──► SPIN (spins × spin_loop) ──► YIELD (yields × yield_now) ──► NAP (nap_ns, ×2 each, ≤ max_nap_ns)
@@ -80,11 +80,6 @@ impl Backoff {
         }
     }
 
-    /// The policy.
-    pub const fn policy(&self) -> BackoffPolicy {
-        self.policy
-    }
-
     /// Starts over (the wait saw progress): spin again, naps from `nap_ns` again.
     pub fn reset(&mut self) {
         *self = Self::new(self.policy);
@@ -145,25 +140,6 @@ impl Pause for StdPause {
 
     fn nap(&self, ns: u64) {
         std::thread::sleep(core::time::Duration::from_nanos(ns));
-    }
-}
-
-/// [`StdPause`] for a waiter that another thread wakes: naps by `std::thread::park_timeout`,
-/// so an `unpark` ends one early (the wait polls again). Not for a thread whose handle nobody
-/// holds: `park_timeout` creates the calling thread's handle, which a C program's main thread
-/// then keeps until exit (valgrind reports it as possibly lost).
-#[cfg(any(test, feature = "std"))]
-#[derive(Clone, Copy, Debug, Default)]
-pub struct ParkPause;
-
-#[cfg(any(test, feature = "std"))]
-impl Pause for ParkPause {
-    fn yield_now(&self) {
-        std::thread::yield_now();
-    }
-
-    fn nap(&self, ns: u64) {
-        std::thread::park_timeout(core::time::Duration::from_nanos(ns));
     }
 }
 

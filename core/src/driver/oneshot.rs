@@ -17,10 +17,10 @@
 //!
 //! Seed: none (the seed's launches run on the device); docs/design.md §8.
 
-use crate::base::backoff::{Backoff, BackoffPolicy, Pause};
+use crate::base::backoff::{Backoff, BackoffPolicy};
 use crate::base::sync::{AtomicBool, Ordering, UnsafeCell};
 use crate::base::time::Clock;
-use crate::driver::wake::{Park, WaitCell};
+use crate::driver::wake::{Park, ParkPause, WaitCell};
 
 /// A value set once by one thread and waited for by others (module docs).
 pub struct OneShot<T> {
@@ -62,19 +62,6 @@ const POLL_BACKOFF: BackoffPolicy = BackoffPolicy {
     nap_ns: 50_000,
     max_nap_ns: 1_000_000,
 };
-
-/// A [`Park`] as the backoff's [`Pause`].
-struct ParkPause<'a>(&'a dyn Park);
-
-impl Pause for ParkPause<'_> {
-    fn yield_now(&self) {
-        self.0.yield_now();
-    }
-
-    fn nap(&self, ns: u64) {
-        self.0.park_timeout(ns);
-    }
-}
 
 impl<T: Clone> OneShot<T> {
     /// An empty cell.

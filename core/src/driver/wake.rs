@@ -366,6 +366,21 @@ impl Waiter<'_> {
     }
 }
 
+/// A [`Park`] as the project's backoff's [`Pause`](crate::base::backoff::Pause): yields with
+/// the parker, naps with `park_timeout`, so an unpark ends a nap early (the waiter polls again).
+#[derive(Clone, Copy)]
+pub struct ParkPause<'a>(pub &'a dyn Park);
+
+impl crate::base::backoff::Pause for ParkPause<'_> {
+    fn yield_now(&self) {
+        self.0.yield_now();
+    }
+
+    fn nap(&self, ns: u64) {
+        self.0.park_timeout(ns);
+    }
+}
+
 /// `std::thread::park` / `Thread::unpark` as a [`Park`]: the parker of every std platform
 /// (the Linux runtime's workers and consumers), of the tests and of the models' real-thread
 /// runs. Token semantics: an unpark that lands before the park still ends it. Feature `std`.

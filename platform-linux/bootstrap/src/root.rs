@@ -702,16 +702,8 @@ pub(crate) fn inherited_listener_from(var: Option<&str>, root: SocketAddr) -> Op
     if fd < 3 {
         return None;
     }
-    // Is it a listening TCP socket on `root`? Ask the descriptor without owning it.
-    let mut addr: libc::sockaddr_storage = zeroed_sockaddr();
-    let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
-    // SAFETY: getsockname writes at most `len` bytes into `addr`; an fd that is not a socket
-    // (or not open) only makes it fail.
-    let r = unsafe { libc::getsockname(fd, (&raw mut addr).cast(), &mut len) };
-    if r != 0 {
-        log::warn!("{ROOT_FD_ENV}={fd} is not an open socket: binding the root address instead");
-        return None;
-    }
+    // Is it a listening socket? Ask the descriptor without owning it (an fd that is not an
+    // open socket makes getsockopt fail).
     let mut listening: libc::c_int = 0;
     let mut olen = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
     // SAFETY: SO_ACCEPTCONN writes one c_int into `listening`.
@@ -724,7 +716,11 @@ pub(crate) fn inherited_listener_from(var: Option<&str>, root: SocketAddr) -> Op
             &mut olen,
         )
     };
-    if r != 0 || listening == 0 || TAKEN.swap(true, Ordering::AcqRel) {
+    if r != 0 {
+        log::warn!("{ROOT_FD_ENV}={fd} is not an open socket: binding the root address instead");
+        return None;
+    }
+    if listening == 0 || TAKEN.swap(true, Ordering::AcqRel) {
         return None;
     }
     // SAFETY: `fd` is an open listening socket the launcher handed to this process for the
@@ -747,10 +743,4 @@ pub(crate) fn inherited_listener_from(var: Option<&str>, root: SocketAddr) -> Op
             None
         }
     }
-}
-
-/// An all-zero `sockaddr_storage` (a valid value: plain integers).
-fn zeroed_sockaddr() -> libc::sockaddr_storage {
-    // SAFETY: sockaddr_storage is plain old data; all zeroes is a valid value.
-    unsafe { std::mem::zeroed() }
 }

@@ -31,7 +31,8 @@ pub use proxy_collectives::interpreter::{
     Device, DeviceError, DevicePoll, Fault, Job, Stage, WaitingFor,
 };
 use proxy_collectives::interpreter::{DeviceEnv, Event};
-use proxy_core::base::backoff::{Backoff, BackoffPolicy, Pace, ParkPause};
+use proxy_core::base::backoff::{Backoff, BackoffPolicy, Pace};
+use proxy_core::driver::wake::{ParkPause, ThreadPark};
 
 /// How a thread waits for a host word: spin, then yield, then park in short naps; give up after
 /// `timeout`.
@@ -123,7 +124,7 @@ impl TimedBackoff {
     /// it, or [`TimedBackoff::reset`]).
     pub fn pause(&mut self) -> Result<(), Duration> {
         // Naps end early on an unpark (`DeviceThread::wait` registers its thread to be woken).
-        let pace = self.backoff.pause(&ParkPause);
+        let pace = self.backoff.pause(&ParkPause(&ThreadPark));
         if pace == Pace::Spun {
             return Ok(());
         }
