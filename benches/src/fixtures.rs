@@ -154,6 +154,8 @@ impl BarrierChannel for NeverChannel {
     fn poll(&mut self, _ticket: BarrierTicket) -> Result<bool, NrtStatus> {
         Ok(false)
     }
+
+    fn passed(&mut self) {}
 }
 
 /// A real barrier task over a [`NeverChannel`]: after its first step (INIT → PROGRESSING, it

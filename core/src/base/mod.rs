@@ -2,7 +2,8 @@
 //! one facade over atomics and locks ([`sync`]), the clock trait ([`time`]), the op descriptors
 //! and the stream count ([`desc`]), host-memory words ([`host_word`]), the abort flag
 //! ([`abort`]), the SPSC ring ([`ring`]), the lines of a state dump ([`dump_lines`]), the
-//! one idiom of every state machine ([`state`]) and the one backoff policy ([`backoff`]).
+//! one idiom of every state machine ([`state`]), the one backoff policy ([`backoff`]) and the
+//! bells that end a sleeping thread's nap ([`bell`]).
 //!
 //! The layering rule: `base` imports nothing of the crate but `base`; the driver half
 //! (`crate::driver`) and the progress half (`crate::progress`) import `base` and meet
@@ -10,6 +11,7 @@
 
 pub mod abort;
 pub mod backoff;
+pub mod bell;
 pub mod desc;
 pub mod dump_lines;
 pub mod host_word;

@@ -177,6 +177,9 @@ pub enum DriverActivity {
     Parked = 4,
     /// The worker has exited.
     Exited = 5,
+    /// Between ticks with nothing moving, asleep for a bounded nap until a bell (a device's
+    /// host write, an in-memory message), a submission or a stop wakes it.
+    Napping = 6,
 }
 
 impl DriverActivity {
@@ -189,6 +192,7 @@ impl DriverActivity {
             Self::Yielding => "yielding",
             Self::Parked => "parked",
             Self::Exited => "exited",
+            Self::Napping => "napping",
         }
     }
 
@@ -199,6 +203,7 @@ impl DriverActivity {
             3 => Self::Yielding,
             4 => Self::Parked,
             5 => Self::Exited,
+            6 => Self::Napping,
             _ => Self::Undriven,
         }
     }

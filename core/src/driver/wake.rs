@@ -409,6 +409,15 @@ impl Unpark for ThreadUnpark {
     }
 }
 
+/// A std thread's unpark as a bell (`base::bell`): ends the thread's `park` / `park_timeout`
+/// (or makes its next one return at once: token semantics, so a ring is never lost).
+#[cfg(any(test, feature = "std"))]
+impl crate::base::bell::Bell for ThreadUnpark {
+    fn ring(&self) {
+        self.0.unpark();
+    }
+}
+
 #[cfg(any(test, feature = "std"))]
 impl Park for ThreadPark {
     fn park(&self) {

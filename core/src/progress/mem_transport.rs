@@ -79,8 +79,9 @@ use alloc::format;
 use alloc::vec::Vec;
 use core::fmt;
 
+use crate::base::bell::BellSlot;
 use crate::base::ring::{self, Consumer, Producer};
-use crate::base::sync::{fence, spin_loop, Arc, AtomicBool, Ordering, UnsafeCell};
+use crate::base::sync::{fence, spin_loop, Arc, AtomicBool, Ordering, PlainArc, UnsafeCell};
 use crate::progress::net::{NetError, Posted, RequestId, TestOutcome, Transport, MAX_NRANKS};
 use handoff::{Claim, LentBuf, Payload, SendShared, SendState};
 
@@ -147,6 +148,8 @@ struct Parts {
     tx: Vec<Producer<Msg>>,
     /// Consumer of mailbox (sender → this rank), indexed by sender rank.
     rx: Vec<Consumer<Msg>>,
+    /// Every rank's bell (shared by the fabric and all its endpoints).
+    bells: PlainArc<[BellSlot]>,
 }
 
 /// One rank's endpoint, waiting to be taken.
@@ -176,6 +179,9 @@ pub struct MemFabric {
     mailbox_capacity: usize,
     /// One per rank.
     ranks: Box<[RankSlot]>,
+    /// Rank `r`'s bell: rung after a message is pushed into one of `r`'s mailboxes and after a
+    /// receiver finished copying out of a buffer `r` lent ([`MemFabric::bell`]).
+    bells: PlainArc<[BellSlot]>,
 }
 
 impl MemFabric {
@@ -218,18 +224,24 @@ impl MemFabric {
                 receiver_rx.push(c);
             }
         }
+        let bells: PlainArc<[BellSlot]> = (0..n).map(|_| BellSlot::new()).collect();
         let ranks: Vec<RankSlot> = tx
             .into_iter()
             .zip(rx)
             .map(|(tx, rx)| RankSlot {
                 taken: AtomicBool::new(false),
-                parts: UnsafeCell::new(Some(Parts { tx, rx })),
+                parts: UnsafeCell::new(Some(Parts {
+                    tx,
+                    rx,
+                    bells: bells.clone(),
+                })),
             })
             .collect();
         Ok(Arc::new(Self {
             nranks,
             mailbox_capacity: capacity,
             ranks: ranks.into_boxed_slice(),
+            bells,
         }))
     }
 
@@ -241,6 +253,15 @@ impl MemFabric {
     /// Slots per mailbox.
     pub fn mailbox_capacity(&self) -> usize {
         self.mailbox_capacity
+    }
+
+    /// Rank `rank`'s bell (`None` out of range): wire the bell of the thread that drives the
+    /// rank's endpoint (`base::bell`), and it is rung whenever a message arrives for the rank
+    /// and whenever a receiver has finished with a buffer the rank lent (its send completes),
+    /// so that thread may sleep while it waits for the fabric. Unwired: nobody is rung (the
+    /// driving thread polls).
+    pub fn bell(&self, rank: u32) -> Option<&BellSlot> {
+        self.bells.get(rank as usize)
     }
 
     /// Takes rank `rank`'s endpoint. Each rank's endpoint can be taken once.
@@ -461,6 +482,8 @@ pub struct MemTransport {
     closed: bool,
     /// Called between polls while the drop waits for a peer's copy (after the spin phase).
     relax: fn(),
+    /// Every rank's bell ([`MemFabric::bell`]).
+    bells: PlainArc<[BellSlot]>,
 }
 
 // Compile-time check: the endpoint can move to its worker thread.

@@ -66,6 +66,13 @@ impl BarrierChannel for SharedChannel {
             .unwrap_or_else(PoisonError::into_inner)
             .poll(ticket)
     }
+
+    fn passed(&mut self) {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .passed();
+    }
 }
 
 /// A comm of this library.

@@ -30,6 +30,19 @@ impl Exec {
             .ok_or_else(|| self.protocol(format!("host word address {addr:#x} is not valid")))
     }
 
+    /// Stores `value` into the host word at `addr`, a word the proxy reads (a trigger, a host
+    /// index), and notes the write: the poll then records [`Event::HostWrite`] so a sleeping
+    /// proxy can be rung. Every device write the proxy waits for goes through here.
+    ///
+    /// # Safety
+    /// As [`Exec::word`].
+    pub(super) unsafe fn write_host(&mut self, addr: u64, value: u32) -> Result<(), DeviceError> {
+        // SAFETY: the caller's contract.
+        unsafe { self.word(addr) }?.store(value);
+        self.wrote_host = true;
+        Ok(())
+    }
+
     /// Checks that the program and the entries fit the plan (no op index or entry range out of
     /// bounds), so that the rest of the interpreter indexes without panicking.
     pub(super) fn check_plan(&self, plan: &RankPlan) -> Result<(), DeviceError> {
@@ -211,7 +224,7 @@ impl Exec {
                     } else {
                         for &t in &job.net_triggers {
                             // SAFETY: the caller's contract.
-                            unsafe { self.word(t) }?.store(1);
+                            unsafe { self.write_host(t, 1) }?;
                         }
                         self.cursor = 0;
                         // Edge 2.
@@ -368,7 +381,7 @@ impl Exec {
         };
         for &t in &job.barrier_triggers {
             // SAFETY: the caller's contract.
-            unsafe { self.word(t) }?.store(1);
+            unsafe { self.write_host(t, 1) }?;
         }
         self.set_stage(if wait {
             Stage::BarrierWait
@@ -417,7 +430,7 @@ impl Exec {
         match ins {
             Instr::Arm { op, side } => {
                 // SAFETY: the caller's contract.
-                unsafe { self.word(w(op, OpWord::post(side))) }?.store(HOST_INDEX_READY);
+                unsafe { self.write_host(w(op, OpWord::post(side)), HOST_INDEX_READY) }?;
             }
             Instr::WaitHandshake { op, side } => {
                 let base = self.hs_base[slot(op)][side as usize];

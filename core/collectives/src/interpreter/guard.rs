@@ -121,7 +121,7 @@ impl Exec {
             // Release (HostWord::store): the data of the posted send entries (written by
             // this thread) is visible to the proxy that reads the index with acquire.
             // SAFETY: the caller's contract.
-            unsafe { self.word(b.addrs.word(OpWord::post(side).index(op))) }?.store(value);
+            unsafe { self.write_host(b.addrs.word(OpWord::post(side).index(op)), value) }?;
         }
         Ok(())
     }

@@ -104,6 +104,10 @@ pub enum Event {
     },
     /// Fault injection flipped one byte.
     FaultInjected,
+    /// During this poll the device wrote host words the proxy reads (a trigger, a host index):
+    /// a platform whose proxy may be asleep rings it (`proxy_core::base::bell`). At most once
+    /// per [`Device::poll`].
+    HostWrite,
 }
 
 /// The platform under the interpreter: where the counters go. (It does not wait: the
@@ -522,6 +526,8 @@ struct Exec {
     peer_recv: Vec<PeerRecv>,
     /// The error of a failed launch (answered by every poll until the next launch).
     error: Option<DeviceError>,
+    /// A host word the proxy reads was written during the current poll ([`Event::HostWrite`]).
+    wrote_host: bool,
 }
 
 /// The device of one rank: launches jobs and advances them through [`Device::poll`], never
@@ -562,6 +568,7 @@ impl Device {
                 recv_lag: 0,
                 peer_recv: Vec::new(),
                 error: None,
+                wrote_host: false,
             },
         }
     }
@@ -660,6 +667,9 @@ impl Device {
             // polled.
             Some(job) => unsafe { exec.advance(job, *fault, env) },
         };
+        if core::mem::take(&mut exec.wrote_host) {
+            env.record(Event::HostWrite);
+        }
         if let Err(e) = &r {
             if exec.stage != Stage::Failed {
                 exec.error = Some(e.clone());

@@ -17,6 +17,7 @@ struct Counts {
     executions: Cell<u64>,
     recv_entries: Cell<u64>,
     faults: Cell<u64>,
+    host_writes: Cell<u64>,
 }
 
 impl DeviceEnv for Counts {
@@ -25,6 +26,7 @@ impl DeviceEnv for Counts {
             Event::Execution => &self.executions,
             Event::RecvEntry { .. } => &self.recv_entries,
             Event::FaultInjected => &self.faults,
+            Event::HostWrite => &self.host_writes,
         };
         c.set(c.get() + 1);
     }
@@ -231,6 +233,17 @@ fn a_launch_completes_against_the_proxy_and_counts_each_execution() {
         3 * s.job.blocks[0].plan.dst.len() as u64
     );
     assert_eq!(env.faults.get(), 0);
+    // Each execution writes host words the proxy reads (arms, post indices), each poll that
+    // did records one HostWrite: at least one per execution.
+    assert!(
+        env.host_writes.get() >= 3,
+        "{} host-write polls in 3 executions",
+        env.host_writes.get()
+    );
+    // A device with nothing launched writes nothing.
+    let idle = Counts::default();
+    assert_eq!(Device::new(0, None).poll(&idle), Ok(DevicePoll::Idle));
+    assert_eq!(idle.host_writes.get(), 0);
     // Every handshake semaphore rose once per execution.
     let (op, side) = first_handshake(&s.job.blocks[0].plan);
     assert_eq!(

@@ -91,7 +91,19 @@ impl Worker {
     pub fn park(&mut self, park: &dyn Park) {
         let q = &*self.queue;
         // SAFETY: the worker holds the drive token for its life.
-        unsafe { q.with_driver(|ds| ds.park(q, park)) }
+        unsafe { q.with_driver(|ds| ds.park(q, park, None)) }
+    }
+
+    /// Sleeps at most about `timeout_ns` while tasks are active but nothing moves
+    /// ([`Tick::NoProgress`]): as [`Worker::park`], and also woken by
+    /// [`ProxyQueue::wake_driver`] (the queue's bell: a device's host write, an in-memory
+    /// message). A wake that came since the last tick ends the nap at once (the `WaitCell`
+    /// keeps it), so nothing rung is slept through; what nobody rings (a network completion
+    /// of a transport without a bell) is seen at the next tick, after at most the nap.
+    pub fn nap(&mut self, park: &dyn Park, timeout_ns: u64) {
+        let q = &*self.queue;
+        // SAFETY: the worker holds the drive token for its life.
+        unsafe { q.with_driver(|ds| ds.park(q, park, Some(timeout_ns))) }
     }
 
     /// Writes the queue's state dump to the log (error level, target
@@ -190,6 +202,7 @@ impl DriverState {
             }
             any_active = true;
             let mut pushed = false;
+            let mut moved = false;
             let busy = &mut self.busy_comms;
             let ended = &mut self.ended;
             let status = &mut ws.status;
@@ -215,7 +228,7 @@ impl DriverState {
                         progressed = true;
                     }
                     s => {
-                        progressed |= s == Step::Progressed;
+                        moved |= s == Step::Progressed;
                         if let Some(c) = key {
                             busy.push(c);
                         }
@@ -225,6 +238,10 @@ impl DriverState {
             }
             if pushed {
                 queue.slots[index].waiter.notify();
+            }
+            if pushed || moved {
+                progressed = true;
+                queue.slots[index].bell.ring();
             }
         }
         if !self.ended.is_empty() {
@@ -254,11 +271,15 @@ impl DriverState {
         }
     }
 
-    pub(super) fn park(&mut self, queue: &ProxyQueue, park: &dyn Park) {
+    pub(super) fn park(&mut self, queue: &ProxyQueue, park: &dyn Park, timeout_ns: Option<u64>) {
         let slots = &mut self.slots;
         let served = self.dump_served;
-        queue.activity.set(DriverActivity::Parked);
-        queue.worker_wait.park(park, || {
+        queue.activity.set(if timeout_ns.is_some() {
+            DriverActivity::Napping
+        } else {
+            DriverActivity::Parked
+        });
+        let ready = || {
             queue.stop_requested()
                 || queue.dump.pending_since(served)
                 || queue
@@ -272,7 +293,8 @@ impl DriverState {
                         SlotState::Free | SlotState::Closed => false,
                     }
                 })
-        });
+        };
+        queue.worker_wait.park_timeout(park, ready, timeout_ns);
     }
 
     /// Serves the pending dump requests by a requester that took a caller-mode queue's free

@@ -58,6 +58,7 @@ use alloc::vec::Vec;
 
 use core::fmt::Write as _;
 
+use crate::base::bell::{Bell, BellSlot};
 use crate::base::dump_lines::{Counting, LogLines, Opt, Prefixed, DUMP_PREFIX};
 use crate::base::ring::{self, Consumer, Observer, Producer};
 use crate::base::status::NrtStatus;
@@ -221,6 +222,10 @@ struct SharedSlot {
     /// The owner's invalidation request, served by the driving thread at its next tick
     /// (`driver::inval`).
     inval: InvalCell,
+    /// Rung by the driving thread after a tick in which a task of this slot made progress
+    /// (it may have written words the slot's device waits for): the device's bell
+    /// ([`ProxyQueue::slot_bell`]).
+    bell: BellSlot,
 }
 
 /// The edges of the slot state machine (the numbers of the module diagram). Only these can be
@@ -283,6 +288,13 @@ fn slot_transition(slot: &SharedSlot, index: usize, edge: SlotEdge) -> bool {
         log::trace!("slot={index} state={from:?}=>{to:?}");
     }
     ok
+}
+
+/// A queue's bell wakes its driving thread ([`ProxyQueue::wake_driver`]).
+impl Bell for ProxyQueue {
+    fn ring(&self) {
+        self.wake_driver();
+    }
 }
 
 /// The shared part of a proxy queue.

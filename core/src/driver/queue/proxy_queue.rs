@@ -54,6 +54,7 @@ impl ProxyQueue {
                 submit_seen: sobs,
                 status_seen: robs,
                 inval: InvalCell::new(),
+                bell: BellSlot::new(),
             }));
             worker_slots.push(WorkerSlot {
                 submit: srx,
@@ -281,6 +282,20 @@ impl ProxyQueue {
     /// `true` once [`ProxyQueue::request_stop`] was called.
     pub fn stop_requested(&self) -> bool {
         self.stop.load(Ordering::Acquire)
+    }
+
+    /// Wakes the driving thread if it sleeps in [`Worker::nap`] or [`Worker::park`]: for a
+    /// thread that made a change the driver polls for (a device's host write, a message
+    /// arriving in an in-memory mailbox). One RMW when nobody sleeps; never blocks.
+    pub fn wake_driver(&self) {
+        self.worker_wait.notify();
+    }
+
+    /// Slot `index`'s bell (`None` out of range): wire the bell of the device of the rank that
+    /// holds the slot, and the driving thread rings it after every tick in which a task of the
+    /// slot made progress, so the device may sleep while it waits for the proxy.
+    pub fn slot_bell(&self, index: usize) -> Option<&BellSlot> {
+        self.slots.get(index).map(|s| &s.bell)
     }
 
     /// `true` once the worker is gone (its thread ended, normally after a stop request).

@@ -28,6 +28,7 @@ use alloc::vec::Vec;
 
 use super::{ProxyTask, Step, StepEnv, TaskCore, TaskKind};
 use crate::base::abort::AbortHandle;
+use crate::base::bell::BellSlot;
 use crate::base::host_word::HostWord;
 use crate::base::status::NrtStatus;
 use crate::base::sync::{Arc, AtomicU32, CachePadded, Ordering};
@@ -59,6 +60,11 @@ pub trait BarrierChannel: Send {
     /// # Errors
     /// A channel failure (the task ends with it).
     fn poll(&mut self, ticket: BarrierTicket) -> Result<bool, NrtStatus>;
+
+    /// Called by the leader after the barrier passed and it raised the done semaphores: a
+    /// channel whose ranks' devices may sleep rings them. No default: a wrapper must forward
+    /// it (a silent no-op there would leave devices asleep until their nap ends).
+    fn passed(&mut self);
 }
 
 /// An in-process barrier among `nranks` ranks over shared memory.
@@ -81,6 +87,11 @@ struct SharedInner {
     /// Per rank: the last generation it arrived at (0 = none yet). Written by that rank's
     /// worker with release, read by every rank's worker with acquire.
     arrived: Box<[CachePadded<AtomicU32>]>,
+    /// Per rank: rung when another rank arrives (wire the rank's queue driver).
+    arrival_bells: Box<[BellSlot]>,
+    /// Per rank: rung when the leader passed (wire the rank's device, which waits for its
+    /// done semaphore).
+    pass_bells: Box<[BellSlot]>,
 }
 
 impl SharedMemBarrier {
@@ -95,11 +106,27 @@ impl SharedMemBarrier {
         let arrived: Vec<CachePadded<AtomicU32>> = (0..nranks)
             .map(|_| CachePadded::new(AtomicU32::new(0)))
             .collect();
+        let bells = || (0..nranks).map(|_| BellSlot::new()).collect();
         Ok(Self {
             inner: Arc::new(SharedInner {
                 arrived: arrived.into_boxed_slice(),
+                arrival_bells: bells(),
+                pass_bells: bells(),
             }),
         })
+    }
+
+    /// Rank `rank`'s arrival bell (`None` out of range): rung whenever another rank arrives.
+    /// Wire the bell of the thread that drives the rank's barrier tasks, so it may sleep while
+    /// it waits for the others.
+    pub fn arrival_bell(&self, rank: u32) -> Option<&BellSlot> {
+        self.inner.arrival_bells.get(rank as usize)
+    }
+
+    /// Rank `rank`'s pass bell (`None` out of range): rung when the leader has raised the done
+    /// semaphores. Wire the bell of the rank's device, which waits for its done semaphore.
+    pub fn pass_bell(&self, rank: u32) -> Option<&BellSlot> {
+        self.inner.pass_bells.get(rank as usize)
     }
 
     /// Number of ranks.
@@ -139,6 +166,11 @@ impl BarrierChannel for SharedMemBarrierEndpoint {
         // Release: everything this rank did before the barrier happens-before the acquire load
         // of a rank that sees it arrived.
         self.inner.arrived[self.rank as usize].store(self.generation, Ordering::Release);
+        for (r, b) in self.inner.arrival_bells.iter().enumerate() {
+            if r != self.rank as usize {
+                b.ring();
+            }
+        }
         Ok(BarrierTicket(self.generation))
     }
 
@@ -147,6 +179,12 @@ impl BarrierChannel for SharedMemBarrierEndpoint {
             // Acquire: pairs with the arriving rank's release store.
             a.load(Ordering::Acquire).wrapping_sub(ticket.0) as i32 >= 0
         }))
+    }
+
+    fn passed(&mut self) {
+        for b in self.inner.pass_bells.iter() {
+            b.ring();
+        }
     }
 }
 
@@ -357,6 +395,7 @@ impl BarrierTask {
                     for s in &self.done_semaphores {
                         s.fetch_add(1);
                     }
+                    self.channel.passed();
                 }
                 self.core.transition(RunState::Done, NrtStatus::Success);
                 Step::Done

@@ -19,6 +19,7 @@ impl MemTransport {
             polls_since_sweep: 0,
             closed: false,
             relax: spin_loop,
+            bells: parts.bells,
         }
     }
 
@@ -152,6 +153,9 @@ impl MemTransport {
                         Claim::Withdrawn => return,
                     }
                     queue.pop_front();
+                    if msg.is_lent() {
+                        self.bells[peer].ring(); // the sender's send has finished
+                    }
                     return;
                 }
             }
@@ -190,6 +194,9 @@ impl MemTransport {
                     result = Some(RecvState::Failed(mismatch(peer, tag, msg.len(), buf.len)))
                 }
                 Claim::Withdrawn => continue,
+            }
+            if msg.is_lent() {
+                self.bells[peer as usize].ring(); // the sender's send has finished
             }
             break;
         }
@@ -401,6 +408,7 @@ impl Transport for MemTransport {
             // Not reachable (see above); answered as back-pressure, nothing is lost.
             return Ok(None);
         }
+        self.bells[peer as usize].ring();
         let (_, request) = self.slab.insert(Request::Send {
             peer,
             msg,
