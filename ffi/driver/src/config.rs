@@ -163,5 +163,8 @@ pub(crate) fn resolve_config(what: &str, c: &NrtProxyConfig) -> Result<Config, N
         queue,
         drive_mode,
         dump_signal: None,
+        // No bells are wired in this library yet (a runtime's device and a libfabric
+        // completion ring none): an idle worker yields between ticks.
+        worker_nap: None,
     })
 }

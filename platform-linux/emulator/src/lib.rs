@@ -32,7 +32,8 @@ pub use proxy_collectives::interpreter::{
 };
 use proxy_collectives::interpreter::{DeviceEnv, Event};
 use proxy_core::base::backoff::{Backoff, BackoffPolicy, Pace};
-use proxy_core::driver::wake::{ParkPause, ThreadPark};
+use proxy_core::base::bell::{Bell, BellSlot};
+use proxy_core::driver::wake::{ParkPause, ThreadPark, ThreadUnpark};
 
 /// How a thread waits for a host word: spin, then yield, then park in short naps; give up after
 /// `timeout`.
@@ -152,6 +153,10 @@ pub struct DeviceStats {
     pub recv_bytes: AtomicU64,
     /// Bytes flipped by fault injection.
     pub faults_injected: AtomicU64,
+    /// Rung after a poll in which the device wrote host words the proxy reads
+    /// ([`Event::HostWrite`]): wire the bell of the proxy queue that serves the rank, so its
+    /// worker may nap while it waits for the device.
+    pub host_bell: BellSlot,
 }
 
 impl DeviceEnv for DeviceStats {
@@ -167,6 +172,7 @@ impl DeviceEnv for DeviceStats {
             Event::FaultInjected => {
                 self.faults_injected.fetch_add(1, Ordering::Relaxed);
             }
+            Event::HostWrite => self.host_bell.ring(),
         }
     }
 }
@@ -334,6 +340,14 @@ impl DeviceThread {
     /// The device's counters.
     pub fn stats(&self) -> &Arc<DeviceStats> {
         &self.stats
+    }
+
+    /// The device thread's bell: ends its nap while it waits for the proxy (or makes its next
+    /// nap return at once), so the proxy's driving thread can wake it after it wrote what the
+    /// device waits for (wire it into the rank's slot: `ProxyQueue::slot_bell`).
+    pub fn bell(&self) -> Option<Arc<dyn Bell>> {
+        let t = self.handle.as_ref()?.thread().clone();
+        Some(Arc::new(ThreadUnpark(t)))
     }
 
     /// Starts `job` on the device (the previous launch must have been waited for).

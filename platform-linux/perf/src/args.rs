@@ -242,6 +242,17 @@ pub enum DeviceArg {
     Polled,
 }
 
+/// `--wait`: how a thread of the tool waits for another one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum WaitArg {
+    /// After a short spin, sleep until rung: every event a waiting thread waits for rings a
+    /// bell (`proxy_core::base::bell`: device host writes, in-memory arrivals, barrier
+    /// arrivals, the driver's progress). In process only; across processes it means `poll`.
+    Sleep,
+    /// Spin, yield and nap-poll (no bells): every waiting thread keeps checking.
+    Poll,
+}
+
 /// `proxy-perf`: nccl-tests-style bandwidth and latency of collectives through the whole
 /// proxy & progress engine (planner → device emulator → proxy → seam → send/recv ops →
 /// transport), every output byte checked.
@@ -352,6 +363,11 @@ pub struct Args {
     /// each mode needs against the CPUs available (printed in the header).
     #[arg(long, value_enum)]
     pub driver: Option<DriverArg>,
+    /// How waiting threads wait: `sleep` (until a bell rings; the default in process) or `poll`
+    /// (spin, yield, nap-poll; the default across processes, where a network completion rings
+    /// no bell).
+    #[arg(long, value_enum)]
+    pub wait: Option<WaitArg>,
     /// How the device emulator runs: `thread` (a thread per rank) or `polled` (run from the
     /// driving thread's hook between ticks; needs `--driver caller`). Default: with the
     /// driver (polled with caller, thread with thread).

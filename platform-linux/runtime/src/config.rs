@@ -55,6 +55,10 @@ pub struct Config {
     pub drive_mode: DriveMode,
     /// The signal that dumps every proxy queue (`None`: no handler is installed).
     pub dump_signal: Option<libc::c_int>,
+    /// An idle worker past its spin budget naps up to this long on its queue's bell instead
+    /// of yielding ([`WorkerConfig::nap`]). Set it only when every event a worker waits for
+    /// rings the bell (not read from the environment: the embedder knows its wiring).
+    pub worker_nap: Option<Duration>,
 }
 
 impl Default for Config {
@@ -70,6 +74,7 @@ impl Default for Config {
             queue: QueueConfig::default(),
             drive_mode: DriveMode::Thread,
             dump_signal: None,
+            worker_nap: None,
         }
     }
 }
@@ -219,6 +224,7 @@ impl Config {
             spin: self.spin,
             one_thread_per_core: self.one_thread_per_core,
             cpus: self.cpu_affinity.clone(),
+            nap: self.worker_nap,
         }
     }
 

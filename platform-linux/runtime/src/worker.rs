@@ -16,13 +16,14 @@ use std::ffi::CString;
 use std::io;
 use std::os::unix::thread::JoinHandleExt;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
+use proxy_core::base::bell::Bell;
 use proxy_core::base::status::NrtStatus;
 use proxy_core::base::time::{Clock, MonotonicClock};
-use proxy_core::driver::queue::{Tick, Worker};
+use proxy_core::driver::queue::{ProxyQueue, Tick, Worker};
 use proxy_core::driver::registry::Spawner;
 use proxy_core::driver::wake::{ThreadPark, Waiter};
 
@@ -81,6 +82,11 @@ pub struct WorkerConfig {
     pub one_thread_per_core: bool,
     /// CPUs to pin workers to, the next one per new worker (round robin); empty = no pinning.
     pub cpus: Vec<usize>,
+    /// Past the spin budget, an idle worker with active tasks naps up to this long on its
+    /// queue's bell ([`Worker::nap`]; rung by a device's host write, an in-memory message, a
+    /// submission) instead of yielding. `None` (the default): it yields between ticks, for a
+    /// world where something the worker waits for rings no bell (a network completion).
+    pub nap: Option<Duration>,
 }
 
 impl Default for WorkerConfig {
@@ -89,6 +95,7 @@ impl Default for WorkerConfig {
             spin: Duration::from_micros(DEFAULT_SPIN_US),
             one_thread_per_core: false,
             cpus: Vec::new(),
+            nap: None,
         }
     }
 }
@@ -182,6 +189,11 @@ pub fn run_worker(mut worker: Worker, cfg: &WorkerConfig) {
                 if now.duration_since(since) < cfg.spin {
                     worker.note_idle(true);
                     std::hint::spin_loop();
+                } else if let Some(nap) = cfg.nap {
+                    worker.nap(
+                        &ThreadPark,
+                        u64::try_from(nap.as_nanos()).unwrap_or(u64::MAX),
+                    );
                 } else {
                     worker.note_idle(false);
                     // SAFETY: sched_yield has no preconditions.
@@ -193,6 +205,27 @@ pub fn run_worker(mut worker: Worker, cfg: &WorkerConfig) {
                 worker.park(&ThreadPark);
             }
         }
+    }
+}
+
+/// A proxy queue's bell ([`ProxyQueue::wake_driver`]) that does not keep the queue alive (a
+/// fabric's or a device's bell outlives the queues it rings; a ring after the queue is gone
+/// does nothing).
+#[derive(Debug, Clone)]
+pub struct QueueBell(pub Weak<ProxyQueue>);
+
+impl Bell for QueueBell {
+    fn ring(&self) {
+        if let Some(q) = self.0.upgrade() {
+            q.wake_driver();
+        }
+    }
+}
+
+impl QueueBell {
+    /// The bell of `queue`, ready to wire.
+    pub fn of(queue: &Arc<ProxyQueue>) -> Arc<dyn Bell> {
+        Arc::new(QueueBell(Arc::downgrade(queue)))
     }
 }
 

@@ -16,7 +16,12 @@ use proxy_collectives::planner::Fifos;
 use proxy_core::base::desc::{NetDestAddr, NetOpInfo, NetSrcAddr};
 use proxy_core::base::host_word::HostWord;
 use proxy_core::base::status::NrtStatus;
-use proxy_core::driver::queue::TaskBox;
+use proxy_core::base::time::{Clock, MonotonicClock};
+use proxy_core::driver::queue::{ProxyQueue, TaskBox};
+use proxy_core::driver::wake::{ThreadPark, Waiter};
+
+/// Longest single park of a producer waiting for a record (then it checks its device).
+const PARK_SLICE_NS: u64 = 1_000_000;
 use proxy_core::driver::record::TaskRecord;
 use proxy_core::driver::registry::Membership;
 use proxy_core::driver::task::{
@@ -24,7 +29,6 @@ use proxy_core::driver::task::{
     NetworkTask, NetworkTaskSpec, SharedMemBarrier, SharedMemBarrierEndpoint, TaskKind,
 };
 use proxy_core::driver::trigger::TriggerWords;
-use proxy_core::driver::wake::Waiter;
 use proxy_core::progress::comm::Comm;
 use proxy_core::progress::stats::ProtocolStats;
 use proxy_core::seam::{
@@ -160,6 +164,10 @@ impl<T: BarrierChannel> BarrierChannel for SharedEndpoint<T> {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .poll(ticket)
+    }
+
+    fn passed(&mut self) {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).passed();
     }
 }
 
@@ -362,6 +370,11 @@ pub struct Engine {
     poll: WaitPolicy,
     /// Barrier tasks run over the bootstrap (for the description).
     across_processes: bool,
+    /// The shared-memory barrier of in-process ranks (its bells are wired by the world).
+    mem_barrier: Option<SharedMemBarrier>,
+    /// The producer parks on a slot after its spins instead of nap-polling the status ring
+    /// ([`Engine::set_park_consumers`]).
+    park_consumers: bool,
 }
 
 impl Engine {
@@ -465,6 +478,8 @@ impl Engine {
             rpp: cfg.ranks_per_network_proxy,
             poll,
             across_processes: matches!(barrier, EngineBarrier::Bootstrap(_)),
+            mem_barrier: shared,
+            park_consumers: false,
         })
     }
 
@@ -479,6 +494,23 @@ impl Engine {
         wait: std::time::Duration,
     ) -> Vec<(u32, proxy_core::driver::dump::DumpOutcome)> {
         proxy_runtime::dump::dump_all(&self.registry, wait)
+    }
+
+    /// Makes the producer park on a rank's slot, after its spins, while it waits for records
+    /// (woken by the driver's push), instead of nap-polling the status ring: for a world whose
+    /// every wake-up rings a bell, where a napping producer would sleep past its records.
+    pub fn set_park_consumers(&mut self, park: bool) {
+        self.park_consumers = park;
+    }
+
+    /// The shared-memory barrier of the in-process ranks (`None` across processes).
+    pub fn mem_barrier(&self) -> Option<&SharedMemBarrier> {
+        self.mem_barrier.as_ref()
+    }
+
+    /// The ranks.
+    pub fn ranks(&self) -> &[EngineRank] {
+        &self.ranks
     }
 
     /// The ranks, for caller mode: each is run by its own thread.
@@ -573,7 +605,8 @@ impl Engine {
     /// A message naming the failed task and its status, or saying that the device failed.
     pub fn wait(&mut self, rank: u32, device_failed: &dyn Fn() -> bool) -> Result<(), String> {
         let poll = self.poll;
-        self.ranks[rank as usize].wait(poll, device_failed)
+        let park = self.park_consumers;
+        self.ranks[rank as usize].wait(poll, park, device_failed)
     }
 
     /// Executions a rank may have submitted and not yet waited for.

@@ -5,6 +5,12 @@
 use super::*;
 
 impl EngineRank {
+    /// The proxy queue that serves this rank and the rank's slot in it (`None` once left).
+    pub fn queue_slot(&self) -> Option<(Arc<ProxyQueue>, usize)> {
+        let m = self.member.as_ref()?;
+        Some((m.slot.queue().clone(), m.slot.slot() as usize))
+    }
+
     /// Submits `exec`'s network task and barrier task through the rank's slot (new tasks, not
     /// kept after they end).
     ///
@@ -269,17 +275,25 @@ impl EngineRank {
     }
 
     /// Waits for the oldest execution in flight (see [`Engine::wait`]), polling the status
-    /// ring with `poll`.
+    /// ring with `poll`; with `park`, parking on the slot after the spins (the world's bells
+    /// are wired: nothing the rank waits for is left unrung).
     ///
     /// # Errors
     /// As [`Engine::wait`].
     pub fn wait(
         &mut self,
         poll: WaitPolicy,
+        park: bool,
         device_failed: &dyn Fn() -> bool,
     ) -> Result<(), String> {
         let poll = WaitPolicy {
-            timeout: std::time::Duration::from_millis(2),
+            // Parking: spin and a few yields first (a zero timeout ends the wait at the first
+            // clock read past the spins), then park.
+            timeout: if park {
+                std::time::Duration::ZERO
+            } else {
+                std::time::Duration::from_millis(2)
+            },
             ..poll
         };
         // After the first 2 ms: check the ring (and the device) every 100 µs nap, 100 ms per
@@ -317,6 +331,19 @@ impl EngineRank {
                             got = slot.try_pop_record();
                             got.is_some()
                         });
+                        if got.is_none() && park {
+                            // Bells wired: park on the slot until the worker pushes a record
+                            // (a wake-up per record is the price of not spinning on a crowded
+                            // host), in slices that watch the device.
+                            let clock = MonotonicClock;
+                            let w = Waiter {
+                                park: &ThreadPark,
+                                clock: &clock,
+                                spin_ns: 0,
+                            };
+                            let until = clock.now_ns().saturating_add(PARK_SLICE_NS);
+                            got = slot.wait_record_until(&w, Some(until)).ok();
+                        }
                         if let Some(rec) = &got {
                             r.stats.note(rec);
                         }

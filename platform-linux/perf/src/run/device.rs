@@ -29,6 +29,14 @@ impl RankDevice {
         })
     }
 
+    /// The device thread's bell (`None` for a polled device: its driving thread polls it).
+    pub(super) fn bell(&self) -> Option<Arc<dyn proxy_core::base::bell::Bell>> {
+        match &self.dev {
+            DeviceKind::Thread(d) => d.bell(),
+            DeviceKind::Polled(_) => None,
+        }
+    }
+
     pub(super) fn stats(&self) -> &Arc<proxy_emulator::DeviceStats> {
         match &self.dev {
             DeviceKind::Thread(d) => d.stats(),

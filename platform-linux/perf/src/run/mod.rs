@@ -27,7 +27,7 @@ use proxy_core::progress::mem_transport::MemFabric;
 use proxy_core::progress::net::{NetError, Transport};
 use proxy_core::progress::stats::ProtocolStats;
 
-use super::args::{Args, DeviceArg, DriverArg, FaultArg};
+use super::args::{Args, DeviceArg, DriverArg, FaultArg, WaitArg};
 use super::engine::{
     counting_loaded_seam, seam_starts, Engine, EngineBarrier, EngineComm, EngineRank, Execution,
 };
@@ -40,6 +40,7 @@ use proxy_core::driver::wake::{ThreadPark, Waiter};
 use proxy_emulator::{DeviceError, DeviceThread, Fault, Job, PolledDevice, WaitPolicy};
 use proxy_runtime::hostmem::{HostMem, HostMemCallbacks, LINE};
 use proxy_runtime::loader::ProgressLib;
+use proxy_runtime::worker::QueueBell;
 use proxy_runtime::Config;
 
 /// Bytes between host words (each alone on a host-memory line).
@@ -303,6 +304,9 @@ impl Modes {
 /// What [`World::assemble`] takes.
 struct Assembly {
     local: Vec<u32>,
+    /// The in-process fabric, when the comms are this process's own over it: each rank's
+    /// arrival bell is wired to its queue's driver.
+    fabric: Option<Arc<MemFabric>>,
     /// By local index.
     mems: Vec<Arc<HostMem>>,
     engine: Engine,

@@ -179,13 +179,14 @@ impl World {
         let target = inject_target(args)?;
         let stall_release = Arc::new(AtomicBool::new(false));
         let stall_for = stall_limit(args)?;
-        let (cfg, wait, _, modes) = run_config(args, n, 1)?;
+        let (mut cfg, mut wait, _, modes) = run_config(args, n, 1)?;
         let lines = host_lines(n, args.streams, args.blocks);
         let mems = (0..n)
             .map(|_| HostMem::new(lines).map(Arc::new))
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| format!("host memory: {e}"))?;
         let cpus = rank_cpus(n, args.pin);
+        let mut fabric = None;
         let (engine, progress_half): (Engine, String) = match &args.progress_lib {
             Some(path) => {
                 let lib = ProgressLib::open(path).map_err(|e| e.to_string())?.leak();
@@ -241,10 +242,21 @@ impl World {
                 )
             }
             None => {
-                let fabric = MemFabric::new(n).map_err(|e| format!("mem transport: {e}"))?;
+                let f = MemFabric::new(n).map_err(|e| format!("mem transport: {e}"))?;
+                if args.wait != Some(WaitArg::Poll) {
+                    // Every event a waiting thread of this world waits for rings a bell (wired
+                    // in `assemble`): the in-memory fabric's arrivals, the devices' host
+                    // writes, the barrier's arrivals and pass, the drivers' progress. So an
+                    // idle worker naps instead of yielding, and a waiting device or producer
+                    // yields a few times, then sleeps until rung.
+                    cfg.worker_nap = Some(BELLED_NAP);
+                    wait.yields = wait.yields.min(BELLED_YIELDS);
+                    wait.nap = BELLED_NAP;
+                    fabric = Some(f.clone());
+                }
                 let mut comms = Vec::new();
                 for (r, mem) in (0..n).zip(&mems) {
-                    let mut t = fabric
+                    let mut t = f
                         .endpoint(r)
                         .map_err(|e| format!("mem transport endpoint {r}: {e}"))?;
                     t.set_relax(std::thread::yield_now);
@@ -270,6 +282,7 @@ impl World {
             args,
             Assembly {
                 local: (0..n).collect(),
+                fabric,
                 mems,
                 engine,
                 peers: None,
@@ -368,6 +381,7 @@ impl World {
             args,
             Assembly {
                 local: vec![rank],
+                fabric: None,
                 mems: vec![mem],
                 engine,
                 peers: Some(peers),
@@ -399,6 +413,9 @@ impl World {
                 }
             }
             devices.push(dev);
+        }
+        if a.fabric.is_some() {
+            wire_bells(&mut a, &devices);
         }
         if target.is_some() {
             for rank in a.engine.ranks_mut() {
@@ -439,6 +456,41 @@ impl World {
             retired: Vec::new(),
             stall_release: a.stall_release,
         })
+    }
+}
+
+/// Longest nap of a waiting thread whose wake-ups all ring bells (a bound on a missed ring's
+/// cost, not a latency: a ring ends the nap).
+pub const BELLED_NAP: Duration = Duration::from_millis(1);
+/// Yields of a waiting device or producer before it naps, when its wake-ups ring bells.
+pub const BELLED_YIELDS: u32 = 8;
+
+/// With `--wait sleep` in process (`a.fabric` set), wires the bells (`proxy_core::base::bell`)
+/// of every local rank, and makes the producer park for its records: its device's host writes and
+/// (in process) its fabric arrivals and the other ranks' barrier arrivals ring the driver of its
+/// queue; its queue's progress on its slot and the barrier leader's pass ring its device
+/// thread.
+fn wire_bells(a: &mut Assembly, devices: &[RankDevice]) {
+    a.engine.set_park_consumers(true);
+    for ((rank, dev), &r) in a.engine.ranks().iter().zip(devices).zip(&a.local) {
+        let Some((queue, slot)) = rank.queue_slot() else {
+            continue;
+        };
+        dev.stats().host_bell.wire(Some(QueueBell::of(&queue)));
+        if let (Some(bell), Some(s)) = (dev.bell(), queue.slot_bell(slot)) {
+            s.wire(Some(bell));
+        }
+        if let Some(b) = a.fabric.as_ref().and_then(|f| f.bell(r)) {
+            b.wire(Some(QueueBell::of(&queue)));
+        }
+        if let Some(barrier) = a.engine.mem_barrier() {
+            if let Some(b) = barrier.arrival_bell(r) {
+                b.wire(Some(QueueBell::of(&queue)));
+            }
+            if let (Some(bell), Some(b)) = (dev.bell(), barrier.pass_bell(r)) {
+                b.wire(Some(bell));
+            }
+        }
     }
 }
 
