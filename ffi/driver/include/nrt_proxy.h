@@ -37,14 +37,15 @@
 
 /**
  * Minor version: additions that keep every older call and layout valid (1: the planner,
- * `nrt_proxy_plan_*`; 2: the host device, `nrt_proxy_host_device_*`).
+ * `nrt_proxy_plan_*`; 2: the host device, `nrt_proxy_host_device_*`; 3: the mode rule,
+ * `nrt_proxy_mode_advice`).
  */
-#define NRT_PROXY_ABI_VERSION_MINOR 2
+#define NRT_PROXY_ABI_VERSION_MINOR 3
 
 /**
  * `(major << 16) | minor`, what `nrt_proxy_abi_version()` returns.
  */
-#define NRT_PROXY_ABI_VERSION 65538
+#define NRT_PROXY_ABI_VERSION 65539
 
 /**
  * The `version` of `nrt_proxy_config_t` this library reads.
@@ -411,6 +412,49 @@ typedef struct nrt_proxy_config_t {
      */
     uint32_t reserved;
 } nrt_proxy_config_t;
+
+/**
+ * The mode rule's answer (`nrt_proxy_mode_advice`): which drive mode fits this host, and
+ * what it weighed.
+ */
+typedef struct NrtProxyModeAdvice {
+    /**
+     * `sizeof(nrt_proxy_mode_advice_t)` (written by the library).
+     */
+    uint32_t struct_size;
+    /**
+     * `NRT_PROXY_DRIVE_THREAD` or `NRT_PROXY_DRIVE_CALLER`: the mode to put in
+     * `nrt_proxy_config_t::drive_mode`.
+     */
+    uint32_t drive_mode;
+    /**
+     * 1 when the chosen mode's busy threads fit on the CPUs; 0 when the host is
+     * oversubscribed either way (the rule chose the mode with fewer threads: let waits sleep,
+     * e.g. `spin_us` 0).
+     */
+    uint32_t fits;
+    /**
+     * Busy threads on this host in worker mode (every process of the job here).
+     */
+    uint32_t worker_threads;
+    /**
+     * Busy threads on this host in caller mode.
+     */
+    uint32_t caller_threads;
+    /**
+     * CPUs this process may use (affinity mask, lowered to the cgroup's CPU quota).
+     */
+    uint32_t cpus;
+    /**
+     * Processes of the job on this host (from the launcher's environment: see
+     * `nrt_proxy_mode_advice`), else 1.
+     */
+    uint32_t local_processes;
+    /**
+     * 0.
+     */
+    uint32_t reserved;
+} NrtProxyModeAdvice;
 
 /**
  * How to create a comm (`nrt_proxy_comm_create`). Fill it with `nrt_proxy_comm_config_init`.
@@ -963,6 +1007,31 @@ NRT_STATUS nrt_proxy_config_init(struct nrt_proxy_config_t *config);
  * As [`nrt_proxy_config_init`].
  */
 NRT_STATUS nrt_proxy_config_from_env(struct nrt_proxy_config_t *config);
+
+/**
+ * Which drive mode fits this host: the host-wide mode rule (`proxy_runtime::modes`) for a
+ * process with `ranks_per_process` ranks grouped by `config->ranks_per_network_proxy`, whose
+ * runtime keeps `app_threads` threads of its own busy (its submitting threads and its devices'
+ * host threads; at least 1 is counted). Worker mode's busy threads per process are the
+ * workers (one per group) plus `app_threads`; caller mode's are `app_threads` (they drive).
+ * Both are multiplied by the job's processes on this host, read from the launcher's
+ * environment (`NEURON_RT_PROXY_LOCAL_RANKS`, `OMPI_COMM_WORLD_LOCAL_SIZE`, `MPI_LOCALNRANKS`,
+ * `PMIX_LOCAL_SIZE`, `SLURM_TASKS_PER_NODE` at `SLURM_NODEID`; else 1), and weighed against
+ * the CPUs of the affinity mask lowered to the cgroup quota: worker mode when it fits, else
+ * caller mode when it fits, else the one with fewer busy threads (`fits` 0). The answer is
+ * also logged (info level) in words.
+ *
+ * Returns `NRT_SUCCESS`; `NRT_INVALID` for a NULL or malformed `config` or `out`,
+ * `ranks_per_process` 0, or a malformed launcher variable (the log names it).
+ *
+ * # Safety
+ * `config` must be NULL or point to an initialized `nrt_proxy_config_t`; `out` NULL or
+ * writable storage for an `nrt_proxy_mode_advice_t`.
+ */
+NRT_STATUS nrt_proxy_mode_advice(const struct nrt_proxy_config_t *config,
+                                 uint32_t ranks_per_process,
+                                 uint32_t app_threads,
+                                 struct NrtProxyModeAdvice *out);
 
 /**
  * Creates a library instance from `*config` (NULL: the defaults): loads the progress half

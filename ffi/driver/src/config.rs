@@ -11,7 +11,7 @@ use proxy_core::base::status::NrtStatus;
 use proxy_core::driver::queue::{DriveMode, QueueConfig};
 use proxy_runtime::Config;
 
-use proxy_abi::boundary::{bad, c_out};
+use proxy_abi::boundary::{bad, c_in, c_out};
 use proxy_abi::entry;
 
 use crate::types::*;
@@ -102,6 +102,72 @@ pub unsafe extern "C" fn nrt_proxy_config_from_env(config: *mut NrtProxyConfig) 
             .map_or(0, |t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX));
         out.one_thread_per_core = u32::from(c.one_thread_per_core);
         out.early_completion = u32::from(c.early_completion);
+        Ok(())
+    })
+}
+
+/// Which drive mode fits this host: the host-wide mode rule (`proxy_runtime::modes`) for a
+/// process with `ranks_per_process` ranks grouped by `config->ranks_per_network_proxy`, whose
+/// runtime keeps `app_threads` threads of its own busy (its submitting threads and its devices'
+/// host threads; at least 1 is counted). Worker mode's busy threads per process are the
+/// workers (one per group) plus `app_threads`; caller mode's are `app_threads` (they drive).
+/// Both are multiplied by the job's processes on this host, read from the launcher's
+/// environment (`NEURON_RT_PROXY_LOCAL_RANKS`, `OMPI_COMM_WORLD_LOCAL_SIZE`, `MPI_LOCALNRANKS`,
+/// `PMIX_LOCAL_SIZE`, `SLURM_TASKS_PER_NODE` at `SLURM_NODEID`; else 1), and weighed against
+/// the CPUs of the affinity mask lowered to the cgroup quota: worker mode when it fits, else
+/// caller mode when it fits, else the one with fewer busy threads (`fits` 0). The answer is
+/// also logged (info level) in words.
+///
+/// Returns `NRT_SUCCESS`; `NRT_INVALID` for a NULL or malformed `config` or `out`,
+/// `ranks_per_process` 0, or a malformed launcher variable (the log names it).
+///
+/// # Safety
+/// `config` must be NULL or point to an initialized `nrt_proxy_config_t`; `out` NULL or
+/// writable storage for an `nrt_proxy_mode_advice_t`.
+#[no_mangle]
+pub unsafe extern "C" fn nrt_proxy_mode_advice(
+    config: *const NrtProxyConfig,
+    ranks_per_process: u32,
+    app_threads: u32,
+    out: *mut NrtProxyModeAdvice,
+) -> NRT_STATUS {
+    entry!(WHAT = "nrt_proxy_mode_advice", {
+        use proxy_runtime::modes::{advise, host_cpus, local_processes_from_env, LocalProcesses};
+        // SAFETY: the C caller's pointers, valid or NULL by this function's contract.
+        let (c, out) = unsafe { (c_in(WHAT, "config", config)?, c_out(WHAT, "out", out)?) };
+        let cfg = resolve_config(WHAT, c)?;
+        if ranks_per_process == 0 {
+            return bad(WHAT, format_args!("ranks_per_process is 0"));
+        }
+        let processes = local_processes_from_env()
+            .map_err(|e| {
+                log::error!("{WHAT}: {e}");
+                NrtStatus::Invalid
+            })?
+            .unwrap_or(LocalProcesses::ALONE);
+        let groups = ranks_per_process.div_ceil(cfg.ranks_per_network_proxy.max(1)) as usize;
+        let app = app_threads.max(1) as usize;
+        let a = advise(proxy_runtime::modes::ModeInputs {
+            cpus: host_cpus(),
+            processes,
+            worker_threads: groups + app,
+            caller_threads: app,
+        });
+        log::info!("{WHAT}: {a}");
+        let n = |v: usize| u32::try_from(v).unwrap_or(u32::MAX);
+        *out = NrtProxyModeAdvice {
+            struct_size: size_of::<NrtProxyModeAdvice>() as u32,
+            drive_mode: match a.mode {
+                DriveMode::Thread => NRT_PROXY_DRIVE_THREAD,
+                DriveMode::Caller => NRT_PROXY_DRIVE_CALLER,
+            },
+            fits: u32::from(a.fits),
+            worker_threads: n(a.worker_threads),
+            caller_threads: n(a.caller_threads),
+            cpus: n(a.inputs.cpus.usable),
+            local_processes: a.inputs.processes.count,
+            reserved: 0,
+        };
         Ok(())
     })
 }

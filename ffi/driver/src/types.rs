@@ -12,13 +12,41 @@ use proxy_core::driver::record::TaskRecord;
 /// incompatible (it is also the SONAME's number, `libnrt_proxy.so.1`).
 pub const NRT_PROXY_ABI_VERSION_MAJOR: u32 = 1;
 /// Minor version: additions that keep every older call and layout valid (1: the planner,
-/// `nrt_proxy_plan_*`; 2: the host device, `nrt_proxy_host_device_*`).
-pub const NRT_PROXY_ABI_VERSION_MINOR: u32 = 2;
+/// `nrt_proxy_plan_*`; 2: the host device, `nrt_proxy_host_device_*`; 3: the mode rule,
+/// `nrt_proxy_mode_advice`).
+pub const NRT_PROXY_ABI_VERSION_MINOR: u32 = 3;
 /// `(major << 16) | minor`, what `nrt_proxy_abi_version()` returns.
-pub const NRT_PROXY_ABI_VERSION: u32 = 0x0001_0002;
+pub const NRT_PROXY_ABI_VERSION: u32 = 0x0001_0003;
 const _: () = assert!(
     NRT_PROXY_ABI_VERSION == (NRT_PROXY_ABI_VERSION_MAJOR << 16) | NRT_PROXY_ABI_VERSION_MINOR
 );
+
+/// The mode rule's answer (`nrt_proxy_mode_advice`): which drive mode fits this host, and
+/// what it weighed.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NrtProxyModeAdvice {
+    /// `sizeof(nrt_proxy_mode_advice_t)` (written by the library).
+    pub struct_size: u32,
+    /// `NRT_PROXY_DRIVE_THREAD` or `NRT_PROXY_DRIVE_CALLER`: the mode to put in
+    /// `nrt_proxy_config_t::drive_mode`.
+    pub drive_mode: u32,
+    /// 1 when the chosen mode's busy threads fit on the CPUs; 0 when the host is
+    /// oversubscribed either way (the rule chose the mode with fewer threads: let waits sleep,
+    /// e.g. `spin_us` 0).
+    pub fits: u32,
+    /// Busy threads on this host in worker mode (every process of the job here).
+    pub worker_threads: u32,
+    /// Busy threads on this host in caller mode.
+    pub caller_threads: u32,
+    /// CPUs this process may use (affinity mask, lowered to the cgroup's CPU quota).
+    pub cpus: u32,
+    /// Processes of the job on this host (from the launcher's environment: see
+    /// `nrt_proxy_mode_advice`), else 1.
+    pub local_processes: u32,
+    /// 0.
+    pub reserved: u32,
+}
 
 /// The `version` of `nrt_proxy_config_t` this library reads.
 pub const NRT_PROXY_CONFIG_VERSION: u32 = 1;

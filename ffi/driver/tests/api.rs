@@ -850,3 +850,36 @@ fn invalidate_range_while_another_thread_drives_the_caller_mode_queue() {
     expect!(NRT_SUCCESS, nrt_proxy_fini(inst));
     assert_eq!(live(), (0, 0, 0));
 }
+
+#[test]
+fn the_mode_advice_weighs_the_host_and_refuses_bad_input() {
+    let c = config(NRT_PROXY_DRIVE_THREAD);
+    let cpus = proxy_runtime::modes::host_cpus().usable as u32;
+    let mut a = NrtProxyModeAdvice::default();
+    expect!(NRT_SUCCESS, nrt_proxy_mode_advice(&c, 1, 1, &mut a));
+    assert_eq!(a.struct_size as usize, size_of::<NrtProxyModeAdvice>());
+    assert_eq!(a.cpus, cpus);
+    // One rank, one worker, one runtime thread: 2 busy threads in worker mode, 1 in caller.
+    let procs = a.local_processes;
+    assert_eq!((a.worker_threads, a.caller_threads), (2 * procs, procs));
+    if a.worker_threads <= cpus {
+        assert_eq!((a.drive_mode, a.fits), (NRT_PROXY_DRIVE_THREAD, 1));
+    }
+    // Far more ranks than CPUs: worker mode cannot fit, caller mode (1 thread) may.
+    let many = 4 * cpus + 4;
+    expect!(NRT_SUCCESS, nrt_proxy_mode_advice(&c, many, 1, &mut a));
+    assert_eq!(a.worker_threads, procs * (many + 1));
+    assert_eq!(a.drive_mode, NRT_PROXY_DRIVE_CALLER);
+    // Bad input: NULLs, zero ranks; nothing is written on a refusal.
+    let before = a;
+    expect!(
+        NRT_INVALID,
+        nrt_proxy_mode_advice(ptr::null(), 1, 1, &mut a)
+    );
+    expect!(
+        NRT_INVALID,
+        nrt_proxy_mode_advice(&c, 1, 1, ptr::null_mut())
+    );
+    expect!(NRT_INVALID, nrt_proxy_mode_advice(&c, 0, 1, &mut a));
+    assert_eq!(a, before);
+}

@@ -16,6 +16,7 @@ pub mod config;
 pub mod dump;
 pub mod hostmem;
 pub mod loader;
+pub mod modes;
 pub mod worker;
 
 use std::sync::OnceLock;

@@ -188,7 +188,7 @@ impl World {
         // Counted over every process of the run on this host; a thread's CPU follows its first
         // global rank, so the processes' threads spread too.
         let cpus = core_affinity::get_core_ids().unwrap_or_default();
-        let host_threads = self.modes.caller_mode_threads;
+        let host_threads = self.modes.advice.caller_threads;
         let pin = host_threads > 1 && host_threads <= cpus.len();
         let fixed = &self.fixed;
         let local = &self.local;

@@ -261,7 +261,7 @@ pub struct World {
 
 /// The driver and device modes of a run (`--driver`, `--device`), and the thread counts the rule
 /// weighed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Modes {
     /// Who drives the proxy queues.
     pub driver: DriverArg,
@@ -269,17 +269,13 @@ pub struct Modes {
     pub device: DeviceArg,
     /// `true` when neither flag chose: [`default_modes`] did.
     pub by_rule: bool,
-    /// Busy threads on this host in worker mode (every process of the run on this host).
-    pub thread_mode_threads: usize,
-    /// Busy threads on this host in caller + polled mode.
-    pub caller_mode_threads: usize,
-    /// CPUs this process may use.
-    pub cpus: usize,
+    /// The host-wide mode rule's answer and inputs (weighed also when a flag chose).
+    pub advice: proxy_runtime::modes::ModeAdvice,
 }
 
 impl Modes {
-    /// For the header, e.g. `driver caller, device polled (rule: worker mode needs 5 busy
-    /// threads, caller mode 2, 2 CPUs)`.
+    /// For the header, e.g. `driver caller, device polled (rule: caller (worker mode needs 12
+    /// busy threads on this host, caller mode 4; ...))`, or `(flags; rule: ...)`.
     pub fn describe(&self) -> String {
         let name = |d: DriverArg| match d {
             DriverArg::Thread => "thread",
@@ -289,15 +285,12 @@ impl Modes {
             DeviceArg::Thread => "thread",
             DeviceArg::Polled => "polled",
         };
-        let why = if self.by_rule {
-            format!(
-                " (rule: worker mode needs {} busy threads, caller mode {}, {} CPUs)",
-                self.thread_mode_threads, self.caller_mode_threads, self.cpus
-            )
-        } else {
-            " (flags)".into()
-        };
-        format!("driver {}, device {dev}{why}", name(self.driver))
+        let why = if self.by_rule { "rule" } else { "flags; rule" };
+        format!(
+            "driver {}, device {dev} ({why}: {})",
+            name(self.driver),
+            self.advice
+        )
     }
 }
 

@@ -6,24 +6,22 @@
 use super::*;
 
 pub(super) fn available_cpus() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| n.get())
+    proxy_runtime::modes::host_cpus().usable
 }
 
-/// The static rule for the modes when no flag chooses, from the busy threads each needs on this
-/// host (`procs` processes of the run here, `local` ranks each): worker mode needs per process
-/// a device thread per rank, a worker per group (`thread_groups`) and the producer; caller +
-/// polled mode one thread per group (`caller_groups`).
-///
-/// 1. Worker mode when its threads fit on the CPUs (the seed's shape).
-/// 2. Else caller + polled when its threads fit.
-/// 3. Else worker mode: oversubscribed either way, and spinning callers then degrade more
-///    (measured here, 8 B all-reduce over libfabric with 4 processes on 2 CPUs: 53–110 µs in
-///    worker mode against 153–222 µs caller + polled; BENCHMARKS.md).
+/// The modes when no flag chooses, by the host-wide mode rule (`proxy_runtime::modes`): this
+/// tool's busy threads per process (worker mode: a device thread per rank, a worker per group
+/// (`thread_groups`) and the producer; caller + polled mode: one thread per group
+/// (`caller_groups`)), times the processes of the job on this host (`procs`, the ranks this
+/// tool's launcher started here, unless a launcher's variable says otherwise), against the
+/// CPUs of the affinity mask and the cgroup quota. Worker mode when it fits, else caller mode
+/// when it fits, else the one with fewer busy threads.
 ///
 /// A flag given alone fixes its half; `--device polled` implies `--driver caller`.
 ///
 /// # Errors
-/// `--driver thread --device polled` (a polled device needs the driving thread's hook).
+/// `--driver thread --device polled` (a polled device needs the driving thread's hook); a
+/// malformed launcher variable (`OMPI_COMM_WORLD_LOCAL_SIZE`, ...).
 pub fn default_modes(
     driver: Option<DriverArg>,
     device: Option<DeviceArg>,
@@ -32,12 +30,18 @@ pub fn default_modes(
     thread_groups: u32,
     caller_groups: u32,
 ) -> Result<Modes, String> {
-    let cpus = available_cpus();
-    let procs = procs.max(1) as usize;
-    let thread_mode_threads = procs * (local as usize + thread_groups as usize + 1);
-    let caller_mode_threads = procs * caller_groups as usize;
-    let worker_fits = thread_mode_threads <= cpus;
-    let caller = !worker_fits && caller_mode_threads <= cpus;
+    use proxy_runtime::modes::{advise, host_cpus, local_processes_from_env, LocalProcesses};
+    let processes = local_processes_from_env()?.unwrap_or(LocalProcesses {
+        count: procs.max(1),
+        source: "proxy-perf launcher",
+    });
+    let advice = advise(proxy_runtime::modes::ModeInputs {
+        cpus: host_cpus(),
+        processes,
+        worker_threads: local as usize + thread_groups as usize + 1,
+        caller_threads: caller_groups as usize,
+    });
+    let caller = advice.mode == DriveMode::Caller;
     let by_rule = driver.is_none() && device.is_none();
     let (driver, device) = match (driver, device) {
         (Some(DriverArg::Thread), Some(DeviceArg::Polled)) => {
@@ -65,9 +69,7 @@ pub fn default_modes(
         driver,
         device,
         by_rule,
-        thread_mode_threads,
-        caller_mode_threads,
-        cpus,
+        advice,
     })
 }
 
