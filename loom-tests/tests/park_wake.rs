@@ -1,11 +1,11 @@
-//! Model 3: the worker's park/wake against a submission, a join and a stop request, and the
-//! wake word alone with two notifiers. Every wait is a park without a timeout: a lost wakeup is
+//! Model 3: the worker's park/wake against a submission, a join and a stop request, its nap
+//! against a device's ring (`base::bell`), and the wake word alone with two notifiers. Every wait is a park without a timeout: a lost wakeup is
 //! a deadlock, which loom reports.
 #![cfg(loom)]
 
 use loom_tests::harness::driver::{
-    wake_word_two_notifiers, worker_wakes_for_a_join, worker_wakes_for_a_submission,
-    worker_wakes_for_stop,
+    wake_word_two_notifiers, worker_naps_until_rung, worker_wakes_for_a_join,
+    worker_wakes_for_a_submission, worker_wakes_for_stop,
 };
 use loom_tests::{assert_loom_catches, check};
 use proxy_core::plant::Plant;
@@ -59,4 +59,12 @@ model!(
     wake_word_two_notifiers,
     wake_word_two_notifiers_plant_skip_notify_is_caught: WakeNotifySkipsEmpty,
     wake_word_two_notifiers_plant_store_park_is_caught: WakeParkByPlainStore,
+);
+
+// ---- a nap ended by a bell (a device's host write) ---------------------------------------------
+model!(
+    worker_naps_until_rung_real,
+    worker_naps_until_rung,
+    worker_naps_until_rung_plant_skip_notify_is_caught: WakeNotifySkipsEmpty,
+    worker_naps_until_rung_plant_store_park_is_caught: WakeParkByPlainStore,
 );

@@ -64,6 +64,13 @@ pub trait Park {
     /// A handle that wakes the calling thread (the thread that will call [`Park::park`]).
     fn unparker(&self) -> Box<dyn Unpark>;
 
+    /// [`Park::unparker`] as a shared handle, what a [`WaitCell`] keeps as its registration.
+    /// Default: a new one per call (an allocation); a platform may hand out one per thread
+    /// instead, so that a thread's first park on another cell allocates nothing.
+    fn shared_unparker(&self) -> PlainArc<dyn Unpark> {
+        PlainArc::from(self.unparker())
+    }
+
     /// As [`Park::park`], but returns after at most about `timeout_ns` nanoseconds even without
     /// the token (a bounded wait). May return early.
     fn park_timeout(&self, timeout_ns: u64);
@@ -284,7 +291,7 @@ impl WaitCell {
             .unparker
             .with(|p| unsafe { (*p).as_ref().is_some_and(|u| u.is_current()) });
         if !current {
-            let me: PlainArc<dyn Unpark> = PlainArc::from(park.unparker());
+            let me = park.shared_unparker();
             // SAFETY: as above.
             self.unparker.with_mut(|p| unsafe { *p = Some(me) });
         }
@@ -434,6 +441,20 @@ impl Park for ThreadPark {
 
     fn unparker(&self) -> Box<dyn Unpark> {
         Box::new(ThreadUnpark(std::thread::current()))
+    }
+
+    /// One handle per thread, made at the thread's first call (the one allocation) and shared
+    /// by every cell it parks on afterwards.
+    fn shared_unparker(&self) -> PlainArc<dyn Unpark> {
+        std::thread_local!(
+            static ME: core::cell::RefCell<Option<PlainArc<dyn Unpark>>> =
+                const { core::cell::RefCell::new(None) }
+        );
+        ME.with(|me| {
+            me.borrow_mut()
+                .get_or_insert_with(|| PlainArc::new(ThreadUnpark(std::thread::current())))
+                .clone()
+        })
     }
 
     /// A number per thread, from a process-wide counter at the thread's first call (never 0;

@@ -12,7 +12,7 @@
 use std::sync::atomic::{AtomicBool as StdAtomicBool, Ordering as StdOrdering};
 
 use proxy_core::base::status::NrtStatus;
-use proxy_core::base::sync::Arc;
+use proxy_core::base::sync::{Arc, AtomicU32, Ordering};
 use proxy_core::base::time::NoClock;
 use proxy_core::driver::queue::{
     ProxyQueue, QueueConfig, SlotHandle, SlotState, TaskBox, Tick, Worker,
@@ -230,6 +230,79 @@ pub fn record_handoff() {
     );
     drop(worker.join().unwrap()); // the worker is gone: leave does not wait for it
     assert!(h.leave(&waiter(0)).is_empty(), "nothing left to report");
+}
+
+/// A task that waits for a host word a device writes: IDLE (no progress) until the word is
+/// non-zero, then DONE (flagging `done`).
+struct WordTask {
+    core: TaskCore,
+    word: Arc<AtomicU32>,
+    done: std::sync::Arc<StdAtomicBool>,
+}
+
+impl ProxyTask for WordTask {
+    fn step(&mut self, _env: &StepEnv) -> Step {
+        // Acquire: pairs with the device's release store (what it wrote before is visible).
+        if self.word.load(Ordering::Acquire) == 0 {
+            return Step::Idle;
+        }
+        self.core.transition(RunState::Done, NrtStatus::Success);
+        self.done.store(true, StdOrdering::SeqCst);
+        Step::Done
+    }
+
+    fn close(&mut self, status: NrtStatus) {
+        self.core.transition(RunState::Done, status);
+    }
+
+    fn core(&self) -> &TaskCore {
+        &self.core
+    }
+
+    fn core_mut(&mut self) -> &mut TaskCore {
+        &mut self.core
+    }
+
+    fn comm_key(&self) -> Option<usize> {
+        None
+    }
+}
+
+/// Model 3e — a worker that found nothing to do naps on its queue's bell (`Worker::nap`) while
+/// a device writes the host word its task waits for and rings the bell
+/// (`ProxyQueue::wake_driver`): the arm / check / sleep / wake of docs/design 04. The worker
+/// must wake and finish the task. Under loom a nap has no timeout (`LoomPark::park_timeout`
+/// parks), so a lost ring is a deadlock, which loom reports.
+pub fn worker_naps_until_rung() {
+    let (queue, worker) = new_queue(one_slot());
+    let mut h = ProxyQueue::join(&queue).expect("join a free slot");
+    let word = Arc::new(AtomicU32::new(0));
+    let done = std::sync::Arc::new(StdAtomicBool::new(false));
+    let task = WordTask {
+        core: TaskCore::new(TaskKind::Network, TASK_A, COMM_ID, STREAMS, None),
+        word: word.clone(),
+        done: done.clone(),
+    };
+    submit(&mut h, Box::new(task)).expect("submit");
+    let done2 = done.clone();
+    let worker = thread::spawn(move || {
+        let mut worker = worker;
+        while !done2.load(StdOrdering::SeqCst) {
+            match worker.tick() {
+                Tick::Park => worker.park(&ModelPark::default()),
+                Tick::NoProgress => worker.nap(&ModelPark::default(), 1_000_000),
+                Tick::Continue => {}
+            }
+        }
+        worker
+    });
+    // The device: its write, then the ring.
+    word.store(1, Ordering::Release);
+    queue.wake_driver();
+    drop(worker.join().unwrap());
+    assert!(done.load(StdOrdering::SeqCst));
+    assert_eq!(h.try_pop_record().map(|r| r.task_id), Some(TASK_A));
+    assert!(h.leave(&waiter(0)).is_empty());
 }
 
 /// Model 3d — the wake word alone: a waiter parks until two flags are set, while two notifiers

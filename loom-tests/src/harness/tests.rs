@@ -18,3 +18,10 @@ fn handoff_model_body_runs_on_real_threads() {
 fn semaphore_model_body_runs_on_real_threads() {
     semaphore_edge();
 }
+
+#[test]
+fn nap_model_body_runs_on_real_threads() {
+    for _ in 0..100 {
+        driver::worker_naps_until_rung();
+    }
+}

@@ -215,6 +215,11 @@ fn drive(
     }
 }
 
+/// Longest nap of an idle device thread (no launch to run): a launch and the drop unpark it,
+/// so this bounds only a missed unpark's cost, and makes an idle device cost about 50
+/// wake-ups a second.
+pub const IDLE_NAP: Duration = Duration::from_millis(20);
+
 /// The launch slot shared by a [`DeviceThread`] and its launcher.
 struct Shared {
     job: Mutex<Option<Job>>,
@@ -291,9 +296,12 @@ impl DeviceThread {
                     core_affinity::set_for_current(core_affinity::CoreId { id });
                 }
                 let mut handled = 0u64;
-                // Idle: spin briefly, yield, then nap until the doorbell (unpark) or stop.
+                // Idle: spin briefly, yield, then nap until the doorbell (unpark) or stop. Both
+                // unpark the thread, so the naps may be long: an idle device costs a wake-up
+                // per IDLE_NAP, not per `wait.nap`.
                 let idle = WaitPolicy {
                     timeout: Duration::MAX,
+                    nap: wait.nap.max(IDLE_NAP),
                     ..wait
                 };
                 loop {

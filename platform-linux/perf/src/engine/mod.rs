@@ -499,8 +499,13 @@ impl Engine {
     /// Makes the producer park on a rank's slot, after its spins, while it waits for records
     /// (woken by the driver's push), instead of nap-polling the status ring: for a world whose
     /// every wake-up rings a bell, where a napping producer would sleep past its records.
+    /// Call it on the producer's thread: it makes that thread's shared unpark handle now
+    /// (`Park::shared_unparker`), so a first park late in a steady state allocates nothing.
     pub fn set_park_consumers(&mut self, park: bool) {
         self.park_consumers = park;
+        if park {
+            drop(proxy_core::driver::wake::Park::shared_unparker(&ThreadPark));
+        }
     }
 
     /// The shared-memory barrier of the in-process ranks (`None` across processes).
