@@ -249,7 +249,7 @@ pub enum WaitArg {
     /// bell (`proxy_core::base::bell`: device host writes, in-memory arrivals, barrier
     /// arrivals, the driver's progress). In process only; across processes it means `poll`.
     Sleep,
-    /// Spin, yield and nap-poll (no bells): every waiting thread keeps checking.
+    /// Spin, yield and nap-poll (no bells): every waiting thread keeps checking (the default).
     Poll,
 }
 
@@ -363,9 +363,11 @@ pub struct Args {
     /// each mode needs against the CPUs available (printed in the header).
     #[arg(long, value_enum)]
     pub driver: Option<DriverArg>,
-    /// How waiting threads wait: `sleep` (until a bell rings; the default in process) or `poll`
-    /// (spin, yield, nap-poll; the default across processes, where a network completion rings
-    /// no bell).
+    /// How waiting threads wait: `poll` (spin, yield, nap-poll: the default) or `sleep` (in
+    /// process: after a spin as long as a wake-up costs here, sleep until a bell rings; across
+    /// processes a network completion rings no bell, so it means `poll` there). On 2 CPUs
+    /// sleeping costs more latency than yielding (every hand-off becomes a wake-up:
+    /// BENCHMARKS.md) but no CPU while a thread waits.
     #[arg(long, value_enum)]
     pub wait: Option<WaitArg>,
     /// How the device emulator runs: `thread` (a thread per rank) or `polled` (run from the

@@ -19,6 +19,7 @@
 //! loads the progress half with `dlopen` ([`proxy_runtime::loader`]).
 
 pub mod args;
+pub mod cost;
 pub mod engine;
 #[cfg(feature = "libfabric")]
 pub mod launch;

@@ -17,6 +17,7 @@ pub mod dump;
 pub mod hostmem;
 pub mod loader;
 pub mod modes;
+pub mod wake_cost;
 pub mod worker;
 
 use std::sync::OnceLock;

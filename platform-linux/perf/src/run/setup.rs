@@ -245,13 +245,19 @@ impl World {
             }
             None => {
                 let f = MemFabric::new(n).map_err(|e| format!("mem transport: {e}"))?;
-                if args.wait != Some(WaitArg::Poll) {
+                if args.wait == Some(WaitArg::Sleep) {
                     // Every event a waiting thread of this world waits for rings a bell (wired
                     // in `assemble`): the in-memory fabric's arrivals, the devices' host
                     // writes, the barrier's arrivals and pass, the drivers' progress. So an
                     // idle worker naps instead of yielding, and a waiting device or producer
                     // yields a few times, then sleeps until rung.
                     cfg.worker_nap = Some(BELLED_NAP);
+                    // Spin for what a block-and-wake costs here, then sleep (2-competitive),
+                    // unless the user chose the budget.
+                    if std::env::var_os("NEURON_RT_PROXY_SPIN_US").is_none() && !cfg.spin.is_zero()
+                    {
+                        cfg.spin = proxy_runtime::wake_cost::wake_latency().min(cfg.spin);
+                    }
                     wait.yields = wait.yields.min(BELLED_YIELDS);
                     wait.nap = BELLED_NAP;
                     fabric = Some(f.clone());
