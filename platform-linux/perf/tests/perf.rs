@@ -946,3 +946,59 @@ fn libfabric_every_collective_both_modes() {
         }
     }
 }
+
+/// `--wait sleep` (issue 25): every bell of the in-process world wired, workers, devices and
+/// the producer sleep until rung. Four collectives at 2 and 3 ranks, 8 B and a size with a
+/// partial chunk, out of place and in place: every value right. (A missed ring costs one nap
+/// of latency, never a value or a hang; loom model 3e checks the ring itself.)
+#[test]
+fn sleeping_waits_stay_correct() {
+    for ranks in ["2", "3"] {
+        for coll in ["all-reduce", "all-gather", "broadcast", "all-to-all"] {
+            let a = args(&[
+                coll, "--ranks", ranks, "--driver", "thread", "--device", "thread", "--wait",
+                "sleep", "-n", "20", "-w", "2",
+            ]);
+            check_sizes(&a, &[8, 4 * 1024 + 12]);
+        }
+    }
+}
+
+/// The header names the host-wide mode rule's answer and its inputs, also when flags chose.
+#[test]
+fn the_header_prints_the_mode_rule() {
+    let (code, out, err) = run_bin(&[
+        "all-reduce",
+        "--ranks",
+        "2",
+        "-b",
+        "8",
+        "-e",
+        "8",
+        "-n",
+        "5",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let line = out
+        .lines()
+        .find(|l| l.contains("proxy:"))
+        .expect("the proxy line");
+    assert!(line.contains("(rule: "), "{line}");
+    assert!(line.contains("busy threads on this host"), "{line}");
+    assert!(line.contains("CPUs (affinity"), "{line}");
+    let (code, out, err) = run_bin(&[
+        "all-reduce",
+        "--ranks",
+        "2",
+        "-b",
+        "8",
+        "-e",
+        "8",
+        "-n",
+        "5",
+        "--driver",
+        "thread",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("(flags; rule: "), "{out}");
+}
