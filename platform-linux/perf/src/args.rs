@@ -68,12 +68,23 @@ impl ProviderArg {
 /// The algorithm, as named on the command line.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum AlgoArg {
-    /// By size: direct (fewest network steps) for small, ring for large.
+    /// The planner's tuner: the cheapest algorithm by its cost model for the collective,
+    /// size and ranks (`proxy_collectives::planner::tuner`).
     Auto,
     /// Ring (bandwidth).
     Ring,
-    /// Direct exchange (latency: one network step).
+    /// Direct exchange (latency: one network step, `n − 1` messages per rank).
     Direct,
+    /// Recursive doubling (all-reduce, all-gather: `log2 n` steps).
+    RecursiveDoubling,
+    /// Rabenseifner (all-reduce: reduce-scatter by halving, all-gather by doubling).
+    Rabenseifner,
+    /// Recursive halving (reduce-scatter).
+    RecursiveHalving,
+    /// Bruck (all-gather, all-to-all: `⌈log2 n⌉` steps).
+    Bruck,
+    /// Binomial tree (broadcast).
+    Binomial,
 }
 
 impl From<AlgoArg> for Algorithm {
@@ -82,6 +93,11 @@ impl From<AlgoArg> for Algorithm {
             AlgoArg::Auto => Algorithm::Auto,
             AlgoArg::Ring => Algorithm::Ring,
             AlgoArg::Direct => Algorithm::Direct,
+            AlgoArg::RecursiveDoubling => Algorithm::RecursiveDoubling,
+            AlgoArg::Rabenseifner => Algorithm::Rabenseifner,
+            AlgoArg::RecursiveHalving => Algorithm::RecursiveHalving,
+            AlgoArg::Bruck => Algorithm::Bruck,
+            AlgoArg::Binomial => Algorithm::Binomial,
         }
     }
 }
