@@ -51,9 +51,14 @@
 //! * direct (latency, one network step): every rank exchanges with every peer at once (the
 //!   pairwise pattern); reductions fold in rank order, so every rank computes bit-identical
 //!   results.
-//! * send-recv (`r → r+1`, `r−1 → r`) and all-to-all (pairwise) have one algorithm, direct.
-//! * [`Algorithm::Auto`] picks direct at or below [`PlanParams::direct_threshold_bytes`]
-//!   (fewest network steps), ring above, as NCCL picks by size.
+//! * recursive doubling (all-reduce, all-gather), Rabenseifner (all-reduce), recursive
+//!   halving (reduce-scatter), Bruck (all-gather, all-to-all), binomial (broadcast): `log n`
+//!   steps for any rank count (the extra ranks above a power of two folded in and out), in
+//!   `algos/` ([`Algorithm`] says how each works and where it comes from).
+//! * send-recv (`r → r+1`, `r−1 → r`) has one algorithm, direct; all-to-all direct (pairwise)
+//!   or Bruck.
+//! * [`Algorithm::Auto`] asks the [`tuner`]: the cheapest algorithm by an α–β cost model,
+//!   direct only at or below [`PlanParams::direct_threshold_bytes`] where a ring exists.
 //!
 //! With one rank every collective is a local copy and the plan has no ops.
 //!
