@@ -75,7 +75,8 @@ fn log_algorithms_every_type_and_op() {
                     (Collective::AllReduce, Algorithm::Rabenseifner),
                     (Collective::ReduceScatter, Algorithm::RecursiveHalving),
                 ] {
-                    let mut p = params(c, n, 101, d, algo);
+                    let count = if cfg!(miri) { 5 } else { 101 };
+                    let mut p = params(c, n, count, d, algo);
                     p.op = op;
                     p.chunk_bytes = 40;
                     check(p, 13);
@@ -87,12 +88,11 @@ fn log_algorithms_every_type_and_op() {
 
 #[test]
 fn log_algorithms_copy_every_type() {
-    let types: &[DataType] = if cfg!(miri) {
-        &[DataType::Bf16]
-    } else {
-        &DataType::ALL
-    };
-    for &d in types {
+    if cfg!(miri) {
+        return; // the copies are the same code for every type; Miri runs the others
+    }
+    let types = DataType::ALL;
+    for d in types {
         for (c, algo) in PAIRS {
             if c.reduces() {
                 continue;
@@ -222,7 +222,8 @@ fn tuner_picks_by_cost() {
     for c in Collective::ALL {
         for n in [1u32, 2, 3, 7, 16, 100] {
             for count in [0u64, 1, 1000, 1 << 22] {
-                assert!(pick(c, n, count).supports(c));
+                let p = params(c, n, count, DataType::F32, Algorithm::Auto);
+                assert!(tuner::pick(&p).supports(c));
             }
         }
         for a in Algorithm::ALL {
@@ -251,12 +252,11 @@ fn tuner_picks_by_cost() {
 /// every rank ends with the same bits, with every algorithm, fold or not, in place or not.
 #[test]
 fn all_reduce_float_results_are_identical_on_every_rank() {
-    let ns: &[u32] = if cfg!(miri) {
-        &[3]
-    } else {
-        &[2, 3, 5, 6, 8, 13]
-    };
-    for &n in ns {
+    if cfg!(miri) {
+        return; // a schedule property, not undefined behaviour
+    }
+    let ns = [2u32, 3, 5, 6, 8, 13];
+    for n in ns {
         for algo in [
             Algorithm::RecursiveDoubling,
             Algorithm::Rabenseifner,
