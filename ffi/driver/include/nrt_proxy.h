@@ -778,8 +778,8 @@ typedef struct nrt_proxy_plan_params_t {
      */
     uint64_t chunk_bytes;
     /**
-     * `NRT_PROXY_ALGO_AUTO` picks direct at or below this many bytes (the larger buffer); 0:
-     * the planner's default (256 KiB with 2 ranks, else 128 KiB).
+     * `NRT_PROXY_ALGO_AUTO` considers direct only at or below this many bytes (the larger buffer; 0:
+     * the planner's default, 256 KiB with 2 ranks, else 128 KiB), for collectives that have a ring.
      */
     uint64_t direct_threshold_bytes;
 } nrt_proxy_plan_params_t;

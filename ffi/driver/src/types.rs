@@ -400,8 +400,8 @@ pub struct NrtProxyPlanParams {
     /// Largest FIFO entry in bytes (rounded down to whole elements, at least one); default
     /// 512 KiB.
     pub chunk_bytes: u64,
-    /// `NRT_PROXY_ALGO_AUTO` picks direct at or below this many bytes (the larger buffer); 0:
-    /// the planner's default (256 KiB with 2 ranks, else 128 KiB).
+    /// `NRT_PROXY_ALGO_AUTO` considers direct only at or below this many bytes (the larger buffer; 0:
+    /// the planner's default, 256 KiB with 2 ranks, else 128 KiB), for collectives that have a ring.
     pub direct_threshold_bytes: u64,
 }
 

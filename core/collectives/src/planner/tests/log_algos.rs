@@ -40,7 +40,9 @@ fn every_log_algorithm_every_rank_count_integers_bit_exact() {
             // Zero, one, fewer than the ranks, and an odd count over several chunks.
             let counts: &[u64] = if cfg!(miri) {
                 &[5]
-            } else if n >= 16 {
+            } else if n >= 32 {
+                &[0, 1, nn - 1]
+            } else if n > 8 {
                 &[0, 1, nn - 1, 29]
             } else {
                 &[0, 1, nn.saturating_sub(1).max(1), 7, 53]
