@@ -201,6 +201,11 @@
 #define NRT_PROXY_ALGO_BINOMIAL 7
 
 /**
+ * `algorithm`: scatter down the binomial tree, then all-gather around the ring (broadcast).
+ */
+#define NRT_PROXY_ALGO_SCATTER_ALLGATHER 8
+
+/**
  * `dtype`: IEEE binary32.
  */
 #define NRT_PROXY_DTYPE_F32 0

@@ -66,7 +66,7 @@ fn pick<T: Copy>(what: &str, name: &str, all: &[T], v: u32) -> Result<T, NrtStat
 }
 
 /// The algorithms in the order of `NRT_PROXY_ALGO_*`.
-const ALGORITHMS: [Algorithm; 8] = Algorithm::ALL;
+const ALGORITHMS: [Algorithm; 9] = Algorithm::ALL;
 
 fn flag(what: &str, name: &str, v: u32) -> Result<bool, NrtStatus> {
     match v {

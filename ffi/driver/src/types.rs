@@ -332,6 +332,8 @@ pub const NRT_PROXY_ALGO_RECURSIVE_HALVING: u32 = 5;
 pub const NRT_PROXY_ALGO_BRUCK: u32 = 6;
 /// `algorithm`: binomial tree (broadcast).
 pub const NRT_PROXY_ALGO_BINOMIAL: u32 = 7;
+/// `algorithm`: scatter down the binomial tree, then all-gather around the ring (broadcast).
+pub const NRT_PROXY_ALGO_SCATTER_ALLGATHER: u32 = 8;
 
 /// `dtype`: IEEE binary32.
 pub const NRT_PROXY_DTYPE_F32: u32 = 0;

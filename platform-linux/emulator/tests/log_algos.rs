@@ -11,13 +11,14 @@ use std::time::Duration;
 use blocks::{assert_completed, assert_counters, run};
 use proxy_collectives::planner::{Algorithm, Collective, DataType, PlanParams};
 
-const PAIRS: [(Collective, Algorithm); 7] = [
+const PAIRS: [(Collective, Algorithm); 8] = [
     (Collective::AllReduce, Algorithm::RecursiveDoubling),
     (Collective::AllReduce, Algorithm::Rabenseifner),
     (Collective::AllGather, Algorithm::RecursiveDoubling),
     (Collective::AllGather, Algorithm::Bruck),
     (Collective::ReduceScatter, Algorithm::RecursiveHalving),
     (Collective::Broadcast, Algorithm::Binomial),
+    (Collective::Broadcast, Algorithm::ScatterAllgather),
     (Collective::AllToAll, Algorithm::Bruck),
 ];
 

@@ -85,6 +85,8 @@ pub enum AlgoArg {
     Bruck,
     /// Binomial tree (broadcast).
     Binomial,
+    /// Scatter down the binomial tree, then all-gather around the ring (broadcast).
+    ScatterAllgather,
 }
 
 impl From<AlgoArg> for Algorithm {
@@ -98,6 +100,7 @@ impl From<AlgoArg> for Algorithm {
             AlgoArg::RecursiveHalving => Algorithm::RecursiveHalving,
             AlgoArg::Bruck => Algorithm::Bruck,
             AlgoArg::Binomial => Algorithm::Binomial,
+            AlgoArg::ScatterAllgather => Algorithm::ScatterAllgather,
         }
     }
 }
@@ -435,7 +438,7 @@ impl Args {
             self.algo = AlgoArg::from_str(v.trim(), false).map_err(|_| {
                 format!(
                     "{var}={v}: not an algorithm (auto, ring, direct, recursive-doubling, \
-                     rabenseifner, recursive-halving, bruck, binomial)"
+                     rabenseifner, recursive-halving, bruck, binomial, scatter-allgather)"
                 )
             })?;
         }

@@ -616,6 +616,9 @@ pub(super) fn build(p: PlanParams, ib: u64, ob: u64) -> Result<RankPlan, PlanErr
                 (Collective::AllGather, Algorithm::Bruck) => g.bruck_all_gather(),
                 (Collective::AllToAll, Algorithm::Bruck) => g.bruck_all_to_all(),
                 (Collective::Broadcast, Algorithm::Binomial) => g.binomial_broadcast(),
+                (Collective::Broadcast, Algorithm::ScatterAllgather) => {
+                    g.scatter_allgather_broadcast()
+                }
                 (Collective::ReduceScatter, Algorithm::Ring) => g.ring(RingKind::ReduceScatter),
                 (Collective::AllGather, Algorithm::Ring) => g.ring(RingKind::AllGather),
                 (Collective::Broadcast, Algorithm::Ring) => g.broadcast_chain(),

@@ -52,7 +52,8 @@
 //!   pairwise pattern); reductions fold in rank order, so every rank computes bit-identical
 //!   results.
 //! * recursive doubling (all-reduce, all-gather), Rabenseifner (all-reduce), recursive
-//!   halving (reduce-scatter), Bruck (all-gather, all-to-all), binomial (broadcast): `log n`
+//!   halving (reduce-scatter), Bruck (all-gather, all-to-all), binomial and scatter +
+//!   all-gather (broadcast): `log n`
 //!   steps for any rank count (the extra ranks above a power of two folded in and out), in
 //!   `algos/` ([`Algorithm`] says how each works and where it comes from).
 //! * send-recv (`r → r+1`, `r−1 → r`) has one algorithm, direct; all-to-all direct (pairwise)
@@ -215,12 +216,16 @@ pub enum Algorithm {
     Bruck,
     /// Broadcast down a binomial tree rooted at the root (`⌈log2 n⌉` steps).
     Binomial,
+    /// Broadcast as a scatter of `n` segments down the binomial tree, then an all-gather of
+    /// them around the ring (van de Geijn; `⌈log2 n⌉ + n − 1` steps, `2(n − 1)/n` of the
+    /// vector sent per rank instead of the whole).
+    ScatterAllgather,
 }
 
 impl Algorithm {
     /// Every algorithm, [`Algorithm::Auto`] first (the order of the C API's
     /// `NRT_PROXY_ALGO_*`).
-    pub const ALL: [Algorithm; 8] = [
+    pub const ALL: [Algorithm; 9] = [
         Algorithm::Auto,
         Algorithm::Ring,
         Algorithm::Direct,
@@ -229,10 +234,11 @@ impl Algorithm {
         Algorithm::RecursiveHalving,
         Algorithm::Bruck,
         Algorithm::Binomial,
+        Algorithm::ScatterAllgather,
     ];
 
     /// The command-line name (`auto`, `ring`, `direct`, `recursive-doubling`,
-    /// `rabenseifner`, `recursive-halving`, `bruck`, `binomial`).
+    /// `rabenseifner`, `recursive-halving`, `bruck`, `binomial`, `scatter-allgather`).
     pub const fn name(self) -> &'static str {
         match self {
             Algorithm::Auto => "auto",
@@ -243,6 +249,7 @@ impl Algorithm {
             Algorithm::RecursiveHalving => "recursive-halving",
             Algorithm::Bruck => "bruck",
             Algorithm::Binomial => "binomial",
+            Algorithm::ScatterAllgather => "scatter-allgather",
         }
     }
 
@@ -263,7 +270,9 @@ impl Algorithm {
             Algorithm::Rabenseifner => matches!(c, Collective::AllReduce),
             Algorithm::RecursiveHalving => matches!(c, Collective::ReduceScatter),
             Algorithm::Bruck => matches!(c, Collective::AllGather | Collective::AllToAll),
-            Algorithm::Binomial => matches!(c, Collective::Broadcast),
+            Algorithm::Binomial | Algorithm::ScatterAllgather => {
+                matches!(c, Collective::Broadcast)
+            }
         }
     }
 }

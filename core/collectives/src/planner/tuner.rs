@@ -75,7 +75,12 @@ pub const fn candidates(c: Collective) -> &'static [Algorithm] {
             Algorithm::RecursiveHalving,
             Algorithm::Ring,
         ],
-        Collective::Broadcast => &[Algorithm::Direct, Algorithm::Binomial, Algorithm::Ring],
+        Collective::Broadcast => &[
+            Algorithm::Direct,
+            Algorithm::Binomial,
+            Algorithm::ScatterAllgather,
+            Algorithm::Ring,
+        ],
         Collective::SendRecv => &[Algorithm::Direct],
         Collective::AllToAll => &[Algorithm::Direct, Algorithm::Bruck],
     }
@@ -203,6 +208,18 @@ pub fn cost(
         (Collective::Broadcast, Algorithm::Binomial) => {
             let s = u128::from(ceil_log2(u64::from(nranks)));
             (s, (s + 1) * ent(b), s * b, 0)
+        }
+        (Collective::Broadcast, Algorithm::ScatterAllgather) => {
+            // The scatter: about half the vector out of the root in ⌈log2 n⌉ steps; the ring:
+            // n − 1 segments each way.
+            let s = u128::from(ceil_log2(u64::from(nranks)));
+            let seg = b.div_ceil(n);
+            (
+                s + n - 1,
+                s * ent(b / 2) + 2 * (n - 1) * ent(seg),
+                b * (n - 1) / n + (n - 1) * seg,
+                0,
+            )
         }
         (Collective::AllToAll, Algorithm::Bruck) => {
             let s = u128::from(ceil_log2(u64::from(nranks)));

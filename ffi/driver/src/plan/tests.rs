@@ -57,6 +57,7 @@ fn c_constants_are_the_planner_list_indices() {
             (NRT_PROXY_ALGO_RECURSIVE_HALVING, A::RecursiveHalving),
             (NRT_PROXY_ALGO_BRUCK, A::Bruck),
             (NRT_PROXY_ALGO_BINOMIAL, A::Binomial),
+            (NRT_PROXY_ALGO_SCATTER_ALLGATHER, A::ScatterAllgather),
         ],
     );
 }

@@ -10,13 +10,14 @@ use crate::planner::tuner::{self, cost, DEFAULT_COST_MODEL};
 use crate::planner::{plan, Algorithm, Collective, DataType, PlanError, RedOp};
 
 /// Every (collective, algorithm) pair of the `log n` algorithms.
-const PAIRS: [(Collective, Algorithm); 8] = [
+const PAIRS: [(Collective, Algorithm); 9] = [
     (Collective::AllReduce, Algorithm::RecursiveDoubling),
     (Collective::AllReduce, Algorithm::Rabenseifner),
     (Collective::AllGather, Algorithm::RecursiveDoubling),
     (Collective::AllGather, Algorithm::Bruck),
     (Collective::ReduceScatter, Algorithm::RecursiveHalving),
     (Collective::Broadcast, Algorithm::Binomial),
+    (Collective::Broadcast, Algorithm::ScatterAllgather),
     (Collective::AllToAll, Algorithm::Bruck),
     (Collective::AllReduce, Algorithm::Auto),
 ];
