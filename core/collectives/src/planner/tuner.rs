@@ -169,25 +169,27 @@ pub fn cost(
             let blk = b / n;
             (n - 1, 2 * (n - 1) * ent(blk), (n - 1) * blk, 0)
         }
+        // As planned unsplit (one stream, one block), where the blocks a step moves go as
+        // one run of entries; split, each block is entries of its own (n − 1 in all).
         (Collective::AllGather, Algorithm::RecursiveDoubling) => {
             let blk = b / n;
             // Step k moves 2^k blocks; the fold one block in, the unfold n − 1 out.
-            let e: u128 = (0..l).map(|k| 2 * (1 << k) * ent(blk)).sum();
+            let e: u128 = (0..l).map(|k| 2 * ent((1 << k) * blk)).sum();
             (
                 l + 2 * f,
-                e + f * (n * ent(blk)),
+                e + f * (ent(blk) + ent((n - 1) * blk)),
                 (p - 1) * blk + f * n * blk,
                 0,
             )
         }
         (Collective::AllGather, Algorithm::Bruck) => {
             let blk = b / n;
-            (
-                u128::from(ceil_log2(u64::from(nranks))),
-                2 * (n - 1) * ent(blk),
-                (n - 1) * blk,
-                0,
-            )
+            let s = u128::from(ceil_log2(u64::from(nranks)));
+            // Step k moves min(2^k, n − 2^k) blocks.
+            let e: u128 = (0..s)
+                .map(|k| 2 * ent((1u128 << k).min(n - (1u128 << k)) * blk))
+                .sum();
+            (s, e, (n - 1) * blk, 0)
         }
         (Collective::ReduceScatter, Algorithm::RecursiveHalving) => {
             let part = b * (p - 1) / p;

@@ -6,7 +6,9 @@
 //!
 //! Both address blocks where they are instead of rotating a temporary buffer: every receive
 //! lands in its final place or in a staging area of its own, and is posted at the start; a
-//! send waits only for the receive of the block it forwards. Step `k` uses tag `k`.
+//! send waits only for the receive of the block it forwards. Step `k` uses tag `k`. The
+//! all-gather's blocks of a step are one run of entries when the plan is not split
+//! ([`Gen::run_entries`]); the all-to-all's are block by block (they are not contiguous).
 
 use alloc::vec::Vec;
 
@@ -31,15 +33,11 @@ impl Gen {
             d *= 2;
         }
         for &(op, d, cnt) in &steps {
-            for i in 0..cnt {
-                self.block_entries(op, (r + d + i) % n, false);
-            }
+            self.run_entries(op, r + d, cnt, false);
         }
         self.own_block_copy();
         for &(op, _, cnt) in &steps {
-            for i in 0..cnt {
-                self.block_entries(op, (r + i) % n, true);
-            }
+            self.run_entries(op, r, cnt, true);
         }
     }
 

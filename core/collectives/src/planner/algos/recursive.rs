@@ -207,6 +207,45 @@ impl Gen {
         }
     }
 
+    /// `true` when the plan is not split over streams or blocks ([`crate::planner::plan_blocks`]
+    /// keeps the whole's `streams` and `blocks` in every part's parameters): only then may an
+    /// entry span rank blocks of a strided buffer.
+    pub(super) fn coalesce(&self) -> bool {
+        self.p.streams == 1 && self.p.blocks == 1
+    }
+
+    /// The all-gather blocks `first .. first + cnt` (mod n) as entries on `op`: unsplit
+    /// ([`Gen::coalesce`]) as chunks of the contiguous runs of the output (the own block must
+    /// be in the output already: [`Gen::own_block_copy`] before any send), else block by
+    /// block ([`Gen::block_entries`]). Both partners cut a run the same way.
+    pub(super) fn run_entries(&mut self, op: u32, first: u64, cnt: u64, send: bool) {
+        let (n, m) = (self.n, self.p.count);
+        if !self.coalesce() {
+            for i in 0..cnt {
+                self.block_entries(op, (first + i) % n, send);
+            }
+            return;
+        }
+        let first = first % n;
+        let runs = if first + cnt <= n {
+            [(first, first + cnt), (0, 0)]
+        } else {
+            [(first, n), (0, first + cnt - n)]
+        };
+        for (b0, b1) in runs {
+            let len = (b1 - b0) * m;
+            for c in 0..ceil_div(len, self.ce) {
+                let (off, bytes) = self.chunk(b0 * m, len, c);
+                let at = Loc::new(Buf::Output, off);
+                if send {
+                    self.b.send(op, at, bytes);
+                } else {
+                    self.b.recv(op, at, bytes);
+                }
+            }
+        }
+    }
+
     /// The copy of the rank's own block into the output (nothing in place).
     pub(super) fn own_block_copy(&mut self) {
         let (r, m, elt) = (self.r, self.p.count, self.elt);
@@ -229,11 +268,10 @@ impl Gen {
         let Some(nr) = f.newrank(r) else {
             let fold = self.b.op(Some(r as u32 + 1), None, 0);
             let unfold = self.b.op(None, Some(r as u32 + 1), unfold_tag);
-            for b in (0..n).filter(|&b| b != r) {
-                self.block_entries(unfold, b, false);
-            }
-            self.block_entries(fold, r, true);
+            // Every block but this rank's: the run after it, wrapping round.
+            self.run_entries(unfold, r + 1, n - 1, false);
             self.own_block_copy();
+            self.run_entries(fold, r, 1, true);
             return;
         };
         let folds = f.folds(r);
@@ -251,23 +289,20 @@ impl Gen {
             f.first(lo)..f.first(lo + (1 << s))
         };
         if let Some(op) = fold_op {
-            self.block_entries(op, r - 1, false);
+            self.run_entries(op, r - 1, 1, false);
         }
         for (s, &op) in ops.iter().enumerate() {
-            for b in group(nr ^ (1 << s), s as u64) {
-                self.block_entries(op, b, false);
-            }
+            let g = group(nr ^ (1 << s), s as u64);
+            self.run_entries(op, g.start, g.end - g.start, false);
         }
         self.own_block_copy();
         for (s, &op) in ops.iter().enumerate() {
-            for b in group(nr, s as u64) {
-                self.block_entries(op, b, true);
-            }
+            let g = group(nr, s as u64);
+            self.run_entries(op, g.start, g.end - g.start, true);
         }
         if let Some(op) = unfold_op {
-            for b in (0..n).filter(|&b| b != r - 1) {
-                self.block_entries(op, b, true);
-            }
+            // Every block but the extra's (r − 1): the run from r, wrapping round.
+            self.run_entries(op, r, n - 1, true);
         }
     }
 }

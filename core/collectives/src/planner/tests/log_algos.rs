@@ -173,6 +173,27 @@ fn recursive_doubling_has_log_steps() {
     assert_eq!([p(0), p(1), p(4)], [2, 4, 2]);
 }
 
+/// Unsplit, the `log n` all-gathers move each step's blocks as one run of entries: small
+/// blocks take one entry per step; split over streams, every block is entries of its own.
+#[test]
+fn all_gathers_coalesce_blocks_only_unsplit() {
+    for algo in [Algorithm::Bruck, Algorithm::RecursiveDoubling] {
+        // Rank 0: none of its runs wraps round (a wrapping run is two).
+        let mut p = params(Collective::AllGather, 32, 2, DataType::F32, algo);
+        let pl = plan(&p).unwrap();
+        assert_eq!(pl.ops.len(), 5, "{algo:?}");
+        assert!(pl
+            .ops
+            .iter()
+            .all(|o| o.tx_entry_cnt == 1 && o.rx_entry_cnt == 1));
+        p.streams = 2;
+        p.chunk_bytes = 4;
+        let bp = crate::planner::plan_blocks(&p).unwrap();
+        let entries: u32 = bp.blocks[0].plan.ops.iter().map(|o| o.rx_entry_cnt).sum();
+        assert_eq!(entries, 31, "{algo:?}");
+    }
+}
+
 #[test]
 fn names_round_trip_and_unsupported_pairs_are_refused() {
     for a in Algorithm::ALL {
@@ -217,9 +238,10 @@ fn tuner_picks_by_cost() {
     assert_eq!(pick(Collective::AllReduce, 4, 4 << 20), Algorithm::Ring);
     assert_eq!(pick(Collective::AllReduce, 32, 4 << 20), Algorithm::Ring);
     assert_eq!(pick(Collective::Broadcast, 32, 2), Algorithm::Binomial);
-    // Bruck moves every block as entries of its own (the split needs entries inside one rank
-    // block), as many as direct's: with the default constants it wins nowhere.
-    assert_eq!(pick(Collective::AllGather, 32, 2), Algorithm::Direct);
+    // Unsplit, Bruck's all-gather moves each step's blocks as one run: log n entries.
+    assert_eq!(pick(Collective::AllGather, 32, 2), Algorithm::Bruck);
+    // Bruck's all-to-all moves every block as entries of its own (they are not contiguous),
+    // more than direct's: with the default constants it wins nowhere.
     assert_eq!(pick(Collective::AllToAll, 32, 2), Algorithm::Direct);
     assert_eq!(pick(Collective::SendRecv, 32, 2), Algorithm::Direct);
     for c in Collective::ALL {
