@@ -226,8 +226,11 @@ pub fn cost(
         (Collective::AllToAll, Algorithm::Bruck) => {
             let s = u128::from(ceil_log2(u64::from(nranks)));
             let blk = b / n;
-            // Step k moves the blocks whose index has bit k set: about n/2 of them.
-            (s, 2 * s * (n / 2) * ent(blk), s * (n / 2) * blk, 0)
+            // Step k moves the blocks whose index has bit k set, about n/2 of them, packed
+            // into one run (as planned unsplit); the packing and unpacking copies are local
+            // work, counted at γ.
+            let half = (n / 2).max(1) * blk;
+            (s, 2 * s * ent(half), s * half, 2 * s * half)
         }
         _ => return None,
     };

@@ -8,7 +8,8 @@
 //! lands in its final place or in a staging area of its own, and is posted at the start; a
 //! send waits only for the receive of the block it forwards. Step `k` uses tag `k`. The
 //! all-gather's blocks of a step are one run of entries when the plan is not split
-//! ([`Gen::run_entries`]); the all-to-all's are block by block (they are not contiguous).
+//! ([`Gen::run_entries`]); the all-to-all's are packed into one run per step by local copies
+//! then (and go block by block when split).
 
 use alloc::vec::Vec;
 
@@ -47,6 +48,9 @@ impl Gen {
     /// step and index); at its last bit it lands in the output, block `r − j`. In place the
     /// input is copied to scratch first (the receives overwrite it).
     pub(super) fn bruck_all_to_all(&mut self) {
+        if self.coalesce() {
+            return self.bruck_all_to_all_packed();
+        }
         let (n, r, m, elt) = (self.n, self.r, self.p.count, self.elt);
         let blk = m * elt;
         let mut src = Buf::Input;
@@ -110,6 +114,84 @@ impl Gen {
                     self.b.send(*op, l, b);
                 }
                 cur[j as usize] = to;
+            }
+        }
+    }
+
+    /// [`Gen::bruck_all_to_all`] when the plan is not split ([`Gen::coalesce`]), as Bruck
+    /// wrote it: step `k`'s blocks are packed (local copies) into one send area and go as one
+    /// run of entries into one receive area of the partner's; there a block with bits still
+    /// to go stays where it landed, a block at its last bit is copied to its place in the
+    /// output. `⌈log2 n⌉` runs instead of about `n log2 n / 2` blocks; every area is scratch
+    /// of its own (about `n ⌈log2 n⌉` blocks in all), every receive posted at the start.
+    fn bruck_all_to_all_packed(&mut self) {
+        let (n, r, m, elt) = (self.n, self.r, self.p.count, self.elt);
+        let blk = m * elt;
+        let mut src = Buf::Input;
+        let mut base = 0;
+        if self.p.in_place {
+            self.b
+                .copy(Loc::new(Buf::Scratch, 0), Loc::new(Buf::Input, 0), n * blk);
+            src = Buf::Scratch;
+            base = n * blk;
+        }
+        let mut cur: Vec<Loc> = (0..n).map(|j| Loc::new(src, ((r + j) % n) * blk)).collect();
+        // Per step: (op, k, the relative blocks it moves, send area, receive area).
+        let mut steps = Vec::new();
+        let mut k = 0u64;
+        while (1 << k) < n {
+            let d = 1u64 << k;
+            let op = self.b.op(
+                Some(((r + d) % n) as u32),
+                Some(((r + n - d) % n) as u32),
+                k as u32,
+            );
+            let js: Vec<u64> = (1..n).filter(|j| j & d != 0).collect();
+            let len = js.len() as u64 * blk;
+            steps.push((op, k, js, base, base + len));
+            base += 2 * len;
+            k += 1;
+        }
+        self.scratch = base;
+        // A run of `blocks` blocks at `at` as entries of at most a chunk.
+        let run = |g: &Self, at: u64, blocks: u64| -> Vec<(Loc, u64)> {
+            let len = blocks * m;
+            (0..ceil_div(len, g.ce))
+                .map(|c| {
+                    let (off, bytes) = g.chunk(0, len, c);
+                    (Loc::new(Buf::Scratch, at + off), bytes)
+                })
+                .collect()
+        };
+        for (op, _, js, _, recv_at) in &steps {
+            for (l, b) in run(self, *recv_at, js.len() as u64) {
+                self.b.recv(*op, l, b);
+            }
+        }
+        self.b.copy(
+            Loc::new(Buf::Output, r * blk),
+            Loc::new(Buf::Input, r * blk),
+            blk,
+        );
+        for (op, k, js, send_at, recv_at) in &steps {
+            for (i, &j) in (0u64..).zip(js) {
+                self.b.copy(
+                    Loc::new(Buf::Scratch, send_at + i * blk),
+                    cur[j as usize],
+                    blk,
+                );
+            }
+            for (l, b) in run(self, *send_at, js.len() as u64) {
+                self.b.send(*op, l, b);
+            }
+            for (i, &j) in (0u64..).zip(js) {
+                let at = Loc::new(Buf::Scratch, recv_at + i * blk);
+                if j >> (k + 1) == 0 {
+                    self.b
+                        .copy(Loc::new(Buf::Output, ((r + n - j) % n) * blk), at, blk);
+                } else {
+                    cur[j as usize] = at;
+                }
             }
         }
     }

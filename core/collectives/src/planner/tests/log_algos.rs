@@ -173,8 +173,9 @@ fn recursive_doubling_has_log_steps() {
     assert_eq!([p(0), p(1), p(4)], [2, 4, 2]);
 }
 
-/// Unsplit, the `log n` all-gathers move each step's blocks as one run of entries: small
-/// blocks take one entry per step; split over streams, every block is entries of its own.
+/// Unsplit, the `log n` all-gathers move each step's blocks as one run of entries (and Bruck's
+/// all-to-all packs them into one): small blocks take one entry per step; split over streams,
+/// every block is entries of its own.
 #[test]
 fn all_gathers_coalesce_blocks_only_unsplit() {
     for algo in [Algorithm::Bruck, Algorithm::RecursiveDoubling] {
@@ -192,6 +193,15 @@ fn all_gathers_coalesce_blocks_only_unsplit() {
         let entries: u32 = bp.blocks[0].plan.ops.iter().map(|o| o.rx_entry_cnt).sum();
         assert_eq!(entries, 31, "{algo:?}");
     }
+    // Bruck's all-to-all: one packed run per step, any rank.
+    let mut p = params(Collective::AllToAll, 32, 2, DataType::F32, Algorithm::Bruck);
+    p.rank = 7;
+    let pl = plan(&p).unwrap();
+    assert_eq!(pl.ops.len(), 5);
+    assert!(pl
+        .ops
+        .iter()
+        .all(|o| o.tx_entry_cnt == 1 && o.rx_entry_cnt == 1));
 }
 
 #[test]
@@ -240,9 +250,9 @@ fn tuner_picks_by_cost() {
     assert_eq!(pick(Collective::Broadcast, 32, 2), Algorithm::Binomial);
     // Unsplit, Bruck's all-gather moves each step's blocks as one run: log n entries.
     assert_eq!(pick(Collective::AllGather, 32, 2), Algorithm::Bruck);
-    // Bruck's all-to-all moves every block as entries of its own (they are not contiguous),
-    // more than direct's: with the default constants it wins nowhere.
-    assert_eq!(pick(Collective::AllToAll, 32, 2), Algorithm::Direct);
+    // Unsplit, Bruck's all-to-all packs each step's blocks into one run.
+    assert_eq!(pick(Collective::AllToAll, 32, 2), Algorithm::Bruck);
+    assert_eq!(pick(Collective::AllToAll, 4, 1 << 20), Algorithm::Direct);
     assert_eq!(pick(Collective::SendRecv, 32, 2), Algorithm::Direct);
     for c in Collective::ALL {
         for n in [1u32, 2, 3, 7, 16, 100] {
