@@ -99,14 +99,18 @@ const fn ceil_log2(n: u64) -> u64 {
 
 /// The modelled time in nanoseconds of `algorithm` for `c` on `nranks` ranks with `bytes`
 /// bytes in the larger buffer ([`PlanParams::bytes`]) and FIFO entries of at most `chunk`
-/// bytes, under `m`; `None` when the algorithm does not support `c` or is
-/// [`Algorithm::Auto`]. One rank costs 0. Saturates instead of overflowing.
+/// bytes, under `m`; `split`: the plan is split over streams or blocks
+/// ([`crate::planner::plan_blocks`]), where the `log n` all-gathers and Bruck's all-to-all
+/// move every rank block as entries of its own instead of one run per step. `None` when the
+/// algorithm does not support `c` or is [`Algorithm::Auto`]. One rank costs 0. Saturates
+/// instead of overflowing.
 pub fn cost(
     c: Collective,
     algorithm: Algorithm,
     bytes: u64,
     nranks: u32,
     chunk: u64,
+    split: bool,
     m: &CostModel,
 ) -> Option<u64> {
     if algorithm == Algorithm::Auto || !algorithm.supports(c) {
@@ -119,6 +123,9 @@ pub fn cost(
     let chunk = u128::from(chunk.max(1));
     // Entries of one message of `b` bytes (an empty message is still one entry).
     let ent = |b: u128| b.div_ceil(chunk).max(1);
+    // Entries of `k` rank blocks of `blk` bytes moved together: one run, or split, each
+    // block on its own.
+    let run = |k: u128, blk: u128| if split { k * ent(blk) } else { ent(k * blk) };
     let (l, fold) = log2_fold(u64::from(nranks.max(1)));
     let l = u128::from(l);
     let f = u128::from(fold);
@@ -169,15 +176,13 @@ pub fn cost(
             let blk = b / n;
             (n - 1, 2 * (n - 1) * ent(blk), (n - 1) * blk, 0)
         }
-        // As planned unsplit (one stream, one block), where the blocks a step moves go as
-        // one run of entries; split, each block is entries of its own (n − 1 in all).
         (Collective::AllGather, Algorithm::RecursiveDoubling) => {
             let blk = b / n;
             // Step k moves 2^k blocks; the fold one block in, the unfold n − 1 out.
-            let e: u128 = (0..l).map(|k| 2 * ent((1 << k) * blk)).sum();
+            let e: u128 = (0..l).map(|k| 2 * run(1 << k, blk)).sum();
             (
                 l + 2 * f,
-                e + f * (ent(blk) + ent((n - 1) * blk)),
+                e + f * (ent(blk) + run(n - 1, blk)),
                 (p - 1) * blk + f * n * blk,
                 0,
             )
@@ -187,7 +192,7 @@ pub fn cost(
             let s = u128::from(ceil_log2(u64::from(nranks)));
             // Step k moves min(2^k, n − 2^k) blocks.
             let e: u128 = (0..s)
-                .map(|k| 2 * ent((1u128 << k).min(n - (1u128 << k)) * blk))
+                .map(|k| 2 * run((1u128 << k).min(n - (1u128 << k)), blk))
                 .sum();
             (s, e, (n - 1) * blk, 0)
         }
@@ -226,11 +231,12 @@ pub fn cost(
         (Collective::AllToAll, Algorithm::Bruck) => {
             let s = u128::from(ceil_log2(u64::from(nranks)));
             let blk = b / n;
-            // Step k moves the blocks whose index has bit k set, about n/2 of them, packed
-            // into one run (as planned unsplit); the packing and unpacking copies are local
+            // Step k moves the blocks whose index has bit k set, about n/2 of them; unsplit
+            // they are packed into one run, and the packing and unpacking copies are local
             // work, counted at γ.
-            let half = (n / 2).max(1) * blk;
-            (s, 2 * s * ent(half), s * half, 2 * s * half)
+            let half = (n / 2).max(1);
+            let copies = if split { 0 } else { 2 * s * half * blk };
+            (s, 2 * s * run(half, blk), s * half * blk, copies)
         }
         _ => return None,
     };
@@ -261,6 +267,7 @@ pub fn pick(p: &PlanParams) -> Algorithm {
             bytes,
             p.nranks,
             p.chunk_bytes,
+            p.streams.saturating_mul(p.blocks) > 1,
             &p.cost_model,
         ) {
             if t < best.0 {

@@ -253,6 +253,10 @@ fn tuner_picks_by_cost() {
     // Unsplit, Bruck's all-to-all packs each step's blocks into one run.
     assert_eq!(pick(Collective::AllToAll, 32, 2), Algorithm::Bruck);
     assert_eq!(pick(Collective::AllToAll, 4, 1 << 20), Algorithm::Direct);
+    // Split over streams, Bruck's runs become a block each: direct again for all-to-all.
+    let mut p = params(Collective::AllToAll, 32, 2, DataType::F32, Algorithm::Auto);
+    p.streams = 2;
+    assert_eq!(tuner::pick(&p), Algorithm::Direct);
     assert_eq!(pick(Collective::SendRecv, 32, 2), Algorithm::Direct);
     for c in Collective::ALL {
         for n in [1u32, 2, 3, 7, 16, 100] {
@@ -262,7 +266,7 @@ fn tuner_picks_by_cost() {
             }
         }
         for a in Algorithm::ALL {
-            let t = cost(c, a, 1024, 5, 512, &DEFAULT_COST_MODEL);
+            let t = cost(c, a, 1024, 5, 512, false, &DEFAULT_COST_MODEL);
             assert_eq!(
                 t.is_some(),
                 a != Algorithm::Auto && a.supports(c),
@@ -278,6 +282,7 @@ fn tuner_picks_by_cost() {
         u64::MAX,
         16384,
         1,
+        true,
         &DEFAULT_COST_MODEL
     )
     .is_some());
