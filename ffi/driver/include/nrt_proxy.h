@@ -162,7 +162,7 @@
 #define NRT_PROXY_COLL_ALL_TO_ALL 5
 
 /**
- * `algorithm`: direct at or below `direct_threshold_bytes`, else ring.
+ * `algorithm`: the planner's tuner (the cheapest by its cost model; direct only at or below `direct_threshold_bytes`).
  */
 #define NRT_PROXY_ALGO_AUTO 0
 
@@ -175,6 +175,36 @@
  * `algorithm`: direct (one step, every peer at once).
  */
 #define NRT_PROXY_ALGO_DIRECT 2
+
+/**
+ * `algorithm`: recursive doubling (all-reduce, all-gather; `log2 n` steps).
+ */
+#define NRT_PROXY_ALGO_RECURSIVE_DOUBLING 3
+
+/**
+ * `algorithm`: Rabenseifner (all-reduce: reduce-scatter by halving, all-gather by doubling).
+ */
+#define NRT_PROXY_ALGO_RABENSEIFNER 4
+
+/**
+ * `algorithm`: recursive halving (reduce-scatter).
+ */
+#define NRT_PROXY_ALGO_RECURSIVE_HALVING 5
+
+/**
+ * `algorithm`: Bruck (all-gather, all-to-all; `ceil(log2 n)` steps).
+ */
+#define NRT_PROXY_ALGO_BRUCK 6
+
+/**
+ * `algorithm`: binomial tree (broadcast).
+ */
+#define NRT_PROXY_ALGO_BINOMIAL 7
+
+/**
+ * `algorithm`: scatter down the binomial tree, then all-gather around the ring (broadcast).
+ */
+#define NRT_PROXY_ALGO_SCATTER_ALLGATHER 8
 
 /**
  * `dtype`: IEEE binary32.
@@ -732,7 +762,7 @@ typedef struct nrt_proxy_plan_params_t {
      */
     uint32_t collective;
     /**
-     * `NRT_PROXY_ALGO_*` (send-recv and all-to-all are always direct).
+     * `NRT_PROXY_ALGO_*` (one the collective does not support is refused; ring on send-recv and all-to-all is direct).
      */
     uint32_t algorithm;
     /**
@@ -797,8 +827,8 @@ typedef struct nrt_proxy_plan_params_t {
      */
     uint64_t chunk_bytes;
     /**
-     * `NRT_PROXY_ALGO_AUTO` picks direct at or below this many bytes (the larger buffer); 0:
-     * the planner's default (256 KiB with 2 ranks, else 128 KiB).
+     * `NRT_PROXY_ALGO_AUTO` considers direct only at or below this many bytes (the larger buffer; 0:
+     * the planner's default, 256 KiB with 2 ranks, else 128 KiB), for collectives that have a ring.
      */
     uint64_t direct_threshold_bytes;
 } nrt_proxy_plan_params_t;
@@ -812,7 +842,7 @@ typedef struct nrt_proxy_plan_layout_t {
      */
     uint32_t struct_size;
     /**
-     * The algorithm the plan uses (`NRT_PROXY_ALGO_RING` or `NRT_PROXY_ALGO_DIRECT`).
+     * The algorithm the plan uses (an `NRT_PROXY_ALGO_*` other than `NRT_PROXY_ALGO_AUTO`).
      */
     uint32_t algorithm;
     /**

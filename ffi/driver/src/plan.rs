@@ -66,7 +66,7 @@ fn pick<T: Copy>(what: &str, name: &str, all: &[T], v: u32) -> Result<T, NrtStat
 }
 
 /// The algorithms in the order of `NRT_PROXY_ALGO_*`.
-const ALGORITHMS: [Algorithm; 3] = [Algorithm::Auto, Algorithm::Ring, Algorithm::Direct];
+const ALGORITHMS: [Algorithm; 9] = Algorithm::ALL;
 
 fn flag(what: &str, name: &str, v: u32) -> Result<bool, NrtStatus> {
     match v {
@@ -259,10 +259,10 @@ pub unsafe extern "C" fn nrt_proxy_plan_layout(
         let l = p.layout;
         *out = NrtProxyPlanLayout {
             struct_size: size_of::<NrtProxyPlanLayout>() as u32,
-            algorithm: match p.params.algorithm {
-                Algorithm::Ring => NRT_PROXY_ALGO_RING,
-                _ => NRT_PROXY_ALGO_DIRECT,
-            },
+            algorithm: ALGORITHMS
+                .iter()
+                .position(|&a| a == p.params.algorithm)
+                .map_or(NRT_PROXY_ALGO_DIRECT, |i| i as u32),
             n_blocks: p.blocks.len() as u32,
             host_words: p.host_words(),
             streams: p.streams().iter().fold(0, |m, s| m | 1 << s),

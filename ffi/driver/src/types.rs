@@ -344,12 +344,24 @@ pub const NRT_PROXY_COLL_SEND_RECV: u32 = 4;
 /// `collective`: rank `r` sends block `p` of its input to rank `p`, receives into block `p`.
 pub const NRT_PROXY_COLL_ALL_TO_ALL: u32 = 5;
 
-/// `algorithm`: direct at or below `direct_threshold_bytes`, else ring.
+/// `algorithm`: the planner's tuner (the cheapest by its cost model; direct only at or below `direct_threshold_bytes`).
 pub const NRT_PROXY_ALGO_AUTO: u32 = 0;
 /// `algorithm`: ring (`n−1` or `2(n−1)` steps, chunk-pipelined).
 pub const NRT_PROXY_ALGO_RING: u32 = 1;
 /// `algorithm`: direct (one step, every peer at once).
 pub const NRT_PROXY_ALGO_DIRECT: u32 = 2;
+/// `algorithm`: recursive doubling (all-reduce, all-gather; `log2 n` steps).
+pub const NRT_PROXY_ALGO_RECURSIVE_DOUBLING: u32 = 3;
+/// `algorithm`: Rabenseifner (all-reduce: reduce-scatter by halving, all-gather by doubling).
+pub const NRT_PROXY_ALGO_RABENSEIFNER: u32 = 4;
+/// `algorithm`: recursive halving (reduce-scatter).
+pub const NRT_PROXY_ALGO_RECURSIVE_HALVING: u32 = 5;
+/// `algorithm`: Bruck (all-gather, all-to-all; `ceil(log2 n)` steps).
+pub const NRT_PROXY_ALGO_BRUCK: u32 = 6;
+/// `algorithm`: binomial tree (broadcast).
+pub const NRT_PROXY_ALGO_BINOMIAL: u32 = 7;
+/// `algorithm`: scatter down the binomial tree, then all-gather around the ring (broadcast).
+pub const NRT_PROXY_ALGO_SCATTER_ALLGATHER: u32 = 8;
 
 /// `dtype`: IEEE binary32.
 pub const NRT_PROXY_DTYPE_F32: u32 = 0;
@@ -385,7 +397,7 @@ pub struct NrtProxyPlanParams {
     pub struct_size: u32,
     /// `NRT_PROXY_COLL_*`.
     pub collective: u32,
-    /// `NRT_PROXY_ALGO_*` (send-recv and all-to-all are always direct).
+    /// `NRT_PROXY_ALGO_*` (one the collective does not support is refused; ring on send-recv and all-to-all is direct).
     pub algorithm: u32,
     /// `NRT_PROXY_DTYPE_*`.
     pub dtype: u32,
@@ -418,8 +430,8 @@ pub struct NrtProxyPlanParams {
     /// Largest FIFO entry in bytes (rounded down to whole elements, at least one); default
     /// 512 KiB.
     pub chunk_bytes: u64,
-    /// `NRT_PROXY_ALGO_AUTO` picks direct at or below this many bytes (the larger buffer); 0:
-    /// the planner's default (256 KiB with 2 ranks, else 128 KiB).
+    /// `NRT_PROXY_ALGO_AUTO` considers direct only at or below this many bytes (the larger buffer; 0:
+    /// the planner's default, 256 KiB with 2 ranks, else 128 KiB), for collectives that have a ring.
     pub direct_threshold_bytes: u64,
 }
 
@@ -429,7 +441,7 @@ pub struct NrtProxyPlanParams {
 pub struct NrtProxyPlanLayout {
     /// `sizeof(nrt_proxy_plan_layout_t)`: set by the caller before the call.
     pub struct_size: u32,
-    /// The algorithm the plan uses (`NRT_PROXY_ALGO_RING` or `NRT_PROXY_ALGO_DIRECT`).
+    /// The algorithm the plan uses (an `NRT_PROXY_ALGO_*` other than `NRT_PROXY_ALGO_AUTO`).
     pub algorithm: u32,
     /// Non-empty (stream, block) parts (`nrt_proxy_plan_blocks`).
     pub n_blocks: u32,

@@ -24,11 +24,10 @@ fn c_params(p: &PlanParams) -> NrtProxyPlanParams {
         .iter()
         .position(|&x| x == p.collective)
         .unwrap() as u32;
-    c.algorithm = match p.algorithm {
-        Algorithm::Auto => NRT_PROXY_ALGO_AUTO,
-        Algorithm::Ring => NRT_PROXY_ALGO_RING,
-        Algorithm::Direct => NRT_PROXY_ALGO_DIRECT,
-    };
+    c.algorithm = Algorithm::ALL
+        .iter()
+        .position(|&x| x == p.algorithm)
+        .unwrap() as u32;
     c.dtype = DataType::ALL.iter().position(|&x| x == p.dtype).unwrap() as u32;
     c.op = RedOp::ALL.iter().position(|&x| x == p.op).unwrap() as u32;
     c.rank = p.rank;
@@ -102,10 +101,10 @@ fn check_same(p: &PlanParams) {
             u32::from(want.layout.in_place)
         )
     );
-    let algo = match want.params.algorithm {
-        Algorithm::Ring => NRT_PROXY_ALGO_RING,
-        _ => NRT_PROXY_ALGO_DIRECT,
-    };
+    let algo = Algorithm::ALL
+        .iter()
+        .position(|&x| x == want.params.algorithm)
+        .unwrap() as u32;
     assert_eq!(layout.algorithm, algo, "{p:?}");
     let mut infos = vec![NrtProxyPlanBlockInfo::default(); want.blocks.len()];
     let mut n = 0usize;

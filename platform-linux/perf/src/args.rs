@@ -68,12 +68,25 @@ impl ProviderArg {
 /// The algorithm, as named on the command line.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum AlgoArg {
-    /// By size: direct (fewest network steps) for small, ring for large.
+    /// The planner's tuner: the cheapest algorithm by its cost model for the collective,
+    /// size and ranks (`proxy_collectives::planner::tuner`).
     Auto,
     /// Ring (bandwidth).
     Ring,
-    /// Direct exchange (latency: one network step).
+    /// Direct exchange (latency: one network step, `n − 1` messages per rank).
     Direct,
+    /// Recursive doubling (all-reduce, all-gather: `log2 n` steps).
+    RecursiveDoubling,
+    /// Rabenseifner (all-reduce: reduce-scatter by halving, all-gather by doubling).
+    Rabenseifner,
+    /// Recursive halving (reduce-scatter).
+    RecursiveHalving,
+    /// Bruck (all-gather, all-to-all: `⌈log2 n⌉` steps).
+    Bruck,
+    /// Binomial tree (broadcast).
+    Binomial,
+    /// Scatter down the binomial tree, then all-gather around the ring (broadcast).
+    ScatterAllgather,
 }
 
 impl From<AlgoArg> for Algorithm {
@@ -82,6 +95,12 @@ impl From<AlgoArg> for Algorithm {
             AlgoArg::Auto => Algorithm::Auto,
             AlgoArg::Ring => Algorithm::Ring,
             AlgoArg::Direct => Algorithm::Direct,
+            AlgoArg::RecursiveDoubling => Algorithm::RecursiveDoubling,
+            AlgoArg::Rabenseifner => Algorithm::Rabenseifner,
+            AlgoArg::RecursiveHalving => Algorithm::RecursiveHalving,
+            AlgoArg::Bruck => Algorithm::Bruck,
+            AlgoArg::Binomial => Algorithm::Binomial,
+            AlgoArg::ScatterAllgather => Algorithm::ScatterAllgather,
         }
     }
 }
@@ -311,7 +330,9 @@ pub struct Args {
     /// are recycled between iterations) instead of one execution per iteration.
     #[arg(long = "loop")]
     pub loop_mode: bool,
-    /// Algorithm: auto (by size), ring, direct.
+    /// Algorithm: auto (the planner's tuner) or one by name. With auto,
+    /// `NEURON_RT_PROXY_ALGO_<COLLECTIVE>` (e.g. `NEURON_RT_PROXY_ALGO_ALL_REDUCE=bruck`)
+    /// names the algorithm of that collective instead.
     #[arg(long, value_enum, default_value_t = AlgoArg::Auto)]
     pub algo: AlgoArg,
     /// Largest FIFO entry (pipeline chunk) in bytes.
@@ -410,7 +431,38 @@ pub struct Args {
     pub fault_inject: bool,
 }
 
+/// The environment variable that names the algorithm of `c` when `--algo` is auto:
+/// `NEURON_RT_PROXY_ALGO_` and the collective's name in capitals with `_` for `-`
+/// (`NEURON_RT_PROXY_ALGO_ALL_REDUCE`).
+pub fn algo_env(c: Collective) -> String {
+    format!(
+        "NEURON_RT_PROXY_ALGO_{}",
+        c.name().to_ascii_uppercase().replace('-', "_")
+    )
+}
+
 impl Args {
+    /// With `--algo auto`, takes the collective's algorithm from [`algo_env`] when that is
+    /// set (an explicit `--algo` wins; `auto` in the variable keeps the tuner).
+    ///
+    /// # Errors
+    /// A message naming the variable when its value is not an algorithm's name.
+    pub fn apply_algo_env(&mut self) -> Result<(), String> {
+        if self.algo != AlgoArg::Auto {
+            return Ok(());
+        }
+        let var = algo_env(self.collective.into());
+        if let Ok(v) = std::env::var(&var) {
+            self.algo = AlgoArg::from_str(v.trim(), false).map_err(|_| {
+                format!(
+                    "{var}={v}: not an algorithm (auto, ring, direct, recursive-doubling, \
+                     rabenseifner, recursive-halving, bruck, binomial, scatter-allgather)"
+                )
+            })?;
+        }
+        Ok(())
+    }
+
     /// The protocol options for the header: `streams 1 blocks 1 early-recv off early-send off
     /// idx-wrap none credits default`.
     pub fn protocol_line(&self) -> String {

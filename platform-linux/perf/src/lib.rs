@@ -91,6 +91,18 @@ fn run_inner(args: &Args) -> Result<i32, String> {
             args.root, args.ranks
         ));
     }
+    let (algo, coll) = (
+        proxy_collectives::planner::Algorithm::from(args.algo),
+        proxy_collectives::planner::Collective::from(args.collective),
+    );
+    if !algo.supports(coll) {
+        return Err(format!(
+            "algorithm {} does not support {} (--algo, or {})",
+            algo.name(),
+            coll.name(),
+            args::algo_env(coll)
+        ));
+    }
     if args.provider.is_some() && args.transport != TransportArg::Libfabric {
         return Err("--provider needs --transport libfabric".into());
     }

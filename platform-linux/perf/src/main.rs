@@ -12,10 +12,14 @@
 //! ```
 
 use clap::Parser;
-use proxy_perf::{args::Args, init_logging, run_cli};
+use proxy_perf::{args::Args, init_logging, run_cli, EXIT_ERROR};
 
 fn main() {
-    let args = Args::parse();
+    let mut args = Args::parse();
     init_logging();
+    if let Err(e) = args.apply_algo_env() {
+        eprintln!("proxy-perf: error: {e}");
+        std::process::exit(EXIT_ERROR);
+    }
     std::process::exit(run_cli(&args));
 }

@@ -3,7 +3,7 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
-use proxy_collectives::planner::Collective;
+use proxy_collectives::planner::{Algorithm, Collective};
 
 use super::args::{Args, TransportArg};
 use super::run::{Measure, RankProtocol, Row};
@@ -49,7 +49,7 @@ pub fn header(args: &Args, info: &HeaderInfo<'_>) -> String {
     let _ = writeln!(s, "#  protocol: {}", args.protocol_line());
     let _ = writeln!(
         s,
-        "#  minBytes {} maxBytes {} step: {} warmup iters: {} iters: {} check iters: {} type {} op {} root {} algo {:?} chunk {}",
+        "#  minBytes {} maxBytes {} step: {} warmup iters: {} iters: {} check iters: {} type {} op {} root {} algo {} chunk {}",
         args.min_bytes,
         args.max_bytes,
         step,
@@ -59,7 +59,7 @@ pub fn header(args: &Args, info: &HeaderInfo<'_>) -> String {
         args.dtype.name(),
         args.op.name(),
         args.root,
-        args.algo,
+        Algorithm::from(args.algo).name(),
         args.chunk
     );
     let _ = writeln!(s, "#");

@@ -6,6 +6,11 @@
 //! received chunks in wavefront order (diagonal `t = step + chunk`), so a chunk's partial result
 //! travels on while the next chunk is reduced (NCCL's pipelining, with FIFO entries as slices).
 
+mod bruck;
+mod halving;
+mod recursive;
+mod tree;
+
 use super::builder::Builder;
 use super::{Algorithm, Buf, Collective, Layout, Loc, PlanError, PlanParams, RankPlan};
 
@@ -571,6 +576,9 @@ impl Gen {
 /// the input and output sizes in bytes.
 pub(super) fn build(p: PlanParams, ib: u64, ob: u64) -> Result<RankPlan, PlanError> {
     let algorithm = p.resolved_algorithm();
+    if !algorithm.supports(p.collective) {
+        return Err(PlanError::Unsupported);
+    }
     let params = PlanParams { algorithm, ..p };
     let elt = p.dtype.size() as u64;
     let ce = p.chunk_elems();
@@ -601,6 +609,16 @@ pub(super) fn build(p: PlanParams, ib: u64, ob: u64) -> Result<RankPlan, PlanErr
         } else {
             match (p.collective, algorithm) {
                 (Collective::AllReduce, Algorithm::Ring) => g.ring(RingKind::AllReduce),
+                (Collective::AllReduce, Algorithm::RecursiveDoubling) => g.rd_all_reduce(),
+                (Collective::AllReduce, Algorithm::Rabenseifner) => g.halving(true),
+                (Collective::ReduceScatter, Algorithm::RecursiveHalving) => g.halving(false),
+                (Collective::AllGather, Algorithm::RecursiveDoubling) => g.rd_all_gather(),
+                (Collective::AllGather, Algorithm::Bruck) => g.bruck_all_gather(),
+                (Collective::AllToAll, Algorithm::Bruck) => g.bruck_all_to_all(),
+                (Collective::Broadcast, Algorithm::Binomial) => g.binomial_broadcast(),
+                (Collective::Broadcast, Algorithm::ScatterAllgather) => {
+                    g.scatter_allgather_broadcast()
+                }
                 (Collective::ReduceScatter, Algorithm::Ring) => g.ring(RingKind::ReduceScatter),
                 (Collective::AllGather, Algorithm::Ring) => g.ring(RingKind::AllGather),
                 (Collective::Broadcast, Algorithm::Ring) => g.broadcast_chain(),

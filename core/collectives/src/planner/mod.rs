@@ -51,9 +51,15 @@
 //! * direct (latency, one network step): every rank exchanges with every peer at once (the
 //!   pairwise pattern); reductions fold in rank order, so every rank computes bit-identical
 //!   results.
-//! * send-recv (`r → r+1`, `r−1 → r`) and all-to-all (pairwise) have one algorithm, direct.
-//! * [`Algorithm::Auto`] picks direct at or below [`PlanParams::direct_threshold_bytes`]
-//!   (fewest network steps), ring above, as NCCL picks by size.
+//! * recursive doubling (all-reduce, all-gather), Rabenseifner (all-reduce), recursive
+//!   halving (reduce-scatter), Bruck (all-gather, all-to-all), binomial and scatter +
+//!   all-gather (broadcast): `log n`
+//!   steps for any rank count (the extra ranks above a power of two folded in and out), in
+//!   `algos/` ([`Algorithm`] says how each works and where it comes from).
+//! * send-recv (`r → r+1`, `r−1 → r`) has one algorithm, direct; all-to-all direct (pairwise)
+//!   or Bruck.
+//! * [`Algorithm::Auto`] asks the [`tuner`]: the cheapest algorithm by an α–β cost model,
+//!   direct only at or below [`PlanParams::direct_threshold_bytes`] where a ring exists.
 //!
 //! With one rank every collective is a local copy and the plan has no ops.
 //!
@@ -68,6 +74,7 @@ mod plan;
 mod split;
 #[cfg(test)]
 mod tests;
+pub mod tuner;
 
 pub use plan::plan;
 pub use split::{plan_blocks, BlockPlan, BlockPlans};
@@ -177,33 +184,96 @@ impl Collective {
     }
 }
 
-/// The algorithm a plan uses.
+/// The algorithm a plan uses. One name, one meaning: each algorithm is defined for the
+/// collectives [`Algorithm::supports`] lists; [`Algorithm::Ring`] and [`Algorithm::Direct`]
+/// also accept send-recv and all-to-all, which they plan as the direct pairwise exchange.
+///
+/// The `log n` algorithms work for any rank count: the ranks above the largest power of two
+/// `p ≤ n` are folded in first (the even rank of each of the first `2(n − p)` pairs hands its
+/// data to the odd one, which takes part; at the end the odd one hands the result back), as
+/// MPICH's `MPIR_Allreduce_intra_recursive_doubling` and Open MPI's `coll_tuned` do (Thakur,
+/// Rabenseifner and Gropp, "Optimization of Collective Communication Operations in MPICH",
+/// IJHPCA 2005, §4).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Algorithm {
-    /// Choose by size: [`Algorithm::Direct`] at or below the threshold, else
-    /// [`Algorithm::Ring`] (send-recv and all-to-all are always direct).
+    /// Choose by the cost model ([`tuner`]) among the algorithms that support the collective.
     Auto,
-    /// Ring (bandwidth-optimal, `n−1` or `2(n−1)` steps, chunk-pipelined).
+    /// Ring (bandwidth-optimal, `n−1` or `2(n−1)` steps, chunk-pipelined); broadcast: a chain.
     Ring,
-    /// Direct exchange (latency-optimal: one network step, every peer at once).
+    /// Direct exchange (one network step, every peer at once; `n − 1` messages per rank).
     Direct,
+    /// Recursive doubling (all-reduce: whole vectors exchanged with partner `r xor 2^k`,
+    /// `log2 p` steps; all-gather: the blocks gathered so far exchanged the same way).
+    RecursiveDoubling,
+    /// Rabenseifner's all-reduce: a reduce-scatter by recursive halving, then an all-gather by
+    /// recursive doubling (`2 log2 p` steps, `2(p − 1)/p` of the vector sent per rank).
+    Rabenseifner,
+    /// Reduce-scatter by recursive halving: half of the remaining blocks exchanged with
+    /// partner `r xor p/2^(k+1)` each step, `log2 p` steps.
+    RecursiveHalving,
+    /// Bruck (all-gather: `⌈log2 n⌉` steps, to `r − 2^k` from `r + 2^k`; all-to-all: the
+    /// blocks whose relative index has bit `k` set move `2^k` ranks on in step `k`).
+    Bruck,
+    /// Broadcast down a binomial tree rooted at the root (`⌈log2 n⌉` steps).
+    Binomial,
+    /// Broadcast as a scatter of `n` segments down the binomial tree, then an all-gather of
+    /// them around the ring (van de Geijn; `⌈log2 n⌉ + n − 1` steps, `2(n − 1)/n` of the
+    /// vector sent per rank instead of the whole).
+    ScatterAllgather,
 }
 
 impl Algorithm {
-    /// The command-line name (`auto`, `ring`, `direct`).
+    /// Every algorithm, [`Algorithm::Auto`] first (the order of the C API's
+    /// `NRT_PROXY_ALGO_*`).
+    pub const ALL: [Algorithm; 9] = [
+        Algorithm::Auto,
+        Algorithm::Ring,
+        Algorithm::Direct,
+        Algorithm::RecursiveDoubling,
+        Algorithm::Rabenseifner,
+        Algorithm::RecursiveHalving,
+        Algorithm::Bruck,
+        Algorithm::Binomial,
+        Algorithm::ScatterAllgather,
+    ];
+
+    /// The command-line name (`auto`, `ring`, `direct`, `recursive-doubling`,
+    /// `rabenseifner`, `recursive-halving`, `bruck`, `binomial`, `scatter-allgather`).
     pub const fn name(self) -> &'static str {
         match self {
             Algorithm::Auto => "auto",
             Algorithm::Ring => "ring",
             Algorithm::Direct => "direct",
+            Algorithm::RecursiveDoubling => "recursive-doubling",
+            Algorithm::Rabenseifner => "rabenseifner",
+            Algorithm::RecursiveHalving => "recursive-halving",
+            Algorithm::Bruck => "bruck",
+            Algorithm::Binomial => "binomial",
+            Algorithm::ScatterAllgather => "scatter-allgather",
         }
     }
 
     /// Parses a command-line name.
     pub fn from_name(s: &str) -> Option<Self> {
-        [Algorithm::Auto, Algorithm::Ring, Algorithm::Direct]
-            .into_iter()
-            .find(|a| a.name() == s)
+        Self::ALL.into_iter().find(|a| a.name() == s)
+    }
+
+    /// `true` if a plan of `c` can use this algorithm ([`Algorithm::Auto`] supports
+    /// everything). Ring and direct support every collective (send-recv and all-to-all are
+    /// then the direct exchange).
+    pub const fn supports(self, c: Collective) -> bool {
+        match self {
+            Algorithm::Auto | Algorithm::Ring | Algorithm::Direct => true,
+            Algorithm::RecursiveDoubling => {
+                matches!(c, Collective::AllReduce | Collective::AllGather)
+            }
+            Algorithm::Rabenseifner => matches!(c, Collective::AllReduce),
+            Algorithm::RecursiveHalving => matches!(c, Collective::ReduceScatter),
+            Algorithm::Bruck => matches!(c, Collective::AllGather | Collective::AllToAll),
+            Algorithm::Binomial | Algorithm::ScatterAllgather => {
+                matches!(c, Collective::Broadcast)
+            }
+        }
     }
 }
 
@@ -246,8 +316,11 @@ pub struct PlanParams {
     pub in_place: bool,
     /// Receives in flight per op side into scratch slots, `>= 1`.
     pub pipeline_depth: u32,
-    /// [`Algorithm::Auto`] picks direct at or below this many bytes (larger buffer).
+    /// [`Algorithm::Auto`] considers direct only at or below this many bytes (larger buffer),
+    /// for the collectives that have a ring (above it direct was measured to lose to ring).
     pub direct_threshold_bytes: u64,
+    /// The constants [`Algorithm::Auto`]'s cost model uses ([`tuner`]).
+    pub cost_model: tuner::CostModel,
     /// Streams the collective is split over by [`plan_blocks`], `1..=4` (slice `s` on stream
     /// `s`); [`plan`] ignores it.
     pub streams: u32,
@@ -281,7 +354,8 @@ pub struct NecOptions {
 impl PlanParams {
     /// Parameters with the defaults: auto algorithm, sum, root 0, out of place,
     /// [`DEFAULT_CHUNK_BYTES`], [`DEFAULT_PIPELINE_DEPTH`], [`DEFAULT_DIRECT_THRESHOLD_BYTES`]
-    /// ([`DEFAULT_DIRECT_THRESHOLD_BYTES_2_RANKS`] with 2 ranks).
+    /// ([`DEFAULT_DIRECT_THRESHOLD_BYTES_2_RANKS`] with 2 ranks),
+    /// [`tuner::DEFAULT_COST_MODEL`].
     pub const fn new(
         collective: Collective,
         count: u64,
@@ -306,6 +380,7 @@ impl PlanParams {
             } else {
                 DEFAULT_DIRECT_THRESHOLD_BYTES
             },
+            cost_model: tuner::DEFAULT_COST_MODEL,
             streams: 1,
             blocks: 1,
             nec: NecOptions {
@@ -323,23 +398,24 @@ impl PlanParams {
         self
     }
 
-    /// The algorithm a plan with these parameters uses (never [`Algorithm::Auto`]).
+    /// The algorithm a plan with these parameters uses (never [`Algorithm::Auto`]): the one
+    /// asked for, or [`tuner::pick`]'s choice for [`Algorithm::Auto`]. Ring and direct on
+    /// send-recv and all-to-all resolve to direct (the pairwise exchange). An algorithm the
+    /// collective does not support is returned as asked; [`plan`] refuses it
+    /// ([`PlanError::Unsupported`]).
     pub fn resolved_algorithm(&self) -> Algorithm {
-        match self.collective {
-            Collective::SendRecv | Collective::AllToAll => Algorithm::Direct,
-            _ => match self.algorithm {
-                Algorithm::Auto => {
-                    let (i, o) = self.collective.buffer_elems(self.count, self.nranks);
-                    let bytes = i.max(o).saturating_mul(self.dtype.size() as u64);
-                    if bytes <= self.direct_threshold_bytes {
-                        Algorithm::Direct
-                    } else {
-                        Algorithm::Ring
-                    }
-                }
-                a => a,
-            },
+        match (self.collective, self.algorithm) {
+            (_, Algorithm::Auto) => tuner::pick(self),
+            (Collective::SendRecv | Collective::AllToAll, Algorithm::Ring) => Algorithm::Direct,
+            (_, a) => a,
         }
+    }
+
+    /// Bytes of the larger of the rank's two buffers (what the tuner and the tools size by);
+    /// saturates at `u64::MAX`.
+    pub fn bytes(&self) -> u64 {
+        let (i, o) = self.collective.buffer_elems(self.count, self.nranks);
+        i.max(o).saturating_mul(self.dtype.size() as u64)
     }
 
     /// Elements per chunk: `chunk_bytes` rounded down to whole elements, at least 1.
@@ -365,6 +441,8 @@ pub enum PlanError {
     BadNec,
     /// The (stream, block, op) tags do not fit below 2^14: fewer streams, blocks or ranks.
     TooManyTags,
+    /// The algorithm does not support the collective ([`Algorithm::supports`]).
+    Unsupported,
 }
 
 impl fmt::Display for PlanError {
@@ -381,6 +459,7 @@ impl fmt::Display for PlanError {
             PlanError::TooManyTags => {
                 "the (stream, block, op) tags do not fit below 2^14: fewer streams or blocks"
             }
+            PlanError::Unsupported => "the algorithm does not support this collective",
         })
     }
 }

@@ -40,6 +40,9 @@ pub fn plan(params: &PlanParams) -> Result<RankPlan, PlanError> {
     ib.checked_add(ob)
         .and_then(|s| s.checked_add(scratch_bound))
         .ok_or(PlanError::TooLarge)?;
+    // The `log n` algorithms' scratch: at most 16 × the larger buffer (Bruck's all-to-all
+    // stages up to `⌈log2 n⌉ ≤ 14` copies of it; recursive halving about 3).
+    ib.max(ob).checked_mul(16).ok_or(PlanError::TooLarge)?;
     let mut plan = algos::build(p, ib, ob)?;
     for op in &plan.ops {
         if op.tx_entry_cnt > MAX_ENTRIES_PER_OP || op.rx_entry_cnt > MAX_ENTRIES_PER_OP {

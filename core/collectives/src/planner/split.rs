@@ -43,7 +43,8 @@ pub struct BlockPlan {
     /// Elements `lo..hi` of every rank block this part covers.
     pub elems: (u64, u64),
     /// The part's plan: locations in the whole buffers ([`BlockPlans::layout`], also its
-    /// `layout`), its own op tags; `params.count` is the part's `hi − lo`.
+    /// `layout`), its own op tags; `params.count` is the part's `hi − lo` (`streams` and
+    /// `blocks` are the whole's).
     pub plan: RankPlan,
     /// Its first host word in the rank's host-word array: op `k` of this part uses words
     /// `word_base + 6k .. word_base + 6k + 6`.
@@ -186,7 +187,7 @@ impl Mover {
 
     fn entry(&self, e: &PlannedEntry) -> Result<PlannedEntry, PlanError> {
         if e.bytes > self.run(e.loc) {
-            // Every algorithm's entries are pieces of one rank block.
+            // Split, every algorithm's entries are pieces of one rank block.
             return Err(PlanError::TooLarge);
         }
         Ok(PlannedEntry {
@@ -275,8 +276,8 @@ pub fn plan_blocks(params: &PlanParams) -> Result<BlockPlans, PlanError> {
             }
             let mut sub = p;
             sub.count = hi - lo;
-            sub.streams = 1;
-            sub.blocks = 1;
+            // `streams` and `blocks` stay the whole's (plan ignores them): an algorithm may put
+            // several rank blocks in one entry only when the plan is not split (`1 × 1`).
             let part = if s_n * b_n == 1 {
                 whole.clone()
             } else {
@@ -304,7 +305,12 @@ pub fn plan_blocks(params: &PlanParams) -> Result<BlockPlans, PlanError> {
     for (s, b, (lo, hi), mut pl) in parts {
         let part_block = (hi - lo) * elt;
         let strided = |yes: bool| Map {
-            part_block: if yes && n > 1 { part_block } else { 0 },
+            // Unsplit, the one part is the whole: nothing to move, entries may span blocks.
+            part_block: if yes && n > 1 && s_n * b_n > 1 {
+                part_block
+            } else {
+                0
+            },
             whole_block,
             lo: lo * elt,
         };

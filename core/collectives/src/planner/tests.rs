@@ -981,3 +981,5 @@ fn streams_blocks_and_options_never_deadlock() {
         }
     }
 }
+
+mod log_algos;

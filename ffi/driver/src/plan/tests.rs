@@ -52,6 +52,12 @@ fn c_constants_are_the_planner_list_indices() {
             (NRT_PROXY_ALGO_AUTO, A::Auto),
             (NRT_PROXY_ALGO_RING, A::Ring),
             (NRT_PROXY_ALGO_DIRECT, A::Direct),
+            (NRT_PROXY_ALGO_RECURSIVE_DOUBLING, A::RecursiveDoubling),
+            (NRT_PROXY_ALGO_RABENSEIFNER, A::Rabenseifner),
+            (NRT_PROXY_ALGO_RECURSIVE_HALVING, A::RecursiveHalving),
+            (NRT_PROXY_ALGO_BRUCK, A::Bruck),
+            (NRT_PROXY_ALGO_BINOMIAL, A::Binomial),
+            (NRT_PROXY_ALGO_SCATTER_ALLGATHER, A::ScatterAllgather),
         ],
     );
 }

@@ -1,0 +1,279 @@
+//! The tuner behind [`Algorithm::Auto`]: a latency/bandwidth cost model per algorithm, given
+//! (collective, bytes, ranks, chunk), and the cheapest algorithm by it.
+//!
+//! # The model
+//! The time of a collective on one rank is its critical path:
+//!
+//! ```text
+//! T = steps · α + entries · o + sent · β + reduced · γ
+//! ```
+//!
+//! * `steps`: dependent network steps (a step waits for the one before it);
+//! * `entries`: FIFO entries the rank sends and receives (each a proxy op slot, a transport
+//!   request and a completion; a message of `b` bytes is `⌈b / chunk⌉` entries);
+//! * `sent`: bytes the rank sends (the longest chain of sends, for trees);
+//! * `reduced`: bytes the rank reduces, where the reductions are not overlapped with the
+//!   transfers (the ring's chunk pipeline overlaps them: 0 there).
+//!
+//! This is Hockney's α–β model with LogP's per-message overhead `o` and a reduction term `γ`,
+//! as Thakur, Rabenseifner and Gropp ("Optimization of Collective Communication Operations in
+//! MPICH", IJHPCA 2005, §2) cost the MPICH algorithms. The step, message and byte counts of
+//! each algorithm are the paper's (with the fold of the ranks above a power of two adding two
+//! steps, §4), and the ring's are NCCL's.
+//!
+//! The model ignores the CPUs the ranks share: with more ranks than CPUs (the in-process
+//! runs of proxy-perf) every rank's entries cost every other rank time too, which favours
+//! algorithms with fewer messages in all (recursive doubling over direct) more than the model
+//! says.
+
+use super::{Algorithm, Collective, PlanParams};
+
+/// The constants of the cost model ([`cost`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct CostModel {
+    /// `α`: nanoseconds per dependent network step.
+    pub step_ns: u64,
+    /// `o`: nanoseconds per FIFO entry sent or received (proxy, transport and device work).
+    pub entry_ns: u64,
+    /// `β`: picoseconds per byte sent.
+    pub byte_ps: u64,
+    /// `γ`: picoseconds per byte reduced.
+    pub reduce_ps: u64,
+}
+
+/// The default constants, fitted by hand to this project's in-process measurements on a
+/// shared 2-CPU VM (proxy-perf, caller + polled; BENCHMARKS.md and issue 26): `α + 2o` ≈ the
+/// 2-rank 8 B all-reduce (3.2–4 µs, one step, one entry each way); `α + 6o` ≈ the 4-rank 8 B
+/// direct all-reduce (9 µs); `β = γ` from the 2-rank 1 MiB ring all-reduce (57 µs for 1 MiB
+/// sent and 0.5 MiB reduced: 35 ps/B, i.e. memcpy at about 28 GB/s). Other machines, and
+/// networks, want their own: a network step costs microseconds more, a byte over a 100 Gb/s
+/// link 80 ps.
+pub const DEFAULT_COST_MODEL: CostModel = CostModel {
+    step_ns: 2_000,
+    entry_ns: 1_000,
+    byte_ps: 35,
+    reduce_ps: 35,
+};
+
+/// The algorithms [`pick`] chooses among for `c`, in order of preference on a tie.
+pub const fn candidates(c: Collective) -> &'static [Algorithm] {
+    match c {
+        Collective::AllReduce => &[
+            Algorithm::Direct,
+            Algorithm::RecursiveDoubling,
+            Algorithm::Rabenseifner,
+            Algorithm::Ring,
+        ],
+        Collective::AllGather => &[
+            Algorithm::Direct,
+            Algorithm::Bruck,
+            Algorithm::RecursiveDoubling,
+            Algorithm::Ring,
+        ],
+        Collective::ReduceScatter => &[
+            Algorithm::Direct,
+            Algorithm::RecursiveHalving,
+            Algorithm::Ring,
+        ],
+        Collective::Broadcast => &[
+            Algorithm::Direct,
+            Algorithm::Binomial,
+            Algorithm::ScatterAllgather,
+            Algorithm::Ring,
+        ],
+        Collective::SendRecv => &[Algorithm::Direct],
+        Collective::AllToAll => &[Algorithm::Direct, Algorithm::Bruck],
+    }
+}
+
+/// `⌊log2 n⌋` and whether `n` is not a power of two (the fold's two extra steps), for `n ≥ 1`.
+const fn log2_fold(n: u64) -> (u64, bool) {
+    let l = 63 - n.leading_zeros() as u64;
+    (l, !n.is_power_of_two())
+}
+
+/// `⌈log2 n⌉` for `n ≥ 1`.
+const fn ceil_log2(n: u64) -> u64 {
+    64 - (n - 1).leading_zeros() as u64
+}
+
+/// The modelled time in nanoseconds of `algorithm` for `c` on `nranks` ranks with `bytes`
+/// bytes in the larger buffer ([`PlanParams::bytes`]) and FIFO entries of at most `chunk`
+/// bytes, under `m`; `split`: the plan is split over streams or blocks
+/// ([`crate::planner::plan_blocks`]), where the `log n` all-gathers and Bruck's all-to-all
+/// move every rank block as entries of its own instead of one run per step. `None` when the
+/// algorithm does not support `c` or is [`Algorithm::Auto`]. One rank costs 0. Saturates
+/// instead of overflowing.
+pub fn cost(
+    c: Collective,
+    algorithm: Algorithm,
+    bytes: u64,
+    nranks: u32,
+    chunk: u64,
+    split: bool,
+    m: &CostModel,
+) -> Option<u64> {
+    if algorithm == Algorithm::Auto || !algorithm.supports(c) {
+        return None;
+    }
+    let n = u128::from(nranks.max(1));
+    if n == 1 {
+        return Some(0);
+    }
+    let chunk = u128::from(chunk.max(1));
+    // Entries of one message of `b` bytes (an empty message is still one entry).
+    let ent = |b: u128| b.div_ceil(chunk).max(1);
+    // Entries of `k` rank blocks of `blk` bytes moved together: one run, or split, each
+    // block on its own.
+    let run = |k: u128, blk: u128| if split { k * ent(blk) } else { ent(k * blk) };
+    let (l, fold) = log2_fold(u64::from(nranks.max(1)));
+    let l = u128::from(l);
+    let f = u128::from(fold);
+    let p = 1u128 << l;
+    let b = u128::from(bytes);
+    // (steps, entries sent + received, bytes sent, bytes reduced)
+    let (steps, entries, sent, reduced): (u128, u128, u128, u128) = match (c, algorithm) {
+        (Collective::SendRecv | Collective::AllToAll, Algorithm::Direct | Algorithm::Ring) => {
+            let per = if c == Collective::AllToAll { b / n } else { b };
+            let k = if c == Collective::AllToAll { n - 1 } else { 1 };
+            (1, 2 * k * ent(per), k * per, 0)
+        }
+        (Collective::AllReduce, Algorithm::Direct) => {
+            (1, 2 * (n - 1) * ent(b), (n - 1) * b, (n - 1) * b)
+        }
+        (Collective::AllReduce, Algorithm::Ring) => {
+            // The chunk pipeline overlaps the reductions with the transfers.
+            let seg = b.div_ceil(n);
+            (2 * (n - 1), 4 * (n - 1) * ent(seg), 2 * (n - 1) * seg, 0)
+        }
+        (Collective::AllReduce, Algorithm::RecursiveDoubling) => {
+            let s = l + 2 * f;
+            (s, 2 * s * ent(b), s * b, (l + f) * b)
+        }
+        (Collective::AllReduce, Algorithm::Rabenseifner) => {
+            // Halving and doubling move (p − 1)/p of the vector each; the fold and unfold
+            // move it whole.
+            let part = b * (p - 1) / p;
+            let half_entries: u128 = (1..=l).map(|k| 2 * ent(b >> k)).sum();
+            (
+                2 * l + 2 * f,
+                2 * half_entries + 2 * f * ent(b),
+                2 * part + 2 * f * b,
+                part + f * b,
+            )
+        }
+        (Collective::AllGather | Collective::ReduceScatter, Algorithm::Direct) => {
+            let blk = b / n;
+            let red = if c == Collective::ReduceScatter {
+                (n - 1) * blk
+            } else {
+                0
+            };
+            (1, 2 * (n - 1) * ent(blk), (n - 1) * blk, red)
+        }
+        (Collective::AllGather | Collective::ReduceScatter, Algorithm::Ring) => {
+            // The chunk pipeline overlaps the reductions with the transfers.
+            let blk = b / n;
+            (n - 1, 2 * (n - 1) * ent(blk), (n - 1) * blk, 0)
+        }
+        (Collective::AllGather, Algorithm::RecursiveDoubling) => {
+            let blk = b / n;
+            // Step k moves 2^k blocks; the fold one block in, the unfold n − 1 out.
+            let e: u128 = (0..l).map(|k| 2 * run(1 << k, blk)).sum();
+            (
+                l + 2 * f,
+                e + f * (ent(blk) + run(n - 1, blk)),
+                (p - 1) * blk + f * n * blk,
+                0,
+            )
+        }
+        (Collective::AllGather, Algorithm::Bruck) => {
+            let blk = b / n;
+            let s = u128::from(ceil_log2(u64::from(nranks)));
+            // Step k moves min(2^k, n − 2^k) blocks.
+            let e: u128 = (0..s)
+                .map(|k| 2 * run((1u128 << k).min(n - (1u128 << k)), blk))
+                .sum();
+            (s, e, (n - 1) * blk, 0)
+        }
+        (Collective::ReduceScatter, Algorithm::RecursiveHalving) => {
+            let part = b * (p - 1) / p;
+            let e: u128 = (1..=l).map(|k| 2 * (n >> k).max(1) * ent(b / n)).sum();
+            (
+                l + 2 * f,
+                e + 2 * f * n * ent(b / n),
+                part + f * b,
+                part + f * b,
+            )
+        }
+        (Collective::Broadcast, Algorithm::Direct) => (1, (n - 1) * ent(b), (n - 1) * b, 0),
+        (Collective::Broadcast, Algorithm::Ring) => {
+            // A chain, pipelined in chunks: n − 1 hops of one chunk, then the rest streams.
+            let chunks = ent(b);
+            (n - 1 + chunks - 1, 2 * chunks, b, 0)
+        }
+        (Collective::Broadcast, Algorithm::Binomial) => {
+            let s = u128::from(ceil_log2(u64::from(nranks)));
+            (s, (s + 1) * ent(b), s * b, 0)
+        }
+        (Collective::Broadcast, Algorithm::ScatterAllgather) => {
+            // The scatter: about half the vector out of the root in ⌈log2 n⌉ steps; the ring:
+            // n − 1 segments each way.
+            let s = u128::from(ceil_log2(u64::from(nranks)));
+            let seg = b.div_ceil(n);
+            (
+                s + n - 1,
+                s * ent(b / 2) + 2 * (n - 1) * ent(seg),
+                b * (n - 1) / n + (n - 1) * seg,
+                0,
+            )
+        }
+        (Collective::AllToAll, Algorithm::Bruck) => {
+            let s = u128::from(ceil_log2(u64::from(nranks)));
+            let blk = b / n;
+            // Step k moves the blocks whose index has bit k set, about n/2 of them; unsplit
+            // they are packed into one run, and the packing and unpacking copies are local
+            // work, counted at γ.
+            let half = (n / 2).max(1);
+            let copies = if split { 0 } else { 2 * s * half * blk };
+            (s, 2 * s * run(half, blk), s * half * blk, copies)
+        }
+        _ => return None,
+    };
+    let ps = steps * u128::from(m.step_ns) * 1000
+        + entries * u128::from(m.entry_ns) * 1000
+        + sent * u128::from(m.byte_ps)
+        + reduced * u128::from(m.reduce_ps);
+    Some(u64::try_from(ps / 1000).unwrap_or(u64::MAX))
+}
+
+/// The algorithm [`Algorithm::Auto`] resolves to for `p`: the cheapest of [`candidates`] by
+/// [`cost`] under `p.cost_model`, direct only at or below [`PlanParams::direct_threshold_bytes`]
+/// where a ring exists (the measured crossover where direct loses to ring), the first on a
+/// tie. Send-recv is always direct.
+pub fn pick(p: &PlanParams) -> Algorithm {
+    let bytes = p.bytes();
+    let mut best = (u64::MAX, Algorithm::Ring);
+    for &a in candidates(p.collective) {
+        if a == Algorithm::Direct
+            && bytes > p.direct_threshold_bytes
+            && candidates(p.collective).contains(&Algorithm::Ring)
+        {
+            continue;
+        }
+        if let Some(t) = cost(
+            p.collective,
+            a,
+            bytes,
+            p.nranks,
+            p.chunk_bytes,
+            p.streams.saturating_mul(p.blocks) > 1,
+            &p.cost_model,
+        ) {
+            if t < best.0 {
+                best = (t, a);
+            }
+        }
+    }
+    best.1
+}
