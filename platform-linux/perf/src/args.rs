@@ -131,6 +131,14 @@ pub const DEFAULT_EARLY_SEND: &str = "off";
 pub const DEFAULT_IDX_WRAP: u32 = 0;
 /// `--credits` default (0 = the progress half's default).
 pub const DEFAULT_CREDITS: u32 = 0;
+/// `--min-time` default in ms: the shortest timed loop of a calibrated count (no `-n`). At
+/// 8 B (about 2.5 µs per all-reduce at 2 ranks) that is about 20 000 iterations, more than the
+/// `-n 10000` of a steady-state reference run.
+pub const DEFAULT_MIN_TIME_MS: u32 = 50;
+/// The fewest timed iterations of a calibrated count (nccl-tests' default `-n`).
+pub const MIN_ITERS: u32 = 20;
+/// The most timed iterations of a calibrated count.
+pub const MAX_ITERS: u32 = 1_000_000;
 
 /// Parses `--idx-wrap`: 0 (no wrap) or at least 2 (a wrap of 1 leaves no entry to post).
 ///
@@ -263,9 +271,14 @@ pub struct Args {
     /// Add this many bytes between rows (0 = use the factor).
     #[arg(short = 'i', long = "stepbytes", default_value = "0", value_parser = parse_size)]
     pub step_bytes: u64,
-    /// Timed iterations per size.
-    #[arg(short = 'n', long = "iters", default_value_t = 20)]
-    pub iters: u32,
+    /// Timed iterations per size. Without it the count is calibrated per size so that the
+    /// timed loop lasts at least `--min-time` (at least [`MIN_ITERS`], at most [`MAX_ITERS`]):
+    /// small sizes get thousands of iterations, as OSU and nccl-tests users expect.
+    #[arg(short = 'n', long = "iters")]
+    pub iters: Option<u32>,
+    /// With a calibrated count (no `-n`): the shortest timed loop per size and side, in ms.
+    #[arg(long = "min-time", value_name = "MS", default_value_t = DEFAULT_MIN_TIME_MS)]
+    pub min_time_ms: u32,
     /// Warm-up iterations per size (not timed).
     #[arg(short = 'w', long = "warmup_iters", default_value_t = 5)]
     pub warmup: u32,
@@ -448,5 +461,18 @@ impl Args {
             s = next;
         }
         v
+    }
+
+    /// `-n` as given, or `None` when the count is calibrated per size (`--min-time`).
+    pub fn fixed_iters(&self) -> Option<u32> {
+        self.iters.map(|n| n.max(1))
+    }
+
+    /// The iteration setting for the header and the JSON: `20`, or `auto (min 50 ms)`.
+    pub fn iters_label(&self) -> String {
+        match self.fixed_iters() {
+            Some(n) => n.to_string(),
+            None => format!("auto (min {} ms)", self.min_time_ms),
+        }
     }
 }

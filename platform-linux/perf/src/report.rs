@@ -54,7 +54,7 @@ pub fn header(args: &Args, info: &HeaderInfo<'_>) -> String {
         args.max_bytes,
         step,
         args.warmup,
-        args.iters,
+        args.iters_label(),
         args.check,
         args.dtype.name(),
         args.op.name(),
@@ -165,7 +165,28 @@ pub fn algorithms(rows: &[Row]) -> String {
         .join(", ")
 }
 
-/// nccl-tests' footer, and the algorithm per size.
+/// The timed iterations per size, runs of equal counts joined: `20000 8..64, 20 1048576`.
+pub fn iterations(rows: &[Row]) -> String {
+    let mut runs: Vec<(u32, u64, u64)> = Vec::new();
+    for r in rows {
+        match runs.last_mut() {
+            Some((n, _, hi)) if *n == r.oop.iters => *hi = r.size,
+            _ => runs.push((r.oop.iters, r.size, r.size)),
+        }
+    }
+    runs.iter()
+        .map(|(n, lo, hi)| {
+            if lo == hi {
+                format!("{n} {lo}")
+            } else {
+                format!("{n} {lo}..{hi}")
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// nccl-tests' footer, the algorithm and the timed iterations per size.
 pub fn footer(rows: &[Row]) -> String {
     let wrong = total_wrong(rows);
     let avg = if rows.is_empty() {
@@ -174,11 +195,12 @@ pub fn footer(rows: &[Row]) -> String {
         rows.iter().map(|r| r.oop.busbw + r.ip.busbw).sum::<f64>() / (2 * rows.len()) as f64
     };
     format!(
-        "# Out of bounds values : {} {}\n# Avg bus bandwidth    : {:.4} \n# Algorithm by size (B)  : {}\n#",
+        "# Out of bounds values : {} {}\n# Avg bus bandwidth    : {:.4} \n# Algorithm by size (B)  : {}\n# Iterations by size (B) : {}\n#",
         wrong,
         if wrong == 0 { "OK" } else { "FAILED" },
         avg,
-        algorithms(rows)
+        algorithms(rows),
+        iterations(rows)
     )
 }
 
@@ -249,6 +271,7 @@ fn protocol_json(r: &RankProtocol) -> serde_json::Value {
 
 fn measure_json(m: &Measure) -> serde_json::Value {
     serde_json::json!({
+        "iters": m.iters,
         "time_us": m.time_us,
         "algbw_gbps": m.algbw,
         "busbw_gbps": m.busbw,
@@ -289,7 +312,8 @@ pub fn write_json(
         "type": args.dtype.name(),
         "op": args.op.name(),
         "root": args.root,
-        "iters": args.iters,
+        "iters": args.fixed_iters(),
+        "min_time_ms": args.min_time_ms,
         "warmup_iters": args.warmup,
         "check_iters": args.check,
         "busbw_factor": c.busbw_factor(args.ranks),

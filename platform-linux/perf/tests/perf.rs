@@ -872,6 +872,7 @@ fn progress_lib_that_cannot_be_loaded_is_refused_clearly() {
 
 /// Every collective × 1–4 processes over libfabric tcp and shm, in both mode pairs: 0 wrong in
 /// every row (8 B, 512 B, 32 KiB, 2 MiB).
+#[cfg(feature = "libfabric")]
 #[test]
 fn libfabric_every_collective_both_modes() {
     let runs: Vec<(&str, u32)> = [
@@ -945,4 +946,118 @@ fn libfabric_every_collective_both_modes() {
             }
         }
     }
+}
+
+/// Issue 28: without `-n` the timed count is calibrated per size to `--min-time`, in
+/// `MIN_ITERS..=MAX_ITERS`; in place runs the out-of-place count; the JSON and the footer say
+/// the count; the devices ran exactly that many timed executions per rank.
+fn check_calibrated(out: &str, v: &serde_json::Value, ranks: u64) {
+    use proxy_perf::args::{MAX_ITERS, MIN_ITERS};
+    assert_eq!(v["iters"], serde_json::Value::Null, "{v}");
+    assert_eq!(v["min_time_ms"].as_u64(), Some(5), "{v}");
+    let rows = v["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 2, "{v}");
+    let mut footer = Vec::new();
+    for row in rows {
+        let n = row["out_of_place"]["iters"].as_u64().unwrap();
+        assert!(
+            (u64::from(MIN_ITERS)..=u64::from(MAX_ITERS)).contains(&n),
+            "{row}"
+        );
+        assert_eq!(row["in_place"]["iters"].as_u64(), Some(n), "{row}");
+        for side in ["out_of_place", "in_place"] {
+            assert_eq!(
+                row[side]["timed_device_executions"].as_u64(),
+                Some(ranks * n),
+                "{side}: {row}"
+            );
+        }
+        footer.push(format!("{n} {}", row["size"]));
+    }
+    let line = out
+        .lines()
+        .find(|l| l.starts_with("# Iterations by size (B) : "))
+        .unwrap_or_else(|| panic!("{out}"));
+    // Equal counts join into a range; else one entry per size.
+    if footer.len() == 2 && footer[0].split(' ').next() != footer[1].split(' ').next() {
+        assert!(line.ends_with(&footer.join(", ")), "{line} vs {footer:?}");
+    }
+    assert!(out.contains("iters: auto (min 5 ms)"), "{out}");
+}
+
+#[test]
+fn default_iteration_count_is_calibrated() {
+    for modes in MODES {
+        let path = std::env::temp_dir().join(format!(
+            "proxy-perf-{}-calibrated-{}.json",
+            std::process::id(),
+            modes[1]
+        ));
+        let p = path.to_str().unwrap();
+        let mut a = vec![
+            "all-reduce",
+            "--ranks",
+            "2",
+            "-b",
+            "8",
+            "-e",
+            "1M",
+            "-f",
+            "131072",
+            "--min-time",
+            "5",
+            "--json",
+            p,
+        ];
+        a.extend_from_slice(&modes);
+        let (code, out, err) = run_bin(&a);
+        assert_eq!(code, 0, "{out}\n{err}");
+        let v = json(&path);
+        let _ = std::fs::remove_file(&path);
+        check_calibrated(&out, &v, 2);
+    }
+}
+
+/// Issue 28: with the ranks in separate processes every process runs the same calibration
+/// batches and the same count (each batch's time is shared over the bootstrap); a
+/// disagreement would hang or fail the run.
+#[cfg(feature = "libfabric")]
+#[test]
+fn libfabric_processes_agree_on_the_calibrated_count() {
+    let path = std::env::temp_dir().join(format!(
+        "proxy-perf-{}-calibrated-fi.json",
+        std::process::id()
+    ));
+    let p = path.to_str().unwrap();
+    let b = run_bounded(
+        &[
+            "all-reduce",
+            "--transport",
+            "libfabric",
+            "--provider",
+            "tcp",
+            "--ranks",
+            "2",
+            "-b",
+            "8",
+            "-e",
+            "1M",
+            "-f",
+            "131072",
+            "--min-time",
+            "5",
+            "--json",
+            p,
+        ],
+        &[
+            ("NEURON_RT_BOOTSTRAP_TIMEOUT", "30"),
+            ("NEURON_RT_EXEC_TIMEOUT", "20"),
+        ],
+        Duration::from_secs(90),
+    );
+    assert_eq!(b.code, Some(0), "{}\n{}", b.out, b.err);
+    assert_eq!(zero_wrong_rows(&b.out), 2, "{}", b.out);
+    let v = json(&path);
+    let _ = std::fs::remove_file(&path);
+    check_calibrated(&b.out, &v, 2);
 }

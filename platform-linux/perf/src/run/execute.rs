@@ -370,14 +370,17 @@ impl World {
             .sum()
     }
 
+    /// One side of a row: warm-up, the timed count (`iters`, else [`World::iterations`]
+    /// decides it), the timed iterations, the checked runs.
     pub(super) fn measure(
         &mut self,
         mems: &mut [RankMem],
         size: u64,
         in_place: bool,
+        iters: Option<u32>,
     ) -> Result<Measure, String> {
         let prep = self.prepare(mems, size, in_place)?;
-        let (iters, warmup, checks) = (self.args.iters.max(1), self.args.warmup, self.args.check);
+        let (warmup, checks) = (self.args.warmup, self.args.check);
         self.fill_inputs(&prep);
         if self.args.loop_mode {
             if warmup > 0 {
@@ -386,6 +389,10 @@ impl World {
         } else {
             self.run_execs(&prep, warmup, 1)?;
         }
+        let iters = match iters {
+            Some(n) => n,
+            None => self.iterations(&prep)?,
+        };
         let pool0 = self.engine.pool_ops();
         let starts0 = seam_starts();
         let stats0: Vec<(u64, u64)> = self
@@ -399,11 +406,7 @@ impl World {
                 )
             })
             .collect();
-        let elapsed = if self.args.loop_mode {
-            self.run_execs(&prep, 1, iters)?
-        } else {
-            self.run_execs(&prep, iters, 1)?
-        };
+        let elapsed = self.timed(&prep, iters)?;
         let timed_starts = seam_starts() - starts0;
         let (mut execs, mut bytes) = (0, 0);
         for (d, (e0, b0)) in self.devices.iter().zip(stats0) {
@@ -459,6 +462,7 @@ impl World {
             0.0
         };
         Ok(Measure {
+            iters,
             time_us: time * 1e6,
             algbw,
             busbw: algbw * self.collective.busbw_factor(self.args.ranks),
@@ -541,8 +545,12 @@ impl World {
         let n = self.args.ranks;
         let probe = self.plan(size, 0, false)?;
         let mut mems = self.buffers(size)?;
-        let oop = self.measure(&mut mems, size, false);
-        let ip = oop.is_ok().then(|| self.measure(&mut mems, size, true));
+        // In place runs the count out of place chose (calibrated or `-n`).
+        let oop = self.measure(&mut mems, size, false, self.args.fixed_iters());
+        let ip = match &oop {
+            Ok(m) => Some(self.measure(&mut mems, size, true, Some(m.iters))),
+            Err(_) => None,
+        };
         if self.peers.is_some() || self.failed.is_some() {
             // The transport may hold registrations of these buffers until it closes; after a
             // failure, tasks still in flight may use them until the engine is dropped.

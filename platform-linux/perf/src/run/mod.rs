@@ -56,6 +56,9 @@ const FIXED_LINES: usize = (NET_TRIGGERS + 1) * TRIGGER_SETS + 1;
 /// One side (out of place or in place) of a row.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Measure {
+    /// Timed iterations (`-n`, else calibrated to `--min-time`; the in-place side runs the
+    /// out-of-place side's count).
+    pub iters: u32,
     /// Time per iteration in µs.
     pub time_us: f64,
     /// Bytes / time in GB/s (1e9).
@@ -566,6 +569,7 @@ impl Drop for World {
     }
 }
 
+mod calibrate;
 mod device;
 mod execute;
 mod inject;
