@@ -2,7 +2,8 @@
 //! one facade over atomics and locks ([`sync`]), the clock trait ([`time`]), the op descriptors
 //! and the stream count ([`desc`]), host-memory words ([`host_word`]), the abort flag
 //! ([`abort`]), the SPSC ring ([`ring`]), the lines of a state dump ([`dump_lines`]), the
-//! one idiom of every state machine ([`state`]) and the one backoff policy ([`backoff`]).
+//! one idiom of every state machine ([`state`]), the one backoff policy ([`backoff`]) and the
+//! event recorder ([`trace`]).
 //!
 //! The layering rule: `base` imports nothing of the crate but `base`; the driver half
 //! (`crate::driver`) and the progress half (`crate::progress`) import `base` and meet
@@ -18,3 +19,4 @@ pub mod state;
 pub mod status;
 pub mod sync;
 pub mod time;
+pub mod trace;

@@ -11,6 +11,7 @@ use core::ptr;
 use crate::base::desc::{NetDestAddr, NetSrcAddr};
 use crate::base::state::{self, Machine};
 use crate::base::status::NrtStatus;
+use crate::base::trace;
 use crate::progress::device::DeviceCallbacks;
 use crate::progress::net::{RequestId, Transport};
 use crate::progress::stats::ProtocolStats;
@@ -246,6 +247,10 @@ impl OpState {
 impl Machine for OpState {
     const NAME: &'static str = "op";
 
+    fn code(self) -> u8 {
+        u8::try_from(self.0).unwrap_or(u8::MAX)
+    }
+
     /// The edges of the diagram above (1/4: DONE→HANDSHAKE, 2: HANDSHAKE→TRANSFER,
     /// 3: TRANSFER→DONE, 5: HANDSHAKE→DONE).
     fn edge(from: Self, to: Self) -> Option<u8> {
@@ -468,7 +473,25 @@ impl ProxyOp {
     /// # Errors
     /// [`NrtStatus::Failure`] for an edge the diagram does not have.
     pub fn set_state(&mut self, to: OpState) -> Result<(), NrtStatus> {
-        state::check(self.state, to, &OpName(self)).map_err(|_| NrtStatus::Failure)?;
+        self.set_state_in(to, trace::NONE, trace::NONE)
+    }
+
+    /// [`ProxyOp::set_state`] by a caller that knows the op's comm (`rank`, `comm_id`: they go
+    /// into the transition's event record, `crate::base::trace`; [`trace::NONE`] when not).
+    ///
+    /// # Errors
+    /// [`NrtStatus::Failure`] for an edge the diagram does not have.
+    pub fn set_state_in(&mut self, to: OpState, rank: u32, comm: u32) -> Result<(), NrtStatus> {
+        state::check_traced(self.state, to, &OpName(self), |r| {
+            r.rank = rank;
+            r.comm = comm;
+            r.stream = u8::try_from(self.stream).unwrap_or(u8::MAX);
+            r.op = self.net_op_idx;
+            r.block = self.basic_block_id;
+            r.peer = u32::try_from(self.peer).unwrap_or(trace::NONE);
+            r.entry = self.completed;
+        })
+        .map_err(|_| NrtStatus::Failure)?;
         self.state = to;
         Ok(())
     }

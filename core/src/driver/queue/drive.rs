@@ -258,6 +258,7 @@ impl DriverState {
         let slots = &mut self.slots;
         let served = self.dump_served;
         queue.activity.set(DriverActivity::Parked);
+        queue.trace(trace::Kind::Sleep);
         queue.worker_wait.park(park, || {
             queue.stop_requested()
                 || queue.dump.pending_since(served)
@@ -273,6 +274,7 @@ impl DriverState {
                     }
                 })
         });
+        queue.trace(trace::Kind::Wake);
     }
 
     /// Serves the pending dump requests by a requester that took a caller-mode queue's free
