@@ -56,12 +56,13 @@ pub enum Kind {
     Sleep = 3,
     /// A driving thread woke up from [`Kind::Sleep`] (`op` is the queue's id).
     Wake = 4,
-    /// An op posted FIFO entry `entry` to the transport (`bytes`, `peer`; `to` is 1 for a
-    /// send, 0 for a receive).
+    /// An op posted FIFO entry `entry` to the transport (`bytes`, `peer`, `side`).
     Post = 5,
-    /// The transport finished FIFO entry `entry` of an op (`bytes`, `peer`; `to` as in
-    /// [`Kind::Post`]).
+    /// The transport finished FIFO entry `entry` of an op (`bytes`, `peer`, `side`).
     Complete = 6,
+    /// A mark the platform set ([`Tracer::mark`]), e.g. where a recording window begins
+    /// (`op` is the platform's number for it).
+    Mark = 7,
 }
 
 impl Kind {
@@ -75,11 +76,17 @@ impl Kind {
             Self::Wake => "wake",
             Self::Post => "post",
             Self::Complete => "complete",
+            Self::Mark => "mark",
         }
     }
 }
 
-/// One event (64 bytes on 64-bit targets). Id fields the recording site does not know are
+/// [`Record::side`] of a send op.
+pub const SEND: u8 = 1;
+/// [`Record::side`] of a receive op.
+pub const RECV: u8 = 0;
+
+/// One event (72 bytes on 64-bit targets). Id fields the recording site does not know are
 /// [`NONE`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Record {
@@ -111,8 +118,10 @@ pub struct Record {
     pub kind: Kind,
     /// A transition's state before ([`crate::base::state::Machine::code`]).
     pub from: u8,
-    /// A transition's state after; for posts and completions 1 = send, 0 = receive.
+    /// A transition's state after.
     pub to: u8,
+    /// The op's side: [`SEND`], [`RECV`], or `u8::MAX` (not an op, or another kind of op).
+    pub side: u8,
     /// A transition's edge number in its machine's diagram.
     pub edge: u8,
 }
@@ -135,6 +144,7 @@ impl Record {
             kind,
             from: 0,
             to: 0,
+            side: u8::MAX,
             edge: 0,
         }
     }
@@ -182,7 +192,7 @@ unsafe impl Sync for TraceRing {}
 unsafe impl Send for TraceRing {}
 
 impl TraceRing {
-    /// A ring of `capacity` records (at least 1), allocated now (`capacity` × 72 bytes or so).
+    /// A ring of `capacity` records (at least 1), allocated now (`capacity` × 80 bytes: a record and its flag).
     pub fn new(capacity: usize) -> Self {
         let slots: Vec<Slot> = (0..capacity.max(1))
             .map(|_| Slot {
@@ -292,6 +302,15 @@ impl Tracer {
     /// The ring (to drain it).
     pub fn ring(&self) -> &TraceRing {
         &self.ring
+    }
+
+    /// Records a [`Kind::Mark`] numbered `n` now (even when off): e.g. the start of a
+    /// recording window, so that a drain can tell waits that began before it.
+    pub fn mark(&self, n: u32) -> bool {
+        self.record(Record {
+            op: n,
+            ..Record::new(Kind::Mark)
+        })
     }
 
     /// Stamps `rec` with the time and thread and appends it (even when off).

@@ -490,6 +490,11 @@ impl ProxyOp {
             r.block = self.basic_block_id;
             r.peer = u32::try_from(self.peer).unwrap_or(trace::NONE);
             r.entry = self.completed;
+            r.side = match self.kind_name() {
+                "send" => trace::SEND,
+                "recv" => trace::RECV,
+                _ => u8::MAX,
+            };
         })
         .map_err(|_| NrtStatus::Failure)?;
         self.state = to;

@@ -420,7 +420,7 @@ fn io_record(
         block: op.basic_block_id,
         entry,
         peer,
-        to: u8::from(send),
+        side: if send { trace::SEND } else { trace::RECV },
         ..trace::Record::new(kind)
     }
 }

@@ -84,15 +84,34 @@ fn tracer_stamps_time_and_thread_and_switches() {
     t.set_on(true);
     assert!(t.is_on());
     assert!(t.record(rec(2)));
+    CLOCK.advance(1);
+    assert!(t.mark(9));
     let mut seen = Vec::new();
-    t.ring().drain(|x| seen.push((x.ts_ns, x.thread, x.op)));
-    assert_eq!(seen, [(1_000, 7, 1), (1_500, 7, 2)]);
+    t.ring()
+        .drain(|x| seen.push((x.ts_ns, x.thread, x.op, x.kind)));
+    assert_eq!(
+        seen,
+        [
+            (1_000, 7, 1, Kind::Post),
+            (1_500, 7, 2, Kind::Post),
+            (1_501, 7, 9, Kind::Mark)
+        ]
+    );
 }
 
 #[test]
 fn kinds_have_names() {
     assert_eq!(Kind::Transition.name(), "transition");
     assert_eq!(Kind::Complete.name(), "complete");
+    assert_eq!(Kind::Mark.name(), "mark");
+    assert_eq!(Record::default().side, u8::MAX);
     assert_eq!(Record::default().kind, Kind::Transition);
     assert_eq!(Record::default().rank, NONE);
+}
+
+#[test]
+fn a_record_is_72_bytes_on_64_bit_targets() {
+    if cfg!(target_pointer_width = "64") {
+        assert_eq!(core::mem::size_of::<Record>(), 72);
+    }
 }
