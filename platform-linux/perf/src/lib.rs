@@ -24,6 +24,7 @@ pub mod engine;
 pub mod launch;
 pub mod report;
 pub mod run;
+pub mod trace;
 
 use std::io::{IsTerminal, Write};
 
@@ -97,6 +98,22 @@ fn run_inner(args: &Args) -> Result<i32, String> {
         // The processes share one bootstrap for their barrier tasks and results; a loaded
         // library's libfabric comm would run a bootstrap of its own.
         return Err("--progress-lib runs with --transport mem only".into());
+    }
+    if let Some(t) = &args.trace {
+        if args.check == 0 && !args.trace_timed {
+            return Err(
+                "--trace records the checked executions: give -c 1 or more, or --trace-timed"
+                    .into(),
+            );
+        }
+        if args.transport == TransportArg::Libfabric && !trace::per_rank(t) {
+            return Err(format!(
+                "--trace {}: the ranks are processes, give a per-rank pattern with %r",
+                t.display()
+            ));
+        }
+        // Before any thread of the run starts (they then see it at once).
+        trace::tracer()?;
     }
     match args.transport {
         TransportArg::Mem => {
@@ -221,6 +238,11 @@ fn sweep(args: &Args, world: &mut run::World) -> Result<i32, String> {
     if args.dump_on_exit {
         world.dump_all();
     }
+    if let Some(pattern) = &args.trace {
+        let t = trace::collect(trace::tracer()?);
+        print(&trace::breakdown::text(&t));
+        write_trace(pattern, &t, world.local_ranks())?;
+    }
     if printer {
         if let Some(p) = &args.json {
             report::write_json(p, args, world.transport_name(), &engine, &rows, &protocol)
@@ -235,4 +257,22 @@ fn sweep(args: &Args, world: &mut run::World) -> Result<i32, String> {
     } else {
         EXIT_WRONG
     })
+}
+
+/// Writes `--trace`: one file per local rank when `pattern` has `%r`, else one file of every
+/// rank (this process's ranks: all of them with the in-process transport).
+fn write_trace(pattern: &std::path::Path, t: &trace::Trace, local: &[u32]) -> Result<(), String> {
+    let write = |path: &std::path::Path, only: Option<u32>| {
+        let doc = trace::chrome::document(t, only);
+        let text = serde_json::to_string(&doc).map_err(|e| e.to_string())?;
+        std::fs::write(path, text + "\n").map_err(|e| format!("--trace {}: {e}", path.display()))
+    };
+    if trace::per_rank(pattern) {
+        for &r in local {
+            write(&trace::path_for(pattern, r), Some(r))?;
+        }
+        Ok(())
+    } else {
+        write(pattern, None)
+    }
 }

@@ -406,7 +406,12 @@ impl World {
                 )
             })
             .collect();
-        let elapsed = self.timed(&prep, iters)?;
+        let tracer = self.tracer();
+        let timed_on = tracer.filter(|_| self.args.trace_timed);
+        timed_on.inspect(|t| start_window(t));
+        let elapsed = self.timed(&prep, iters);
+        timed_on.inspect(|t| t.set_on(false));
+        let elapsed = elapsed?;
         let timed_starts = seam_starts() - starts0;
         let (mut execs, mut bytes) = (0, 0);
         for (d, (e0, b0)) in self.devices.iter().zip(stats0) {
@@ -420,7 +425,10 @@ impl World {
             if in_place {
                 self.fill_inputs(&prep);
             }
-            self.execute(&prep, 1)?;
+            tracer.inspect(|t| start_window(t));
+            let done = self.execute(&prep, 1);
+            tracer.inspect(|t| t.set_on(false));
+            done?;
             *wrong.get_or_insert(0) += self.wrong(&prep);
         }
         let recv_bytes_per_exec = prep
@@ -474,6 +482,14 @@ impl World {
             filed_blocks,
             pool_ops: pool,
         })
+    }
+
+    /// With `--trace`, the process's event tracer (`crate::trace`), else `None`.
+    fn tracer(&self) -> Option<&'static proxy_core::base::trace::Tracer> {
+        self.args
+            .trace
+            .as_ref()
+            .and_then(|_| crate::trace::tracer().ok())
     }
 
     /// The allocation-free steady state, measured from outside: runs `warmup` executions of
@@ -646,4 +662,11 @@ impl Counts {
 /// executions are kept for re-arming.
 pub(super) fn shape_key(prep: &Prepared, reps: u32) -> u64 {
     (u64::from(prep.generation) << 32) | u64::from(reps)
+}
+
+/// Switches `t` on with a mark (recording windows are numbered from 1).
+fn start_window(t: &proxy_core::base::trace::Tracer) {
+    static WINDOWS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(1);
+    t.mark(WINDOWS.fetch_add(1, Ordering::Relaxed));
+    t.set_on(true);
 }

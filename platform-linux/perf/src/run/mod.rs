@@ -445,6 +445,11 @@ impl World {
         Ok(out)
     }
 
+    /// The global ranks this process runs, ascending.
+    pub fn local_ranks(&self) -> &[u32] {
+        &self.local
+    }
+
     /// The global rank of this process's first rank (0 with the in-process transport): only
     /// the process that runs rank 0 prints.
     pub fn first_rank(&self) -> u32 {
