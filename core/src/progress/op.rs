@@ -447,6 +447,15 @@ impl ProxyOp {
     /// # Errors
     /// `Resource` when the op has no tracker yet and it cannot be allocated.
     pub fn rearm(&mut self) -> Result<(), NrtStatus> {
+        self.rearm_in(trace::NONE, trace::NONE)
+    }
+
+    /// [`ProxyOp::rearm`] by a caller that knows the op's comm (`rank`, `comm_id`: into the
+    /// transition's event record, as [`ProxyOp::set_state_in`]).
+    ///
+    /// # Errors
+    /// As [`ProxyOp::rearm`].
+    pub fn rearm_in(&mut self, rank: u32, comm: u32) -> Result<(), NrtStatus> {
         self.posted = 0;
         self.pre_post_fifo_idx = 0;
         self.completed = 0;
@@ -457,7 +466,7 @@ impl ProxyOp {
             Some(t) => t.clear(),
             None => self.alloc_request()?,
         }
-        self.set_state(OpState::HANDSHAKE)
+        self.set_state_in(OpState::HANDSHAKE, rank, comm)
     }
 
     /// The op's state.
