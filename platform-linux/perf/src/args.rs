@@ -378,14 +378,16 @@ pub struct Args {
     pub plot: Option<std::path::PathBuf>,
     /// Record the engine's events (docs/tracing.md) and write them as a Chrome Trace Event /
     /// Perfetto JSON timeline to FILE (`%r` in FILE: one file per rank, needed when the ranks
-    /// are processes); a per-op latency breakdown is printed after the footer. Recorded: the
-    /// checked executions of every size (`-c`), with `--trace-timed` also the timed ones.
+    /// are processes), written also when the run fails; a per-op latency breakdown is printed
+    /// after the footer. Recorded: the checked executions of every size (`-c`), with
+    /// `--trace-all` the whole run.
     #[arg(long, value_name = "FILE")]
     pub trace: Option<std::path::PathBuf>,
-    /// With `--trace`: record the timed iterations too (the ring keeps the first
-    /// `trace::CAPACITY` events and counts the dropped ones).
+    /// With `--trace`: record the whole run (warm-up, calibration, timed and checked
+    /// executions; the ring keeps the first `trace::CAPACITY` events and counts the dropped
+    /// ones). For a run that hangs or fails, and to measure what recording costs.
     #[arg(long, requires = "trace")]
-    pub trace_timed: bool,
+    pub trace_all: bool,
     /// After the sweep, print every rank's protocol counters as a footer table (starts, block
     /// switches, early send completions, receives posted ahead and the most ahead, index
     /// wraps, peak outstanding send / receive requests; cumulative over the whole sweep).

@@ -100,10 +100,9 @@ fn run_inner(args: &Args) -> Result<i32, String> {
         return Err("--progress-lib runs with --transport mem only".into());
     }
     if let Some(t) = &args.trace {
-        if args.check == 0 && !args.trace_timed {
+        if args.check == 0 && !args.trace_all {
             return Err(
-                "--trace records the checked executions: give -c 1 or more, or --trace-timed"
-                    .into(),
+                "--trace records the checked executions: give -c 1 or more, or --trace-all".into(),
             );
         }
         if args.transport == TransportArg::Libfabric && !trace::per_rank(t) {
@@ -113,13 +112,18 @@ fn run_inner(args: &Args) -> Result<i32, String> {
             ));
         }
         // Before any thread of the run starts (they then see it at once).
-        trace::tracer()?;
+        let t = trace::tracer()?;
+        if args.trace_all {
+            t.mark(0);
+            t.set_on(true);
+        }
     }
     match args.transport {
         TransportArg::Mem => {
             let mut world = run::World::new(args)?;
             let result = sweep(args, &mut world);
-            finish(args, &mut world, result)
+            let result = finish(args, &mut world, result);
+            finish_trace(args, &world, result)
         }
         TransportArg::Libfabric => libfabric(args),
     }
@@ -183,7 +187,7 @@ fn join(args: &Args) -> Result<i32, String> {
     if let Err(e) = &result {
         world.abort_peers(e);
     }
-    result
+    finish_trace(args, &world, result)
 }
 
 /// Header, one row per size, footer (printed by the process that runs rank 0 only; every
@@ -238,11 +242,7 @@ fn sweep(args: &Args, world: &mut run::World) -> Result<i32, String> {
     if args.dump_on_exit {
         world.dump_all();
     }
-    if let Some(pattern) = &args.trace {
-        let t = trace::collect(trace::tracer()?);
-        print(&trace::breakdown::text(&t));
-        write_trace(pattern, &t, world.local_ranks())?;
-    }
+
     if printer {
         if let Some(p) = &args.json {
             report::write_json(p, args, world.transport_name(), &engine, &rows, &protocol)
@@ -257,6 +257,39 @@ fn sweep(args: &Args, world: &mut run::World) -> Result<i32, String> {
     } else {
         EXIT_WRONG
     })
+}
+
+/// `--trace`, after the run, failed or not: stops recording, prints the latency breakdown
+/// (from the process that runs rank 0) and writes the timeline; a failure to write it fails a
+/// run that succeeded.
+fn finish_trace(
+    args: &Args,
+    world: &run::World,
+    result: Result<i32, String>,
+) -> Result<i32, String> {
+    let Some(pattern) = &args.trace else {
+        return result;
+    };
+    let tracer = trace::tracer()?;
+    tracer.set_on(false);
+    let t = trace::collect(tracer);
+    if world.first_rank() == 0 {
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "{}", trace::breakdown::text(&t));
+        let _ = out.flush();
+    }
+    let written = write_trace(pattern, &t, world.local_ranks());
+    match (result, written) {
+        (Ok(code), Err(e)) => {
+            eprintln!("proxy-perf: error: {e}");
+            Ok(code.max(EXIT_ERROR))
+        }
+        (result, Err(e)) => {
+            eprintln!("proxy-perf: error: {e}");
+            result
+        }
+        (result, Ok(())) => result,
+    }
 }
 
 /// Writes `--trace`: one file per local rank when `pattern` has `%r`, else one file of every

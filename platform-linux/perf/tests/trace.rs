@@ -210,7 +210,7 @@ fn per_rank_files_hold_their_rank_only() {
         "0",
         "--trace",
         pattern.to_str().unwrap(),
-        "--trace-timed",
+        "--trace-all",
     ]);
     assert_eq!(code, 0, "{out}\n{err}");
     for r in 0..2u64 {
@@ -226,7 +226,7 @@ fn per_rank_files_hold_their_rank_only() {
             .collect();
         assert!(pids.iter().all(|&p| p == r), "rank {r}: {pids:?}");
         let transfers = check_nesting(&doc);
-        // --trace-timed: 3 timed + 1 checked execution per side; send-recv's ring at 2 ranks
+        // --trace-all, -w 0: 3 timed + 1 checked execution per side; send-recv's ring at 2 ranks
         // gives every rank a send and a receive op.
         assert_eq!(transfers.get(&r), Some(&16), "rank {r}: {transfers:?}");
     }

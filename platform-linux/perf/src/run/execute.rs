@@ -406,12 +406,7 @@ impl World {
                 )
             })
             .collect();
-        let tracer = self.tracer();
-        let timed_on = tracer.filter(|_| self.args.trace_timed);
-        timed_on.inspect(|t| start_window(t));
-        let elapsed = self.timed(&prep, iters);
-        timed_on.inspect(|t| t.set_on(false));
-        let elapsed = elapsed?;
+        let elapsed = self.timed(&prep, iters)?;
         let timed_starts = seam_starts() - starts0;
         let (mut execs, mut bytes) = (0, 0);
         for (d, (e0, b0)) in self.devices.iter().zip(stats0) {
@@ -419,6 +414,8 @@ impl World {
             execs += s.executions.load(Ordering::Relaxed) - e0;
             bytes += s.recv_bytes.load(Ordering::Relaxed) - b0;
         }
+        // `--trace`: a recording window per checked execution (`--trace-all` records all).
+        let tracer = self.tracer().filter(|_| !self.args.trace_all);
         let mut wrong = None;
         for _ in 0..checks {
             self.poison_outputs(&prep);

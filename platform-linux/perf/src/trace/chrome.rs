@@ -18,8 +18,9 @@
 //! handshake while nothing is recorded) start at the mark.
 //!
 //! `ts` and `dur` are µs (floats) since the first record; `args` carry the ids (comm, op,
-//! block, stream, entry, peer, task) and bytes. Spans whose end was not recorded (the recording
-//! window closed first) are left out.
+//! block, stream, entry, peer, task) and bytes. A span whose end was not recorded (a task or op
+//! that never finished, or one still open when recording stopped) ends at the last record with
+//! `"unfinished": true` in its args.
 
 use std::collections::HashMap;
 
@@ -131,6 +132,22 @@ pub fn events(trace: &Trace, only_rank: Option<u32>) -> Vec<Value> {
                 // wait for its trigger while this one runs.
                 let parity = u64::from(r.op % 2);
                 let tid = TASK_TID + u64::from(r.entry.min(2)) * 2 + parity;
+                // A transition taken on a thread of no or another rank (the main thread
+                // settling the tasks after a failure) continues the open span of the same
+                // task (comm, id, kind) in the state it leaves, in whichever rank it is.
+                let p = if open.contains_key(&(p, tid, 0)) {
+                    p
+                } else {
+                    let left = task_span(r.from);
+                    open.iter()
+                        .find(|(k, o)| {
+                            k.1 == tid
+                                && o.rec.op == r.op
+                                && o.rec.comm == r.comm
+                                && Some(o.name) == left
+                        })
+                        .map_or(p, |(k, _)| k.0)
+                };
                 named.entry((p, tid)).or_insert_with(|| {
                     let kind = match r.entry {
                         0 => "network task",
@@ -141,12 +158,7 @@ pub fn events(trace: &Trace, only_rank: Option<u32>) -> Vec<Value> {
                 });
                 let key = (p, tid, 0);
                 // Leaving a span state closes its span; entering one opens the next.
-                let next = match r.to {
-                    TASK_WAITING => Some("wait-trigger"),
-                    TASK_PROGRESSING | TASK_IDLE => Some("run"),
-                    TASK_CLOSING => Some("closing"),
-                    _ => None,
-                };
+                let next = task_span(r.to);
                 let same = open.get(&key).map(|o| Some(o.name) == next);
                 if same != Some(true) {
                     if let Some(o) = open.remove(&key) {
@@ -235,6 +247,18 @@ pub fn events(trace: &Trace, only_rank: Option<u32>) -> Vec<Value> {
             }
         }
     }
+    // Spans still open at the end (a task or op that never finished: a stalled device, a
+    // dead peer) end at the last record, marked `unfinished`.
+    let last = trace.records.last().map_or(t0, |r| r.ts_ns);
+    let mut still: Vec<_> = open.into_iter().collect();
+    still.sort_by_key(|(k, o)| (o.start, *k));
+    for ((_, tid, _), o) in still {
+        let args = json!({
+            "unfinished": true, "comm": o.rec.comm, "op": o.rec.op, "block": o.rec.block,
+            "stream": o.rec.stream, "peer": o.rec.peer,
+        });
+        span(&mut out, o, last, tid, args);
+    }
     let mut meta = Vec::new();
     for k in ranks {
         let name = if k == NONE {
@@ -252,6 +276,16 @@ pub fn events(trace: &Trace, only_rank: Option<u32>) -> Vec<Value> {
     }
     meta.extend(out);
     meta
+}
+
+/// The span a task is in while in run state `code` (`None`: INIT, DONE).
+fn task_span(code: u8) -> Option<&'static str> {
+    match code {
+        TASK_WAITING => Some("wait-trigger"),
+        TASK_PROGRESSING | TASK_IDLE => Some("run"),
+        TASK_CLOSING => Some("closing"),
+        _ => None,
+    }
 }
 
 /// The op track of `r`: one per (stream, block, op index); blocks are filed together, so their

@@ -19,9 +19,8 @@ use proxy_core::base::time::MonotonicClock;
 use proxy_core::base::trace::{self, Drained, Record, Tracer, NONE};
 
 /// Records the ring holds (80 bytes each with the slot's flag: 80 MiB, allocated with `--trace`
-/// only). A run records
-/// only the executions it traces (the checked ones, or with `--trace-timed` the timed ones
-/// too); past this the ring drops and counts.
+/// only). A run records only the executions it traces (the checked ones, or with `--trace-all`
+/// the whole run); past this the ring drops and counts.
 pub const CAPACITY: usize = 1 << 20;
 
 /// The names of the threads that recorded, by thread id.
