@@ -22,6 +22,7 @@ pub mod args;
 pub mod engine;
 #[cfg(feature = "libfabric")]
 pub mod launch;
+pub mod plot;
 pub mod report;
 pub mod run;
 pub mod trace;
@@ -249,7 +250,7 @@ fn sweep(args: &Args, world: &mut run::World) -> Result<i32, String> {
                 .map_err(|e| format!("--json {}: {e}", p.display()))?;
         }
         if let Some(p) = &args.plot {
-            report::write_plot(p, args, world.transport_name(), &rows)?;
+            plot::write_plot(p, args, world.transport_name(), &rows)?;
         }
     }
     Ok(if report::total_wrong(&rows) == 0 {

@@ -352,7 +352,7 @@ fn provider_needs_the_libfabric_transport() {
     );
 }
 
-/// `--plot` writes an SVG (no system fonts needed).
+/// `--plot` writes an SVG (no system fonts needed): busbw and time per collective.
 #[test]
 fn plot_writes_svg() {
     let path = std::env::temp_dir().join(format!("proxy-perf-{}.svg", std::process::id()));
@@ -379,6 +379,17 @@ fn plot_writes_svg() {
     let _ = std::fs::remove_file(&path);
     assert!(
         svg.starts_with("<svg") && svg.contains("busbw"),
+        "{}",
+        &svg[..svg.len().min(200)]
+    );
+    // Issue 28: the latency chart (log-log) beside the busbw chart.
+    assert!(
+        svg.contains("time per collective") && svg.contains("time (us)"),
+        "{}",
+        &svg[..svg.len().min(200)]
+    );
+    assert!(
+        svg.contains("width=\"1600\""),
         "{}",
         &svg[..svg.len().min(200)]
     );
