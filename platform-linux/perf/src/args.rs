@@ -388,6 +388,10 @@ pub struct Args {
     /// ones). For a run that hangs or fails, and to measure what recording costs.
     #[arg(long, requires = "trace")]
     pub trace_all: bool,
+    /// With `--plot`: overlay another run's results: a `--json` file of proxy-perf, an
+    /// nccl-tests table or an OSU latency table (text; repeat the flag for several).
+    #[arg(long, value_name = "FILE", requires = "plot")]
+    pub compare: Vec<std::path::PathBuf>,
     /// After the sweep, print every rank's protocol counters as a footer table (starts, block
     /// switches, early send completions, receives posted ahead and the most ahead, index
     /// wraps, peak outstanding send / receive requests; cumulative over the whole sweep).

@@ -19,6 +19,7 @@
 //! loads the progress half with `dlopen` ([`proxy_runtime::loader`]).
 
 pub mod args;
+pub mod compare;
 pub mod engine;
 #[cfg(feature = "libfabric")]
 pub mod launch;
@@ -99,6 +100,12 @@ fn run_inner(args: &Args) -> Result<i32, String> {
         // The processes share one bootstrap for their barrier tasks and results; a loaded
         // library's libfabric comm would run a bootstrap of its own.
         return Err("--progress-lib runs with --transport mem only".into());
+    }
+    // --compare files are read now, so that a bad one fails before the sweep.
+    let factor = Into::<proxy_collectives::planner::Collective>::into(args.collective)
+        .busbw_factor(args.ranks);
+    for f in &args.compare {
+        compare::read(f, factor)?;
     }
     if let Some(t) = &args.trace {
         if args.check == 0 && !args.trace_all {
@@ -250,7 +257,14 @@ fn sweep(args: &Args, world: &mut run::World) -> Result<i32, String> {
                 .map_err(|e| format!("--json {}: {e}", p.display()))?;
         }
         if let Some(p) = &args.plot {
-            plot::write_plot(p, args, world.transport_name(), &rows)?;
+            let factor = Into::<proxy_collectives::planner::Collective>::into(args.collective)
+                .busbw_factor(args.ranks);
+            let compare = args
+                .compare
+                .iter()
+                .map(|f| compare::read(f, factor))
+                .collect::<Result<Vec<_>, _>>()?;
+            plot::write_plot(p, args, world.transport_name(), &rows, &compare.concat())?;
         }
     }
     Ok(if report::total_wrong(&rows) == 0 {

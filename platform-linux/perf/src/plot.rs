@@ -1,6 +1,7 @@
 //! `--plot FILE.svg`: two charts side by side, busbw (GB/s, linear) and time per collective
-//! (µs, log-log) against size (log scale), out of place and in place; no font or system library
-//! is needed (plotters' SVG backend with its built-in text estimate).
+//! (µs, log-log) against size (log scale), out of place and in place, with `--compare`'s lines
+//! over them ([`crate::compare`]); no font or system library is needed (plotters' SVG backend
+//! with its built-in text estimate).
 
 use std::path::Path;
 
@@ -9,16 +10,34 @@ use plotters::prelude::*;
 use proxy_collectives::planner::Collective;
 
 use super::args::Args;
+use super::compare::Series;
 use super::run::{Measure, Row};
 
 /// Width and height of the whole SVG in pixels (two charts of 800 × 560).
 const SIZE: (u32, u32) = (1600, 560);
 
-/// Draws `rows` as the two charts (module docs) into `path`.
+/// One line of both charts: label, colour, and per point (size, time µs, busbw GB/s).
+struct Line {
+    label: String,
+    color: RGBColor,
+    points: Vec<(f64, f64, f64)>,
+}
+
+/// Colours of the `--compare` lines, in turn.
+const COMPARE_COLORS: [RGBColor; 4] = [GREEN, MAGENTA, CYAN, BLACK];
+
+/// Draws `rows` as the two charts (module docs) into `path`, with `compare`'s lines
+/// (`--compare`) over them.
 ///
 /// # Errors
 /// A message from the plotting backend or the file system.
-pub fn write_plot(path: &Path, args: &Args, transport: &str, rows: &[Row]) -> Result<(), String> {
+pub fn write_plot(
+    path: &Path,
+    args: &Args,
+    transport: &str,
+    rows: &[Row],
+    compare: &[Series],
+) -> Result<(), String> {
     let c: Collective = args.collective.into();
     let root = SVGBackend::new(path, SIZE).into_drawing_area();
     root.fill(&WHITE).map_err(|x| err(&x))?;
@@ -36,9 +55,31 @@ pub fn write_plot(path: &Path, args: &Args, transport: &str, rows: &[Row]) -> Re
     let root = root
         .titled(&title, ("sans-serif", 22))
         .map_err(|x| err(&x))?;
+    let mut lines: Vec<Line> = SIDES
+        .iter()
+        .map(|(label, color, side)| Line {
+            label: (*label).to_owned(),
+            color: *color,
+            points: rows
+                .iter()
+                .map(|r| (r.size as f64, side(r).time_us, side(r).busbw))
+                .collect(),
+        })
+        .collect();
+    for (s, color) in compare.iter().zip(COMPARE_COLORS.iter().cycle()) {
+        lines.push(Line {
+            label: s.label.clone(),
+            color: *color,
+            points: s
+                .points
+                .iter()
+                .map(|p| (p.size as f64, p.time_us, p.busbw))
+                .collect(),
+        });
+    }
     let (left, right) = root.split_horizontally(SIZE.0 / 2);
-    busbw_chart(&left, rows)?;
-    latency_chart(&right, rows)?;
+    busbw_chart(&left, &lines)?;
+    latency_chart(&right, &lines)?;
     root.present().map_err(|x| err(&x))?;
     Ok(())
 }
@@ -56,18 +97,20 @@ const SIDES: [(&str, RGBColor, Side); 2] = [
     ("in-place", RED, |r| &r.ip),
 ];
 
-/// The size axis (log scale) of `rows`.
-fn size_range(rows: &[Row]) -> (f64, f64) {
-    let xmin = rows.iter().map(|r| r.size).min().unwrap_or(1).max(1) as f64;
-    let xmax = (rows.iter().map(|r| r.size).max().unwrap_or(2) as f64).max(xmin * 2.0);
+/// The size axis (log scale) of `lines`.
+fn size_range(lines: &[Line]) -> (f64, f64) {
+    let sizes = lines.iter().flat_map(|l| l.points.iter().map(|p| p.0));
+    let xmin = sizes.clone().fold(f64::INFINITY, f64::min);
+    let xmin = if xmin.is_finite() { xmin.max(1.0) } else { 1.0 };
+    let xmax = sizes.fold(0.0f64, f64::max).max(xmin * 2.0);
     (xmin, xmax)
 }
 
-fn busbw_chart(area: &DrawingArea<SVGBackend<'_>, Shift>, rows: &[Row]) -> Result<(), String> {
-    let (xmin, xmax) = size_range(rows);
-    let ymax = rows
+fn busbw_chart(area: &DrawingArea<SVGBackend<'_>, Shift>, lines: &[Line]) -> Result<(), String> {
+    let (xmin, xmax) = size_range(lines);
+    let ymax = lines
         .iter()
-        .map(|r| r.oop.busbw.max(r.ip.busbw))
+        .flat_map(|l| l.points.iter().map(|p| p.2))
         .fold(0.0f64, f64::max)
         .max(1e-3)
         * 1.1;
@@ -85,20 +128,20 @@ fn busbw_chart(area: &DrawingArea<SVGBackend<'_>, Shift>, rows: &[Row]) -> Resul
         .x_label_formatter(&|v| human_bytes(*v))
         .draw()
         .map_err(|x| err(&x))?;
-    for (label, color, side) in SIDES {
-        let pts: Vec<(f64, f64)> = rows
-            .iter()
-            .map(|r| (r.size as f64, side(r).busbw))
-            .collect();
-        series(&mut chart, pts, label, color)?;
+    for l in lines {
+        let pts = l.points.iter().map(|p| (p.0, p.2)).collect();
+        series(&mut chart, pts, &l.label, l.color)?;
     }
     legend(&mut chart)
 }
 
-fn latency_chart(area: &DrawingArea<SVGBackend<'_>, Shift>, rows: &[Row]) -> Result<(), String> {
-    let (xmin, xmax) = size_range(rows);
-    let times = rows.iter().flat_map(|r| [r.oop.time_us, r.ip.time_us]);
-    let ymin = times.clone().fold(f64::INFINITY, f64::min).max(1e-3);
+fn latency_chart(area: &DrawingArea<SVGBackend<'_>, Shift>, lines: &[Line]) -> Result<(), String> {
+    let (xmin, xmax) = size_range(lines);
+    let times = lines.iter().flat_map(|l| l.points.iter().map(|p| p.1));
+    let ymin = times
+        .clone()
+        .filter(|t| *t > 0.0)
+        .fold(f64::INFINITY, f64::min);
     let ymin = if ymin.is_finite() { ymin / 1.5 } else { 1e-3 };
     let ymax = times.fold(0.0f64, f64::max).max(ymin * 10.0) * 1.5;
     let mut chart = ChartBuilder::on(area)
@@ -115,12 +158,9 @@ fn latency_chart(area: &DrawingArea<SVGBackend<'_>, Shift>, rows: &[Row]) -> Res
         .x_label_formatter(&|v| human_bytes(*v))
         .draw()
         .map_err(|x| err(&x))?;
-    for (label, color, side) in SIDES {
-        let pts: Vec<(f64, f64)> = rows
-            .iter()
-            .map(|r| (r.size as f64, side(r).time_us.max(ymin)))
-            .collect();
-        series(&mut chart, pts, label, color)?;
+    for l in lines {
+        let pts = l.points.iter().map(|p| (p.0, p.1.max(ymin))).collect();
+        series(&mut chart, pts, &l.label, l.color)?;
     }
     legend(&mut chart)
 }

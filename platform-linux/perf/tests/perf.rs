@@ -1072,3 +1072,67 @@ fn libfabric_processes_agree_on_the_calibrated_count() {
     let _ = std::fs::remove_file(&path);
     check_calibrated(&b.out, &v, 2);
 }
+
+/// Issue 28: `--compare` overlays an nccl-tests table, an OSU table and another run's JSON on
+/// both charts; a file of none of these formats fails before the sweep.
+#[test]
+fn plot_overlays_compared_runs() {
+    let dir = std::env::temp_dir();
+    let id = std::process::id();
+    let nccl = dir.join(format!("proxy-perf-{id}-nccl.txt"));
+    let osu = dir.join(format!("proxy-perf-{id}-osu.txt"));
+    let svg = dir.join(format!("proxy-perf-{id}-compare.svg"));
+    std::fs::write(
+        &nccl,
+        "#  size count type redop root time algbw busbw #wrong time algbw busbw #wrong\n\
+         8 2 float sum -1 20.00 0.00 0.00 0 21.00 0.00 0.00 0\n\
+         65536 16384 float sum -1 40.00 1.64 1.64 0 41.00 1.60 1.60 0\n",
+    )
+    .unwrap();
+    std::fs::write(&osu, "# Size       Avg Latency(us)\n8 3.00\n65536 30.00\n").unwrap();
+    let (code, out, err) = run_bin(&[
+        "all-reduce",
+        "--ranks",
+        "2",
+        "-b",
+        "8",
+        "-e",
+        "64K",
+        "-f",
+        "8192",
+        "-n",
+        "2",
+        "-w",
+        "0",
+        "--plot",
+        svg.to_str().unwrap(),
+        "--compare",
+        nccl.to_str().unwrap(),
+        "--compare",
+        osu.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    let text = std::fs::read_to_string(&svg).unwrap();
+    for label in [
+        format!("proxy-perf-{id}-nccl.txt out-of-place"),
+        format!("proxy-perf-{id}-nccl.txt in-place"),
+        format!("proxy-perf-{id}-osu.txt"),
+    ] {
+        // Once in each chart's legend.
+        assert_eq!(text.matches(&label).count(), 2, "{label}");
+    }
+    let bad = dir.join(format!("proxy-perf-{id}-bad.txt"));
+    std::fs::write(&bad, "hello world\n").unwrap();
+    let (code, _, err) = run_bin(&[
+        "all-reduce",
+        "--plot",
+        svg.to_str().unwrap(),
+        "--compare",
+        bad.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 2);
+    assert!(err.contains("--compare"), "{err}");
+    for f in [nccl, osu, svg, bad] {
+        let _ = std::fs::remove_file(f);
+    }
+}
