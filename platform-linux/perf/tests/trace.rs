@@ -241,3 +241,64 @@ fn trace_without_anything_to_record_is_refused() {
         "{err}"
     );
 }
+
+/// Ranks as processes over libfabric: every process writes its rank's file (`%r`), each with
+/// its own clock, and its op events nest; a pattern without `%r` is refused.
+#[cfg(feature = "libfabric")]
+#[test]
+fn libfabric_processes_write_one_file_each() {
+    let dir = std::env::temp_dir();
+    let pattern = dir.join(format!(
+        "proxy-perf-{}-trace-fi-%r.json",
+        std::process::id()
+    ));
+    let out = Command::new(BIN)
+        .args([
+            "all-reduce",
+            "--transport",
+            "libfabric",
+            "--provider",
+            "tcp",
+            "--ranks",
+            "2",
+            "-b",
+            "8",
+            "-e",
+            "8",
+            "-n",
+            "3",
+            "-w",
+            "1",
+            "--trace",
+            pattern.to_str().unwrap(),
+        ])
+        .env("NEURON_RT_BOOTSTRAP_TIMEOUT", "30")
+        .env("NEURON_RT_EXEC_TIMEOUT", "20")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for r in 0..2u64 {
+        let path = dir.join(format!(
+            "proxy-perf-{}-trace-fi-{r}.json",
+            std::process::id()
+        ));
+        let doc = load(&path);
+        names_ranks(&doc, &[r]);
+        // One execution per side, a send and a receive op.
+        assert_eq!(check_nesting(&doc).get(&r), Some(&4), "rank {r}");
+    }
+    let (code, _, err) = run(&[
+        "all-reduce",
+        "--transport",
+        "libfabric",
+        "--trace",
+        "/tmp/merged.json",
+    ]);
+    assert_eq!(code, 2);
+    assert!(err.contains("%r"), "{err}");
+}
