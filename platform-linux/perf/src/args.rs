@@ -271,9 +271,10 @@ pub struct Args {
     /// Add this many bytes between rows (0 = use the factor).
     #[arg(short = 'i', long = "stepbytes", default_value = "0", value_parser = parse_size)]
     pub step_bytes: u64,
-    /// Timed iterations per size. Without it the count is calibrated per size so that the
-    /// timed loop lasts at least `--min-time` (at least [`MIN_ITERS`], at most [`MAX_ITERS`]):
-    /// small sizes get thousands of iterations, as OSU and nccl-tests users expect.
+    /// Timed iterations per size. Without it the count is calibrated per size (from untimed
+    /// batches after the warm-up) so that the timed loop lasts about `--min-time` (at least
+    /// [`MIN_ITERS`], at most [`MAX_ITERS`]): small sizes get thousands of iterations, as OSU
+    /// and nccl-tests users expect.
     #[arg(short = 'n', long = "iters")]
     pub iters: Option<u32>,
     /// With a calibrated count (no `-n`): the shortest timed loop per size and side, in ms.

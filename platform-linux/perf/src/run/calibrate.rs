@@ -3,9 +3,9 @@
 //! thousands of iterations; a fixed 20 measured the warm-up: 16 µs at 8 B where the steady
 //! state is 2.5 µs).
 //!
-//! Batches of 1, 2, 4, ... untimed executions run until one lasts an eighth of the minimum
-//! time (its time per iteration is the estimate) or the calibration as a whole has lasted the
-//! minimum time (the bound; the last batch's estimate then stands). Every batch is a collective
+//! Batches of 1, 2, 4, ... untimed iterations run until one lasts an eighth of the minimum
+//! time or the calibration as a whole has lasted the minimum time (the bound); the estimate is
+//! the marginal time per iteration between the last two batches ([`per_iteration`]). Every batch is a collective
 //! of every rank, so every rank must run the same batches: when the ranks are processes, each
 //! batch's time is all-gathered over the bootstrap and the slowest process's time decides, the
 //! same decision in every process (no process decides alone, nothing is sent besides the
@@ -27,6 +27,20 @@ pub(crate) fn iters_for(min_ns: u64, per_iter_ns: f64) -> u32 {
     let n = (min_ns as f64 / per_iter_ns).ceil();
     // `as` saturates a float beyond u32's range.
     (n as u32).clamp(MIN_ITERS, MAX_ITERS)
+}
+
+/// ns per iteration from the last calibration batch `(iterations, ns)` and the one before: the
+/// marginal rate between them, which leaves out a fixed cost per batch (with `--loop` a batch
+/// is one execution, whose setup is paid once however many iterations it runs); the last
+/// batch's mean when there is no earlier batch or the times did not grow (noise).
+pub(crate) fn per_iteration(previous: Option<(u32, u64)>, last: (u32, u64)) -> f64 {
+    let mean = last.1 as f64 / f64::from(last.0.max(1));
+    match previous {
+        Some((b0, t0)) if last.0 > b0 && last.1 > t0 => {
+            (last.1 - t0) as f64 / f64::from(last.0 - b0)
+        }
+        _ => mean,
+    }
 }
 
 impl World {
@@ -73,14 +87,15 @@ impl World {
         }
         let min_ns = u64::from(self.args.min_time_ms.max(1)) * 1_000_000;
         let (mut batch, mut total_ns) = (1u32, 0u64);
+        let mut previous: Option<(u32, u64)> = None;
         loop {
             let local = self.timed(prep, batch)?;
             let ns = self.slowest_ns(u64::try_from(local.as_nanos()).unwrap_or(u64::MAX))?;
             total_ns = total_ns.saturating_add(ns);
-            let per = ns as f64 / f64::from(batch);
             if ns >= min_ns / BATCH_FRACTION || total_ns >= min_ns || batch >= MAX_ITERS {
-                return Ok(iters_for(min_ns, per));
+                return Ok(iters_for(min_ns, per_iteration(previous, (batch, ns))));
             }
+            previous = Some((batch, ns));
             batch = batch.saturating_mul(2).min(MAX_ITERS);
         }
     }
@@ -100,5 +115,15 @@ mod tests {
         assert_eq!(iters_for(50_000_000, 20_000_000.0), MIN_ITERS);
         assert_eq!(iters_for(50_000_000, 0.0), MAX_ITERS);
         assert_eq!(iters_for(u64::MAX, 1.0), MAX_ITERS);
+    }
+
+    #[test]
+    fn the_estimate_leaves_out_a_fixed_cost_per_batch() {
+        // 1 ms per batch plus 2 µs per iteration: batches of 64 and 128.
+        let t = |n: u64| 1_000_000 + 2_000 * n;
+        assert_eq!(per_iteration(Some((64, t(64))), (128, t(128))), 2_000.0);
+        // No earlier batch, or a time that did not grow: the mean.
+        assert_eq!(per_iteration(None, (4, 8_000)), 2_000.0);
+        assert_eq!(per_iteration(Some((2, 9_000)), (4, 8_000)), 2_000.0);
     }
 }
