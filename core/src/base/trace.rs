@@ -217,6 +217,16 @@ impl TraceRing {
         self.dropped.load(Ordering::Relaxed)
     }
 
+    /// `true` once every slot has been claimed (every further push drops).
+    pub fn is_full(&self) -> bool {
+        self.next.load(Ordering::Relaxed) >= self.slots.len()
+    }
+
+    /// Counts one record dropped because the ring is full.
+    fn count_drop(&self) {
+        self.dropped.fetch_add(1, Ordering::Relaxed);
+    }
+
     /// Appends `rec`; `false` (and one more [`TraceRing::dropped`]) when the ring is full.
     /// Lock-free: one load and one `fetch_add` on the claim word, one store to publish.
     pub fn push(&self, rec: Record) -> bool {
@@ -225,12 +235,12 @@ impl TraceRing {
         // The load first keeps `next` from growing without bound once the ring is full (it
         // could wrap on a 32-bit target and hand out slot 0 a second time).
         if self.next.load(Ordering::Relaxed) >= n {
-            self.dropped.fetch_add(1, Ordering::Relaxed);
+            self.count_drop();
             return false;
         }
         let i = self.next.fetch_add(1, Ordering::Relaxed);
         let Some(slot) = self.slots.get(i) else {
-            self.dropped.fetch_add(1, Ordering::Relaxed);
+            self.count_drop();
             return false;
         };
         // SAFETY: index `i` came from `fetch_add`, so this call is the slot's only writer, and
@@ -313,8 +323,13 @@ impl Tracer {
         })
     }
 
-    /// Stamps `rec` with the time and thread and appends it (even when off).
+    /// Stamps `rec` with the time and thread and appends it (even when off). A full ring
+    /// counts the record dropped without reading the clock.
     pub fn record(&self, mut rec: Record) -> bool {
+        if self.ring.is_full() {
+            self.ring.count_drop();
+            return false;
+        }
         rec.ts_ns = self.clock.now_ns();
         rec.thread = (self.thread)();
         self.ring.push(rec)

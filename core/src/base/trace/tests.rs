@@ -100,6 +100,19 @@ fn tracer_stamps_time_and_thread_and_switches() {
 }
 
 #[test]
+fn a_full_tracer_counts_every_drop() {
+    static CLOCK: ManualClock = ManualClock::new(5);
+    let t = Tracer::new(1, &CLOCK, || 1);
+    assert!(!t.ring().is_full());
+    assert!(t.record(rec(1)));
+    assert!(t.ring().is_full());
+    assert!(!t.record(rec(2)));
+    assert!(!t.mark(3));
+    assert_eq!(t.ring().dropped(), 2);
+    assert_eq!(t.ring().drain(|_| {}).records, 1);
+}
+
+#[test]
 fn kinds_have_names() {
     assert_eq!(Kind::Transition.name(), "transition");
     assert_eq!(Kind::Complete.name(), "complete");
