@@ -199,6 +199,10 @@ plants! {
     /// a waiter that sees it may read the value before its write. Loom model 15
     /// (`tests/oneshot.rs`): a causality violation.
     OneShotReadyRelaxed = 29,
+    /// `base/trace.rs: TraceRing::push` publishes the slot (`ready`) with `Relaxed` instead of
+    /// `Release`: a drain that sees it may read the record before its write is visible. Loom
+    /// model 16 (`tests/trace.rs`): a causality violation on the slot.
+    TraceReadyRelaxed = 30,
 }
 
 /// "No plant" in the selector's storage.

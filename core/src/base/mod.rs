@@ -3,7 +3,7 @@
 //! and the stream count ([`desc`]), host-memory words ([`host_word`]), the abort flag
 //! ([`abort`]), the SPSC ring ([`ring`]), the lines of a state dump ([`dump_lines`]), the
 //! one idiom of every state machine ([`state`]), the one backoff policy ([`backoff`]) and the
-//! bells that end a sleeping thread's nap ([`bell`]).
+//! bells that end a sleeping thread's nap ([`bell`]), and the event recorder ([`trace`]).
 //!
 //! The layering rule: `base` imports nothing of the crate but `base`; the driver half
 //! (`crate::driver`) and the progress half (`crate::progress`) import `base` and meet
@@ -20,3 +20,4 @@ pub mod state;
 pub mod status;
 pub mod sync;
 pub mod time;
+pub mod trace;

@@ -15,6 +15,9 @@
 //!     └─ None ──► error "<name> <who>: illegal edge A=>B", debug: panic; release: Err(IllegalEdge), state kept
 //! ```
 //!
+//! With event recording on, every legal edge taken through [`check`] is also a
+//! [`Kind::Transition`] record (`crate::base::trace`; [`check_traced`] adds the caller's ids).
+//!
 //! Machines built on it: the op state (`progress::op::OpState`), the task run state
 //! (`driver::record::RunState`), the device model's stage (`proxy-collectives`), the bootstrap
 //! root and leaf (`proxy-bootstrap`). The machines whose state lives in an atomic shared
@@ -28,6 +31,8 @@
 
 use core::fmt;
 
+use crate::base::trace::{self, Kind, Record};
+
 /// A state machine's states and its table of legal edges.
 pub trait Machine: Copy + PartialEq + fmt::Debug {
     /// The machine's name in traces and errors (`"op"`, `"task"`, `"slot"`, ...).
@@ -36,6 +41,13 @@ pub trait Machine: Copy + PartialEq + fmt::Debug {
     /// The number of the edge `from => to` in the machine's diagram, `None` when the diagram
     /// has no such edge. Where several numbered edges join the same two states, the lowest.
     fn edge(from: Self, to: Self) -> Option<u8>;
+
+    /// The state's number in event records ([`crate::base::trace::Record::from`] / `to`):
+    /// the machine's own numbering where it has one (the ABI values of a task's run state, an
+    /// op's seed numbers); `u8::MAX` for a machine that does not say.
+    fn code(self) -> u8 {
+        u8::MAX
+    }
 }
 
 /// An edge that [`Machine::edge`] does not have: the transition was refused and the state kept.
@@ -66,9 +78,35 @@ impl<S: Machine> fmt::Display for IllegalEdge<S> {
 /// # Errors
 /// [`IllegalEdge`] when the diagram has no edge `from => to`.
 pub fn check<S: Machine>(from: S, to: S, who: &dyn fmt::Display) -> Result<u8, IllegalEdge<S>> {
+    check_traced(from, to, who, |_| {})
+}
+
+/// [`check`], and with event recording on ([`crate::base::trace`]) a [`Kind::Transition`]
+/// record of the legal edge, whose ids `ids` fills in (the rank, comm, op, ... the caller
+/// knows). With recording off `ids` does not run.
+///
+/// # Errors
+/// [`IllegalEdge`] when the diagram has no edge `from => to`.
+pub fn check_traced<S: Machine>(
+    from: S,
+    to: S,
+    who: &dyn fmt::Display,
+    ids: impl FnOnce(&mut Record),
+) -> Result<u8, IllegalEdge<S>> {
     match S::edge(from, to) {
         Some(n) => {
             log::trace!("{} {who}: state={from:?}=>{to:?} (edge {n})", S::NAME);
+            trace::emit(|| {
+                let mut r = Record {
+                    machine: S::NAME,
+                    from: from.code(),
+                    to: to.code(),
+                    edge: n,
+                    ..Record::new(Kind::Transition)
+                };
+                ids(&mut r);
+                r
+            });
             Ok(n)
         }
         None => {

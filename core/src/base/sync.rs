@@ -42,6 +42,15 @@ pub(crate) use core::sync::atomic::{
 /// the models (which do not check them).
 pub use core::sync::atomic::{AtomicU32 as DiagAtomicU32, Ordering as DiagOrdering};
 
+/// **Not** loom's atomics, under `--cfg loom` too: the process-wide event-trace switch
+/// ([`crate::base::trace`]: the installed tracer's pointer, a static, and its on/off flag). Read
+/// on hot paths, so they must add no branch points to the models; a tracer is installed once,
+/// before the threads that record into it start, and never freed. The trace ring itself (the
+/// records handed from writers to the drain) uses the loom-checked names above.
+pub use core::sync::atomic::{
+    AtomicBool as SwitchAtomicBool, AtomicPtr as SwitchAtomicPtr, Ordering as SwitchOrdering,
+};
+
 #[cfg(not(loom))]
 pub use alloc::sync::Arc;
 #[cfg(loom)]

@@ -94,6 +94,11 @@ pub enum RunState {
 impl Machine for RunState {
     const NAME: &'static str = "task";
 
+    /// The ABI value (`PROXY_TASK_STATE_*`).
+    fn code(self) -> u8 {
+        self as u8
+    }
+
     /// The numbered edges of the diagram above (the lowest number where several join the same
     /// two states). A task staying in its state (a status update) is not an edge.
     fn edge(from: Self, to: Self) -> Option<u8> {

@@ -11,6 +11,7 @@ use core::ptr;
 use crate::base::desc::{NetDestAddr, NetSrcAddr};
 use crate::base::state::{self, Machine};
 use crate::base::status::NrtStatus;
+use crate::base::trace;
 use crate::progress::device::DeviceCallbacks;
 use crate::progress::net::{RequestId, Transport};
 use crate::progress::stats::ProtocolStats;
@@ -246,6 +247,10 @@ impl OpState {
 impl Machine for OpState {
     const NAME: &'static str = "op";
 
+    fn code(self) -> u8 {
+        u8::try_from(self.0).unwrap_or(u8::MAX)
+    }
+
     /// The edges of the diagram above (1/4: DONE→HANDSHAKE, 2: HANDSHAKE→TRANSFER,
     /// 3: TRANSFER→DONE, 5: HANDSHAKE→DONE).
     fn edge(from: Self, to: Self) -> Option<u8> {
@@ -442,6 +447,15 @@ impl ProxyOp {
     /// # Errors
     /// `Resource` when the op has no tracker yet and it cannot be allocated.
     pub fn rearm(&mut self) -> Result<(), NrtStatus> {
+        self.rearm_in(trace::NONE, trace::NONE)
+    }
+
+    /// [`ProxyOp::rearm`] by a caller that knows the op's comm (`rank`, `comm_id`: into the
+    /// transition's event record, as [`ProxyOp::set_state_in`]).
+    ///
+    /// # Errors
+    /// As [`ProxyOp::rearm`].
+    pub fn rearm_in(&mut self, rank: u32, comm: u32) -> Result<(), NrtStatus> {
         self.posted = 0;
         self.pre_post_fifo_idx = 0;
         self.completed = 0;
@@ -452,7 +466,7 @@ impl ProxyOp {
             Some(t) => t.clear(),
             None => self.alloc_request()?,
         }
-        self.set_state(OpState::HANDSHAKE)
+        self.set_state_in(OpState::HANDSHAKE, rank, comm)
     }
 
     /// The op's state.
@@ -468,7 +482,30 @@ impl ProxyOp {
     /// # Errors
     /// [`NrtStatus::Failure`] for an edge the diagram does not have.
     pub fn set_state(&mut self, to: OpState) -> Result<(), NrtStatus> {
-        state::check(self.state, to, &OpName(self)).map_err(|_| NrtStatus::Failure)?;
+        self.set_state_in(to, trace::NONE, trace::NONE)
+    }
+
+    /// [`ProxyOp::set_state`] by a caller that knows the op's comm (`rank`, `comm_id`: they go
+    /// into the transition's event record, `crate::base::trace`; [`trace::NONE`] when not).
+    ///
+    /// # Errors
+    /// [`NrtStatus::Failure`] for an edge the diagram does not have.
+    pub fn set_state_in(&mut self, to: OpState, rank: u32, comm: u32) -> Result<(), NrtStatus> {
+        state::check_traced(self.state, to, &OpName(self), |r| {
+            r.rank = rank;
+            r.comm = comm;
+            r.stream = u8::try_from(self.stream).unwrap_or(u8::MAX);
+            r.op = self.net_op_idx;
+            r.block = self.basic_block_id;
+            r.peer = u32::try_from(self.peer).unwrap_or(trace::NONE);
+            r.entry = self.completed;
+            r.side = match self.kind_name() {
+                "send" => trace::SEND,
+                "recv" => trace::RECV,
+                _ => u8::MAX,
+            };
+        })
+        .map_err(|_| NrtStatus::Failure)?;
         self.state = to;
         Ok(())
     }

@@ -10,6 +10,7 @@
 use crate::base::desc::{NetOpInfo, NO_PEER};
 use crate::base::host_word::HOST_INDEX_READY;
 use crate::base::status::NrtStatus;
+use crate::base::trace;
 use crate::progress::net::make_tag;
 use crate::progress::net::TestOutcome;
 use crate::progress::op::{
@@ -142,7 +143,7 @@ fn step(op: &mut ProxyOp, ctx: &mut OpCtx<'_>, send: bool) -> Result<(), NrtStat
                 ctx.device.inc_semaphore(op.handshake_sem_addr, 1)
             );
             op.idle = 0;
-            op.set_state(OpState::TRANSFER)
+            op.set_state_in(OpState::TRANSFER, ctx.rank, ctx.comm_id)
         }
         OpState::TRANSFER => transfer(op, ctx, send),
         OpState::DONE => Ok(()),
@@ -283,6 +284,7 @@ fn transfer(op: &mut ProxyOp, ctx: &mut OpCtx<'_>, send: bool) -> Result<(), Nrt
             op.max_recv_ahead = op.max_recv_ahead.max(ahead);
             ctx.stats.max_recv_ahead = ctx.stats.max_recv_ahead.max(u64::from(ahead));
         }
+        trace::emit(|| io_record(trace::Kind::Post, op, ctx, send, op.posted, size, peer));
         op.posted += 1;
         op.idle = 0;
     }
@@ -310,6 +312,23 @@ fn transfer(op: &mut ProxyOp, ctx: &mut OpCtx<'_>, send: bool) -> Result<(), Nrt
                 if let Some(t) = op.tracker_mut() {
                     t.pop_front();
                 }
+                trace::emit(|| {
+                    let peer = if send {
+                        ctx.src[i].dest_rank
+                    } else {
+                        ctx.dst[i].src_rank
+                    };
+                    let peer = if peer == NO_PEER { op.peer } else { peer } as u32;
+                    io_record(
+                        trace::Kind::Complete,
+                        op,
+                        ctx,
+                        send,
+                        front.entry,
+                        size,
+                        peer,
+                    )
+                });
                 op.completed += 1;
                 op.idle = 0;
             }
@@ -373,10 +392,35 @@ fn transfer(op: &mut ProxyOp, ctx: &mut OpCtx<'_>, send: bool) -> Result<(), Nrt
     }
     // State 0 only when every request has completed at the transport.
     if op.completed == n && op.credited == n {
-        op.set_state(OpState::DONE)?;
+        op.set_state_in(OpState::DONE, ctx.rank, ctx.comm_id)?;
     }
     Ok(())
 }
 
 #[cfg(all(test, not(loom)))]
 mod tests;
+
+/// The event record of a transport post or completion of FIFO entry `entry` (`size` bytes,
+/// with `peer`) of `op` (`crate::base::trace`).
+fn io_record(
+    kind: trace::Kind,
+    op: &ProxyOp,
+    ctx: &OpCtx<'_>,
+    send: bool,
+    entry: u32,
+    size: u64,
+    peer: u32,
+) -> trace::Record {
+    trace::Record {
+        bytes: size,
+        rank: ctx.rank,
+        comm: ctx.comm_id,
+        stream: u8::try_from(ctx.stream).unwrap_or(u8::MAX),
+        op: op.net_op_idx,
+        block: op.basic_block_id,
+        entry,
+        peer,
+        side: if send { trace::SEND } else { trace::RECV },
+        ..trace::Record::new(kind)
+    }
+}

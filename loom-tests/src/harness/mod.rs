@@ -19,6 +19,7 @@ pub mod handles;
 pub mod invalidate;
 pub mod oneshot;
 pub mod registry;
+pub mod trace;
 pub mod trigger;
 
 /// The parker the model threads use: loom's park/unpark under `--cfg loom`, std's otherwise.

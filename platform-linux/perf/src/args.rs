@@ -150,6 +150,14 @@ pub const DEFAULT_EARLY_SEND: &str = "off";
 pub const DEFAULT_IDX_WRAP: u32 = 0;
 /// `--credits` default (0 = the progress half's default).
 pub const DEFAULT_CREDITS: u32 = 0;
+/// `--min-time` default in ms: the shortest timed loop of a calibrated count (no `-n`). At
+/// 8 B (about 2.5 µs per all-reduce at 2 ranks) that is about 20 000 iterations, more than the
+/// `-n 10000` of a steady-state reference run.
+pub const DEFAULT_MIN_TIME_MS: u32 = 50;
+/// The fewest timed iterations of a calibrated count (nccl-tests' default `-n`).
+pub const MIN_ITERS: u32 = 20;
+/// The most timed iterations of a calibrated count.
+pub const MAX_ITERS: u32 = 1_000_000;
 
 /// Parses `--idx-wrap`: 0 (no wrap) or at least 2 (a wrap of 1 leaves no entry to post).
 ///
@@ -293,9 +301,15 @@ pub struct Args {
     /// Add this many bytes between rows (0 = use the factor).
     #[arg(short = 'i', long = "stepbytes", default_value = "0", value_parser = parse_size)]
     pub step_bytes: u64,
-    /// Timed iterations per size.
-    #[arg(short = 'n', long = "iters", default_value_t = 20)]
-    pub iters: u32,
+    /// Timed iterations per size. Without it the count is calibrated per size (from untimed
+    /// batches after the warm-up) so that the timed loop lasts about `--min-time` (at least
+    /// [`MIN_ITERS`], at most [`MAX_ITERS`]): small sizes get thousands of iterations, as OSU
+    /// and nccl-tests users expect.
+    #[arg(short = 'n', long = "iters")]
+    pub iters: Option<u32>,
+    /// With a calibrated count (no `-n`): the shortest timed loop per size and side, in ms.
+    #[arg(long = "min-time", value_name = "MS", default_value_t = DEFAULT_MIN_TIME_MS)]
+    pub min_time_ms: u32,
     /// Warm-up iterations per size (not timed).
     #[arg(short = 'w', long = "warmup_iters", default_value_t = 5)]
     pub warmup: u32,
@@ -402,6 +416,22 @@ pub struct Args {
     /// Draw busbw against size as an SVG to this file.
     #[arg(long, value_name = "FILE.svg")]
     pub plot: Option<std::path::PathBuf>,
+    /// Record the engine's events (docs/tracing.md) and write them as a Chrome Trace Event /
+    /// Perfetto JSON timeline to FILE (`%r` in FILE: one file per rank, needed when the ranks
+    /// are processes), written also when the run fails; a per-op latency breakdown is printed
+    /// after the footer. Recorded: the checked executions of every size (`-c`), with
+    /// `--trace-all` the whole run.
+    #[arg(long, value_name = "FILE")]
+    pub trace: Option<std::path::PathBuf>,
+    /// With `--trace`: record the whole run (warm-up, calibration, timed and checked
+    /// executions; the ring keeps the first `trace::CAPACITY` events and counts the dropped
+    /// ones). For a run that hangs or fails, and to measure what recording costs.
+    #[arg(long, requires = "trace")]
+    pub trace_all: bool,
+    /// With `--plot`: overlay another run's results: a `--json` file of proxy-perf, an
+    /// nccl-tests table or an OSU latency table (text; repeat the flag for several).
+    #[arg(long, value_name = "FILE", requires = "plot")]
+    pub compare: Vec<std::path::PathBuf>,
     /// After the sweep, print every rank's protocol counters as a footer table (starts, block
     /// switches, early send completions, receives posted ahead and the most ahead, index
     /// wraps, peak outstanding send / receive requests; cumulative over the whole sweep).
@@ -518,5 +548,18 @@ impl Args {
             s = next;
         }
         v
+    }
+
+    /// `-n` as given, or `None` when the count is calibrated per size (`--min-time`).
+    pub fn fixed_iters(&self) -> Option<u32> {
+        self.iters.map(|n| n.max(1))
+    }
+
+    /// The iteration setting for the header and the JSON: `20`, or `auto (min 50 ms)`.
+    pub fn iters_label(&self) -> String {
+        match self.fixed_iters() {
+            Some(n) => n.to_string(),
+            None => format!("auto (min {} ms)", self.min_time_ms),
+        }
     }
 }

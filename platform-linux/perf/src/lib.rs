@@ -19,12 +19,15 @@
 //! loads the progress half with `dlopen` ([`proxy_runtime::loader`]).
 
 pub mod args;
+pub mod compare;
 pub mod cost;
 pub mod engine;
 #[cfg(feature = "libfabric")]
 pub mod launch;
+pub mod plot;
 pub mod report;
 pub mod run;
+pub mod trace;
 
 use std::io::{IsTerminal, Write};
 
@@ -111,11 +114,37 @@ fn run_inner(args: &Args) -> Result<i32, String> {
         // library's libfabric comm would run a bootstrap of its own.
         return Err("--progress-lib runs with --transport mem only".into());
     }
+    // --compare files are read now, so that a bad one fails before the sweep.
+    let factor = Into::<proxy_collectives::planner::Collective>::into(args.collective)
+        .busbw_factor(args.ranks);
+    for f in &args.compare {
+        compare::read(f, factor)?;
+    }
+    if let Some(t) = &args.trace {
+        if args.check == 0 && !args.trace_all {
+            return Err(
+                "--trace records the checked executions: give -c 1 or more, or --trace-all".into(),
+            );
+        }
+        if args.transport == TransportArg::Libfabric && !trace::per_rank(t) {
+            return Err(format!(
+                "--trace {}: the ranks are processes, give a per-rank pattern with %r",
+                t.display()
+            ));
+        }
+        // Before any thread of the run starts (they then see it at once).
+        let t = trace::tracer()?;
+        if args.trace_all {
+            t.mark(0);
+            t.set_on(true);
+        }
+    }
     match args.transport {
         TransportArg::Mem => {
             let mut world = run::World::new(args)?;
             let result = sweep(args, &mut world);
-            finish(args, &mut world, result)
+            let result = finish(args, &mut world, result);
+            finish_trace(args, &world, result)
         }
         TransportArg::Libfabric => libfabric(args),
     }
@@ -179,7 +208,7 @@ fn join(args: &Args) -> Result<i32, String> {
     if let Err(e) = &result {
         world.abort_peers(e);
     }
-    result
+    finish_trace(args, &world, result)
 }
 
 /// Header, one row per size, footer (printed by the process that runs rank 0 only; every
@@ -234,13 +263,21 @@ fn sweep(args: &Args, world: &mut run::World) -> Result<i32, String> {
     if args.dump_on_exit {
         world.dump_all();
     }
+
     if printer {
         if let Some(p) = &args.json {
             report::write_json(p, args, world.transport_name(), &engine, &rows, &protocol)
                 .map_err(|e| format!("--json {}: {e}", p.display()))?;
         }
         if let Some(p) = &args.plot {
-            report::write_plot(p, args, world.transport_name(), &rows)?;
+            let factor = Into::<proxy_collectives::planner::Collective>::into(args.collective)
+                .busbw_factor(args.ranks);
+            let compare = args
+                .compare
+                .iter()
+                .map(|f| compare::read(f, factor))
+                .collect::<Result<Vec<_>, _>>()?;
+            plot::write_plot(p, args, world.transport_name(), &rows, &compare.concat())?;
         }
     }
     Ok(if report::total_wrong(&rows) == 0 {
@@ -248,4 +285,55 @@ fn sweep(args: &Args, world: &mut run::World) -> Result<i32, String> {
     } else {
         EXIT_WRONG
     })
+}
+
+/// `--trace`, after the run, failed or not: stops recording, prints the latency breakdown
+/// (from the process that runs rank 0) and writes the timeline; a failure to write it fails a
+/// run that succeeded.
+fn finish_trace(
+    args: &Args,
+    world: &run::World,
+    result: Result<i32, String>,
+) -> Result<i32, String> {
+    let Some(pattern) = &args.trace else {
+        return result;
+    };
+    let tracer = trace::tracer()?;
+    tracer.set_on(false);
+    let t = trace::collect(tracer);
+    if world.first_rank() == 0 {
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "{}", trace::breakdown::text(&t));
+        let _ = out.flush();
+    }
+    let written = write_trace(pattern, &t, world.local_ranks());
+    match (result, written) {
+        (Ok(code), Err(e)) => {
+            eprintln!("proxy-perf: error: {e}");
+            Ok(code.max(EXIT_ERROR))
+        }
+        (result, Err(e)) => {
+            eprintln!("proxy-perf: error: {e}");
+            result
+        }
+        (result, Ok(())) => result,
+    }
+}
+
+/// Writes `--trace`: one file per local rank when `pattern` has `%r`, else one file of every
+/// rank (this process's ranks: all of them with the in-process transport).
+fn write_trace(pattern: &std::path::Path, t: &trace::Trace, local: &[u32]) -> Result<(), String> {
+    let write = |path: &std::path::Path, only: Option<u32>| {
+        let doc = trace::chrome::document(t, only);
+        let text = serde_json::to_string(&doc).map_err(|e| e.to_string())?;
+        std::fs::write(path, text + "\n").map_err(|e| format!("--trace {}: {e}", path.display()))
+    };
+    if trace::per_rank(pattern) {
+        for &r in local {
+            write(&trace::path_for(pattern, r), Some(r))?;
+        }
+        Ok(())
+    } else {
+        write(pattern, None)
+    }
 }

@@ -1,4 +1,4 @@
-//! Output: nccl-tests' header, table and footer; `--json` rows; `--plot` SVG.
+//! Output: nccl-tests' header, table and footer; `--json` rows (`--plot`: [`crate::plot`]).
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -54,7 +54,7 @@ pub fn header(args: &Args, info: &HeaderInfo<'_>) -> String {
         args.max_bytes,
         step,
         args.warmup,
-        args.iters,
+        args.iters_label(),
         args.check,
         args.dtype.name(),
         args.op.name(),
@@ -165,7 +165,28 @@ pub fn algorithms(rows: &[Row]) -> String {
         .join(", ")
 }
 
-/// nccl-tests' footer, and the algorithm per size.
+/// The timed iterations per size, runs of equal counts joined: `20000 8..64, 20 1048576`.
+pub fn iterations(rows: &[Row]) -> String {
+    let mut runs: Vec<(u32, u64, u64)> = Vec::new();
+    for r in rows {
+        match runs.last_mut() {
+            Some((n, _, hi)) if *n == r.oop.iters => *hi = r.size,
+            _ => runs.push((r.oop.iters, r.size, r.size)),
+        }
+    }
+    runs.iter()
+        .map(|(n, lo, hi)| {
+            if lo == hi {
+                format!("{n} {lo}")
+            } else {
+                format!("{n} {lo}..{hi}")
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// nccl-tests' footer, the algorithm and the timed iterations per size.
 pub fn footer(rows: &[Row]) -> String {
     let wrong = total_wrong(rows);
     let avg = if rows.is_empty() {
@@ -174,11 +195,12 @@ pub fn footer(rows: &[Row]) -> String {
         rows.iter().map(|r| r.oop.busbw + r.ip.busbw).sum::<f64>() / (2 * rows.len()) as f64
     };
     format!(
-        "# Out of bounds values : {} {}\n# Avg bus bandwidth    : {:.4} \n# Algorithm by size (B)  : {}\n#",
+        "# Out of bounds values : {} {}\n# Avg bus bandwidth    : {:.4} \n# Algorithm by size (B)  : {}\n# Iterations by size (B) : {}\n#",
         wrong,
         if wrong == 0 { "OK" } else { "FAILED" },
         avg,
-        algorithms(rows)
+        algorithms(rows),
+        iterations(rows)
     )
 }
 
@@ -249,6 +271,7 @@ fn protocol_json(r: &RankProtocol) -> serde_json::Value {
 
 fn measure_json(m: &Measure) -> serde_json::Value {
     serde_json::json!({
+        "iters": m.iters,
         "time_us": m.time_us,
         "algbw_gbps": m.algbw,
         "busbw_gbps": m.busbw,
@@ -289,7 +312,8 @@ pub fn write_json(
         "type": args.dtype.name(),
         "op": args.op.name(),
         "root": args.root,
-        "iters": args.iters,
+        "iters": args.fixed_iters(),
+        "min_time_ms": args.min_time_ms,
         "warmup_iters": args.warmup,
         "check_iters": args.check,
         "busbw_factor": c.busbw_factor(args.ranks),
@@ -311,89 +335,4 @@ pub fn write_json(
     });
     let text = serde_json::to_string_pretty(&v).map_err(std::io::Error::other)?;
     std::fs::write(path, text + "\n")
-}
-
-/// Draws busbw (GB/s) against size (log scale) for out of place and in place as an SVG.
-///
-/// # Errors
-/// A message from the plotting backend or the file system.
-pub fn write_plot(path: &Path, args: &Args, transport: &str, rows: &[Row]) -> Result<(), String> {
-    use plotters::prelude::*;
-    let c: Collective = args.collective.into();
-    let root = SVGBackend::new(path, (900, 560)).into_drawing_area();
-    let e = |e: &dyn std::fmt::Display| format!("plot: {e}");
-    root.fill(&WHITE).map_err(|x| e(&x))?;
-    let xmin = rows.iter().map(|r| r.size).min().unwrap_or(1).max(1) as f64;
-    let xmax = (rows.iter().map(|r| r.size).max().unwrap_or(2) as f64).max(xmin * 2.0);
-    let ymax = rows
-        .iter()
-        .map(|r| r.oop.busbw.max(r.ip.busbw))
-        .fold(0.0f64, f64::max)
-        .max(1e-3)
-        * 1.1;
-    let title = format!(
-        "proxy-perf {}: {} ranks, {}, {}",
-        c.name(),
-        args.ranks,
-        transport,
-        if args.loop_mode {
-            "loop"
-        } else {
-            "per execution"
-        }
-    );
-    let mut chart = ChartBuilder::on(&root)
-        .caption(title, ("sans-serif", 22))
-        .margin(16)
-        .x_label_area_size(44)
-        .y_label_area_size(60)
-        .build_cartesian_2d((xmin..xmax).log_scale(), 0.0..ymax)
-        .map_err(|x| e(&x))?;
-    chart
-        .configure_mesh()
-        .x_desc("size (bytes)")
-        .y_desc("busbw (GB/s)")
-        .x_label_formatter(&|v| human_bytes(*v))
-        .draw()
-        .map_err(|x| e(&x))?;
-    for (label, color, pick) in [("out-of-place", BLUE, 0), ("in-place", RED, 1)] {
-        let pts: Vec<(f64, f64)> = rows
-            .iter()
-            .map(|r| {
-                (
-                    r.size as f64,
-                    if pick == 0 { r.oop.busbw } else { r.ip.busbw },
-                )
-            })
-            .collect();
-        chart
-            .draw_series(LineSeries::new(pts.clone(), color.stroke_width(2)))
-            .map_err(|x| e(&x))?
-            .label(label)
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color));
-        chart
-            .draw_series(pts.into_iter().map(|p| Circle::new(p, 3, color.filled())))
-            .map_err(|x| e(&x))?;
-    }
-    chart
-        .configure_series_labels()
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .draw()
-        .map_err(|x| e(&x))?;
-    root.present().map_err(|x| e(&x))?;
-    Ok(())
-}
-
-fn human_bytes(v: f64) -> String {
-    let v = v.round() as u64;
-    if v >= 1 << 30 && v.is_multiple_of(1 << 30) {
-        format!("{}G", v >> 30)
-    } else if v >= 1 << 20 && v.is_multiple_of(1 << 20) {
-        format!("{}M", v >> 20)
-    } else if v >= 1 << 10 && v.is_multiple_of(1 << 10) {
-        format!("{}K", v >> 10)
-    } else {
-        format!("{v}")
-    }
 }

@@ -352,7 +352,7 @@ fn provider_needs_the_libfabric_transport() {
     );
 }
 
-/// `--plot` writes an SVG (no system fonts needed).
+/// `--plot` writes an SVG (no system fonts needed): busbw and time per collective.
 #[test]
 fn plot_writes_svg() {
     let path = std::env::temp_dir().join(format!("proxy-perf-{}.svg", std::process::id()));
@@ -379,6 +379,17 @@ fn plot_writes_svg() {
     let _ = std::fs::remove_file(&path);
     assert!(
         svg.starts_with("<svg") && svg.contains("busbw"),
+        "{}",
+        &svg[..svg.len().min(200)]
+    );
+    // Issue 28: the latency chart (log-log) beside the busbw chart.
+    assert!(
+        svg.contains("time per collective") && svg.contains("time (us)"),
+        "{}",
+        &svg[..svg.len().min(200)]
+    );
+    assert!(
+        svg.contains("width=\"1600\""),
         "{}",
         &svg[..svg.len().min(200)]
     );
@@ -872,6 +883,7 @@ fn progress_lib_that_cannot_be_loaded_is_refused_clearly() {
 
 /// Every collective × 1–4 processes over libfabric tcp and shm, in both mode pairs: 0 wrong in
 /// every row (8 B, 512 B, 32 KiB, 2 MiB).
+#[cfg(feature = "libfabric")]
 #[test]
 fn libfabric_every_collective_both_modes() {
     let runs: Vec<(&str, u32)> = [
@@ -1001,4 +1013,182 @@ fn the_header_prints_the_mode_rule() {
     ]);
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("(flags; rule: "), "{out}");
+}
+
+/// Issue 28: without `-n` the timed count is calibrated per size to `--min-time`, in
+/// `MIN_ITERS..=MAX_ITERS`; in place runs the out-of-place count; the JSON and the footer say
+/// the count; the devices ran exactly that many timed executions per rank.
+fn check_calibrated(out: &str, v: &serde_json::Value, ranks: u64) {
+    use proxy_perf::args::{MAX_ITERS, MIN_ITERS};
+    assert_eq!(v["iters"], serde_json::Value::Null, "{v}");
+    assert_eq!(v["min_time_ms"].as_u64(), Some(5), "{v}");
+    let rows = v["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 2, "{v}");
+    let mut footer = Vec::new();
+    for row in rows {
+        let n = row["out_of_place"]["iters"].as_u64().unwrap();
+        assert!(
+            (u64::from(MIN_ITERS)..=u64::from(MAX_ITERS)).contains(&n),
+            "{row}"
+        );
+        assert_eq!(row["in_place"]["iters"].as_u64(), Some(n), "{row}");
+        for side in ["out_of_place", "in_place"] {
+            assert_eq!(
+                row[side]["timed_device_executions"].as_u64(),
+                Some(ranks * n),
+                "{side}: {row}"
+            );
+        }
+        footer.push(format!("{n} {}", row["size"]));
+    }
+    let line = out
+        .lines()
+        .find(|l| l.starts_with("# Iterations by size (B) : "))
+        .unwrap_or_else(|| panic!("{out}"));
+    // Equal counts join into a range; else one entry per size.
+    if footer.len() == 2 && footer[0].split(' ').next() != footer[1].split(' ').next() {
+        assert!(line.ends_with(&footer.join(", ")), "{line} vs {footer:?}");
+    }
+    assert!(out.contains("iters: auto (min 5 ms)"), "{out}");
+}
+
+#[test]
+fn default_iteration_count_is_calibrated() {
+    for modes in MODES {
+        let path = std::env::temp_dir().join(format!(
+            "proxy-perf-{}-calibrated-{}.json",
+            std::process::id(),
+            modes[1]
+        ));
+        let p = path.to_str().unwrap();
+        let mut a = vec![
+            "all-reduce",
+            "--ranks",
+            "2",
+            "-b",
+            "8",
+            "-e",
+            "1M",
+            "-f",
+            "131072",
+            "--min-time",
+            "5",
+            "--json",
+            p,
+        ];
+        a.extend_from_slice(&modes);
+        let (code, out, err) = run_bin(&a);
+        assert_eq!(code, 0, "{out}\n{err}");
+        let v = json(&path);
+        let _ = std::fs::remove_file(&path);
+        check_calibrated(&out, &v, 2);
+    }
+}
+
+/// Issue 28: with the ranks in separate processes every process runs the same calibration
+/// batches and the same count (each batch's time is shared over the bootstrap); a
+/// disagreement would hang or fail the run.
+#[cfg(feature = "libfabric")]
+#[test]
+fn libfabric_processes_agree_on_the_calibrated_count() {
+    let path = std::env::temp_dir().join(format!(
+        "proxy-perf-{}-calibrated-fi.json",
+        std::process::id()
+    ));
+    let p = path.to_str().unwrap();
+    let b = run_bounded(
+        &[
+            "all-reduce",
+            "--transport",
+            "libfabric",
+            "--provider",
+            "tcp",
+            "--ranks",
+            "2",
+            "-b",
+            "8",
+            "-e",
+            "1M",
+            "-f",
+            "131072",
+            "--min-time",
+            "5",
+            "--json",
+            p,
+        ],
+        &[
+            ("NEURON_RT_BOOTSTRAP_TIMEOUT", "30"),
+            ("NEURON_RT_EXEC_TIMEOUT", "20"),
+        ],
+        Duration::from_secs(90),
+    );
+    assert_eq!(b.code, Some(0), "{}\n{}", b.out, b.err);
+    assert_eq!(zero_wrong_rows(&b.out), 2, "{}", b.out);
+    let v = json(&path);
+    let _ = std::fs::remove_file(&path);
+    check_calibrated(&b.out, &v, 2);
+}
+
+/// Issue 28: `--compare` overlays an nccl-tests table, an OSU table and another run's JSON on
+/// both charts; a file of none of these formats fails before the sweep.
+#[test]
+fn plot_overlays_compared_runs() {
+    let dir = std::env::temp_dir();
+    let id = std::process::id();
+    let nccl = dir.join(format!("proxy-perf-{id}-nccl.txt"));
+    let osu = dir.join(format!("proxy-perf-{id}-osu.txt"));
+    let svg = dir.join(format!("proxy-perf-{id}-compare.svg"));
+    std::fs::write(
+        &nccl,
+        "#  size count type redop root time algbw busbw #wrong time algbw busbw #wrong\n\
+         8 2 float sum -1 20.00 0.00 0.00 0 21.00 0.00 0.00 0\n\
+         65536 16384 float sum -1 40.00 1.64 1.64 0 41.00 1.60 1.60 0\n",
+    )
+    .unwrap();
+    std::fs::write(&osu, "# Size       Avg Latency(us)\n8 3.00\n65536 30.00\n").unwrap();
+    let (code, out, err) = run_bin(&[
+        "all-reduce",
+        "--ranks",
+        "2",
+        "-b",
+        "8",
+        "-e",
+        "64K",
+        "-f",
+        "8192",
+        "-n",
+        "2",
+        "-w",
+        "0",
+        "--plot",
+        svg.to_str().unwrap(),
+        "--compare",
+        nccl.to_str().unwrap(),
+        "--compare",
+        osu.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    let text = std::fs::read_to_string(&svg).unwrap();
+    for label in [
+        format!("proxy-perf-{id}-nccl.txt out-of-place"),
+        format!("proxy-perf-{id}-nccl.txt in-place"),
+        format!("proxy-perf-{id}-osu.txt"),
+    ] {
+        // Once in each chart's legend.
+        assert_eq!(text.matches(&label).count(), 2, "{label}");
+    }
+    let bad = dir.join(format!("proxy-perf-{id}-bad.txt"));
+    std::fs::write(&bad, "hello world\n").unwrap();
+    let (code, _, err) = run_bin(&[
+        "all-reduce",
+        "--plot",
+        svg.to_str().unwrap(),
+        "--compare",
+        bad.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 2);
+    assert!(err.contains("--compare"), "{err}");
+    for f in [nccl, osu, svg, bad] {
+        let _ = std::fs::remove_file(f);
+    }
 }

@@ -279,6 +279,7 @@ impl DriverState {
         } else {
             DriverActivity::Parked
         });
+        queue.trace(trace::Kind::Sleep);
         let ready = || {
             queue.stop_requested()
                 || queue.dump.pending_since(served)
@@ -295,6 +296,7 @@ impl DriverState {
                 })
         };
         queue.worker_wait.park_timeout(park, ready, timeout_ns);
+        queue.trace(trace::Kind::Wake);
     }
 
     /// Serves the pending dump requests by a requester that took a caller-mode queue's free

@@ -608,6 +608,7 @@ pub(super) fn wait_driving<T>(
         queue.drive.fetch_add(WAITER, Ordering::AcqRel);
         let mut got = None;
         let timeout_ns = deadline_ns.map(|d| d.saturating_sub(now));
+        queue.trace(trace::Kind::Sleep);
         slot.waiter.park_timeout(
             waiter.park,
             || {
@@ -616,6 +617,7 @@ pub(super) fn wait_driving<T>(
             },
             timeout_ns,
         );
+        queue.trace(trace::Kind::Wake);
         slot.wants_drive.store(false, Ordering::Relaxed);
         queue.drive.fetch_sub(WAITER, Ordering::AcqRel);
         if let Some(v) = got {

@@ -67,6 +67,7 @@ use crate::base::sync::{
     UnsafeCell,
 };
 use crate::base::time::Clock;
+use crate::base::trace;
 use crate::driver::dump::{
     next_queue_id, ActivityWord, DriverActivity, DumpOutcome, DumpReason, DumpRequests,
 };

@@ -97,7 +97,20 @@ impl ProxyQueue {
     /// Takes the drive token if it is free (free → driven by one RMW; Acquire: the previous
     /// holder's changes to the driver state are visible).
     pub(super) fn take_token(&self) -> bool {
-        self.drive.fetch_or(DRIVEN, Ordering::AcqRel) & DRIVEN == 0
+        let taken = self.drive.fetch_or(DRIVEN, Ordering::AcqRel) & DRIVEN == 0;
+        if taken {
+            self.trace(trace::Kind::TokenTake);
+        }
+        taken
+    }
+
+    /// Records `kind` for this queue (event recording, `crate::base::trace`; `op` is the
+    /// queue's id).
+    pub(super) fn trace(&self, kind: trace::Kind) {
+        trace::emit(|| trace::Record {
+            op: self.id,
+            ..trace::Record::new(kind)
+        });
     }
 
     /// `true` while some thread holds the drive token.
@@ -112,6 +125,7 @@ impl ProxyQueue {
 
     /// Releases the drive token and wakes every slot owner waiting for it.
     pub(super) fn release_token(&self) {
+        self.trace(trace::Kind::TokenRelease);
         // One RMW that both releases and reads the waiter count: a waiter registers by an RMW
         // on the same word, so either its registration is in `prev` (we wake it) or it comes
         // after our release (its re-check before blocking finds the token free).

@@ -23,6 +23,7 @@ pub use network::{BlockFifos, CommHandle, NetworkTask, NetworkTaskSpec};
 use crate::base::state;
 use crate::base::status::NrtStatus;
 use crate::base::sync::Arc;
+use crate::base::trace;
 use crate::driver::record::{RunState, StatusRecord, TaskRecord};
 
 /// Interval of the "still waiting" warning: a task that waits (no progress) logs one warning
@@ -259,7 +260,13 @@ impl TaskCore {
             return;
         }
         let who = TaskName(self);
-        if state::check(from, to, &who).is_ok() && to != RunState::Init {
+        let ids = |r: &mut trace::Record| {
+            r.comm = self.rec.comm_id;
+            r.op = self.rec.task_id;
+            r.block = self.rec.slot;
+            r.entry = self.kind as u32;
+        };
+        if state::check_traced(from, to, &who, ids).is_ok() && to != RunState::Init {
             self.take_edge(to, status);
         } else if from != RunState::Done {
             self.take_edge(RunState::Done, NrtStatus::Failure);
@@ -314,7 +321,11 @@ impl TaskCore {
         self.warnings = 0;
         // DONE => INIT always changes the state, so the new record is published (run_state
         // last, with release).
-        let _ = state::check(from, RunState::Init, &TaskName(self));
+        let _ = state::check_traced(from, RunState::Init, &TaskName(self), |r| {
+            r.comm = self.rec.comm_id;
+            r.op = task_id;
+            r.entry = self.kind as u32;
+        });
         self.take_edge(RunState::Init, NrtStatus::Success);
         Ok(())
     }

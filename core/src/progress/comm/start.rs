@@ -195,7 +195,7 @@ impl Comm {
                     op.basic_block_id = bb;
                     op.op_count = self.last_op_count;
                     self.last_op_count += 1;
-                    let armed = op.rearm();
+                    let armed = op.rearm_in(self.config.rank, self.config.comm_id);
                     // `op` is not used past this point: the links are written through `opp`.
                     // SAFETY: `opp` is live and on no list.
                     unsafe { st.next_ops.push_back(opp) };

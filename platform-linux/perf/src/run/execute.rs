@@ -370,14 +370,17 @@ impl World {
             .sum()
     }
 
+    /// One side of a row: warm-up, the timed count (`iters`, else [`World::iterations`]
+    /// decides it), the timed iterations, the checked runs.
     pub(super) fn measure(
         &mut self,
         mems: &mut [RankMem],
         size: u64,
         in_place: bool,
+        iters: Option<u32>,
     ) -> Result<Measure, String> {
         let prep = self.prepare(mems, size, in_place)?;
-        let (iters, warmup, checks) = (self.args.iters.max(1), self.args.warmup, self.args.check);
+        let (warmup, checks) = (self.args.warmup, self.args.check);
         self.fill_inputs(&prep);
         if self.args.loop_mode {
             if warmup > 0 {
@@ -386,6 +389,10 @@ impl World {
         } else {
             self.run_execs(&prep, warmup, 1)?;
         }
+        let iters = match iters {
+            Some(n) => n,
+            None => self.iterations(&prep)?,
+        };
         let pool0 = self.engine.pool_ops();
         let starts0 = seam_starts();
         let stats0: Vec<(u64, u64)> = self
@@ -399,11 +406,7 @@ impl World {
                 )
             })
             .collect();
-        let elapsed = if self.args.loop_mode {
-            self.run_execs(&prep, 1, iters)?
-        } else {
-            self.run_execs(&prep, iters, 1)?
-        };
+        let elapsed = self.timed(&prep, iters)?;
         let timed_starts = seam_starts() - starts0;
         let (mut execs, mut bytes) = (0, 0);
         for (d, (e0, b0)) in self.devices.iter().zip(stats0) {
@@ -411,13 +414,18 @@ impl World {
             execs += s.executions.load(Ordering::Relaxed) - e0;
             bytes += s.recv_bytes.load(Ordering::Relaxed) - b0;
         }
+        // `--trace`: a recording window per checked execution (`--trace-all` records all).
+        let tracer = self.tracer().filter(|_| !self.args.trace_all);
         let mut wrong = None;
         for _ in 0..checks {
             self.poison_outputs(&prep);
             if in_place {
                 self.fill_inputs(&prep);
             }
-            self.execute(&prep, 1)?;
+            tracer.inspect(|t| start_window(t));
+            let done = self.execute(&prep, 1);
+            tracer.inspect(|t| t.set_on(false));
+            done?;
             *wrong.get_or_insert(0) += self.wrong(&prep);
         }
         let recv_bytes_per_exec = prep
@@ -459,6 +467,7 @@ impl World {
             0.0
         };
         Ok(Measure {
+            iters,
             time_us: time * 1e6,
             algbw,
             busbw: algbw * self.collective.busbw_factor(self.args.ranks),
@@ -470,6 +479,14 @@ impl World {
             filed_blocks,
             pool_ops: pool,
         })
+    }
+
+    /// With `--trace`, the process's event tracer (`crate::trace`), else `None`.
+    fn tracer(&self) -> Option<&'static proxy_core::base::trace::Tracer> {
+        self.args
+            .trace
+            .as_ref()
+            .and_then(|_| crate::trace::tracer().ok())
     }
 
     /// The allocation-free steady state, measured from outside: runs `warmup` executions of
@@ -541,8 +558,12 @@ impl World {
         let n = self.args.ranks;
         let probe = self.plan(size, 0, false)?;
         let mut mems = self.buffers(size)?;
-        let oop = self.measure(&mut mems, size, false);
-        let ip = oop.is_ok().then(|| self.measure(&mut mems, size, true));
+        // In place runs the count out of place chose (calibrated or `-n`).
+        let oop = self.measure(&mut mems, size, false, self.args.fixed_iters());
+        let ip = match &oop {
+            Ok(m) => Some(self.measure(&mut mems, size, true, Some(m.iters))),
+            Err(_) => None,
+        };
         if self.peers.is_some() || self.failed.is_some() {
             // The transport may hold registrations of these buffers until it closes; after a
             // failure, tasks still in flight may use them until the engine is dropped.
@@ -638,4 +659,11 @@ impl Counts {
 /// executions are kept for re-arming.
 pub(super) fn shape_key(prep: &Prepared, reps: u32) -> u64 {
     (u64::from(prep.generation) << 32) | u64::from(reps)
+}
+
+/// Switches `t` on with a mark (recording windows are numbered from 1).
+fn start_window(t: &proxy_core::base::trace::Tracer) {
+    static WINDOWS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(1);
+    t.mark(WINDOWS.fetch_add(1, Ordering::Relaxed));
+    t.set_on(true);
 }

@@ -57,6 +57,9 @@ const FIXED_LINES: usize = (NET_TRIGGERS + 1) * TRIGGER_SETS + 1;
 /// One side (out of place or in place) of a row.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Measure {
+    /// Timed iterations (`-n`, else calibrated to `--min-time`; the in-place side runs the
+    /// out-of-place side's count).
+    pub iters: u32,
     /// Time per iteration in µs.
     pub time_us: f64,
     /// Bytes / time in GB/s (1e9).
@@ -439,6 +442,11 @@ impl World {
         Ok(out)
     }
 
+    /// The global ranks this process runs, ascending.
+    pub fn local_ranks(&self) -> &[u32] {
+        &self.local
+    }
+
     /// The global rank of this process's first rank (0 with the in-process transport): only
     /// the process that runs rank 0 prints.
     pub fn first_rank(&self) -> u32 {
@@ -563,6 +571,7 @@ impl Drop for World {
     }
 }
 
+mod calibrate;
 mod device;
 mod execute;
 mod inject;

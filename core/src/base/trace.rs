@@ -1,0 +1,378 @@
+//! Event recording: small binary records of what the engine did and when, in a fixed-size
+//! lock-free ring, for a timeline (issue 28; the platform drains them, e.g. into a Chrome /
+//! Perfetto trace).
+//!
+//! What is recorded ([`Kind`]): every state transition of every machine that goes through
+//! [`crate::base::state::check`] (ops and tasks with their ids), the drive token taken and
+//! released, a driving thread going to sleep and waking up, and every transport post and
+//! completion of a send/recv op. Each [`Record`] has a timestamp from the clock the platform
+//! handed in at [`install`] (the core reads no clock of its own), the recording thread's id (a
+//! function the platform handed in), the rank, comm, stream, op, block and FIFO entry where the
+//! recording site knows them, the peer and the bytes.
+//!
+//! **Off is free.** Recording sites call [`emit`]: one load of a process-wide pointer and a
+//! branch when no tracer is installed, a second load and branch when one is installed but
+//! switched off ([`Tracer::set_on`]); no allocation, no lock, no clock read. The record is built
+//! by a closure that runs only when recording.
+//!
+//! **The ring** ([`TraceRing`]) is multi-writer and claim-once: a writer claims the next slot
+//! with one `fetch_add`, writes the record into it and publishes it with a per-slot `ready`
+//! flag (Release; the drain reads it with Acquire). A slot is written once only, so writers
+//! never share a slot and a drain may run at any time, also while writers record: it reads the
+//! published slots and counts the claimed but unpublished ones as pending. When the ring is
+//! full, new records are dropped and counted ([`TraceRing::dropped`]): the ring keeps the
+//! *first* `capacity` events (a truncated trace, never an overwritten one); a platform that
+//! wants a window switches recording on only around it. One ring per process (not per thread):
+//! the writers contend on the claim word when recording, which costs a shared cache line per
+//! event, and nothing when off. Loom model 16 (`loom-tests/tests/trace.rs`) checks the handoff
+//! from writers to a concurrent drain, with the plant `TraceReadyRelaxed`.
+//!
+//! Seed: none (the seed has a state dump and counters only).
+
+use alloc::boxed::Box;
+use alloc::vec::Vec;
+
+use crate::base::sync::{
+    AtomicBool, AtomicUsize, CachePadded, Ordering, SwitchAtomicBool, SwitchAtomicPtr,
+    SwitchOrdering, UnsafeCell,
+};
+use crate::base::time::Clock;
+
+/// "Not known at the recording site" for a record's id fields.
+pub const NONE: u32 = u32::MAX;
+
+/// What a record says happened.
+#[repr(u8)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Kind {
+    /// A state machine took an edge: `machine`, `from`, `to`, `edge`.
+    #[default]
+    Transition = 0,
+    /// The recording thread took a queue's drive token (`op` is the queue's id).
+    TokenTake = 1,
+    /// The recording thread released a queue's drive token (`op` is the queue's id).
+    TokenRelease = 2,
+    /// A driving thread is going to sleep (parks; `op` is the queue's id).
+    Sleep = 3,
+    /// A driving thread woke up from [`Kind::Sleep`] (`op` is the queue's id).
+    Wake = 4,
+    /// An op posted FIFO entry `entry` to the transport (`bytes`, `peer`, `side`).
+    Post = 5,
+    /// The transport finished FIFO entry `entry` of an op (`bytes`, `peer`, `side`).
+    Complete = 6,
+    /// A mark the platform set ([`Tracer::mark`]), e.g. where a recording window begins
+    /// (`op` is the platform's number for it).
+    Mark = 7,
+}
+
+impl Kind {
+    /// The kind's name in traces (`transition`, `token-take`, ...).
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::Transition => "transition",
+            Self::TokenTake => "token-take",
+            Self::TokenRelease => "token-release",
+            Self::Sleep => "sleep",
+            Self::Wake => "wake",
+            Self::Post => "post",
+            Self::Complete => "complete",
+            Self::Mark => "mark",
+        }
+    }
+}
+
+/// [`Record::side`] of a send op.
+pub const SEND: u8 = 1;
+/// [`Record::side`] of a receive op.
+pub const RECV: u8 = 0;
+
+/// One event (72 bytes on 64-bit targets). Id fields the recording site does not know are
+/// [`NONE`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Record {
+    /// When, in ns of the clock handed to [`install`].
+    pub ts_ns: u64,
+    /// Bytes of a post or completion (0 otherwise).
+    pub bytes: u64,
+    /// The machine of a transition ([`crate::base::state::Machine::NAME`]: `"op"`, `"task"`,
+    /// ...); `""` for the other kinds.
+    pub machine: &'static str,
+    /// The recording thread (the platform's id, handed to [`install`]).
+    pub thread: u32,
+    /// The comm's rank.
+    pub rank: u32,
+    /// The comm id.
+    pub comm: u32,
+    /// The op's index within its `start` call (`net_op_idx`), a task's id, or a queue's id.
+    pub op: u32,
+    /// The basic block (ops) or the slot (tasks).
+    pub block: u32,
+    /// The FIFO entry of a post or completion; of an op transition the entries completed so
+    /// far; of a task transition the task's kind (0 network, 1 barrier).
+    pub entry: u32,
+    /// The peer rank of an op.
+    pub peer: u32,
+    /// The stream (0..=3), or `u8::MAX`.
+    pub stream: u8,
+    /// What happened.
+    pub kind: Kind,
+    /// A transition's state before ([`crate::base::state::Machine::code`]).
+    pub from: u8,
+    /// A transition's state after.
+    pub to: u8,
+    /// The op's side: [`SEND`], [`RECV`], or `u8::MAX` (not an op, or another kind of op).
+    pub side: u8,
+    /// A transition's edge number in its machine's diagram.
+    pub edge: u8,
+}
+
+impl Record {
+    /// A record of `kind` with every id [`NONE`], time 0, no bytes.
+    pub const fn new(kind: Kind) -> Self {
+        Self {
+            ts_ns: 0,
+            bytes: 0,
+            machine: "",
+            thread: NONE,
+            rank: NONE,
+            comm: NONE,
+            op: NONE,
+            block: NONE,
+            entry: NONE,
+            peer: NONE,
+            stream: u8::MAX,
+            kind,
+            from: 0,
+            to: 0,
+            side: u8::MAX,
+            edge: 0,
+        }
+    }
+}
+
+impl Default for Record {
+    fn default() -> Self {
+        Self::new(Kind::Transition)
+    }
+}
+
+/// One slot: written once by the writer that claimed it, then `ready`.
+struct Slot {
+    /// Set (Release) after the record is written; never cleared.
+    ready: AtomicBool,
+    rec: UnsafeCell<Record>,
+}
+
+/// What a drain saw ([`TraceRing::drain`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Drained {
+    /// Records handed to the drain's callback.
+    pub records: usize,
+    /// Slots claimed by a writer that had not published them yet (recording was under way).
+    pub pending: usize,
+    /// Records dropped because the ring was full.
+    pub dropped: usize,
+}
+
+/// The fixed-size, multi-writer, claim-once ring of [`Record`]s (module docs).
+pub struct TraceRing {
+    /// Slots claimed so far; at most `slots.len()` plus the writers that raced past the
+    /// full check (each then drops). Claims are in `0..slots.len()`.
+    next: CachePadded<AtomicUsize>,
+    /// Records dropped because the ring was full (wraps at `usize::MAX`).
+    dropped: AtomicUsize,
+    slots: Box<[Slot]>,
+}
+
+// SAFETY: every slot's record is written by the one writer that claimed it (a unique index
+// from `fetch_add`) before its `ready` is set with Release, and read only after `ready` is
+// seen with Acquire; `Record` is plain data (`&'static str` is Sync).
+unsafe impl Sync for TraceRing {}
+// SAFETY: as above; the ring owns its slots.
+unsafe impl Send for TraceRing {}
+
+impl TraceRing {
+    /// A ring of `capacity` records (at least 1), allocated now (`capacity` × 80 bytes: a record and its flag).
+    pub fn new(capacity: usize) -> Self {
+        let slots: Vec<Slot> = (0..capacity.max(1))
+            .map(|_| Slot {
+                ready: AtomicBool::new(false),
+                rec: UnsafeCell::new(Record::default()),
+            })
+            .collect();
+        Self {
+            next: CachePadded::new(AtomicUsize::new(0)),
+            dropped: AtomicUsize::new(0),
+            slots: slots.into_boxed_slice(),
+        }
+    }
+
+    /// Records in the ring at most.
+    pub fn capacity(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// Records dropped so far because the ring was full.
+    pub fn dropped(&self) -> usize {
+        self.dropped.load(Ordering::Relaxed)
+    }
+
+    /// `true` once every slot has been claimed (every further push drops).
+    pub fn is_full(&self) -> bool {
+        self.next.load(Ordering::Relaxed) >= self.slots.len()
+    }
+
+    /// Counts one record dropped because the ring is full.
+    fn count_drop(&self) {
+        self.dropped.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Appends `rec`; `false` (and one more [`TraceRing::dropped`]) when the ring is full.
+    /// Lock-free: one load and one `fetch_add` on the claim word, one store to publish.
+    pub fn push(&self, rec: Record) -> bool {
+        let n = self.slots.len();
+        // Relaxed: the claim word orders nothing; the slot's `ready` flag publishes the record.
+        // The load first keeps `next` from growing without bound once the ring is full (it
+        // could wrap on a 32-bit target and hand out slot 0 a second time).
+        if self.next.load(Ordering::Relaxed) >= n {
+            self.count_drop();
+            return false;
+        }
+        let i = self.next.fetch_add(1, Ordering::Relaxed);
+        let Some(slot) = self.slots.get(i) else {
+            self.count_drop();
+            return false;
+        };
+        // SAFETY: index `i` came from `fetch_add`, so this call is the slot's only writer, and
+        // no reader touches it before `ready` is set below.
+        slot.rec.with_mut(|p| unsafe { *p = rec });
+        // Release: a drain that sees `ready` (Acquire) sees the whole record.
+        // PLANT: TraceReadyRelaxed publishes the slot with Relaxed: a drain that sees `ready`
+        // may read the record before its write is visible.
+        let order = plant!(TraceReadyRelaxed, Ordering::Relaxed, Ordering::Release);
+        slot.ready.store(true, order);
+        true
+    }
+
+    /// Hands every published record to `f`, in claim order (timestamps may be slightly out of
+    /// order between threads). May run while writers record (it reads what is published, and
+    /// counts claimed slots not yet published as pending); does not empty the ring.
+    pub fn drain(&self, mut f: impl FnMut(&Record)) -> Drained {
+        let claimed = self.next.load(Ordering::Relaxed).min(self.slots.len());
+        let mut d = Drained {
+            dropped: self.dropped(),
+            ..Drained::default()
+        };
+        for slot in &self.slots[..claimed] {
+            // Acquire: pairs with the writer's Release store of `ready`.
+            if slot.ready.load(Ordering::Acquire) {
+                // SAFETY: `ready` is set only after the slot's one write, which happens before
+                // this read (Release/Acquire); the slot is never written again.
+                let rec = slot.rec.with(|p| unsafe { *p });
+                f(&rec);
+                d.records += 1;
+            } else {
+                d.pending += 1;
+            }
+        }
+        d
+    }
+}
+
+/// A process-wide recorder: the ring, the clock and the thread-id function the platform
+/// handed in, and the on/off switch.
+pub struct Tracer {
+    ring: TraceRing,
+    clock: &'static dyn Clock,
+    thread: fn() -> u32,
+    on: SwitchAtomicBool,
+}
+
+impl Tracer {
+    /// A tracer of `capacity` records, off, stamping records with `clock` and `thread()`.
+    pub fn new(capacity: usize, clock: &'static dyn Clock, thread: fn() -> u32) -> Self {
+        Self {
+            ring: TraceRing::new(capacity),
+            clock,
+            thread,
+            on: SwitchAtomicBool::new(false),
+        }
+    }
+
+    /// Switches recording on or off (recording sites see it at their next event).
+    pub fn set_on(&self, on: bool) {
+        self.on.store(on, SwitchOrdering::Relaxed);
+    }
+
+    /// `true` while recording.
+    pub fn is_on(&self) -> bool {
+        self.on.load(SwitchOrdering::Relaxed)
+    }
+
+    /// The ring (to drain it).
+    pub fn ring(&self) -> &TraceRing {
+        &self.ring
+    }
+
+    /// Records a [`Kind::Mark`] numbered `n` now (even when off): e.g. the start of a
+    /// recording window, so that a drain can tell waits that began before it.
+    pub fn mark(&self, n: u32) -> bool {
+        self.record(Record {
+            op: n,
+            ..Record::new(Kind::Mark)
+        })
+    }
+
+    /// Stamps `rec` with the time and thread and appends it (even when off). A full ring
+    /// counts the record dropped without reading the clock.
+    pub fn record(&self, mut rec: Record) -> bool {
+        if self.ring.is_full() {
+            self.ring.count_drop();
+            return false;
+        }
+        rec.ts_ns = self.clock.now_ns();
+        rec.thread = (self.thread)();
+        self.ring.push(rec)
+    }
+}
+
+/// The installed tracer (null: none).
+static TRACER: SwitchAtomicPtr<Tracer> = SwitchAtomicPtr::new(core::ptr::null_mut());
+
+/// Installs `tracer` as the process's recorder; `false` (nothing changes) when one is installed
+/// already. Install before the threads that should record start: a thread that started before
+/// may not see it at once (it then records nothing until it does).
+pub fn install(tracer: &'static Tracer) -> bool {
+    let p = tracer as *const Tracer as *mut Tracer;
+    // Release: a thread that loads the pointer (Acquire) sees the initialised tracer.
+    TRACER
+        .compare_exchange(
+            core::ptr::null_mut(),
+            p,
+            SwitchOrdering::Release,
+            SwitchOrdering::Relaxed,
+        )
+        .is_ok()
+}
+
+/// The installed tracer, if any.
+#[inline]
+pub fn installed() -> Option<&'static Tracer> {
+    let p = TRACER.load(SwitchOrdering::Acquire);
+    // SAFETY: a non-null pointer came from `install`'s `&'static Tracer` and is never freed.
+    unsafe { p.cast_const().as_ref() }
+}
+
+/// Records the event `make()` builds when a tracer is installed and on; otherwise two loads
+/// and two branches, nothing else (`make` does not run).
+#[inline]
+pub fn emit(make: impl FnOnce() -> Record) {
+    if let Some(t) = installed() {
+        if t.is_on() {
+            t.record(make());
+        }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests;

@@ -1,0 +1,177 @@
+use super::*;
+use proxy_core::base::trace::Kind;
+
+fn at(ts_ns: u64, kind: Kind, f: impl FnOnce(&mut Record)) -> Record {
+    let mut r = Record {
+        ts_ns,
+        thread: 1,
+        ..Record::new(kind)
+    };
+    f(&mut r);
+    r
+}
+
+fn op(ts: u64, to: u8, rank: u32) -> Record {
+    at(ts, Kind::Transition, |r| {
+        r.machine = "op";
+        r.to = to;
+        r.rank = rank;
+        r.stream = 0;
+        r.block = 1;
+        r.op = 3;
+        r.side = proxy_core::base::trace::SEND;
+    })
+}
+
+fn io(ts: u64, kind: Kind, entry: u32) -> Record {
+    at(ts, kind, |r| {
+        r.rank = 0;
+        r.stream = 0;
+        r.block = 1;
+        r.op = 3;
+        r.entry = entry;
+        r.bytes = 100;
+        r.side = proxy_core::base::trace::SEND;
+    })
+}
+
+fn task(ts: u64, from: u8, to: u8) -> Record {
+    at(ts, Kind::Transition, |r| {
+        r.machine = "task";
+        r.from = from;
+        r.to = to;
+        r.op = 8;
+        r.entry = 0;
+    })
+}
+
+/// One send op's execution on rank 0 inside a network task's: handshake 1..3 µs, first post
+/// at 4, last completion at 9, DONE at 10; the task waits for its trigger 0..2 µs. The
+/// rearm (handshake) and the task records have no rank: they get the thread's.
+fn sample() -> Trace {
+    let recs = vec![
+        task(0, 0, 2),
+        op(1_000, 1, NONE),
+        task(2_000, 2, 1),
+        op(3_000, 2, 0),
+        io(4_000, Kind::Post, 0),
+        io(5_000, Kind::Post, 1),
+        io(8_000, Kind::Complete, 0),
+        io(9_000, Kind::Complete, 1),
+        op(10_000, 0, 0),
+        task(11_000, 1, 4),
+    ];
+    let mut threads = HashMap::new();
+    threads.insert(1, "rank-0".to_string());
+    from_records(recs, threads, Drained::default())
+}
+
+#[test]
+fn ranks_come_from_the_thread() {
+    let t = sample();
+    assert!(t.records.iter().all(|r| r.rank == 0), "{:?}", t.records);
+}
+
+#[test]
+fn breakdown_splits_an_op_into_its_phases() {
+    let t = sample();
+    let ops = breakdown::op_times(&t);
+    assert_eq!(
+        ops,
+        [breakdown::OpTimes {
+            send: true,
+            bytes: 200,
+            handshake_ns: 2_000,
+            device_ns: 1_000,
+            transfer_ns: 5_000,
+            completion_ns: 1_000,
+        }]
+    );
+    assert_eq!(ops[0].total_ns(), 9_000);
+    assert_eq!(breakdown::trigger_waits(&t), [2_000]);
+    let text = breakdown::text(&t);
+    assert!(
+        text.contains("waiting for the device trigger: 2.00 us (mean of 1)"),
+        "{text}"
+    );
+    let row = text.lines().last().unwrap();
+    let f: Vec<&str> = row.trim_start_matches('#').split_whitespace().collect();
+    assert_eq!(
+        f,
+        ["send", "200", "1", "2.00", "1.00", "5.00", "1.00", "9.00"]
+    );
+}
+
+#[test]
+fn chrome_events_nest_and_carry_ids() {
+    let t = sample();
+    let doc = chrome::document(&t, None);
+    let ev = doc["traceEvents"].as_array().unwrap();
+    let x: Vec<_> = ev.iter().filter(|e| e["ph"] == "X").collect();
+    let names: Vec<&str> = x.iter().map(|e| e["name"].as_str().unwrap()).collect();
+    // In the order they end.
+    assert_eq!(names, ["wait-trigger", "handshake", "transfer", "run"]);
+    let transfer = x[2];
+    assert_eq!(transfer["pid"], 0);
+    assert_eq!(transfer["ts"].as_f64(), Some(3.0));
+    assert_eq!(transfer["dur"].as_f64(), Some(7.0));
+    assert_eq!(transfer["args"]["op"], 3);
+    // The posts and completions are instants on the op's track, inside the transfer.
+    let io: Vec<_> = ev
+        .iter()
+        .filter(|e| e["ph"] == "i" && e["tid"] == transfer["tid"])
+        .collect();
+    assert_eq!(io.len(), 4);
+    for e in io {
+        let ts = e["ts"].as_f64().unwrap();
+        assert!((3.0..=10.0).contains(&ts), "{e}");
+        assert_eq!(e["args"]["bytes"], 100);
+    }
+    // The counter: 100, 200, 100, 0 bytes in flight.
+    let c: Vec<u64> = ev
+        .iter()
+        .filter(|e| e["ph"] == "C")
+        .map(|e| e["args"]["bytes"].as_u64().unwrap())
+        .collect();
+    assert_eq!(c, [100, 200, 100, 0]);
+    // Metadata names the rank and the thread.
+    assert!(ev
+        .iter()
+        .any(|e| e["name"] == "process_name" && e["args"]["name"] == "rank 0"));
+    assert!(ev
+        .iter()
+        .any(|e| e["name"] == "thread_name" && e["args"]["name"] == "rank-0"));
+    // One rank's file holds nothing of another.
+    let other = chrome::document(&t, Some(1));
+    assert!(other["traceEvents"].as_array().unwrap().is_empty());
+}
+
+#[test]
+fn per_rank_paths() {
+    let p = std::path::Path::new("/tmp/t-%r.json");
+    assert!(per_rank(p));
+    assert_eq!(path_for(p, 3), std::path::PathBuf::from("/tmp/t-3.json"));
+    assert!(!per_rank(std::path::Path::new("/tmp/t.json")));
+}
+
+#[test]
+fn a_wait_open_at_a_mark_counts_from_the_mark() {
+    let mut recs = sample().records;
+    // The op was re-armed long before the window began at 500 ns.
+    recs[1].ts_ns = 0;
+    recs.push(at(500, Kind::Mark, |r| r.op = 1));
+    let t = from_records(recs, HashMap::new(), Drained::default());
+    let ops = breakdown::op_times(&t);
+    assert_eq!(ops[0].handshake_ns, 3_000 - 500);
+    assert_eq!(breakdown::trigger_waits(&t), [2_000 - 500]);
+    let doc = chrome::document(&t, None);
+    let hs = doc["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["name"] == "handshake")
+        .unwrap()
+        .clone();
+    assert_eq!(hs["ts"].as_f64(), Some(0.5));
+    assert_eq!(hs["dur"].as_f64(), Some(2.5));
+}
