@@ -258,6 +258,7 @@ fn sweep(args: &Args, world: &mut run::World) -> Result<i32, String> {
         Vec::new()
     };
     if args.stats {
+        print(&report::cost_footer(&rows));
         print(&report::protocol_footer(&protocol));
     }
     if args.dump_on_exit {

@@ -204,6 +204,27 @@ pub fn footer(rows: &[Row]) -> String {
     )
 }
 
+/// `--stats`: what one collective cost this process, per size (out of place): voluntary and
+/// involuntary context switches (a thread blocked; the scheduler took a CPU) and CPU time
+/// over all its threads, from `getrusage` around the timed iterations.
+pub fn cost_footer(rows: &[Row]) -> String {
+    let mut s = String::from(
+        "# Cost per collective of this process (out of place; size B: voluntary + involuntary \
+         context switches, CPU µs):\n",
+    );
+    for r in rows {
+        let (v, i) = r.oop.cost.switches_per(u64::from(r.oop.iters));
+        let cpu = r.oop.cost.cpu.as_secs_f64() * 1e6 / f64::from(r.oop.iters.max(1));
+        let _ = writeln!(
+            s,
+            "#   {:>12}: {v:.1} + {i:.1} switches, {cpu:.1} µs CPU",
+            r.size
+        );
+    }
+    s.push('#');
+    s
+}
+
 /// `--stats`: every rank's protocol counters, one row per rank, as a `#` footer table (columns:
 /// rank, starts, block switches, early send completions, receives posted ahead, most ahead,
 /// index wraps, peak outstanding sends, peak outstanding receives).
@@ -283,6 +304,9 @@ fn measure_json(m: &Measure) -> serde_json::Value {
         "filed_blocks": m.filed_blocks,
         "pool_ops_before": m.pool_ops.map(|p| p.0),
         "pool_ops_after": m.pool_ops.map(|p| p.1),
+        "voluntary_switches": m.cost.voluntary,
+        "involuntary_switches": m.cost.involuntary,
+        "cpu_us": m.cost.cpu.as_secs_f64() * 1e6,
     })
 }
 

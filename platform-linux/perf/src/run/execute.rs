@@ -406,7 +406,9 @@ impl World {
                 )
             })
             .collect();
+        let cost0 = crate::cost::ProcCost::now();
         let elapsed = self.timed(&prep, iters)?;
+        let cost = crate::cost::ProcCost::now().since(&cost0);
         let timed_starts = seam_starts() - starts0;
         let (mut execs, mut bytes) = (0, 0);
         for (d, (e0, b0)) in self.devices.iter().zip(stats0) {
@@ -478,6 +480,7 @@ impl World {
             recv_bytes_per_exec,
             filed_blocks,
             pool_ops: pool,
+            cost,
         })
     }
 

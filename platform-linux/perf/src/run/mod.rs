@@ -83,6 +83,9 @@ pub struct Measure {
     /// the checked runs: equal when recycled ops are filed again instead of new ones taken;
     /// `None` with a loaded progress half.
     pub pool_ops: Option<(u64, u64)>,
+    /// What the timed iterations cost this process (every thread of it): context switches
+    /// and CPU time (`getrusage`; with ranks as processes, this process's only).
+    pub cost: crate::cost::ProcCost,
 }
 
 /// One rank's protocol counters after a run (`--stats`, `--json`).
