@@ -303,7 +303,7 @@ pub struct Args {
     pub step_bytes: u64,
     /// Timed iterations per size. Without it the count is calibrated per size (from untimed
     /// batches after the warm-up) so that the timed loop lasts about `--min-time` (at least
-    /// [`MIN_ITERS`], at most [`MAX_ITERS`]): small sizes get thousands of iterations, as OSU
+    /// 20, at most 1,000,000): small sizes get thousands of iterations, as OSU
     /// and nccl-tests users expect.
     #[arg(short = 'n', long = "iters")]
     pub iters: Option<u32>,
@@ -413,7 +413,8 @@ pub struct Args {
     /// Write every row as JSON to this file.
     #[arg(long, value_name = "FILE")]
     pub json: Option<std::path::PathBuf>,
-    /// Draw busbw against size as an SVG to this file.
+    /// Draw busbw against size and the time per collective against size (log-log), side by
+    /// side, as an SVG to this file.
     #[arg(long, value_name = "FILE.svg")]
     pub plot: Option<std::path::PathBuf>,
     /// Record the engine's events (docs/tracing.md) and write them as a Chrome Trace Event /
@@ -432,11 +433,17 @@ pub struct Args {
     /// nccl-tests table or an OSU latency table (text; repeat the flag for several).
     #[arg(long, value_name = "FILE", requires = "plot")]
     pub compare: Vec<std::path::PathBuf>,
-    /// After the sweep, print every rank's protocol counters as a footer table (starts, block
-    /// switches, early send completions, receives posted ahead and the most ahead, index
-    /// wraps, peak outstanding send / receive requests; cumulative over the whole sweep).
+    /// After the sweep, print what one collective cost this process per size (voluntary and
+    /// involuntary context switches, CPU time), then every rank's protocol counters as a footer
+    /// table (starts, block switches, early send completions, receives posted ahead and the
+    /// most ahead, index wraps, peak outstanding send / receive requests; cumulative over the
+    /// whole sweep).
     #[arg(long)]
     pub stats: bool,
+    /// After the sweep, leave every comm idle (nothing submitted) for SECS seconds and print
+    /// what the idle world cost this process: CPU as a share of one CPU, context switches.
+    #[arg(long, value_name = "SECS")]
+    pub idle: Option<u64>,
     /// Inject a fault into rank RANK (default: the last rank), to see the engine's failure
     /// rules at work: `stall-device` (its device never triggers: every rank ends NRT_TIMEOUT),
     /// `stall-rank` (its driving thread stops: the peers end NRT_TIMEOUT), `drop-comm` (its comm

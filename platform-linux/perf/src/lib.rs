@@ -257,6 +257,19 @@ fn sweep(args: &Args, world: &mut run::World) -> Result<i32, String> {
     } else {
         Vec::new()
     };
+    if let Some(secs) = args.idle {
+        let wall = std::time::Duration::from_secs(secs);
+        let c0 = cost::ProcCost::now();
+        std::thread::sleep(wall);
+        let c = cost::ProcCost::now().since(&c0);
+        print(&format!(
+            "# Idle for {secs} s: {:.2} % of one CPU, {} voluntary + {} involuntary context \
+             switches (this process, every thread)\n#",
+            c.cpu_percent(wall),
+            c.voluntary,
+            c.involuntary
+        ));
+    }
     if args.stats {
         print(&report::cost_footer(&rows));
         print(&report::protocol_footer(&protocol));
