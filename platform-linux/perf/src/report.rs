@@ -143,47 +143,37 @@ pub fn total_wrong(rows: &[Row]) -> u64 {
         .sum()
 }
 
-/// The algorithm of each run of sizes, e.g. `direct 8..65536, ring 131072..67108864` (the
-/// planner's choice by size with `--algo auto`).
-pub fn algorithms(rows: &[Row]) -> String {
-    let mut runs: Vec<(&str, u64, u64)> = Vec::new();
+/// `key` of each run of sizes with the same key, e.g. `direct 8..65536, ring 131072`.
+fn runs_of<K: PartialEq + std::fmt::Display>(rows: &[Row], key: impl Fn(&Row) -> K) -> String {
+    let mut runs: Vec<(K, u64, u64)> = Vec::new();
     for r in rows {
+        let k = key(r);
         match runs.last_mut() {
-            Some((a, _, hi)) if *a == r.algorithm => *hi = r.size,
-            _ => runs.push((r.algorithm, r.size, r.size)),
+            Some((a, _, hi)) if *a == k => *hi = r.size,
+            _ => runs.push((k, r.size, r.size)),
         }
     }
     runs.iter()
-        .map(|(a, lo, hi)| {
+        .map(|(k, lo, hi)| {
             if lo == hi {
-                format!("{a} {lo}")
+                format!("{k} {lo}")
             } else {
-                format!("{a} {lo}..{hi}")
+                format!("{k} {lo}..{hi}")
             }
         })
         .collect::<Vec<_>>()
         .join(", ")
 }
 
+/// The algorithm of each run of sizes, e.g. `direct 8..65536, ring 131072..67108864` (the
+/// planner's choice by size with `--algo auto`).
+pub fn algorithms(rows: &[Row]) -> String {
+    runs_of(rows, |r| r.algorithm)
+}
+
 /// The timed iterations per size, runs of equal counts joined: `20000 8..64, 20 1048576`.
 pub fn iterations(rows: &[Row]) -> String {
-    let mut runs: Vec<(u32, u64, u64)> = Vec::new();
-    for r in rows {
-        match runs.last_mut() {
-            Some((n, _, hi)) if *n == r.oop.iters => *hi = r.size,
-            _ => runs.push((r.oop.iters, r.size, r.size)),
-        }
-    }
-    runs.iter()
-        .map(|(n, lo, hi)| {
-            if lo == hi {
-                format!("{n} {lo}")
-            } else {
-                format!("{n} {lo}..{hi}")
-            }
-        })
-        .collect::<Vec<_>>()
-        .join(", ")
+    runs_of(rows, |r| r.oop.iters)
 }
 
 /// nccl-tests' footer, the algorithm and the timed iterations per size.
