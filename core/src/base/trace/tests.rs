@@ -46,7 +46,11 @@ fn an_empty_ring_drains_nothing() {
 #[test]
 fn writers_on_threads_lose_nothing_until_full() {
     // Miri interprets every atomic of 6,000 pushes on 4 threads for minutes: a 100th of it.
-    let (cap, each) = if cfg!(miri) { (40, 15u32) } else { (4000, 1500u32) };
+    let (cap, each) = if cfg!(miri) {
+        (40, 15u32)
+    } else {
+        (4000, 1500u32)
+    };
     let r = crate::base::sync::Arc::new(TraceRing::new(cap));
     let hs: Vec<_> = (0..4u32)
         .map(|t| {
