@@ -111,7 +111,7 @@ impl Collective {
 /// IJHPCA 2005, §4).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Algorithm {
-    /// Choose by the cost model ([`tuner`]) among the algorithms that support the collective.
+    /// Choose by the cost model ([`tuner`](crate::planner::tuner)) among the algorithms that support the collective.
     Auto,
     /// Ring (bandwidth-optimal, `n−1` or `2(n−1)` steps, chunk-pipelined); broadcast: a chain.
     Ring,
