@@ -203,6 +203,11 @@ plants! {
     /// `Release`: a drain that sees it may read the record before its write is visible. Loom
     /// model 16 (`tests/trace.rs`): a causality violation on the slot.
     TraceReadyRelaxed = 30,
+    /// `driver/queue/drive.rs: DriverState::tick` counts a slot's waiting poller (an emulated
+    /// device the worker plays) as idle, and the park does not re-check a busy poller: the
+    /// worker parks while the device still needs polls, and nothing wakes it. Loom model 3f
+    /// (`tests/park_wake.rs`): a deadlock.
+    PollerWaitingIgnored = 31,
 }
 
 /// "No plant" in the selector's storage.

@@ -1,5 +1,6 @@
 //! Model 3: the worker's park/wake against a submission, a join and a stop request, its nap
-//! against a device's ring (`base::bell`), and the wake word alone with two notifiers. Every wait is a park without a timeout: a lost wakeup is
+//! against a device's ring (`base::bell`), a device the worker plays (`driver::poller`), and
+//! the wake word alone with two notifiers. Every wait is a park without a timeout: a lost wakeup is
 //! a deadlock, which loom reports.
 #![cfg(loom)]
 
@@ -7,6 +8,7 @@ use loom_tests::harness::driver::{
     wake_word_two_notifiers, worker_naps_until_rung, worker_wakes_for_a_join,
     worker_wakes_for_a_submission, worker_wakes_for_stop,
 };
+use loom_tests::harness::poller::worker_plays_a_launched_device;
 use loom_tests::{assert_loom_catches, check};
 use proxy_core::plant::Plant;
 
@@ -67,4 +69,12 @@ model!(
     worker_naps_until_rung,
     worker_naps_until_rung_plant_skip_notify_is_caught: WakeNotifySkipsEmpty,
     worker_naps_until_rung_plant_store_park_is_caught: WakeParkByPlainStore,
+);
+
+// ---- a launched device the worker plays (a poller) ---------------------------------------------
+model!(
+    worker_plays_a_launched_device_real,
+    worker_plays_a_launched_device,
+    worker_plays_a_launched_device_plant_waiting_ignored_is_caught: PollerWaitingIgnored,
+    worker_plays_a_launched_device_plant_skip_notify_is_caught: WakeNotifySkipsEmpty,
 );

@@ -7,6 +7,7 @@
 pub mod dump;
 pub mod inval;
 pub mod oneshot;
+pub mod poller;
 pub mod queue;
 pub mod record;
 pub mod registry;

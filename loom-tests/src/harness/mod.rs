@@ -18,6 +18,7 @@ pub mod dump;
 pub mod handles;
 pub mod invalidate;
 pub mod oneshot;
+pub mod poller;
 pub mod registry;
 pub mod trace;
 pub mod trigger;

@@ -1,13 +1,16 @@
 //! `proxy-emulator`: the device emulators. The device side of a planned collective is
 //! `proxy-collectives`' interpreter ([`Device`], a `poll()` state machine that never blocks, see
-//! [`proxy_collectives::interpreter`]); this crate drives it in one of two modes:
+//! [`proxy_collectives::interpreter`]); this crate drives it in one of three modes:
 //!
 //! * **threaded**: one [`DeviceThread`] per rank (thread `device-<rank>`) runs each launched
 //!   [`Job`] as a loop over [`Device::poll`], waiting between `Pending` answers with a
 //!   [`WaitPolicy`] (spin, yield, nap), with a timeout and an abort flag;
 //! * **polled**: a [`PolledDevice`] is owned by the thread that drives the proxy queue, which
 //!   calls [`PolledDevice::poll_once`] between its ticks (one thread plays producer, proxy and
-//!   device); it checks its timeout itself against a monotonic clock.
+//!   device); it checks its timeout itself against a monotonic clock;
+//! * **played by the worker**: a [`PlayedDevice`] is a polled device wired into its rank's proxy
+//!   queue slot as a poller, so the queue's worker thread polls it between ticks and the device
+//!   needs no thread of its own; the launcher waits for its end.
 //!
 //! Either way the device reads and writes host words only, so a proxy that skips the trigger
 //! gate, a handshake or a completion stalls it until its timeout, which names the word it waited
@@ -34,6 +37,9 @@ use proxy_collectives::interpreter::{DeviceEnv, Event};
 use proxy_core::base::backoff::{Backoff, BackoffPolicy, Pace};
 use proxy_core::base::bell::{Bell, BellSlot};
 use proxy_core::driver::wake::{ParkPause, ThreadPark, ThreadUnpark};
+
+mod played;
+pub use played::PlayedDevice;
 
 /// How a thread waits for a host word: spin, then yield, then park in short naps; give up after
 /// `timeout`.

@@ -12,13 +12,13 @@ fn word(addr: u64) -> Word {
     unsafe { Word::from_addr(addr) }.expect("a word of the setup")
 }
 
-struct Setup {
-    _buf: Vec<u64>,
-    words: Box<[AtomicU32]>,
-    job: Job,
+pub(crate) struct Setup {
+    pub(crate) _buf: Vec<u64>,
+    pub(crate) words: Box<[AtomicU32]>,
+    pub(crate) job: Job,
 }
 
-fn setup() -> Setup {
+pub(crate) fn setup() -> Setup {
     let p = plan(&PlanParams::new(
         Collective::AllReduce,
         16,

@@ -282,6 +282,12 @@ pub enum DeviceError {
         /// Rank of the device.
         rank: u32,
     },
+    /// Nothing polled the device on for twice its no-progress timeout: the thread that plays
+    /// it (its proxy queue's worker) is gone or stuck.
+    Unpolled {
+        /// Rank of the device.
+        rank: u32,
+    },
 }
 
 impl fmt::Display for DeviceError {
@@ -294,6 +300,10 @@ impl fmt::Display for DeviceError {
                 write!(f, "device {rank}: protocol violation: {what}")
             }
             DeviceError::Aborted { rank } => write!(f, "device {rank}: execution aborted"),
+            DeviceError::Unpolled { rank } => write!(
+                f,
+                "device {rank}: nothing polled the device (its queue's worker is gone or stuck)"
+            ),
             DeviceError::Lost { rank } => {
                 write!(
                     f,

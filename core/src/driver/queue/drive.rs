@@ -244,6 +244,19 @@ impl DriverState {
                 queue.slots[index].bell.ring();
             }
         }
+        // The slots' pollers (an emulated device the worker plays), after the steps: a device
+        // that waits keeps the driver from parking.
+        for slot in &queue.slots[..hw] {
+            match slot.poller.poll() {
+                Polled::Moved => {
+                    progressed = true;
+                    any_active = true;
+                }
+                // PLANT: PollerWaitingIgnored — a waiting poller counts as idle.
+                Polled::Waiting => any_active |= plant!(PollerWaitingIgnored, false, true),
+                Polled::Idle => {}
+            }
+        }
         if !self.ended.is_empty() {
             let failed = self
                 .ended
@@ -287,6 +300,12 @@ impl DriverState {
                     .slots
                     .iter()
                     .any(|s| s.inval.state() == InvalState::Posted)
+                // PLANT: PollerWaitingIgnored — a busy poller does not stop the park.
+                || plant!(
+                    PollerWaitingIgnored,
+                    false,
+                    queue.slots.iter().any(|s| s.poller.busy())
+                )
                 || slots.iter_mut().enumerate().any(|(i, ws)| {
                     match SlotState::from_u32(queue.slots[i].state.load(Ordering::Acquire)) {
                         SlotState::Active => !ws.submit.is_empty(),

@@ -72,6 +72,7 @@ use crate::driver::dump::{
     next_queue_id, ActivityWord, DriverActivity, DumpOutcome, DumpReason, DumpRequests,
 };
 use crate::driver::inval::{InvalCell, InvalEdge, InvalState, Invalidation};
+use crate::driver::poller::{Polled, PollerSlot};
 use crate::driver::record::TaskRecord;
 use crate::driver::task::{ProxyTask, Step, StepEnv};
 use crate::driver::wake::{Park, WaitCell, Waiter};
@@ -227,6 +228,9 @@ struct SharedSlot {
     /// (it may have written words the slot's device waits for): the device's bell
     /// ([`ProxyQueue::slot_bell`]).
     bell: BellSlot,
+    /// Polled by the driving thread at every tick: the slot's rank's emulated device when the
+    /// worker plays it (`driver::poller`, [`ProxyQueue::slot_poller`]).
+    poller: PollerSlot,
 }
 
 /// The edges of the slot state machine (the numbers of the module diagram). Only these can be

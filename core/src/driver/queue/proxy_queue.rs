@@ -55,6 +55,7 @@ impl ProxyQueue {
                 status_seen: robs,
                 inval: InvalCell::new(),
                 bell: BellSlot::new(),
+                poller: PollerSlot::new(),
             }));
             worker_slots.push(WorkerSlot {
                 submit: srx,
@@ -310,6 +311,14 @@ impl ProxyQueue {
     /// slot made progress, so the device may sleep while it waits for the proxy.
     pub fn slot_bell(&self, index: usize) -> Option<&BellSlot> {
         self.slots.get(index).map(|s| &s.bell)
+    }
+
+    /// Slot `index`'s poller (`None` out of range): wire what the driving thread should
+    /// advance at every tick for the rank that holds the slot (its emulated device, so that the
+    /// device needs no thread of its own; `driver::poller`). Whoever launches work for the
+    /// poller calls [`ProxyQueue::wake_driver`] after the launch.
+    pub fn slot_poller(&self, index: usize) -> Option<&PollerSlot> {
+        self.slots.get(index).map(|s| &s.poller)
     }
 
     /// `true` once the worker is gone (its thread ended, normally after a stop request).
