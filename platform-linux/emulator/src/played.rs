@@ -129,12 +129,30 @@ impl PlayedDevice {
     /// # Errors
     /// The device's error; [`DeviceError::Unpolled`] when nothing polled it.
     pub fn wait(&self, policy: WaitPolicy) -> Result<(), DeviceError> {
+        self.wait_unless(policy, &|| false)
+    }
+
+    /// As [`PlayedDevice::wait`], but gives the device up ([`PlayedDevice::abort`]: the wait
+    /// ends with [`DeviceError::Aborted`]) as soon as `give_up` answers `true` before the end
+    /// (checked between pauses).
+    ///
+    /// # Errors
+    /// As [`PlayedDevice::wait`].
+    pub fn wait_unless(
+        &self,
+        policy: WaitPolicy,
+        give_up: &dyn Fn() -> bool,
+    ) -> Result<(), DeviceError> {
         *self.waiter.lock().unwrap_or_else(|e| e.into_inner()) = Some(thread::current());
         let mut b = TimedBackoff::new(WaitPolicy {
             timeout: Duration::MAX,
             ..policy
         });
         while !self.finished() {
+            if give_up() {
+                self.abort();
+                break;
+            }
             let quiet = self
                 .now_ns()
                 .saturating_sub(self.moved_at_ns.load(Ordering::Relaxed));

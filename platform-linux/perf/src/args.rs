@@ -405,9 +405,10 @@ pub struct Args {
     /// BENCHMARKS.md) but no CPU while a thread waits.
     #[arg(long, value_enum)]
     pub wait: Option<WaitArg>,
-    /// How the device emulator runs: `thread` (a thread per rank) or `polled` (run from the
-    /// driving thread's hook between ticks; needs `--driver caller`). Default: with the
-    /// driver (polled with caller, thread with thread).
+    /// How the device emulator runs: `thread` (a thread per rank) or `polled` (no thread of
+    /// its own: polled between ticks by whoever drives its rank's queue, the caller's thread
+    /// with `--driver caller`, the worker with `--driver thread`). Default: polled when a
+    /// `--driver` is given; by the mode rule's choice otherwise (thread for worker mode).
     #[arg(long, value_enum)]
     pub device: Option<DeviceArg>,
     /// Write every row as JSON to this file.

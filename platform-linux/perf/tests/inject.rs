@@ -10,12 +10,13 @@ use std::time::{Duration, Instant};
 const BIN: &str = env!("CARGO_BIN_EXE_proxy-perf");
 
 /// A run of `fault` on rank 1 of 2 (one rank per proxy queue, so a stalled driver stops one
-/// rank only), both driver modes in turn.
-fn start(fault: &str, driver: &str) -> Child {
-    let device = if driver == "caller" {
-        "polled"
-    } else {
-        "thread"
+/// rank only) in mode `mode`: `thread` (workers and device threads), `caller` (caller-driven
+/// queues, polled devices) or `played` (workers that play the devices).
+fn start(fault: &str, mode: &str) -> Child {
+    let (driver, device) = match mode {
+        "caller" => ("caller", "polled"),
+        "played" => ("thread", "polled"),
+        _ => ("thread", "thread"),
     };
     Command::new("timeout")
         .args([
@@ -75,7 +76,7 @@ fn finals(stdout: &str) -> Vec<(String, u64, u64, u64)> {
 fn every_fault_ends_with_its_status_and_every_completion_reported_once() {
     let t0 = Instant::now();
     // (fault, driver, expected final status of rank 0 (a peer), of rank 1 (the target), exit 0?)
-    let cases: [(&str, &str, &str, &str, bool); 7] = [
+    let cases: [(&str, &str, &str, &str, bool); 10] = [
         (
             "stall-device",
             "thread",
@@ -101,6 +102,21 @@ fn every_fault_ends_with_its_status_and_every_completion_reported_once() {
         ),
         ("eagain-storm", "thread", "NRT_SUCCESS", "NRT_SUCCESS", true),
         ("eagain-storm", "caller", "NRT_SUCCESS", "NRT_SUCCESS", true),
+        (
+            "stall-device",
+            "played",
+            "NRT_TIMEOUT",
+            "NRT_TIMEOUT",
+            false,
+        ),
+        (
+            "error-completion",
+            "played",
+            "NRT_TIMEOUT",
+            "NRT_NETWORK_PROXY_FAILURE",
+            false,
+        ),
+        ("eagain-storm", "played", "NRT_SUCCESS", "NRT_SUCCESS", true),
     ];
     let children: Vec<Child> = cases.iter().map(|c| start(c.0, c.1)).collect();
     for (c, child) in cases.iter().zip(children) {

@@ -42,6 +42,44 @@ const MODES: [[&str; 4]; 2] = [
     ["--driver", "caller", "--device", "polled"],
 ];
 
+/// Worker mode with the devices played by the workers (`--driver thread --device polled`, no
+/// device threads): every collective at 1–4 ranks, one and two ranks per worker, 0 wrong.
+#[test]
+fn workers_that_play_the_devices() {
+    for c in [
+        "all-reduce",
+        "all-gather",
+        "reduce-scatter",
+        "broadcast",
+        "send-recv",
+        "all-to-all",
+    ] {
+        for ranks in 1..=4u32 {
+            for rpp in ["1", "2"] {
+                let r = ranks.to_string();
+                let a = [
+                    c,
+                    "--ranks",
+                    &r,
+                    "--driver",
+                    "thread",
+                    "--device",
+                    "polled",
+                    "--ranks-per-proxy",
+                    rpp,
+                    "-n",
+                    "3",
+                    "-w",
+                    "1",
+                    "-c",
+                    "1",
+                ];
+                check_sizes(&args(&a), &[4, 4 * 1000 + 4, 1 << 20]);
+            }
+        }
+    }
+}
+
 /// Every collective × ranks {1,2,3,4} × sizes {1 element, a count that is a multiple of
 /// neither nranks nor the chunk, 1 MiB} × {float, int32} × both mode pairs: 0 wrong.
 #[test]

@@ -8,6 +8,7 @@ use proxy_core::base::backoff::{Backoff, BackoffPolicy, StdPause};
 impl RankDevice {
     pub(super) fn new(
         mode: DeviceArg,
+        driver: DriverArg,
         rank: u32,
         fault: Option<Fault>,
         wait: WaitPolicy,
@@ -17,6 +18,9 @@ impl RankDevice {
             DeviceArg::Thread => DeviceKind::Thread(
                 DeviceThread::spawn(rank, fault, wait, cpu).map_err(|e| format!("device: {e}"))?,
             ),
+            DeviceArg::Polled if driver == DriverArg::Thread => {
+                DeviceKind::Played(Arc::new(PlayedDevice::new(rank, fault, wait.timeout)), wait)
+            }
             DeviceArg::Polled => {
                 DeviceKind::Polled(Box::new(PolledDevice::new(rank, fault, wait.timeout)))
             }
@@ -33,7 +37,15 @@ impl RankDevice {
     pub(super) fn bell(&self) -> Option<Arc<dyn proxy_core::base::bell::Bell>> {
         match &self.dev {
             DeviceKind::Thread(d) => d.bell(),
-            DeviceKind::Polled(_) => None,
+            DeviceKind::Polled(_) | DeviceKind::Played(..) => None,
+        }
+    }
+
+    /// The device the rank's worker plays, to be wired into its slot (`None` otherwise).
+    pub(super) fn played(&self) -> Option<&Arc<PlayedDevice>> {
+        match &self.dev {
+            DeviceKind::Played(d, _) => Some(d),
+            _ => None,
         }
     }
 
@@ -41,6 +53,7 @@ impl RankDevice {
         match &self.dev {
             DeviceKind::Thread(d) => d.stats(),
             DeviceKind::Polled(d) => d.stats(),
+            DeviceKind::Played(d, _) => d.stats(),
         }
     }
 
@@ -57,6 +70,7 @@ impl RankDevice {
             let back = match &mut self.dev {
                 DeviceKind::Thread(d) => d.take_job(),
                 DeviceKind::Polled(d) => d.take_job(),
+                DeviceKind::Played(d, _) => d.take_job(),
             };
             if let Some(j) = back {
                 self.jobs[s] = Some((k, j));
@@ -72,14 +86,16 @@ impl RankDevice {
             DeviceKind::Thread(d) => unsafe { d.launch(job) },
             // SAFETY: as above.
             DeviceKind::Polled(d) => unsafe { d.launch(job) },
+            // SAFETY: as above.
+            DeviceKind::Played(d, _) => unsafe { d.launch(job) },
         }
     }
 
     /// The drive hook: advances a polled device; `true` when it moved. A device thread runs by
-    /// itself (`false`).
+    /// itself, a played one is polled by its worker (`false`).
     pub(super) fn poll(&mut self) -> bool {
         match &mut self.dev {
-            DeviceKind::Thread(_) => false,
+            DeviceKind::Thread(_) | DeviceKind::Played(..) => false,
             DeviceKind::Polled(d) => {
                 let _ = d.poll_once();
                 d.moved()
@@ -91,6 +107,7 @@ impl RankDevice {
         match &self.dev {
             DeviceKind::Thread(d) => d.failed(),
             DeviceKind::Polled(d) => d.failed(),
+            DeviceKind::Played(d, _) => d.failed(),
         }
     }
 
@@ -98,6 +115,7 @@ impl RankDevice {
         match &mut self.dev {
             DeviceKind::Thread(d) => d.abort(),
             DeviceKind::Polled(d) => d.abort(),
+            DeviceKind::Played(d, _) => d.abort(),
         }
     }
 
@@ -134,6 +152,7 @@ impl RankDevice {
                 }
                 d.wait()
             }
+            DeviceKind::Played(d, wait) => d.wait_unless(*wait, give_up),
             DeviceKind::Polled(d) => loop {
                 if let Some(r) = d.poll_once() {
                     break r;

@@ -37,7 +37,9 @@ use proxy_core::base::abort::AbortHandle;
 use proxy_core::base::time::{Clock, MonotonicClock};
 use proxy_core::driver::queue::DriveMode;
 use proxy_core::driver::wake::{ThreadPark, Waiter};
-use proxy_emulator::{DeviceError, DeviceThread, Fault, Job, PolledDevice, WaitPolicy};
+use proxy_emulator::{
+    DeviceError, DeviceThread, Fault, Job, PlayedDevice, PolledDevice, WaitPolicy,
+};
 use proxy_runtime::hostmem::{HostMem, HostMemCallbacks, LINE};
 use proxy_runtime::loader::ProgressLib;
 use proxy_runtime::worker::QueueBell;
@@ -520,6 +522,9 @@ enum DeviceKind {
     /// Polled from the rank's driving thread between ticks (caller mode). Boxed: it holds the
     /// interpreter's state inline.
     Polled(Box<PolledDevice>),
+    /// Played by the worker of the rank's queue (`--driver thread --device polled`): wired into
+    /// the rank's slot as its poller; the producer launches and waits with `WaitPolicy`.
+    Played(Arc<PlayedDevice>, WaitPolicy),
 }
 
 /// A rank's device and the jobs of its last executions, kept per trigger set for the next

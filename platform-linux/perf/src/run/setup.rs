@@ -17,11 +17,14 @@ pub(super) fn available_cpus() -> usize {
 /// CPUs of the affinity mask and the cgroup quota. Worker mode when it fits, else caller mode
 /// when it fits, else the one with fewer busy threads.
 ///
-/// A flag given alone fixes its half; `--device polled` implies `--driver caller`.
+/// A flag given alone fixes its half: `--device polled` implies `--driver caller`,
+/// `--driver thread` a device the worker plays (`--device polled`; `--device thread` for a
+/// thread per device).
+///
+/// `--driver thread --device polled` makes the worker play the device (no device thread).
 ///
 /// # Errors
-/// `--driver thread --device polled` (a polled device needs the driving thread's hook); a
-/// malformed launcher variable (`OMPI_COMM_WORLD_LOCAL_SIZE`, ...).
+/// A malformed launcher variable (`OMPI_COMM_WORLD_LOCAL_SIZE`, ...).
 pub fn default_modes(
     driver: Option<DriverArg>,
     device: Option<DeviceArg>,
@@ -44,14 +47,9 @@ pub fn default_modes(
     let caller = advice.mode == DriveMode::Caller;
     let by_rule = driver.is_none() && device.is_none();
     let (driver, device) = match (driver, device) {
-        (Some(DriverArg::Thread), Some(DeviceArg::Polled)) => {
-            return Err(
-                "--device polled runs from the driving thread's hook: it needs --driver caller"
-                    .into(),
-            )
-        }
         (Some(d), Some(v)) => (d, v),
-        (Some(DriverArg::Thread), None) => (DriverArg::Thread, DeviceArg::Thread),
+        // Worker mode asked for: the workers play the devices (no device threads).
+        (Some(DriverArg::Thread), None) => (DriverArg::Thread, DeviceArg::Polled),
         (Some(DriverArg::Caller), None) => (DriverArg::Caller, DeviceArg::Polled),
         (None, Some(DeviceArg::Polled)) => (DriverArg::Caller, DeviceArg::Polled),
         (None, Some(DeviceArg::Thread)) => (
@@ -112,11 +110,27 @@ pub(super) fn run_config(
     if modes.driver == DriverArg::Caller {
         cfg.ranks_per_network_proxy = caller_rpp;
     }
-    let oversubscribed = match modes.driver {
-        DriverArg::Thread => oversubscribed_procs(ranks, cfg.ranks_per_network_proxy, procs),
+    // Worker mode with the devices played by the workers: a worker per group and the producer
+    // per process; unless the user chose, group the local ranks so that they fit on this
+    // process's share of the CPUs (2 ranks on 2 CPUs: one worker for both).
+    if modes.driver == DriverArg::Thread && modes.device == DeviceArg::Polled && !chosen {
+        let share = (available_cpus() / procs as usize).max(1);
+        let workers = share.saturating_sub(1).max(1);
+        cfg.ranks_per_network_proxy = (local as usize).div_ceil(workers).max(1) as u32;
+    }
+    let oversubscribed = match (modes.driver, modes.device) {
+        (DriverArg::Thread, DeviceArg::Thread) => {
+            oversubscribed_procs(ranks, cfg.ranks_per_network_proxy, procs)
+        }
+        // The workers play the devices: a worker per group and the producer, per process.
+        (DriverArg::Thread, DeviceArg::Polled) => {
+            let groups =
+                procs as usize * local.div_ceil(cfg.ranks_per_network_proxy.max(1)) as usize;
+            groups + procs as usize > available_cpus()
+        }
         // One thread per group on every process here (plus a device thread per rank with
         // `--device thread`).
-        DriverArg::Caller => {
+        (DriverArg::Caller, _) => {
             let devices = if modes.device == DeviceArg::Thread {
                 procs as usize * local as usize
             } else {
@@ -413,7 +427,7 @@ impl World {
         let mut devices = Vec::new();
         for (&r, cpu) in a.local.iter().zip(&a.cpus) {
             let fault = (args.fault_inject && r == n - 1).then_some(Fault { entry: None });
-            let mut dev = RankDevice::new(a.modes.device, r, fault, a.wait, *cpu)?;
+            let mut dev = RankDevice::new(a.modes.device, a.modes.driver, r, fault, a.wait, *cpu)?;
             if let Some((FaultArg::StallDevice, t)) = target {
                 if t == r {
                     log::warn!("--inject stall-device: rank {r}'s device never triggers");
@@ -422,6 +436,7 @@ impl World {
             }
             devices.push(dev);
         }
+        wire_players(&a, &devices)?;
         if a.fabric.is_some() {
             wire_bells(&mut a, &devices);
         }
@@ -465,6 +480,31 @@ impl World {
             stall_release: a.stall_release,
         })
     }
+}
+
+/// Wires every device the worker plays (`--driver thread --device polled`) into its rank's
+/// slot as the slot's poller, and the queue's driver as the bell its launches ring.
+///
+/// # Errors
+/// A rank without a slot of an in-process queue (a loaded library's progress half drives it).
+fn wire_players(a: &Assembly, devices: &[RankDevice]) -> Result<(), String> {
+    for ((rank, dev), &r) in a.engine.ranks().iter().zip(devices).zip(&a.local) {
+        let Some(played) = dev.played() else {
+            continue;
+        };
+        let (queue, slot) = rank.queue_slot().ok_or_else(|| {
+            format!(
+                "rank {r}: --device polled with --driver thread needs an in-process proxy queue"
+            )
+        })?;
+        let poller: Arc<dyn proxy_core::driver::poller::Poller> = played.clone();
+        queue
+            .slot_poller(slot)
+            .ok_or_else(|| format!("rank {r}: slot {slot} is outside its queue"))?
+            .wire(Some(poller));
+        played.driver_bell().wire(Some(QueueBell::of(&queue)));
+    }
+    Ok(())
 }
 
 /// Longest nap of a waiting thread whose wake-ups all ring bells (a bound on a missed ring's
