@@ -45,7 +45,21 @@ pub fn dump_all<S: Spawner>(registry: &Registry<S>, wait: Duration) -> Vec<(u32,
         count(DumpOutcome::NotAnswered),
         count(DumpOutcome::DriverGone)
     );
+    log::error!(target: DUMP_TARGET, "{DUMP_PREFIX} {}", rule_inputs_line());
     out
+}
+
+/// The mode rule's host inputs (`crate::modes`), as the state dump prints them after its
+/// summary: `mode-rule cpus=2 (affinity 2, no cgroup quota) processes=4
+/// (OMPI_COMM_WORLD_LOCAL_SIZE)`; a malformed launcher variable is printed as such. Each
+/// queue's own header says which mode it runs.
+pub fn rule_inputs_line() -> String {
+    let procs = match crate::modes::local_processes_from_env() {
+        Ok(Some(p)) => format!("processes={} ({})", p.count, p.source),
+        Ok(None) => "processes=1 (no launcher variable)".to_string(),
+        Err(e) => format!("processes=? ({e})"),
+    };
+    format!("mode-rule cpus={} {procs}", crate::modes::host_cpus())
 }
 
 /// A signal handler that runs `action` (e.g. [`dump_all`] of a registry) on a watcher thread

@@ -109,3 +109,17 @@ fn launchers_tell_the_processes_on_the_host() {
     assert!(got(&[("MPI_LOCALNRANKS", "0")]).is_err());
     assert!(got(&[("SLURM_TASKS_PER_NODE", "2(x"), ("SLURM_NODEID", "0")]).is_err());
 }
+
+#[test]
+fn the_state_dump_prints_the_rules_host_inputs() {
+    let line = crate::dump::rule_inputs_line();
+    let cpus = host_cpus();
+    assert!(
+        line.starts_with(&format!(
+            "mode-rule cpus={} CPUs (affinity {}",
+            cpus.usable, cpus.affinity
+        )),
+        "{line}"
+    );
+    assert!(line.contains(" processes="), "{line}");
+}
