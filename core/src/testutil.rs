@@ -67,3 +67,33 @@ pub fn dump_lines_of(queue_id: u32) -> alloc::vec::Vec<alloc::string::String> {
         .cloned()
         .collect()
 }
+
+/// A poller (`driver::poller`) that needs `left` polls after a launch (store the count), waiting
+/// at each but the last; counts its polls.
+#[derive(Default)]
+pub struct Countdown {
+    pub left: crate::base::sync::DiagAtomicU32,
+    pub polls: crate::base::sync::DiagAtomicU32,
+}
+
+impl crate::driver::poller::Poller for Countdown {
+    fn poll(&self) -> crate::driver::poller::Polled {
+        use crate::base::sync::DiagOrdering::Relaxed;
+        use crate::driver::poller::Polled;
+        self.polls.fetch_add(1, Relaxed);
+        match self.left.load(Relaxed) {
+            0 => Polled::Idle,
+            1 => {
+                self.left.store(0, Relaxed);
+                Polled::Moved
+            }
+            n => {
+                self.left.store(n - 1, Relaxed);
+                Polled::Waiting
+            }
+        }
+    }
+    fn busy(&self) -> bool {
+        self.left.load(crate::base::sync::DiagOrdering::Relaxed) > 0
+    }
+}

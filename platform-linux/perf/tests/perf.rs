@@ -37,6 +37,16 @@ fn check_sizes(a: &Args, sizes: &[u64]) {
 
 /// The two driver/device mode pairs every correctness matrix runs in: worker threads with
 /// device threads, and caller-driven queues with polled devices (one thread per rank).
+/// Every collective the tool runs.
+const COLLECTIVES: [&str; 6] = [
+    "all-reduce",
+    "all-gather",
+    "reduce-scatter",
+    "broadcast",
+    "send-recv",
+    "all-to-all",
+];
+
 const MODES: [[&str; 4]; 2] = [
     ["--driver", "thread", "--device", "thread"],
     ["--driver", "caller", "--device", "polled"],
@@ -46,14 +56,7 @@ const MODES: [[&str; 4]; 2] = [
 /// device threads): every collective at 1–4 ranks, one and two ranks per worker, 0 wrong.
 #[test]
 fn workers_that_play_the_devices() {
-    for c in [
-        "all-reduce",
-        "all-gather",
-        "reduce-scatter",
-        "broadcast",
-        "send-recv",
-        "all-to-all",
-    ] {
+    for c in COLLECTIVES {
         for ranks in 1..=4u32 {
             for rpp in ["1", "2"] {
                 let r = ranks.to_string();
@@ -86,14 +89,7 @@ fn workers_that_play_the_devices() {
 fn every_collective_ranks_sizes_and_types() {
     let t0 = Instant::now();
     for modes in MODES {
-        for c in [
-            "all-reduce",
-            "all-gather",
-            "reduce-scatter",
-            "broadcast",
-            "send-recv",
-            "all-to-all",
-        ] {
+        for c in COLLECTIVES {
             for ranks in 1..=4u32 {
                 for (ty, elt) in [("float", 4u64), ("int32", 4)] {
                     let r = ranks.to_string();
@@ -924,17 +920,10 @@ fn progress_lib_that_cannot_be_loaded_is_refused_clearly() {
 #[cfg(feature = "libfabric")]
 #[test]
 fn libfabric_every_collective_both_modes() {
-    let runs: Vec<(&str, u32)> = [
-        "all-reduce",
-        "all-gather",
-        "reduce-scatter",
-        "broadcast",
-        "send-recv",
-        "all-to-all",
-    ]
-    .iter()
-    .flat_map(|&c| (1..=4).map(move |n| (c, n)))
-    .collect();
+    let runs: Vec<(&str, u32)> = COLLECTIVES
+        .iter()
+        .flat_map(|&c| (1..=4).map(move |n| (c, n)))
+        .collect();
     for provider in ["tcp", "shm"] {
         for modes in MODES {
             for &(c, ranks) in &runs {

@@ -1697,40 +1697,16 @@ fn invalidate_after_the_worker_exited_is_applied_by_the_owner() {
     assert_eq!(s.invalidations(), [(0x9000, 0x1000)]);
 }
 
-/// A poller that needs `left` polls after a launch (`driver::poller`), waiting at each but the
-/// last.
-struct Countdown(crate::base::sync::DiagAtomicU32);
-
-impl crate::driver::poller::Poller for Countdown {
-    fn poll(&self) -> Polled {
-        use crate::base::sync::DiagOrdering::Relaxed;
-        match self.0.load(Relaxed) {
-            0 => Polled::Idle,
-            1 => {
-                self.0.store(0, Relaxed);
-                Polled::Moved
-            }
-            n => {
-                self.0.store(n - 1, Relaxed);
-                Polled::Waiting
-            }
-        }
-    }
-    fn busy(&self) -> bool {
-        self.0.load(crate::base::sync::DiagOrdering::Relaxed) > 0
-    }
-}
-
 #[test]
 fn a_waiting_poller_keeps_the_worker_from_parking_until_it_ends() {
     use crate::base::sync::DiagOrdering::Relaxed;
     let (q, mut w) = small(2, 8);
     let h = ProxyQueue::join(&q).unwrap();
-    let dev = Arc::new(Countdown(crate::base::sync::DiagAtomicU32::new(0)));
+    let dev = Arc::new(crate::testutil::Countdown::default());
     assert!(q.slot_poller(0).unwrap().wire(Some(dev.clone())).is_none());
     assert!(q.slot_poller(64).is_none());
     assert_eq!(w.tick(), Tick::Park, "an idle poller lets the worker park");
-    dev.0.store(3, Relaxed);
+    dev.left.store(3, Relaxed);
     assert_eq!(w.tick(), Tick::NoProgress, "waiting: no park");
     assert_eq!(w.tick(), Tick::NoProgress);
     assert_eq!(w.tick(), Tick::Continue, "the poller's end is progress");
