@@ -38,6 +38,10 @@ pub trait Machine: Copy + PartialEq + fmt::Debug {
     /// The machine's name in traces and errors (`"op"`, `"task"`, `"slot"`, ...).
     const NAME: &'static str;
 
+    /// The event class of this machine's transitions in traces ([`trace::mask`]): the op and
+    /// task machines are [`trace::mask::OPS`], every other one [`trace::mask::TRANSITIONS`].
+    const TRACE_CLASS: u32 = trace::mask::TRANSITIONS;
+
     /// The number of the edge `from => to` in the machine's diagram, `None` when the diagram
     /// has no such edge. Where several numbered edges join the same two states, the lowest.
     fn edge(from: Self, to: Self) -> Option<u8>;
@@ -96,7 +100,7 @@ pub fn check_traced<S: Machine>(
     match S::edge(from, to) {
         Some(n) => {
             log::trace!("{} {who}: state={from:?}=>{to:?} (edge {n})", S::NAME);
-            trace::emit(|| {
+            trace::emit(S::TRACE_CLASS, || {
                 let mut r = Record {
                     machine: S::NAME,
                     from: from.code(),

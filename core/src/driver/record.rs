@@ -93,6 +93,7 @@ pub enum RunState {
 
 impl Machine for RunState {
     const NAME: &'static str = "task";
+    const TRACE_CLASS: u32 = crate::base::trace::mask::OPS;
 
     /// The ABI value (`PROXY_TASK_STATE_*`).
     fn code(self) -> u8 {

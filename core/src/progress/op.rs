@@ -246,6 +246,7 @@ impl OpState {
 
 impl Machine for OpState {
     const NAME: &'static str = "op";
+    const TRACE_CLASS: u32 = crate::base::trace::mask::OPS;
 
     fn code(self) -> u8 {
         u8::try_from(self.0).unwrap_or(u8::MAX)

@@ -134,3 +134,33 @@ fn a_record_is_72_bytes_on_64_bit_targets() {
         assert_eq!(core::mem::size_of::<Record>(), 72);
     }
 }
+
+// ---- classes -------------------------------------------------------------------------------
+
+#[test]
+fn masks_parse_from_names_and_numbers() {
+    assert_eq!(mask::parse("ops"), Ok(mask::OPS));
+    assert_eq!(
+        mask::parse(" OPS, transport|sleep "),
+        Ok(mask::OPS | mask::TRANSPORT | mask::SLEEP)
+    );
+    assert_eq!(mask::parse("all"), Ok(mask::ALL));
+    assert_eq!(mask::parse("0x3"), Ok(mask::OPS | mask::TRANSPORT));
+    assert_eq!(mask::parse("255"), Ok(mask::ALL));
+    assert_eq!(mask::parse("ops,steps"), Err("steps"));
+    assert_eq!(mask::parse(""), Err(""));
+}
+
+#[test]
+fn every_kind_has_a_class_of_the_mask() {
+    assert_eq!(Kind::Post.class(), mask::TRANSPORT);
+    assert_eq!(Kind::Complete.class(), mask::TRANSPORT);
+    assert_eq!(Kind::TokenTake.class(), mask::DRIVE);
+    assert_eq!(Kind::Wake.class(), mask::SLEEP);
+    assert_eq!(Kind::Transition.class(), mask::TRANSITIONS);
+    static CLOCK: ManualClock = ManualClock::new(0);
+    let t = Tracer::new(2, &CLOCK, || 1);
+    assert_eq!(t.mask(), mask::ALL);
+    t.set_mask(mask::OPS | 0x100);
+    assert_eq!(t.mask(), mask::OPS, "unknown bits are dropped");
+}

@@ -2,7 +2,9 @@
 //! `chrome://tracing`, Perfetto (ui.perfetto.dev) and speedscope open.
 //!
 //! One pid per rank (named `rank R`), and in it these tracks (tids):
-//! * one per recording thread (its id, named by the thread: `rank-0`, `proxy-1`, ...): `drive`
+//! * one per recording thread (tids 1, 2, ... in the order the threads first appear; named by
+//!   the thread: `rank-0`, `proxy-1`, ...; one OS thread is one track whichever copy of the
+//!   core recorded it): `drive`
 //!   spans (ph `X`) while the thread holds a queue's drive token, `sleep` spans while it is
 //!   parked;
 //! * two per task kind (`network task (even)` / `(odd)` by the task id's parity, as the next
@@ -27,12 +29,12 @@ use std::collections::HashMap;
 use proxy_core::base::trace::{Kind, Record, NONE, SEND};
 use serde_json::{json, Value};
 
-use super::Trace;
+use crate::Trace;
 
 /// Track ids of the task tracks (`TASK_TID + kind`), below the op tracks.
 const TASK_TID: u64 = 1_000_000;
 /// Track ids of the op tracks (`OP_TID + stream * 4096 + op index`).
-const OP_TID: u64 = 2_000_000;
+pub const OP_TID: u64 = 2_000_000;
 
 /// The op states' codes (`OpState`: 0 DONE, 1 HANDSHAKE, 2 TRANSFER).
 const OP_HANDSHAKE: u8 = 1;
@@ -66,6 +68,8 @@ pub fn events(trace: &Trace, only_rank: Option<u32>) -> Vec<Value> {
     // Open spans by key: thread tracks (pid, tid, what), tasks, ops.
     let mut open: HashMap<(u64, u64, u8), Open> = HashMap::new();
     let mut in_flight: HashMap<u32, u64> = HashMap::new();
+    // Thread ids (OS thread ids) as small tids, in order of appearance.
+    let mut tids: HashMap<u32, u64> = HashMap::new();
     let span = |out: &mut Vec<Value>, o: Open, end: u64, tid: u64, args: Value| {
         out.push(json!({
             "name": o.name, "cat": "proxy", "ph": "X", "pid": pid(&o.rec), "tid": tid,
@@ -93,7 +97,8 @@ pub fn events(trace: &Trace, only_rank: Option<u32>) -> Vec<Value> {
             ranks.push(r.rank);
         }
         let p = pid(r);
-        let thread_tid = u64::from(r.thread);
+        let next = tids.len() as u64 + 1;
+        let thread_tid = *tids.entry(r.thread).or_insert(next);
         named.entry((p, thread_tid)).or_insert_with(|| {
             trace
                 .threads
@@ -302,13 +307,14 @@ fn op_track_name(r: &Record) -> String {
 }
 
 /// The whole JSON document: `{"traceEvents": [...], "displayTimeUnit": "ns", "otherData":
-/// {...}}` with the drain's counts (records, pending, dropped) in `otherData`.
-pub fn document(trace: &Trace, only_rank: Option<u32>) -> Value {
+/// {...}}` with `source` (who wrote it) and the drain's counts (records, pending, dropped: a
+/// truncated ring says here how many events it lost) in `otherData`.
+pub fn document(trace: &Trace, only_rank: Option<u32>, source: &str) -> Value {
     json!({
         "traceEvents": events(trace, only_rank),
         "displayTimeUnit": "ns",
         "otherData": {
-            "source": "proxy-perf --trace",
+            "source": source,
             "records": trace.drained.records,
             "pending": trace.drained.pending,
             "dropped": trace.drained.dropped,
