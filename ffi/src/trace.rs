@@ -92,15 +92,13 @@ pub unsafe extern "C" fn nccom_trace_collect(
         }
         let mut c = NccomTraceCounts::default();
         if let Some(t) = trace::installed() {
-            let mut written = 0usize;
-            let d = t.ring().drain(|r| {
-                if written < cap {
-                    // SAFETY: `out` has `cap` writable records (the caller's contract) and
-                    // `written < cap`.
-                    unsafe { out.add(written).write(proxy_trace::c_record::to_c(r)) };
-                    written += 1;
-                }
-            });
+            // Times re-fitted to CLOCK_MONOTONIC now, as the driver library's own.
+            let (records, d) = proxy_trace::drain(t);
+            let written = records.len().min(cap);
+            for (i, r) in records.iter().take(written).enumerate() {
+                // SAFETY: `out` has `cap` writable records (the caller's contract), `i < cap`.
+                unsafe { out.add(i).write(proxy_trace::c_record::to_c(r)) };
+            }
             c = NccomTraceCounts {
                 records: d.records as u64,
                 written: written as u64,

@@ -252,6 +252,13 @@ impl TraceRing {
     /// Appends `rec`; `false` (and one more [`TraceRing::dropped`]) when the ring is full.
     /// Lock-free: one load and one `fetch_add` on the claim word, one store to publish.
     pub fn push(&self, rec: Record) -> bool {
+        self.push_with(|| rec)
+    }
+
+    /// Claims a slot and fills it with `make()` (which runs only when a slot was claimed, after
+    /// the claim: a record's time stamp read there is taken once the slot is its own); `false`
+    /// (and one more [`TraceRing::dropped`], `make` not run) when the ring is full.
+    pub fn push_with(&self, make: impl FnOnce() -> Record) -> bool {
         let n = self.slots.len();
         // Relaxed: the claim word orders nothing; the slot's `ready` flag publishes the record.
         // The load first keeps `next` from growing without bound once the ring is full (it
@@ -265,6 +272,7 @@ impl TraceRing {
             self.count_drop();
             return false;
         };
+        let rec = make();
         // SAFETY: index `i` came from `fetch_add`, so this call is the slot's only writer, and
         // no reader touches it before `ready` is set below.
         slot.rec.with_mut(|p| unsafe { *p = rec });
@@ -373,15 +381,15 @@ impl Tracer {
     }
 
     /// Stamps `rec` with the time and thread and appends it (even when off). A full ring
-    /// counts the record dropped without reading the clock.
+    /// counts the record dropped without reading the clock. The time is read once the slot is
+    /// claimed ([`TraceRing::push_with`]): one load and one RMW of the shared claim word per
+    /// record.
     pub fn record(&self, mut rec: Record) -> bool {
-        if self.ring.is_full() {
-            self.ring.count_drop();
-            return false;
-        }
-        rec.ts_ns = self.clock.now_ns();
-        rec.thread = (self.thread)();
-        self.ring.push(rec)
+        self.ring.push_with(|| {
+            rec.ts_ns = self.clock.now_ns();
+            rec.thread = (self.thread)();
+            rec
+        })
     }
 }
 

@@ -9,9 +9,9 @@
 //! **One timeline from several copies of the core.** Each shared library links its own copy
 //! of the core and so has its own tracer; the driver library merges the progress library's
 //! records into its own (over the nccom ABI's `nccom_trace_collect`). For the records to line
-//! up, both copies stamp them the same way: the time from [`clock`] (an absolute clock, the
-//! same in every copy: `CLOCK_MONOTONIC`, or on x86_64 the calibrated TSC) and the thread as its
-//! OS thread id (`gettid`), so one thread is one track whichever library recorded it.
+//! up, both copies stamp them the same way: the time from [`clock::clock`] (`CLOCK_MONOTONIC`,
+//! read on x86_64 as the calibrated TSC and re-fitted at each drain) and the thread as its OS
+//! thread id (`gettid`), so one thread is one track whichever library recorded it.
 //!
 //! [`Trace::new`] sorts the records by time and fills in each record's rank where the
 //! recording site did not know it (task transitions, the drive token, sleep and wake-up) from
@@ -73,10 +73,17 @@ impl Trace {
     }
 }
 
-/// Drains `tracer`'s ring: its records in claim order and the drain's counts.
+/// Drains `tracer`'s ring: its records in claim order, their times re-fitted to
+/// `CLOCK_MONOTONIC` ([`clock::refine`]), and the drain's counts.
 pub fn drain(tracer: &Tracer) -> (Vec<Record>, Drained) {
     let mut records = Vec::new();
-    let drained = tracer.ring().drain(|r| records.push(*r));
+    let refine = clock::refine();
+    let drained = tracer.ring().drain(|r| {
+        records.push(Record {
+            ts_ns: refine(r.ts_ns),
+            ..*r
+        })
+    });
     (records, drained)
 }
 

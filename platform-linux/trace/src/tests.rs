@@ -192,3 +192,24 @@ fn a_record_crosses_the_c_abi_unchanged() {
     bad.kind = 99;
     assert_eq!(c_record::from_c(&bad), None);
 }
+
+#[test]
+fn the_tsc_clock_reads_as_clock_monotonic() {
+    use proxy_core::base::time::Clock;
+    // Not on x86_64 with an invariant TSC: nothing to check.
+    let Some(tsc) = clock::TscClock::calibrate(2_000_000) else {
+        return;
+    };
+    let mono = clock::MonotonicNs;
+    let (a, t, b) = (mono.now_ns(), tsc.now_ns(), mono.now_ns());
+    // Within 1 ms of the reads around it (a 2 ms calibration is good to a few µs; a
+    // preemption between the reads may add to it).
+    assert!(t + 1_000_000 >= a && t <= b + 1_000_000, "{a} {t} {b}");
+    // Monotonic.
+    let t2 = tsc.now_ns();
+    assert!(t2 >= t);
+    // The drain's re-fit moves a time by little.
+    let refine = clock::refine();
+    let now = clock::clock().now_ns();
+    assert!(refine(now).abs_diff(now) < 1_000_000);
+}
