@@ -136,10 +136,16 @@ typedef volatile uint32_t nccom_host_word_t;
 #define NCCOM_COMM_CHECK_ADDRESSES 1
 
 /**
- * Trace class: the op and task state changes (per op its handshake, transfer and done; per
- * collective its task waiting, running, done). The default.
+ * Trace class: where an op and a collective's task begin and end (a few events per op and
+ * collective). The default.
  */
 #define NCCOM_TRACE_OPS 1
+
+/**
+ * Trace class: the op and task state changes in between (handshake → transfer; waiting,
+ * running, idle).
+ */
+#define NCCOM_TRACE_STEPS 32
 
 /**
  * Trace class: every transport post and completion of a FIFO entry.
@@ -164,7 +170,7 @@ typedef volatile uint32_t nccom_host_word_t;
 /**
  * Every trace class.
  */
-#define NCCOM_TRACE_ALL 31
+#define NCCOM_TRACE_ALL 63
 
 /**
  * Largest entry count per op side: the entry index has 16 bits in the transport tag (docs/design.md §5).

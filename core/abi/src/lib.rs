@@ -450,9 +450,12 @@ pub type NccomCommProtocolStatsFn =
 // Event trace (ABI 1.3)
 // ---------------------------------------------------------------------------------------------
 
-/// Trace class: the op and task state changes (per op its handshake, transfer and done; per
-/// collective its task waiting, running, done). The default.
+/// Trace class: where an op and a collective's task begin and end (a few events per op and
+/// collective). The default.
 pub const NCCOM_TRACE_OPS: u32 = 1;
+/// Trace class: the op and task state changes in between (handshake → transfer; waiting,
+/// running, idle).
+pub const NCCOM_TRACE_STEPS: u32 = 32;
 /// Trace class: every transport post and completion of a FIFO entry.
 pub const NCCOM_TRACE_TRANSPORT: u32 = 2;
 /// Trace class: every other state machine's transitions.
@@ -462,13 +465,14 @@ pub const NCCOM_TRACE_DRIVE: u32 = 8;
 /// Trace class: a driving thread's sleep and wake-up.
 pub const NCCOM_TRACE_SLEEP: u32 = 16;
 /// Every trace class.
-pub const NCCOM_TRACE_ALL: u32 = 31;
+pub const NCCOM_TRACE_ALL: u32 = 63;
 
 const _: () = {
     use proxy_core::base::trace::mask;
     assert!(NCCOM_TRACE_OPS == mask::OPS && NCCOM_TRACE_TRANSPORT == mask::TRANSPORT);
     assert!(NCCOM_TRACE_TRANSITIONS == mask::TRANSITIONS && NCCOM_TRACE_DRIVE == mask::DRIVE);
     assert!(NCCOM_TRACE_SLEEP == mask::SLEEP && NCCOM_TRACE_ALL == mask::ALL);
+    assert!(NCCOM_TRACE_STEPS == mask::STEPS);
 };
 
 /// One event of the library's trace ring (`nccom_trace_record_t`, ABI 1.3; 64 bytes), as

@@ -16,9 +16,9 @@
 //! the class not in [`Tracer::set_mask`]'s mask); no allocation, no lock, no clock read. The
 //! record is built by a closure that runs only when recording.
 //!
-//! **Classes** ([`mask`], as NCCL's profiler plugin's activation mask): [`mask::OPS`] the op
-//! and task machines' transitions (an op's handshake, transfer and done; a collective's task
-//! waiting, running, done), [`mask::TRANSPORT`] every transport post and completion of a FIFO
+//! **Classes** ([`mask`], as NCCL's profiler plugin's activation mask): [`mask::OPS`] where an
+//! op and a collective's task begin and end, [`mask::STEPS`] their state changes in between
+//! (an op's handshake → transfer; a task's waiting, running, idle), [`mask::TRANSPORT`] every transport post and completion of a FIFO
 //! entry, [`mask::TRANSITIONS`] every other machine's transitions, [`mask::DRIVE`] the drive
 //! token taken and released, [`mask::SLEEP`] a driving thread's sleep and wake-up. Marks are
 //! always recorded.
@@ -77,7 +77,7 @@ pub enum Kind {
 
 impl Kind {
     /// The kind's event class ([`mask`]); a transition's is its machine's
-    /// ([`crate::base::state::Machine::TRACE_CLASS`]: [`mask::TRANSITIONS`] here).
+    /// ([`crate::base::state::Machine::trace_class`]: [`mask::TRANSITIONS`] here).
     pub const fn class(self) -> u32 {
         match self {
             Self::Transition => mask::TRANSITIONS,
@@ -431,6 +431,18 @@ pub fn installed() -> Option<&'static Tracer> {
 #[inline]
 pub fn active() -> u32 {
     ACTIVE.load(SwitchOrdering::Relaxed)
+}
+
+/// [`emit`] for a site whose class takes a computation (a transition's, from its states):
+/// `class()` runs only while something is recorded; off, one load and one branch.
+#[inline]
+pub fn emit_with(class: impl FnOnce() -> u32, make: impl FnOnce() -> Record) {
+    let active = active();
+    if active != 0 && active & class() != 0 {
+        if let Some(t) = installed() {
+            t.record(make());
+        }
+    }
 }
 
 /// Records the event `make()` builds when a tracer is installed, on, and records `class`

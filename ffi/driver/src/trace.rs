@@ -175,8 +175,9 @@ fn write(pattern: &std::path::Path) -> Result<NrtProxyTraceSummary, String> {
 }
 
 /// Starts recording events in this library and in the progress half (now, and in a progress
-/// half loaded later): the classes of `mask` (`NCCOM_TRACE_*` ORed; 0: `NCCOM_TRACE_OPS`, an
-/// op's and a task's state changes: a few events per op and collective) into a ring of
+/// half loaded later): the classes of `mask` (`NCCOM_TRACE_*` ORed; 0: `NCCOM_TRACE_OPS`, where
+/// each op and collective begins and ends, a few events each; `NCCOM_TRACE_ALL`: everything,
+/// with the handshake / transfer steps, every post and completion) into a ring of
 /// `capacity` records per library (0: 262144; 80 bytes each, allocated at the first start;
 /// later starts keep the size). A full ring drops new events and counts them. Another start
 /// changes the classes. While off, an event site costs one load and a branch.

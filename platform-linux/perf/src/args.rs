@@ -429,10 +429,11 @@ pub struct Args {
     /// ones). For a run that hangs or fails, and to measure what recording costs.
     #[arg(long, requires = "trace")]
     pub trace_all: bool,
-    /// With `--trace`: the event classes to record, a list of `ops` (op and task state
-    /// changes), `transport` (every post and completion), `transitions` (every other state
-    /// machine), `drive` (the drive token), `sleep` (parking), or `all` (the default: the
-    /// latency breakdown needs `ops,transport`).
+    /// With `--trace`: the event classes to record, a list of `ops` (where an op and a
+    /// collective begin and end), `steps` (their state changes in between), `transport` (every
+    /// post and completion), `transitions` (every other state machine), `drive` (the drive
+    /// token), `sleep` (parking), or `all` (the default: the latency breakdown needs
+    /// `ops,steps,transport`).
     #[arg(long, requires = "trace", value_name = "CLASSES", default_value = "all",
           value_parser = crate::trace::parse_mask)]
     pub trace_mask: u32,

@@ -27,6 +27,6 @@ pub fn tracer() -> Result<&'static Tracer, String> {
 /// A message naming the word that is not a class.
 pub fn parse_mask(s: &str) -> Result<u32, String> {
     proxy_core::base::trace::mask::parse(s).map_err(|w| {
-        format!("unknown event class `{w}` (ops, transport, transitions, drive, sleep, all)")
+        format!("unknown event class `{w}` (ops, steps, transport, transitions, drive, sleep, all)")
     })
 }

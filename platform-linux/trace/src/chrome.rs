@@ -12,7 +12,8 @@
 //!   device's trigger words), `run` (progressing or idle), `closing`;
 //! * one per op (`stream S block B op I send|recv`): `handshake` (waiting for the device's handshake, op state
 //!   1), `transfer` (posting and testing entries, state 2), and instants (ph `i`) `post` and
-//!   `complete` per FIFO entry inside the transfer;
+//!   `complete` per FIFO entry inside the transfer; with the class `ops` without `steps` one
+//!   `op` span from begin to end (and a task's `task` span);
 //! * a counter (ph `C`) `bytes in flight` per rank: posted and not yet completed.
 //!
 //! A mark (ph `i`, scope global, `recording window`) starts each recording window; spans open
@@ -166,7 +167,12 @@ pub fn events(trace: &Trace, only_rank: Option<u32>) -> Vec<Value> {
                 let next = task_span(r.to);
                 let same = open.get(&key).map(|o| Some(o.name) == next);
                 if same != Some(true) {
-                    if let Some(o) = open.remove(&key) {
+                    if let Some(mut o) = open.remove(&key) {
+                        // Left from another state than the span's: the steps in between were
+                        // not recorded (mask `ops` without `steps`): the task as a whole.
+                        if task_span(r.from) != Some(o.name) {
+                            o.name = "task";
+                        }
                         let args =
                             json!({ "comm": o.rec.comm, "task": o.rec.op, "slot": o.rec.block });
                         span(&mut out, o, r.ts_ns, tid, args);
@@ -196,7 +202,12 @@ pub fn events(trace: &Trace, only_rank: Option<u32>) -> Vec<Value> {
                 if abandoned {
                     open.remove(&key);
                 }
-                if let Some(o) = open.remove(&key) {
+                if let Some(mut o) = open.remove(&key) {
+                    // Left from another state than the span's (HANDSHAKE → TRANSFER not
+                    // recorded: mask `ops` without `steps`): the op as a whole.
+                    if o.rec.to != r.from {
+                        o.name = "op";
+                    }
                     let args = json!({
                         "comm": o.rec.comm, "op": o.rec.op, "block": o.rec.block,
                         "stream": o.rec.stream, "peer": o.rec.peer,

@@ -14,6 +14,8 @@ fn at(ts_ns: u64, kind: Kind, f: impl FnOnce(&mut Record)) -> Record {
 fn op(ts: u64, to: u8, rank: u32) -> Record {
     at(ts, Kind::Transition, |r| {
         r.machine = "op";
+        // DONE(0) -> HANDSHAKE(1) -> TRANSFER(2) -> DONE.
+        r.from = (to + 2) % 3;
         r.to = to;
         r.rank = rank;
         r.stream = 0;
@@ -212,4 +214,35 @@ fn the_tsc_clock_reads_as_clock_monotonic() {
     let refine = clock::refine();
     let now = clock::clock().now_ns();
     assert!(refine(now).abs_diff(now) < 1_000_000);
+}
+
+#[test]
+fn ops_without_steps_draw_one_span_per_op_and_task() {
+    // sample() without the steps: the op's HANDSHAKE -> TRANSFER and the task's WAITING ->
+    // PROGRESSING left out.
+    let s = sample();
+    let recs: Vec<Record> = s
+        .records
+        .iter()
+        .filter(|r| r.kind == Kind::Transition)
+        .filter(|r| {
+            let step = (r.machine == "op" && r.to == 2) || (r.machine == "task" && r.from == 2);
+            !step
+        })
+        .copied()
+        .collect();
+    let t = Trace::new(recs, HashMap::new(), Drained::default());
+    let doc = chrome::document(&t, None, "test");
+    let x: Vec<&str> = doc["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["ph"] == "X")
+        .map(|e| e["name"].as_str().unwrap())
+        .collect();
+    assert!(x.contains(&"op") && x.contains(&"task"), "{x:?}");
+    assert!(
+        !x.contains(&"handshake") && !x.contains(&"transfer"),
+        "{x:?}"
+    );
 }

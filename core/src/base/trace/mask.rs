@@ -2,9 +2,14 @@
 //! C libraries' `NCCOM_TRACE_*` / `nrt_proxy_trace_start`'s mask, `proxy-perf --trace-mask`,
 //! `NEURON_RT_PROXY_TRACE_MASK`), and their names.
 
-/// The op and task machines' transitions: per op its handshake, transfer and done, per
-/// collective (task) its waiting, running and done. The libraries' default.
+/// Where an op and a collective begin and end: an op's DONE → HANDSHAKE and → DONE, a task's
+/// leaving INIT and reaching DONE (a few events per op and collective). The libraries'
+/// default.
 pub const OPS: u32 = 1 << 0;
+/// The op and task state changes in between: an op's HANDSHAKE → TRANSFER, a task's waiting,
+/// progressing, idle, closing, re-arm (with [`OPS`]: the `handshake` / `transfer` and
+/// `wait-trigger` / `run` spans of the timeline).
+pub const STEPS: u32 = 1 << 5;
 /// Every transport post and completion of a FIFO entry (bytes, peer).
 pub const TRANSPORT: u32 = 1 << 1;
 /// The transitions of every machine besides ops and tasks (slots, queues, the device
@@ -15,13 +20,14 @@ pub const DRIVE: u32 = 1 << 3;
 /// A driving thread going to sleep and waking up.
 pub const SLEEP: u32 = 1 << 4;
 /// Every class.
-pub const ALL: u32 = OPS | TRANSPORT | TRANSITIONS | DRIVE | SLEEP;
+pub const ALL: u32 = OPS | STEPS | TRANSPORT | TRANSITIONS | DRIVE | SLEEP;
 /// What the C libraries record when not told: [`OPS`].
 pub const DEFAULT: u32 = OPS;
 
 /// The classes by name, in bit order.
-pub const NAMES: [(&str, u32); 6] = [
+pub const NAMES: [(&str, u32); 7] = [
     ("ops", OPS),
+    ("steps", STEPS),
     ("transport", TRANSPORT),
     ("transitions", TRANSITIONS),
     ("drive", DRIVE),

@@ -147,7 +147,8 @@ fn masks_parse_from_names_and_numbers() {
     assert_eq!(mask::parse("all"), Ok(mask::ALL));
     assert_eq!(mask::parse("0x3"), Ok(mask::OPS | mask::TRANSPORT));
     assert_eq!(mask::parse("255"), Ok(mask::ALL));
-    assert_eq!(mask::parse("ops,steps"), Err("steps"));
+    assert_eq!(mask::parse("ops,steps"), Ok(mask::OPS | mask::STEPS));
+    assert_eq!(mask::parse("ops,step"), Err("step"));
     assert_eq!(mask::parse(""), Err(""));
 }
 
@@ -161,6 +162,23 @@ fn every_kind_has_a_class_of_the_mask() {
     static CLOCK: ManualClock = ManualClock::new(0);
     let t = Tracer::new(2, &CLOCK, || 1);
     assert_eq!(t.mask(), mask::ALL);
-    t.set_mask(mask::OPS | 0x100);
+    t.set_mask(mask::OPS | 0x1000);
     assert_eq!(t.mask(), mask::OPS, "unknown bits are dropped");
+}
+
+#[test]
+fn ops_are_an_op_s_and_a_task_s_begin_and_end_steps_the_rest() {
+    use crate::base::state::Machine;
+    use crate::driver::record::RunState as T;
+    use crate::progress::op::OpState as O;
+    assert_eq!(O::trace_class(O::DONE, O::HANDSHAKE), mask::OPS);
+    assert_eq!(O::trace_class(O::HANDSHAKE, O::TRANSFER), mask::STEPS);
+    assert_eq!(O::trace_class(O::TRANSFER, O::DONE), mask::OPS);
+    assert_eq!(T::trace_class(T::Init, T::WaitingDeviceTrigger), mask::OPS);
+    assert_eq!(
+        T::trace_class(T::WaitingDeviceTrigger, T::Progressing),
+        mask::STEPS
+    );
+    assert_eq!(T::trace_class(T::Progressing, T::Done), mask::OPS);
+    assert_eq!(T::trace_class(T::Done, T::Init), mask::STEPS);
 }
