@@ -22,25 +22,23 @@ use proxy_abi::entry;
 use crate::instance::loaded_libs;
 use crate::types::NrtProxyTraceSummary;
 
-/// What started recording: the classes and ring size (for a progress half loaded later), and
-/// the environment's file pattern (written at the last `nrt_proxy_fini`).
-#[derive(Clone, Debug, Default)]
+/// What started recording: the classes and ring size (for a progress half loaded later).
+#[derive(Clone, Copy, Debug, Default)]
 struct Started {
     mask: u32,
     capacity: usize,
-    env_file: Option<PathBuf>,
 }
 
 static STARTED: Mutex<Option<Started>> = Mutex::new(None);
+/// `NEURON_RT_PROXY_TRACE`'s file pattern, written at the last `nrt_proxy_fini` (also after an
+/// `nrt_proxy_trace_stop`).
+static ENV_FILE: Mutex<Option<PathBuf>> = Mutex::new(None);
 /// `NEURON_RT_PROXY_TRACE` is read once per process.
 static ENV_READ: Mutex<bool> = Mutex::new(false);
 
 /// Starts the progress half `lib` when recording is on (a half loaded after the start).
 pub(crate) fn on_load(what: &str, lib: &ProgressLib) {
-    let started = STARTED
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .clone();
+    let started = *STARTED.lock().unwrap_or_else(PoisonError::into_inner);
     if let Some(s) = started {
         if let Err(e) = lib.trace_start(s.mask, s.capacity) {
             log::warn!("{what}: the progress half's events are not recorded: {e}");
@@ -65,13 +63,7 @@ pub(crate) fn start_from_env(what: &str) -> Result<(), NrtStatus> {
     *read = true;
     if let Some((file, mask)) = env {
         start(what, mask, 0)?;
-        if let Some(s) = STARTED
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .as_mut()
-        {
-            s.env_file = Some(file.clone());
-        }
+        *ENV_FILE.lock().unwrap_or_else(PoisonError::into_inner) = Some(file.clone());
         log::info!(
             "{what}: recording events (mask {mask:#x}) into {}",
             file.display()
@@ -82,11 +74,10 @@ pub(crate) fn start_from_env(what: &str) -> Result<(), NrtStatus> {
 
 /// At the last `nrt_proxy_fini`: writes the environment's file, if any (logged).
 pub(crate) fn write_env_file(what: &str) {
-    let file = STARTED
+    let file = ENV_FILE
         .lock()
         .unwrap_or_else(PoisonError::into_inner)
-        .as_ref()
-        .and_then(|s| s.env_file.clone());
+        .clone();
     if let Some(file) = file {
         match write(&file) {
             Ok(s) => log_written(what, &file, &s),
@@ -113,15 +104,7 @@ fn start(what: &str, mask: u32, capacity: usize) -> Result<(), NrtStatus> {
         log::error!("{what}: {e}");
         NrtStatus::Failure
     })?;
-    {
-        let mut s = STARTED.lock().unwrap_or_else(PoisonError::into_inner);
-        let env_file = s.take().and_then(|s| s.env_file);
-        *s = Some(Started {
-            mask,
-            capacity,
-            env_file,
-        });
-    }
+    *STARTED.lock().unwrap_or_else(PoisonError::into_inner) = Some(Started { mask, capacity });
     for lib in loaded_libs() {
         on_load(what, lib);
     }
