@@ -13,7 +13,8 @@
  * The seam: neuronStartNetworkProxy / neuronNetworkProxyProgress / neuronStopNetworkProxy.
  * The init half: nccom_abi_version, nrt_get_status_as_str, nccom_register_device_callbacks,
  * nccom_mem_group_create / _destroy, nccom_comm_create / _destroy, nccom_comm_register_memory,
- * nccom_comm_invalidate_range, nccom_comm_abort (ABI 1.1), nccom_comm_protocol_stats (ABI 1.2).
+ * nccom_comm_invalidate_range, nccom_comm_abort (ABI 1.1), nccom_comm_protocol_stats (ABI 1.2),
+ * nccom_trace_start / _stop / _collect (ABI 1.3).
  *
  * Handles. nccom_comm_t * and nccom_mem_group_t * are opaque handles, never pointers to memory:
  * NULL, a destroyed handle (double destroy included) and any pointer the library did not hand
@@ -67,14 +68,16 @@ typedef volatile uint32_t nccom_host_word_t;
 /**
  * Minor version of this C ABI: additions that keep every older call and layout valid. 1.1
  * added `neuronStopNetworkProxyStep`, `nccom_comm_invalidate_range` and `nccom_comm_abort`;
- * 1.2 added `nccom_comm_protocol_stats` (`nccom_protocol_stats_t`).
+ * 1.2 added `nccom_comm_protocol_stats` (`nccom_protocol_stats_t`); 1.3 added the event
+ * trace: `nccom_trace_start`, `nccom_trace_stop`, `nccom_trace_collect`
+ * (`nccom_trace_record_t`, `nccom_trace_counts_t`, the `NCCOM_TRACE_*` classes).
  */
-#define NCCOM_PROXY_ABI_VERSION_MINOR 2
+#define NCCOM_PROXY_ABI_VERSION_MINOR 3
 
 /**
  * `(major << 16) | minor`, what `nccom_abi_version()` returns.
  */
-#define NCCOM_PROXY_ABI_VERSION 65538
+#define NCCOM_PROXY_ABI_VERSION 65539
 
 /**
  * Mark of a FIFO entry that is neither the last of its op nor of the execution.
@@ -131,6 +134,43 @@ typedef volatile uint32_t nccom_host_word_t;
  * address (see the header's memory contract).
  */
 #define NCCOM_COMM_CHECK_ADDRESSES 1
+
+/**
+ * Trace class: where an op and a collective's task begin and end (a few events per op and
+ * collective). The default.
+ */
+#define NCCOM_TRACE_OPS 1
+
+/**
+ * Trace class: the op and task state changes in between (handshake → transfer; waiting,
+ * running, idle).
+ */
+#define NCCOM_TRACE_STEPS 32
+
+/**
+ * Trace class: every transport post and completion of a FIFO entry.
+ */
+#define NCCOM_TRACE_TRANSPORT 2
+
+/**
+ * Trace class: every other state machine's transitions.
+ */
+#define NCCOM_TRACE_TRANSITIONS 4
+
+/**
+ * Trace class: the drive token taken and released.
+ */
+#define NCCOM_TRACE_DRIVE 8
+
+/**
+ * Trace class: a driving thread's sleep and wake-up.
+ */
+#define NCCOM_TRACE_SLEEP 16
+
+/**
+ * Every trace class.
+ */
+#define NCCOM_TRACE_ALL 63
 
 /**
  * Largest entry count per op side: the entry index has 16 bits in the transport tag (docs/design.md §5).
@@ -482,6 +522,102 @@ typedef struct nccom_protocol_stats_t {
 } nccom_protocol_stats_t;
 
 /**
+ * One event of the library's trace ring (`nccom_trace_record_t`, ABI 1.3; 64 bytes), as
+ * `nccom_trace_collect` copies it out: the core's `proxy_core::base::trace::Record` with the
+ * machine's name inline. Ids not known at the recording site are `UINT32_MAX`.
+ */
+typedef struct nccom_trace_record_t {
+    /**
+     * When, in ns of `CLOCK_MONOTONIC` (both C libraries stamp with the same clock).
+     */
+    uint64_t ts_ns;
+    /**
+     * Bytes of a post or completion (0 otherwise).
+     */
+    uint64_t bytes;
+    /**
+     * The recording thread's OS thread id (`gettid`).
+     */
+    uint32_t thread;
+    /**
+     * The comm's rank.
+     */
+    uint32_t rank;
+    /**
+     * The comm id.
+     */
+    uint32_t comm;
+    /**
+     * The op's index within its start call, a task's id, or a queue's id.
+     */
+    uint32_t op;
+    /**
+     * The basic block (ops) or the slot (tasks).
+     */
+    uint32_t block;
+    /**
+     * The FIFO entry of a post or completion (of an op transition the entries completed, of a
+     * task transition the task's kind).
+     */
+    uint32_t entry;
+    /**
+     * The peer rank of an op.
+     */
+    uint32_t peer;
+    /**
+     * The stream (0..=3), or 255.
+     */
+    uint8_t stream;
+    /**
+     * What happened: 0 transition, 1 token taken, 2 token released, 3 sleep, 4 wake, 5 post,
+     * 6 complete, 7 mark.
+     */
+    uint8_t kind;
+    /**
+     * A transition's state before.
+     */
+    uint8_t from;
+    /**
+     * A transition's state after.
+     */
+    uint8_t to;
+    /**
+     * 1 send, 0 receive, 255 not an op.
+     */
+    uint8_t side;
+    /**
+     * A transition's edge number in its machine's diagram.
+     */
+    uint8_t edge;
+    /**
+     * A transition's machine (`"op"`, `"task"`, ...), NUL-padded (not terminated at 14).
+     */
+    char machine[14];
+} nccom_trace_record_t;
+
+/**
+ * What `nccom_trace_collect` saw (`nccom_trace_counts_t`, ABI 1.3).
+ */
+typedef struct nccom_trace_counts_t {
+    /**
+     * Records in the ring now (published).
+     */
+    uint64_t records;
+    /**
+     * Records copied into the caller's array (at most its capacity, in claim order).
+     */
+    uint64_t written;
+    /**
+     * Slots claimed by a writer that had not published them yet (recording was under way).
+     */
+    uint64_t pending;
+    /**
+     * Records dropped because the ring was full: the trace is truncated when not 0.
+     */
+    uint64_t dropped;
+} nccom_trace_counts_t;
+
+/**
  * `neuronStartNetworkProxy`: files one basic block's FIFOs on a stream (seed B1).
  */
 typedef NRT_STATUS (*neuronStartNetworkProxy_fn)(struct nccom_comm_t *comm,
@@ -571,6 +707,25 @@ typedef NRT_STATUS (*nccom_comm_abort_fn)(struct nccom_comm_t *comm);
  */
 typedef NRT_STATUS (*nccom_comm_protocol_stats_fn)(struct nccom_comm_t *comm,
                                                    struct nccom_protocol_stats_t *out);
+
+/**
+ * `nccom_trace_start` (ABI 1.3): install the library's tracer (a ring of `capacity` records,
+ * 0 for the default, at the first call) and record the classes of `mask` (0: the default).
+ */
+typedef NRT_STATUS (*nccom_trace_start_fn)(uint32_t mask, size_t capacity);
+
+/**
+ * `nccom_trace_stop` (ABI 1.3): stop recording (the records stay).
+ */
+typedef NRT_STATUS (*nccom_trace_stop_fn)(void);
+
+/**
+ * `nccom_trace_collect` (ABI 1.3): copy the recorded events into `out[0..cap]` and the counts
+ * into `*counts`.
+ */
+typedef NRT_STATUS (*nccom_trace_collect_fn)(struct nccom_trace_record_t *out,
+                                             size_t cap,
+                                             struct nccom_trace_counts_t *counts);
 
 /**
  * The call did what it was asked.
@@ -923,6 +1078,48 @@ NRT_STATUS nccom_comm_abort(struct nccom_comm_t *comm);
  * Seed: none (ABI 1.2).
  */
 NRT_STATUS nccom_comm_protocol_stats(struct nccom_comm_t *comm, struct nccom_protocol_stats_t *out);
+
+/**
+ * Starts recording this library's events: installs its tracer at the first call (a ring of
+ * `capacity` records, 0: 262144; 80 bytes each, allocated then; later calls keep the first
+ * size) and records the classes of `mask` (`NCCOM_TRACE_*` ORed; 0: `NCCOM_TRACE_OPS`). A
+ * second start changes the classes. Recording costs one load and a branch per event site
+ * while off.
+ *
+ * Returns `NRT_SUCCESS`; `NRT_FAILURE` when no tracer could be installed.
+ *
+ * Seed: none (ABI 1.3).
+ */
+NRT_STATUS nccom_trace_start(uint32_t mask, size_t capacity);
+
+/**
+ * Stops recording (the records stay for `nccom_trace_collect`); a no-op when never started.
+ *
+ * Returns `NRT_SUCCESS`.
+ *
+ * Seed: none (ABI 1.3).
+ */
+NRT_STATUS nccom_trace_stop(void);
+
+/**
+ * Copies the recorded events, in the order they were claimed (timestamps may be slightly out
+ * of order between threads), into `out[0 .. cap]` and the counts into `*counts`: `records` in
+ * the ring, `written` copied (at most `cap`), `pending` (claimed, not yet published: recording
+ * was under way), `dropped` (lost because the ring was full: the trace is truncated). Call it
+ * with `cap` 0 (`out` may then be NULL) to learn `records`, then with an array that large. May
+ * run while recording; does not empty the ring. Without a start: all counts 0.
+ *
+ * Returns `NRT_SUCCESS`; `NRT_INVALID` for a NULL or misaligned `counts`, or a NULL or
+ * misaligned `out` with `cap` above 0 (nothing written).
+ *
+ * # Safety
+ * `counts` writable; `out` NULL or `cap` writable `nccom_trace_record_t`s.
+ *
+ * Seed: none (ABI 1.3).
+ */
+NRT_STATUS nccom_trace_collect(struct nccom_trace_record_t *out,
+                               size_t cap,
+                               struct nccom_trace_counts_t *counts);
 
 #ifdef __cplusplus
 }  // extern "C"

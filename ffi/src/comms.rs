@@ -154,6 +154,7 @@ pub unsafe extern "C" fn nccom_comm_create(
     out: *mut *mut NccomComm,
 ) -> NRT_STATUS {
     entry!(WHAT = "nccom_comm_create", {
+        crate::trace::start_from_env();
         // SAFETY: `out`: the C caller's pointer, valid or NULL by this function's contract.
         let out = unsafe { c_handle_out(WHAT, out) }?;
         // SAFETY: `config`: the C caller's pointer, valid or NULL by this function's contract.

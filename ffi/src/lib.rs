@@ -9,7 +9,9 @@
 //!   [`nccom_register_device_callbacks`], [`nccom_mem_group_create`] /
 //!   [`nccom_mem_group_destroy`], [`nccom_comm_create`] / [`nccom_comm_destroy`],
 //!   [`nccom_comm_register_memory`], [`nccom_comm_invalidate_range`] and
-//!   [`nccom_comm_abort`] (ABI 1.1), [`nccom_comm_protocol_stats`] (ABI 1.2).
+//!   [`nccom_comm_abort`] (ABI 1.1), [`nccom_comm_protocol_stats`] (ABI 1.2);
+//! * the event trace (ABI 1.3): [`nccom_trace_start`], [`nccom_trace_stop`],
+//!   [`nccom_trace_collect`].
 //!
 //! # The C contract
 //! * **Handles.** `nccom_comm_t *` and `nccom_mem_group_t *` are opaque handles, not pointers:
@@ -67,6 +69,9 @@ mod comms;
 /// Memory registration, invalidation, abort, protocol counters.
 mod comm_ops;
 
+/// The event trace: start, stop, collect.
+mod trace;
+
 pub use proxy_abi as types;
 use proxy_abi::*;
 
@@ -74,6 +79,7 @@ pub use comm_ops::*;
 pub use comms::*;
 pub use init::*;
 pub use seam::*;
+pub use trace::*;
 
 // Every export has exactly the typedef the loader and the header use.
 const _: NeuronStartNetworkProxyFn = neuronStartNetworkProxy;
@@ -91,6 +97,9 @@ const _: NccomCommRegisterMemoryFn = nccom_comm_register_memory;
 const _: NccomCommInvalidateRangeFn = nccom_comm_invalidate_range;
 const _: NccomCommAbortFn = nccom_comm_abort;
 const _: NccomCommProtocolStatsFn = nccom_comm_protocol_stats;
+const _: NccomTraceStartFn = nccom_trace_start;
+const _: NccomTraceStopFn = nccom_trace_stop;
+const _: NccomTraceCollectFn = nccom_trace_collect;
 
 #[cfg(test)]
 mod tests;

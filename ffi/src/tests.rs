@@ -75,6 +75,33 @@ fn status_strings_match_core() {
 }
 
 #[test]
+fn trace_collect_checks_its_arrays() {
+    let ok = NrtStatus::Success.code();
+    let invalid = NrtStatus::Invalid.code();
+    let mut counts = NccomTraceCounts {
+        written: 9,
+        ..NccomTraceCounts::default()
+    };
+    // SAFETY: (all four) NULL or valid local pointers, as the contract allows.
+    unsafe {
+        assert_eq!(
+            nccom_trace_collect(ptr::null_mut(), 0, ptr::null_mut()),
+            invalid
+        );
+        assert_eq!(
+            nccom_trace_collect(ptr::null_mut(), 4, &mut counts),
+            invalid
+        );
+        assert_eq!(counts.written, 9, "nothing written on a refusal");
+        // No tracer started in this process: nothing recorded.
+        assert_eq!(nccom_trace_collect(ptr::null_mut(), 0, &mut counts), ok);
+        let mut out = [NccomTraceRecord::default(); 2];
+        assert_eq!(nccom_trace_collect(out.as_mut_ptr(), 2, &mut counts), ok);
+    }
+    assert_eq!(counts, NccomTraceCounts::default());
+}
+
+#[test]
 fn comm_handles_detect_null_unknown_destroyed_and_double_destroy() {
     let g = group(2);
     let c = create(&config(0, 2, g)).unwrap();

@@ -41,10 +41,12 @@ pub use proxy_core::base::desc::{NetDestAddr, NetOpInfo, NetSrcAddr};
 pub const NCCOM_PROXY_ABI_VERSION_MAJOR: u32 = 1;
 /// Minor version of this C ABI: additions that keep every older call and layout valid. 1.1
 /// added `neuronStopNetworkProxyStep`, `nccom_comm_invalidate_range` and `nccom_comm_abort`;
-/// 1.2 added `nccom_comm_protocol_stats` (`nccom_protocol_stats_t`).
-pub const NCCOM_PROXY_ABI_VERSION_MINOR: u32 = 2;
+/// 1.2 added `nccom_comm_protocol_stats` (`nccom_protocol_stats_t`); 1.3 added the event
+/// trace: `nccom_trace_start`, `nccom_trace_stop`, `nccom_trace_collect`
+/// (`nccom_trace_record_t`, `nccom_trace_counts_t`, the `NCCOM_TRACE_*` classes).
+pub const NCCOM_PROXY_ABI_VERSION_MINOR: u32 = 3;
 /// `(major << 16) | minor`, what `nccom_abi_version()` returns.
-pub const NCCOM_PROXY_ABI_VERSION: u32 = 0x0001_0002;
+pub const NCCOM_PROXY_ABI_VERSION: u32 = 0x0001_0003;
 
 const _: () = assert!(
     NCCOM_PROXY_ABI_VERSION
@@ -443,6 +445,108 @@ pub type NccomCommAbortFn = unsafe extern "C" fn(comm: *mut NccomComm) -> NRT_ST
 /// `out->size` bytes; `size` is set to the bytes written).
 pub type NccomCommProtocolStatsFn =
     unsafe extern "C" fn(comm: *mut NccomComm, out: *mut NccomProtocolStats) -> NRT_STATUS;
+
+// ---------------------------------------------------------------------------------------------
+// Event trace (ABI 1.3)
+// ---------------------------------------------------------------------------------------------
+
+/// Trace class: where an op and a collective's task begin and end (a few events per op and
+/// collective). The default.
+pub const NCCOM_TRACE_OPS: u32 = 1;
+/// Trace class: the op and task state changes in between (handshake → transfer; waiting,
+/// running, idle).
+pub const NCCOM_TRACE_STEPS: u32 = 32;
+/// Trace class: every transport post and completion of a FIFO entry.
+pub const NCCOM_TRACE_TRANSPORT: u32 = 2;
+/// Trace class: every other state machine's transitions.
+pub const NCCOM_TRACE_TRANSITIONS: u32 = 4;
+/// Trace class: the drive token taken and released.
+pub const NCCOM_TRACE_DRIVE: u32 = 8;
+/// Trace class: a driving thread's sleep and wake-up.
+pub const NCCOM_TRACE_SLEEP: u32 = 16;
+/// Every trace class.
+pub const NCCOM_TRACE_ALL: u32 = 63;
+
+const _: () = {
+    use proxy_core::base::trace::mask;
+    assert!(NCCOM_TRACE_OPS == mask::OPS && NCCOM_TRACE_TRANSPORT == mask::TRANSPORT);
+    assert!(NCCOM_TRACE_TRANSITIONS == mask::TRANSITIONS && NCCOM_TRACE_DRIVE == mask::DRIVE);
+    assert!(NCCOM_TRACE_SLEEP == mask::SLEEP && NCCOM_TRACE_ALL == mask::ALL);
+    assert!(NCCOM_TRACE_STEPS == mask::STEPS);
+};
+
+/// One event of the library's trace ring (`nccom_trace_record_t`, ABI 1.3; 64 bytes), as
+/// `nccom_trace_collect` copies it out: the core's `proxy_core::base::trace::Record` with the
+/// machine's name inline. Ids not known at the recording site are `UINT32_MAX`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NccomTraceRecord {
+    /// When, in ns of `CLOCK_MONOTONIC` (both C libraries stamp with the same clock).
+    pub ts_ns: u64,
+    /// Bytes of a post or completion (0 otherwise).
+    pub bytes: u64,
+    /// The recording thread's OS thread id (`gettid`).
+    pub thread: u32,
+    /// The comm's rank.
+    pub rank: u32,
+    /// The comm id.
+    pub comm: u32,
+    /// The op's index within its start call, a task's id, or a queue's id.
+    pub op: u32,
+    /// The basic block (ops) or the slot (tasks).
+    pub block: u32,
+    /// The FIFO entry of a post or completion (of an op transition the entries completed, of a
+    /// task transition the task's kind).
+    pub entry: u32,
+    /// The peer rank of an op.
+    pub peer: u32,
+    /// The stream (0..=3), or 255.
+    pub stream: u8,
+    /// What happened: 0 transition, 1 token taken, 2 token released, 3 sleep, 4 wake, 5 post,
+    /// 6 complete, 7 mark.
+    pub kind: u8,
+    /// A transition's state before.
+    pub from: u8,
+    /// A transition's state after.
+    pub to: u8,
+    /// 1 send, 0 receive, 255 not an op.
+    pub side: u8,
+    /// A transition's edge number in its machine's diagram.
+    pub edge: u8,
+    /// A transition's machine (`"op"`, `"task"`, ...), NUL-padded (not terminated at 14).
+    pub machine: [c_char; 14],
+}
+
+const _: () = assert!(core::mem::size_of::<NccomTraceRecord>() == 64);
+
+/// What `nccom_trace_collect` saw (`nccom_trace_counts_t`, ABI 1.3).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NccomTraceCounts {
+    /// Records in the ring now (published).
+    pub records: u64,
+    /// Records copied into the caller's array (at most its capacity, in claim order).
+    pub written: u64,
+    /// Slots claimed by a writer that had not published them yet (recording was under way).
+    pub pending: u64,
+    /// Records dropped because the ring was full: the trace is truncated when not 0.
+    pub dropped: u64,
+}
+
+/// `nccom_trace_start` (ABI 1.3): install the library's tracer (a ring of `capacity` records,
+/// 0 for the default, at the first call) and record the classes of `mask` (0: the default).
+pub type NccomTraceStartFn = unsafe extern "C" fn(mask: u32, capacity: usize) -> NRT_STATUS;
+
+/// `nccom_trace_stop` (ABI 1.3): stop recording (the records stay).
+pub type NccomTraceStopFn = unsafe extern "C" fn() -> NRT_STATUS;
+
+/// `nccom_trace_collect` (ABI 1.3): copy the recorded events into `out[0..cap]` and the counts
+/// into `*counts`.
+pub type NccomTraceCollectFn = unsafe extern "C" fn(
+    out: *mut NccomTraceRecord,
+    cap: usize,
+    counts: *mut NccomTraceCounts,
+) -> NRT_STATUS;
 
 #[cfg(test)]
 mod tests;

@@ -38,6 +38,15 @@ pub trait Machine: Copy + PartialEq + fmt::Debug {
     /// The machine's name in traces and errors (`"op"`, `"task"`, `"slot"`, ...).
     const NAME: &'static str;
 
+    /// The event class of the transition `from => to` in traces ([`trace::mask`]): for the op
+    /// and task machines [`trace::mask::OPS`] where one begins or ends and
+    /// [`trace::mask::STEPS`] in between; every other machine's [`trace::mask::TRANSITIONS`].
+    /// Evaluated only while something is recorded.
+    fn trace_class(from: Self, to: Self) -> u32 {
+        let _ = (from, to);
+        trace::mask::TRANSITIONS
+    }
+
     /// The number of the edge `from => to` in the machine's diagram, `None` when the diagram
     /// has no such edge. Where several numbered edges join the same two states, the lowest.
     fn edge(from: Self, to: Self) -> Option<u8>;
@@ -96,17 +105,20 @@ pub fn check_traced<S: Machine>(
     match S::edge(from, to) {
         Some(n) => {
             log::trace!("{} {who}: state={from:?}=>{to:?} (edge {n})", S::NAME);
-            trace::emit(|| {
-                let mut r = Record {
-                    machine: S::NAME,
-                    from: from.code(),
-                    to: to.code(),
-                    edge: n,
-                    ..Record::new(Kind::Transition)
-                };
-                ids(&mut r);
-                r
-            });
+            trace::emit_with(
+                || S::trace_class(from, to),
+                || {
+                    let mut r = Record {
+                        machine: S::NAME,
+                        from: from.code(),
+                        to: to.code(),
+                        edge: n,
+                        ..Record::new(Kind::Transition)
+                    };
+                    ids(&mut r);
+                    r
+                },
+            );
             Ok(n)
         }
         None => {

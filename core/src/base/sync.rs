@@ -48,7 +48,8 @@ pub use core::sync::atomic::{AtomicU32 as DiagAtomicU32, Ordering as DiagOrderin
 /// before the threads that record into it start, and never freed. The trace ring itself (the
 /// records handed from writers to the drain) uses the loom-checked names above.
 pub use core::sync::atomic::{
-    AtomicBool as SwitchAtomicBool, AtomicPtr as SwitchAtomicPtr, Ordering as SwitchOrdering,
+    AtomicBool as SwitchAtomicBool, AtomicPtr as SwitchAtomicPtr, AtomicU32 as SwitchAtomicU32,
+    Ordering as SwitchOrdering,
 };
 
 #[cfg(not(loom))]

@@ -10,10 +10,18 @@
 //! function the platform handed in), the rank, comm, stream, op, block and FIFO entry where the
 //! recording site knows them, the peer and the bytes.
 //!
-//! **Off is free.** Recording sites call [`emit`]: one load of a process-wide pointer and a
-//! branch when no tracer is installed, a second load and branch when one is installed but
-//! switched off ([`Tracer::set_on`]); no allocation, no lock, no clock read. The record is built
-//! by a closure that runs only when recording.
+//! **Off is free.** Recording sites call [`emit`] with the event's class ([`mask`]): one load
+//! of a process-wide word (the installed tracer's mask while it is on, else 0) and a branch when
+//! nothing records that class (no tracer installed, switched off with [`Tracer::set_on`], or
+//! the class not in [`Tracer::set_mask`]'s mask); no allocation, no lock, no clock read. The
+//! record is built by a closure that runs only when recording.
+//!
+//! **Classes** ([`mask`], as NCCL's profiler plugin's activation mask): [`mask::OPS`] where an
+//! op and a collective's task begin and end, [`mask::STEPS`] their state changes in between
+//! (an op's handshake → transfer; a task's waiting, running, idle), [`mask::TRANSPORT`] every transport post and completion of a FIFO
+//! entry, [`mask::TRANSITIONS`] every other machine's transitions, [`mask::DRIVE`] the drive
+//! token taken and released, [`mask::SLEEP`] a driving thread's sleep and wake-up. Marks are
+//! always recorded.
 //!
 //! **The ring** ([`TraceRing`]) is multi-writer and claim-once: a writer claims the next slot
 //! with one `fetch_add`, writes the record into it and publishes it with a per-slot `ready`
@@ -34,8 +42,10 @@ use alloc::vec::Vec;
 
 use crate::base::sync::{
     AtomicBool, AtomicUsize, CachePadded, Ordering, SwitchAtomicBool, SwitchAtomicPtr,
-    SwitchOrdering, UnsafeCell,
+    SwitchAtomicU32, SwitchOrdering, UnsafeCell,
 };
+
+pub mod mask;
 use crate::base::time::Clock;
 
 /// "Not known at the recording site" for a record's id fields.
@@ -66,6 +76,18 @@ pub enum Kind {
 }
 
 impl Kind {
+    /// The kind's event class ([`mask`]); a transition's is its machine's
+    /// ([`crate::base::state::Machine::trace_class`]: [`mask::TRANSITIONS`] here).
+    pub const fn class(self) -> u32 {
+        match self {
+            Self::Transition => mask::TRANSITIONS,
+            Self::TokenTake | Self::TokenRelease => mask::DRIVE,
+            Self::Sleep | Self::Wake => mask::SLEEP,
+            Self::Post | Self::Complete => mask::TRANSPORT,
+            Self::Mark => mask::ALL,
+        }
+    }
+
     /// The kind's name in traces (`transition`, `token-take`, ...).
     pub const fn name(self) -> &'static str {
         match self {
@@ -230,6 +252,13 @@ impl TraceRing {
     /// Appends `rec`; `false` (and one more [`TraceRing::dropped`]) when the ring is full.
     /// Lock-free: one load and one `fetch_add` on the claim word, one store to publish.
     pub fn push(&self, rec: Record) -> bool {
+        self.push_with(|| rec)
+    }
+
+    /// Claims a slot and fills it with `make()` (which runs only when a slot was claimed, after
+    /// the claim: a record's time stamp read there is taken once the slot is its own); `false`
+    /// (and one more [`TraceRing::dropped`], `make` not run) when the ring is full.
+    pub fn push_with(&self, make: impl FnOnce() -> Record) -> bool {
         let n = self.slots.len();
         // Relaxed: the claim word orders nothing; the slot's `ready` flag publishes the record.
         // The load first keeps `next` from growing without bound once the ring is full (it
@@ -243,6 +272,7 @@ impl TraceRing {
             self.count_drop();
             return false;
         };
+        let rec = make();
         // SAFETY: index `i` came from `fetch_add`, so this call is the slot's only writer, and
         // no reader touches it before `ready` is set below.
         slot.rec.with_mut(|p| unsafe { *p = rec });
@@ -286,22 +316,49 @@ pub struct Tracer {
     clock: &'static dyn Clock,
     thread: fn() -> u32,
     on: SwitchAtomicBool,
+    /// The classes recorded while on ([`mask`]).
+    mask: SwitchAtomicU32,
 }
 
 impl Tracer {
-    /// A tracer of `capacity` records, off, stamping records with `clock` and `thread()`.
+    /// A tracer of `capacity` records, off, recording every class ([`mask::ALL`]) once on,
+    /// stamping records with `clock` and `thread()`.
     pub fn new(capacity: usize, clock: &'static dyn Clock, thread: fn() -> u32) -> Self {
         Self {
             ring: TraceRing::new(capacity),
             clock,
             thread,
             on: SwitchAtomicBool::new(false),
+            mask: SwitchAtomicU32::new(mask::ALL),
         }
     }
 
     /// Switches recording on or off (recording sites see it at their next event).
     pub fn set_on(&self, on: bool) {
         self.on.store(on, SwitchOrdering::Relaxed);
+        self.publish();
+    }
+
+    /// Sets the classes recorded while on ([`mask`]; recording sites see it at their next
+    /// event).
+    pub fn set_mask(&self, classes: u32) {
+        self.mask
+            .store(classes & mask::ALL, SwitchOrdering::Relaxed);
+        self.publish();
+    }
+
+    /// The classes recorded while on.
+    pub fn mask(&self) -> u32 {
+        self.mask.load(SwitchOrdering::Relaxed)
+    }
+
+    /// Publishes this tracer's effective mask (its mask while on, else 0) to [`emit`] when it
+    /// is the installed one.
+    fn publish(&self) {
+        if installed().is_some_and(|t| core::ptr::eq(t, self)) {
+            let m = if self.is_on() { self.mask() } else { 0 };
+            ACTIVE.store(m, SwitchOrdering::Relaxed);
+        }
     }
 
     /// `true` while recording.
@@ -324,20 +381,23 @@ impl Tracer {
     }
 
     /// Stamps `rec` with the time and thread and appends it (even when off). A full ring
-    /// counts the record dropped without reading the clock.
+    /// counts the record dropped without reading the clock. The time is read once the slot is
+    /// claimed ([`TraceRing::push_with`]): one load and one RMW of the shared claim word per
+    /// record.
     pub fn record(&self, mut rec: Record) -> bool {
-        if self.ring.is_full() {
-            self.ring.count_drop();
-            return false;
-        }
-        rec.ts_ns = self.clock.now_ns();
-        rec.thread = (self.thread)();
-        self.ring.push(rec)
+        self.ring.push_with(|| {
+            rec.ts_ns = self.clock.now_ns();
+            rec.thread = (self.thread)();
+            rec
+        })
     }
 }
 
 /// The installed tracer (null: none).
 static TRACER: SwitchAtomicPtr<Tracer> = SwitchAtomicPtr::new(core::ptr::null_mut());
+
+/// The classes [`emit`] records: the installed tracer's mask while it is on, else 0.
+static ACTIVE: SwitchAtomicU32 = SwitchAtomicU32::new(0);
 
 /// Installs `tracer` as the process's recorder; `false` (nothing changes) when one is installed
 /// already. Install before the threads that should record start: a thread that started before
@@ -345,14 +405,18 @@ static TRACER: SwitchAtomicPtr<Tracer> = SwitchAtomicPtr::new(core::ptr::null_mu
 pub fn install(tracer: &'static Tracer) -> bool {
     let p = tracer as *const Tracer as *mut Tracer;
     // Release: a thread that loads the pointer (Acquire) sees the initialised tracer.
-    TRACER
+    let ok = TRACER
         .compare_exchange(
             core::ptr::null_mut(),
             p,
             SwitchOrdering::Release,
             SwitchOrdering::Relaxed,
         )
-        .is_ok()
+        .is_ok();
+    if ok {
+        tracer.publish();
+    }
+    ok
 }
 
 /// The installed tracer, if any.
@@ -363,12 +427,30 @@ pub fn installed() -> Option<&'static Tracer> {
     unsafe { p.cast_const().as_ref() }
 }
 
-/// Records the event `make()` builds when a tracer is installed and on; otherwise two loads
-/// and two branches, nothing else (`make` does not run).
+/// The classes recorded now ([`mask`]): the installed tracer's mask while it is on, else 0.
 #[inline]
-pub fn emit(make: impl FnOnce() -> Record) {
-    if let Some(t) = installed() {
-        if t.is_on() {
+pub fn active() -> u32 {
+    ACTIVE.load(SwitchOrdering::Relaxed)
+}
+
+/// [`emit`] for a site whose class takes a computation (a transition's, from its states):
+/// `class()` runs only while something is recorded; off, one load and one branch.
+#[inline]
+pub fn emit_with(class: impl FnOnce() -> u32, make: impl FnOnce() -> Record) {
+    let active = active();
+    if active != 0 && active & class() != 0 {
+        if let Some(t) = installed() {
+            t.record(make());
+        }
+    }
+}
+
+/// Records the event `make()` builds when a tracer is installed, on, and records `class`
+/// ([`mask`]); otherwise one load and one branch, nothing else (`make` does not run).
+#[inline]
+pub fn emit(class: u32, make: impl FnOnce() -> Record) {
+    if active() & class != 0 {
+        if let Some(t) = installed() {
             t.record(make());
         }
     }

@@ -94,6 +94,18 @@ pub enum RunState {
 impl Machine for RunState {
     const NAME: &'static str = "task";
 
+    /// A task's begin (leaving INIT) and end (reaching DONE) are
+    /// [`crate::base::trace::mask::OPS`], the rest (waiting, progressing, idle, closing, the
+    /// re-arm) [`crate::base::trace::mask::STEPS`].
+    fn trace_class(from: Self, to: Self) -> u32 {
+        use crate::base::trace::mask;
+        if from == Self::Init || to == Self::Done {
+            mask::OPS
+        } else {
+            mask::STEPS
+        }
+    }
+
     /// The ABI value (`PROXY_TASK_STATE_*`).
     fn code(self) -> u8 {
         self as u8

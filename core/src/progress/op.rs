@@ -247,6 +247,17 @@ impl OpState {
 impl Machine for OpState {
     const NAME: &'static str = "op";
 
+    /// An op's begin (from DONE) and end (to DONE) are [`crate::base::trace::mask::OPS`], its
+    /// HANDSHAKE → TRANSFER [`crate::base::trace::mask::STEPS`].
+    fn trace_class(from: Self, to: Self) -> u32 {
+        use crate::base::trace::mask;
+        if from == Self::DONE || to == Self::DONE {
+            mask::OPS
+        } else {
+            mask::STEPS
+        }
+    }
+
     fn code(self) -> u8 {
         u8::try_from(self.0).unwrap_or(u8::MAX)
     }

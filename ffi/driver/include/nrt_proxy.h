@@ -38,14 +38,14 @@
 /**
  * Minor version: additions that keep every older call and layout valid (1: the planner,
  * `nrt_proxy_plan_*`; 2: the host device, `nrt_proxy_host_device_*`; 3: the mode rule,
- * `nrt_proxy_mode_advice`).
+ * `nrt_proxy_mode_advice`; 4: the event trace, `nrt_proxy_trace_*`).
  */
-#define NRT_PROXY_ABI_VERSION_MINOR 3
+#define NRT_PROXY_ABI_VERSION_MINOR 4
 
 /**
  * `(major << 16) | minor`, what `nrt_proxy_abi_version()` returns.
  */
-#define NRT_PROXY_ABI_VERSION 65539
+#define NRT_PROXY_ABI_VERSION 65540
 
 /**
  * The `version` of `nrt_proxy_config_t` this library reads.
@@ -719,6 +719,30 @@ typedef struct nrt_proxy_task_record_t {
 } nrt_proxy_task_record_t;
 
 /**
+ * What `nrt_proxy_trace_write` wrote (`nrt_proxy_trace_summary_t`, ABI 1.4): counts of the
+ * merged timeline of both libraries.
+ */
+typedef struct nrt_proxy_trace_summary_t {
+    /**
+     * Events in the timeline (both libraries' records).
+     */
+    uint64_t records;
+    /**
+     * Records claimed but not yet published when drained (recording was under way).
+     */
+    uint64_t pending;
+    /**
+     * Events lost because a ring was full: the timeline is truncated when not 0 (its
+     * `otherData.dropped` says the same).
+     */
+    uint64_t dropped;
+    /**
+     * Files written (one per rank with `%r` in the path, else 1).
+     */
+    uint64_t files;
+} nrt_proxy_trace_summary_t;
+
+/**
  * Where a rank placed its buffers and host words (`nrt_proxy_plan_fifos`), virtual addresses.
  */
 typedef struct nrt_proxy_plan_addresses_t {
@@ -1078,10 +1102,13 @@ NRT_STATUS nrt_proxy_mode_advice(const struct nrt_proxy_config_t *config,
  * proxy queue's worker thread is pinned to the next CPU of the list, round robin) and
  * `NEURON_RT_PROXY_DUMP_SIGNAL` (`USR1` or `USR2`: the signal dumps every proxy queue of this
  * instance to the log, from a watcher thread; `nrt_proxy_fini` removes the handler once
- * nothing holds the instance).
+ * nothing holds the instance). With `NEURON_RT_PROXY_TRACE=FILE` set at the first init, the
+ * events of both libraries are recorded from then on (classes from
+ * `NEURON_RT_PROXY_TRACE_MASK`, default `ops`) and written to FILE (`%r`: one per rank) when
+ * the last instance is finished (`nrt_proxy_trace_start`, `nrt_proxy_trace_write`).
  *
  * Returns `NRT_SUCCESS`; `NRT_INVALID` for a NULL `out`, a config of another size or version,
- * a bad field or a malformed variable above (the log names it), a progress half that cannot
+ * a bad field or a malformed variable above or `NEURON_RT_PROXY_TRACE_MASK` (the log names it), a progress half that cannot
  * be loaded, lacks an entry point or has another ABI major; `NRT_RESOURCE` when too many
  * instances are live or the signal handler cannot be installed.
  *
@@ -1089,11 +1116,14 @@ NRT_STATUS nrt_proxy_mode_advice(const struct nrt_proxy_config_t *config,
  * `config` NULL or a readable `nrt_proxy_config_t` (its `progress_lib` NULL or
  * NUL-terminated); `out` NULL or writable.
  */
-NRT_STATUS nrt_proxy_init(const struct nrt_proxy_config_t *config, struct nrt_proxy_t **out);
+NRT_STATUS nrt_proxy_init(const struct nrt_proxy_config_t *config,
+                          struct nrt_proxy_t **out);
 
 /**
  * Destroys an instance handle. Groups and comms created from it keep working until they are
- * destroyed (they hold the instance's registry); the progress half stays loaded.
+ * destroyed (they hold the instance's registry); the progress half stays loaded. With
+ * `NEURON_RT_PROXY_TRACE` set, the last instance's fini writes the trace (`nrt_proxy_trace_write`
+ * of that file; logged).
  *
  * Returns `NRT_SUCCESS`; `NRT_INVALID_HANDLE` for a NULL, destroyed or unknown instance.
  *
@@ -1482,6 +1512,55 @@ NRT_STATUS ncclNetworkProxyProgress(nccom_comm_t *comm,
  * Seed: `ncclStopNetworkProxy` (libnrt trampoline → `neuronStopNetworkProxy`), §3 B3.
  */
 NRT_STATUS ncclStopNetworkProxy(nccom_comm_t *comm, uint32_t stream);
+
+/**
+ * Starts recording events in this library and in the progress half (now, and in a progress
+ * half loaded later): the classes of `mask` (`NCCOM_TRACE_*` ORed; 0: `NCCOM_TRACE_OPS`, where
+ * each op and collective begins and ends, a few events each; `NCCOM_TRACE_ALL`: everything,
+ * with the handshake / transfer steps, every post and completion) into a ring of
+ * `capacity` records per library (0: 262144; 80 bytes each, allocated at the first start;
+ * later starts keep the size). A full ring drops new events and counts them. Another start
+ * changes the classes. While off, an event site costs one load and a branch.
+ *
+ * Returns `NRT_SUCCESS`; `NRT_FAILURE` when no tracer could be installed. A progress half that
+ * predates `nccom_trace_start` (nccom ABI 1.3) is logged and left out.
+ *
+ * Seed: none (ABI 1.4).
+ */
+NRT_STATUS nrt_proxy_trace_start(uint32_t mask, size_t capacity);
+
+/**
+ * Stops recording in this library and in every progress half loaded; the events stay for
+ * `nrt_proxy_trace_write`.
+ *
+ * Returns `NRT_SUCCESS`.
+ *
+ * Seed: none (ABI 1.4).
+ */
+NRT_STATUS nrt_proxy_trace_stop(void);
+
+/**
+ * Writes the events recorded so far by this library and the progress half as one Chrome
+ * Trace Event JSON timeline (open it in Perfetto, `chrome://tracing`): one process per rank,
+ * one track per thread, op and task spans (docs/tracing.md). `path` with `%r` writes one file
+ * per rank (`%r` replaced by the rank). Call it after `nrt_proxy_trace_stop` for a complete
+ * timeline (while recording, events under way are counted `pending`). Does not empty the
+ * rings: a second write writes them again. `*summary` (may be NULL) gets the counts; its
+ * `dropped` (also `otherData.dropped` in the file) is not 0 when a ring was full and the
+ * timeline is truncated.
+ *
+ * A file, not a buffer: a timeline of a long run is many megabytes of JSON that a runtime
+ * hands to a viewer, not parses, and its size changes while recording runs.
+ *
+ * Returns `NRT_SUCCESS`; `NRT_INVALID` for a NULL or empty `path`; `NRT_FAILURE` when a file
+ * cannot be written (the log names it).
+ *
+ * # Safety
+ * `path` NUL-terminated; `summary` NULL or writable.
+ *
+ * Seed: none (ABI 1.4).
+ */
+NRT_STATUS nrt_proxy_trace_write(const char *path, struct nrt_proxy_trace_summary_t *summary);
 
 /**
  * Creates a host device that plays the device side of `plan`'s rank with the buffers and host

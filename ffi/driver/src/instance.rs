@@ -39,6 +39,15 @@ static LIBS: Mutex<Vec<(PathBuf, &'static ProgressLib)>> = Mutex::new(Vec::new()
 /// The first progress half loaded: the one the exported trampolines call.
 pub(crate) static DEFAULT_LIB: OnceLock<&'static ProgressLib> = OnceLock::new();
 
+/// Every progress half loaded so far.
+pub(crate) fn loaded_libs() -> Vec<&'static ProgressLib> {
+    LIBS.lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .iter()
+        .map(|(_, l)| *l)
+        .collect()
+}
+
 /// Loads (once per name) the first of `names` that opens as a progress half of this ABI major
 /// (`locate.rs` gives the order); logs at INFO which one it took.
 ///
@@ -87,10 +96,13 @@ fn load_first_progress_lib(
 /// proxy queue's worker thread is pinned to the next CPU of the list, round robin) and
 /// `NEURON_RT_PROXY_DUMP_SIGNAL` (`USR1` or `USR2`: the signal dumps every proxy queue of this
 /// instance to the log, from a watcher thread; `nrt_proxy_fini` removes the handler once
-/// nothing holds the instance).
+/// nothing holds the instance). With `NEURON_RT_PROXY_TRACE=FILE` set at the first init, the
+/// events of both libraries are recorded from then on (classes from
+/// `NEURON_RT_PROXY_TRACE_MASK`, default `ops`) and written to FILE (`%r`: one per rank) when
+/// the last instance is finished (`nrt_proxy_trace_start`, `nrt_proxy_trace_write`).
 ///
 /// Returns `NRT_SUCCESS`; `NRT_INVALID` for a NULL `out`, a config of another size or version,
-/// a bad field or a malformed variable above (the log names it), a progress half that cannot
+/// a bad field or a malformed variable above or `NEURON_RT_PROXY_TRACE_MASK` (the log names it), a progress half that cannot
 /// be loaded, lacks an entry point or has another ABI major; `NRT_RESOURCE` when too many
 /// instances are live or the signal handler cannot be installed.
 ///
@@ -131,8 +143,10 @@ pub unsafe extern "C" fn nrt_proxy_init(
                 .ok()
                 .filter(|s| !s.is_empty())
         });
+        crate::trace::start_from_env(WHAT)?;
         let own_dir = locate::dir_of(nrt_proxy_init as *const c_void);
         let lib = load_first_progress_lib(WHAT, locate::candidates(explicit, own_dir))?;
+        crate::trace::on_load(WHAT, lib);
         let registry = proxy_runtime::registry(&cfg).map_err(|e| {
             log::error!("{WHAT}: registry: {e}");
             NrtStatus::Invalid
@@ -175,7 +189,9 @@ pub unsafe extern "C" fn nrt_proxy_init(
 }
 
 /// Destroys an instance handle. Groups and comms created from it keep working until they are
-/// destroyed (they hold the instance's registry); the progress half stays loaded.
+/// destroyed (they hold the instance's registry); the progress half stays loaded. With
+/// `NEURON_RT_PROXY_TRACE` set, the last instance's fini writes the trace (`nrt_proxy_trace_write`
+/// of that file; logged).
 ///
 /// Returns `NRT_SUCCESS`; `NRT_INVALID_HANDLE` for a NULL, destroyed or unknown instance.
 ///
@@ -188,6 +204,10 @@ pub unsafe extern "C" fn nrt_proxy_fini(inst: *mut NrtProxy) -> NRT_STATUS {
         remove_live_retrying(WHAT, "instance", &INSTANCES, h)?;
         // Refusals still only counted are reported now, not lost with the instance.
         proxy_abi::refusal::flush();
+        if INSTANCES.live() == 0 {
+            // NEURON_RT_PROXY_TRACE: the timeline is written when the last instance goes.
+            crate::trace::write_env_file(WHAT);
+        }
         Ok(())
     })
 }

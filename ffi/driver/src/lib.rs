@@ -74,6 +74,9 @@ mod health;
 /// The seed's trampolines to the seam.
 mod trampolines;
 
+/// The event trace: start, stop, write.
+mod trace;
+
 pub mod host_device;
 
 mod locate;
@@ -92,6 +95,7 @@ pub use instance::*;
 pub use plan::*;
 pub use records::*;
 pub use tasks::*;
+pub use trace::*;
 pub use trampolines::*;
 pub use types::*;
 

@@ -13,13 +13,29 @@ use proxy_core::driver::record::TaskRecord;
 pub const NRT_PROXY_ABI_VERSION_MAJOR: u32 = 1;
 /// Minor version: additions that keep every older call and layout valid (1: the planner,
 /// `nrt_proxy_plan_*`; 2: the host device, `nrt_proxy_host_device_*`; 3: the mode rule,
-/// `nrt_proxy_mode_advice`).
-pub const NRT_PROXY_ABI_VERSION_MINOR: u32 = 3;
+/// `nrt_proxy_mode_advice`; 4: the event trace, `nrt_proxy_trace_*`).
+pub const NRT_PROXY_ABI_VERSION_MINOR: u32 = 4;
 /// `(major << 16) | minor`, what `nrt_proxy_abi_version()` returns.
-pub const NRT_PROXY_ABI_VERSION: u32 = 0x0001_0003;
+pub const NRT_PROXY_ABI_VERSION: u32 = 0x0001_0004;
 const _: () = assert!(
     NRT_PROXY_ABI_VERSION == (NRT_PROXY_ABI_VERSION_MAJOR << 16) | NRT_PROXY_ABI_VERSION_MINOR
 );
+
+/// What `nrt_proxy_trace_write` wrote (`nrt_proxy_trace_summary_t`, ABI 1.4): counts of the
+/// merged timeline of both libraries.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NrtProxyTraceSummary {
+    /// Events in the timeline (both libraries' records).
+    pub records: u64,
+    /// Records claimed but not yet published when drained (recording was under way).
+    pub pending: u64,
+    /// Events lost because a ring was full: the timeline is truncated when not 0 (its
+    /// `otherData.dropped` says the same).
+    pub dropped: u64,
+    /// Files written (one per rank with `%r` in the path, else 1).
+    pub files: u64,
+}
 
 /// The mode rule's answer (`nrt_proxy_mode_advice`): which drive mode fits this host, and
 /// what it weighed.

@@ -1,7 +1,8 @@
 //! Model 16: the event-trace ring (`base::trace::TraceRing`): writers on two threads record
 //! while a drain reads the ring, then a drain after the writers have stopped.
 //!
-//! [`trace_writers_vs_drain`]: two writers push two records each into a 2-slot ring (so two
+//! [`trace_writers_vs_drain`]: two writers push (`TraceRing::push`, which is `push_with`: claim,
+//! then write and publish) two records each into a 2-slot ring (so two
 //! are dropped) while the main thread drains it until it has read a record. Checked: every record a drain hands out is
 //! whole (its fields agree), the concurrent drain sees at most the 2 slots, the final drain sees
 //! exactly 2 records, none pending, 2 dropped, and each writer's records in its own order.

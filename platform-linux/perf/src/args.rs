@@ -430,6 +430,14 @@ pub struct Args {
     /// ones). For a run that hangs or fails, and to measure what recording costs.
     #[arg(long, requires = "trace")]
     pub trace_all: bool,
+    /// With `--trace`: the event classes to record, a list of `ops` (where an op and a
+    /// collective begin and end), `steps` (their state changes in between), `transport` (every
+    /// post and completion), `transitions` (every other state machine), `drive` (the drive
+    /// token), `sleep` (parking), or `all` (the default: the latency breakdown needs
+    /// `ops,steps,transport`).
+    #[arg(long, requires = "trace", value_name = "CLASSES", default_value = "all",
+          value_parser = crate::trace::parse_mask)]
+    pub trace_mask: u32,
     /// With `--plot`: overlay another run's results: a `--json` file of proxy-perf, an
     /// nccl-tests table or an OSU latency table (text; repeat the flag for several).
     #[arg(long, value_name = "FILE", requires = "plot")]

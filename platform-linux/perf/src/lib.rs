@@ -134,6 +134,7 @@ fn run_inner(args: &Args) -> Result<i32, String> {
         }
         // Before any thread of the run starts (they then see it at once).
         let t = trace::tracer()?;
+        t.set_mask(args.trace_mask);
         if args.trace_all {
             t.mark(0);
             t.set_on(true);
@@ -320,7 +321,9 @@ fn finish_trace(
         let _ = writeln!(out, "{}", trace::breakdown::text(&t));
         let _ = out.flush();
     }
-    let written = write_trace(pattern, &t, world.local_ranks());
+    let written = trace::write(pattern, &t, world.local_ranks(), "proxy-perf --trace")
+        .map(|_| ())
+        .map_err(|e| format!("--{e}"));
     match (result, written) {
         (Ok(code), Err(e)) => {
             eprintln!("proxy-perf: error: {e}");
@@ -331,23 +334,5 @@ fn finish_trace(
             result
         }
         (result, Ok(())) => result,
-    }
-}
-
-/// Writes `--trace`: one file per local rank when `pattern` has `%r`, else one file of every
-/// rank (this process's ranks: all of them with the in-process transport).
-fn write_trace(pattern: &std::path::Path, t: &trace::Trace, local: &[u32]) -> Result<(), String> {
-    let write = |path: &std::path::Path, only: Option<u32>| {
-        let doc = trace::chrome::document(t, only);
-        let text = serde_json::to_string(&doc).map_err(|e| e.to_string())?;
-        std::fs::write(path, text + "\n").map_err(|e| format!("--trace {}: {e}", path.display()))
-    };
-    if trace::per_rank(pattern) {
-        for &r in local {
-            write(&trace::path_for(pattern, r), Some(r))?;
-        }
-        Ok(())
-    } else {
-        write(pattern, None)
     }
 }

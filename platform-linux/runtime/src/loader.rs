@@ -35,6 +35,7 @@ use proxy_abi::{
     NccomCommDestroyFn, NccomCommInvalidateRangeFn, NccomCommProtocolStatsFn,
     NccomCommRegisterMemoryFn, NccomDeviceCallbacks, NccomMemGroup, NccomMemGroupCreateFn,
     NccomMemGroupDestroyFn, NccomProtocolStats, NccomRegisterDeviceCallbacksFn,
+    NccomTraceCollectFn, NccomTraceCounts, NccomTraceRecord, NccomTraceStartFn, NccomTraceStopFn,
     NeuronNetworkProxyProgressFn, NeuronStartNetworkProxyFn, NeuronStopNetworkProxyFn,
     NeuronStopNetworkProxyStepFn, NrtGetStatusAsStrFn, NCCOM_PROXY_ABI_VERSION,
     NCCOM_PROXY_ABI_VERSION_MAJOR,
@@ -133,6 +134,12 @@ pub struct InitTable {
     pub comm_abort: Option<NccomCommAbortFn>,
     /// `nccom_comm_protocol_stats` (ABI 1.2; `None` in a 1.0 or 1.1 library).
     pub comm_protocol_stats: Option<NccomCommProtocolStatsFn>,
+    /// `nccom_trace_start` (ABI 1.3; `None` in an older library).
+    pub trace_start: Option<NccomTraceStartFn>,
+    /// `nccom_trace_stop` (ABI 1.3).
+    pub trace_stop: Option<NccomTraceStopFn>,
+    /// `nccom_trace_collect` (ABI 1.3).
+    pub trace_collect: Option<NccomTraceCollectFn>,
 }
 
 /// A progress-half library loaded with `dlopen`: its seam table and its init half.
@@ -230,6 +237,9 @@ impl ProgressLib {
             ),
             comm_abort: optional!("nccom_comm_abort", NccomCommAbortFn),
             comm_protocol_stats: optional!("nccom_comm_protocol_stats", NccomCommProtocolStatsFn),
+            trace_start: optional!("nccom_trace_start", NccomTraceStartFn),
+            trace_stop: optional!("nccom_trace_stop", NccomTraceStopFn),
+            trace_collect: optional!("nccom_trace_collect", NccomTraceCollectFn),
         };
         // SAFETY: the library's own version query, no arguments.
         let abi_version = unsafe { (init.abi_version)() };
@@ -293,6 +303,58 @@ impl ProgressLib {
     /// The init half's function pointers, valid while `self` lives.
     pub fn init(&self) -> &InitTable {
         &self.init
+    }
+
+    /// Starts the library's event trace (`nccom_trace_start`, ABI 1.3): `mask` classes, a
+    /// ring of `capacity` records (0: the library's default).
+    ///
+    /// # Errors
+    /// The library's status; `Failure` (logged) for a library that predates ABI 1.3.
+    pub fn trace_start(&self, mask: u32, capacity: usize) -> Result<(), NrtStatus> {
+        let f = self.trace_entry("nccom_trace_start", self.init.trace_start)?;
+        // SAFETY: the library's entry point, plain values.
+        NrtStatus::result_of_code(unsafe { f(mask, capacity) })
+    }
+
+    /// Stops the library's event trace (`nccom_trace_stop`, ABI 1.3).
+    ///
+    /// # Errors
+    /// The library's status; `Failure` (logged) for a library that predates ABI 1.3.
+    pub fn trace_stop(&self) -> Result<(), NrtStatus> {
+        let f = self.trace_entry("nccom_trace_stop", self.init.trace_stop)?;
+        // SAFETY: the library's entry point, no arguments.
+        NrtStatus::result_of_code(unsafe { f() })
+    }
+
+    /// Every event the library recorded (`nccom_trace_collect`, ABI 1.3: asks for the count,
+    /// then copies that many; records published in between are left for the next call) and
+    /// the counts of the copy.
+    ///
+    /// # Errors
+    /// The library's status; `Failure` (logged) for a library that predates ABI 1.3.
+    pub fn trace_collect(&self) -> Result<(Vec<NccomTraceRecord>, NccomTraceCounts), NrtStatus> {
+        let f = self.trace_entry("nccom_trace_collect", self.init.trace_collect)?;
+        let mut counts = NccomTraceCounts::default();
+        // SAFETY: `counts` is a writable local; `cap` 0 writes no record.
+        NrtStatus::result_of_code(unsafe { f(ptr::null_mut(), 0, &mut counts) })?;
+        let n = usize::try_from(counts.records).unwrap_or(0);
+        let mut out = vec![NccomTraceRecord::default(); n];
+        // SAFETY: `out` has `n` writable records; `counts` is a writable local.
+        NrtStatus::result_of_code(unsafe { f(out.as_mut_ptr(), n, &mut counts) })?;
+        out.truncate(usize::try_from(counts.written).unwrap_or(0));
+        Ok((out, counts))
+    }
+
+    /// `entry` when the library has it, else `Failure`, logged with `name`.
+    fn trace_entry<F>(&self, name: &str, entry: Option<F>) -> Result<F, NrtStatus> {
+        entry.ok_or_else(|| {
+            log::error!(
+                "{}: no {name} (ABI {:#x} < 1.3)",
+                self.path.display(),
+                self.abi_version
+            );
+            NrtStatus::Failure
+        })
     }
 
     /// The library's `nccom_comm_invalidate_range` as the driver's request carries it

@@ -134,3 +134,51 @@ fn a_record_is_72_bytes_on_64_bit_targets() {
         assert_eq!(core::mem::size_of::<Record>(), 72);
     }
 }
+
+// ---- classes -------------------------------------------------------------------------------
+
+#[test]
+fn masks_parse_from_names_and_numbers() {
+    assert_eq!(mask::parse("ops"), Ok(mask::OPS));
+    assert_eq!(
+        mask::parse(" OPS, transport|sleep "),
+        Ok(mask::OPS | mask::TRANSPORT | mask::SLEEP)
+    );
+    assert_eq!(mask::parse("all"), Ok(mask::ALL));
+    assert_eq!(mask::parse("0x3"), Ok(mask::OPS | mask::TRANSPORT));
+    assert_eq!(mask::parse("255"), Ok(mask::ALL));
+    assert_eq!(mask::parse("ops,steps"), Ok(mask::OPS | mask::STEPS));
+    assert_eq!(mask::parse("ops,step"), Err("step"));
+    assert_eq!(mask::parse(""), Err(""));
+}
+
+#[test]
+fn every_kind_has_a_class_of_the_mask() {
+    assert_eq!(Kind::Post.class(), mask::TRANSPORT);
+    assert_eq!(Kind::Complete.class(), mask::TRANSPORT);
+    assert_eq!(Kind::TokenTake.class(), mask::DRIVE);
+    assert_eq!(Kind::Wake.class(), mask::SLEEP);
+    assert_eq!(Kind::Transition.class(), mask::TRANSITIONS);
+    static CLOCK: ManualClock = ManualClock::new(0);
+    let t = Tracer::new(2, &CLOCK, || 1);
+    assert_eq!(t.mask(), mask::ALL);
+    t.set_mask(mask::OPS | 0x1000);
+    assert_eq!(t.mask(), mask::OPS, "unknown bits are dropped");
+}
+
+#[test]
+fn ops_are_an_op_s_and_a_task_s_begin_and_end_steps_the_rest() {
+    use crate::base::state::Machine;
+    use crate::driver::record::RunState as T;
+    use crate::progress::op::OpState as O;
+    assert_eq!(O::trace_class(O::DONE, O::HANDSHAKE), mask::OPS);
+    assert_eq!(O::trace_class(O::HANDSHAKE, O::TRANSFER), mask::STEPS);
+    assert_eq!(O::trace_class(O::TRANSFER, O::DONE), mask::OPS);
+    assert_eq!(T::trace_class(T::Init, T::WaitingDeviceTrigger), mask::OPS);
+    assert_eq!(
+        T::trace_class(T::WaitingDeviceTrigger, T::Progressing),
+        mask::STEPS
+    );
+    assert_eq!(T::trace_class(T::Progressing, T::Done), mask::OPS);
+    assert_eq!(T::trace_class(T::Done, T::Init), mask::STEPS);
+}

@@ -108,7 +108,7 @@ impl ProxyQueue {
     /// Records `kind` for this queue (event recording, `crate::base::trace`; `op` is the
     /// queue's id).
     pub(super) fn trace(&self, kind: trace::Kind) {
-        trace::emit(|| trace::Record {
+        trace::emit(kind.class(), || trace::Record {
             op: self.id,
             ..trace::Record::new(kind)
         });

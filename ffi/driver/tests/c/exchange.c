@@ -22,6 +22,10 @@
  *           out-parameters) / ncclStopNetworkProxy on the comms' progress-half handles
  *           (nrt_proxy_comm_nccom), consumes the trigger words and plays the barrier itself.
  * The spin budget and log level come from the environment (nrt_proxy_config_from_env).
+ * EXCHANGE_TRACE=FILE records every event class with the trace API (nrt_proxy_trace_start
+ * before nrt_proxy_init, so the progress half is started as it loads; nrt_proxy_trace_stop and
+ * nrt_proxy_trace_write once the ranks have left) and prints the summary; a ring of
+ * EXCHANGE_TRACE_CAPACITY records when set.
  * Exit status 0 = every check passed.
  */
 #define _GNU_SOURCE
@@ -282,6 +286,12 @@ int main(int argc, char **argv) {
         FAIL("library ABI %#x, header major %u", nrt_proxy_abi_version(),
              NRT_PROXY_ABI_VERSION_MAJOR);
 
+    const char *trace_file = getenv("EXCHANGE_TRACE");
+    if (trace_file) {
+        const char *cap = getenv("EXCHANGE_TRACE_CAPACITY");
+        EXPECT_OK(nrt_proxy_trace_start(NCCOM_TRACE_ALL, cap ? strtoul(cap, NULL, 10) : 0));
+    }
+
     nrt_proxy_config_t cfg;
     EXPECT_OK(nrt_proxy_config_from_env(&cfg));
     cfg.progress_lib = argv[1];
@@ -481,6 +491,19 @@ int main(int argc, char **argv) {
         EXPECT_OK(nrt_proxy_comm_destroy(comm[r]));
         free(src_buf[r]);
         free(dst_buf[r]);
+    }
+    if (trace_file) {
+        nrt_proxy_trace_summary_t sum;
+        EXPECT_OK(nrt_proxy_trace_stop());
+        if (nrt_proxy_trace_write(NULL, &sum) != NRT_INVALID)
+            FAIL("nrt_proxy_trace_write(NULL) must answer NRT_INVALID");
+        EXPECT_OK(nrt_proxy_trace_write(trace_file, &sum));
+        if (sum.records == 0 || sum.files == 0)
+            FAIL("trace: %llu events in %llu files", (unsigned long long)sum.records,
+                 (unsigned long long)sum.files);
+        printf("exchange: trace: %llu events, %llu pending, %llu dropped, %llu files\n",
+               (unsigned long long)sum.records, (unsigned long long)sum.pending,
+               (unsigned long long)sum.dropped, (unsigned long long)sum.files);
     }
     EXPECT_OK(nrt_proxy_fini(inst));
     printf("exchange: ok: %s mode, %u ranks x %u executions x %u bytes each way, %llu semaphore "

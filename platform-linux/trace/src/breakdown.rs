@@ -15,7 +15,7 @@ use std::fmt::Write as _;
 
 use proxy_core::base::trace::{Kind, SEND};
 
-use super::Trace;
+use crate::Trace;
 
 /// One op execution's phases in ns.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -14,6 +14,8 @@ fn at(ts_ns: u64, kind: Kind, f: impl FnOnce(&mut Record)) -> Record {
 fn op(ts: u64, to: u8, rank: u32) -> Record {
     at(ts, Kind::Transition, |r| {
         r.machine = "op";
+        // DONE(0) -> HANDSHAKE(1) -> TRANSFER(2) -> DONE.
+        r.from = (to + 2) % 3;
         r.to = to;
         r.rank = rank;
         r.stream = 0;
@@ -63,7 +65,7 @@ fn sample() -> Trace {
     ];
     let mut threads = HashMap::new();
     threads.insert(1, "rank-0".to_string());
-    from_records(recs, threads, Drained::default())
+    Trace::new(recs, threads, Drained::default())
 }
 
 #[test]
@@ -105,7 +107,7 @@ fn breakdown_splits_an_op_into_its_phases() {
 #[test]
 fn chrome_events_nest_and_carry_ids() {
     let t = sample();
-    let doc = chrome::document(&t, None);
+    let doc = chrome::document(&t, None, "test");
     let ev = doc["traceEvents"].as_array().unwrap();
     let x: Vec<_> = ev.iter().filter(|e| e["ph"] == "X").collect();
     let names: Vec<&str> = x.iter().map(|e| e["name"].as_str().unwrap()).collect();
@@ -142,7 +144,7 @@ fn chrome_events_nest_and_carry_ids() {
         .iter()
         .any(|e| e["name"] == "thread_name" && e["args"]["name"] == "rank-0"));
     // One rank's file holds nothing of another.
-    let other = chrome::document(&t, Some(1));
+    let other = chrome::document(&t, Some(1), "test");
     assert!(other["traceEvents"].as_array().unwrap().is_empty());
 }
 
@@ -160,11 +162,11 @@ fn a_wait_open_at_a_mark_counts_from_the_mark() {
     // The op was re-armed long before the window began at 500 ns.
     recs[1].ts_ns = 0;
     recs.push(at(500, Kind::Mark, |r| r.op = 1));
-    let t = from_records(recs, HashMap::new(), Drained::default());
+    let t = Trace::new(recs, HashMap::new(), Drained::default());
     let ops = breakdown::op_times(&t);
     assert_eq!(ops[0].handshake_ns, 3_000 - 500);
     assert_eq!(breakdown::trigger_waits(&t), [2_000 - 500]);
-    let doc = chrome::document(&t, None);
+    let doc = chrome::document(&t, None, "test");
     let hs = doc["traceEvents"]
         .as_array()
         .unwrap()
@@ -174,4 +176,73 @@ fn a_wait_open_at_a_mark_counts_from_the_mark() {
         .clone();
     assert_eq!(hs["ts"].as_f64(), Some(0.5));
     assert_eq!(hs["dur"].as_f64(), Some(2.5));
+}
+
+#[test]
+fn a_record_crosses_the_c_abi_unchanged() {
+    let mut r = op(1_234, 2, 1);
+    r.bytes = 77;
+    r.entry = 5;
+    let c = c_record::to_c(&r);
+    let back = c_record::from_c(&c).unwrap();
+    assert_eq!(back, r);
+    assert!(std::ptr::eq(
+        c_record::from_c(&c).unwrap().machine,
+        back.machine
+    ));
+    let mut bad = c;
+    bad.kind = 99;
+    assert_eq!(c_record::from_c(&bad), None);
+}
+
+#[test]
+fn the_tsc_clock_reads_as_clock_monotonic() {
+    use proxy_core::base::time::Clock;
+    // Not on x86_64 with an invariant TSC: nothing to check.
+    let Some(tsc) = clock::TscClock::calibrate(2_000_000) else {
+        return;
+    };
+    let mono = clock::MonotonicNs;
+    let (a, t, b) = (mono.now_ns(), tsc.now_ns(), mono.now_ns());
+    // Within 1 ms of the reads around it (a 2 ms calibration is good to a few µs; a
+    // preemption between the reads may add to it).
+    assert!(t + 1_000_000 >= a && t <= b + 1_000_000, "{a} {t} {b}");
+    // Monotonic.
+    let t2 = tsc.now_ns();
+    assert!(t2 >= t);
+    // The drain's re-fit moves a time by little.
+    let refine = clock::refine();
+    let now = clock::clock().now_ns();
+    assert!(refine(now).abs_diff(now) < 1_000_000);
+}
+
+#[test]
+fn ops_without_steps_draw_one_span_per_op_and_task() {
+    // sample() without the steps: the op's HANDSHAKE -> TRANSFER and the task's WAITING ->
+    // PROGRESSING left out.
+    let s = sample();
+    let recs: Vec<Record> = s
+        .records
+        .iter()
+        .filter(|r| r.kind == Kind::Transition)
+        .filter(|r| {
+            let step = (r.machine == "op" && r.to == 2) || (r.machine == "task" && r.from == 2);
+            !step
+        })
+        .copied()
+        .collect();
+    let t = Trace::new(recs, HashMap::new(), Drained::default());
+    let doc = chrome::document(&t, None, "test");
+    let x: Vec<&str> = doc["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["ph"] == "X")
+        .map(|e| e["name"].as_str().unwrap())
+        .collect();
+    assert!(x.contains(&"op") && x.contains(&"task"), "{x:?}");
+    assert!(
+        !x.contains(&"handshake") && !x.contains(&"transfer"),
+        "{x:?}"
+    );
 }

@@ -2,7 +2,9 @@
 //! `chrome://tracing`, Perfetto (ui.perfetto.dev) and speedscope open.
 //!
 //! One pid per rank (named `rank R`), and in it these tracks (tids):
-//! * one per recording thread (its id, named by the thread: `rank-0`, `proxy-1`, ...): `drive`
+//! * one per recording thread (tids 1, 2, ... in the order the threads first appear; named by
+//!   the thread: `rank-0`, `proxy-1`, ...; one OS thread is one track whichever copy of the
+//!   core recorded it): `drive`
 //!   spans (ph `X`) while the thread holds a queue's drive token, `sleep` spans while it is
 //!   parked;
 //! * two per task kind (`network task (even)` / `(odd)` by the task id's parity, as the next
@@ -10,7 +12,8 @@
 //!   device's trigger words), `run` (progressing or idle), `closing`;
 //! * one per op (`stream S block B op I send|recv`): `handshake` (waiting for the device's handshake, op state
 //!   1), `transfer` (posting and testing entries, state 2), and instants (ph `i`) `post` and
-//!   `complete` per FIFO entry inside the transfer;
+//!   `complete` per FIFO entry inside the transfer; with the class `ops` without `steps` one
+//!   `op` span from begin to end (and a task's `task` span);
 //! * a counter (ph `C`) `bytes in flight` per rank: posted and not yet completed.
 //!
 //! A mark (ph `i`, scope global, `recording window`) starts each recording window; spans open
@@ -27,12 +30,12 @@ use std::collections::HashMap;
 use proxy_core::base::trace::{Kind, Record, NONE, SEND};
 use serde_json::{json, Value};
 
-use super::Trace;
+use crate::Trace;
 
 /// Track ids of the task tracks (`TASK_TID + kind`), below the op tracks.
 const TASK_TID: u64 = 1_000_000;
 /// Track ids of the op tracks (`OP_TID + stream * 4096 + op index`).
-const OP_TID: u64 = 2_000_000;
+pub const OP_TID: u64 = 2_000_000;
 
 /// The op states' codes (`OpState`: 0 DONE, 1 HANDSHAKE, 2 TRANSFER).
 const OP_HANDSHAKE: u8 = 1;
@@ -66,6 +69,8 @@ pub fn events(trace: &Trace, only_rank: Option<u32>) -> Vec<Value> {
     // Open spans by key: thread tracks (pid, tid, what), tasks, ops.
     let mut open: HashMap<(u64, u64, u8), Open> = HashMap::new();
     let mut in_flight: HashMap<u32, u64> = HashMap::new();
+    // Thread ids (OS thread ids) as small tids, in order of appearance.
+    let mut tids: HashMap<u32, u64> = HashMap::new();
     let span = |out: &mut Vec<Value>, o: Open, end: u64, tid: u64, args: Value| {
         out.push(json!({
             "name": o.name, "cat": "proxy", "ph": "X", "pid": pid(&o.rec), "tid": tid,
@@ -93,7 +98,8 @@ pub fn events(trace: &Trace, only_rank: Option<u32>) -> Vec<Value> {
             ranks.push(r.rank);
         }
         let p = pid(r);
-        let thread_tid = u64::from(r.thread);
+        let next = tids.len() as u64 + 1;
+        let thread_tid = *tids.entry(r.thread).or_insert(next);
         named.entry((p, thread_tid)).or_insert_with(|| {
             trace
                 .threads
@@ -161,7 +167,12 @@ pub fn events(trace: &Trace, only_rank: Option<u32>) -> Vec<Value> {
                 let next = task_span(r.to);
                 let same = open.get(&key).map(|o| Some(o.name) == next);
                 if same != Some(true) {
-                    if let Some(o) = open.remove(&key) {
+                    if let Some(mut o) = open.remove(&key) {
+                        // Left from another state than the span's: the steps in between were
+                        // not recorded (mask `ops` without `steps`): the task as a whole.
+                        if task_span(r.from) != Some(o.name) {
+                            o.name = "task";
+                        }
                         let args =
                             json!({ "comm": o.rec.comm, "task": o.rec.op, "slot": o.rec.block });
                         span(&mut out, o, r.ts_ns, tid, args);
@@ -191,7 +202,12 @@ pub fn events(trace: &Trace, only_rank: Option<u32>) -> Vec<Value> {
                 if abandoned {
                     open.remove(&key);
                 }
-                if let Some(o) = open.remove(&key) {
+                if let Some(mut o) = open.remove(&key) {
+                    // Left from another state than the span's (HANDSHAKE → TRANSFER not
+                    // recorded: mask `ops` without `steps`): the op as a whole.
+                    if o.rec.to != r.from {
+                        o.name = "op";
+                    }
                     let args = json!({
                         "comm": o.rec.comm, "op": o.rec.op, "block": o.rec.block,
                         "stream": o.rec.stream, "peer": o.rec.peer,
@@ -302,13 +318,14 @@ fn op_track_name(r: &Record) -> String {
 }
 
 /// The whole JSON document: `{"traceEvents": [...], "displayTimeUnit": "ns", "otherData":
-/// {...}}` with the drain's counts (records, pending, dropped) in `otherData`.
-pub fn document(trace: &Trace, only_rank: Option<u32>) -> Value {
+/// {...}}` with `source` (who wrote it) and the drain's counts (records, pending, dropped: a
+/// truncated ring says here how many events it lost) in `otherData`.
+pub fn document(trace: &Trace, only_rank: Option<u32>, source: &str) -> Value {
     json!({
         "traceEvents": events(trace, only_rank),
         "displayTimeUnit": "ns",
         "otherData": {
-            "source": "proxy-perf --trace",
+            "source": source,
             "records": trace.drained.records,
             "pending": trace.drained.pending,
             "dropped": trace.drained.dropped,

@@ -1,0 +1,138 @@
+//! The process's tracer: installed once per copy of the core ([`tracer`]), stamping records
+//! with [`crate::clock::clock`] and the OS thread id, and the names of the threads that
+//! recorded.
+
+use std::collections::HashMap;
+use std::sync::{Mutex, OnceLock, PoisonError};
+
+use proxy_core::base::trace::{self, Tracer};
+
+/// The names of the threads that recorded, by thread id.
+static THREAD_NAMES: Mutex<Vec<(u32, String)>> = Mutex::new(Vec::new());
+
+thread_local! {
+    static THREAD_ID: u32 = {
+        // SAFETY: `gettid` has no preconditions.
+        let id = u32::try_from(unsafe { libc::gettid() }).unwrap_or(0);
+        let name = std::thread::current()
+            .name()
+            .map(str::to_owned)
+            .or_else(|| os_thread_name(id))
+            .unwrap_or_else(|| "thread".to_owned());
+        THREAD_NAMES
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push((id, name));
+        id
+    };
+}
+
+/// The recording thread's id: its OS thread id (`gettid`), the same in every copy of the core
+/// in the process (0 while a thread is being torn down). The first call on a thread keeps its
+/// name ([`thread_names`]).
+pub fn thread_id() -> u32 {
+    THREAD_ID.try_with(|t| *t).unwrap_or(0)
+}
+
+/// The name the kernel has for thread `tid` of this process (`/proc/self/task/TID/comm`: a C
+/// thread's `pthread_setname_np`, else the program's name), `None` once it has exited.
+pub fn os_thread_name(tid: u32) -> Option<String> {
+    let s = std::fs::read_to_string(format!("/proc/self/task/{tid}/comm")).ok()?;
+    Some(s.trim_end().to_owned())
+}
+
+/// The names of the threads that recorded through this copy's [`thread_id`], by thread id.
+pub fn thread_names() -> HashMap<u32, String> {
+    THREAD_NAMES
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .iter()
+        .cloned()
+        .collect()
+}
+
+/// The process's tracer (this copy of the core's), installed at the first call with a ring of
+/// `capacity` records (later calls' `capacity` is ignored) and off until
+/// [`Tracer::set_on`]: 80 bytes a record, allocated now.
+///
+/// # Errors
+/// A message when another tracer was installed in this copy of the core first.
+pub fn tracer(capacity: usize) -> Result<&'static Tracer, String> {
+    static OURS: OnceLock<&'static Tracer> = OnceLock::new();
+    let t = *OURS.get_or_init(|| {
+        let t: &'static Tracer = Box::leak(Box::new(Tracer::new(
+            capacity,
+            crate::clock::clock(),
+            thread_id,
+        )));
+        if !trace::install(t) {
+            log::warn!("an event tracer was installed already; using it");
+        }
+        t
+    });
+    match trace::installed() {
+        Some(installed) if std::ptr::eq(installed, t) => Ok(t),
+        Some(other) => Ok(other),
+        None => Err("the event tracer could not be installed".into()),
+    }
+}
+
+/// The ring of the C libraries when the caller does not size it: 256 Ki records (20 MiB).
+pub const DEFAULT_CAPACITY: usize = 1 << 18;
+
+/// The variable that turns tracing on in the C libraries: the file (pattern) to write the
+/// timeline to (`%r`: one file per rank).
+pub const TRACE_ENV: &str = "NEURON_RT_PROXY_TRACE";
+/// The variable that picks the classes to record (`ops,transport`, `all`, a number; default
+/// `ops`).
+pub const TRACE_MASK_ENV: &str = "NEURON_RT_PROXY_TRACE_MASK";
+
+/// Installs this copy's tracer (a ring of `capacity` records, 0: [`DEFAULT_CAPACITY`]; the
+/// first start sizes it), sets the classes of `mask` (0: `mask::DEFAULT`), records a mark and
+/// switches recording on.
+///
+/// # Errors
+/// A message when no tracer could be installed.
+pub fn start(mask: u32, capacity: usize) -> Result<&'static Tracer, String> {
+    let cap = if capacity == 0 {
+        DEFAULT_CAPACITY
+    } else {
+        capacity
+    };
+    let t = tracer(cap)?;
+    let m = if mask == 0 {
+        trace::mask::DEFAULT
+    } else {
+        mask
+    };
+    t.set_mask(m);
+    if !t.is_on() {
+        t.mark(0);
+    }
+    t.set_on(true);
+    Ok(t)
+}
+
+/// Switches this copy's tracer off (its records stay); nothing when none was installed.
+pub fn stop() {
+    if let Some(t) = trace::installed() {
+        t.set_on(false);
+    }
+}
+
+/// [`TRACE_ENV`] and [`TRACE_MASK_ENV`] as the C libraries read them: `None` when tracing is
+/// not asked for (unset or empty), else the file pattern and the mask.
+///
+/// # Errors
+/// A message naming a bad [`TRACE_MASK_ENV`].
+pub fn from_env() -> Result<Option<(std::path::PathBuf, u32)>, String> {
+    let Some(pattern) = std::env::var_os(TRACE_ENV).filter(|s| !s.is_empty()) else {
+        return Ok(None);
+    };
+    let mask = match std::env::var(TRACE_MASK_ENV) {
+        Ok(s) if !s.trim().is_empty() => trace::mask::parse(&s)
+            .map_err(|w| format!("{TRACE_MASK_ENV}={s}: unknown event class `{w}`"))?,
+        _ => trace::mask::DEFAULT,
+    };
+    Ok(Some((pattern.into(), mask)))
+}
