@@ -50,8 +50,11 @@
 //!   `FI_CONTEXT2` mode; `requests.rs`).
 //! * **Close** cancels every request in flight and drains the CQ (bounded) before `fi_close`
 //!   (tcp answers `-FI_EBUSY` otherwise). Requests the provider has not finished by then (rxm
-//!   cannot cancel sends; a link that went down never answers) **quarantine** the transport:
-//!   nothing a posted request can touch is closed, ever (`quarantine.rs`, [`quarantine_stats`]).
+//!   cannot cancel sends; a link that went down never answers) are **quarantined**: nothing a
+//!   posted request can touch is closed, ever (`quarantine.rs`, [`quarantine_stats`]). When only
+//!   sends are left (not shm), the endpoint's objects go to the process's **lease pool** and a
+//!   later comm reuses them, a lease generation in the tag's top 16 bits keeping the earlier
+//!   comm's messages and completions apart (`pool.rs`, [`pool_stats`]).
 //!
 //! Seed: `ncclNet->{isend,irecv,test}` over aws-ofi-nccl's libfabric plugin, §1 and §4;
 //! docs/design.md §5 (tags, `FI_ORDER_SAS`) and §8 (poll once per tick per comm).
@@ -135,6 +138,11 @@ pub struct Options {
     /// Bounds of the registration cache; `None` reads [`MrCacheLimits::from_env`]
     /// (`NEURON_RT_MR_CACHE_ENTRIES`, `NEURON_RT_MR_CACHE_BYTES`, else the defaults).
     pub mr_cache: Option<MrCacheLimits>,
+    /// A teardown that leaves only sends the provider never finished returns the endpoint's
+    /// objects to the process's lease pool for a later comm instead of holding them idle for
+    /// the life of the process (`pool.rs`, [`pool_stats`]; not shm). `false`: such a teardown
+    /// quarantines the whole set, which is then never progressed again.
+    pub pool_endpoints: bool,
 }
 
 impl Default for Options {
@@ -149,6 +157,7 @@ impl Default for Options {
             close_drain: DEFAULT_CLOSE_DRAIN,
             max_inject_size: None,
             mr_cache: None,
+            pool_endpoints: true,
         }
     }
 }
@@ -263,6 +272,8 @@ pub struct LibfabricTransport {
     leases: u64,
     /// Completions of an earlier lease's requests read from this set's CQ and dropped.
     stale_completions: u64,
+    /// [`Options::pool_endpoints`].
+    pool_endpoints: bool,
     /// Request slab.
     reqs: Requests,
     /// Per peer: whether its send posts keep answering `-FI_EAGAIN` (`backoff.rs`).

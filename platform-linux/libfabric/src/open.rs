@@ -171,6 +171,7 @@ impl LibfabricTransport {
             tainted: false,
             leases: 1,
             stale_completions: 0,
+            pool_endpoints: opts.pool_endpoints,
             reqs: Requests::default(),
             pressure: vec![PostPressure::default(); nranks as usize],
             spaced: 0,

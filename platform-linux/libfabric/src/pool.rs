@@ -3,10 +3,17 @@
 //! finished may still touch them, handed to the next transport that asks for the same
 //! provider, domain and queue sizes instead of being held idle forever.
 //!
-//! **What goes in.** A transport whose close finds requests the provider never finished
-//! (rxm cannot cancel sends; a peer killed or a link down never answers) keeps the stuck
-//! requests' contexts and registrations in the quarantine (`quarantine.rs`), closes nothing,
-//! and *returns its objects here* marked tainted. A tainted set is never closed again (the stuck
+//! **What goes in.** A transport whose close finds sends the provider never finished (rxm
+//! cannot cancel sends; a peer killed or a link down never answers) keeps the stuck requests'
+//! contexts and registrations in the quarantine (`quarantine.rs`), closes nothing, and *returns
+//! its objects here* marked tainted ([`crate::Options::pool_endpoints`], on by default; not
+//! shm). A later lease progresses the set again, so the provider may yet *read* a stuck send's
+//! buffer (a link that comes back: rxm's deferred segments, a peer's rendezvous read); the
+//! memory a stuck send was posted with should stay mapped, or the read faults (rxm copies a
+//! deferred segment with `memcpy`; a tcp read response fails its `sendmsg` with `EFAULT`). A
+//! stuck *receive* (one rxm had matched) could be *written* into memory its comm has freed: a
+//! teardown that leaves one quarantines its set instead, never to be progressed again (and a
+//! tainted set so quarantined leaves the pool). A tainted set is never closed again (the stuck
 //! requests stay posted on it), even after a later lease of it closes cleanly: it always comes
 //! back here. A set that never had a stuck request is closed at teardown as before: the pool
 //! holds only what could not be closed, so a process that never loses a peer keeps no extra
@@ -153,6 +160,13 @@ pub(crate) fn give_back(lease: Lease, first: bool) -> PoolStats {
     p.stats.idle += 1;
     p.idle.push(lease);
     p.stats
+}
+
+/// A tainted set leased out of the pool is quarantined instead of coming back (its new lease
+/// left a receive the provider never finished).
+pub(crate) fn leave() {
+    let mut p = lock();
+    p.stats.sets = p.stats.sets.saturating_sub(1);
 }
 
 /// The pool's counters.

@@ -18,10 +18,16 @@
 //! view of the region until the endpoint's close; efa's NIC may still write a posted receive
 //! buffer through its registration.
 //!
-//! **The bound.** One quarantined transport per comm whose teardown found requests the provider
-//! never finished: its fabric, domain, CQ, AV and endpoint (5 objects, with the provider's
-//! sockets and queues behind them), its registrations (at most the cache's bound plus the
-//! uncached ones in flight) and its request slab. Nothing else is held. The totals are
+//! **The lease pool.** When only sends are left (rxm cannot cancel them) on a poolable provider
+//! (not shm), the requests' contexts and the registrations are held here but the objects go to
+//! the process's lease pool (`pool.rs`) and a later comm reuses them: the quarantine then holds
+//! no object ([`LibfabricTransport::quarantine_requests_and_pool`]).
+//!
+//! **The bound.** Per comm whose teardown found requests the provider never finished: its
+//! request slab and registrations (at most the cache's bound plus the uncached ones in flight),
+//! and, when its set was not pooled (a receive left, shm, the pool off, a refused close), its
+//! fabric, domain, CQ, AV and endpoint (5 objects, with the provider's sockets and queues behind
+//! them). Nothing else is held. The totals are
 //! [`quarantine_stats`]; each quarantine is logged once at WARN, and the comm's state dump shows
 //! the totals (`quarantined_transports=`, ...). Memory a quarantined request was posted with
 //! must stay mapped on providers that write through registrations (efa): the registration pins

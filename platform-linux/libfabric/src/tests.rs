@@ -415,6 +415,7 @@ const NO_INJECT: Options = Options {
     close_drain: super::DEFAULT_CLOSE_DRAIN,
     max_inject_size: Some(0),
     mr_cache: None,
+    pool_endpoints: true,
 };
 
 /// The retry storm of issue 7: tiny queues (provider attributes) push back every few posts.

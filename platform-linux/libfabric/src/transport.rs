@@ -189,9 +189,22 @@ impl Transport for LibfabricTransport {
                 "{left} requests still in flight after cancelling and draining for {:?}",
                 self.close_drain
             );
-            let e = if self.pool_key.is_some() && !self.obj.ep.is_null() {
+            // Only sends: once the set is progressed again by a later lease, the provider may
+            // still read a stuck send's buffer, never write one. A stuck receive (rxm cannot
+            // cancel one it has matched) could be written by a late message into memory its
+            // comm has freed: its set is quarantined, never progressed again.
+            let (_, recvs, _) = self.reqs.in_flight_summary();
+            let e = if self.pool_key.is_some()
+                && self.pool_endpoints
+                && recvs == 0
+                && !self.obj.ep.is_null()
+            {
                 self.quarantine_requests_and_pool(why)
             } else {
+                if self.tainted {
+                    // The set leaves the pool's lineage: the quarantine counts it from now.
+                    pool::leave();
+                }
                 self.quarantine(why)
             };
             log::warn!("{e}");
