@@ -218,7 +218,13 @@ impl Transport for LibfabricTransport {
             let closed = self.mrs.close_all(&mut reg);
             let pool = self.return_to_pool();
             log::debug!("{}: endpoint back in the lease pool ({pool})", self.name);
-            return closed;
+            return match first_err {
+                Some(e) => {
+                    log::warn!("{e}");
+                    Err(e)
+                }
+                None => closed,
+            };
         }
         // Registrations bound to the endpoint (FI_MR_ENDPOINT) are closed before it (as fabtests
         // do), the others after it.

@@ -541,16 +541,16 @@ fn killed_peer_soak(provider: &str) {
     let mean_delta = |v: &[u64], quarantining: bool| {
         let d: Vec<f64> = (10..cycles)
             .filter(|&i| (quarantined[i] > quarantined[i - 1]) == quarantining)
-            .map(|i| (v[i] as f64 - v[i - 1] as f64) / 1024.0)
+            .map(|i| v[i] as f64 - v[i - 1] as f64)
             .collect();
         d.iter().sum::<f64>() / d.len().max(1) as f64
     };
     for (what, v) in [("RSS", list("rss_kib")), ("heap in use", list("heap_kib"))] {
         eprintln!(
-            "{provider}: {what} {:.0} MiB after cycle 10, {:.0} MiB at the end; mean change \
-             {:.1} MiB per quarantining cycle, {:.2} MiB per other cycle",
-            v[9] as f64 / 1024.0,
-            v[cycles - 1] as f64 / 1024.0,
+            "{provider}: {what} {} KiB after cycle 10, {} KiB at the end; mean change \
+             {:.1} KiB per quarantining cycle, {:.1} KiB per other cycle",
+            v[9],
+            v[cycles - 1],
             mean_delta(&v, true),
             mean_delta(&v, false)
         );
