@@ -50,6 +50,10 @@ impl LibfabricTransport {
     /// One successful completion.
     fn on_completion(&mut self, e: &fi::fi_cq_tagged_entry) {
         let Some(index) = self.reqs.index_of_context(e.op_context) else {
+            if self.reqs.is_foreign(e.op_context) {
+                self.drop_stale("completion", e.op_context, e.tag);
+                return;
+            }
             log::warn!(
                 "{}: completion for an unknown context {:p} (flags {:#x}, tag {:#x}) ignored",
                 self.name,
@@ -70,6 +74,16 @@ impl LibfabricTransport {
         if let Some(region) = mr {
             self.release_region(region);
         }
+    }
+
+    /// A completion of an earlier lease's stuck request on this pooled set (`pool.rs`): its
+    /// context stays held, its request is gone; counted and dropped.
+    fn drop_stale(&mut self, what: &str, ctx: *mut std::ffi::c_void, tag: u64) {
+        self.stale_completions += 1;
+        log::debug!(
+            "{}: {what} of an earlier lease's request (context {ctx:p}, tag {tag:#x}) dropped",
+            self.name
+        );
     }
 
     /// Reads one error completion after `-FI_EAVAIL`. Returns `false` if it was not available
@@ -122,6 +136,10 @@ impl LibfabricTransport {
             }
         };
         let Some(index) = self.reqs.index_of_context(err.op_context) else {
+            if self.reqs.is_foreign(err.op_context) {
+                self.drop_stale("error completion", err.op_context, err.tag);
+                return Ok(true);
+            }
             return Err(NetError::failure(
                 None,
                 format!(

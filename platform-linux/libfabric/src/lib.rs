@@ -50,8 +50,11 @@
 //!   `FI_CONTEXT2` mode; `requests.rs`).
 //! * **Close** cancels every request in flight and drains the CQ (bounded) before `fi_close`
 //!   (tcp answers `-FI_EBUSY` otherwise). Requests the provider has not finished by then (rxm
-//!   cannot cancel sends; a link that went down never answers) **quarantine** the transport:
-//!   nothing a posted request can touch is closed, ever (`quarantine.rs`, [`quarantine_stats`]).
+//!   cannot cancel sends; a link that went down never answers) are **quarantined**: nothing a
+//!   posted request can touch is closed, ever (`quarantine.rs`, [`quarantine_stats`]). When only
+//!   sends are left (not shm), the endpoint's objects go to the process's **lease pool** and a
+//!   later comm reuses them, a lease generation in the tag's top 16 bits keeping the earlier
+//!   comm's messages and completions apart (`pool.rs`, [`pool_stats`]).
 //!
 //! Seed: `ncclNet->{isend,irecv,test}` over aws-ofi-nccl's libfabric plugin, §1 and §4;
 //! docs/design.md §5 (tags, `FI_ORDER_SAS`) and §8 (poll once per tick per comm).
@@ -62,6 +65,7 @@ mod info;
 mod mr;
 pub mod net_setup;
 mod objects;
+mod pool;
 mod quarantine;
 mod requests;
 pub mod shm_cma;
@@ -84,6 +88,8 @@ pub use self::mr::{
     MR_CACHE_BYTES_VAR, MR_CACHE_ENTRIES_VAR,
 };
 use self::objects::Objects;
+use self::pool::PoolKey;
+pub use self::pool::{pool_stats, PoolStats};
 pub use self::quarantine::{quarantine_stats, QuarantineStats};
 use self::requests::{Kind, Requests, State};
 
@@ -94,6 +100,12 @@ const CQ_MAX_BATCHES: usize = 64;
 /// `fi_cq_readerr` answers `-FI_EAGAIN` at most this often in a row before the error entry is
 /// left for the next progress call.
 const READERR_RETRIES: usize = 1000;
+/// The lease generation's place in the wire tag (`pool.rs`): bits 63..48.
+const GENERATION_SHIFT: u32 = 48;
+/// The caller's tag bits kept on the wire (47..0: source rank, stream, op tag, index).
+const GENERATION_KEEP: u64 = (1 << GENERATION_SHIFT) - 1;
+/// Bytes of the generation appended to the endpoint's name (little-endian).
+const GENERATION_BYTES: usize = 2;
 /// Default bound of the drain that [`Transport::close`] runs.
 pub const DEFAULT_CLOSE_DRAIN: Duration = Duration::from_secs(1);
 
@@ -126,6 +138,11 @@ pub struct Options {
     /// Bounds of the registration cache; `None` reads [`MrCacheLimits::from_env`]
     /// (`NEURON_RT_MR_CACHE_ENTRIES`, `NEURON_RT_MR_CACHE_BYTES`, else the defaults).
     pub mr_cache: Option<MrCacheLimits>,
+    /// A teardown that leaves only sends the provider never finished returns the endpoint's
+    /// objects to the process's lease pool for a later comm instead of holding them idle for
+    /// the life of the process (`pool.rs`, [`pool_stats`]; not shm). `false`: such a teardown
+    /// quarantines the whole set, which is then never progressed again.
+    pub pool_endpoints: bool,
 }
 
 impl Default for Options {
@@ -140,6 +157,7 @@ impl Default for Options {
             close_drain: DEFAULT_CLOSE_DRAIN,
             max_inject_size: None,
             mr_cache: None,
+            pool_endpoints: true,
         }
     }
 }
@@ -231,10 +249,31 @@ pub struct LibfabricTransport {
     close_drain: Duration,
     /// The libfabric objects (null after close).
     obj: Objects,
-    /// `fi_getname` of the endpoint.
+    /// `fi_getname` of the endpoint (without the generation that
+    /// [`LibfabricTransport::local_name`] appends).
     local_name: Vec<u8>,
     /// `fi_addr_t` of every rank, after [`LibfabricTransport::connect`].
     peers: Vec<fi::fi_addr_t>,
+    /// This lease's generation (`pool.rs`): the top 16 bits of the tag of every receive.
+    generation: u16,
+    /// Every rank's lease generation, from its name (the top 16 bits of the tag of every send
+    /// to it), after [`LibfabricTransport::connect`].
+    peer_generations: Vec<u16>,
+    /// Generations go into the tag (the provider offers 64 tag bits).
+    generation_tags: bool,
+    /// The set may go to the lease pool instead of the quarantine (`pool.rs`; not shm, whose
+    /// quarantine holds no descriptor, and only with [`Self::generation_tags`]).
+    pool_key: Option<PoolKey>,
+    /// Every address inserted into the AV of this set (earlier leases' included), by name.
+    av_names: std::collections::HashMap<Vec<u8>, fi::fi_addr_t>,
+    /// An earlier teardown left requests on this set: it is never closed (`pool.rs`).
+    tainted: bool,
+    /// Times this set has been leased (1: opened for this transport).
+    leases: u64,
+    /// Completions of an earlier lease's requests read from this set's CQ and dropped.
+    stale_completions: u64,
+    /// [`Options::pool_endpoints`].
+    pool_endpoints: bool,
     /// Request slab.
     reqs: Requests,
     /// Per peer: whether its send posts keep answering `-FI_EAGAIN` (`backoff.rs`).
@@ -356,6 +395,35 @@ impl LibfabricTransport {
     /// Number of sends that went out with `fi_tinject` (payload copied, done at once).
     pub fn injected_sends(&self) -> u64 {
         self.injected
+    }
+
+    /// This lease's generation (`pool.rs`): carried in the top 16 bits of the tags on the wire
+    /// when the provider offers 64 tag bits.
+    pub fn generation(&self) -> u16 {
+        self.generation
+    }
+
+    /// Times the endpoint's set of objects has been leased: 1 for a set opened for this
+    /// transport, more for one taken from the lease pool ([`pool_stats`]).
+    pub fn leases(&self) -> u64 {
+        self.leases
+    }
+
+    /// Completions of an earlier lease's stuck requests that this transport read from the
+    /// set's CQ and dropped.
+    pub fn stale_completions(&self) -> u64 {
+        self.stale_completions
+    }
+
+    /// The tag on the wire of caller tag `tag` for a lease of generation `generation`: bits
+    /// 63..48 (bit 63 unused and the caller's 15-bit comm id, which a lease, used by one comm,
+    /// does not need) replaced by the generation. Unchanged without [`Self::generation_tags`].
+    pub(crate) fn wire_tag(&self, tag: u64, generation: u16) -> u64 {
+        if self.generation_tags {
+            (tag & GENERATION_KEEP) | (u64::from(generation) << GENERATION_SHIFT)
+        } else {
+            tag
+        }
     }
 
     /// Send posts answered "not now" by the transport itself: posts to a peer that kept

@@ -132,6 +132,19 @@ impl LibfabricTransport {
         let inject_max = opts
             .max_inject_size
             .map_or(attrs.inject_size, |m| m.min(attrs.inject_size));
+        let generation_tags = attrs.tag_bits >= 64;
+        // shm keeps its own quarantine (it holds no descriptor, and its region names a
+        // process); without 64 tag bits a later lease could not be told apart on the wire.
+        let pool_key =
+            (generation_tags && !info::name_matches("shm", &attrs.provider)).then(|| PoolKey {
+                provider: attrs.provider.clone(),
+                domain: attrs.domain.clone(),
+                caps: attrs.caps,
+                mr_mode: attrs.mr_mode,
+                tx_size: attrs.tx_size,
+                rx_size: attrs.rx_size,
+                tag_bits: attrs.tag_bits,
+            });
         let mut t = Self {
             name: format!("libfabric/{}", attrs.provider),
             rank,
@@ -150,6 +163,15 @@ impl LibfabricTransport {
             obj: Objects::none(),
             local_name: Vec::new(),
             peers: Vec::new(),
+            generation: pool::next_generation(),
+            peer_generations: Vec::new(),
+            generation_tags,
+            pool_key: None,
+            av_names: std::collections::HashMap::new(),
+            tainted: false,
+            leases: 1,
+            stale_completions: 0,
+            pool_endpoints: opts.pool_endpoints,
             reqs: Requests::default(),
             pressure: vec![PostPressure::default(); nranks as usize],
             spaced: 0,
@@ -159,8 +181,25 @@ impl LibfabricTransport {
             watch_failed: None,
             attrs,
         };
-        // On failure `t` is dropped, which closes whatever was opened.
-        t.open_objects(entry.info as *const fi::fi_info as *mut fi::fi_info)?;
+        match pool_key.as_ref().and_then(pool::take) {
+            Some(lease) => {
+                log::info!(
+                    "{}: rank {rank}/{nranks}: reusing a pooled endpoint (lease {} of it, \
+                     generation {:#06x}; an earlier comm left requests on it)",
+                    t.name,
+                    lease.leases,
+                    t.generation
+                );
+                t.obj = lease.obj;
+                t.local_name = lease.ep_name;
+                t.av_names = lease.addrs;
+                t.tainted = lease.tainted;
+                t.leases = lease.leases;
+            }
+            // On failure `t` is dropped, which closes whatever was opened.
+            None => t.open_objects(entry.info as *const fi::fi_info as *mut fi::fi_info)?,
+        }
+        t.pool_key = pool_key;
         drop((with_rma, plain));
         log::info!(
             "{}: rank {rank}/{nranks} opened domain {} ({:?}), mr_mode {:#x} (register: {}), \
@@ -189,9 +228,14 @@ impl LibfabricTransport {
         Ok(t)
     }
 
-    /// This endpoint's address (`fi_getname`): what the bootstrap all-gathers.
+    /// This endpoint's address (`fi_getname`) followed by this lease's generation (2 bytes,
+    /// little-endian; `pool.rs`): what the bootstrap all-gathers and
+    /// [`LibfabricTransport::connect`] takes.
     pub fn local_name(&self) -> Vec<u8> {
-        self.local_name.clone()
+        let mut n = Vec::with_capacity(self.local_name.len() + GENERATION_BYTES);
+        n.extend_from_slice(&self.local_name);
+        n.extend_from_slice(&self.generation.to_le_bytes());
+        n
     }
 
     /// Inserts every rank's name (index = rank, this rank's own included) into the address
@@ -220,7 +264,7 @@ impl LibfabricTransport {
                 ),
             ));
         }
-        if peer_names[self.rank as usize] != self.local_name {
+        if peer_names[self.rank as usize] != self.local_name() {
             return Err(NetError::invalid(
                 Some(self.rank),
                 format!(
@@ -231,13 +275,26 @@ impl LibfabricTransport {
             ));
         }
         let mut addrs = Vec::with_capacity(peer_names.len());
+        let mut generations = Vec::with_capacity(peer_names.len());
         for (peer, name) in peer_names.iter().enumerate() {
             let peer = peer as u32;
-            if name.is_empty() {
+            if name.len() <= GENERATION_BYTES {
                 return Err(NetError::invalid(
                     Some(peer),
-                    format!("{}: empty name for rank {peer}", self.name),
+                    format!(
+                        "{}: empty name for rank {peer} ({} B: an address and {GENERATION_BYTES} \
+                         B of lease generation expected)",
+                        self.name,
+                        name.len()
+                    ),
                 ));
+            }
+            let (name, generation) = name.split_at(name.len() - GENERATION_BYTES);
+            generations.push(u16::from_le_bytes([generation[0], generation[1]]));
+            // Each address is inserted into a set's AV once, whichever lease meets it first.
+            if let Some(&addr) = self.av_names.get(name) {
+                addrs.push(addr);
+                continue;
             }
             let mut addr: fi::fi_addr_t = fi::FI_ADDR_NOTAVAIL;
             // SAFETY: the AV is open; `name` holds one address in the provider's format (as
@@ -267,9 +324,11 @@ impl LibfabricTransport {
                     ),
                 ));
             }
+            self.av_names.insert(name.to_vec(), addr);
             addrs.push(addr);
         }
         self.peers = addrs;
+        self.peer_generations = generations;
         Ok(())
     }
 }

@@ -133,6 +133,11 @@ impl LibfabricTransport {
             (None, ptr::null_mut())
         };
         let (index, ctx) = self.reqs.reserve(kind, peer, size, tag, mr);
+        // A send carries the receiver's lease generation, a receive matches this lease's.
+        let wire = match kind {
+            Kind::Send => self.wire_tag(tag, self.peer_generations[peer as usize]),
+            Kind::Recv => self.wire_tag(tag, self.generation),
+        };
         // SAFETY: the endpoint is open and connected; the caller's contract keeps `buf..+size`
         // valid (readable for a send, writable for a receive) until the request finishes; `desc`
         // is the registration covering it (or null when none is needed); `ctx` is the slot's
@@ -145,7 +150,7 @@ impl LibfabricTransport {
                     size as usize,
                     desc,
                     addr,
-                    tag,
+                    wire,
                     ctx,
                 ),
                 Kind::Recv => fi::fi_trecv(
@@ -154,7 +159,7 @@ impl LibfabricTransport {
                     size as usize,
                     desc,
                     fi::FI_ADDR_UNSPEC,
-                    tag,
+                    wire,
                     0,
                     ctx,
                 ),
@@ -198,6 +203,7 @@ impl LibfabricTransport {
         size: u64,
         tag: u64,
     ) -> Result<Option<Posted>, NetError> {
+        let wire = self.wire_tag(tag, self.peer_generations[peer as usize]);
         // SAFETY: the endpoint is open and connected; the caller's contract keeps `buf..+size`
         // readable for the duration of the call, which is all fi_tinject needs (it copies the
         // payload before returning); `size` is at most the entry's inject_size, so no
@@ -208,7 +214,7 @@ impl LibfabricTransport {
                 buf.cast_const().cast(),
                 size as usize,
                 addr,
-                tag,
+                wire,
             )
         };
         if ret == 0 {

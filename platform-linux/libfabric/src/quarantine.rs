@@ -18,10 +18,16 @@
 //! view of the region until the endpoint's close; efa's NIC may still write a posted receive
 //! buffer through its registration.
 //!
-//! **The bound.** One quarantined transport per comm whose teardown found requests the provider
-//! never finished: its fabric, domain, CQ, AV and endpoint (5 objects, with the provider's
-//! sockets and queues behind them), its registrations (at most the cache's bound plus the
-//! uncached ones in flight) and its request slab. Nothing else is held. The totals are
+//! **The lease pool.** When only sends are left (rxm cannot cancel them) on a poolable provider
+//! (not shm), the requests' contexts and the registrations are held here but the objects go to
+//! the process's lease pool (`pool.rs`) and a later comm reuses them: the quarantine then holds
+//! no object ([`LibfabricTransport::quarantine_requests_and_pool`]).
+//!
+//! **The bound.** Per comm whose teardown found requests the provider never finished: its
+//! request slab and registrations (at most the cache's bound plus the uncached ones in flight),
+//! and, when its set was not pooled (a receive left, shm, the pool off, a refused close), its
+//! fabric, domain, CQ, AV and endpoint (5 objects, with the provider's sockets and queues behind
+//! them). Nothing else is held. The totals are
 //! [`quarantine_stats`]; each quarantine is logged once at WARN, and the comm's state dump shows
 //! the totals (`quarantined_transports=`, ...). Memory a quarantined request was posted with
 //! must stay mapped on providers that write through registrations (efa): the registration pins
@@ -43,9 +49,12 @@ use crate::LibfabricTransport;
 /// What the process's quarantine holds: totals since the process started (they only grow).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct QuarantineStats {
-    /// Transports whose teardown quarantined objects.
+    /// Teardowns that quarantined: left requests the provider never finished (or had a close
+    /// refused).
     pub transports: u64,
-    /// libfabric objects held unclosed (endpoints, CQs, AVs, domains, fabrics).
+    /// libfabric objects held unclosed outside the lease pool (endpoints, CQs, AVs, domains,
+    /// fabrics); a pooled provider's stuck teardown adds none (`pool.rs`,
+    /// [`crate::pool_stats`]).
     pub objects: u64,
     /// Memory registrations held unclosed.
     pub registrations: u64,
@@ -165,6 +174,65 @@ impl LibfabricTransport {
 }
 
 impl LibfabricTransport {
+    /// The pooled form of [`LibfabricTransport::quarantine`] (`pool.rs`): the requests the
+    /// provider never finished keep their contexts and the registrations (held here for the
+    /// life of the process, as a quarantine's), and the objects, closed never, go back to the
+    /// lease pool marked tainted for the next comm of the same provider and domain. Returns the
+    /// failure that the close reports (logged once, by the caller).
+    pub(crate) fn quarantine_requests_and_pool(&mut self, why: String) -> NetError {
+        let registrations = {
+            let mut reg = FiRegistrar {
+                domain: self.obj.domain,
+                ep: self.obj.ep,
+                cfg: self.mr_cfg,
+                provider: &self.attrs.provider,
+            };
+            self.mrs.quarantine_all(&mut reg)
+        };
+        let requests = self.reqs.in_flight() as u64;
+        let (sends, recvs, peers) = self.reqs.in_flight_summary();
+        let held = Held {
+            objects: Vec::new(),
+            registrations: registrations.iter().map(|r| r.mr).collect(),
+            contexts: self.reqs.quarantine_contexts(),
+            requests,
+        };
+        let regs = held.registrations.len();
+        let totals = admit(held);
+        let pool = self.return_to_pool();
+        NetError::failure(
+            None,
+            format!(
+                "{}: {why}: their contexts and {regs} registrations held for the life of the \
+                 process, never closed under the provider; {requests} requests ({sends} sends, \
+                 {recvs} receives; peers {peers:?}); the endpoint, CQ, AV, domain and fabric go \
+                 back to the lease pool, never closed, for the next comm (process totals: \
+                 {totals} {pool})",
+                self.name
+            ),
+        )
+    }
+
+    /// Hands this transport's objects (all open) to the lease pool as a tainted set; the
+    /// transport holds none afterwards. Returns the pool's totals.
+    pub(crate) fn return_to_pool(&mut self) -> crate::PoolStats {
+        let key = self
+            .pool_key
+            .clone()
+            .expect("only a poolable set is returned to the pool");
+        let first = !self.tainted;
+        self.tainted = true;
+        let lease = crate::pool::Lease {
+            key,
+            obj: std::mem::replace(&mut self.obj, crate::objects::Objects::none()),
+            ep_name: self.local_name.clone(),
+            addrs: std::mem::take(&mut self.av_names),
+            tainted: true,
+            leases: self.leases,
+        };
+        crate::pool::give_back(lease, first)
+    }
+
     /// shm only: removes the name of this endpoint's region from `/dev/shm` (the mapping stays,
     /// for the provider and the peers that mapped it). A quarantined endpoint is never closed,
     /// so shm would never unlink it, and the file would outlive the process; a later process

@@ -30,7 +30,13 @@ struct ReqCtx {
     fi: FiContext2,
     /// Index of the owning slot in [`Requests::slots`].
     index: u32,
+    /// [`Requests::owner`] of the slab that made the context: a completion of an earlier
+    /// lease's stuck request, read from a pooled set's CQ (`pool.rs`), names another owner.
+    owner: u64,
 }
+
+/// The next slab's [`Requests::owner`] (process-wide, never reused).
+static NEXT_OWNER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 /// Send or receive.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -99,8 +105,9 @@ pub(super) struct Slot {
 }
 
 /// The slab.
-#[derive(Default)]
 pub(super) struct Requests {
+    /// This slab's identity in its contexts ([`ReqCtx::owner`]), unique in the process.
+    owner: u64,
     /// Every slot ever made; index = slot number. Slots are never removed.
     slots: Vec<Slot>,
     /// Free slot numbers (LIFO, so a hot slot is reused).
@@ -110,6 +117,18 @@ pub(super) struct Requests {
     /// Set when the endpoint could not be closed: the provider may still write the contexts,
     /// so drop leaks them instead of freeing them.
     leak_contexts: bool,
+}
+
+impl Default for Requests {
+    fn default() -> Self {
+        Self {
+            owner: NEXT_OWNER.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+            slots: Vec::new(),
+            free: Vec::new(),
+            in_flight: 0,
+            leak_contexts: false,
+        }
+    }
 }
 
 impl Drop for Requests {
@@ -145,6 +164,7 @@ impl Requests {
                         internal: [std::ptr::null_mut(); 8],
                     },
                     index: i,
+                    owner: self.owner,
                 };
                 self.slots.push(Slot {
                     ctx: Box::into_raw(Box::new(ctx)),
@@ -209,6 +229,20 @@ impl Requests {
         let index = unsafe { std::ptr::addr_of!((*ctx).index).read() };
         let slot = self.slots.get(index as usize)?;
         (slot.ctx == ctx && slot.state.in_flight()).then_some(index)
+    }
+
+    /// Whether `op_context` (from a completion, not null) is the context of another slab: an
+    /// earlier lease's stuck request on a pooled set (`pool.rs`), whose context is held for the
+    /// life of the process.
+    pub(super) fn is_foreign(&self, op_context: *mut c_void) -> bool {
+        if op_context.is_null() {
+            return false;
+        }
+        // SAFETY: libfabric returns exactly a context pointer posted on this set: one of this
+        // slab's, or a held (never freed) one of an earlier lease's; `owner` is outside the
+        // provider's scratch space, written before the post, read through a raw pointer.
+        let owner = unsafe { std::ptr::addr_of!((*op_context.cast::<ReqCtx>()).owner).read() };
+        owner != self.owner
     }
 
     /// Slot number `index` (which exists).

@@ -12,7 +12,7 @@ use proxy_core::NrtStatus;
 
 use super::{LibfabricTransport, Options};
 
-const TCP: &str = "tcp;ofi_rxm";
+pub(crate) const TCP: &str = "tcp;ofi_rxm";
 const SHM: &str = "shm";
 /// Wall-time bound of every wait.
 const TIME_LIMIT: Duration = Duration::from_secs(60);
@@ -21,11 +21,11 @@ const MAX_ROUNDS: u64 = 20_000_000;
 /// The sizes of the exchange tests: 0, 1 B, 4 KiB + 1, 1 MiB, 16 MiB.
 const SIZES: [usize; 5] = [0, 1, 4097, 1 << 20, 16 << 20];
 
-type Pair = [LibfabricTransport; 2];
+pub(crate) type Pair = [LibfabricTransport; 2];
 
 /// Sets the process environment once, before this process's first libfabric call (libfabric
 /// reads it at initialisation): tcp on the loopback interface only.
-fn init() {
+pub(crate) fn init() {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
         std::env::set_var("FI_TCP_IFACE", "lo");
@@ -33,7 +33,7 @@ fn init() {
 }
 
 /// Two connected endpoints, rank 0 and rank 1, names exchanged in-process.
-fn pair(provider: &str, mut opts: Options) -> Pair {
+pub(crate) fn pair(provider: &str, mut opts: Options) -> Pair {
     init();
     opts.provider = Some(provider.to_owned());
     let a = LibfabricTransport::open_with(0, 2, &opts).expect("open rank 0");
@@ -57,7 +57,7 @@ fn pair(provider: &str, mut opts: Options) -> Pair {
 }
 
 /// Runs `step` (after polling both endpoints) until it answers true, bounded by rounds and time.
-fn drive(what: &str, ts: &mut Pair, mut step: impl FnMut(&mut Pair) -> bool) {
+pub(crate) fn drive(what: &str, ts: &mut Pair, mut step: impl FnMut(&mut Pair) -> bool) {
     let start = Instant::now();
     for round in 0..MAX_ROUNDS {
         for t in ts.iter_mut() {
@@ -80,7 +80,7 @@ fn drive(what: &str, ts: &mut Pair, mut step: impl FnMut(&mut Pair) -> bool) {
 
 /// Posts a send, retrying on back-pressure; checks that exactly the sends up to the inject size
 /// report their payload copied.
-fn send(ts: &mut Pair, from: usize, to: u32, buf: &[u8], tag: u64) -> RequestId {
+pub(crate) fn send(ts: &mut Pair, from: usize, to: u32, buf: &[u8], tag: u64) -> RequestId {
     let mut id = None;
     let inject = ts[from].inject_size();
     let copied = inject > 0 && buf.len() <= inject;
@@ -106,7 +106,14 @@ fn send(ts: &mut Pair, from: usize, to: u32, buf: &[u8], tag: u64) -> RequestId 
 }
 
 /// Posts a receive, retrying on back-pressure.
-fn recv(ts: &mut Pair, at: usize, from: u32, buf: *mut u8, len: usize, tag: u64) -> RequestId {
+pub(crate) fn recv(
+    ts: &mut Pair,
+    at: usize,
+    from: u32,
+    buf: *mut u8,
+    len: usize,
+    tag: u64,
+) -> RequestId {
     let mut id = None;
     drive("post recv", ts, |ts| {
         // SAFETY: `buf..buf+len` is a live buffer that the test does not touch until the
@@ -124,7 +131,7 @@ fn recv(ts: &mut Pair, at: usize, from: u32, buf: *mut u8, len: usize, tag: u64)
 }
 
 /// Tests `id` at `at` until it finishes.
-fn wait(ts: &mut Pair, at: usize, id: RequestId) -> Result<TestOutcome, NetError> {
+pub(crate) fn wait(ts: &mut Pair, at: usize, id: RequestId) -> Result<TestOutcome, NetError> {
     let mut out = None;
     drive("wait", ts, |ts| match ts[at].test(id) {
         Ok(TestOutcome::Pending) => false,
@@ -137,7 +144,7 @@ fn wait(ts: &mut Pair, at: usize, id: RequestId) -> Result<TestOutcome, NetError
 }
 
 /// Deterministic bytes (xorshift), different per `seed`.
-fn pattern(seed: u64, len: usize) -> Vec<u8> {
+pub(crate) fn pattern(seed: u64, len: usize) -> Vec<u8> {
     let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
     (0..len)
         .map(|_| {
@@ -149,7 +156,7 @@ fn pattern(seed: u64, len: usize) -> Vec<u8> {
         .collect()
 }
 
-fn close(ts: &mut Pair) {
+pub(crate) fn close(ts: &mut Pair) {
     for t in ts.iter_mut() {
         t.close().unwrap_or_else(|e| panic!("close: {e}"));
     }
@@ -408,6 +415,7 @@ const NO_INJECT: Options = Options {
     close_drain: super::DEFAULT_CLOSE_DRAIN,
     max_inject_size: Some(0),
     mr_cache: None,
+    pool_endpoints: true,
 };
 
 /// The retry storm of issue 7: tiny queues (provider attributes) push back every few posts.

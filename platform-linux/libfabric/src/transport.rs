@@ -132,15 +132,22 @@ impl Transport for LibfabricTransport {
         Ok(())
     }
 
-    /// ` in_flight=N registrations=N closed=BOOL` and the process's quarantine totals.
+    /// ` in_flight=N registrations=N closed=BOOL lease=N generation=0xN stale_completions=N`,
+    /// the process's quarantine totals and its lease pool's (`pool_sets= pool_idle=
+    /// pool_reuses=`).
     fn dump_state(&self, out: &mut dyn std::fmt::Write) -> std::fmt::Result {
         write!(
             out,
-            " in_flight={} registrations={} closed={} {}",
+            " in_flight={} registrations={} closed={} lease={} generation={:#06x} \
+             stale_completions={} {} {}",
             self.reqs.in_flight(),
             self.mrs.len(),
             self.closed,
-            quarantine_stats()
+            self.leases,
+            self.generation,
+            self.stale_completions,
+            quarantine_stats(),
+            pool_stats()
         )
     }
 
@@ -176,13 +183,48 @@ impl Transport for LibfabricTransport {
         let left = self.reqs.in_flight();
         if left > 0 {
             // The provider may still touch every object, context, registration and buffer of
-            // these requests: close nothing (quarantine.rs has the rule and why).
-            let e = self.quarantine(format!(
+            // these requests: close nothing (quarantine.rs has the rule and why). A poolable
+            // set is reused by a later comm instead of held idle (pool.rs).
+            let why = format!(
                 "{left} requests still in flight after cancelling and draining for {:?}",
                 self.close_drain
-            ));
+            );
+            // Only sends: once the set is progressed again by a later lease, the provider may
+            // still read a stuck send's buffer, never write one. A stuck receive (rxm cannot
+            // cancel one it has matched) could be written by a late message into memory its
+            // comm has freed: its set is quarantined, never progressed again.
+            let (_, recvs, _) = self.reqs.in_flight_summary();
+            let e = if self.pool_key.is_some()
+                && self.pool_endpoints
+                && recvs == 0
+                && !self.obj.ep.is_null()
+            {
+                self.quarantine_requests_and_pool(why)
+            } else {
+                if self.tainted {
+                    // The set leaves the pool's lineage: the quarantine counts it from now.
+                    pool::leave();
+                }
+                self.quarantine(why)
+            };
             log::warn!("{e}");
             return Err(e);
+        }
+        if self.tainted && !self.obj.ep.is_null() {
+            // Every request of this lease is answered, but an earlier lease's stuck requests
+            // are still posted on the set: close this lease's registrations (no request uses
+            // them) and nothing else; the set goes back to the pool.
+            let mut reg = fi_registrar!(self);
+            let closed = self.mrs.close_all(&mut reg);
+            let pool = self.return_to_pool();
+            log::debug!("{}: endpoint back in the lease pool ({pool})", self.name);
+            return match first_err {
+                Some(e) => {
+                    log::warn!("{e}");
+                    Err(e)
+                }
+                None => closed,
+            };
         }
         // Registrations bound to the endpoint (FI_MR_ENDPOINT) are closed before it (as fabtests
         // do), the others after it.

@@ -419,10 +419,10 @@ fn killed_peer_driver_shm() {
 
 /// One survivor process creates, runs and destroys `MULTIPROC_SOAK_CYCLES` comms (default 12
 /// here; ci.sh's soak step runs 200 over tcp and 60 over shm), each with a fresh peer process, every fourth peer killed
-/// with 1 MiB sends in flight (rendezvous on tcp, like 16 MiB; the killed-peer tests move 16 MiB) (`multiproc/soak.rs`). After the first 10 cycles, a cycle whose
-/// teardown quarantined nothing must leave exactly the fds and threads it found, and every
-/// quarantined transport the same number of fds: the process ends with the fds of cycle 10
-/// plus that many per quarantined transport, and nothing else (docs/design.md §5).
+/// with 1 MiB sends in flight (rendezvous on tcp, like 16 MiB; the killed-peer tests move 16 MiB)
+/// (`multiproc/soak.rs`). After the first 10 cycles, every cycle, killed or not, must leave
+/// exactly the fds, threads and libfabric objects (quarantined or in the lease pool) that
+/// cycle 10 left (docs/design.md §5).
 fn killed_peer_soak(provider: &str) {
     let _g = serial();
     let cycles: usize = std::env::var(soak::CYCLES_ENV)
@@ -494,68 +494,84 @@ fn killed_peer_soak(provider: &str) {
             .map(|v| v.parse().unwrap())
             .collect()
     };
-    let (fds, threads, quarantined) = (list("fds"), list("threads"), list("quarantined"));
+    let (fds, threads, quarantined, objects) = (
+        list("fds"),
+        list("threads"),
+        list("quarantined"),
+        list("objects"),
+    );
     assert_eq!(fds.len(), cycles);
-    // Fds per quarantined transport: measured at the first quarantine after cycle 10.
-    let mut per: Option<u64> = None;
+    // After the first 10 cycles (two of them killed: the lease pool holds a set by then over
+    // tcp), no cycle, killed or not, may leave an fd, a thread or a libfabric object behind:
+    // a killed cycle's stuck requests are held, its objects go back to the pool and the next
+    // comm reuses them. shm is not pooled: each of its quarantines holds its 5 objects (and no
+    // fd: its region is mapped memory).
+    // fds are compared with the last of the first 10 cycles of the same kind: over tcp an idle
+    // pooled endpoint keeps the connection of its last comm to a peer that exited after the
+    // teardown (1 fd, closed by the next lease's first progress), which a killed peer's
+    // connection does not (it failed during the cycle).
+    let objects_per_quarantine = if provider == SHM { 5 } else { 0 };
+    let kills = r["kills"]
+        .split(',')
+        .map(|k| k == "true")
+        .collect::<Vec<_>>();
+    let reference = |killed: bool| (0..10).rev().find(|&j| kills[j] == killed).unwrap_or(9);
     for i in 10..cycles {
-        let (df, dq) = (
-            fds[i] as i64 - fds[i - 1] as i64,
-            quarantined[i] - quarantined[i - 1],
+        let dq = quarantined[i] - quarantined[i - 1];
+        assert!(dq <= 1, "{provider}: cycle {i} quarantined {dq} teardowns");
+        let j = reference(kills[i]);
+        assert_eq!(
+            fds[i], fds[j],
+            "{provider}: fds after cycle {i} (killed: {}), after cycle {j}: {r:?}",
+            kills[i]
         );
-        assert!(dq <= 1, "{provider}: cycle {i} quarantined {dq} transports");
-        if dq == 0 {
-            assert_eq!(
-                df, 0,
-                "{provider}: cycle {i} left {df} fds without a quarantine: {r:?}"
-            );
-        } else {
-            let p = *per.get_or_insert(df as u64);
-            assert_eq!(
-                df as u64, p,
-                "{provider}: cycle {i}'s quarantine held {df} fds, an earlier one {p}"
-            );
-        }
+        assert_eq!(
+            objects[i],
+            objects[9] + objects_per_quarantine * (quarantined[i] - quarantined[9]),
+            "{provider}: libfabric objects held after cycle {i}: {r:?}"
+        );
         assert_eq!(
             threads[i], threads[9],
             "{provider}: threads after cycle {i}: {r:?}"
         );
     }
     let q = quarantined[cycles - 1] - quarantined[9];
-    let per = per.unwrap_or(0);
-    assert_eq!(fds[cycles - 1], fds[9] + per * q, "{provider}: {r:?}");
     // Memory is reported, not asserted (the allocator keeps freed memory): the mean RSS change
     // of the cycles after cycle 10 that quarantined, and of those that did not.
     let mean_delta = |v: &[u64], quarantining: bool| {
         let d: Vec<f64> = (10..cycles)
             .filter(|&i| (quarantined[i] > quarantined[i - 1]) == quarantining)
-            .map(|i| (v[i] as f64 - v[i - 1] as f64) / 1024.0)
+            .map(|i| v[i] as f64 - v[i - 1] as f64)
             .collect();
         d.iter().sum::<f64>() / d.len().max(1) as f64
     };
     for (what, v) in [("RSS", list("rss_kib")), ("heap in use", list("heap_kib"))] {
         eprintln!(
-            "{provider}: {what} {:.0} MiB after cycle 10, {:.0} MiB at the end; mean change \
-             {:.1} MiB per quarantining cycle, {:.2} MiB per other cycle",
-            v[9] as f64 / 1024.0,
-            v[cycles - 1] as f64 / 1024.0,
+            "{provider}: {what} {} KiB after cycle 10, {} KiB at the end; mean change \
+             {:.1} KiB per quarantining cycle, {:.1} KiB per other cycle",
+            v[9],
+            v[cycles - 1],
             mean_delta(&v, true),
             mean_delta(&v, false)
         );
     }
     eprintln!(
         "{provider}: {cycles} cycles ({} killed) in {} s: fds {} at start, {} after cycle 10, {} at \
-         the end; {} transports quarantined in all ({q} after cycle 10, {per} fds each; {} \
-         objects, {} registrations, {} requests)",
+         the end; libfabric objects held past their comm {} after cycle 10, {} at the end; {} \
+         teardowns quarantined requests in all ({q} after cycle 10; {} objects outside the pool, \
+         {} registrations, {} requests); lease pool: {}",
         r["killed"],
         r["seconds"],
         r["fds_start"],
         fds[9],
         fds[cycles - 1],
+        objects[9],
+        objects[cycles - 1],
         quarantined[cycles - 1],
         r["q_objects"],
         r["q_registrations"],
-        r["q_requests"]
+        r["q_requests"],
+        r["pool"]
     );
 }
 

@@ -25,3 +25,21 @@ fn ids_are_generational_and_contexts_map_back() {
     assert!(r.get(id).is_none());
     assert_eq!(r.index_of_context(std::ptr::null_mut()), None);
 }
+
+/// A context of another slab (an earlier lease's stuck request on a pooled set) is foreign:
+/// never mapped to a slot, recognised so that its completion is dropped.
+#[test]
+fn another_slabs_context_is_foreign() {
+    let mut earlier = Requests::default();
+    let (i, ctx) = earlier.reserve(Kind::Send, 1, 1 << 20, 0x42, None);
+    earlier.mark_posted(i);
+    let mut later = Requests::default();
+    let (j, own) = later.reserve(Kind::Send, 1, 1 << 20, 0x42, None);
+    later.mark_posted(j);
+    assert_eq!((i, j), (0, 0), "the same slot number in both slabs");
+    assert_eq!(later.index_of_context(ctx), None);
+    assert!(later.is_foreign(ctx));
+    assert!(!later.is_foreign(own));
+    assert!(!earlier.is_foreign(ctx));
+    assert!(!later.is_foreign(std::ptr::null_mut()));
+}

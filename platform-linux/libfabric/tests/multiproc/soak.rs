@@ -1,13 +1,13 @@
 //! The killed-peer soak's survivor (scenario `soak`): one long-lived process that creates,
 //! runs and destroys `MULTIPROC_SOAK_CYCLES` comms (default 200) with a fresh peer process each,
 //! every fourth peer killed mid-collective (1 MiB sends in flight: rendezvous on tcp, as 16 MiB), and reports what it held
-//! after each cycle: open fds, threads, and the process's libfabric quarantine
-//! (`proxy_libfabric::quarantine_stats`).
+//! after each cycle: open fds, threads, the process's libfabric quarantine
+//! (`proxy_libfabric::quarantine_stats`) and its endpoint lease pool (`pool_stats`).
 //!
-//! The parent test checks that a normal cycle leaves exactly what it found, and that a killed
-//! cycle leaves nothing but what its teardown quarantined (docs/design.md §5, "Teardown with
-//! requests the provider never finished"): the same number of fds for every quarantined
-//! transport, and nothing at all when the drain finished.
+//! The parent test checks that after the first 10 cycles nothing grows but memory: the same fds,
+//! threads and libfabric objects (held by the quarantine or the lease pool) after every later
+//! cycle, killed or not (docs/design.md §5, "Teardown with requests the provider never
+//! finished").
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Stdio};
@@ -16,13 +16,15 @@ use std::time::{Duration, Instant};
 
 use proxy_bootstrap::launch::free_loopback_root;
 use proxy_bootstrap::BootstrapConfig;
-use proxy_libfabric::quarantine_stats;
+use proxy_libfabric::{pool_stats, quarantine_stats};
 
 use super::child::{finish, sendrecv_run, setup_with};
 use super::{child_command, PROVIDER_ENV, VICTIM_ENV};
 
 /// Number of cycles (`MULTIPROC_SOAK_CYCLES`, default 200).
 pub const CYCLES_ENV: &str = "MULTIPROC_SOAK_CYCLES";
+/// libfabric objects of one pooled set: fabric, domain, CQ, AV, endpoint.
+const OBJECTS_PER_SET: u64 = 5;
 /// Every `KILL_EVERY`-th cycle's peer is killed mid-collective.
 pub const KILL_EVERY: u32 = 4;
 
@@ -87,9 +89,9 @@ pub fn soak() -> ! {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(200);
-    // Per cycle: killed?, fds, threads, quarantined transports, RSS and heap in use (KiB) after
-    // it.
-    let mut rows: Vec<(bool, usize, usize, u64, u64, u64)> = Vec::new();
+    // Per cycle: killed?, fds, threads, quarantined teardowns, RSS and heap in use (KiB), and
+    // libfabric objects held open past their comm (quarantined, or 5 per pooled set) after it.
+    let mut rows: Vec<(bool, usize, usize, u64, u64, u64, u64)> = Vec::new();
     let fds_start = count_dir("/proc/self/fd");
     let threads_start = count_dir("/proc/self/task");
     let start = Instant::now();
@@ -152,6 +154,7 @@ pub fn soak() -> ! {
             quarantine_stats().transports,
             rss_kib(),
             heap_kib(),
+            quarantine_stats().objects + OBJECTS_PER_SET * pool_stats().sets,
         ));
     }
     let q = quarantine_stats();
@@ -180,6 +183,11 @@ pub fn soak() -> ! {
             "heap_kib",
             fmt(rows.iter().map(|r| r.5.to_string()).collect()),
         ),
+        (
+            "objects",
+            fmt(rows.iter().map(|r| r.6.to_string()).collect()),
+        ),
+        ("pool", pool_stats().to_string().replace(' ', ",")),
         ("q_objects", q.objects.to_string()),
         ("q_registrations", q.registrations.to_string()),
         ("q_requests", q.requests.to_string()),
