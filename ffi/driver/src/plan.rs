@@ -21,8 +21,8 @@ use std::sync::Arc;
 
 use proxy_abi::NRT_STATUS;
 use proxy_collectives::planner::{
-    plan_blocks, Algorithm, BlockPlans, Buf, Collective, DataType, Instr, Loc, NecOptions,
-    PlanParams, RedOp, Side, DEFAULT_CHUNK_BYTES, DEFAULT_PIPELINE_DEPTH, WORDS_PER_OP,
+    plan_blocks, Algorithm, BlockPlans, Buf, Collective, CollectiveLabel, DataType, Instr, Loc,
+    NecOptions, PlanParams, RedOp, Side, DEFAULT_CHUNK_BYTES, DEFAULT_PIPELINE_DEPTH, WORDS_PER_OP,
 };
 use proxy_core::base::desc::{NetDestAddr, NetOpInfo, NetSrcAddr, MAX_ENTRIES_PER_OP};
 use proxy_core::base::status::NrtStatus;
@@ -38,7 +38,24 @@ use proxy_abi::handles::HandleTable;
 /// Handle kind of plans (bits 48..52 of a handle).
 const KIND_PLAN: u8 = 4;
 
-static PLANS: HandleTable<Arc<BlockPlans>> = HandleTable::with_instance(KIND_PLAN, instance_id);
+static PLANS: HandleTable<Arc<Planned>> = HandleTable::with_instance(KIND_PLAN, instance_id);
+
+/// A plan behind a handle: its parts ([`BlockPlans`], which it dereferences to) and the label
+/// that tasks submitted with it (`nrt_proxy_submit_plan`) name in state dumps.
+pub(crate) struct Planned {
+    /// The (stream, block) parts.
+    pub(crate) plans: BlockPlans,
+    /// The collective, the algorithm it resolved to and why.
+    pub(crate) label: CollectiveLabel,
+}
+
+impl std::ops::Deref for Planned {
+    type Target = BlockPlans;
+
+    fn deref(&self) -> &BlockPlans {
+        &self.plans
+    }
+}
 
 const _: () = assert!(WORDS_PER_OP == NRT_PROXY_PLAN_WORDS_PER_OP);
 
@@ -47,7 +64,7 @@ pub fn live_plans() -> usize {
     PLANS.live()
 }
 
-pub(crate) fn plan_of(what: &str, plan: *mut NrtProxyPlan) -> Result<Arc<BlockPlans>, NrtStatus> {
+pub(crate) fn plan_of(what: &str, plan: *mut NrtProxyPlan) -> Result<Arc<Planned>, NrtStatus> {
     let h = plan.addr();
     with_live_retrying(what, "plan", &PLANS, h, |p| Ok(p.clone()))
 }
@@ -55,7 +72,7 @@ pub(crate) fn plan_of(what: &str, plan: *mut NrtProxyPlan) -> Result<Arc<BlockPl
 /// `ALL[v]`: the C constants of each enum (`NRT_PROXY_COLL_*`, `NRT_PROXY_ALGO_*`,
 /// `NRT_PROXY_DTYPE_*`, `NRT_PROXY_REDOP_*`) are the indices of the planner's lists (checked by
 /// the unit test below), or `Invalid` naming the field.
-fn pick<T: Copy>(what: &str, name: &str, all: &[T], v: u32) -> Result<T, NrtStatus> {
+pub(crate) fn pick<T: Copy>(what: &str, name: &str, all: &[T], v: u32) -> Result<T, NrtStatus> {
     match all.get(v as usize) {
         Some(&t) => Ok(t),
         None => bad(
@@ -188,13 +205,16 @@ pub unsafe extern "C" fn nrt_proxy_plan_params_init(params: *mut NrtProxyPlanPar
 /// Plans one rank's part of one collective: every non-empty (stream, block) part with its own
 /// op tags (the same on every rank), host words and scratch (`plan_blocks` of
 /// `proxy-collectives`). Every rank of the collective makes its own plan with the same
-/// parameters but `rank`.
+/// parameters but `rank`. With `NRT_PROXY_ALGO_AUTO` the algorithm is the process-wide one of
+/// the collective (`nrt_proxy_algorithm_set`, `NEURON_RT_PROXY_ALGO_<COLL>`) if any, else the
+/// tuner's choice; `nrt_proxy_plan_layout` says which it is.
 ///
 /// Returns `NRT_SUCCESS` with `*out` the plan; `NRT_INVALID` for a NULL `params` or `out`, a
 /// wrong `struct_size`, a value out of range (the log says which: rank / root / nranks,
 /// pipeline depth 0, streams outside 1..=4, blocks 0, `nec_credits` above 128, `nec_idx_wrap`
 /// 1, a chunk so small an op would need more than 65536 entries, sizes that overflow, too many
-/// tags); `NRT_RESOURCE` when too many plans are live (4096). `*out` is NULL on failure.
+/// tags), a bad `NEURON_RT_PROXY_ALGO_*` variable; `NRT_RESOURCE` when too many plans are live
+/// (4096). `*out` is NULL on failure.
 ///
 /// # Safety
 /// `params` NULL or readable; `out` NULL or writable.
@@ -207,10 +227,11 @@ pub unsafe extern "C" fn nrt_proxy_plan_create(
         // SAFETY: `out`: the C caller's pointer, valid or NULL by this function's contract.
         let out = unsafe { c_handle_out(WHAT, out) }?;
         // SAFETY: `params`: the C caller's pointer, valid or NULL by this function's contract.
-        let p = self::params(WHAT, unsafe { c_in(WHAT, "params", params) }?)?;
+        let mut p = self::params(WHAT, unsafe { c_in(WHAT, "params", params) }?)?;
         too_many_entries(WHAT, &p)?;
+        let label = crate::algos::choose(WHAT, &mut p)?;
         let plans = plan_blocks(&p).or_else(|e| bad(WHAT, format_args!("{e}")))?;
-        *out = insert_live(WHAT, "plan", &PLANS, Arc::new(plans))?;
+        *out = insert_live(WHAT, "plan", &PLANS, Arc::new(Planned { plans, label }))?;
         Ok(())
     })
 }

@@ -13,10 +13,11 @@ use proxy_core::driver::record::TaskRecord;
 pub const NRT_PROXY_ABI_VERSION_MAJOR: u32 = 1;
 /// Minor version: additions that keep every older call and layout valid (1: the planner,
 /// `nrt_proxy_plan_*`; 2: the host device, `nrt_proxy_host_device_*`; 3: the mode rule,
-/// `nrt_proxy_mode_advice`).
-pub const NRT_PROXY_ABI_VERSION_MINOR: u32 = 3;
+/// `nrt_proxy_mode_advice`; 4: the process-wide algorithm per collective,
+/// `nrt_proxy_algorithm_set` / `nrt_proxy_algorithm_get`, and `nrt_proxy_submit_plan`).
+pub const NRT_PROXY_ABI_VERSION_MINOR: u32 = 4;
 /// `(major << 16) | minor`, what `nrt_proxy_abi_version()` returns.
-pub const NRT_PROXY_ABI_VERSION: u32 = 0x0001_0003;
+pub const NRT_PROXY_ABI_VERSION: u32 = 0x0001_0004;
 const _: () = assert!(
     NRT_PROXY_ABI_VERSION == (NRT_PROXY_ABI_VERSION_MAJOR << 16) | NRT_PROXY_ABI_VERSION_MINOR
 );

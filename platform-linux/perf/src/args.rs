@@ -1,7 +1,9 @@
 //! `proxy-perf`'s command line, with nccl-tests' conventions (`-b -e -f -i -n -w -c -d -o -r`).
 
 use clap::{Parser, ValueEnum};
-use proxy_collectives::planner::{Algorithm, Collective, DataType, RedOp, DEFAULT_CHUNK_BYTES};
+use proxy_collectives::planner::{
+    tuner, Algorithm, Collective, DataType, RedOp, DEFAULT_CHUNK_BYTES,
+};
 
 /// The collective, as named on the command line.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -466,36 +468,41 @@ pub struct Args {
     /// execution (the run must then report wrong values and fail).
     #[arg(long, hide = true)]
     pub fault_inject: bool,
+    /// `--algo` came from [`algo_env`] ([`Args::apply_algo_env`]); the state dump then says
+    /// `why=env`.
+    #[arg(skip)]
+    pub algo_from_env: bool,
 }
 
-/// The environment variable that names the algorithm of `c` when `--algo` is auto:
-/// `NEURON_RT_PROXY_ALGO_` and the collective's name in capitals with `_` for `-`
-/// (`NEURON_RT_PROXY_ALGO_ALL_REDUCE`).
+/// The environment variable that names the algorithm of `c` when `--algo` is auto
+/// (`NEURON_RT_PROXY_ALGO_ALL_REDUCE`, ...): the planner's [`tuner::algo_env_var`], which the
+/// C library reads too.
 pub fn algo_env(c: Collective) -> String {
-    format!(
-        "NEURON_RT_PROXY_ALGO_{}",
-        c.name().to_ascii_uppercase().replace('-', "_")
-    )
+    tuner::algo_env_var(c).to_owned()
 }
 
 impl Args {
     /// With `--algo auto`, takes the collective's algorithm from [`algo_env`] when that is
-    /// set (an explicit `--algo` wins; `auto` in the variable keeps the tuner).
+    /// set (an explicit `--algo` wins; `auto` in the variable keeps the tuner), parsed by the
+    /// planner's [`tuner::parse_algo`] (the C library's parser too); records that it did
+    /// ([`Args::algo_from_env`]).
     ///
     /// # Errors
-    /// A message naming the variable when its value is not an algorithm's name.
+    /// A message naming the variable when its value is not an algorithm's name, or names one
+    /// the collective does not have.
     pub fn apply_algo_env(&mut self) -> Result<(), String> {
         if self.algo != AlgoArg::Auto {
             return Ok(());
         }
-        let var = algo_env(self.collective.into());
-        if let Ok(v) = std::env::var(&var) {
-            self.algo = AlgoArg::from_str(v.trim(), false).map_err(|_| {
-                format!(
-                    "{var}={v}: not an algorithm (auto, ring, direct, recursive-doubling, \
-                     rabenseifner, recursive-halving, bruck, binomial, scatter-allgather)"
-                )
-            })?;
+        let c: Collective = self.collective.into();
+        let var = tuner::algo_env_var(c);
+        if let Ok(v) = std::env::var(var) {
+            if v.trim().is_empty() {
+                return Ok(());
+            }
+            let a = tuner::parse_algo(c, var, &v)?;
+            self.algo = AlgoArg::from_str(a.name(), false)?;
+            self.algo_from_env = a != Algorithm::Auto;
         }
         Ok(())
     }

@@ -85,6 +85,7 @@ use alloc::vec::Vec;
 use core::fmt;
 
 use proxy_core::base::desc::{NetDestAddr, NetOpInfo, NetSrcAddr, MAX_ENTRIES_PER_OP, NO_PEER};
+pub use proxy_core::driver::task::CollectiveLabel;
 
 pub use collective::{Algorithm, Collective};
 pub use kernels::{DataType, RedOp};
@@ -220,6 +221,18 @@ impl PlanParams {
             (_, Algorithm::Auto) => tuner::pick(self),
             (Collective::SendRecv | Collective::AllToAll, Algorithm::Ring) => Algorithm::Direct,
             (_, a) => a,
+        }
+    }
+
+    /// The state-dump label of a plan made from these parameters (before the algorithm is
+    /// resolved): the collective's name, [`PlanParams::resolved_algorithm`]'s name and
+    /// [`tuner::why`]. A producer that chose the algorithm from an override replaces `why`
+    /// (`env`, `api`).
+    pub fn label(&self) -> CollectiveLabel {
+        CollectiveLabel {
+            collective: self.collective.name(),
+            algorithm: self.resolved_algorithm().name(),
+            why: tuner::why(self),
         }
     }
 

@@ -983,3 +983,4 @@ fn streams_blocks_and_options_never_deadlock() {
 }
 
 mod log_algos;
+mod tuning;

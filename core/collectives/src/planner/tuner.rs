@@ -26,6 +26,9 @@
 //! algorithms with fewer messages in all (recursive doubling over direct) more than the model
 //! says.
 
+use alloc::format;
+use alloc::string::String;
+
 use super::{Algorithm, Collective, PlanParams};
 
 /// The constants of the cost model ([`cost`]).
@@ -276,4 +279,85 @@ pub fn pick(p: &PlanParams) -> Algorithm {
         }
     }
     best.1
+}
+
+/// The environment variable that names the algorithm of `c` in place of the tuner's choice:
+/// `NEURON_RT_PROXY_ALGO_` and the collective's name in capitals with `_` for `-`
+/// (`NEURON_RT_PROXY_ALGO_ALL_REDUCE`). Read by proxy-perf and the C library
+/// (`libnrt_proxy`); its value is parsed by [`parse_algo`].
+pub const fn algo_env_var(c: Collective) -> &'static str {
+    match c {
+        Collective::AllReduce => "NEURON_RT_PROXY_ALGO_ALL_REDUCE",
+        Collective::AllGather => "NEURON_RT_PROXY_ALGO_ALL_GATHER",
+        Collective::ReduceScatter => "NEURON_RT_PROXY_ALGO_REDUCE_SCATTER",
+        Collective::Broadcast => "NEURON_RT_PROXY_ALGO_BROADCAST",
+        Collective::SendRecv => "NEURON_RT_PROXY_ALGO_SEND_RECV",
+        Collective::AllToAll => "NEURON_RT_PROXY_ALGO_ALL_TO_ALL",
+    }
+}
+
+/// Parses `value` (surrounding white space ignored) as the algorithm of `c` named by `source`
+/// (a variable or option name, for the message): an [`Algorithm::name`]; `auto` is
+/// [`Algorithm::Auto`] (no override).
+///
+/// # Errors
+/// `"SOURCE=VALUE: not an algorithm (auto, ring, ...)"` for an unknown name;
+/// `"SOURCE=VALUE: NAME does not support COLLECTIVE (it does: ...)"` for an algorithm the
+/// collective does not have ([`Algorithm::supports`]).
+pub fn parse_algo(c: Collective, source: &str, value: &str) -> Result<Algorithm, String> {
+    let names = |pred: &dyn Fn(Algorithm) -> bool| {
+        Algorithm::ALL
+            .into_iter()
+            .filter(|&a| pred(a))
+            .map(Algorithm::name)
+            .collect::<alloc::vec::Vec<_>>()
+            .join(", ")
+    };
+    let Some(a) = Algorithm::from_name(value.trim()) else {
+        return Err(format!(
+            "{source}={value}: not an algorithm ({})",
+            names(&|_| true)
+        ));
+    };
+    if !a.supports(c) {
+        return Err(format!(
+            "{source}={value}: {} does not support {} (it does: {})",
+            a.name(),
+            c.name(),
+            names(&|x| x.supports(c))
+        ));
+    }
+    Ok(a)
+}
+
+/// Every collective's algorithm from the environment through `lookup` (a variable's value, or
+/// `None` when unset), in [`Collective::ALL`]'s order: `None` where the variable
+/// ([`algo_env_var`]) is unset, empty or `auto`.
+///
+/// # Errors
+/// The first bad value's message ([`parse_algo`]).
+pub fn algos_from_env(
+    lookup: impl Fn(&str) -> Option<String>,
+) -> Result<[Option<Algorithm>; Collective::ALL.len()], String> {
+    let mut out = [None; Collective::ALL.len()];
+    for (o, c) in out.iter_mut().zip(Collective::ALL) {
+        let var = algo_env_var(c);
+        if let Some(v) = lookup(var).filter(|v| !v.trim().is_empty()) {
+            *o = Some(parse_algo(c, var, &v)?).filter(|&a| a != Algorithm::Auto);
+        }
+    }
+    Ok(out)
+}
+
+/// Why [`PlanParams::resolved_algorithm`] is what it is, as [`PlanParams::label`] names it:
+/// `asked` for an algorithm other than [`Algorithm::Auto`]; `tuner` for the cost model with
+/// [`DEFAULT_COST_MODEL`]; `tuner-calibrated` with other constants (a calibration file).
+pub fn why(p: &PlanParams) -> &'static str {
+    if p.algorithm != Algorithm::Auto {
+        "asked"
+    } else if p.cost_model == DEFAULT_COST_MODEL {
+        "tuner"
+    } else {
+        "tuner-calibrated"
+    }
 }

@@ -32,6 +32,17 @@ impl World {
         p
     }
 
+    /// The state-dump label of `size`'s collective: the planner's
+    /// ([`PlanParams::label`]), `why=env` when the algorithm came from
+    /// `NEURON_RT_PROXY_ALGO_<COLL>`.
+    pub(super) fn label(&self, size: u64, in_place: bool) -> CollectiveLabel {
+        let mut l = self.params(size, 0, in_place).label();
+        if self.args.algo_from_env {
+            l.why = "env";
+        }
+        l
+    }
+
     /// Rank `rank`'s (stream, block) parts of `size` ([`plan_blocks`]).
     pub(super) fn plan(&self, size: u64, rank: u32, in_place: bool) -> Result<BlockPlans, String> {
         plan_blocks(&self.params(size, rank, in_place)).map_err(|e| e.to_string())
@@ -291,6 +302,7 @@ impl World {
             fifos: Vec::new(),
             device: Vec::new(),
             generation: self.preparations,
+            label: self.label(size, in_place),
         };
         for (r, m) in mems.iter_mut().enumerate() {
             let p = self.plan(size, self.local[r], in_place)?;
