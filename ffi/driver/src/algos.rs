@@ -11,8 +11,14 @@
 //! and NCCL's `NCCL_ALGO` and Open MPI's `coll_tuned_<coll>_algorithm` are process-wide too; a
 //! single call that wants another algorithm names it in its `nrt_proxy_plan_params_t`.
 //!
-//! A bad variable makes every plan, set and get answer `NRT_INVALID` with a log line naming it
-//! (a job with a typo in its tuning fails at its first plan, not later with another algorithm).
+//! The tuner's constants come from the calibration file `NEURON_RT_PROXY_TUNE_FILE` names
+//! (`proxy_runtime::tune_file`, written by `proxy-perf --tune`), read at the same first use;
+//! without it the planner's defaults. Plans with `NRT_PROXY_ALGO_AUTO` and no override are
+//! chosen with them (`why=tuner-calibrated` in the dump).
+//!
+//! A bad variable or file makes every plan, set and get answer `NRT_INVALID` with a log line
+//! naming it (a job with a typo in its tuning fails at its first plan, not later with another
+//! algorithm).
 
 use std::sync::{Mutex, PoisonError};
 
@@ -22,24 +28,35 @@ use proxy_abi::NRT_STATUS;
 use proxy_collectives::planner::tuner::algos_from_env;
 use proxy_collectives::planner::{Algorithm, Collective, CollectiveLabel, PlanParams};
 use proxy_core::base::status::NrtStatus;
+use proxy_runtime::tune_file::Tuning;
 
 use crate::plan::pick;
 
 /// One collective's override and where it came from (`env` or `api`, the label's `why`).
 type Entry = Option<(Algorithm, &'static str)>;
 
-/// Every collective's entry, in [`Collective::ALL`]'s order (`NRT_PROXY_COLL_*`).
-type Table = [Entry; Collective::ALL.len()];
+/// The process's choices: every collective's entry, in [`Collective::ALL`]'s order
+/// (`NRT_PROXY_COLL_*`), and the tuner's constants.
+#[derive(Debug)]
+struct Table {
+    algos: [Entry; Collective::ALL.len()],
+    /// `NEURON_RT_PROXY_TUNE_FILE`'s constants, else the defaults.
+    tuning: Tuning,
+}
 
-/// The table, `None` until its first use; `Err` holds a bad variable's message.
+/// The table, `None` until its first use; `Err` holds a bad variable's or file's message.
 static TABLE: Mutex<Option<Result<Table, String>>> = Mutex::new(None);
 
-/// The table the environment gives through `lookup` (a variable's value or `None`).
+/// The table the environment gives through `lookup` (a variable's value or `None`), logged at
+/// info level (the constants and where they come from).
 ///
 /// # Errors
-/// The first bad variable's message.
+/// The first bad variable's message, or the calibration file's.
 fn load(lookup: impl Fn(&str) -> Option<String>) -> Result<Table, String> {
-    algos_from_env(lookup).map(|a| a.map(|o| o.map(|a| (a, "env"))))
+    let algos = algos_from_env(&lookup)?.map(|o| o.map(|a| (a, "env")));
+    let tuning = Tuning::from_lookup(&lookup)?;
+    log::info!("planner: {}", tuning.describe());
+    Ok(Table { algos, tuning })
 }
 
 /// Runs `f` on the process's table, loaded from the environment at its first use.
@@ -75,7 +92,8 @@ pub(crate) fn choose(what: &str, p: &mut PlanParams) -> Result<CollectiveLabel, 
 
 /// [`choose`] with the table `t`.
 fn choose_in(t: &Table, p: &mut PlanParams) -> CollectiveLabel {
-    match t[index(p.collective)] {
+    p.cost_model = t.tuning.model();
+    match t.algos[index(p.collective)] {
         Some((a, why)) if p.algorithm == Algorithm::Auto => {
             p.algorithm = a;
             CollectiveLabel { why, ..p.label() }
@@ -112,7 +130,7 @@ pub unsafe extern "C" fn nrt_proxy_algorithm_set(collective: u32, algorithm: u32
             );
         }
         with_table(WHAT, |t| {
-            t[index(c)] = (a != Algorithm::Auto).then_some((a, "api"));
+            t.algos[index(c)] = (a != Algorithm::Auto).then_some((a, "api"));
         })
     })
 }
@@ -135,7 +153,9 @@ pub unsafe extern "C" fn nrt_proxy_algorithm_get(
         let c = pick(WHAT, "collective", &Collective::ALL, collective)?;
         // SAFETY: `algorithm`: the C caller's pointer, valid or NULL by this function's contract.
         let out = unsafe { c_out(WHAT, "algorithm", algorithm) }?;
-        let a = with_table(WHAT, |t| t[index(c)].map_or(Algorithm::Auto, |(a, _)| a))?;
+        let a = with_table(WHAT, |t| {
+            t.algos[index(c)].map_or(Algorithm::Auto, |(a, _)| a)
+        })?;
         *out = Algorithm::ALL
             .iter()
             .position(|&x| x == a)

@@ -346,6 +346,59 @@ fn the_environment_gives_the_first_values_and_a_bad_one_is_refused() {
     );
 }
 
+/// `NEURON_RT_PROXY_TUNE_FILE`: its constants choose `auto` plans; a bad file refuses every
+/// plan, naming it.
+#[test]
+fn a_calibration_file_chooses_and_a_bad_one_is_refused() {
+    let _s = serial();
+    let dir = std::env::temp_dir();
+    let good = dir.join(format!("nrt-proxy-tune-{}.json", std::process::id()));
+    let m = proxy_collectives::planner::tuner::CostModel {
+        step_ns: 50_000,
+        entry_ns: 100,
+        byte_ps: 35,
+        reduce_ps: 35,
+    };
+    proxy_runtime::tune_file::TuneFile::new(m, "test".into(), 1, 0.0)
+        .write(&good)
+        .unwrap();
+    run_child(
+        "child_tune_file",
+        &[("NEURON_RT_PROXY_TUNE_FILE", good.to_str().unwrap())],
+    );
+    std::fs::write(&good, "{\"version\": 1, \"cost_model\": {}}").unwrap();
+    run_child(
+        "child_tune_file_bad",
+        &[("NEURON_RT_PROXY_TUNE_FILE", good.to_str().unwrap())],
+    );
+    std::fs::remove_file(&good).unwrap();
+}
+
+#[test]
+fn child_tune_file() {
+    if !child() {
+        return;
+    }
+    // 8 ranks, 8 B: the defaults pick recursive doubling; steps of 50 µs pick direct (one).
+    let mut p = params(NRT_PROXY_ALGO_AUTO);
+    p.nranks = 8;
+    p.count = 2;
+    assert_eq!(resolved(&p), NRT_PROXY_ALGO_DIRECT);
+}
+
+#[test]
+fn child_tune_file_bad() {
+    if !child() {
+        return;
+    }
+    let mut plan = ptr::null_mut();
+    expect!(
+        NRT_INVALID,
+        nrt_proxy_plan_create(&params(NRT_PROXY_ALGO_AUTO), &mut plan)
+    );
+    assert!(plan.is_null());
+}
+
 fn child() -> bool {
     std::env::var_os("NRT_PROXY_ALGO_TEST_CHILD").is_some()
 }

@@ -472,6 +472,18 @@ pub struct Args {
     /// `why=env`.
     #[arg(skip)]
     pub algo_from_env: bool,
+    /// Calibrate the tuner instead of the sweep: time all-reduce with direct, recursive
+    /// doubling, Rabenseifner and ring at every size of `-b`..`-e` on `--ranks` ranks (in
+    /// process), fit the cost model's constants (α per step, o per FIFO entry, β per byte sent,
+    /// γ per byte reduced) by least squares on the relative errors, print the fit and write the
+    /// constants as JSON to FILE (then `NEURON_RT_PROXY_TUNE_FILE=FILE`; see
+    /// docs/runtime-authors.md).
+    #[arg(long, value_name = "FILE")]
+    pub tune: Option<std::path::PathBuf>,
+    /// The tuner's constants: `NEURON_RT_PROXY_TUNE_FILE`'s, else the defaults
+    /// ([`Args::apply_tune_env`]).
+    #[arg(skip)]
+    pub tuning: proxy_runtime::tune_file::Tuning,
 }
 
 /// The environment variable that names the algorithm of `c` when `--algo` is auto
@@ -505,6 +517,35 @@ impl Args {
             self.algo_from_env = a != Algorithm::Auto;
         }
         Ok(())
+    }
+
+    /// Loads the tuner's constants from `NEURON_RT_PROXY_TUNE_FILE` when it is set
+    /// ([`proxy_runtime::tune_file`]; the C library reads the same file).
+    ///
+    /// # Errors
+    /// A message naming the variable, the file and what is wrong with it.
+    pub fn apply_tune_env(&mut self) -> Result<(), String> {
+        self.tuning = proxy_runtime::tune_file::Tuning::from_env()?;
+        Ok(())
+    }
+
+    /// The header's tuner line: the constants and where they come from, and what decides the
+    /// algorithm (`--algo`, the environment, or the tuner per size).
+    pub fn tuner_line(&self) -> String {
+        let c: Collective = self.collective.into();
+        let a: Algorithm = self.algo.into();
+        let how = if a == Algorithm::Auto {
+            let why = match self.tuning {
+                proxy_runtime::tune_file::Tuning::Default => "tuner",
+                proxy_runtime::tune_file::Tuning::File(..) => "tuner-calibrated",
+            };
+            format!("the tuner's choice per size (footer), why={why}")
+        } else if self.algo_from_env {
+            format!("{} from {}, why=env", a.name(), tuner::algo_env_var(c))
+        } else {
+            format!("{} (--algo), why=asked", a.name())
+        };
+        format!("{}; algorithm: {how}", self.tuning.describe())
     }
 
     /// The protocol options for the header: `streams 1 blocks 1 early-recv off early-send off

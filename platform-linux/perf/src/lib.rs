@@ -28,6 +28,7 @@ pub mod plot;
 pub mod report;
 pub mod run;
 pub mod trace;
+pub mod tune;
 
 use std::io::{IsTerminal, Write};
 
@@ -138,6 +139,9 @@ fn run_inner(args: &Args) -> Result<i32, String> {
             t.mark(0);
             t.set_on(true);
         }
+    }
+    if let Some(file) = &args.tune {
+        return tune::run(args, file);
     }
     match args.transport {
         TransportArg::Mem => {

@@ -100,28 +100,24 @@ const fn ceil_log2(n: u64) -> u64 {
     64 - (n - 1).leading_zeros() as u64
 }
 
-/// The modelled time in nanoseconds of `algorithm` for `c` on `nranks` ranks with `bytes`
-/// bytes in the larger buffer ([`PlanParams::bytes`]) and FIFO entries of at most `chunk`
-/// bytes, under `m`; `split`: the plan is split over streams or blocks
-/// ([`crate::planner::plan_blocks`]), where the `log n` all-gathers and Bruck's all-to-all
-/// move every rank block as entries of its own instead of one run per step. `None` when the
-/// algorithm does not support `c` or is [`Algorithm::Auto`]. One rank costs 0. Saturates
-/// instead of overflowing.
-pub fn cost(
+/// The terms of the model for `algorithm` on `c` (the arguments as [`cost`]'s): what the
+/// constants multiply. `None` when the algorithm does not support `c` or is
+/// [`Algorithm::Auto`]; all zero for one rank. A calibration fits the constants to measured
+/// times by these (the model is linear in them).
+pub fn terms(
     c: Collective,
     algorithm: Algorithm,
     bytes: u64,
     nranks: u32,
     chunk: u64,
     split: bool,
-    m: &CostModel,
-) -> Option<u64> {
+) -> Option<Terms> {
     if algorithm == Algorithm::Auto || !algorithm.supports(c) {
         return None;
     }
     let n = u128::from(nranks.max(1));
     if n == 1 {
-        return Some(0);
+        return Some(Terms::default());
     }
     let chunk = u128::from(chunk.max(1));
     // Entries of one message of `b` bytes (an empty message is still one entry).
@@ -243,11 +239,57 @@ pub fn cost(
         }
         _ => return None,
     };
-    let ps = steps * u128::from(m.step_ns) * 1000
-        + entries * u128::from(m.entry_ns) * 1000
-        + sent * u128::from(m.byte_ps)
-        + reduced * u128::from(m.reduce_ps);
-    Some(u64::try_from(ps / 1000).unwrap_or(u64::MAX))
+    Some(Terms {
+        steps,
+        entries,
+        sent,
+        reduced,
+    })
+}
+
+/// What the constants of a [`CostModel`] multiply for one algorithm ([`terms`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Terms {
+    /// Dependent network steps (`× α`).
+    pub steps: u128,
+    /// FIFO entries sent and received (`× o`).
+    pub entries: u128,
+    /// Bytes sent (`× β`).
+    pub sent: u128,
+    /// Bytes reduced outside the transfers (`× γ`).
+    pub reduced: u128,
+}
+
+impl Terms {
+    /// The modelled time in nanoseconds under `m` (saturates at `u64::MAX`).
+    pub fn time_ns(&self, m: &CostModel) -> u64 {
+        let ps = self
+            .steps
+            .saturating_mul(u128::from(m.step_ns) * 1000)
+            .saturating_add(self.entries.saturating_mul(u128::from(m.entry_ns) * 1000))
+            .saturating_add(self.sent.saturating_mul(u128::from(m.byte_ps)))
+            .saturating_add(self.reduced.saturating_mul(u128::from(m.reduce_ps)));
+        u64::try_from(ps / 1000).unwrap_or(u64::MAX)
+    }
+}
+
+/// The modelled time in nanoseconds of `algorithm` for `c` on `nranks` ranks with `bytes`
+/// bytes in the larger buffer ([`PlanParams::bytes`]) and FIFO entries of at most `chunk`
+/// bytes, under `m`; `split`: the plan is split over streams or blocks
+/// ([`crate::planner::plan_blocks`]), where the `log n` all-gathers and Bruck's all-to-all
+/// move every rank block as entries of its own instead of one run per step. `None` when the
+/// algorithm does not support `c` or is [`Algorithm::Auto`]. One rank costs 0. Saturates
+/// instead of overflowing.
+pub fn cost(
+    c: Collective,
+    algorithm: Algorithm,
+    bytes: u64,
+    nranks: u32,
+    chunk: u64,
+    split: bool,
+    m: &CostModel,
+) -> Option<u64> {
+    terms(c, algorithm, bytes, nranks, chunk, split).map(|t| t.time_ns(m))
 }
 
 /// The algorithm [`Algorithm::Auto`] resolves to for `p`: the cheapest of [`candidates`] by
@@ -337,7 +379,7 @@ pub fn parse_algo(c: Collective, source: &str, value: &str) -> Result<Algorithm,
 /// # Errors
 /// The first bad value's message ([`parse_algo`]).
 pub fn algos_from_env(
-    lookup: impl Fn(&str) -> Option<String>,
+    lookup: &dyn Fn(&str) -> Option<String>,
 ) -> Result<[Option<Algorithm>; Collective::ALL.len()], String> {
     let mut out = [None; Collective::ALL.len()];
     for (o, c) in out.iter_mut().zip(Collective::ALL) {

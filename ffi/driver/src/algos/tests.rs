@@ -77,3 +77,41 @@ fn a_bad_variable_is_named() {
         "{e}"
     );
 }
+
+#[test]
+fn a_calibration_file_gives_auto_plans_its_constants() {
+    let path = std::env::temp_dir().join(format!("nrt-proxy-algos-{}.json", std::process::id()));
+    let m = proxy_collectives::planner::tuner::CostModel {
+        step_ns: 9_000,
+        entry_ns: 100,
+        byte_ps: 80,
+        reduce_ps: 20,
+    };
+    proxy_runtime::tune_file::TuneFile::new(m, "test".into(), 1, 0.0)
+        .write(&path)
+        .unwrap();
+    let value: &'static str = Box::leak(path.display().to_string().into_boxed_str());
+    let pairs: &'static [(&'static str, &'static str)] =
+        Box::leak(Box::new([("NEURON_RT_PROXY_TUNE_FILE", value)]));
+    let t = load(lookup(pairs)).unwrap();
+    let mut p = PlanParams::new(
+        Collective::AllReduce,
+        2,
+        proxy_collectives::planner::DataType::F32,
+        0,
+        8,
+    );
+    let l = choose_in(&t, &mut p);
+    assert_eq!(p.cost_model, m);
+    // Dear steps: one step (direct) instead of the default's recursive doubling.
+    assert_eq!((l.algorithm, l.why), ("direct", "tuner-calibrated"));
+    std::fs::write(&path, "{\"version\": 1}").unwrap();
+    let e = load(lookup(pairs)).err().unwrap();
+    assert!(
+        e.starts_with(&format!(
+            "NEURON_RT_PROXY_TUNE_FILE={value}: missing field `cost_model`"
+        )),
+        "{e}"
+    );
+    std::fs::remove_file(&path).unwrap();
+}

@@ -17,6 +17,7 @@ impl World {
         };
         let mut p = PlanParams::new(self.collective, count, a.dtype, rank, a.ranks);
         p.algorithm = a.algo.into();
+        p.cost_model = a.tuning.model();
         p.op = a.op;
         p.root = a.root;
         p.chunk_bytes = a.chunk;

@@ -53,8 +53,8 @@ fn env_overrides_each_collective_and_names_the_bad_variable() {
                 .map(|(_, v)| v.to_string())
         }
     };
-    assert_eq!(algos_from_env(|_| None), Ok([None; 6]));
-    let got = algos_from_env(env(&[
+    assert_eq!(algos_from_env(&|_| None), Ok([None; 6]));
+    let got = algos_from_env(&env(&[
         ("NEURON_RT_PROXY_ALGO_ALL_REDUCE", "ring"),
         ("NEURON_RT_PROXY_ALGO_BROADCAST", "auto"),
         ("NEURON_RT_PROXY_ALGO_ALL_TO_ALL", "bruck"),
@@ -73,7 +73,7 @@ fn env_overrides_each_collective_and_names_the_bad_variable() {
         ]
     );
     let e: String =
-        algos_from_env(env(&[("NEURON_RT_PROXY_ALGO_REDUCE_SCATTER", "binomial")])).unwrap_err();
+        algos_from_env(&env(&[("NEURON_RT_PROXY_ALGO_REDUCE_SCATTER", "binomial")])).unwrap_err();
     assert!(
         e.starts_with("NEURON_RT_PROXY_ALGO_REDUCE_SCATTER=binomial: binomial does not support"),
         "{e}"

@@ -1,0 +1,109 @@
+//! `--tune FILE` end to end (in process, small sizes, a fixed iteration count: a smoke test of
+//! the calibration's plumbing, not of its numbers): it writes a file that reads back; the
+//! header's `tuner:` line names the file when `NEURON_RT_PROXY_TUNE_FILE` gives it, and why the
+//! algorithm was chosen; a bad file fails the run naming the file and the fault.
+
+use std::process::Command;
+
+use proxy_runtime::tune_file::TuneFile;
+
+const BIN: &str = env!("CARGO_BIN_EXE_proxy-perf");
+
+fn run(extra: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
+    let out = Command::new(BIN)
+        .args(extra)
+        .env_remove("NEURON_RT_PROXY_ALGO_ALL_REDUCE")
+        .envs(env.iter().copied())
+        .output()
+        .expect("run proxy-perf");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn tuner_line(out: &str) -> &str {
+    out.lines()
+        .find(|l| l.starts_with("#  tuner: "))
+        .unwrap_or_else(|| panic!("no tuner line:\n{out}"))
+}
+
+const SWEEP: [&str; 9] = [
+    "all-reduce",
+    "--ranks",
+    "3",
+    "-b",
+    "8",
+    "-e",
+    "4096",
+    "-n",
+    "3",
+];
+
+#[test]
+fn tune_writes_a_file_the_header_then_names() {
+    let dir = std::env::temp_dir();
+    let file = dir.join(format!("proxy-perf-tune-{}.json", std::process::id()));
+    let f = file.to_str().unwrap();
+    let (code, out, err) = run(
+        &[&SWEEP[..], &["-f", "8", "-w", "1", "--tune", f]].concat(),
+        &[("NEURON_RT_PROXY_TUNE_FILE", "")],
+    );
+    assert_eq!(code, 0, "{out}\n{err}");
+    // 4 algorithms × 4 sizes (8, 64, 512, 4096), each against the fitted model.
+    let rows = out
+        .lines()
+        .filter(|l| !l.starts_with('#') && l.trim_end().ends_with('%'))
+        .count();
+    assert_eq!(rows, 16, "{out}");
+    assert!(out.contains("# fitted: α "), "{out}");
+    let t = TuneFile::read(&file).unwrap();
+    assert_eq!(t.samples, 16);
+    assert!(t.measured_on.contains("3 ranks"), "{t:?}");
+
+    let (code, out, err) = run(&SWEEP, &[("NEURON_RT_PROXY_TUNE_FILE", f)]);
+    assert_eq!(code, 0, "{err}");
+    let line = tuner_line(&out);
+    assert!(
+        line.contains(&format!(
+            "cost model from {f} (α {} ns/step",
+            t.cost_model.step_ns
+        )),
+        "{line}"
+    );
+    let calibrated = t.model() != proxy_collectives::planner::tuner::DEFAULT_COST_MODEL;
+    let why = if calibrated {
+        "tuner-calibrated"
+    } else {
+        "tuner"
+    };
+    assert!(line.ends_with(&format!("why={why}")), "{line}");
+
+    let (code, out, _) = run(&SWEEP, &[("NEURON_RT_PROXY_TUNE_FILE", "")]);
+    assert_eq!(code, 0);
+    assert!(tuner_line(&out).contains("cost model default"), "{out}");
+    let (code, out, _) = run(
+        &SWEEP,
+        &[
+            ("NEURON_RT_PROXY_TUNE_FILE", ""),
+            ("NEURON_RT_PROXY_ALGO_ALL_REDUCE", "rabenseifner"),
+        ],
+    );
+    assert_eq!(code, 0);
+    assert!(
+        tuner_line(&out).ends_with("rabenseifner from NEURON_RT_PROXY_ALGO_ALL_REDUCE, why=env"),
+        "{out}"
+    );
+
+    std::fs::write(&file, "{\"version\": 1, \"cost_model\": {\"step_ns\": 1}}").unwrap();
+    let (code, _, err) = run(&SWEEP, &[("NEURON_RT_PROXY_TUNE_FILE", f)]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains(&format!(
+            "NEURON_RT_PROXY_TUNE_FILE={f}: missing field `entry_ns`"
+        )),
+        "{err}"
+    );
+    std::fs::remove_file(&file).unwrap();
+}
