@@ -30,7 +30,7 @@ use proxy_collectives::planner::{Algorithm, Collective, CollectiveLabel, PlanPar
 use proxy_core::base::status::NrtStatus;
 use proxy_runtime::tune_file::Tuning;
 
-use crate::plan::pick;
+use crate::plan::{pick, ALGORITHMS};
 
 /// One collective's override and where it came from (`env` or `api`, the label's `why`).
 type Entry = Option<(Algorithm, &'static str)>;
@@ -54,6 +54,14 @@ static TABLE: Mutex<Option<Result<Table, String>>> = Mutex::new(None);
 /// The first bad variable's message, or the calibration file's.
 fn load(lookup: impl Fn(&str) -> Option<String>) -> Result<Table, String> {
     let algos = algos_from_env(&lookup)?.map(|o| o.map(|a| (a, "env")));
+    if let Some(c) =
+        (0..algos.len()).find(|&i| matches!(algos[i], Some((a, _)) if !ALGORITHMS.contains(&a)))
+    {
+        return Err(format!(
+            "{}=hierarchical: the C API takes no host map yet (use proxy-perf --hosts)",
+            proxy_collectives::planner::tuner::algo_env_var(Collective::ALL[c])
+        ));
+    }
     let tuning = Tuning::from_lookup(&lookup)?;
     log::info!("planner: {}", tuning.describe());
     Ok(Table { algos, tuning })
@@ -117,7 +125,7 @@ fn choose_in(t: &Table, p: &mut PlanParams) -> CollectiveLabel {
 pub unsafe extern "C" fn nrt_proxy_algorithm_set(collective: u32, algorithm: u32) -> NRT_STATUS {
     entry!(WHAT = "nrt_proxy_algorithm_set", {
         let c = pick(WHAT, "collective", &Collective::ALL, collective)?;
-        let a = pick(WHAT, "algorithm", &Algorithm::ALL, algorithm)?;
+        let a = pick(WHAT, "algorithm", &ALGORITHMS, algorithm)?;
         if !a.supports(c) {
             return bad(
                 WHAT,
@@ -156,10 +164,7 @@ pub unsafe extern "C" fn nrt_proxy_algorithm_get(
         let a = with_table(WHAT, |t| {
             t.algos[index(c)].map_or(Algorithm::Auto, |(a, _)| a)
         })?;
-        *out = Algorithm::ALL
-            .iter()
-            .position(|&x| x == a)
-            .unwrap_or_default() as u32;
+        *out = ALGORITHMS.iter().position(|&x| x == a).unwrap_or_default() as u32;
         Ok(())
     })
 }

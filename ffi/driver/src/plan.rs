@@ -82,8 +82,18 @@ pub(crate) fn pick<T: Copy>(what: &str, name: &str, all: &[T], v: u32) -> Result
     }
 }
 
-/// The algorithms in the order of `NRT_PROXY_ALGO_*`.
-const ALGORITHMS: [Algorithm; 9] = Algorithm::ALL;
+/// The algorithms in the order of `NRT_PROXY_ALGO_*`: the planner's list but the hierarchical
+/// all-reduce, which needs a host map that `nrt_proxy_plan_params_t` does not carry yet.
+pub(crate) const ALGORITHMS: [Algorithm; 9] = {
+    let mut a = [Algorithm::Auto; 9];
+    let mut i = 0;
+    while i < 9 {
+        a[i] = Algorithm::ALL[i];
+        i += 1;
+    }
+    a
+};
+const _: () = assert!(matches!(Algorithm::ALL[9], Algorithm::Hierarchical));
 
 fn flag(what: &str, name: &str, v: u32) -> Result<bool, NrtStatus> {
     match v {

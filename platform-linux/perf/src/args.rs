@@ -2,7 +2,7 @@
 
 use clap::{Parser, ValueEnum};
 use proxy_collectives::planner::{
-    tuner, Algorithm, Collective, DataType, RedOp, DEFAULT_CHUNK_BYTES,
+    tuner, Algorithm, Collective, DataType, HostMap, RedOp, DEFAULT_CHUNK_BYTES,
 };
 
 /// The collective, as named on the command line.
@@ -89,6 +89,9 @@ pub enum AlgoArg {
     Binomial,
     /// Scatter down the binomial tree, then all-gather around the ring (broadcast).
     ScatterAllgather,
+    /// All-reduce over hosts (`--hosts`): reduce to each host's leader, all-reduce among the
+    /// leaders, broadcast inside each host.
+    Hierarchical,
 }
 
 impl From<AlgoArg> for Algorithm {
@@ -103,8 +106,30 @@ impl From<AlgoArg> for Algorithm {
             AlgoArg::Bruck => Algorithm::Bruck,
             AlgoArg::Binomial => Algorithm::Binomial,
             AlgoArg::ScatterAllgather => Algorithm::ScatterAllgather,
+            AlgoArg::Hierarchical => Algorithm::Hierarchical,
         }
     }
+}
+
+/// `--hosts`: ranks per host.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HostsArg(pub HostMap);
+
+/// Parses `--hosts` (`4,4`, `3,1,2`).
+///
+/// # Errors
+/// A message for an empty list, a count that is not a positive number, or too many hosts.
+pub fn parse_hosts(s: &str) -> Result<HostsArg, String> {
+    let sizes = s
+        .split(',')
+        .map(|x| x.trim().parse::<u32>().map_err(|e| format!("{x:?}: {e}")))
+        .collect::<Result<Vec<_>, _>>()?;
+    HostMap::new(&sizes).map(HostsArg).ok_or_else(|| {
+        format!(
+            "{s}: ranks per host, each at least 1, at most {} hosts",
+            proxy_collectives::planner::MAX_HOSTS
+        )
+    })
 }
 
 /// Parses a byte size with an optional K/M/G suffix (powers of 1024; `B` / `iB` accepted).
@@ -351,6 +376,12 @@ pub struct Args {
     /// names the algorithm of that collective instead.
     #[arg(long, value_enum, default_value_t = AlgoArg::Auto)]
     pub algo: AlgoArg,
+    /// Ranks per host, comma-separated (`--hosts 4,4` or uneven `3,1,2`; they add up to
+    /// `--ranks`; ranks numbered host by host): the host map of the hierarchical all-reduce and
+    /// of the tuner, which then costs the flat algorithms at the inter-host constants and may
+    /// pick `hierarchical`. In process the hosts are pretend (the same memory), for testing.
+    #[arg(long, value_name = "N,N,...", value_parser = parse_hosts)]
+    pub hosts: Option<HostsArg>,
     /// Largest FIFO entry (pipeline chunk) in bytes.
     #[arg(long, default_value_t = DEFAULT_CHUNK_BYTES, value_parser = parse_size)]
     pub chunk: u64,
@@ -545,7 +576,18 @@ impl Args {
         } else {
             format!("{} (--algo), why=asked", a.name())
         };
-        format!("{}; algorithm: {how}", self.tuning.describe())
+        let hosts = match &self.hosts {
+            Some(HostsArg(m)) => format!(
+                "; hosts {} (ranks per host)",
+                m.sizes()
+                    .iter()
+                    .map(u32::to_string)
+                    .collect::<Vec<_>>()
+                    .join(",")
+            ),
+            None => String::new(),
+        };
+        format!("{}; algorithm: {how}{hosts}", self.tuning.describe())
     }
 
     /// The protocol options for the header: `streams 1 blocks 1 early-recv off early-send off

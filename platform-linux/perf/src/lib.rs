@@ -89,6 +89,15 @@ fn run_inner(args: &Args) -> Result<i32, String> {
             proxy_core::progress::mem_transport::MAX_FABRIC_RANKS
         ));
     }
+    if let Some(h) = &args.hosts {
+        if h.0.ranks() != u64::from(args.ranks) {
+            return Err(format!(
+                "--hosts adds up to {} ranks, --ranks is {}",
+                h.0.ranks(),
+                args.ranks
+            ));
+        }
+    }
     if args.root >= args.ranks {
         return Err(format!(
             "--root {} is not a rank (ranks {})",

@@ -107,3 +107,57 @@ fn tune_writes_a_file_the_header_then_names() {
     );
     std::fs::remove_file(&file).unwrap();
 }
+
+/// `--hosts`: the hierarchical all-reduce over an uneven pretend host map, every value
+/// checked, the header naming the map; a map that is not `--ranks` ranks is refused.
+#[test]
+fn hosts_run_the_hierarchical_all_reduce() {
+    let (code, out, err) = run(
+        &[
+            "all-reduce",
+            "--ranks",
+            "6",
+            "--hosts",
+            "4,2",
+            "--algo",
+            "hierarchical",
+            "-b",
+            "8",
+            "-e",
+            "4096",
+            "-f",
+            "8",
+            "-n",
+            "3",
+        ],
+        &[("NEURON_RT_PROXY_TUNE_FILE", "")],
+    );
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(
+        tuner_line(&out).ends_with("hosts 4,2 (ranks per host)"),
+        "{out}"
+    );
+    assert!(
+        out.contains("# Algorithm by size (B)  : hierarchical 8..4096"),
+        "{out}"
+    );
+    let (code, _, err) = run(
+        &[
+            "all-reduce",
+            "--ranks",
+            "6",
+            "--hosts",
+            "4,1",
+            "-b",
+            "8",
+            "-e",
+            "8",
+        ],
+        &[],
+    );
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("--hosts adds up to 5 ranks, --ranks is 6"),
+        "{err}"
+    );
+}

@@ -289,15 +289,82 @@ pub fn cost(
     split: bool,
     m: &CostModel,
 ) -> Option<u64> {
+    if algorithm == Algorithm::Hierarchical && algorithm.supports(c) {
+        // Without a host map every rank is its own host: the best flat algorithm.
+        return candidates(c)
+            .iter()
+            .filter_map(|&a| cost(c, a, bytes, nranks, chunk, split, m))
+            .min();
+    }
     terms(c, algorithm, bytes, nranks, chunk, split).map(|t| t.time_ns(m))
+}
+
+/// The modelled time in nanoseconds of [`Algorithm::Hierarchical`] for `p` (an all-reduce
+/// whose [`PlanParams::hosts`] spans hosts): the largest host's gather to its leader (one step,
+/// its members' vectors received and reduced) and binomial broadcast under
+/// [`PlanParams::cost_model`], plus the leaders' all-reduce under
+/// [`PlanParams::inter_host_model`] (the cheapest flat algorithm for one rank per host).
+pub fn hierarchical_cost(p: &PlanParams) -> u64 {
+    let b = p.bytes();
+    let split = p.streams.saturating_mul(p.blocks) > 1;
+    let s = p.hosts.sizes().iter().copied().max().unwrap_or(1);
+    let h = if p.hosts.is_none() {
+        p.nranks
+    } else {
+        p.hosts.sizes().len() as u32
+    };
+    let chunk = u128::from(p.chunk_bytes.max(1));
+    let ent = u128::from(b).div_ceil(chunk).max(1);
+    let m = u128::from(s.saturating_sub(1));
+    let gather = Terms {
+        steps: u128::from(s > 1),
+        entries: m * ent,
+        sent: 0,
+        reduced: m * u128::from(b),
+    }
+    .time_ns(&p.cost_model);
+    let mut leaders = *p;
+    leaders.nranks = h;
+    leaders.cost_model = p.inter_host_model;
+    let inter = cost(
+        Collective::AllReduce,
+        crate::planner::algos_leaders(&leaders, h),
+        b,
+        h,
+        p.chunk_bytes,
+        split,
+        &p.inter_host_model,
+    )
+    .unwrap_or(0);
+    let bcast = cost(
+        Collective::Broadcast,
+        Algorithm::Binomial,
+        b,
+        s,
+        p.chunk_bytes,
+        split,
+        &p.cost_model,
+    )
+    .unwrap_or(0);
+    gather.saturating_add(inter).saturating_add(bcast)
 }
 
 /// The algorithm [`Algorithm::Auto`] resolves to for `p`: the cheapest of [`candidates`] by
 /// [`cost`] under `p.cost_model`, direct only at or below [`PlanParams::direct_threshold_bytes`]
 /// where a ring exists (the measured crossover where direct loses to ring), the first on a
-/// tie. Send-recv is always direct.
+/// tie. Send-recv is always direct. When an all-reduce's ranks span hosts
+/// ([`crate::planner::HostMap::spans_hosts`]) the flat algorithms are costed under
+/// [`PlanParams::inter_host_model`] (their steps cross hosts) and [`Algorithm::Hierarchical`]
+/// is a candidate too ([`hierarchical_cost`]): it wins where the link between hosts is the
+/// slow one.
 pub fn pick(p: &PlanParams) -> Algorithm {
     let bytes = p.bytes();
+    let spans = p.collective == Collective::AllReduce && p.hosts.spans_hosts();
+    let model = if spans {
+        &p.inter_host_model
+    } else {
+        &p.cost_model
+    };
     let mut best = (u64::MAX, Algorithm::Ring);
     for &a in candidates(p.collective) {
         if a == Algorithm::Direct
@@ -313,12 +380,15 @@ pub fn pick(p: &PlanParams) -> Algorithm {
             p.nranks,
             p.chunk_bytes,
             p.streams.saturating_mul(p.blocks) > 1,
-            &p.cost_model,
+            model,
         ) {
             if t < best.0 {
                 best = (t, a);
             }
         }
+    }
+    if spans && hierarchical_cost(p) < best.0 {
+        return Algorithm::Hierarchical;
     }
     best.1
 }

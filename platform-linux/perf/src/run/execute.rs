@@ -18,6 +18,9 @@ impl World {
         let mut p = PlanParams::new(self.collective, count, a.dtype, rank, a.ranks);
         p.algorithm = a.algo.into();
         p.cost_model = a.tuning.model();
+        if let Some(h) = a.hosts {
+            p.hosts = h.0;
+        }
         p.op = a.op;
         p.root = a.root;
         p.chunk_bytes = a.chunk;

@@ -29,12 +29,12 @@ fn parse_accepts_names_and_refuses_unknown_or_unsupported() {
     assert_eq!(
         parse_algo(c, "V", "tree").unwrap_err(),
         "V=tree: not an algorithm (auto, ring, direct, recursive-doubling, rabenseifner, \
-         recursive-halving, bruck, binomial, scatter-allgather)"
+         recursive-halving, bruck, binomial, scatter-allgather, hierarchical)"
     );
     assert_eq!(
         parse_algo(c, "V", "bruck").unwrap_err(),
         "V=bruck: bruck does not support all-reduce (it does: auto, ring, direct, \
-         recursive-doubling, rabenseifner)"
+         recursive-doubling, rabenseifner, hierarchical)"
     );
     for c in Collective::ALL {
         for a in Algorithm::ALL {
