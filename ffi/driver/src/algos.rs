@@ -101,6 +101,7 @@ pub(crate) fn choose(what: &str, p: &mut PlanParams) -> Result<CollectiveLabel, 
 /// [`choose`] with the table `t`.
 fn choose_in(t: &Table, p: &mut PlanParams) -> CollectiveLabel {
     p.cost_model = t.tuning.model();
+    p.inter_host_model = t.tuning.inter_host_model();
     match t.algos[index(p.collective)] {
         Some((a, why)) if p.algorithm == Algorithm::Auto => {
             p.algorithm = a;

@@ -240,7 +240,7 @@ fn sweep(args: &Args, world: &mut run::World) -> Result<i32, String> {
         }
     };
     print(&report::header(
-        args,
+        world.args(),
         &report::HeaderInfo {
             engine: &engine,
             transport: world.transport_name(),

@@ -8,13 +8,15 @@
 //! {
 //!   "version": 1,
 //!   "cost_model": { "step_ns": 2100, "entry_ns": 950, "byte_ps": 41, "reduce_ps": 30 },
+//!   "inter_host_cost_model": { "step_ns": 30000, "entry_ns": 2000, "byte_ps": 800, "reduce_ps": 30 },
 //!   "measured_on": "proxy-perf --tune: all-reduce, transport mem, 4 ranks, 2 CPUs",
 //!   "samples": 40,
 //!   "rms_relative_error": 0.18
 //! }
 //! ```
 //!
-//! `version` and `cost_model` (all four fields) are required, unknown fields refused; the
+//! `version` and `cost_model` (all four fields) are required, unknown fields refused;
+//! `inter_host_cost_model` is optional (the link between hosts; `cost_model` without it); the
 //! rest describes the fit. Without the variable the planner's defaults
 //! (`DEFAULT_COST_MODEL`) apply. A file that cannot be read or parsed, or holds an absurd
 //! constant, is an error that names the file and what is wrong (never a silent fall-back to
@@ -81,6 +83,12 @@ pub struct TuneFile {
     pub version: u32,
     /// The constants.
     pub cost_model: CostModelJson,
+    /// The constants of a link between hosts (`PlanParams::inter_host_model`: what the flat
+    /// all-reduces pay when ranks span hosts, and the leaders of the hierarchical one);
+    /// optional, `cost_model` when absent. `proxy-perf --tune` measures in process and does
+    /// not write it: fit it from a run across hosts, or write it by hand.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inter_host_cost_model: Option<CostModelJson>,
     /// How and where they were measured (free text).
     #[serde(default)]
     pub measured_on: String,
@@ -98,6 +106,7 @@ impl TuneFile {
         Self {
             version: TUNE_FILE_VERSION,
             cost_model: model.into(),
+            inter_host_cost_model: None,
             measured_on,
             samples,
             rms_relative_error: rms,
@@ -107,6 +116,11 @@ impl TuneFile {
     /// The planner's constants.
     pub fn model(&self) -> CostModel {
         self.cost_model.into()
+    }
+
+    /// The constants between hosts: `inter_host_cost_model`, else [`TuneFile::model`].
+    pub fn inter_host_model(&self) -> CostModel {
+        self.inter_host_cost_model.unwrap_or(self.cost_model).into()
     }
 
     /// Checks the version and the ranges.
@@ -120,15 +134,21 @@ impl TuneFile {
                 self.version
             ));
         }
-        let m = &self.cost_model;
-        for (name, v, max) in [
-            ("step_ns", m.step_ns, MAX_NS),
-            ("entry_ns", m.entry_ns, MAX_NS),
-            ("byte_ps", m.byte_ps, MAX_PS),
-            ("reduce_ps", m.reduce_ps, MAX_PS),
-        ] {
-            if v > max {
-                return Err(format!("cost_model.{name} is {v}, above {max}"));
+        let models = [
+            ("cost_model", Some(&self.cost_model)),
+            ("inter_host_cost_model", self.inter_host_cost_model.as_ref()),
+        ];
+        for (what, m) in models {
+            let Some(m) = m else { continue };
+            for (name, v, max) in [
+                ("step_ns", m.step_ns, MAX_NS),
+                ("entry_ns", m.entry_ns, MAX_NS),
+                ("byte_ps", m.byte_ps, MAX_PS),
+                ("reduce_ps", m.reduce_ps, MAX_PS),
+            ] {
+                if v > max {
+                    return Err(format!("{what}.{name} is {v}, above {max}"));
+                }
             }
         }
         Ok(())
@@ -193,6 +213,15 @@ impl Tuning {
         }
     }
 
+    /// The constants between hosts ([`TuneFile::inter_host_model`]; the defaults without a
+    /// file).
+    pub fn inter_host_model(&self) -> CostModel {
+        match self {
+            Tuning::Default => proxy_collectives::planner::tuner::DEFAULT_COST_MODEL,
+            Tuning::File(_, f) => f.inter_host_model(),
+        }
+    }
+
     /// One line for a header: `cost model default (α 2000 ns, o 1000 ns, β 35 ps/B, γ 35
     /// ps/B)` or `cost model from FILE (...; fit of N samples, rms error E %)`.
     pub fn describe(&self) -> String {
@@ -203,12 +232,22 @@ impl Tuning {
         );
         match self {
             Tuning::Default => format!("cost model default ({consts}; no {TUNE_FILE_ENV})"),
-            Tuning::File(p, f) => format!(
-                "cost model from {} ({consts}; fit of {} samples, rms error {:.0} %)",
-                p.display(),
-                f.samples,
-                f.rms_relative_error * 100.0
-            ),
+            Tuning::File(p, f) => {
+                let inter = match f.inter_host_cost_model {
+                    Some(i) => format!(
+                        "; between hosts α {} ns/step, o {} ns/entry, β {} ps/B sent, γ {} ps/B \
+                         reduced",
+                        i.step_ns, i.entry_ns, i.byte_ps, i.reduce_ps
+                    ),
+                    None => String::new(),
+                };
+                format!(
+                    "cost model from {} ({consts}{inter}; fit of {} samples, rms error {:.0} %)",
+                    p.display(),
+                    f.samples,
+                    f.rms_relative_error * 100.0
+                )
+            }
         }
     }
 

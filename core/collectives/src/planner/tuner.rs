@@ -463,11 +463,12 @@ pub fn algos_from_env(
 
 /// Why [`PlanParams::resolved_algorithm`] is what it is, as [`PlanParams::label`] names it:
 /// `asked` for an algorithm other than [`Algorithm::Auto`]; `tuner` for the cost model with
-/// [`DEFAULT_COST_MODEL`]; `tuner-calibrated` with other constants (a calibration file).
+/// [`DEFAULT_COST_MODEL`] (within and between hosts); `tuner-calibrated` with other constants
+/// (a calibration file).
 pub fn why(p: &PlanParams) -> &'static str {
     if p.algorithm != Algorithm::Auto {
         "asked"
-    } else if p.cost_model == DEFAULT_COST_MODEL {
+    } else if p.cost_model == DEFAULT_COST_MODEL && p.inter_host_model == DEFAULT_COST_MODEL {
         "tuner"
     } else {
         "tuner-calibrated"

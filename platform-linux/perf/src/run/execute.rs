@@ -18,6 +18,7 @@ impl World {
         let mut p = PlanParams::new(self.collective, count, a.dtype, rank, a.ranks);
         p.algorithm = a.algo.into();
         p.cost_model = a.tuning.model();
+        p.inter_host_model = a.tuning.inter_host_model();
         if let Some(h) = a.hosts {
             p.hosts = h.0;
         }

@@ -581,6 +581,7 @@ mod device;
 mod execute;
 mod inject;
 mod setup;
+pub use setup::host_map_of;
 
 use self::device::*;
 use self::inject::*;

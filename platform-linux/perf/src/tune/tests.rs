@@ -100,3 +100,20 @@ fn the_tuners_choice_follows_the_constants() {
     };
     assert_ne!(pick(d, 8, 64 << 10), pick(dear_bytes, 8, 64 << 10));
 }
+
+/// The bootstrap's host identities become a host map when each host's ranks are contiguous
+/// and there are two hosts or more.
+#[test]
+fn host_maps_from_host_identities() {
+    use crate::run::host_map_of;
+    let id = |s: &str| s.as_bytes().to_vec();
+    let m = host_map_of(&[id("a"), id("a"), id("b"), id("c"), id("c"), id("c")]).unwrap();
+    assert_eq!(m.sizes(), [2, 1, 3]);
+    assert_eq!(host_map_of(&[id("a"), id("a")]), None, "one host");
+    assert_eq!(
+        host_map_of(&[id("a"), id("b"), id("a")]),
+        None,
+        "not contiguous"
+    );
+    assert_eq!(host_map_of(&[]), None);
+}

@@ -33,6 +33,35 @@ fn a_file_round_trips() {
         t.describe()
     );
     assert!(!p.with_extension("json.tmp").exists());
+    assert_eq!(t.inter_host_model(), m, "no inter-host model: the host's");
+    // With an inter-host model: read back, described, range-checked.
+    let slow = CostModel {
+        step_ns: 30_000,
+        entry_ns: 2_000,
+        byte_ps: 800,
+        reduce_ps: 30,
+    };
+    let mut f2 = f.clone();
+    f2.inter_host_cost_model = Some(slow.into());
+    f2.write(&p).unwrap();
+    let t = Tuning::from_lookup(&|_| Some(p.display().to_string())).unwrap();
+    assert_eq!((t.model(), t.inter_host_model()), (m, slow));
+    assert!(
+        t.describe().contains("between hosts α 30000 ns/step"),
+        "{}",
+        t.describe()
+    );
+    f2.inter_host_cost_model = Some(CostModelJson {
+        step_ns: MAX_NS + 1,
+        ..slow.into()
+    });
+    assert_eq!(
+        f2.check().unwrap_err(),
+        format!(
+            "inter_host_cost_model.step_ns is {}, above {MAX_NS}",
+            MAX_NS + 1
+        )
+    );
     std::fs::remove_file(&p).unwrap();
 }
 
