@@ -77,11 +77,14 @@ fn every_leaders_algorithm() {
     for m in models {
         for sizes in [&[2u32, 1, 2, 2, 1][..], &[3, 3, 2, 3]] {
             for count in [3u64, 301] {
-                let mut p = hier(sizes, count, DataType::F32);
-                p.chunk_bytes = 64;
-                p.inter_host_model = m;
-                seen.push(crate::planner::algos_leaders(&p, sizes.len() as u32));
-                check(p, count + 3);
+                for in_place in [false, true] {
+                    let mut p = hier(sizes, count, DataType::F32);
+                    p.chunk_bytes = 64;
+                    p.in_place = in_place;
+                    p.inter_host_model = m;
+                    seen.push(crate::planner::algos_leaders(&p, sizes.len() as u32));
+                    check(p, count + 3);
+                }
             }
         }
     }
