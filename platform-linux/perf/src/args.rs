@@ -511,6 +511,17 @@ pub struct Args {
     /// docs/runtime-authors.md).
     #[arg(long, value_name = "FILE")]
     pub tune: Option<std::path::PathBuf>,
+    /// Cost against the number of ranks instead of the size sweep: the collective at `-b`
+    /// bytes on each of these rank counts (in process), one row per count (time out of place
+    /// and in place, the algorithm, the tuner's modelled time); with `--plot`, time against
+    /// ranks, log-log, with `--compare-ranks` lines over it.
+    #[arg(long, value_name = "N,N,...", value_delimiter = ',')]
+    pub ranks_sweep: Vec<u32>,
+    /// With `--ranks-sweep --plot`: another run's time against ranks, a text file of
+    /// `ranks time_us` lines (`#` comments; the label is the file's name without extension),
+    /// e.g. Open MPI's; repeat for several.
+    #[arg(long, value_name = "FILE", requires = "ranks_sweep")]
+    pub compare_ranks: Vec<std::path::PathBuf>,
     /// The tuner's constants: `NEURON_RT_PROXY_TUNE_FILE`'s, else the defaults
     /// ([`Args::apply_tune_env`]).
     #[arg(skip)]

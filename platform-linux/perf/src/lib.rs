@@ -25,6 +25,7 @@ pub mod engine;
 #[cfg(feature = "libfabric")]
 pub mod launch;
 pub mod plot;
+pub mod ranks_sweep;
 pub mod report;
 pub mod run;
 pub mod trace;
@@ -151,6 +152,9 @@ fn run_inner(args: &Args) -> Result<i32, String> {
     }
     if let Some(file) = &args.tune {
         return tune::run(args, file);
+    }
+    if !args.ranks_sweep.is_empty() {
+        return ranks_sweep::run(args);
     }
     match args.transport {
         TransportArg::Mem => {

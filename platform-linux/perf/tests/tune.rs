@@ -1,4 +1,4 @@
-//! `--tune FILE` end to end (in process, small sizes, a fixed iteration count: a smoke test of
+//! `--tune FILE`, `--hosts` and `--ranks-sweep` end to end (in process, small sizes, a fixed iteration count: a smoke test of
 //! the calibration's plumbing, not of its numbers): it writes a file that reads back; the
 //! header's `tuner:` line names the file when `NEURON_RT_PROXY_TUNE_FILE` gives it, and why the
 //! algorithm was chosen; a bad file fails the run naming the file and the fault.
@@ -160,4 +160,64 @@ fn hosts_run_the_hierarchical_all_reduce() {
         err.contains("--hosts adds up to 5 ranks, --ranks is 6"),
         "{err}"
     );
+}
+
+/// `--ranks-sweep`: one row per rank count with the tuner's modelled time, every value
+/// checked; `--plot` draws time against ranks with `--compare-ranks` lines; a bad compare
+/// file is refused naming its line.
+#[test]
+fn ranks_sweep_table_and_plot() {
+    let dir = std::env::temp_dir();
+    let svg = dir.join(format!("proxy-perf-ranks-{}.svg", std::process::id()));
+    let other = dir.join(format!("proxy-perf-ranks-{}-other.txt", std::process::id()));
+    std::fs::write(&other, "# another run\n2 0.5\n3 1.5\n").unwrap();
+    let (code, out, err) = run(
+        &[
+            "all-reduce",
+            "--ranks-sweep",
+            "2,3",
+            "-b",
+            "8",
+            "-n",
+            "3",
+            "--plot",
+            svg.to_str().unwrap(),
+            "--compare-ranks",
+            other.to_str().unwrap(),
+        ],
+        &[("NEURON_RT_PROXY_TUNE_FILE", "")],
+    );
+    assert_eq!(code, 0, "{out}\n{err}");
+    let rows: Vec<Vec<&str>> = out
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(rows.len(), 2, "{out}");
+    for (r, n) in rows.iter().zip(["2", "3"]) {
+        assert_eq!((r.len(), r[0], r[5]), (6, n, "0"), "{r:?}");
+        assert!(r[4].parse::<f64>().unwrap() > 0.0, "modelled time: {r:?}");
+    }
+    let text = std::fs::read_to_string(&svg).unwrap();
+    assert!(
+        text.contains("<svg") && text.contains("against ranks"),
+        "{text}"
+    );
+    assert!(text.contains(&format!("proxy-perf-ranks-{}-other", std::process::id())));
+    std::fs::write(&other, "2 fast\n").unwrap();
+    let (code, _, err) = run(
+        &[
+            "all-reduce",
+            "--ranks-sweep",
+            "2",
+            "--compare-ranks",
+            other.to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains(":1: want `ranks time_us`"), "{err}");
+    for f in [svg, other] {
+        std::fs::remove_file(f).unwrap();
+    }
 }

@@ -5,6 +5,11 @@
 use super::*;
 
 impl World {
+    /// Rank 0's plan parameters of `size`, out of place (before the algorithm is resolved).
+    pub fn params_for(&self, size: u64) -> PlanParams {
+        self.params(size, 0, false)
+    }
+
     pub(super) fn params(&self, size: u64, rank: u32, in_place: bool) -> PlanParams {
         let a = &self.args;
         let elt = a.dtype.size() as u64;
