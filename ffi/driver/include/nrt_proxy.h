@@ -39,7 +39,8 @@
  * Minor version: additions that keep every older call and layout valid (1: the planner,
  * `nrt_proxy_plan_*`; 2: the host device, `nrt_proxy_host_device_*`; 3: the mode rule,
  * `nrt_proxy_mode_advice`; 4: the process-wide algorithm per collective,
- * `nrt_proxy_algorithm_set` / `nrt_proxy_algorithm_get`, and `nrt_proxy_submit_plan`).
+ * `nrt_proxy_algorithm_set` / `nrt_proxy_algorithm_get`, `nrt_proxy_submit_plan`, the host
+ * map `nrt_proxy_plan_create_hosts` and `NRT_PROXY_ALGO_HIERARCHICAL`).
  */
 #define NRT_PROXY_ABI_VERSION_MINOR 4
 
@@ -206,6 +207,13 @@
  * `algorithm`: scatter down the binomial tree, then all-gather around the ring (broadcast).
  */
 #define NRT_PROXY_ALGO_SCATTER_ALLGATHER 8
+
+/**
+ * `algorithm`: hierarchical all-reduce over the plan's host map (`nrt_proxy_plan_create_hosts`;
+ * ABI 1.4): reduce to each host's first rank, all-reduce among those, broadcast inside each
+ * host. Without a host map: the best flat all-reduce.
+ */
+#define NRT_PROXY_ALGO_HIERARCHICAL 9
 
 /**
  * `dtype`: IEEE binary32.
@@ -1628,6 +1636,28 @@ NRT_STATUS nrt_proxy_plan_params_init(struct nrt_proxy_plan_params_t *params);
  */
 NRT_STATUS nrt_proxy_plan_create(const struct nrt_proxy_plan_params_t *params,
                                  struct nrt_proxy_plan_t **out);
+
+/**
+ * As `nrt_proxy_plan_create`, with the ranks' host map: host `h` holds the
+ * `ranks_per_host[h]` ranks after those of hosts `0..h` (ranks numbered host by host; the
+ * counts may differ and add up to `nranks`; at most 64 hosts). The hierarchical all-reduce
+ * (`NRT_PROXY_ALGO_HIERARCHICAL`) runs over it, and with `NRT_PROXY_ALGO_AUTO` the tuner costs
+ * the flat algorithms at the calibration file's inter-host constants
+ * (`NEURON_RT_PROXY_TUNE_FILE`, `inter_host_cost_model`) and picks the hierarchical one where
+ * the link between hosts is the slow one. `n_hosts` 0 (and `ranks_per_host` NULL): no map,
+ * as `nrt_proxy_plan_create`. Every rank passes the same map.
+ *
+ * Returns as `nrt_proxy_plan_create`, and `NRT_INVALID` for a NULL `ranks_per_host` with
+ * `n_hosts` above 0, more than 64 hosts, a host of 0 ranks, or counts that do not add up to
+ * `nranks`.
+ *
+ * # Safety
+ * As `nrt_proxy_plan_create`; `ranks_per_host` NULL or readable for `n_hosts` elements.
+ */
+NRT_STATUS nrt_proxy_plan_create_hosts(const struct nrt_proxy_plan_params_t *params,
+                                       const uint32_t *ranks_per_host,
+                                       size_t n_hosts,
+                                       struct nrt_proxy_plan_t **out);
 
 /**
  * Destroys a plan. FIFOs already written from it (and tasks submitted with them) are not

@@ -54,14 +54,6 @@ static TABLE: Mutex<Option<Result<Table, String>>> = Mutex::new(None);
 /// The first bad variable's message, or the calibration file's.
 fn load(lookup: impl Fn(&str) -> Option<String>) -> Result<Table, String> {
     let algos = algos_from_env(&lookup)?.map(|o| o.map(|a| (a, "env")));
-    if let Some(c) =
-        (0..algos.len()).find(|&i| matches!(algos[i], Some((a, _)) if !ALGORITHMS.contains(&a)))
-    {
-        return Err(format!(
-            "{}=hierarchical: the C API takes no host map yet (use proxy-perf --hosts)",
-            proxy_collectives::planner::tuner::algo_env_var(Collective::ALL[c])
-        ));
-    }
     let tuning = Tuning::from_lookup(&lookup)?;
     log::info!("planner: {}", tuning.describe());
     Ok(Table { algos, tuning })

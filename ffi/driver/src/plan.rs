@@ -21,13 +21,14 @@ use std::sync::Arc;
 
 use proxy_abi::NRT_STATUS;
 use proxy_collectives::planner::{
-    plan_blocks, Algorithm, BlockPlans, Buf, Collective, CollectiveLabel, DataType, Instr, Loc,
-    NecOptions, PlanParams, RedOp, Side, DEFAULT_CHUNK_BYTES, DEFAULT_PIPELINE_DEPTH, WORDS_PER_OP,
+    plan_blocks, Algorithm, BlockPlans, Buf, Collective, CollectiveLabel, DataType, HostMap, Instr,
+    Loc, NecOptions, PlanParams, RedOp, Side, DEFAULT_CHUNK_BYTES, DEFAULT_PIPELINE_DEPTH,
+    MAX_HOSTS, WORDS_PER_OP,
 };
 use proxy_core::base::desc::{NetDestAddr, NetOpInfo, NetSrcAddr, MAX_ENTRIES_PER_OP};
 use proxy_core::base::status::NrtStatus;
 
-use proxy_abi::boundary::{bad, c_handle_out, c_in, c_out, insert_live};
+use proxy_abi::boundary::{bad, c_handle_out, c_in, c_out, c_slice, insert_live};
 use proxy_abi::entry;
 
 use crate::types::*;
@@ -82,18 +83,8 @@ pub(crate) fn pick<T: Copy>(what: &str, name: &str, all: &[T], v: u32) -> Result
     }
 }
 
-/// The algorithms in the order of `NRT_PROXY_ALGO_*`: the planner's list but the hierarchical
-/// all-reduce, which needs a host map that `nrt_proxy_plan_params_t` does not carry yet.
-pub(crate) const ALGORITHMS: [Algorithm; 9] = {
-    let mut a = [Algorithm::Auto; 9];
-    let mut i = 0;
-    while i < 9 {
-        a[i] = Algorithm::ALL[i];
-        i += 1;
-    }
-    a
-};
-const _: () = assert!(matches!(Algorithm::ALL[9], Algorithm::Hierarchical));
+/// The algorithms in the order of `NRT_PROXY_ALGO_*`.
+pub(crate) const ALGORITHMS: [Algorithm; 10] = Algorithm::ALL;
 
 fn flag(what: &str, name: &str, v: u32) -> Result<bool, NrtStatus> {
     match v {
@@ -237,12 +228,63 @@ pub unsafe extern "C" fn nrt_proxy_plan_create(
         // SAFETY: `out`: the C caller's pointer, valid or NULL by this function's contract.
         let out = unsafe { c_handle_out(WHAT, out) }?;
         // SAFETY: `params`: the C caller's pointer, valid or NULL by this function's contract.
+        let p = self::params(WHAT, unsafe { c_in(WHAT, "params", params) }?)?;
+        create(WHAT, p, out)
+    })
+}
+
+/// The body of the two creates: overrides, planning, the handle.
+fn create(what: &str, mut p: PlanParams, out: &mut *mut NrtProxyPlan) -> Result<(), NrtStatus> {
+    too_many_entries(what, &p)?;
+    let label = crate::algos::choose(what, &mut p)?;
+    let plans = plan_blocks(&p).or_else(|e| bad(what, format_args!("{e}")))?;
+    *out = insert_live(what, "plan", &PLANS, Arc::new(Planned { plans, label }))?;
+    Ok(())
+}
+
+/// As `nrt_proxy_plan_create`, with the ranks' host map: host `h` holds the
+/// `ranks_per_host[h]` ranks after those of hosts `0..h` (ranks numbered host by host; the
+/// counts may differ and add up to `nranks`; at most 64 hosts). The hierarchical all-reduce
+/// (`NRT_PROXY_ALGO_HIERARCHICAL`) runs over it, and with `NRT_PROXY_ALGO_AUTO` the tuner costs
+/// the flat algorithms at the calibration file's inter-host constants
+/// (`NEURON_RT_PROXY_TUNE_FILE`, `inter_host_cost_model`) and picks the hierarchical one where
+/// the link between hosts is the slow one. `n_hosts` 0 (and `ranks_per_host` NULL): no map,
+/// as `nrt_proxy_plan_create`. Every rank passes the same map.
+///
+/// Returns as `nrt_proxy_plan_create`, and `NRT_INVALID` for a NULL `ranks_per_host` with
+/// `n_hosts` above 0, more than 64 hosts, a host of 0 ranks, or counts that do not add up to
+/// `nranks`.
+///
+/// # Safety
+/// As `nrt_proxy_plan_create`; `ranks_per_host` NULL or readable for `n_hosts` elements.
+#[no_mangle]
+pub unsafe extern "C" fn nrt_proxy_plan_create_hosts(
+    params: *const NrtProxyPlanParams,
+    ranks_per_host: *const u32,
+    n_hosts: usize,
+    out: *mut *mut NrtProxyPlan,
+) -> NRT_STATUS {
+    entry!(WHAT = "nrt_proxy_plan_create_hosts", {
+        // SAFETY: `out`: the C caller's pointer, valid or NULL by this function's contract.
+        let out = unsafe { c_handle_out(WHAT, out) }?;
+        // SAFETY: `params`: the C caller's pointer, valid or NULL by this function's contract.
         let mut p = self::params(WHAT, unsafe { c_in(WHAT, "params", params) }?)?;
-        too_many_entries(WHAT, &p)?;
-        let label = crate::algos::choose(WHAT, &mut p)?;
-        let plans = plan_blocks(&p).or_else(|e| bad(WHAT, format_args!("{e}")))?;
-        *out = insert_live(WHAT, "plan", &PLANS, Arc::new(Planned { plans, label }))?;
-        Ok(())
+        if n_hosts > 0 {
+            // SAFETY: the caller's contract (readable for `n_hosts` elements).
+            let sizes = unsafe { c_slice(WHAT, "ranks_per_host", ranks_per_host, n_hosts) }?;
+            p.hosts = HostMap::new(sizes).map_or_else(
+                || {
+                    bad(
+                        WHAT,
+                        format_args!(
+                            "ranks_per_host: {n_hosts} hosts (1..={MAX_HOSTS}), each of 1 rank or more"
+                        ),
+                    )
+                },
+                Ok,
+            )?;
+        }
+        create(WHAT, p, out)
     })
 }
 

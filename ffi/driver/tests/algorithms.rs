@@ -87,7 +87,7 @@ fn set_get_clear_and_refusals() {
     expect!(NRT_INVALID, nrt_proxy_algorithm_set(6, NRT_PROXY_ALGO_RING));
     expect!(
         NRT_INVALID,
-        nrt_proxy_algorithm_set(NRT_PROXY_COLL_ALL_REDUCE, 9)
+        nrt_proxy_algorithm_set(NRT_PROXY_COLL_ALL_REDUCE, 10)
     );
     expect!(
         NRT_INVALID,
@@ -397,6 +397,88 @@ fn child_tune_file_bad() {
         nrt_proxy_plan_create(&params(NRT_PROXY_ALGO_AUTO), &mut plan)
     );
     assert!(plan.is_null());
+}
+
+/// The algorithm a plan with `params` and host map `hosts` resolves to.
+fn resolved_hosts(p: &NrtProxyPlanParams, hosts: &[u32]) -> u32 {
+    let mut plan = ptr::null_mut();
+    expect!(
+        NRT_SUCCESS,
+        nrt_proxy_plan_create_hosts(p, hosts.as_ptr(), hosts.len(), &mut plan)
+    );
+    let a = layout(plan).algorithm;
+    expect!(NRT_SUCCESS, nrt_proxy_plan_destroy(plan));
+    a
+}
+
+/// `nrt_proxy_plan_create_hosts`: the hierarchical all-reduce over a host map, its refusals;
+/// without a calibration file the tuner keeps a flat algorithm for 8 B on 4 + 4 ranks.
+#[test]
+fn host_maps_through_c() {
+    let _s = serial();
+    if std::env::vars().any(|(k, _)| k.starts_with("NEURON_RT_PROXY_")) {
+        eprintln!("skipped: NEURON_RT_PROXY_* set in the environment");
+        return;
+    }
+    let mut p = params(NRT_PROXY_ALGO_HIERARCHICAL);
+    p.nranks = 4;
+    p.rank = 3;
+    assert_eq!(resolved_hosts(&p, &[2, 2]), NRT_PROXY_ALGO_HIERARCHICAL);
+    assert_eq!(resolved_hosts(&p, &[1, 3]), NRT_PROXY_ALGO_HIERARCHICAL);
+    assert_eq!(
+        resolved_hosts(&p, &[]),
+        NRT_PROXY_ALGO_HIERARCHICAL,
+        "no map: flat inside"
+    );
+    let mut plan = ptr::null_mut();
+    for (hosts, n) in [
+        (ptr::null::<u32>(), 2usize),
+        ([2u32, 0].as_ptr(), 2),
+        ([2u32, 3].as_ptr(), 2),
+        ([1u32; 65].as_ptr(), 65),
+    ] {
+        expect!(
+            NRT_INVALID,
+            nrt_proxy_plan_create_hosts(&p, hosts, n, &mut plan)
+        );
+        assert!(plan.is_null());
+    }
+    let mut auto = params(NRT_PROXY_ALGO_AUTO);
+    auto.nranks = 8;
+    auto.count = 2;
+    assert_ne!(resolved_hosts(&auto, &[4, 4]), NRT_PROXY_ALGO_HIERARCHICAL);
+}
+
+#[test]
+fn a_slow_link_between_hosts_in_the_calibration_file_picks_hierarchical() {
+    let _s = serial();
+    let file =
+        std::env::temp_dir().join(format!("nrt-proxy-tune-hosts-{}.json", std::process::id()));
+    std::fs::write(
+        &file,
+        r#"{"version": 1,
+            "cost_model": {"step_ns": 2000, "entry_ns": 1000, "byte_ps": 35, "reduce_ps": 35},
+            "inter_host_cost_model": {"step_ns": 30000, "entry_ns": 2000, "byte_ps": 800, "reduce_ps": 35}}"#,
+    )
+    .unwrap();
+    run_child(
+        "child_tune_file_hosts",
+        &[("NEURON_RT_PROXY_TUNE_FILE", file.to_str().unwrap())],
+    );
+    std::fs::remove_file(&file).unwrap();
+}
+
+#[test]
+fn child_tune_file_hosts() {
+    if !child() {
+        return;
+    }
+    let mut auto = params(NRT_PROXY_ALGO_AUTO);
+    auto.nranks = 8;
+    auto.count = 2;
+    assert_eq!(resolved_hosts(&auto, &[4, 4]), NRT_PROXY_ALGO_HIERARCHICAL);
+    // Without the map the ranks do not span hosts: flat.
+    assert_ne!(resolved(&auto), NRT_PROXY_ALGO_HIERARCHICAL);
 }
 
 fn child() -> bool {

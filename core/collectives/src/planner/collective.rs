@@ -146,7 +146,7 @@ pub enum Algorithm {
 
 impl Algorithm {
     /// Every algorithm, [`Algorithm::Auto`] first (the order of the C API's
-    /// `NRT_PROXY_ALGO_*`, which has the first nine: the C API takes no host map yet).
+    /// `NRT_PROXY_ALGO_*`).
     pub const ALL: [Algorithm; 10] = [
         Algorithm::Auto,
         Algorithm::Ring,

@@ -115,16 +115,3 @@ fn a_calibration_file_gives_auto_plans_its_constants() {
     );
     std::fs::remove_file(&path).unwrap();
 }
-
-#[test]
-fn hierarchical_is_refused_without_a_host_map() {
-    let e = load(lookup(&[(
-        "NEURON_RT_PROXY_ALGO_ALL_REDUCE",
-        "hierarchical",
-    )]))
-    .unwrap_err();
-    assert!(
-        e.starts_with("NEURON_RT_PROXY_ALGO_ALL_REDUCE=hierarchical: the C API takes no host map"),
-        "{e}"
-    );
-}
