@@ -145,7 +145,7 @@ pub fn write_ranks_plot(
     let mut chart = ChartBuilder::on(&root)
         .caption(
             format!(
-                "proxy-perf {}: {} per collective against ranks",
+                "proxy-perf {}: {} B per collective against ranks",
                 c.name(),
                 human_bytes(size as f64)
             ),
