@@ -38,7 +38,10 @@
 /**
  * Minor version: additions that keep every older call and layout valid (1: the planner,
  * `nrt_proxy_plan_*`; 2: the host device, `nrt_proxy_host_device_*`; 3: the mode rule,
- * `nrt_proxy_mode_advice`; 4: the event trace, `nrt_proxy_trace_*`).
+ * `nrt_proxy_mode_advice`; 4: the event trace, `nrt_proxy_trace_*`, and the process-wide
+ * algorithm per collective, `nrt_proxy_algorithm_set` / `nrt_proxy_algorithm_get`,
+ * `nrt_proxy_submit_plan`, the host map `nrt_proxy_plan_create_hosts` and
+ * `NRT_PROXY_ALGO_HIERARCHICAL`).
  */
 #define NRT_PROXY_ABI_VERSION_MINOR 4
 
@@ -205,6 +208,13 @@
  * `algorithm`: scatter down the binomial tree, then all-gather around the ring (broadcast).
  */
 #define NRT_PROXY_ALGO_SCATTER_ALLGATHER 8
+
+/**
+ * `algorithm`: hierarchical all-reduce over the plan's host map (`nrt_proxy_plan_create_hosts`;
+ * ABI 1.4): reduce to each host's first rank, all-reduce among those, broadcast inside each
+ * host. Without a host map: the best flat all-reduce.
+ */
+#define NRT_PROXY_ALGO_HIERARCHICAL 9
 
 /**
  * `dtype`: IEEE binary32.
@@ -1290,6 +1300,22 @@ NRT_STATUS nrt_proxy_submit_network(struct nrt_proxy_comm_t *comm,
                                     const struct nrt_proxy_network_task_t *task);
 
 /**
+ * As `nrt_proxy_submit_network`, for a task whose blocks are `plan`'s FIFOs
+ * (`nrt_proxy_plan_fifos`): the comm's state dump (`nrt_proxy_comm_dump`, the dump signal)
+ * then names, on the task's line, the plan's collective, the algorithm it resolved to and why
+ * (`collective=all-reduce algo=rabenseifner why=tuner`; why: `asked`, `env`, `api`, `tuner`,
+ * `tuner-calibrated`). Only the plan's names are taken; the plan may be destroyed afterwards.
+ *
+ * Returns as `nrt_proxy_submit_network`, and `NRT_INVALID_HANDLE` for a bad plan.
+ *
+ * # Safety
+ * As `nrt_proxy_submit_network`.
+ */
+NRT_STATUS nrt_proxy_submit_plan(struct nrt_proxy_comm_t *comm,
+                                 const struct nrt_proxy_network_task_t *task,
+                                 struct nrt_proxy_plan_t *plan);
+
+/**
  * Submits a barrier task: once its trigger words are written, the comm's ranks meet (the
  * group's in-process barrier, or the barrier between processes); then the leader increments
  * every barrier-done semaphore by 1.
@@ -1674,19 +1700,44 @@ NRT_STATUS nrt_proxy_plan_params_init(struct nrt_proxy_plan_params_t *params);
  * Plans one rank's part of one collective: every non-empty (stream, block) part with its own
  * op tags (the same on every rank), host words and scratch (`plan_blocks` of
  * `proxy-collectives`). Every rank of the collective makes its own plan with the same
- * parameters but `rank`.
+ * parameters but `rank`. With `NRT_PROXY_ALGO_AUTO` the algorithm is the process-wide one of
+ * the collective (`nrt_proxy_algorithm_set`, `NEURON_RT_PROXY_ALGO_<COLL>`) if any, else the
+ * tuner's choice; `nrt_proxy_plan_layout` says which it is.
  *
  * Returns `NRT_SUCCESS` with `*out` the plan; `NRT_INVALID` for a NULL `params` or `out`, a
  * wrong `struct_size`, a value out of range (the log says which: rank / root / nranks,
  * pipeline depth 0, streams outside 1..=4, blocks 0, `nec_credits` above 128, `nec_idx_wrap`
  * 1, a chunk so small an op would need more than 65536 entries, sizes that overflow, too many
- * tags); `NRT_RESOURCE` when too many plans are live (4096). `*out` is NULL on failure.
+ * tags), a bad `NEURON_RT_PROXY_ALGO_*` variable; `NRT_RESOURCE` when too many plans are live
+ * (4096). `*out` is NULL on failure.
  *
  * # Safety
  * `params` NULL or readable; `out` NULL or writable.
  */
 NRT_STATUS nrt_proxy_plan_create(const struct nrt_proxy_plan_params_t *params,
                                  struct nrt_proxy_plan_t **out);
+
+/**
+ * As `nrt_proxy_plan_create`, with the ranks' host map: host `h` holds the
+ * `ranks_per_host[h]` ranks after those of hosts `0..h` (ranks numbered host by host; the
+ * counts may differ and add up to `nranks`; at most 64 hosts). The hierarchical all-reduce
+ * (`NRT_PROXY_ALGO_HIERARCHICAL`) runs over it, and with `NRT_PROXY_ALGO_AUTO` the tuner costs
+ * the flat algorithms at the calibration file's inter-host constants
+ * (`NEURON_RT_PROXY_TUNE_FILE`, `inter_host_cost_model`) and picks the hierarchical one where
+ * the link between hosts is the slow one. `n_hosts` 0 (and `ranks_per_host` NULL): no map,
+ * as `nrt_proxy_plan_create`. Every rank passes the same map.
+ *
+ * Returns as `nrt_proxy_plan_create`, and `NRT_INVALID` for a NULL `ranks_per_host` with
+ * `n_hosts` above 0, more than 64 hosts, a host of 0 ranks, or counts that do not add up to
+ * `nranks`.
+ *
+ * # Safety
+ * As `nrt_proxy_plan_create`; `ranks_per_host` NULL or readable for `n_hosts` elements.
+ */
+NRT_STATUS nrt_proxy_plan_create_hosts(const struct nrt_proxy_plan_params_t *params,
+                                       const uint32_t *ranks_per_host,
+                                       size_t n_hosts,
+                                       struct nrt_proxy_plan_t **out);
 
 /**
  * Destroys a plan. FIFOs already written from it (and tasks submitted with them) are not
@@ -1793,6 +1844,34 @@ NRT_STATUS nrt_proxy_plan_program(struct nrt_proxy_plan_t *plan,
                                   struct nrt_proxy_plan_instr_t *instrs,
                                   size_t cap,
                                   size_t *count);
+
+/**
+ * Sets the algorithm `NRT_PROXY_ALGO_AUTO` plans of `collective` (`NRT_PROXY_COLL_*`) use in
+ * this process from now on (plans made before keep theirs): an `NRT_PROXY_ALGO_*` the
+ * collective supports, or `NRT_PROXY_ALGO_AUTO` to let the tuner choose again. Replaces what
+ * `NEURON_RT_PROXY_ALGO_<COLL>` gave. A plan that names its algorithm keeps it. Any thread.
+ *
+ * Returns `NRT_SUCCESS`; `NRT_INVALID` for a collective or algorithm out of range, an
+ * algorithm the collective does not have (e.g. Bruck for all-reduce; the log names the ones
+ * it has), or a bad `NEURON_RT_PROXY_ALGO_*` variable (nothing changes then).
+ *
+ * # Safety
+ * None beyond the C contract.
+ */
+NRT_STATUS nrt_proxy_algorithm_set(uint32_t collective, uint32_t algorithm);
+
+/**
+ * Writes the algorithm `NRT_PROXY_ALGO_AUTO` plans of `collective` use in this process into
+ * `*algorithm`: the one set (`nrt_proxy_algorithm_set`) or given by
+ * `NEURON_RT_PROXY_ALGO_<COLL>`, else `NRT_PROXY_ALGO_AUTO` (the tuner chooses). Any thread.
+ *
+ * Returns `NRT_SUCCESS`; `NRT_INVALID` for a collective out of range, a NULL or misaligned
+ * `algorithm`, or a bad `NEURON_RT_PROXY_ALGO_*` variable.
+ *
+ * # Safety
+ * `algorithm` NULL or writable.
+ */
+NRT_STATUS nrt_proxy_algorithm_get(uint32_t collective, uint32_t *algorithm);
 
 #ifdef __cplusplus
 }  // extern "C"

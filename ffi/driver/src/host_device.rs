@@ -36,10 +36,10 @@ use proxy_abi::entry;
 use proxy_abi::handles::HandleTable;
 use proxy_abi::{NccomHostWord, NRT_STATUS};
 use proxy_collectives::interpreter::{Device, DevicePoll, Job, JobBlock};
-use proxy_collectives::planner::{Addresses, BlockPlans};
+use proxy_collectives::planner::Addresses;
 use proxy_core::base::status::NrtStatus;
 
-use crate::plan::{check_addresses, plan_of};
+use crate::plan::{check_addresses, plan_of, Planned};
 use crate::types::*;
 use crate::{instance_id, remove_live_retrying};
 
@@ -52,7 +52,7 @@ type Outcome = Result<(), String>;
 
 /// One host device.
 struct HostDevice {
-    plan: Arc<BlockPlans>,
+    plan: Arc<Planned>,
     addrs: Addresses,
     /// The interpreter; shared with the library thread while one runs.
     dev: Arc<Mutex<Device>>,

@@ -83,8 +83,12 @@ mod locate;
 
 pub mod plan;
 
+/// The process-wide algorithm of each collective.
+mod algos;
+
 pub mod types;
 
+pub use algos::*;
 pub use comms::*;
 pub use config::*;
 pub use groups::*;

@@ -21,13 +21,14 @@ use std::sync::Arc;
 
 use proxy_abi::NRT_STATUS;
 use proxy_collectives::planner::{
-    plan_blocks, Algorithm, BlockPlans, Buf, Collective, DataType, Instr, Loc, NecOptions,
-    PlanParams, RedOp, Side, DEFAULT_CHUNK_BYTES, DEFAULT_PIPELINE_DEPTH, WORDS_PER_OP,
+    plan_blocks, Algorithm, BlockPlans, Buf, Collective, CollectiveLabel, DataType, HostMap, Instr,
+    Loc, NecOptions, PlanParams, RedOp, Side, DEFAULT_CHUNK_BYTES, DEFAULT_PIPELINE_DEPTH,
+    MAX_HOSTS, WORDS_PER_OP,
 };
 use proxy_core::base::desc::{NetDestAddr, NetOpInfo, NetSrcAddr, MAX_ENTRIES_PER_OP};
 use proxy_core::base::status::NrtStatus;
 
-use proxy_abi::boundary::{bad, c_handle_out, c_in, c_out, insert_live};
+use proxy_abi::boundary::{bad, c_handle_out, c_in, c_out, c_slice, insert_live};
 use proxy_abi::entry;
 
 use crate::types::*;
@@ -38,7 +39,24 @@ use proxy_abi::handles::HandleTable;
 /// Handle kind of plans (bits 48..52 of a handle).
 const KIND_PLAN: u8 = 4;
 
-static PLANS: HandleTable<Arc<BlockPlans>> = HandleTable::with_instance(KIND_PLAN, instance_id);
+static PLANS: HandleTable<Arc<Planned>> = HandleTable::with_instance(KIND_PLAN, instance_id);
+
+/// A plan behind a handle: its parts ([`BlockPlans`], which it dereferences to) and the label
+/// that tasks submitted with it (`nrt_proxy_submit_plan`) name in state dumps.
+pub(crate) struct Planned {
+    /// The (stream, block) parts.
+    pub(crate) plans: BlockPlans,
+    /// The collective, the algorithm it resolved to and why.
+    pub(crate) label: CollectiveLabel,
+}
+
+impl std::ops::Deref for Planned {
+    type Target = BlockPlans;
+
+    fn deref(&self) -> &BlockPlans {
+        &self.plans
+    }
+}
 
 const _: () = assert!(WORDS_PER_OP == NRT_PROXY_PLAN_WORDS_PER_OP);
 
@@ -47,7 +65,7 @@ pub fn live_plans() -> usize {
     PLANS.live()
 }
 
-pub(crate) fn plan_of(what: &str, plan: *mut NrtProxyPlan) -> Result<Arc<BlockPlans>, NrtStatus> {
+pub(crate) fn plan_of(what: &str, plan: *mut NrtProxyPlan) -> Result<Arc<Planned>, NrtStatus> {
     let h = plan.addr();
     with_live_retrying(what, "plan", &PLANS, h, |p| Ok(p.clone()))
 }
@@ -55,7 +73,7 @@ pub(crate) fn plan_of(what: &str, plan: *mut NrtProxyPlan) -> Result<Arc<BlockPl
 /// `ALL[v]`: the C constants of each enum (`NRT_PROXY_COLL_*`, `NRT_PROXY_ALGO_*`,
 /// `NRT_PROXY_DTYPE_*`, `NRT_PROXY_REDOP_*`) are the indices of the planner's lists (checked by
 /// the unit test below), or `Invalid` naming the field.
-fn pick<T: Copy>(what: &str, name: &str, all: &[T], v: u32) -> Result<T, NrtStatus> {
+pub(crate) fn pick<T: Copy>(what: &str, name: &str, all: &[T], v: u32) -> Result<T, NrtStatus> {
     match all.get(v as usize) {
         Some(&t) => Ok(t),
         None => bad(
@@ -66,7 +84,7 @@ fn pick<T: Copy>(what: &str, name: &str, all: &[T], v: u32) -> Result<T, NrtStat
 }
 
 /// The algorithms in the order of `NRT_PROXY_ALGO_*`.
-const ALGORITHMS: [Algorithm; 9] = Algorithm::ALL;
+pub(crate) const ALGORITHMS: [Algorithm; 10] = Algorithm::ALL;
 
 fn flag(what: &str, name: &str, v: u32) -> Result<bool, NrtStatus> {
     match v {
@@ -188,13 +206,16 @@ pub unsafe extern "C" fn nrt_proxy_plan_params_init(params: *mut NrtProxyPlanPar
 /// Plans one rank's part of one collective: every non-empty (stream, block) part with its own
 /// op tags (the same on every rank), host words and scratch (`plan_blocks` of
 /// `proxy-collectives`). Every rank of the collective makes its own plan with the same
-/// parameters but `rank`.
+/// parameters but `rank`. With `NRT_PROXY_ALGO_AUTO` the algorithm is the process-wide one of
+/// the collective (`nrt_proxy_algorithm_set`, `NEURON_RT_PROXY_ALGO_<COLL>`) if any, else the
+/// tuner's choice; `nrt_proxy_plan_layout` says which it is.
 ///
 /// Returns `NRT_SUCCESS` with `*out` the plan; `NRT_INVALID` for a NULL `params` or `out`, a
 /// wrong `struct_size`, a value out of range (the log says which: rank / root / nranks,
 /// pipeline depth 0, streams outside 1..=4, blocks 0, `nec_credits` above 128, `nec_idx_wrap`
 /// 1, a chunk so small an op would need more than 65536 entries, sizes that overflow, too many
-/// tags); `NRT_RESOURCE` when too many plans are live (4096). `*out` is NULL on failure.
+/// tags), a bad `NEURON_RT_PROXY_ALGO_*` variable; `NRT_RESOURCE` when too many plans are live
+/// (4096). `*out` is NULL on failure.
 ///
 /// # Safety
 /// `params` NULL or readable; `out` NULL or writable.
@@ -208,10 +229,62 @@ pub unsafe extern "C" fn nrt_proxy_plan_create(
         let out = unsafe { c_handle_out(WHAT, out) }?;
         // SAFETY: `params`: the C caller's pointer, valid or NULL by this function's contract.
         let p = self::params(WHAT, unsafe { c_in(WHAT, "params", params) }?)?;
-        too_many_entries(WHAT, &p)?;
-        let plans = plan_blocks(&p).or_else(|e| bad(WHAT, format_args!("{e}")))?;
-        *out = insert_live(WHAT, "plan", &PLANS, Arc::new(plans))?;
-        Ok(())
+        create(WHAT, p, out)
+    })
+}
+
+/// The body of the two creates: overrides, planning, the handle.
+fn create(what: &str, mut p: PlanParams, out: &mut *mut NrtProxyPlan) -> Result<(), NrtStatus> {
+    too_many_entries(what, &p)?;
+    let label = crate::algos::choose(what, &mut p)?;
+    let plans = plan_blocks(&p).or_else(|e| bad(what, format_args!("{e}")))?;
+    *out = insert_live(what, "plan", &PLANS, Arc::new(Planned { plans, label }))?;
+    Ok(())
+}
+
+/// As `nrt_proxy_plan_create`, with the ranks' host map: host `h` holds the
+/// `ranks_per_host[h]` ranks after those of hosts `0..h` (ranks numbered host by host; the
+/// counts may differ and add up to `nranks`; at most 64 hosts). The hierarchical all-reduce
+/// (`NRT_PROXY_ALGO_HIERARCHICAL`) runs over it, and with `NRT_PROXY_ALGO_AUTO` the tuner costs
+/// the flat algorithms at the calibration file's inter-host constants
+/// (`NEURON_RT_PROXY_TUNE_FILE`, `inter_host_cost_model`) and picks the hierarchical one where
+/// the link between hosts is the slow one. `n_hosts` 0 (and `ranks_per_host` NULL): no map,
+/// as `nrt_proxy_plan_create`. Every rank passes the same map.
+///
+/// Returns as `nrt_proxy_plan_create`, and `NRT_INVALID` for a NULL `ranks_per_host` with
+/// `n_hosts` above 0, more than 64 hosts, a host of 0 ranks, or counts that do not add up to
+/// `nranks`.
+///
+/// # Safety
+/// As `nrt_proxy_plan_create`; `ranks_per_host` NULL or readable for `n_hosts` elements.
+#[no_mangle]
+pub unsafe extern "C" fn nrt_proxy_plan_create_hosts(
+    params: *const NrtProxyPlanParams,
+    ranks_per_host: *const u32,
+    n_hosts: usize,
+    out: *mut *mut NrtProxyPlan,
+) -> NRT_STATUS {
+    entry!(WHAT = "nrt_proxy_plan_create_hosts", {
+        // SAFETY: `out`: the C caller's pointer, valid or NULL by this function's contract.
+        let out = unsafe { c_handle_out(WHAT, out) }?;
+        // SAFETY: `params`: the C caller's pointer, valid or NULL by this function's contract.
+        let mut p = self::params(WHAT, unsafe { c_in(WHAT, "params", params) }?)?;
+        if n_hosts > 0 {
+            // SAFETY: the caller's contract (readable for `n_hosts` elements).
+            let sizes = unsafe { c_slice(WHAT, "ranks_per_host", ranks_per_host, n_hosts) }?;
+            p.hosts = HostMap::new(sizes).map_or_else(
+                || {
+                    bad(
+                        WHAT,
+                        format_args!(
+                            "ranks_per_host: {n_hosts} hosts (1..={MAX_HOSTS}), each of 1 rank or more"
+                        ),
+                    )
+                },
+                Ok,
+            )?;
+        }
+        create(WHAT, p, out)
     })
 }
 

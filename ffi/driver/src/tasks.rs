@@ -6,7 +6,8 @@ use proxy_core::base::host_word::HostWord;
 use proxy_core::base::status::NrtStatus;
 use proxy_core::driver::record::RunState;
 use proxy_core::driver::task::{
-    BarrierTask, BarrierTaskSpec, BlockFifos, CommHandle, NetworkTask, NetworkTaskSpec,
+    BarrierTask, BarrierTaskSpec, BlockFifos, CollectiveLabel, CommHandle, NetworkTask,
+    NetworkTaskSpec,
 };
 use proxy_core::driver::trigger::{TriggerWords, MAX_TRIGGER_WORDS};
 
@@ -171,50 +172,90 @@ pub unsafe extern "C" fn nrt_proxy_submit_network(
     task: *const NrtProxyNetworkTask,
 ) -> NRT_STATUS {
     entry!(WHAT = "nrt_proxy_submit_network", {
-        with_comm(WHAT, comm, |e| {
-            // SAFETY: `task`: the C caller's pointer, valid or NULL by this function's contract.
-            let t = unsafe { task_desc(WHAT, task, |t| (t.struct_size, t.reserved)) }?;
-            let known = NRT_PROXY_TASK_WAIT_FOR_DEVICE | NRT_PROXY_TASK_SKIP | NRT_PROXY_TASK_KEEP;
-            if t.flags & !known != 0 {
-                return bad(WHAT, format_args!("unknown flags {:#x}", t.flags));
-            }
-            e.member(WHAT)?;
-            // SAFETY: per this function's contract.
-            let (blocks, schedule, words) = unsafe {
-                let blocks = copy_blocks(WHAT, c_slice(WHAT, "blocks", t.blocks, t.n_blocks)?)?;
-                let schedule = c_slice(WHAT, "schedule", t.schedule, t.n_schedule)?;
-                let words = host_words(WHAT, "trigger_words", t.trigger_words, t.n_trigger_words)?;
-                (blocks, schedule, words)
-            };
-            if let Some(b) = schedule
-                .iter()
-                .find(|s| !blocks.iter().any(|b| b.bb == **s))
-            {
-                return bad(
-                    WHAT,
-                    format_args!("the schedule names block {b}, which no block has"),
-                );
-            }
-            // SAFETY: the comm's handle lives in the entry until after the membership left
-            // (destroy leaves first; the entry's field order drops the membership first), which
-            // ends every task carrying it; only the queue's driver calls the seam on it.
-            let handle =
-                unsafe { CommHandle::new(e.comm.as_ptr()) }.ok_or(NrtStatus::InvalidHandle)?;
-            let net = NetworkTask::new(NetworkTaskSpec {
-                task_id: t.task_id,
-                comm: handle,
-                comm_id: e.comm_id,
-                seam: e.inst.lib.seam(),
-                blocks,
-                schedule: (!schedule.is_empty()).then(|| schedule.to_vec()),
-                triggers: trigger_words(WHAT, &words)?,
-                wait_for_device: t.flags & NRT_PROXY_TASK_WAIT_FOR_DEVICE != 0,
-                skip: t.flags & NRT_PROXY_TASK_SKIP != 0 || e.inst.cfg.early_completion,
-                timeout_ns: task_timeout(&e.inst, t.timeout_ms),
-            })?
-            .with_abort(e.abort.clone());
-            e.submit(WHAT, Box::new(net), t.flags & NRT_PROXY_TASK_KEEP != 0)
-        })
+        // SAFETY: this function's contract.
+        unsafe { submit_network(WHAT, comm, task, None) }
+    })
+}
+
+/// As `nrt_proxy_submit_network`, for a task whose blocks are `plan`'s FIFOs
+/// (`nrt_proxy_plan_fifos`): the comm's state dump (`nrt_proxy_comm_dump`, the dump signal)
+/// then names, on the task's line, the plan's collective, the algorithm it resolved to and why
+/// (`collective=all-reduce algo=rabenseifner why=tuner`; why: `asked`, `env`, `api`, `tuner`,
+/// `tuner-calibrated`). Only the plan's names are taken; the plan may be destroyed afterwards.
+///
+/// Returns as `nrt_proxy_submit_network`, and `NRT_INVALID_HANDLE` for a bad plan.
+///
+/// # Safety
+/// As `nrt_proxy_submit_network`.
+#[no_mangle]
+pub unsafe extern "C" fn nrt_proxy_submit_plan(
+    comm: *mut NrtProxyComm,
+    task: *const NrtProxyNetworkTask,
+    plan: *mut NrtProxyPlan,
+) -> NRT_STATUS {
+    entry!(WHAT = "nrt_proxy_submit_plan", {
+        let label = crate::plan::plan_of(WHAT, plan)?.label;
+        // SAFETY: this function's contract.
+        unsafe { submit_network(WHAT, comm, task, Some(label)) }
+    })
+}
+
+/// The body of the two network submits; `label`: what the task names in state dumps.
+///
+/// # Safety
+/// As `nrt_proxy_submit_network`.
+unsafe fn submit_network(
+    what: &str,
+    comm: *mut NrtProxyComm,
+    task: *const NrtProxyNetworkTask,
+    label: Option<CollectiveLabel>,
+) -> Result<(), NrtStatus> {
+    with_comm(what, comm, |e| {
+        // SAFETY: `task`: the C caller's pointer, valid or NULL by this function's contract.
+        let t = unsafe { task_desc(what, task, |t| (t.struct_size, t.reserved)) }?;
+        let known = NRT_PROXY_TASK_WAIT_FOR_DEVICE | NRT_PROXY_TASK_SKIP | NRT_PROXY_TASK_KEEP;
+        if t.flags & !known != 0 {
+            return bad(what, format_args!("unknown flags {:#x}", t.flags));
+        }
+        e.member(what)?;
+        // SAFETY: per this function's contract.
+        let (blocks, schedule, words) = unsafe {
+            let blocks = copy_blocks(what, c_slice(what, "blocks", t.blocks, t.n_blocks)?)?;
+            let schedule = c_slice(what, "schedule", t.schedule, t.n_schedule)?;
+            let words = host_words(what, "trigger_words", t.trigger_words, t.n_trigger_words)?;
+            (blocks, schedule, words)
+        };
+        if let Some(b) = schedule
+            .iter()
+            .find(|s| !blocks.iter().any(|b| b.bb == **s))
+        {
+            return bad(
+                what,
+                format_args!("the schedule names block {b}, which no block has"),
+            );
+        }
+        // SAFETY: the comm's handle lives in the entry until after the membership left
+        // (destroy leaves first; the entry's field order drops the membership first), which
+        // ends every task carrying it; only the queue's driver calls the seam on it.
+        let handle = unsafe { CommHandle::new(e.comm.as_ptr()) }.ok_or(NrtStatus::InvalidHandle)?;
+        let net = NetworkTask::new(NetworkTaskSpec {
+            task_id: t.task_id,
+            comm: handle,
+            comm_id: e.comm_id,
+            seam: e.inst.lib.seam(),
+            blocks,
+            schedule: (!schedule.is_empty()).then(|| schedule.to_vec()),
+            triggers: trigger_words(what, &words)?,
+            wait_for_device: t.flags & NRT_PROXY_TASK_WAIT_FOR_DEVICE != 0,
+            skip: t.flags & NRT_PROXY_TASK_SKIP != 0 || e.inst.cfg.early_completion,
+            timeout_ns: task_timeout(&e.inst, t.timeout_ms),
+        })?
+        .with_abort(e.abort.clone());
+        let net = match label {
+            Some(l) => net.with_label(l),
+            None => net,
+        };
+        e.submit(what, Box::new(net), t.flags & NRT_PROXY_TASK_KEEP != 0)
     })
 }
 

@@ -13,7 +13,10 @@ use proxy_core::driver::record::TaskRecord;
 pub const NRT_PROXY_ABI_VERSION_MAJOR: u32 = 1;
 /// Minor version: additions that keep every older call and layout valid (1: the planner,
 /// `nrt_proxy_plan_*`; 2: the host device, `nrt_proxy_host_device_*`; 3: the mode rule,
-/// `nrt_proxy_mode_advice`; 4: the event trace, `nrt_proxy_trace_*`).
+/// `nrt_proxy_mode_advice`; 4: the event trace, `nrt_proxy_trace_*`, and the process-wide
+/// algorithm per collective, `nrt_proxy_algorithm_set` / `nrt_proxy_algorithm_get`,
+/// `nrt_proxy_submit_plan`, the host map `nrt_proxy_plan_create_hosts` and
+/// `NRT_PROXY_ALGO_HIERARCHICAL`).
 pub const NRT_PROXY_ABI_VERSION_MINOR: u32 = 4;
 /// `(major << 16) | minor`, what `nrt_proxy_abi_version()` returns.
 pub const NRT_PROXY_ABI_VERSION: u32 = 0x0001_0004;
@@ -378,6 +381,10 @@ pub const NRT_PROXY_ALGO_BRUCK: u32 = 6;
 pub const NRT_PROXY_ALGO_BINOMIAL: u32 = 7;
 /// `algorithm`: scatter down the binomial tree, then all-gather around the ring (broadcast).
 pub const NRT_PROXY_ALGO_SCATTER_ALLGATHER: u32 = 8;
+/// `algorithm`: hierarchical all-reduce over the plan's host map (`nrt_proxy_plan_create_hosts`;
+/// ABI 1.4): reduce to each host's first rank, all-reduce among those, broadcast inside each
+/// host. Without a host map: the best flat all-reduce.
+pub const NRT_PROXY_ALGO_HIERARCHICAL: u32 = 9;
 
 /// `dtype`: IEEE binary32.
 pub const NRT_PROXY_DTYPE_F32: u32 = 0;

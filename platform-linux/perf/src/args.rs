@@ -1,7 +1,9 @@
 //! `proxy-perf`'s command line, with nccl-tests' conventions (`-b -e -f -i -n -w -c -d -o -r`).
 
 use clap::{Parser, ValueEnum};
-use proxy_collectives::planner::{Algorithm, Collective, DataType, RedOp, DEFAULT_CHUNK_BYTES};
+use proxy_collectives::planner::{
+    tuner, Algorithm, Collective, DataType, HostMap, RedOp, DEFAULT_CHUNK_BYTES,
+};
 
 /// The collective, as named on the command line.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -87,6 +89,9 @@ pub enum AlgoArg {
     Binomial,
     /// Scatter down the binomial tree, then all-gather around the ring (broadcast).
     ScatterAllgather,
+    /// All-reduce over hosts (`--hosts`): reduce to each host's leader, all-reduce among the
+    /// leaders, broadcast inside each host.
+    Hierarchical,
 }
 
 impl From<AlgoArg> for Algorithm {
@@ -101,8 +106,30 @@ impl From<AlgoArg> for Algorithm {
             AlgoArg::Bruck => Algorithm::Bruck,
             AlgoArg::Binomial => Algorithm::Binomial,
             AlgoArg::ScatterAllgather => Algorithm::ScatterAllgather,
+            AlgoArg::Hierarchical => Algorithm::Hierarchical,
         }
     }
+}
+
+/// `--hosts`: ranks per host.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HostsArg(pub HostMap);
+
+/// Parses `--hosts` (`4,4`, `3,1,2`).
+///
+/// # Errors
+/// A message for an empty list, a count that is not a positive number, or too many hosts.
+pub fn parse_hosts(s: &str) -> Result<HostsArg, String> {
+    let sizes = s
+        .split(',')
+        .map(|x| x.trim().parse::<u32>().map_err(|e| format!("{x:?}: {e}")))
+        .collect::<Result<Vec<_>, _>>()?;
+    HostMap::new(&sizes).map(HostsArg).ok_or_else(|| {
+        format!(
+            "{s}: ranks per host, each at least 1, at most {} hosts",
+            proxy_collectives::planner::MAX_HOSTS
+        )
+    })
 }
 
 /// Parses a byte size with an optional K/M/G suffix (powers of 1024; `B` / `iB` accepted).
@@ -349,6 +376,12 @@ pub struct Args {
     /// names the algorithm of that collective instead.
     #[arg(long, value_enum, default_value_t = AlgoArg::Auto)]
     pub algo: AlgoArg,
+    /// Ranks per host, comma-separated (`--hosts 4,4` or uneven `3,1,2`; they add up to
+    /// `--ranks`; ranks numbered host by host): the host map of the hierarchical all-reduce and
+    /// of the tuner, which then costs the flat algorithms at the inter-host constants and may
+    /// pick `hierarchical`. In process the hosts are pretend (the same memory), for testing.
+    #[arg(long, value_name = "N,N,...", value_parser = parse_hosts)]
+    pub hosts: Option<HostsArg>,
     /// Largest FIFO entry (pipeline chunk) in bytes.
     #[arg(long, default_value_t = DEFAULT_CHUNK_BYTES, value_parser = parse_size)]
     pub chunk: u64,
@@ -475,38 +508,106 @@ pub struct Args {
     /// execution (the run must then report wrong values and fail).
     #[arg(long, hide = true)]
     pub fault_inject: bool,
+    /// `--algo` came from [`algo_env`] ([`Args::apply_algo_env`]); the state dump then says
+    /// `why=env`.
+    #[arg(skip)]
+    pub algo_from_env: bool,
+    /// Calibrate the tuner instead of the sweep: time all-reduce with direct, recursive
+    /// doubling, Rabenseifner and ring at every size of `-b`..`-e` on `--ranks` ranks (in
+    /// process), fit the cost model's constants (α per step, o per FIFO entry, β per byte sent,
+    /// γ per byte reduced) by least squares on the relative errors, print the fit and write the
+    /// constants as JSON to FILE (then `NEURON_RT_PROXY_TUNE_FILE=FILE`; see
+    /// docs/runtime-authors.md).
+    #[arg(long, value_name = "FILE")]
+    pub tune: Option<std::path::PathBuf>,
+    /// Cost against the number of ranks instead of the size sweep: the collective at `-b`
+    /// bytes on each of these rank counts (in process), one row per count (time out of place
+    /// and in place, the algorithm, the tuner's modelled time); with `--plot`, time against
+    /// ranks, log-log, with `--compare-ranks` lines over it.
+    #[arg(long, value_name = "N,N,...", value_delimiter = ',')]
+    pub ranks_sweep: Vec<u32>,
+    /// With `--ranks-sweep --plot`: another run's time against ranks, a text file of
+    /// `ranks time_us` lines (`#` comments; the label is the file's name without extension),
+    /// e.g. Open MPI's; repeat for several.
+    #[arg(long, value_name = "FILE", requires = "ranks_sweep")]
+    pub compare_ranks: Vec<std::path::PathBuf>,
+    /// The tuner's constants: `NEURON_RT_PROXY_TUNE_FILE`'s, else the defaults
+    /// ([`Args::apply_tune_env`]).
+    #[arg(skip)]
+    pub tuning: proxy_runtime::tune_file::Tuning,
 }
 
-/// The environment variable that names the algorithm of `c` when `--algo` is auto:
-/// `NEURON_RT_PROXY_ALGO_` and the collective's name in capitals with `_` for `-`
-/// (`NEURON_RT_PROXY_ALGO_ALL_REDUCE`).
+/// The environment variable that names the algorithm of `c` when `--algo` is auto
+/// (`NEURON_RT_PROXY_ALGO_ALL_REDUCE`, ...): the planner's [`tuner::algo_env_var`], which the
+/// C library reads too.
 pub fn algo_env(c: Collective) -> String {
-    format!(
-        "NEURON_RT_PROXY_ALGO_{}",
-        c.name().to_ascii_uppercase().replace('-', "_")
-    )
+    tuner::algo_env_var(c).to_owned()
 }
 
 impl Args {
     /// With `--algo auto`, takes the collective's algorithm from [`algo_env`] when that is
-    /// set (an explicit `--algo` wins; `auto` in the variable keeps the tuner).
+    /// set (an explicit `--algo` wins; `auto` in the variable keeps the tuner), parsed by the
+    /// planner's [`tuner::parse_algo`] (the C library's parser too); records that it did
+    /// ([`Args::algo_from_env`]).
     ///
     /// # Errors
-    /// A message naming the variable when its value is not an algorithm's name.
+    /// A message naming the variable when its value is not an algorithm's name, or names one
+    /// the collective does not have.
     pub fn apply_algo_env(&mut self) -> Result<(), String> {
         if self.algo != AlgoArg::Auto {
             return Ok(());
         }
-        let var = algo_env(self.collective.into());
-        if let Ok(v) = std::env::var(&var) {
-            self.algo = AlgoArg::from_str(v.trim(), false).map_err(|_| {
-                format!(
-                    "{var}={v}: not an algorithm (auto, ring, direct, recursive-doubling, \
-                     rabenseifner, recursive-halving, bruck, binomial, scatter-allgather)"
-                )
-            })?;
+        let c: Collective = self.collective.into();
+        let var = tuner::algo_env_var(c);
+        if let Ok(v) = std::env::var(var) {
+            if v.trim().is_empty() {
+                return Ok(());
+            }
+            let a = tuner::parse_algo(c, var, &v)?;
+            self.algo = AlgoArg::from_str(a.name(), false)?;
+            self.algo_from_env = a != Algorithm::Auto;
         }
         Ok(())
+    }
+
+    /// Loads the tuner's constants from `NEURON_RT_PROXY_TUNE_FILE` when it is set
+    /// ([`proxy_runtime::tune_file`]; the C library reads the same file).
+    ///
+    /// # Errors
+    /// A message naming the variable, the file and what is wrong with it.
+    pub fn apply_tune_env(&mut self) -> Result<(), String> {
+        self.tuning = proxy_runtime::tune_file::Tuning::from_env()?;
+        Ok(())
+    }
+
+    /// The header's tuner line: the constants and where they come from, and what decides the
+    /// algorithm (`--algo`, the environment, or the tuner per size).
+    pub fn tuner_line(&self) -> String {
+        let c: Collective = self.collective.into();
+        let a: Algorithm = self.algo.into();
+        let how = if a == Algorithm::Auto {
+            let why = match self.tuning {
+                proxy_runtime::tune_file::Tuning::Default => "tuner",
+                proxy_runtime::tune_file::Tuning::File(..) => "tuner-calibrated",
+            };
+            format!("the tuner's choice per size (footer), why={why}")
+        } else if self.algo_from_env {
+            format!("{} from {}, why=env", a.name(), tuner::algo_env_var(c))
+        } else {
+            format!("{} (--algo), why=asked", a.name())
+        };
+        let hosts = match &self.hosts {
+            Some(HostsArg(m)) => format!(
+                "; hosts {} (ranks per host)",
+                m.sizes()
+                    .iter()
+                    .map(u32::to_string)
+                    .collect::<Vec<_>>()
+                    .join(",")
+            ),
+            None => String::new(),
+        };
+        format!("{}; algorithm: {how}{hosts}", self.tuning.describe())
     }
 
     /// The protocol options for the header: `streams 1 blocks 1 early-recv off early-send off

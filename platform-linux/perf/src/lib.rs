@@ -25,9 +25,11 @@ pub mod engine;
 #[cfg(feature = "libfabric")]
 pub mod launch;
 pub mod plot;
+pub mod ranks_sweep;
 pub mod report;
 pub mod run;
 pub mod trace;
+pub mod tune;
 
 use std::io::{IsTerminal, Write};
 
@@ -88,6 +90,15 @@ fn run_inner(args: &Args) -> Result<i32, String> {
             proxy_core::progress::mem_transport::MAX_FABRIC_RANKS
         ));
     }
+    if let Some(h) = &args.hosts {
+        if h.0.ranks() != u64::from(args.ranks) {
+            return Err(format!(
+                "--hosts adds up to {} ranks, --ranks is {}",
+                h.0.ranks(),
+                args.ranks
+            ));
+        }
+    }
     if args.root >= args.ranks {
         return Err(format!(
             "--root {} is not a rank (ranks {})",
@@ -139,6 +150,12 @@ fn run_inner(args: &Args) -> Result<i32, String> {
             t.mark(0);
             t.set_on(true);
         }
+    }
+    if let Some(file) = &args.tune {
+        return tune::run(args, file);
+    }
+    if !args.ranks_sweep.is_empty() {
+        return ranks_sweep::run(args);
     }
     match args.transport {
         TransportArg::Mem => {
@@ -228,7 +245,7 @@ fn sweep(args: &Args, world: &mut run::World) -> Result<i32, String> {
         }
     };
     print(&report::header(
-        args,
+        world.args(),
         &report::HeaderInfo {
             engine: &engine,
             transport: world.transport_name(),

@@ -17,7 +17,7 @@ use proxy_perf::{args::Args, init_logging, run_cli, EXIT_ERROR};
 fn main() {
     let mut args = Args::parse();
     init_logging();
-    if let Err(e) = args.apply_algo_env() {
+    if let Err(e) = args.apply_algo_env().and_then(|()| args.apply_tune_env()) {
         eprintln!("proxy-perf: error: {e}");
         std::process::exit(EXIT_ERROR);
     }

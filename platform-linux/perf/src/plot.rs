@@ -84,6 +84,93 @@ pub fn write_plot(
     Ok(())
 }
 
+/// One line of a chart of `(x, y)` points: label, colour, points.
+type XyLine = (String, RGBColor, Vec<(f64, f64)>);
+
+/// `--ranks-sweep --plot`: time per collective against ranks (log-log), out of place and in
+/// place and the tuner's model, with `compare`'s lines (`--compare-ranks`) over them.
+///
+/// # Errors
+/// A message from the plotting backend or the file system.
+pub fn write_ranks_plot(
+    path: &Path,
+    args: &Args,
+    size: u64,
+    rows: &[crate::ranks_sweep::RanksRow],
+    compare: &[crate::ranks_sweep::RanksSeries],
+) -> Result<(), String> {
+    let c: Collective = args.collective.into();
+    let root = SVGBackend::new(path, (SIZE.0 / 2, SIZE.1)).into_drawing_area();
+    root.fill(&WHITE).map_err(|x| err(&x))?;
+    let mut lines: Vec<XyLine> = vec![
+        (
+            "proxy-perf out-of-place".into(),
+            BLUE,
+            rows.iter()
+                .map(|r| (f64::from(r.ranks), r.oop_us))
+                .collect(),
+        ),
+        (
+            "proxy-perf in-place".into(),
+            RED,
+            rows.iter().map(|r| (f64::from(r.ranks), r.ip_us)).collect(),
+        ),
+        (
+            "tuner's model".into(),
+            RGBColor(128, 128, 128),
+            rows.iter()
+                .map(|r| (f64::from(r.ranks), r.model_us))
+                .collect(),
+        ),
+    ];
+    for (s, color) in compare.iter().zip(COMPARE_COLORS.iter().cycle()) {
+        lines.push((s.label.clone(), *color, s.points.clone()));
+    }
+    let pts = || lines.iter().flat_map(|l| l.2.iter().copied());
+    let pos = |f: fn(&(f64, f64)) -> f64| pts().map(move |p| f(&p)).filter(|v| *v > 0.0);
+    let xmin = pos(|p| p.0).fold(f64::INFINITY, f64::min);
+    let xmax = pos(|p| p.0).fold(0.0f64, f64::max);
+    let ymin = pos(|p| p.1).fold(f64::INFINITY, f64::min);
+    let ymax = pos(|p| p.1).fold(0.0f64, f64::max);
+    let (xmin, xmax) = if xmin.is_finite() {
+        (xmin / 1.2, (xmax * 1.2).max(xmin * 2.0))
+    } else {
+        (1.0, 2.0)
+    };
+    let (ymin, ymax) = if ymin.is_finite() {
+        (ymin / 1.5, (ymax * 1.5).max(ymin * 10.0))
+    } else {
+        (1e-3, 1.0)
+    };
+    let mut chart = ChartBuilder::on(&root)
+        .caption(
+            format!(
+                "proxy-perf {}: {} B per collective against ranks",
+                c.name(),
+                human_bytes(size as f64)
+            ),
+            ("sans-serif", 18),
+        )
+        .margin(16)
+        .x_label_area_size(44)
+        .y_label_area_size(60)
+        .build_cartesian_2d((xmin..xmax).log_scale(), (ymin..ymax).log_scale())
+        .map_err(|x| err(&x))?;
+    chart
+        .configure_mesh()
+        .x_desc("ranks")
+        .y_desc("time (us)")
+        .draw()
+        .map_err(|x| err(&x))?;
+    for (label, color, p) in lines {
+        let p = p.into_iter().filter(|q| q.0 > 0.0 && q.1 > 0.0).collect();
+        series(&mut chart, p, &label, color)?;
+    }
+    legend(&mut chart)?;
+    root.present().map_err(|x| err(&x))?;
+    Ok(())
+}
+
 fn err(e: &dyn std::fmt::Display) -> String {
     format!("plot: {e}")
 }

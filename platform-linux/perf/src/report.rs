@@ -47,6 +47,7 @@ pub fn header(args: &Args, info: &HeaderInfo<'_>) -> String {
     let _ = writeln!(s, "#  proxy: {}", info.engine);
     let _ = writeln!(s, "#  progress half: {}", info.progress_half);
     let _ = writeln!(s, "#  protocol: {}", args.protocol_line());
+    let _ = writeln!(s, "#  tuner: {}", args.tuner_line());
     let _ = writeln!(
         s,
         "#  minBytes {} maxBytes {} step: {} warmup iters: {} iters: {} check iters: {} type {} op {} root {} algo {} chunk {}",

@@ -75,6 +75,7 @@ fn early_completion_skips_every_task_and_files_nothing() {
             barrier_triggers: vec![words + LINE as u64],
             barrier_done: Vec::new(),
             leader: r == 0,
+            label: None,
         };
         for w in [words, words + LINE as u64] {
             mems[r as usize]

@@ -162,6 +162,14 @@ fn every_fault_ends_with_its_status_and_every_completion_reported_once() {
                 err.contains("kind=network state=WaitingDeviceTrigger"),
                 "{what}"
             );
+            // Its line names the collective, the algorithm and why (issue 26).
+            assert!(
+                err.lines()
+                    .any(|l| l.contains("kind=network state=WaitingDeviceTrigger")
+                        && l.contains(" collective=all-reduce algo=")
+                        && l.contains(" why=")),
+                "{what}"
+            );
             assert!(err.contains(" end lines="), "{what}");
         }
     }

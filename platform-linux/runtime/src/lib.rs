@@ -4,10 +4,11 @@
 //! `std`, shared with the C library, the tests and the models), memfd host memory ([`hostmem`]), the configuration from the
 //! environment ([`Config`]), the `dlopen` loader of a progress half ([`loader`]) and the
 //! process registry ([`registry`], [`global_registry`], [`LinuxRegistry`]) and its state dump
-//! on demand or on a signal ([`dump`]).
+//! on demand or on a signal ([`dump`]), and the tuner's calibration file ([`tune_file`]).
 //!
 //! Dependencies: `proxy-core`, `proxy-abi` (the loader's ABI types), `log`, `libc`,
-//! `core_affinity`, `libloading`, `signal-hook` (the dump signal's self-pipe). Not the device emulator, not `proxy-perf`, no command-line or
+//! `core_affinity`, `libloading`, `signal-hook` (the dump signal's self-pipe),
+//! `proxy-collectives` (the tuner's constants), `serde` / `serde_json` (the calibration file). Not the device emulator, not `proxy-perf`, no command-line or
 //! report libraries; the transports and the bootstrap are crates of their own
 //! (`proxy-libfabric`, `proxy-bootstrap`).
 
@@ -17,6 +18,7 @@ pub mod dump;
 pub mod hostmem;
 pub mod loader;
 pub mod modes;
+pub mod tune_file;
 pub mod wake_cost;
 pub mod worker;
 

@@ -8,6 +8,9 @@
 
 mod bruck;
 mod halving;
+mod hier;
+
+pub(super) use hier::leaders_algorithm;
 mod recursive;
 mod tree;
 
@@ -611,6 +614,7 @@ pub(super) fn build(p: PlanParams, ib: u64, ob: u64) -> Result<RankPlan, PlanErr
                 (Collective::AllReduce, Algorithm::Ring) => g.ring(RingKind::AllReduce),
                 (Collective::AllReduce, Algorithm::RecursiveDoubling) => g.rd_all_reduce(),
                 (Collective::AllReduce, Algorithm::Rabenseifner) => g.halving(true),
+                (Collective::AllReduce, Algorithm::Hierarchical) => g.hierarchical_all_reduce(),
                 (Collective::ReduceScatter, Algorithm::RecursiveHalving) => g.halving(false),
                 (Collective::AllGather, Algorithm::RecursiveDoubling) => g.rd_all_gather(),
                 (Collective::AllGather, Algorithm::Bruck) => g.bruck_all_gather(),

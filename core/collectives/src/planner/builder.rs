@@ -51,6 +51,9 @@ pub(super) struct Builder {
     program: Vec<Instr>,
     /// (canonical buffer, bucket) → transfers that may be in flight there.
     index: BTreeMap<(u8, u64), Vec<InFlight>>,
+    /// Locations in the input are taken as the same offsets in the output (an algorithm run
+    /// on data already in the output: the phases of a composed algorithm).
+    input_is_output: bool,
 }
 
 /// What the builder hands back.
@@ -73,6 +76,40 @@ impl Builder {
             ops: Vec::new(),
             program: Vec::new(),
             index: BTreeMap::new(),
+            input_is_output: false,
+        }
+    }
+
+    /// From now on, locations in the input mean the same offsets in the output (`true`), or
+    /// the input again (`false`).
+    pub fn set_input_is_output(&mut self, on: bool) {
+        self.input_is_output = on;
+    }
+
+    /// Ops added so far (the next op's index).
+    pub fn op_count(&self) -> usize {
+        self.ops.len()
+    }
+
+    /// Rewrites the ops from index `from` on: each peer through `peer` and each tag plus
+    /// `tag_offset` (a phase planned on a group of ranks, numbered `0..m` inside it, placed in
+    /// the whole collective).
+    pub fn remap_ops(&mut self, from: usize, peer: impl Fn(u32) -> u32, tag_offset: u32) {
+        for o in &mut self.ops[from..] {
+            for p in [&mut o.send_peer, &mut o.recv_peer] {
+                if *p != NO_PEER {
+                    *p = peer(*p as u32) as i32;
+                }
+            }
+            o.tag += tag_offset;
+        }
+    }
+
+    fn map(&self, loc: Loc) -> Loc {
+        if self.input_is_output && loc.buf == Buf::Input {
+            Loc::new(Buf::Output, loc.offset)
+        } else {
+            loc
         }
     }
 
@@ -139,6 +176,7 @@ impl Builder {
     }
 
     fn post(&mut self, op: u32, side: Side, loc: Loc, bytes: u64) {
+        let loc = self.map(loc);
         let r = self.canon(loc, bytes);
         self.guard(r, side == Side::Recv);
         let entries = &mut self.ops[op as usize].entries[side as usize];
@@ -189,6 +227,7 @@ impl Builder {
         if elems == 0 {
             return;
         }
+        let (dst, a, b) = (self.map(dst), self.map(a), self.map(b));
         let bytes = elems * elt;
         let (ra, rb, rd) = (
             self.canon(a, bytes),
@@ -206,6 +245,7 @@ impl Builder {
         if bytes == 0 {
             return;
         }
+        let (dst, src) = (self.map(dst), self.map(src));
         let (rs, rd) = (self.canon(src, bytes), self.canon(dst, bytes));
         if rs.buf == rd.buf && rs.start == rd.start {
             return;

@@ -135,12 +135,19 @@ pub enum Algorithm {
     /// them around the ring (van de Geijn; `⌈log2 n⌉ + n − 1` steps, `2(n − 1)/n` of the
     /// vector sent per rank instead of the whole).
     ScatterAllgather,
+    /// All-reduce over hosts ([`crate::planner::HostMap`]): each host's ranks reduce to its
+    /// first rank (the leader; one step, every member sends its vector), the leaders all-reduce
+    /// among themselves with the flat algorithm the tuner picks for them under the inter-host
+    /// constants, and each leader broadcasts the result down a binomial tree inside its host
+    /// (NCCL's tree / MPICH's SMP-aware all-reduce, `MPIR_Allreduce_intra_smp`). Without a
+    /// host map every rank is its own host: the flat algorithm alone.
+    Hierarchical,
 }
 
 impl Algorithm {
     /// Every algorithm, [`Algorithm::Auto`] first (the order of the C API's
     /// `NRT_PROXY_ALGO_*`).
-    pub const ALL: [Algorithm; 9] = [
+    pub const ALL: [Algorithm; 10] = [
         Algorithm::Auto,
         Algorithm::Ring,
         Algorithm::Direct,
@@ -150,10 +157,12 @@ impl Algorithm {
         Algorithm::Bruck,
         Algorithm::Binomial,
         Algorithm::ScatterAllgather,
+        Algorithm::Hierarchical,
     ];
 
     /// The command-line name (`auto`, `ring`, `direct`, `recursive-doubling`,
-    /// `rabenseifner`, `recursive-halving`, `bruck`, `binomial`, `scatter-allgather`).
+    /// `rabenseifner`, `recursive-halving`, `bruck`, `binomial`, `scatter-allgather`,
+    /// `hierarchical`).
     pub const fn name(self) -> &'static str {
         match self {
             Algorithm::Auto => "auto",
@@ -165,6 +174,7 @@ impl Algorithm {
             Algorithm::Bruck => "bruck",
             Algorithm::Binomial => "binomial",
             Algorithm::ScatterAllgather => "scatter-allgather",
+            Algorithm::Hierarchical => "hierarchical",
         }
     }
 
@@ -182,7 +192,7 @@ impl Algorithm {
             Algorithm::RecursiveDoubling => {
                 matches!(c, Collective::AllReduce | Collective::AllGather)
             }
-            Algorithm::Rabenseifner => matches!(c, Collective::AllReduce),
+            Algorithm::Rabenseifner | Algorithm::Hierarchical => matches!(c, Collective::AllReduce),
             Algorithm::RecursiveHalving => matches!(c, Collective::ReduceScatter),
             Algorithm::Bruck => matches!(c, Collective::AllGather | Collective::AllToAll),
             Algorithm::Binomial | Algorithm::ScatterAllgather => {

@@ -85,8 +85,14 @@ use alloc::vec::Vec;
 use core::fmt;
 
 use proxy_core::base::desc::{NetDestAddr, NetOpInfo, NetSrcAddr, MAX_ENTRIES_PER_OP, NO_PEER};
+pub use proxy_core::driver::task::CollectiveLabel;
 
 pub use collective::{Algorithm, Collective};
+
+/// The flat algorithm the leaders of a hierarchical all-reduce run (`algos::hier`).
+pub(crate) fn algos_leaders(p: &PlanParams, h_n: u32) -> Algorithm {
+    algos::leaders_algorithm(p, h_n)
+}
 pub use kernels::{DataType, RedOp};
 
 /// Default chunk: 512 KiB per FIFO entry (NCCL's ring step size with its default buffers).
@@ -142,6 +148,89 @@ pub struct PlanParams {
     /// The `nec.h` options written into every op info ([`RankPlan::fifos`]) and honoured by
     /// the device program ([`crate::interpreter`]).
     pub nec: NecOptions,
+    /// Which ranks share a host ([`Algorithm::Hierarchical`], and the tuner's choice when
+    /// ranks span hosts); [`HostMap::NONE`]: unknown (every rank its own host).
+    pub hosts: HostMap,
+    /// The cost model's constants of a link between hosts ([`tuner`]): what the flat
+    /// algorithms pay when ranks span hosts, and the leaders' phase of
+    /// [`Algorithm::Hierarchical`]. Default: [`tuner::DEFAULT_COST_MODEL`] (hosts as fast as
+    /// the host).
+    pub inter_host_model: tuner::CostModel,
+}
+
+/// Most hosts a [`HostMap`] describes.
+pub const MAX_HOSTS: usize = 64;
+
+/// Which ranks share a host: host `h` holds the `sizes[h]` ranks after those of hosts
+/// `0..h` (contiguous ranks per host, the sizes may differ), as a bootstrap that starts ranks
+/// host by host numbers them. Copy, fixed size (the plan parameters are `Copy`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct HostMap {
+    hosts: u32,
+    sizes: [u32; MAX_HOSTS],
+}
+
+impl HostMap {
+    /// No host map (every rank its own host).
+    pub const NONE: HostMap = HostMap {
+        hosts: 0,
+        sizes: [0; MAX_HOSTS],
+    };
+
+    /// A map of `sizes.len()` hosts, host `h` with `sizes[h]` ranks; `None` when there are no
+    /// hosts, more than [`MAX_HOSTS`], or a host without ranks.
+    pub fn new(sizes: &[u32]) -> Option<Self> {
+        if sizes.is_empty() || sizes.len() > MAX_HOSTS || sizes.contains(&0) {
+            return None;
+        }
+        let mut m = Self::NONE;
+        m.hosts = sizes.len() as u32;
+        m.sizes[..sizes.len()].copy_from_slice(sizes);
+        Some(m)
+    }
+
+    /// The ranks of each host (empty for [`HostMap::NONE`]).
+    pub fn sizes(&self) -> &[u32] {
+        &self.sizes[..self.hosts as usize]
+    }
+
+    /// `true` for [`HostMap::NONE`].
+    pub fn is_none(&self) -> bool {
+        self.hosts == 0
+    }
+
+    /// Ranks the map holds.
+    pub fn ranks(&self) -> u64 {
+        self.sizes().iter().map(|&s| u64::from(s)).sum()
+    }
+
+    /// `(host, first rank of the host, ranks of the host)` of `rank`; with no map the rank is
+    /// its own host. `None` past the map's ranks.
+    pub fn host_of(&self, rank: u32) -> Option<(u32, u32, u32)> {
+        if self.is_none() {
+            return Some((rank, rank, 1));
+        }
+        let mut first = 0u32;
+        for (h, &s) in self.sizes().iter().enumerate() {
+            if rank < first + s {
+                return Some((h as u32, first, s));
+            }
+            first += s;
+        }
+        None
+    }
+
+    /// `true` when ranks span two or more hosts and some host holds two or more: where
+    /// [`Algorithm::Hierarchical`] differs from a flat algorithm.
+    pub fn spans_hosts(&self) -> bool {
+        self.hosts >= 2 && self.sizes().iter().any(|&s| s >= 2)
+    }
+}
+
+impl Default for HostMap {
+    fn default() -> Self {
+        Self::NONE
+    }
 }
 
 /// The `nec.h` protocol options of a plan (docs/design.md §5, "The two early flags"); all off
@@ -201,6 +290,8 @@ impl PlanParams {
                 idx_wrap: 0,
                 credits: 0,
             },
+            hosts: HostMap::NONE,
+            inter_host_model: tuner::DEFAULT_COST_MODEL,
         }
     }
 
@@ -220,6 +311,18 @@ impl PlanParams {
             (_, Algorithm::Auto) => tuner::pick(self),
             (Collective::SendRecv | Collective::AllToAll, Algorithm::Ring) => Algorithm::Direct,
             (_, a) => a,
+        }
+    }
+
+    /// The state-dump label of a plan made from these parameters (before the algorithm is
+    /// resolved): the collective's name, [`PlanParams::resolved_algorithm`]'s name and
+    /// [`tuner::why`]. A producer that chose the algorithm from an override replaces `why`
+    /// (`env`, `api`).
+    pub fn label(&self) -> CollectiveLabel {
+        CollectiveLabel {
+            collective: self.collective.name(),
+            algorithm: self.resolved_algorithm().name(),
+            why: tuner::why(self),
         }
     }
 
@@ -255,6 +358,8 @@ pub enum PlanError {
     TooManyTags,
     /// The algorithm does not support the collective ([`Algorithm::supports`]).
     Unsupported,
+    /// The host map's ranks do not add up to `nranks`.
+    BadHosts,
 }
 
 impl fmt::Display for PlanError {
@@ -272,6 +377,7 @@ impl fmt::Display for PlanError {
                 "the (stream, block, op) tags do not fit below 2^14: fewer streams or blocks"
             }
             PlanError::Unsupported => "the algorithm does not support this collective",
+            PlanError::BadHosts => "the host map's ranks do not add up to nranks",
         })
     }
 }

@@ -7,8 +7,9 @@ use super::*;
 /// Plans one rank's part of one collective call.
 ///
 /// # Errors
-/// [`PlanError`] for out-of-range ranks, a zero pipeline depth, sizes that overflow, or a
-/// chunk so small that an op side would need more than 2^16 entries.
+/// [`PlanError`] for out-of-range ranks, a zero pipeline depth, sizes that overflow, a
+/// chunk so small that an op side would need more than 2^16 entries, or a host map whose
+/// ranks are not `nranks`.
 pub fn plan(params: &PlanParams) -> Result<RankPlan, PlanError> {
     let p = *params;
     if p.nranks == 0
@@ -26,6 +27,9 @@ pub fn plan(params: &PlanParams) -> Result<RankPlan, PlanError> {
     }
     if p.nec.credits > 128 || p.nec.idx_wrap == 1 {
         return Err(PlanError::BadNec);
+    }
+    if !p.hosts.is_none() && p.hosts.ranks() != u64::from(p.nranks) {
+        return Err(PlanError::BadHosts);
     }
     let elt = p.dtype.size() as u64;
     let (i, o) = p.collective.buffer_elems(p.count, p.nranks);

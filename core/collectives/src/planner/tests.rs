@@ -982,4 +982,6 @@ fn streams_blocks_and_options_never_deadlock() {
     }
 }
 
+mod hier;
 mod log_algos;
+mod tuning;

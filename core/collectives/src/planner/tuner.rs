@@ -26,6 +26,9 @@
 //! algorithms with fewer messages in all (recursive doubling over direct) more than the model
 //! says.
 
+use alloc::format;
+use alloc::string::String;
+
 use super::{Algorithm, Collective, PlanParams};
 
 /// The constants of the cost model ([`cost`]).
@@ -97,28 +100,24 @@ const fn ceil_log2(n: u64) -> u64 {
     64 - (n - 1).leading_zeros() as u64
 }
 
-/// The modelled time in nanoseconds of `algorithm` for `c` on `nranks` ranks with `bytes`
-/// bytes in the larger buffer ([`PlanParams::bytes`]) and FIFO entries of at most `chunk`
-/// bytes, under `m`; `split`: the plan is split over streams or blocks
-/// ([`crate::planner::plan_blocks`]), where the `log n` all-gathers and Bruck's all-to-all
-/// move every rank block as entries of its own instead of one run per step. `None` when the
-/// algorithm does not support `c` or is [`Algorithm::Auto`]. One rank costs 0. Saturates
-/// instead of overflowing.
-pub fn cost(
+/// The terms of the model for `algorithm` on `c` (the arguments as [`cost`]'s): what the
+/// constants multiply. `None` when the algorithm does not support `c` or is
+/// [`Algorithm::Auto`]; all zero for one rank. A calibration fits the constants to measured
+/// times by these (the model is linear in them).
+pub fn terms(
     c: Collective,
     algorithm: Algorithm,
     bytes: u64,
     nranks: u32,
     chunk: u64,
     split: bool,
-    m: &CostModel,
-) -> Option<u64> {
+) -> Option<Terms> {
     if algorithm == Algorithm::Auto || !algorithm.supports(c) {
         return None;
     }
     let n = u128::from(nranks.max(1));
     if n == 1 {
-        return Some(0);
+        return Some(Terms::default());
     }
     let chunk = u128::from(chunk.max(1));
     // Entries of one message of `b` bytes (an empty message is still one entry).
@@ -240,19 +239,132 @@ pub fn cost(
         }
         _ => return None,
     };
-    let ps = steps * u128::from(m.step_ns) * 1000
-        + entries * u128::from(m.entry_ns) * 1000
-        + sent * u128::from(m.byte_ps)
-        + reduced * u128::from(m.reduce_ps);
-    Some(u64::try_from(ps / 1000).unwrap_or(u64::MAX))
+    Some(Terms {
+        steps,
+        entries,
+        sent,
+        reduced,
+    })
+}
+
+/// What the constants of a [`CostModel`] multiply for one algorithm ([`terms`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Terms {
+    /// Dependent network steps (`× α`).
+    pub steps: u128,
+    /// FIFO entries sent and received (`× o`).
+    pub entries: u128,
+    /// Bytes sent (`× β`).
+    pub sent: u128,
+    /// Bytes reduced outside the transfers (`× γ`).
+    pub reduced: u128,
+}
+
+impl Terms {
+    /// The modelled time in nanoseconds under `m` (saturates at `u64::MAX`).
+    pub fn time_ns(&self, m: &CostModel) -> u64 {
+        let ps = self
+            .steps
+            .saturating_mul(u128::from(m.step_ns) * 1000)
+            .saturating_add(self.entries.saturating_mul(u128::from(m.entry_ns) * 1000))
+            .saturating_add(self.sent.saturating_mul(u128::from(m.byte_ps)))
+            .saturating_add(self.reduced.saturating_mul(u128::from(m.reduce_ps)));
+        u64::try_from(ps / 1000).unwrap_or(u64::MAX)
+    }
+}
+
+/// The modelled time in nanoseconds of `algorithm` for `c` on `nranks` ranks with `bytes`
+/// bytes in the larger buffer ([`PlanParams::bytes`]) and FIFO entries of at most `chunk`
+/// bytes, under `m`; `split`: the plan is split over streams or blocks
+/// ([`crate::planner::plan_blocks`]), where the `log n` all-gathers and Bruck's all-to-all
+/// move every rank block as entries of its own instead of one run per step. `None` when the
+/// algorithm does not support `c` or is [`Algorithm::Auto`]. One rank costs 0. Saturates
+/// instead of overflowing.
+pub fn cost(
+    c: Collective,
+    algorithm: Algorithm,
+    bytes: u64,
+    nranks: u32,
+    chunk: u64,
+    split: bool,
+    m: &CostModel,
+) -> Option<u64> {
+    if algorithm == Algorithm::Hierarchical && algorithm.supports(c) {
+        // Without a host map every rank is its own host: the best flat algorithm.
+        return candidates(c)
+            .iter()
+            .filter_map(|&a| cost(c, a, bytes, nranks, chunk, split, m))
+            .min();
+    }
+    terms(c, algorithm, bytes, nranks, chunk, split).map(|t| t.time_ns(m))
+}
+
+/// The modelled time in nanoseconds of [`Algorithm::Hierarchical`] for `p` (an all-reduce
+/// whose [`PlanParams::hosts`] spans hosts): the largest host's gather to its leader (one step,
+/// its members' vectors received and reduced) and binomial broadcast under
+/// [`PlanParams::cost_model`], plus the leaders' all-reduce under
+/// [`PlanParams::inter_host_model`] (the cheapest flat algorithm for one rank per host).
+pub fn hierarchical_cost(p: &PlanParams) -> u64 {
+    let b = p.bytes();
+    let split = p.streams.saturating_mul(p.blocks) > 1;
+    let s = p.hosts.sizes().iter().copied().max().unwrap_or(1);
+    let h = if p.hosts.is_none() {
+        p.nranks
+    } else {
+        p.hosts.sizes().len() as u32
+    };
+    let chunk = u128::from(p.chunk_bytes.max(1));
+    let ent = u128::from(b).div_ceil(chunk).max(1);
+    let m = u128::from(s.saturating_sub(1));
+    let gather = Terms {
+        steps: u128::from(s > 1),
+        entries: m * ent,
+        sent: 0,
+        reduced: m * u128::from(b),
+    }
+    .time_ns(&p.cost_model);
+    let mut leaders = *p;
+    leaders.nranks = h;
+    leaders.cost_model = p.inter_host_model;
+    let inter = cost(
+        Collective::AllReduce,
+        crate::planner::algos_leaders(&leaders, h),
+        b,
+        h,
+        p.chunk_bytes,
+        split,
+        &p.inter_host_model,
+    )
+    .unwrap_or(0);
+    let bcast = cost(
+        Collective::Broadcast,
+        Algorithm::Binomial,
+        b,
+        s,
+        p.chunk_bytes,
+        split,
+        &p.cost_model,
+    )
+    .unwrap_or(0);
+    gather.saturating_add(inter).saturating_add(bcast)
 }
 
 /// The algorithm [`Algorithm::Auto`] resolves to for `p`: the cheapest of [`candidates`] by
 /// [`cost`] under `p.cost_model`, direct only at or below [`PlanParams::direct_threshold_bytes`]
 /// where a ring exists (the measured crossover where direct loses to ring), the first on a
-/// tie. Send-recv is always direct.
+/// tie. Send-recv is always direct. When an all-reduce's ranks span hosts
+/// ([`crate::planner::HostMap::spans_hosts`]) the flat algorithms are costed under
+/// [`PlanParams::inter_host_model`] (their steps cross hosts) and [`Algorithm::Hierarchical`]
+/// is a candidate too ([`hierarchical_cost`]): it wins where the link between hosts is the
+/// slow one.
 pub fn pick(p: &PlanParams) -> Algorithm {
     let bytes = p.bytes();
+    let spans = p.collective == Collective::AllReduce && p.hosts.spans_hosts();
+    let model = if spans {
+        &p.inter_host_model
+    } else {
+        &p.cost_model
+    };
     let mut best = (u64::MAX, Algorithm::Ring);
     for &a in candidates(p.collective) {
         if a == Algorithm::Direct
@@ -268,12 +380,97 @@ pub fn pick(p: &PlanParams) -> Algorithm {
             p.nranks,
             p.chunk_bytes,
             p.streams.saturating_mul(p.blocks) > 1,
-            &p.cost_model,
+            model,
         ) {
             if t < best.0 {
                 best = (t, a);
             }
         }
     }
+    if spans && hierarchical_cost(p) < best.0 {
+        return Algorithm::Hierarchical;
+    }
     best.1
+}
+
+/// The environment variable that names the algorithm of `c` in place of the tuner's choice:
+/// `NEURON_RT_PROXY_ALGO_` and the collective's name in capitals with `_` for `-`
+/// (`NEURON_RT_PROXY_ALGO_ALL_REDUCE`). Read by proxy-perf and the C library
+/// (`libnrt_proxy`); its value is parsed by [`parse_algo`].
+pub const fn algo_env_var(c: Collective) -> &'static str {
+    match c {
+        Collective::AllReduce => "NEURON_RT_PROXY_ALGO_ALL_REDUCE",
+        Collective::AllGather => "NEURON_RT_PROXY_ALGO_ALL_GATHER",
+        Collective::ReduceScatter => "NEURON_RT_PROXY_ALGO_REDUCE_SCATTER",
+        Collective::Broadcast => "NEURON_RT_PROXY_ALGO_BROADCAST",
+        Collective::SendRecv => "NEURON_RT_PROXY_ALGO_SEND_RECV",
+        Collective::AllToAll => "NEURON_RT_PROXY_ALGO_ALL_TO_ALL",
+    }
+}
+
+/// Parses `value` (surrounding white space ignored) as the algorithm of `c` named by `source`
+/// (a variable or option name, for the message): an [`Algorithm::name`]; `auto` is
+/// [`Algorithm::Auto`] (no override).
+///
+/// # Errors
+/// `"SOURCE=VALUE: not an algorithm (auto, ring, ...)"` for an unknown name;
+/// `"SOURCE=VALUE: NAME does not support COLLECTIVE (it does: ...)"` for an algorithm the
+/// collective does not have ([`Algorithm::supports`]).
+pub fn parse_algo(c: Collective, source: &str, value: &str) -> Result<Algorithm, String> {
+    let names = |pred: &dyn Fn(Algorithm) -> bool| {
+        Algorithm::ALL
+            .into_iter()
+            .filter(|&a| pred(a))
+            .map(Algorithm::name)
+            .collect::<alloc::vec::Vec<_>>()
+            .join(", ")
+    };
+    let Some(a) = Algorithm::from_name(value.trim()) else {
+        return Err(format!(
+            "{source}={value}: not an algorithm ({})",
+            names(&|_| true)
+        ));
+    };
+    if !a.supports(c) {
+        return Err(format!(
+            "{source}={value}: {} does not support {} (it does: {})",
+            a.name(),
+            c.name(),
+            names(&|x| x.supports(c))
+        ));
+    }
+    Ok(a)
+}
+
+/// Every collective's algorithm from the environment through `lookup` (a variable's value, or
+/// `None` when unset), in [`Collective::ALL`]'s order: `None` where the variable
+/// ([`algo_env_var`]) is unset, empty or `auto`.
+///
+/// # Errors
+/// The first bad value's message ([`parse_algo`]).
+pub fn algos_from_env(
+    lookup: &dyn Fn(&str) -> Option<String>,
+) -> Result<[Option<Algorithm>; Collective::ALL.len()], String> {
+    let mut out = [None; Collective::ALL.len()];
+    for (o, c) in out.iter_mut().zip(Collective::ALL) {
+        let var = algo_env_var(c);
+        if let Some(v) = lookup(var).filter(|v| !v.trim().is_empty()) {
+            *o = Some(parse_algo(c, var, &v)?).filter(|&a| a != Algorithm::Auto);
+        }
+    }
+    Ok(out)
+}
+
+/// Why [`PlanParams::resolved_algorithm`] is what it is, as [`PlanParams::label`] names it:
+/// `asked` for an algorithm other than [`Algorithm::Auto`]; `tuner` for the cost model with
+/// [`DEFAULT_COST_MODEL`] (within and between hosts); `tuner-calibrated` with other constants
+/// (a calibration file).
+pub fn why(p: &PlanParams) -> &'static str {
+    if p.algorithm != Algorithm::Auto {
+        "asked"
+    } else if p.cost_model == DEFAULT_COST_MODEL && p.inter_host_model == DEFAULT_COST_MODEL {
+        "tuner"
+    } else {
+        "tuner-calibrated"
+    }
 }

@@ -1141,7 +1141,7 @@ mod dump {
         unsafe { t.with_comm_dump(in_process_dump) }
     }
 
-    use crate::driver::task::CommHandle;
+    use crate::driver::task::{CollectiveLabel, CommHandle};
 
     struct StaticClock(&'static ManualClock);
     impl Clock for StaticClock {
@@ -1168,7 +1168,8 @@ mod dump {
 
     /// A network task mid-run, blocked on its device's trigger: the dump has one line per
     /// queue, slot, task, stream cursor, comm, comm stream and op, each prefixed by the queue
-    /// (and slot and task), and counts its lines.
+    /// (and slot and task), and counts its lines; the task line names its collective, algorithm
+    /// and why ([`NetworkTask::with_label`]).
     #[test]
     fn a_dump_shows_a_network_task_blocked_on_its_device() {
         static CLOCK: ManualClock = ManualClock::new(1_000_000_000);
@@ -1176,7 +1177,11 @@ mod dump {
         // SAFETY: `word` outlives the task (dropped at the end of the test, after leave).
         let trigger = unsafe { HostWord::from_ref(&word) };
         let mut c = comm();
-        let t = task(&mut c, trigger, Some(5_000_000_000));
+        let t = task(&mut c, trigger, Some(5_000_000_000)).with_label(CollectiveLabel {
+            collective: "all-reduce",
+            algorithm: "rabenseifner",
+            why: "tuner",
+        });
         TriggerWords::new(&[trigger]).unwrap().arm();
         let (q, mut w) = ProxyQueue::new(cfg(), Box::new(StaticClock(&CLOCK))).unwrap();
         let _ = ProxyQueue::join(&q).unwrap();
@@ -1204,7 +1209,7 @@ mod dump {
             &alloc::format!(
                 "{task}kind=network state=WaitingDeviceTrigger status=NRT_SUCCESS comm=9 \
                  streams=0x3 waited_ms=2 limit_ms=5000 warnings=0 filed=1 stopped=0 \
-                 triggers={:#x}:0xffffffff",
+                 triggers={:#x}:0xffffffff collective=all-reduce algo=rabenseifner why=tuner",
                 trigger.addr()
             ),
         );

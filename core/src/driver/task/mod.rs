@@ -18,7 +18,7 @@ pub use barrier::{
     BarrierChannel, BarrierTask, BarrierTaskSpec, BarrierTicket, SharedMemBarrier,
     SharedMemBarrierEndpoint,
 };
-pub use network::{BlockFifos, CommHandle, NetworkTask, NetworkTaskSpec};
+pub use network::{BlockFifos, CollectiveLabel, CommHandle, NetworkTask, NetworkTaskSpec};
 
 use crate::base::state;
 use crate::base::status::NrtStatus;

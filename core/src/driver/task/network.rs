@@ -203,6 +203,25 @@ pub struct NetworkTask {
     abort: Option<AbortHandle>,
     /// Writes the comm's state into a queue's dump (`None`: the dump has the task's lines only).
     comm_dump: Option<CommDumpFn>,
+    /// The collective the task runs and its algorithm, for the dump (`None`: FIFOs not from a
+    /// planner, or not said).
+    label: Option<CollectiveLabel>,
+}
+
+/// What a network task runs, named in its state-dump line (`collective=all-reduce
+/// algo=rabenseifner why=tuner`): the producer's planner knows it, the task only carries it.
+/// Static names, so a task carries them with no allocation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct CollectiveLabel {
+    /// The collective's name (`all-reduce`, ...; `proxy-collectives`' `Collective::name`).
+    pub collective: &'static str,
+    /// The algorithm the plan resolved to (`ring`, `rabenseifner`, ...).
+    pub algorithm: &'static str,
+    /// Why that algorithm, one word without spaces: `asked` (the caller named it), `env` (a
+    /// `NEURON_RT_PROXY_ALGO_<COLL>` variable), `api` (a process-wide override set through
+    /// the C API), `tuner` (the cost model with its default constants), `tuner-calibrated`
+    /// (with constants from a calibration file).
+    pub why: &'static str,
 }
 
 impl core::fmt::Debug for NetworkTask {
@@ -273,6 +292,7 @@ impl NetworkTask {
             close_status: NrtStatus::Success,
             abort: None,
             comm_dump: None,
+            label: None,
         })
     }
 
@@ -284,6 +304,18 @@ impl NetworkTask {
     pub fn with_abort(mut self, abort: AbortHandle) -> Self {
         self.abort = Some(abort);
         self
+    }
+
+    /// The same task, naming `label` (its collective, algorithm and why) in its dump line.
+    /// Kept across [`NetworkTask::rearm_with`].
+    pub fn with_label(mut self, label: CollectiveLabel) -> Self {
+        self.label = Some(label);
+        self
+    }
+
+    /// The collective the task names in its dump ([`NetworkTask::with_label`]).
+    pub fn label(&self) -> Option<CollectiveLabel> {
+        self.label
     }
 
     /// The same task, whose dump lines (a queue's state dump, docs/design.md §6) include its
@@ -736,7 +768,8 @@ impl ProxyTask for NetworkTask {
         Some(self.comm.as_ptr() as usize)
     }
 
-    /// The task's line plus `filed=0|1 stopped=0|1 triggers=ADDR:VALUE,...`; one line per stream
+    /// The task's line plus `filed=0|1 stopped=0|1 triggers=ADDR:VALUE,...` and, with a label
+    /// ([`NetworkTask::with_label`]), `collective=NAME algo=NAME why=WORD`; one line per stream
     /// (`stream=0 block=2 pos=1/3`, or `block=none pos=finished/3`); then its comm's lines when
     /// it has a comm dump ([`NetworkTask::with_comm_dump`]) and has filed and not stopped its
     /// blocks.
@@ -758,6 +791,13 @@ impl ProxyTask for NetworkTask {
         }
         if !any {
             out.write_str("none")?;
+        }
+        if let Some(l) = self.label {
+            write!(
+                out,
+                " collective={} algo={} why={}",
+                l.collective, l.algorithm, l.why
+            )?;
         }
         out.write_char('\n')?;
         let n = self.schedule.len();

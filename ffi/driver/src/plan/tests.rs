@@ -58,6 +58,7 @@ fn c_constants_are_the_planner_list_indices() {
             (NRT_PROXY_ALGO_BRUCK, A::Bruck),
             (NRT_PROXY_ALGO_BINOMIAL, A::Binomial),
             (NRT_PROXY_ALGO_SCATTER_ALLGATHER, A::ScatterAllgather),
+            (NRT_PROXY_ALGO_HIERARCHICAL, A::Hierarchical),
         ],
     );
 }

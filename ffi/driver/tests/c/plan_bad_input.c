@@ -81,7 +81,7 @@ int main(int argc, char **argv) {
     BAD_PARAM(struct_size, 0);
     BAD_PARAM(struct_size, (uint32_t)sizeof(nrt_proxy_plan_params_t) + 8);
     BAD_PARAM(collective, 6);
-    BAD_PARAM(algorithm, 9);
+    BAD_PARAM(algorithm, 10);
     BAD_PARAM(algorithm, NRT_PROXY_ALGO_BINOMIAL); /* not an all-reduce algorithm */
     BAD_PARAM(dtype, 6);
     BAD_PARAM(op, 4);

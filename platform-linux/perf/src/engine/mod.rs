@@ -25,8 +25,8 @@ const PARK_SLICE_NS: u64 = 1_000_000;
 use proxy_core::driver::record::TaskRecord;
 use proxy_core::driver::registry::Membership;
 use proxy_core::driver::task::{
-    BarrierChannel, BarrierTask, BarrierTaskSpec, BarrierTicket, BlockFifos, CommHandle,
-    NetworkTask, NetworkTaskSpec, SharedMemBarrier, SharedMemBarrierEndpoint, TaskKind,
+    BarrierChannel, BarrierTask, BarrierTaskSpec, BarrierTicket, BlockFifos, CollectiveLabel,
+    CommHandle, NetworkTask, NetworkTaskSpec, SharedMemBarrier, SharedMemBarrierEndpoint, TaskKind,
 };
 use proxy_core::driver::trigger::TriggerWords;
 use proxy_core::progress::comm::Comm;
@@ -147,6 +147,8 @@ pub struct Execution {
     pub barrier_done: Vec<u64>,
     /// This rank leads the barrier (lowest rank of the comm in this process).
     pub leader: bool,
+    /// The collective, algorithm and why, named in the network task's state-dump line.
+    pub label: Option<CollectiveLabel>,
 }
 
 /// A rank's barrier endpoint shared by its successive barrier tasks (the endpoint counts

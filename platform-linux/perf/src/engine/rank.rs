@@ -120,6 +120,10 @@ impl EngineRank {
             Some(a) => net.with_abort(a.clone()),
             None => net,
         };
+        let net = match exec.label {
+            Some(l) => net.with_label(l),
+            None => net,
+        };
         let net = match r.comm.comm_dump() {
             // SAFETY: an in-process comm's handle is a `*mut Comm`, which `in_process_dump`
             // takes.

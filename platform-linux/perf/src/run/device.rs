@@ -189,6 +189,7 @@ pub(super) fn execution_of(
             Vec::new()
         },
         leader,
+        label: Some(prep.label),
     }
 }
 

@@ -5,6 +5,11 @@
 use super::*;
 
 impl World {
+    /// Rank 0's plan parameters of `size`, out of place (before the algorithm is resolved).
+    pub fn params_for(&self, size: u64) -> PlanParams {
+        self.params(size, 0, false)
+    }
+
     pub(super) fn params(&self, size: u64, rank: u32, in_place: bool) -> PlanParams {
         let a = &self.args;
         let elt = a.dtype.size() as u64;
@@ -17,6 +22,11 @@ impl World {
         };
         let mut p = PlanParams::new(self.collective, count, a.dtype, rank, a.ranks);
         p.algorithm = a.algo.into();
+        p.cost_model = a.tuning.model();
+        p.inter_host_model = a.tuning.inter_host_model();
+        if let Some(h) = a.hosts {
+            p.hosts = h.0;
+        }
         p.op = a.op;
         p.root = a.root;
         p.chunk_bytes = a.chunk;
@@ -30,6 +40,17 @@ impl World {
             credits: a.credits,
         };
         p
+    }
+
+    /// The state-dump label of `size`'s collective: the planner's
+    /// ([`PlanParams::label`]), `why=env` when the algorithm came from
+    /// `NEURON_RT_PROXY_ALGO_<COLL>`.
+    pub(super) fn label(&self, size: u64, in_place: bool) -> CollectiveLabel {
+        let mut l = self.params(size, 0, in_place).label();
+        if self.args.algo_from_env {
+            l.why = "env";
+        }
+        l
     }
 
     /// Rank `rank`'s (stream, block) parts of `size` ([`plan_blocks`]).
@@ -291,6 +312,7 @@ impl World {
             fifos: Vec::new(),
             device: Vec::new(),
             generation: self.preparations,
+            label: self.label(size, in_place),
         };
         for (r, m) in mems.iter_mut().enumerate() {
             let p = self.plan(size, self.local[r], in_place)?;

@@ -17,7 +17,7 @@ use proxy_abi::{
 };
 use proxy_collectives::planner::data::{count_wrong, fill_input, POISON};
 use proxy_collectives::planner::{
-    plan_blocks, Addresses, BlockPlans, Collective, Fifos, NecOptions, PlanParams,
+    plan_blocks, Addresses, BlockPlans, Collective, CollectiveLabel, Fifos, NecOptions, PlanParams,
 };
 use proxy_core::base::status::NrtStatus;
 use proxy_core::driver::trigger::TRIGGER_ARMED;
@@ -337,6 +337,8 @@ struct Prepared {
     /// Which `prepare` made it (unique in the World): with the reps, the shape key of its
     /// executions' kept tasks and jobs.
     generation: u32,
+    /// The collective, algorithm and why, for the network tasks' state-dump lines.
+    label: CollectiveLabel,
 }
 
 /// The key under which the tasks and device jobs of `prep`'s executions with `reps` program
@@ -584,6 +586,7 @@ mod device;
 mod execute;
 mod inject;
 mod setup;
+pub use setup::host_map_of;
 
 use self::device::*;
 use self::inject::*;

@@ -178,7 +178,35 @@ pub(super) const PERF_CALLBACKS: NccomDeviceCallbacks = NccomDeviceCallbacks {
     nec_store_host_index: None,
 };
 
+/// The host map of ranks whose host identities are `ids` (by rank), when they span two or
+/// more hosts and each host's ranks are contiguous (a [`HostMap`] describes only that);
+/// `None` otherwise.
+pub fn host_map_of(ids: &[Vec<u8>]) -> Option<proxy_collectives::planner::HostMap> {
+    let mut sizes: Vec<u32> = Vec::new();
+    let mut seen: Vec<&Vec<u8>> = Vec::new();
+    for (i, id) in ids.iter().enumerate() {
+        if i > 0 && ids[i - 1] == *id {
+            *sizes.last_mut()? += 1;
+        } else {
+            if seen.contains(&id) {
+                return None;
+            }
+            seen.push(id);
+            sizes.push(1);
+        }
+    }
+    (sizes.len() >= 2)
+        .then(|| proxy_collectives::planner::HostMap::new(&sizes))
+        .flatten()
+}
+
 impl World {
+    /// The arguments the world runs with (with the bootstrap's host map when the ranks are
+    /// processes on several hosts and `--hosts` was not given).
+    pub fn args(&self) -> &Args {
+        &self.args
+    }
+
     /// Sets up `args.ranks` ranks on the in-process transport, all in this process; with
     /// `args.progress_lib`, the progress half is loaded from that library (its comms over one
     /// of its in-memory groups, its seam in every network task).
@@ -338,6 +366,12 @@ impl World {
         use proxy_libfabric::Options;
 
         let (rank, n) = (boot.rank(), boot.nranks());
+        // The host map from the bootstrap (every rank's host identity) unless --hosts gave one.
+        let mut args = args.clone();
+        if args.hosts.is_none() {
+            args.hosts = host_map_of(boot.hosts()).map(crate::args::HostsArg);
+        }
+        let args = &args;
         // Shared from here: the comm's transport watches it for lost peers (docs/design.md §9,
         // "Liveness"); the barrier tasks and the combination of results use it too.
         let peers = SharedBootstrap::new(boot);

@@ -1,0 +1,239 @@
+//! The hierarchical all-reduce through the simulation of [`super`]: host maps even and
+//! uneven (hosts of one rank among them), bit-exact against the reference, both layouts, both
+//! send-completion models, every leaders' algorithm; split over streams and blocks; the host
+//! map's checks; and the tuner choosing it where the link between hosts is slow.
+
+use super::{check, params};
+use crate::planner::tuner::{self, CostModel, DEFAULT_COST_MODEL};
+use crate::planner::{
+    plan, plan_blocks, Algorithm, Collective, DataType, HostMap, PlanError, PlanParams, RedOp,
+};
+
+fn layouts() -> &'static [&'static [u32]] {
+    if cfg!(miri) {
+        &[&[2, 1]]
+    } else {
+        &[
+            &[2, 2],
+            &[3, 1],
+            &[1, 3],
+            &[1, 1, 1],
+            &[2, 3, 1],
+            &[4, 4],
+            &[3, 3, 3, 2],
+            &[1, 2, 1, 4],
+            &[5],
+            &[2, 2, 2, 2, 2, 2, 2, 2, 2],
+        ]
+    }
+}
+
+fn hier(sizes: &[u32], count: u64, d: DataType) -> PlanParams {
+    let n = sizes.iter().sum();
+    let mut p = params(Collective::AllReduce, n, count, d, Algorithm::Hierarchical);
+    p.hosts = HostMap::new(sizes).unwrap();
+    p
+}
+
+#[test]
+fn every_host_layout_bit_exact() {
+    let counts: &[u64] = if cfg!(miri) { &[5] } else { &[1, 7, 53] };
+    let mut seed = 700;
+    for &sizes in layouts() {
+        for &count in counts {
+            for in_place in [false, true] {
+                let mut p = hier(sizes, count, DataType::I32);
+                p.chunk_bytes = 16; // 4 elements: several chunks, windows of 2
+                p.pipeline_depth = 2;
+                p.in_place = in_place;
+                seed += 1;
+                check(p, seed);
+            }
+        }
+    }
+}
+
+/// The leaders run each flat algorithm the tuner may give them (dear steps: direct; cheap
+/// steps and dear bytes: Rabenseifner or ring).
+#[test]
+fn every_leaders_algorithm() {
+    if cfg!(miri) {
+        return; // the phases are the algorithms Miri runs elsewhere
+    }
+    let models = [
+        DEFAULT_COST_MODEL,
+        CostModel {
+            step_ns: 1_000_000,
+            ..DEFAULT_COST_MODEL
+        },
+        CostModel {
+            step_ns: 1,
+            entry_ns: 1,
+            byte_ps: 100_000,
+            reduce_ps: 1,
+        },
+    ];
+    let mut seen = alloc::vec::Vec::new();
+    for m in models {
+        for sizes in [&[2u32, 1, 2, 2, 1][..], &[3, 3, 2, 3]] {
+            for count in [3u64, 301] {
+                for in_place in [false, true] {
+                    let mut p = hier(sizes, count, DataType::F32);
+                    p.chunk_bytes = 64;
+                    p.in_place = in_place;
+                    p.inter_host_model = m;
+                    seen.push(crate::planner::algos_leaders(&p, sizes.len() as u32));
+                    check(p, count + 3);
+                }
+            }
+        }
+    }
+    for a in [Algorithm::Direct, Algorithm::RecursiveDoubling] {
+        assert!(seen.contains(&a), "{seen:?}");
+    }
+    assert!(
+        seen.contains(&Algorithm::Rabenseifner) || seen.contains(&Algorithm::Ring),
+        "{seen:?}"
+    );
+}
+
+#[test]
+fn every_type_and_op_and_split() {
+    if cfg!(miri) {
+        return;
+    }
+    for d in DataType::ALL {
+        for op in RedOp::ALL {
+            let mut p = hier(&[2, 3], 37, d);
+            p.op = op;
+            p.chunk_bytes = 32;
+            check(p, 5);
+        }
+    }
+    // Split over streams and blocks (plan_blocks asserts every part's tags inside its range),
+    // run through the simulation.
+    for (streams, blocks) in [(2, 1), (2, 2), (1, 3)] {
+        let mut p = hier(&[3, 1, 2], 200, DataType::I32);
+        p.chunk_bytes = 32;
+        p.streams = streams;
+        p.blocks = blocks;
+        let parts = plan_blocks(&p).unwrap();
+        assert_eq!(parts.params.algorithm, Algorithm::Hierarchical);
+        assert_eq!(parts.blocks.len(), (streams * blocks) as usize);
+        check(p, 77);
+    }
+}
+
+/// Tags stay below `2(n − 1)`; a member has one op in the gather and one in the broadcast;
+/// the host map must hold `nranks` ranks.
+#[test]
+fn tags_ops_and_the_host_maps_checks() {
+    for &sizes in layouts() {
+        let n: u32 = sizes.iter().sum();
+        for r in 0..n {
+            let p = hier(sizes, 9, DataType::F32).for_rank(r);
+            let pl = plan(&p).unwrap();
+            let t = (2 * (n - 1)).max(n).max(1);
+            assert!(
+                pl.ops.iter().all(|o| o.tag < t),
+                "{sizes:?} rank {r}: {:?}",
+                pl.ops
+            );
+        }
+    }
+    // [2, 2]: a member has the gather's send to its leader and the broadcast's receive from
+    // it (tag 2 = s_max + 0); a leader the gather's receive, the leaders' phase, the broadcast.
+    let p = hier(&[2, 2], 9, DataType::F32);
+    let member = plan(&p.for_rank(3)).unwrap();
+    let peers: alloc::vec::Vec<(i32, i32, u32)> = member
+        .ops
+        .iter()
+        .map(|o| (o.send_peer, o.recv_peer, o.tag))
+        .collect();
+    let none = proxy_core::base::desc::NO_PEER;
+    assert_eq!(peers, [(2, none, 1), (none, 2, 2)]);
+    let leader = plan(&p.for_rank(2)).unwrap();
+    assert_eq!(leader.ops[0].recv_peer, 3);
+    assert!(leader
+        .ops
+        .iter()
+        .any(|o| o.send_peer == 0 || o.recv_peer == 0));
+    assert_eq!(leader.ops.last().unwrap().send_peer, 3);
+    let mut p = hier(&[2, 2], 9, DataType::F32);
+    p.hosts = HostMap::new(&[2, 3]).unwrap();
+    assert_eq!(plan(&p).err(), Some(PlanError::BadHosts));
+    assert!(HostMap::new(&[]).is_none());
+    assert!(HostMap::new(&[2, 0]).is_none());
+    let m = HostMap::new(&[3, 1, 2]).unwrap();
+    assert_eq!(m.host_of(0), Some((0, 0, 3)));
+    assert_eq!(m.host_of(3), Some((1, 3, 1)));
+    assert_eq!(m.host_of(5), Some((2, 4, 2)));
+    assert_eq!(m.host_of(6), None);
+    assert!(m.spans_hosts());
+    assert!(!HostMap::new(&[1, 1, 1]).unwrap().spans_hosts());
+    assert!(!HostMap::new(&[4]).unwrap().spans_hosts());
+}
+
+/// With a slow link between hosts the tuner picks the hierarchical all-reduce; with hosts as
+/// fast as the host it keeps a flat algorithm for small messages, and without a map never
+/// picks it.
+#[test]
+fn the_tuner_picks_it_when_the_link_between_hosts_is_slow() {
+    let slow = CostModel {
+        step_ns: 25_000,
+        entry_ns: 2_000,
+        byte_ps: 800,
+        reduce_ps: 35,
+    };
+    for (sizes, count) in [
+        (&[4u32, 4][..], 2u64),
+        (&[4, 4, 4, 4], 2),
+        (&[8, 8], 1 << 18),
+        (&[3, 5, 2], 1000),
+    ] {
+        let mut p = hier(sizes, count, DataType::F32);
+        p.algorithm = Algorithm::Auto;
+        p.inter_host_model = slow;
+        assert_eq!(
+            tuner::pick(&p),
+            Algorithm::Hierarchical,
+            "{sizes:?} {count}"
+        );
+        p.inter_host_model = DEFAULT_COST_MODEL;
+        if count == 2 {
+            assert_ne!(tuner::pick(&p), Algorithm::Hierarchical, "{sizes:?}");
+        }
+        p.hosts = HostMap::NONE;
+        p.inter_host_model = slow;
+        assert_ne!(tuner::pick(&p), Algorithm::Hierarchical);
+        let l = p.label();
+        assert_ne!(l.algorithm, "hierarchical");
+    }
+    // Without host information its cost is the best flat algorithm's.
+    let flat = tuner::candidates(Collective::AllReduce)
+        .iter()
+        .filter_map(|&a| {
+            tuner::cost(
+                Collective::AllReduce,
+                a,
+                4096,
+                8,
+                512,
+                false,
+                &DEFAULT_COST_MODEL,
+            )
+        })
+        .min();
+    assert_eq!(
+        tuner::cost(
+            Collective::AllReduce,
+            Algorithm::Hierarchical,
+            4096,
+            8,
+            512,
+            false,
+            &DEFAULT_COST_MODEL
+        ),
+        flat
+    );
+}

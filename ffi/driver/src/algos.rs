@@ -1,0 +1,166 @@
+//! The process-wide algorithm of each collective (`nrt_proxy_algorithm_set` /
+//! `nrt_proxy_algorithm_get`, ABI 1.4): what `nrt_proxy_plan_create` uses in place of the
+//! tuner's choice when a plan asks for `NRT_PROXY_ALGO_AUTO`.
+//!
+//! The table starts from the environment at its first use (the first plan, set or get):
+//! `NEURON_RT_PROXY_ALGO_<COLL>` (`NEURON_RT_PROXY_ALGO_ALL_REDUCE=rabenseifner`), parsed by the
+//! planner's own parser (`proxy_collectives::planner::tuner::parse_algo`, which proxy-perf uses
+//! too). A set replaces the collective's entry (`NRT_PROXY_ALGO_AUTO` clears it: the tuner
+//! chooses again), as an MPI_T control variable's write replaces the value its environment
+//! gave. Process-wide, not per comm: a plan is made without a comm (`nrt_proxy_plan_create`),
+//! and NCCL's `NCCL_ALGO` and Open MPI's `coll_tuned_<coll>_algorithm` are process-wide too; a
+//! single call that wants another algorithm names it in its `nrt_proxy_plan_params_t`.
+//!
+//! The tuner's constants come from the calibration file `NEURON_RT_PROXY_TUNE_FILE` names
+//! (`proxy_runtime::tune_file`, written by `proxy-perf --tune`), read at the same first use;
+//! without it the planner's defaults. Plans with `NRT_PROXY_ALGO_AUTO` and no override are
+//! chosen with them (`why=tuner-calibrated` in the dump).
+//!
+//! A bad variable or file makes every plan, set and get answer `NRT_INVALID` with a log line
+//! naming it (a job with a typo in its tuning fails at its first plan, not later with another
+//! algorithm).
+
+use std::sync::{Mutex, PoisonError};
+
+use proxy_abi::boundary::{bad, c_out};
+use proxy_abi::entry;
+use proxy_abi::NRT_STATUS;
+use proxy_collectives::planner::tuner::algos_from_env;
+use proxy_collectives::planner::{Algorithm, Collective, CollectiveLabel, PlanParams};
+use proxy_core::base::status::NrtStatus;
+use proxy_runtime::tune_file::Tuning;
+
+use crate::plan::{pick, ALGORITHMS};
+
+/// One collective's override and where it came from (`env` or `api`, the label's `why`).
+type Entry = Option<(Algorithm, &'static str)>;
+
+/// The process's choices: every collective's entry, in [`Collective::ALL`]'s order
+/// (`NRT_PROXY_COLL_*`), and the tuner's constants.
+#[derive(Debug)]
+struct Table {
+    algos: [Entry; Collective::ALL.len()],
+    /// `NEURON_RT_PROXY_TUNE_FILE`'s constants, else the defaults.
+    tuning: Tuning,
+}
+
+/// The table, `None` until its first use; `Err` holds a bad variable's or file's message.
+static TABLE: Mutex<Option<Result<Table, String>>> = Mutex::new(None);
+
+/// The table the environment gives through `lookup` (a variable's value or `None`), logged at
+/// info level (the constants and where they come from).
+///
+/// # Errors
+/// The first bad variable's message, or the calibration file's.
+fn load(lookup: impl Fn(&str) -> Option<String>) -> Result<Table, String> {
+    let algos = algos_from_env(&lookup)?.map(|o| o.map(|a| (a, "env")));
+    let tuning = Tuning::from_lookup(&lookup)?;
+    log::info!("planner: {}", tuning.describe());
+    Ok(Table { algos, tuning })
+}
+
+/// Runs `f` on the process's table, loaded from the environment at its first use.
+fn with_table<R>(what: &str, f: impl FnOnce(&mut Table) -> R) -> Result<R, NrtStatus> {
+    let mut t = TABLE.lock().unwrap_or_else(PoisonError::into_inner);
+    match t.get_or_insert_with(|| load(env)) {
+        Ok(t) => Ok(f(t)),
+        Err(e) => bad(what, format_args!("{e}")),
+    }
+}
+
+fn env(name: &str) -> Option<String> {
+    std::env::var(name).ok()
+}
+
+/// The index of `c` in [`Collective::ALL`] (the `NRT_PROXY_COLL_*` value).
+fn index(c: Collective) -> usize {
+    Collective::ALL
+        .iter()
+        .position(|&x| x == c)
+        .unwrap_or_default()
+}
+
+/// Applies the table to `p` (a plan's parameters from C): with `NRT_PROXY_ALGO_AUTO` and an
+/// override for the collective, the override; returns the plan's state-dump label (its `why`
+/// `env` or `api` then, else the planner's: `asked`, `tuner`, `tuner-calibrated`).
+///
+/// # Errors
+/// `NrtStatus::Invalid` (logged) when the environment's table is bad.
+pub(crate) fn choose(what: &str, p: &mut PlanParams) -> Result<CollectiveLabel, NrtStatus> {
+    with_table(what, |t| choose_in(t, p))
+}
+
+/// [`choose`] with the table `t`.
+fn choose_in(t: &Table, p: &mut PlanParams) -> CollectiveLabel {
+    p.cost_model = t.tuning.model();
+    p.inter_host_model = t.tuning.inter_host_model();
+    match t.algos[index(p.collective)] {
+        Some((a, why)) if p.algorithm == Algorithm::Auto => {
+            p.algorithm = a;
+            CollectiveLabel { why, ..p.label() }
+        }
+        _ => p.label(),
+    }
+}
+
+/// Sets the algorithm `NRT_PROXY_ALGO_AUTO` plans of `collective` (`NRT_PROXY_COLL_*`) use in
+/// this process from now on (plans made before keep theirs): an `NRT_PROXY_ALGO_*` the
+/// collective supports, or `NRT_PROXY_ALGO_AUTO` to let the tuner choose again. Replaces what
+/// `NEURON_RT_PROXY_ALGO_<COLL>` gave. A plan that names its algorithm keeps it. Any thread.
+///
+/// Returns `NRT_SUCCESS`; `NRT_INVALID` for a collective or algorithm out of range, an
+/// algorithm the collective does not have (e.g. Bruck for all-reduce; the log names the ones
+/// it has), or a bad `NEURON_RT_PROXY_ALGO_*` variable (nothing changes then).
+///
+/// # Safety
+/// None beyond the C contract.
+#[no_mangle]
+pub unsafe extern "C" fn nrt_proxy_algorithm_set(collective: u32, algorithm: u32) -> NRT_STATUS {
+    entry!(WHAT = "nrt_proxy_algorithm_set", {
+        let c = pick(WHAT, "collective", &Collective::ALL, collective)?;
+        let a = pick(WHAT, "algorithm", &ALGORITHMS, algorithm)?;
+        if !a.supports(c) {
+            return bad(
+                WHAT,
+                format_args!(
+                    "{}",
+                    proxy_collectives::planner::tuner::parse_algo(c, "algorithm", a.name())
+                        .err()
+                        .unwrap_or_default()
+                ),
+            );
+        }
+        with_table(WHAT, |t| {
+            t.algos[index(c)] = (a != Algorithm::Auto).then_some((a, "api"));
+        })
+    })
+}
+
+/// Writes the algorithm `NRT_PROXY_ALGO_AUTO` plans of `collective` use in this process into
+/// `*algorithm`: the one set (`nrt_proxy_algorithm_set`) or given by
+/// `NEURON_RT_PROXY_ALGO_<COLL>`, else `NRT_PROXY_ALGO_AUTO` (the tuner chooses). Any thread.
+///
+/// Returns `NRT_SUCCESS`; `NRT_INVALID` for a collective out of range, a NULL or misaligned
+/// `algorithm`, or a bad `NEURON_RT_PROXY_ALGO_*` variable.
+///
+/// # Safety
+/// `algorithm` NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn nrt_proxy_algorithm_get(
+    collective: u32,
+    algorithm: *mut u32,
+) -> NRT_STATUS {
+    entry!(WHAT = "nrt_proxy_algorithm_get", {
+        let c = pick(WHAT, "collective", &Collective::ALL, collective)?;
+        // SAFETY: `algorithm`: the C caller's pointer, valid or NULL by this function's contract.
+        let out = unsafe { c_out(WHAT, "algorithm", algorithm) }?;
+        let a = with_table(WHAT, |t| {
+            t.algos[index(c)].map_or(Algorithm::Auto, |(a, _)| a)
+        })?;
+        *out = ALGORITHMS.iter().position(|&x| x == a).unwrap_or_default() as u32;
+        Ok(())
+    })
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,119 @@
+//! The fit: exact samples give back their constants; noisy ones land near them; a constant
+//! the data pull below zero is zero; and the tuner's choice follows the constants.
+
+use super::*;
+
+fn samples(m: &CostModel, ranks: u32, noise: impl Fn(usize) -> f64) -> Vec<Sample> {
+    let mut out = Vec::new();
+    for algorithm in ALGORITHMS {
+        for (i, bytes) in [8u64, 1 << 10, 16 << 10, 128 << 10, 1 << 20]
+            .into_iter()
+            .enumerate()
+        {
+            let terms = tuner::terms(
+                Collective::AllReduce,
+                algorithm,
+                bytes,
+                ranks,
+                512 << 10,
+                false,
+            )
+            .unwrap();
+            let t = terms.time_ns(m) as f64 * noise(out.len() + i);
+            out.push(Sample {
+                algorithm,
+                bytes,
+                terms,
+                time_ns: t,
+            });
+        }
+    }
+    out
+}
+
+const M: CostModel = CostModel {
+    step_ns: 3_000,
+    entry_ns: 700,
+    byte_ps: 80,
+    reduce_ps: 25,
+};
+
+#[test]
+fn exact_samples_give_back_their_constants() {
+    for ranks in [4u32, 6, 8] {
+        let s = samples(&M, ranks, |_| 1.0);
+        let m = model_of(fit(&s).unwrap());
+        assert_eq!(m, M, "{ranks} ranks");
+        assert!(rms_relative_error(&s, &m) < 1e-3);
+    }
+}
+
+#[test]
+fn noisy_samples_land_near_and_nothing_is_negative() {
+    // ±10 % alternating.
+    let s = samples(&M, 4, |i| if i % 2 == 0 { 1.1 } else { 0.9 });
+    let m = model_of(fit(&s).unwrap());
+    // α and o trade against each other at one rank count (steps and entries grow together);
+    // what the fit must get right is the time it predicts, and the bandwidth.
+    let exact = samples(&M, 4, |_| 1.0);
+    assert!(rms_relative_error(&exact, &m) < 0.1, "{m:?}");
+    assert!(m.byte_ps.abs_diff(M.byte_ps) <= 10, "{m:?}");
+    // No reduction cost at all in the data, and noise that would make it negative unclamped.
+    let m0 = CostModel { reduce_ps: 0, ..M };
+    let s = samples(&m0, 4, |i| 1.0 + 0.05 * ((i % 3) as f64 - 1.0));
+    let x = fit(&s).unwrap();
+    assert!(x.iter().all(|&v| v >= 0.0), "{x:?}");
+}
+
+#[test]
+fn no_samples_no_fit() {
+    assert_eq!(fit(&[]), None);
+}
+
+#[test]
+fn the_tuners_choice_follows_the_constants() {
+    let pick = |m: CostModel, ranks: u32, bytes: u64| {
+        let mut p = PlanParams::new(
+            Collective::AllReduce,
+            bytes / 4,
+            proxy_collectives::planner::DataType::F32,
+            0,
+            ranks,
+        );
+        p.cost_model = m;
+        tuner::pick(&p)
+    };
+    // Cheap steps, dear entries (a network of big messages): fewer messages in all wins.
+    let d = tuner::DEFAULT_COST_MODEL;
+    assert_eq!(pick(d, 8, 8), Algorithm::RecursiveDoubling);
+    let dear_steps = CostModel {
+        step_ns: 200_000,
+        entry_ns: 100,
+        ..d
+    };
+    assert_eq!(pick(dear_steps, 8, 8), Algorithm::Direct);
+    // At 64 KiB with 8 ranks: recursive doubling by default, Rabenseifner when bytes cost more.
+    let dear_bytes = CostModel {
+        byte_ps: 2_000,
+        reduce_ps: 2_000,
+        ..d
+    };
+    assert_ne!(pick(d, 8, 64 << 10), pick(dear_bytes, 8, 64 << 10));
+}
+
+/// The bootstrap's host identities become a host map when each host's ranks are contiguous
+/// and there are two hosts or more.
+#[test]
+fn host_maps_from_host_identities() {
+    use crate::run::host_map_of;
+    let id = |s: &str| s.as_bytes().to_vec();
+    let m = host_map_of(&[id("a"), id("a"), id("b"), id("c"), id("c"), id("c")]).unwrap();
+    assert_eq!(m.sizes(), [2, 1, 3]);
+    assert_eq!(host_map_of(&[id("a"), id("a")]), None, "one host");
+    assert_eq!(
+        host_map_of(&[id("a"), id("b"), id("a")]),
+        None,
+        "not contiguous"
+    );
+    assert_eq!(host_map_of(&[]), None);
+}

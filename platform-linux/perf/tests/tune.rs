@@ -1,0 +1,223 @@
+//! `--tune FILE`, `--hosts` and `--ranks-sweep` end to end (in process, small sizes, a fixed iteration count: a smoke test of
+//! the calibration's plumbing, not of its numbers): it writes a file that reads back; the
+//! header's `tuner:` line names the file when `NEURON_RT_PROXY_TUNE_FILE` gives it, and why the
+//! algorithm was chosen; a bad file fails the run naming the file and the fault.
+
+use std::process::Command;
+
+use proxy_runtime::tune_file::TuneFile;
+
+const BIN: &str = env!("CARGO_BIN_EXE_proxy-perf");
+
+fn run(extra: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
+    let out = Command::new(BIN)
+        .args(extra)
+        .env_remove("NEURON_RT_PROXY_ALGO_ALL_REDUCE")
+        .envs(env.iter().copied())
+        .output()
+        .expect("run proxy-perf");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn tuner_line(out: &str) -> &str {
+    out.lines()
+        .find(|l| l.starts_with("#  tuner: "))
+        .unwrap_or_else(|| panic!("no tuner line:\n{out}"))
+}
+
+const SWEEP: [&str; 9] = [
+    "all-reduce",
+    "--ranks",
+    "3",
+    "-b",
+    "8",
+    "-e",
+    "4096",
+    "-n",
+    "3",
+];
+
+#[test]
+fn tune_writes_a_file_the_header_then_names() {
+    let dir = std::env::temp_dir();
+    let file = dir.join(format!("proxy-perf-tune-{}.json", std::process::id()));
+    let f = file.to_str().unwrap();
+    let (code, out, err) = run(
+        &[&SWEEP[..], &["-f", "8", "-w", "1", "--tune", f]].concat(),
+        &[("NEURON_RT_PROXY_TUNE_FILE", "")],
+    );
+    assert_eq!(code, 0, "{out}\n{err}");
+    // 4 algorithms × 4 sizes (8, 64, 512, 4096), each against the fitted model.
+    let rows = out
+        .lines()
+        .filter(|l| !l.starts_with('#') && l.trim_end().ends_with('%'))
+        .count();
+    assert_eq!(rows, 16, "{out}");
+    assert!(out.contains("# fitted: α "), "{out}");
+    let t = TuneFile::read(&file).unwrap();
+    assert_eq!(t.samples, 16);
+    assert!(t.measured_on.contains("3 ranks"), "{t:?}");
+
+    let (code, out, err) = run(&SWEEP, &[("NEURON_RT_PROXY_TUNE_FILE", f)]);
+    assert_eq!(code, 0, "{err}");
+    let line = tuner_line(&out);
+    assert!(
+        line.contains(&format!(
+            "cost model from {f} (α {} ns/step",
+            t.cost_model.step_ns
+        )),
+        "{line}"
+    );
+    let calibrated = t.model() != proxy_collectives::planner::tuner::DEFAULT_COST_MODEL;
+    let why = if calibrated {
+        "tuner-calibrated"
+    } else {
+        "tuner"
+    };
+    assert!(line.ends_with(&format!("why={why}")), "{line}");
+
+    let (code, out, _) = run(&SWEEP, &[("NEURON_RT_PROXY_TUNE_FILE", "")]);
+    assert_eq!(code, 0);
+    assert!(tuner_line(&out).contains("cost model default"), "{out}");
+    let (code, out, _) = run(
+        &SWEEP,
+        &[
+            ("NEURON_RT_PROXY_TUNE_FILE", ""),
+            ("NEURON_RT_PROXY_ALGO_ALL_REDUCE", "rabenseifner"),
+        ],
+    );
+    assert_eq!(code, 0);
+    assert!(
+        tuner_line(&out).ends_with("rabenseifner from NEURON_RT_PROXY_ALGO_ALL_REDUCE, why=env"),
+        "{out}"
+    );
+
+    std::fs::write(&file, "{\"version\": 1, \"cost_model\": {\"step_ns\": 1}}").unwrap();
+    let (code, _, err) = run(&SWEEP, &[("NEURON_RT_PROXY_TUNE_FILE", f)]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains(&format!(
+            "NEURON_RT_PROXY_TUNE_FILE={f}: missing field `entry_ns`"
+        )),
+        "{err}"
+    );
+    std::fs::remove_file(&file).unwrap();
+}
+
+/// `--hosts`: the hierarchical all-reduce over an uneven pretend host map, every value
+/// checked, the header naming the map; a map that is not `--ranks` ranks is refused.
+#[test]
+fn hosts_run_the_hierarchical_all_reduce() {
+    let (code, out, err) = run(
+        &[
+            "all-reduce",
+            "--ranks",
+            "6",
+            "--hosts",
+            "4,2",
+            "--algo",
+            "hierarchical",
+            "-b",
+            "8",
+            "-e",
+            "4096",
+            "-f",
+            "8",
+            "-n",
+            "3",
+        ],
+        &[("NEURON_RT_PROXY_TUNE_FILE", "")],
+    );
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(
+        tuner_line(&out).ends_with("hosts 4,2 (ranks per host)"),
+        "{out}"
+    );
+    assert!(
+        out.contains("# Algorithm by size (B)  : hierarchical 8..4096"),
+        "{out}"
+    );
+    let (code, _, err) = run(
+        &[
+            "all-reduce",
+            "--ranks",
+            "6",
+            "--hosts",
+            "4,1",
+            "-b",
+            "8",
+            "-e",
+            "8",
+        ],
+        &[],
+    );
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("--hosts adds up to 5 ranks, --ranks is 6"),
+        "{err}"
+    );
+}
+
+/// `--ranks-sweep`: one row per rank count with the tuner's modelled time, every value
+/// checked; `--plot` draws time against ranks with `--compare-ranks` lines; a bad compare
+/// file is refused naming its line.
+#[test]
+fn ranks_sweep_table_and_plot() {
+    let dir = std::env::temp_dir();
+    let svg = dir.join(format!("proxy-perf-ranks-{}.svg", std::process::id()));
+    let other = dir.join(format!("proxy-perf-ranks-{}-other.txt", std::process::id()));
+    std::fs::write(&other, "# another run\n2 0.5\n3 1.5\n").unwrap();
+    let (code, out, err) = run(
+        &[
+            "all-reduce",
+            "--ranks-sweep",
+            "2,3",
+            "-b",
+            "8",
+            "-n",
+            "3",
+            "--plot",
+            svg.to_str().unwrap(),
+            "--compare-ranks",
+            other.to_str().unwrap(),
+        ],
+        &[("NEURON_RT_PROXY_TUNE_FILE", "")],
+    );
+    assert_eq!(code, 0, "{out}\n{err}");
+    let rows: Vec<Vec<&str>> = out
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(rows.len(), 2, "{out}");
+    for (r, n) in rows.iter().zip(["2", "3"]) {
+        assert_eq!((r.len(), r[0], r[5]), (6, n, "0"), "{r:?}");
+        assert!(r[4].parse::<f64>().unwrap() > 0.0, "modelled time: {r:?}");
+    }
+    let text = std::fs::read_to_string(&svg).unwrap();
+    assert!(
+        text.contains("<svg") && text.contains("against ranks"),
+        "{text}"
+    );
+    assert!(text.contains(&format!("proxy-perf-ranks-{}-other", std::process::id())));
+    std::fs::write(&other, "2 fast\n").unwrap();
+    let (code, _, err) = run(
+        &[
+            "all-reduce",
+            "--ranks-sweep",
+            "2",
+            "--compare-ranks",
+            other.to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains(":1: want `ranks time_us`"), "{err}");
+    for f in [svg, other] {
+        std::fs::remove_file(f).unwrap();
+    }
+}

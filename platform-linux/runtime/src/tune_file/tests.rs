@@ -1,0 +1,149 @@
+//! The calibration file: round trip, refusals naming the file and the fault, the variable.
+
+use super::*;
+use proxy_collectives::planner::tuner::DEFAULT_COST_MODEL;
+
+fn dir() -> PathBuf {
+    let d = std::env::temp_dir().join(format!("proxy-tune-test-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+#[test]
+fn a_file_round_trips() {
+    let m = CostModel {
+        step_ns: 2100,
+        entry_ns: 950,
+        byte_ps: 41,
+        reduce_ps: 30,
+    };
+    let f = TuneFile::new(m, "test".into(), 40, 0.18);
+    let p = dir().join("round.json");
+    f.write(&p).unwrap();
+    let back = TuneFile::read(&p).unwrap();
+    assert_eq!(back, f);
+    assert_eq!(back.model(), m);
+    let t =
+        Tuning::from_lookup(&|k| (k == TUNE_FILE_ENV).then(|| p.display().to_string())).unwrap();
+    assert_eq!(t.model(), m);
+    assert!(
+        t.describe()
+            .starts_with(&format!("cost model from {}", p.display())),
+        "{}",
+        t.describe()
+    );
+    assert!(!p.with_extension("json.tmp").exists());
+    assert_eq!(t.inter_host_model(), m, "no inter-host model: the host's");
+    // With an inter-host model: read back, described, range-checked.
+    let slow = CostModel {
+        step_ns: 30_000,
+        entry_ns: 2_000,
+        byte_ps: 800,
+        reduce_ps: 30,
+    };
+    let mut f2 = f.clone();
+    f2.inter_host_cost_model = Some(slow.into());
+    f2.write(&p).unwrap();
+    let t = Tuning::from_lookup(&|_| Some(p.display().to_string())).unwrap();
+    assert_eq!((t.model(), t.inter_host_model()), (m, slow));
+    assert!(
+        t.describe().contains("between hosts α 30000 ns/step"),
+        "{}",
+        t.describe()
+    );
+    f2.inter_host_cost_model = Some(CostModelJson {
+        step_ns: MAX_NS + 1,
+        ..slow.into()
+    });
+    assert_eq!(
+        f2.check().unwrap_err(),
+        format!(
+            "inter_host_cost_model.step_ns is {}, above {MAX_NS}",
+            MAX_NS + 1
+        )
+    );
+    std::fs::remove_file(&p).unwrap();
+}
+
+#[test]
+fn no_variable_is_the_default() {
+    let t = Tuning::from_lookup(&|_| None).unwrap();
+    assert_eq!(t, Tuning::Default);
+    assert_eq!(t.model(), DEFAULT_COST_MODEL);
+    assert_eq!(
+        Tuning::from_lookup(&|_| Some(" ".into())).unwrap(),
+        Tuning::Default
+    );
+    assert!(t.describe().contains("default"), "{}", t.describe());
+}
+
+#[test]
+fn bad_files_are_refused_naming_the_file_and_the_fault() {
+    let d = dir();
+    let bad = |name: &str, text: &str| {
+        let p = d.join(name);
+        std::fs::write(&p, text).unwrap();
+        let e = Tuning::from_lookup(&|_| Some(p.display().to_string())).unwrap_err();
+        assert!(
+            e.starts_with(&format!("{TUNE_FILE_ENV}={}: ", p.display())),
+            "{e}"
+        );
+        std::fs::remove_file(&p).unwrap();
+        e
+    };
+    let e = bad(
+        "trunc.json",
+        r#"{"version": 1, "cost_model": {"step_ns": 1"#,
+    );
+    assert!(e.contains("EOF") || e.contains("line"), "{e}");
+    let e = bad(
+        "missing.json",
+        r#"{"version": 1, "cost_model": {"step_ns": 1, "entry_ns": 2, "byte_ps": 3}}"#,
+    );
+    assert!(e.contains("reduce_ps"), "{e}");
+    let e = bad(
+        "unknown.json",
+        r#"{"version": 1, "cost_model": {"step_ns": 1, "entry_ns": 2, "byte_ps": 3, "reduce_ps": 4, "gamma": 5}}"#,
+    );
+    assert!(e.contains("gamma"), "{e}");
+    let e = bad(
+        "negative.json",
+        r#"{"version": 1, "cost_model": {"step_ns": -1, "entry_ns": 2, "byte_ps": 3, "reduce_ps": 4}}"#,
+    );
+    assert!(e.contains("-1") || e.contains("invalid value"), "{e}");
+    let e = bad(
+        "version.json",
+        r#"{"version": 2, "cost_model": {"step_ns": 1, "entry_ns": 2, "byte_ps": 3, "reduce_ps": 4}}"#,
+    );
+    assert!(e.ends_with("version 2 (this build reads 1)"), "{e}");
+    let e = bad(
+        "absurd.json",
+        r#"{"version": 1, "cost_model": {"step_ns": 1, "entry_ns": 2, "byte_ps": 3000000000, "reduce_ps": 4}}"#,
+    );
+    assert!(
+        e.ends_with("cost_model.byte_ps is 3000000000, above 1000000000"),
+        "{e}"
+    );
+    let missing = d.join("absent.json");
+    let e = Tuning::from_lookup(&|_| Some(missing.display().to_string())).unwrap_err();
+    assert!(e.contains("No such file"), "{e}");
+}
+
+#[test]
+fn a_failed_write_leaves_the_old_file_whole() {
+    let d = dir();
+    let p = d.join("keep.json");
+    let good = TuneFile::new(DEFAULT_COST_MODEL, "old".into(), 1, 0.0);
+    good.write(&p).unwrap();
+    // An absurd model is refused before anything is written.
+    let mut bad = good.clone();
+    bad.cost_model.step_ns = MAX_NS + 1;
+    assert!(bad.write(&p).is_err());
+    // A write whose rename fails (the target is a directory) leaves no temporary file.
+    let dir_target = d.join("is-a-dir");
+    std::fs::create_dir_all(&dir_target).unwrap();
+    assert!(good.write(&dir_target).is_err());
+    assert!(!d.join("is-a-dir.tmp").exists());
+    assert_eq!(TuneFile::read(&p).unwrap(), good);
+    std::fs::remove_file(&p).unwrap();
+}
