@@ -165,20 +165,3 @@ fn every_kind_has_a_class_of_the_mask() {
     t.set_mask(mask::OPS | 0x1000);
     assert_eq!(t.mask(), mask::OPS, "unknown bits are dropped");
 }
-
-#[test]
-fn ops_are_an_op_s_and_a_task_s_begin_and_end_steps_the_rest() {
-    use crate::base::state::Machine;
-    use crate::driver::record::RunState as T;
-    use crate::progress::op::OpState as O;
-    assert_eq!(O::trace_class(O::DONE, O::HANDSHAKE), mask::OPS);
-    assert_eq!(O::trace_class(O::HANDSHAKE, O::TRANSFER), mask::STEPS);
-    assert_eq!(O::trace_class(O::TRANSFER, O::DONE), mask::OPS);
-    assert_eq!(T::trace_class(T::Init, T::WaitingDeviceTrigger), mask::OPS);
-    assert_eq!(
-        T::trace_class(T::WaitingDeviceTrigger, T::Progressing),
-        mask::STEPS
-    );
-    assert_eq!(T::trace_class(T::Progressing, T::Done), mask::OPS);
-    assert_eq!(T::trace_class(T::Done, T::Init), mask::STEPS);
-}
