@@ -254,8 +254,9 @@ soak() {
   # shm), each with a fresh peer process, every fourth peer killed with 1 MiB sends in flight (rendezvous on tcp, like 16 MiB); after
   # cycle 10 fds, threads and libfabric objects stay flat, killed cycles included (tcp: the
   # endpoint of a teardown with stuck sends goes to the lease pool and the next comm reuses it;
-  # shm: its quarantine holds no fd; tests/multiproc/soak.rs; measured 140-180 s for the 200
-  # tcp cycles, 37-46 s for the 60 shm cycles).
+  # shm: its quarantine holds no fd, and 5 objects per kill, as shm cannot be pooled; the
+  # survivor must leave no name in /dev/shm; tests/multiproc/soak.rs; measured 140-180 s for the
+  # 200 tcp cycles, 37-46 s for the 60 shm cycles).
   MULTIPROC_SOAK_CYCLES=200 cargo test -p proxy-libfabric --test multiproc -- --exact \
     killed_peer_soak_tcp --nocapture
   MULTIPROC_SOAK_CYCLES=60 cargo test -p proxy-libfabric --test multiproc -- --exact \

@@ -262,7 +262,8 @@ pub struct LibfabricTransport {
     /// Generations go into the tag (the provider offers 64 tag bits).
     generation_tags: bool,
     /// The set may go to the lease pool instead of the quarantine (`pool.rs`; not shm, whose
-    /// quarantine holds no descriptor, and only with [`Self::generation_tags`]).
+    /// stuck send would block every later send of the set, and only with
+    /// [`Self::generation_tags`]).
     pool_key: Option<PoolKey>,
     /// Every address inserted into the AV of this set (earlier leases' included), by name.
     av_names: std::collections::HashMap<Vec<u8>, fi::fi_addr_t>,

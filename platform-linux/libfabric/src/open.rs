@@ -133,8 +133,10 @@ impl LibfabricTransport {
             .max_inject_size
             .map_or(attrs.inject_size, |m| m.min(attrs.inject_size));
         let generation_tags = attrs.tag_bits >= 64;
-        // shm keeps its own quarantine (it holds no descriptor, and its region names a
-        // process); without 64 tag bits a later lease could not be told apart on the wire.
+        // shm is never pooled: a send it leaves stuck keeps the head of the endpoint's own
+        // response queue busy forever, so no later send above the inject size on that endpoint
+        // would complete (docs/design.md §5, "Why shm is not pooled"); without 64 tag bits a
+        // later lease could not be told apart on the wire.
         let pool_key =
             (generation_tags && !info::name_matches("shm", &attrs.provider)).then(|| PoolKey {
                 provider: attrs.provider.clone(),

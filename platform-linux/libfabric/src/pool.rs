@@ -17,7 +17,10 @@
 //! requests stay posted on it), even after a later lease of it closes cleanly: it always comes
 //! back here. A set that never had a stuck request is closed at teardown as before: the pool
 //! holds only what could not be closed, so a process that never loses a peer keeps no extra
-//! descriptor.
+//! descriptor. shm is never pooled: libfabric 1.17's shm finishes a send above its inject size
+//! when the receiver answers in the sender's own response queue, which the sender reads in
+//! order, so a send stuck on a dead peer would block every later such send of the set
+//! (docs/design.md §5, "Why shm is not pooled").
 //!
 //! **What comes out.** [`LibfabricTransport::open_with`](crate::LibfabricTransport::open_with)
 //! takes an idle set of the same [`PoolKey`] before opening a new one: a set is leased by one

@@ -440,6 +440,7 @@ fn killed_peer_soak(provider: &str) {
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped());
     let mut child = c.spawn().expect("spawn the survivor");
+    let survivor_pid = child.id();
     // Both pipes are read while the survivor runs (a full pipe would block its logging).
     let readers: Vec<_> = [
         Box::new(child.stdout.take().unwrap()) as Box<dyn std::io::Read + Send>,
@@ -487,6 +488,22 @@ fn killed_peer_soak(provider: &str) {
         .map(|(k, v)| (k.to_owned(), v.to_owned()))
         .collect();
     assert_eq!(r["status"], "ok", "{provider}: {r:?}\n{tail}");
+    // Nothing of the survivor outlives it in /dev/shm: a quarantined shm endpoint's region name
+    // is unlinked at its teardown (the mapping stays), a closed one's by the provider (its
+    // killed peers' names are removed by the survivor, as a harness would).
+    let left: Vec<String> = std::fs::read_dir("/dev/shm")
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with(&format!("pxyshm_{survivor_pid}_")))
+                .collect()
+        })
+        .unwrap_or_default();
+    remove_shm_regions(&[survivor_pid]);
+    assert!(
+        left.is_empty(),
+        "{provider}: the survivor (pid {survivor_pid}) left {left:?} in /dev/shm"
+    );
     let list = |k: &str| -> Vec<u64> {
         r.get(k)
             .unwrap_or_else(|| panic!("{provider}: no {k} in the result {r:?}"))
