@@ -30,7 +30,7 @@ use proxy_collectives::planner::{Algorithm, Collective, CollectiveLabel, PlanPar
 use proxy_core::base::status::NrtStatus;
 use proxy_runtime::tune_file::Tuning;
 
-use crate::plan::{pick, ALGORITHMS};
+use crate::enums::{pick, ALGORITHMS};
 
 /// One collective's override and where it came from (`env` or `api`, the label's `why`).
 type Entry = Option<(Algorithm, &'static str)>;

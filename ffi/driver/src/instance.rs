@@ -4,7 +4,7 @@
 
 use std::ffi::c_void;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::sync::{Arc, PoisonError};
 
 use proxy_abi::*;
 use proxy_core::base::status::NrtStatus;
@@ -17,6 +17,7 @@ use proxy_abi::entry;
 
 use crate::config::{default_config, resolve_config};
 use crate::handles::{instance_id, instance_of, remove_live_retrying, INSTANCES};
+use crate::libs::{DEFAULT_LIB, LIBS};
 use crate::locate;
 use crate::objects::Instance;
 use crate::types::*;
@@ -32,21 +33,6 @@ const INIT_ENV: [&str; 2] = [
     "NEURON_RT_LOW_LATENCY_TASKS_CPU_AFFINITY",
     "NEURON_RT_PROXY_DUMP_SIGNAL",
 ];
-
-/// Every progress half loaded so far, by the name it was loaded with (loaded once per name, for
-/// the life of the process, as the seed's runtime does).
-static LIBS: Mutex<Vec<(PathBuf, &'static ProgressLib)>> = Mutex::new(Vec::new());
-/// The first progress half loaded: the one the exported trampolines call.
-pub(crate) static DEFAULT_LIB: OnceLock<&'static ProgressLib> = OnceLock::new();
-
-/// Every progress half loaded so far.
-pub(crate) fn loaded_libs() -> Vec<&'static ProgressLib> {
-    LIBS.lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .iter()
-        .map(|(_, l)| *l)
-        .collect()
-}
 
 /// Loads (once per name) the first of `names` that opens as a progress half of this ABI major
 /// (`locate.rs` gives the order); logs at INFO which one it took.

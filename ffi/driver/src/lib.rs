@@ -55,6 +55,7 @@ mod config;
 
 /// Instances: init, fini, device callbacks.
 mod instance;
+mod libs;
 
 /// Groups of this process's ranks.
 mod groups;
@@ -85,6 +86,7 @@ pub mod plan;
 
 /// The process-wide algorithm of each collective.
 mod algos;
+mod enums;
 
 pub mod types;
 

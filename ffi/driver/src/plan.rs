@@ -21,9 +21,9 @@ use std::sync::Arc;
 
 use proxy_abi::NRT_STATUS;
 use proxy_collectives::planner::{
-    plan_blocks, Algorithm, BlockPlans, Buf, Collective, CollectiveLabel, DataType, HostMap, Instr,
-    Loc, NecOptions, PlanParams, RedOp, Side, DEFAULT_CHUNK_BYTES, DEFAULT_PIPELINE_DEPTH,
-    MAX_HOSTS, WORDS_PER_OP,
+    plan_blocks, BlockPlans, Buf, Collective, CollectiveLabel, DataType, HostMap, Instr, Loc,
+    NecOptions, PlanParams, RedOp, Side, DEFAULT_CHUNK_BYTES, DEFAULT_PIPELINE_DEPTH, MAX_HOSTS,
+    WORDS_PER_OP,
 };
 use proxy_core::base::desc::{NetDestAddr, NetOpInfo, NetSrcAddr, MAX_ENTRIES_PER_OP};
 use proxy_core::base::status::NrtStatus;
@@ -31,6 +31,7 @@ use proxy_core::base::status::NrtStatus;
 use proxy_abi::boundary::{bad, c_handle_out, c_in, c_out, c_slice, insert_live};
 use proxy_abi::entry;
 
+use crate::enums::{pick, ALGORITHMS};
 use crate::types::*;
 
 use crate::{instance_id, remove_live_retrying, with_live_retrying};
@@ -69,22 +70,6 @@ pub(crate) fn plan_of(what: &str, plan: *mut NrtProxyPlan) -> Result<Arc<Planned
     let h = plan.addr();
     with_live_retrying(what, "plan", &PLANS, h, |p| Ok(p.clone()))
 }
-
-/// `ALL[v]`: the C constants of each enum (`NRT_PROXY_COLL_*`, `NRT_PROXY_ALGO_*`,
-/// `NRT_PROXY_DTYPE_*`, `NRT_PROXY_REDOP_*`) are the indices of the planner's lists (checked by
-/// the unit test below), or `Invalid` naming the field.
-pub(crate) fn pick<T: Copy>(what: &str, name: &str, all: &[T], v: u32) -> Result<T, NrtStatus> {
-    match all.get(v as usize) {
-        Some(&t) => Ok(t),
-        None => bad(
-            what,
-            format_args!("{name} is {v}, not below {} (see nrt_proxy.h)", all.len()),
-        ),
-    }
-}
-
-/// The algorithms in the order of `NRT_PROXY_ALGO_*`.
-pub(crate) const ALGORITHMS: [Algorithm; 10] = Algorithm::ALL;
 
 fn flag(what: &str, name: &str, v: u32) -> Result<bool, NrtStatus> {
     match v {

@@ -19,7 +19,7 @@ use proxy_trace::Trace;
 use proxy_abi::boundary::c_string;
 use proxy_abi::entry;
 
-use crate::instance::loaded_libs;
+use crate::libs::loaded_libs;
 use crate::types::NrtProxyTraceSummary;
 
 /// What started recording: the classes and ring size (for a progress half loaded later).

@@ -9,7 +9,7 @@ use proxy_runtime::loader::ProgressLib;
 use proxy_abi::boundary::c_out;
 use proxy_abi::entry;
 
-use crate::instance::DEFAULT_LIB;
+use crate::libs::DEFAULT_LIB;
 
 fn default_lib(what: &str) -> Result<&'static ProgressLib, NrtStatus> {
     DEFAULT_LIB.get().copied().ok_or_else(|| {

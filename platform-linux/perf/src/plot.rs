@@ -84,6 +84,32 @@ pub fn write_plot(
     Ok(())
 }
 
+/// One rank count's measurement.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RanksRow {
+    /// Ranks.
+    pub ranks: u32,
+    /// The algorithm used.
+    pub algorithm: &'static str,
+    /// Time per collective out of place, µs.
+    pub oop_us: f64,
+    /// Time per collective in place, µs.
+    pub ip_us: f64,
+    /// The tuner's modelled time of that algorithm, µs.
+    pub model_us: f64,
+    /// Wrong elements (both sides).
+    pub wrong: u64,
+}
+
+/// A `--compare-ranks` file's line: label and `(ranks, time µs)` points.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RanksSeries {
+    /// The file's name without extension.
+    pub label: String,
+    /// `(ranks, time µs)`.
+    pub points: Vec<(f64, f64)>,
+}
+
 /// One line of a chart of `(x, y)` points: label, colour, points.
 type XyLine = (String, RGBColor, Vec<(f64, f64)>);
 
@@ -96,8 +122,8 @@ pub fn write_ranks_plot(
     path: &Path,
     args: &Args,
     size: u64,
-    rows: &[crate::ranks_sweep::RanksRow],
-    compare: &[crate::ranks_sweep::RanksSeries],
+    rows: &[RanksRow],
+    compare: &[RanksSeries],
 ) -> Result<(), String> {
     let c: Collective = args.collective.into();
     let root = SVGBackend::new(path, (SIZE.0 / 2, SIZE.1)).into_drawing_area();

@@ -12,31 +12,7 @@ use proxy_collectives::planner::tuner;
 use crate::args::{Args, TransportArg};
 use crate::run::World;
 
-/// One rank count's measurement.
-#[derive(Clone, Debug, PartialEq)]
-pub struct RanksRow {
-    /// Ranks.
-    pub ranks: u32,
-    /// The algorithm used.
-    pub algorithm: &'static str,
-    /// Time per collective out of place, µs.
-    pub oop_us: f64,
-    /// Time per collective in place, µs.
-    pub ip_us: f64,
-    /// The tuner's modelled time of that algorithm, µs.
-    pub model_us: f64,
-    /// Wrong elements (both sides).
-    pub wrong: u64,
-}
-
-/// A `--compare-ranks` file's line: label and `(ranks, time µs)` points.
-#[derive(Clone, Debug, PartialEq)]
-pub struct RanksSeries {
-    /// The file's name without extension.
-    pub label: String,
-    /// `(ranks, time µs)`.
-    pub points: Vec<(f64, f64)>,
-}
+pub use crate::plot::{RanksRow, RanksSeries};
 
 /// Reads a `--compare-ranks` file: `ranks time_us` per line, `#` comments and blank lines
 /// skipped.
