@@ -45,7 +45,7 @@ fn c_constants_are_the_planner_list_indices() {
             (NRT_PROXY_REDOP_MAX, R::Max),
         ],
     );
-    use Algorithm as A;
+    use proxy_collectives::planner::Algorithm as A;
     indexes(
         &ALGORITHMS,
         &[
