@@ -130,7 +130,23 @@ impl TimedBackoff {
     /// `Err(elapsed)` once `timeout` has passed since the spinning ended (the first pause after
     /// it, or [`TimedBackoff::reset`]).
     pub fn pause(&mut self) -> Result<(), Duration> {
-        // Naps end early on an unpark (`DeviceThread::wait` registers its thread to be woken).
+        // Before a nap the clock is read: a wait whose time is up ends instead of napping (a
+        // zero timeout, "yield a few times, then stop", must never sleep a whole nap), and a
+        // nap lasts at most what is left.
+        if self.backoff.napping() {
+            let start = *self.start.get_or_insert_with(Instant::now);
+            let e = start.elapsed();
+            if e >= self.timeout {
+                return Err(e);
+            }
+            let left = u64::try_from((self.timeout - e).as_nanos()).unwrap_or(u64::MAX);
+            self.pauses = self.pauses.wrapping_add(1);
+            // Naps end early on an unpark (`DeviceThread::wait` registers its thread to be woken).
+            self.backoff
+                .pause_at_most(&ParkPause(&ThreadPark), left.max(1));
+            let e = start.elapsed();
+            return if e > self.timeout { Err(e) } else { Ok(()) };
+        }
         let pace = self.backoff.pause(&ParkPause(&ThreadPark));
         if pace == Pace::Spun {
             return Ok(());
@@ -138,7 +154,7 @@ impl TimedBackoff {
         let start = *self.start.get_or_insert_with(Instant::now);
         self.pauses = self.pauses.wrapping_add(1);
         // A clock read every few rounds keeps the yield loop cheap.
-        if self.pauses.is_multiple_of(16) || matches!(pace, Pace::Napped(_)) {
+        if self.pauses.is_multiple_of(16) {
             let e = start.elapsed();
             if e > self.timeout {
                 return Err(e);

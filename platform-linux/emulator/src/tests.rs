@@ -264,3 +264,44 @@ fn wait_policy_times_out_and_succeeds() {
         })
         .is_ok());
 }
+
+/// A wait whose time is up ends at its first nap instead of sleeping it: a zero timeout (a
+/// waiter that yields a few times and then parks on something that wakes it) never naps, and
+/// a nap never outlasts the timeout.
+#[test]
+fn a_wait_never_naps_past_its_timeout() {
+    let mut b = TimedBackoff::new(WaitPolicy {
+        spins: 2,
+        yields: 3,
+        nap: Duration::from_secs(5),
+        timeout: Duration::ZERO,
+    });
+    let start = Instant::now();
+    let mut pauses = 0;
+    while b.pause().is_ok() {
+        pauses += 1;
+        assert!(pauses < 100, "never ended");
+    }
+    assert!(pauses <= 5, "{pauses} pauses before the end");
+    assert!(
+        start.elapsed() < Duration::from_secs(1),
+        "napped: {:?}",
+        start.elapsed()
+    );
+    let mut b = TimedBackoff::new(WaitPolicy {
+        spins: 0,
+        yields: 0,
+        nap: Duration::from_secs(5),
+        timeout: Duration::from_millis(30),
+    });
+    let start = Instant::now();
+    while b.pause().is_ok() {
+        assert!(start.elapsed() < Duration::from_secs(2), "never ended");
+    }
+    let took = start.elapsed();
+    assert!(took >= Duration::from_millis(30), "{took:?}");
+    assert!(
+        took < Duration::from_secs(2),
+        "the nap outlasted the timeout: {took:?}"
+    );
+}
