@@ -158,9 +158,7 @@ else log "proxy-perf --help does not list --device: not passed (the default devi
 MODES=()
 for dr in ${DRIVERS:-"-"}; do
     for dv in ${DEVICES:-"-"}; do
-        # A polled device runs from the caller's drive hook: proxy-perf refuses it with worker
-        # threads, so that pair is not a mode.
-        [ "$dr" = thread ] && [ "$dv" = polled ] && continue
+        # thread/polled: the workers play the devices (no device threads).
         MODES+=("$dr/$dv")
     done
 done
