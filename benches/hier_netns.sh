@@ -47,7 +47,7 @@ for t in ip tc unshare; do
 done
 
 cargo build -q --release -p proxy-perf --features libfabric
-BIN="$PWD/target/release/proxy-perf"
+BIN="$PWD/target/${HIER_PROFILE:-release}/proxy-perf"
 mkdir -p "$OUT"
 
 ip netns add "${PREFIX}h0"
@@ -56,9 +56,16 @@ ip -n "${PREFIX}h0" link add eth0 type veth peer name eth0 netns "${PREFIX}h1"
 for h in 0 1; do
   ns="${PREFIX}h$h"
   ip -n "$ns" link set lo up
+  ip netns exec "$ns" sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1 || true
   ip -n "$ns" addr add "10.98.0.$((h + 1))/24" dev eth0
   ip -n "$ns" link set eth0 up
-  tc -n "$ns" qdisc add dev eth0 root tbf rate "$RATE" burst 256kb latency 100ms
+  [ "$RATE" = none ] || tc -n "$ns" qdisc add dev eth0 root tbf rate "$RATE" burst 256kb latency 100ms
+done
+# Wait until both ends have carrier: libfabric's tcp offers only the interfaces that are up, and
+# a rank that finds only "lo" cannot reach the other host.
+for _ in $(seq 1 100); do
+  ip -n "${PREFIX}h0" link show eth0 | grep -q LOWER_UP && ip -n "${PREFIX}h1" link show eth0 | grep -q LOWER_UP && break
+  sleep 0.05
 done
 ROOT="10.98.0.1:$PORT"
 
@@ -89,7 +96,7 @@ run() { # algo -> table in $OUT/<algo>.out (rank 0's stdout)
     # shellcheck disable=SC2086
     ip netns exec "${PREFIX}h$h" unshare --uts sh -c 'hostname "$0" && exec "$@"' "pxhier$h" \
       env PROXY_RANK="$r" PROXY_NRANKS="$NRANKS" NEURON_RT_ROOT_COMM_ID="$ROOT" \
-      NEURON_RT_BOOTSTRAP_TIMEOUT=60 NEURON_RT_EXEC_TIMEOUT=60 NEURON_RT_LOG_LEVEL=WARN \
+      NEURON_RT_BOOTSTRAP_TIMEOUT=60 NEURON_RT_EXEC_TIMEOUT=60 NEURON_RT_LOG_LEVEL="${HIER_LOG:-WARN}" \
       FI_TCP_IFACE=eth0 FI_PROVIDER=tcp "${tune[@]}" \
       timeout 600 "$BIN" all-reduce --transport libfabric --provider tcp --ranks "$NRANKS" \
       --algo "$algo" $SIZES >"$TMP/$algo.$r.out" 2>"$TMP/$algo.$r.err" &
@@ -101,6 +108,7 @@ run() { # algo -> table in $OUT/<algo>.out (rank 0's stdout)
   done
   PIDS=()
   cp "$TMP/$algo.0.out" "$OUT/$algo.out"
+  for ((r = 0; r < NRANKS; r++)); do cp "$TMP/$algo.$r.err" "$OUT/$algo.$r.err"; done
   return $failed
 }
 

@@ -162,6 +162,33 @@ impl Entry<'_> {
         unsafe { cstr_or_empty((*self.info.domain_attr).name) }
     }
 
+    /// `true` when the entry's source address is a loopback address (IPv4 127.0.0.0/8, IPv6
+    /// `::1`), or its domain is named `lo` when the address is in another format: such an
+    /// endpoint cannot be reached from another host.
+    pub(super) fn loopback(&self) -> bool {
+        let i = self.info;
+        let a = i.src_addr.cast::<u8>();
+        let by_addr = if a.is_null() {
+            None
+        } else {
+            match i.addr_format {
+                f if f == fi::FI_SOCKADDR_IN && i.src_addrlen >= 8 => {
+                    // struct sockaddr_in: family (2), port (2), address (4, network order).
+                    // SAFETY: src_addr holds src_addrlen >= 8 bytes (fi_getinfo's contract).
+                    Some(unsafe { *a.add(4) } == 127)
+                }
+                f if f == fi::FI_SOCKADDR_IN6 && i.src_addrlen >= 24 => {
+                    // struct sockaddr_in6: family, port, flowinfo (4), address (16).
+                    // SAFETY: src_addr holds src_addrlen >= 24 bytes (fi_getinfo's contract).
+                    let addr = unsafe { core::slice::from_raw_parts(a.add(8), 16) };
+                    Some(addr[..15].iter().all(|&b| b == 0) && addr[15] == 1)
+                }
+                _ => None,
+            }
+        };
+        by_addr.unwrap_or_else(|| self.domain_name() == "lo")
+    }
+
     /// Does the entry offer what the transport needs: RDM, tagged messages, send-after-send
     /// order on both sides.
     fn usable(&self) -> bool {
@@ -266,22 +293,32 @@ impl Request {
 /// Picks the entry to open: the first provider name of `request`'s preference that some usable
 /// entry offers; among that provider's entries an exact name match first, then an entry without
 /// `FI_COLLECTIVE` (libfabric lists near-duplicates that add it; the transport does not use it),
-/// then libfabric's own order. `rma` is searched first, `plain` (no RMA caps) second.
+/// then libfabric's own order. `rma` is searched first, `plain` (no RMA caps) second. When the
+/// ranks span hosts (`loopback_ok` false) an entry on a loopback address is never chosen: it
+/// could not be reached from the other hosts (libfabric's tcp offers only `lo` while the other
+/// interfaces are down).
 ///
 /// # Errors
-/// [`NetError::invalid`] naming the requested provider and listing what was offered.
+/// [`NetError::invalid`] naming the requested provider and listing what was offered; when the
+/// provider was offered only on a loopback address and the ranks span hosts, saying so.
 pub(super) fn choose<'a>(
     request: &Request,
     rma: Option<&'a InfoList>,
     plain: Option<&'a InfoList>,
+    loopback_ok: bool,
 ) -> Result<Entry<'a>, NetError> {
     let lists = [rma, plain];
+    let mut loopback_only = None;
     for wanted in request.preference() {
         for list in lists.iter().flatten() {
             let mut best: Option<(u8, Entry<'a>)> = None;
             for e in list.entries().filter(Entry::usable) {
                 let name = e.prov_name();
                 if !name_matches(wanted, &name) {
+                    continue;
+                }
+                if !loopback_ok && e.loopback() {
+                    loopback_only.get_or_insert((name, e.domain_name()));
                     continue;
                 }
                 // Lower rank is better: exact name, then no FI_COLLECTIVE.
@@ -295,6 +332,18 @@ pub(super) fn choose<'a>(
                 return Ok(e);
             }
         }
+    }
+    if let Some((prov, domain)) = loopback_only {
+        return Err(NetError::invalid(
+            None,
+            format!(
+                "{} is offered only on a loopback address ({prov}, domain {domain}), but the \
+                 ranks span more than one host: the interface to the other hosts is down or not \
+                 offered (FI_TCP_IFACE={})",
+                request.describe(),
+                std::env::var("FI_TCP_IFACE").unwrap_or_else(|_| "unset".into())
+            ),
+        ));
     }
     let mut offered: Vec<String> = lists
         .iter()

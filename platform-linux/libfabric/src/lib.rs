@@ -118,6 +118,10 @@ pub struct Options {
     pub provider: Option<String>,
     /// Every rank of the comm runs on this host: the automatic choice may take shm.
     pub all_ranks_local: bool,
+    /// The ranks are known to run on more than one host (the bootstrap saw several): an entry
+    /// on a loopback address (`lo`, what libfabric's tcp offers while the other interfaces are
+    /// down) is never chosen, since the other hosts could not reach it; open fails saying so.
+    pub spans_hosts: bool,
     /// Lower the message-size limit below the provider's `max_msg_size`.
     pub max_msg_size: Option<u64>,
     /// Force memory registration on (`Some(true)`) or off (`Some(false)`); `None` registers
@@ -150,6 +154,7 @@ impl Default for Options {
         Self {
             provider: None,
             all_ranks_local: false,
+            spans_hosts: false,
             max_msg_size: None,
             register_memory: None,
             tx_size: None,

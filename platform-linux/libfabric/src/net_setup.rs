@@ -169,6 +169,7 @@ pub fn open_libfabric_comm(
     let (rank, nranks) = (boot.rank(), boot.nranks());
     let mut opts = cfg.transport.clone();
     opts.all_ranks_local |= boot.all_local();
+    opts.spans_hosts |= !boot.all_local();
 
     // 1. Open, and all-gather {provider, name} or the error.
     let opened = LibfabricTransport::open_with(rank, nranks, &opts);

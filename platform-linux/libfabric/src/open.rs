@@ -47,7 +47,12 @@ impl LibfabricTransport {
         let shm_path = shm_cma::prepare_provider_env();
         let with_rma = InfoList::query(true, sizes)?;
         let plain = InfoList::query(false, sizes)?;
-        let entry = info::choose(&request, with_rma.as_ref(), plain.as_ref())?;
+        let entry = info::choose(
+            &request,
+            with_rma.as_ref(),
+            plain.as_ref(),
+            !opts.spans_hosts,
+        )?;
 
         // SAFETY: the attribute pointers of a returned entry are valid.
         let attrs = unsafe {

@@ -408,6 +408,7 @@ fn shm_backpressure_loses_nothing_and_keeps_order() {
 const NO_INJECT: Options = Options {
     provider: None,
     all_ranks_local: false,
+    spans_hosts: false,
     max_msg_size: None,
     register_memory: None,
     tx_size: None,
