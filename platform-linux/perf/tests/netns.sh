@@ -83,6 +83,14 @@ for h in "${!HOST_RANKS[@]}"; do
   ip -n "$ns" addr add "10.99.0.$((h + 1))/24" dev eth0
   ip -n "$ns" link set eth0 up
 done
+# Every host's eth0 carrying before a rank opens libfabric (its tcp offers only lo until then,
+# which the transport refuses for ranks on several hosts): at most 10 s.
+for h in "${!HOST_RANKS[@]}"; do
+  for _ in $(seq 1 200); do
+    ip -n "${PREFIX}h$h" link show eth0 | grep -q LOWER_UP && break
+    sleep 0.05
+  done
+done
 ROOT="10.99.0.1:$PORT"
 
 host_of() { # rank -> host
