@@ -141,23 +141,8 @@ impl LibfabricTransport {
     /// closing none, because `why` (the provider may still touch them). Returns the failure
     /// that the close reports (logged once, by the caller).
     pub(crate) fn quarantine(&mut self, why: String) -> NetError {
-        let registrations = {
-            let mut reg = FiRegistrar {
-                domain: self.obj.domain,
-                ep: self.obj.ep,
-                cfg: self.mr_cfg,
-                provider: &self.attrs.provider,
-            };
-            self.mrs.quarantine_all(&mut reg)
-        };
-        let requests = self.reqs.in_flight() as u64;
-        let (sends, recvs, peers) = self.reqs.in_flight_summary();
-        let held = Held {
-            objects: self.obj.take_open(),
-            registrations: registrations.iter().map(|r| r.mr).collect(),
-            contexts: self.reqs.quarantine_contexts(),
-            requests,
-        };
+        let (held, (sends, recvs, peers)) = self.hold_in_flight(true);
+        let requests = held.requests;
         let (objects, regs) = (held.objects.len(), held.registrations.len());
         self.unlink_shm_region();
         let totals = admit(held);
@@ -180,23 +165,8 @@ impl LibfabricTransport {
     /// lease pool marked tainted for the next comm of the same provider and domain. Returns the
     /// failure that the close reports (logged once, by the caller).
     pub(crate) fn quarantine_requests_and_pool(&mut self, why: String) -> NetError {
-        let registrations = {
-            let mut reg = FiRegistrar {
-                domain: self.obj.domain,
-                ep: self.obj.ep,
-                cfg: self.mr_cfg,
-                provider: &self.attrs.provider,
-            };
-            self.mrs.quarantine_all(&mut reg)
-        };
-        let requests = self.reqs.in_flight() as u64;
-        let (sends, recvs, peers) = self.reqs.in_flight_summary();
-        let held = Held {
-            objects: Vec::new(),
-            registrations: registrations.iter().map(|r| r.mr).collect(),
-            contexts: self.reqs.quarantine_contexts(),
-            requests,
-        };
+        let (held, (sends, recvs, peers)) = self.hold_in_flight(false);
+        let requests = held.requests;
         let regs = held.registrations.len();
         let totals = admit(held);
         let pool = self.return_to_pool();
@@ -211,6 +181,34 @@ impl LibfabricTransport {
                 self.name
             ),
         )
+    }
+
+    /// What a teardown with requests in flight holds for the life of the process: every
+    /// registration, the requests' contexts and, with `objects`, every open object (children
+    /// before parents); with the in-flight summary for the log line (sends, receives, peers).
+    fn hold_in_flight(&mut self, objects: bool) -> (Held, (usize, usize, Vec<u32>)) {
+        let registrations = {
+            let mut reg = FiRegistrar {
+                domain: self.obj.domain,
+                ep: self.obj.ep,
+                cfg: self.mr_cfg,
+                provider: &self.attrs.provider,
+            };
+            self.mrs.quarantine_all(&mut reg)
+        };
+        let requests = self.reqs.in_flight() as u64;
+        let summary = self.reqs.in_flight_summary();
+        let held = Held {
+            objects: if objects {
+                self.obj.take_open()
+            } else {
+                Vec::new()
+            },
+            registrations: registrations.iter().map(|r| r.mr).collect(),
+            contexts: self.reqs.quarantine_contexts(),
+            requests,
+        };
+        (held, summary)
     }
 
     /// Hands this transport's objects (all open) to the lease pool as a tainted set; the
