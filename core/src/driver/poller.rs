@@ -20,7 +20,7 @@
 //! [`ProxyQueue::tick`]: crate::driver::queue::ProxyQueue::tick
 //! [`ProxyQueue::wake_driver`]: crate::driver::queue::ProxyQueue::wake_driver
 
-use crate::base::sync::PlainArc;
+use crate::base::sync::{PlainArc, SwitchAtomicBool as AtomicBool, SwitchOrdering as Ordering};
 
 /// What one [`Poller::poll`] did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -44,17 +44,21 @@ pub trait Poller: Send + Sync {
 }
 
 /// A slot's poller, wired once the poller exists (`None` until then: polls answer
-/// [`Polled::Idle`]). Polls take a reader lock (`spin::RwLock`: two RMWs); [`PollerSlot::wire`]
-/// a writer lock held for one pointer swap.
+/// [`Polled::Idle`]). A slot with nothing wired costs a poll one load (every tick polls every
+/// slot); a wired one a reader lock (`spin::RwLock`: two RMWs). [`PollerSlot::wire`] takes a
+/// writer lock held for one pointer swap.
 #[derive(Default)]
 pub struct PollerSlot {
+    /// Set while a poller is wired (written under the writer lock; a switch word, not loom's:
+    /// wired before the threads that poll it run, read at every tick).
+    wired: AtomicBool,
     poller: spin::RwLock<Option<PlainArc<dyn Poller>>>,
 }
 
 impl core::fmt::Debug for PollerSlot {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("PollerSlot")
-            .field("wired", &self.poller.read().is_some())
+            .field("wired", &self.wired.load(Ordering::Relaxed))
             .finish()
     }
 }
@@ -63,18 +67,24 @@ impl PollerSlot {
     /// An unwired slot.
     pub const fn new() -> Self {
         Self {
+            wired: AtomicBool::new(false),
             poller: spin::RwLock::new(None),
         }
     }
 
     /// Wires `poller` (`None` unwires), returning the poller wired before.
     pub fn wire(&self, poller: Option<PlainArc<dyn Poller>>) -> Option<PlainArc<dyn Poller>> {
-        core::mem::replace(&mut *self.poller.write(), poller)
+        let mut slot = self.poller.write();
+        self.wired.store(poller.is_some(), Ordering::Release);
+        core::mem::replace(&mut *slot, poller)
     }
 
     /// Polls the wired poller ([`Polled::Idle`] when none).
     #[inline]
     pub fn poll(&self) -> Polled {
+        if !self.wired.load(Ordering::Acquire) {
+            return Polled::Idle;
+        }
         match &*self.poller.read() {
             Some(p) => p.poll(),
             None => Polled::Idle,
@@ -84,7 +94,7 @@ impl PollerSlot {
     /// [`Poller::busy`] of the wired poller (`false` when none).
     #[inline]
     pub fn busy(&self) -> bool {
-        self.poller.read().as_ref().is_some_and(|p| p.busy())
+        self.wired.load(Ordering::Acquire) && self.poller.read().as_ref().is_some_and(|p| p.busy())
     }
 }
 
