@@ -35,7 +35,7 @@ use proxy_abi::boundary::{bad, c_handle_out, c_out, c_slice, insert_live, with_l
 use proxy_abi::entry;
 use proxy_abi::handles::HandleTable;
 use proxy_abi::{NccomHostWord, NRT_STATUS};
-use proxy_collectives::interpreter::{Device, DevicePoll, Job, JobBlock};
+use proxy_collectives::interpreter::{BarrierAt, Device, DevicePoll, Job, JobBlock};
 use proxy_collectives::planner::Addresses;
 use proxy_core::base::status::NrtStatus;
 
@@ -219,6 +219,7 @@ pub unsafe extern "C" fn nrt_proxy_host_device_launch(
                 net_triggers: net,
                 barrier_triggers: barrier,
                 barrier_done: (!barrier_done.is_null()).then_some(barrier_done as usize as u64),
+                barrier_at: BarrierAt::End,
             };
             // SAFETY: the caller's contract: every address of the job stays valid for the
             // accesses of its program until the launch is done, replaced or the device is

@@ -307,6 +307,25 @@ pub enum WaitArg {
     Poll,
 }
 
+/// `--barrier`: when each rank's device triggers the barrier task of its execution
+/// (`proxy_collectives::interpreter::BarrierAt`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum BarrierArg {
+    /// After the program ran (the ranks meet again after the collective).
+    End,
+    /// At the launch, with the net triggers (the barrier runs beside the collective).
+    Launch,
+}
+
+impl From<BarrierArg> for proxy_collectives::interpreter::BarrierAt {
+    fn from(b: BarrierArg) -> Self {
+        match b {
+            BarrierArg::End => Self::End,
+            BarrierArg::Launch => Self::Launch,
+        }
+    }
+}
+
 /// `proxy-perf`: nccl-tests-style bandwidth and latency of collectives through the whole
 /// proxy & progress engine (planner → device emulator → proxy → seam → send/recv ops →
 /// transport), every output byte checked.
@@ -371,6 +390,12 @@ pub struct Args {
     /// are recycled between iterations) instead of one execution per iteration.
     #[arg(long = "loop")]
     pub loop_mode: bool,
+    /// When each rank's device triggers its execution's barrier task: `end` (after its
+    /// program ran: the barrier passes once every rank's collective ended) or `launch` (with
+    /// the net triggers: the barrier runs beside the collective and passes once every rank's
+    /// device launched). The device waits for barrier-done at the end either way.
+    #[arg(long, value_enum, default_value_t = BarrierArg::End)]
+    pub barrier: BarrierArg,
     /// Algorithm: auto (the planner's tuner) or one by name. With auto,
     /// `NEURON_RT_PROXY_ALGO_<COLLECTIVE>` (e.g. `NEURON_RT_PROXY_ALGO_ALL_REDUCE=bruck`)
     /// names the algorithm of that collective instead.

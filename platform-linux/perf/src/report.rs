@@ -27,10 +27,18 @@ pub struct HeaderInfo<'a> {
 /// The header: what ran, then the two column-title lines.
 pub fn header(args: &Args, info: &HeaderInfo<'_>) -> String {
     let c: Collective = args.collective.into();
-    let mode = if args.loop_mode {
-        "loop (one execution whose block schedule repeats the block -n times; ops recycled)"
-    } else {
-        "execution (one network task + one barrier task per rank per iteration)"
+    let mode = match (args.loop_mode, args.barrier) {
+        (true, _) => {
+            "loop (one execution whose block schedule repeats the block -n times; ops recycled)"
+        }
+        (false, crate::args::BarrierArg::End) => {
+            "execution (one network task + one barrier task per rank per iteration; barrier \
+             triggered at the end)"
+        }
+        (false, crate::args::BarrierArg::Launch) => {
+            "execution (one network task + one barrier task per rank per iteration; barrier \
+             triggered at the launch)"
+        }
     };
     let step = if args.step_bytes > 0 {
         format!("{}(bytes)", args.step_bytes)

@@ -610,6 +610,54 @@ fn libfabric_all_reduce_two_processes_tcp_and_shm() {
     }
 }
 
+/// `--barrier launch` (the devices trigger the barrier task with the net triggers, so the
+/// barrier runs beside the collective): every collective right, in process and with 3 rank
+/// processes over shm (the barrier between processes), per execution and looped, and the
+/// header says where the barrier is triggered.
+#[cfg(feature = "libfabric")]
+#[test]
+fn a_barrier_triggered_at_launch_keeps_every_collective_right() {
+    for (transport, extra) in [
+        (&["--ranks", "4"][..], &[][..]),
+        (&["--ranks", "4"][..], &["--loop"][..]),
+        (
+            &[
+                "--transport",
+                "libfabric",
+                "--provider",
+                "shm",
+                "--ranks",
+                "3",
+            ][..],
+            &[][..],
+        ),
+    ] {
+        for coll in ["all-reduce", "all-gather", "broadcast"] {
+            let mut v = vec![
+                coll, "-b", "8", "-e", "32K", "-f", "8", "-n", "20", "-w", "2",
+            ];
+            v.extend_from_slice(transport);
+            v.extend_from_slice(extra);
+            v.extend_from_slice(&["--barrier", "launch"]);
+            let r = run_bounded(
+                &v,
+                &[("NEURON_RT_BOOTSTRAP_TIMEOUT", "30")],
+                Duration::from_secs(90),
+            );
+            assert_eq!(r.code, Some(0), "{v:?}:\n{}\n{}", r.out, r.err);
+            assert!(r.out.contains("# Out of bounds values : 0 OK"), "{}", r.out);
+            assert_eq!(zero_wrong_rows(&r.out), 5, "8 B .. 32 KiB by 8\n{}", r.out);
+            if extra.is_empty() {
+                assert!(
+                    r.out.contains("barrier triggered at the launch"),
+                    "{}",
+                    r.out
+                );
+            }
+        }
+    }
+}
+
 /// Issue 13: all-reduce of 32 MiB with 3 rank processes over shm hung on every run (each rank
 /// ended `NRT_TIMEOUT`). shm completes sends in posting order, and the ring plan posted all 22
 /// step-0 sends at once, ahead of the peer's 4-receive window; the device's wait on a later

@@ -218,6 +218,10 @@ impl Exec {
                 }
                 Stage::Launched => {
                     self.setup(job, fault)?;
+                    if job.barrier_at == BarrierAt::Launch {
+                        // SAFETY: the caller's contract.
+                        unsafe { self.trigger_barrier(job) }?;
+                    }
                     if job.net_triggers.is_empty() {
                         // Edge 4.
                         self.set_stage(Stage::Program { rep: 0 });
@@ -369,8 +373,27 @@ impl Exec {
     /// # Safety
     /// As [`Exec::advance`].
     pub(super) unsafe fn end_programs(&mut self, job: &Job) -> Result<(), DeviceError> {
-        // Snapshot the barrier-done semaphore before the trigger: the barrier cannot pass
-        // (and the leader cannot increment it) before every device triggered.
+        let wait = match job.barrier_at {
+            // SAFETY: the caller's contract.
+            BarrierAt::End => unsafe { self.trigger_barrier(job) }?,
+            // Triggered at the launch (edge 2 or 4).
+            BarrierAt::Launch => job.barrier_done.is_some() && !job.barrier_triggers.is_empty(),
+        };
+        self.set_stage(if wait {
+            Stage::BarrierWait
+        } else {
+            Stage::Done
+        });
+        Ok(())
+    }
+
+    /// Snapshots the barrier-done semaphore, then writes the barrier triggers (the snapshot
+    /// first: the barrier cannot pass, and its leader cannot increment the semaphore, before
+    /// every device triggered). `true` when there is a barrier-done word to wait for.
+    ///
+    /// # Safety
+    /// As [`Exec::advance`].
+    unsafe fn trigger_barrier(&mut self, job: &Job) -> Result<bool, DeviceError> {
         let wait = match job.barrier_done {
             Some(a) if !job.barrier_triggers.is_empty() => {
                 // SAFETY: the caller's contract.
@@ -383,12 +406,7 @@ impl Exec {
             // SAFETY: the caller's contract.
             unsafe { self.write_host(t, 1) }?;
         }
-        self.set_stage(if wait {
-            Stage::BarrierWait
-        } else {
-            Stage::Done
-        });
-        Ok(())
+        Ok(wait)
     }
 
     /// Completions of op `op`'s `side` in block `j` as the complete semaphore says now.

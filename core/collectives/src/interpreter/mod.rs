@@ -19,6 +19,8 @@
 //!    copy; a proxy that skips a handshake or a semaphore leaves the device pending;
 //! 3. **barrier**: write 1 to the barrier task's trigger words, wait until its barrier-done
 //!    semaphore rose (the barrier leader increments it), then report the launch complete.
+//!    With [`BarrierAt::Launch`] the triggers are written (and barrier-done snapshot) at the
+//!    launch instead, with the net triggers, and only the wait is left for the end.
 //!
 //! The stage is one enum, [`Stage`], changed only by one transition function (which logs
 //! `device R state=A=>B` at trace level). Its diagram, the reference the code cites by edge
@@ -26,7 +28,9 @@
 //!
 //! ```text
 //! Idle ──(1) launch──► Launched ──(2) write the net triggers──► NetWait
-//!                         │                                        │
+//!                         │        (BarrierAt::Launch: first     │
+//!                         │        snapshot barrier-done, write  │
+//!                         │        the barrier triggers; so (4)) │
 //!                         │ (4) no net triggers                    │ (3) every net trigger reads 0
 //!                         ▼                                        │
 //!                     Program{0} ◄─────────────────────────────────┘
@@ -35,7 +39,8 @@
 //!                         │        Program{rep+1} (each stream snapshots a block's
 //!                         │        semaphores when it begins it)
 //!                         ├─(6) the last execution ran; barrier triggers and a barrier-done
-//!                         │     word: snapshot it, write the triggers ──► BarrierWait ──┐
+//!                         │     word: snapshot it, write the triggers (BarrierAt::End;
+//!                         │     done at launch with Launch) ──────────► BarrierWait ──┐
 //!                         │                                                             │ (8) barrier-done
 //!                         └─(7) the last execution ran, nothing to wait for             │     rose by 1
 //!                               (barrier triggers, if any, written) ──► Done ◄──────────┘
@@ -366,6 +371,29 @@ pub struct Job {
     pub barrier_triggers: Vec<u64>,
     /// The barrier-done semaphore the device waits on after the barrier trigger (if any).
     pub barrier_done: Option<u64>,
+    /// When the device writes the barrier triggers (it waits for barrier-done after the
+    /// program either way).
+    pub barrier_at: BarrierAt,
+}
+
+/// When a launch's device writes its barrier triggers. Either way the device reports the
+/// launch complete only once barrier-done rose, so no rank's device starts its next launch
+/// before every rank's barrier task arrived.
+///
+/// Seed: the barrier task gates on its trigger word like the network task (§3,
+/// `can_start_proxy_task`), and runs beside it; where the device program writes that word is
+/// not in the seed (docs/design/05-device-model.md, "Where the barrier is triggered").
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum BarrierAt {
+    /// After the last execution of the program (edge 6): the barrier passes once every rank's
+    /// program ran, a second meeting of the ranks after the collective's own.
+    #[default]
+    End,
+    /// At the launch, with the net triggers (edges 2 and 4): the barrier task arrives while
+    /// the collective runs, so the barrier passes once every rank's device launched, which a
+    /// collective in which every rank hears from every other has shown by the time it ends:
+    /// on a crowded host the ranks meet once per launch instead of twice.
+    Launch,
 }
 
 impl Job {
@@ -389,6 +417,7 @@ impl Job {
             net_triggers,
             barrier_triggers,
             barrier_done,
+            barrier_at: BarrierAt::End,
         }
     }
 

@@ -96,6 +96,8 @@ impl Setup {
 #[derive(Default)]
 struct FakeProxy {
     credited: Vec<[u32; 2]>,
+    /// Leave the barrier trigger unanswered (the other ranks have not arrived).
+    hold_barrier: bool,
 }
 
 impl FakeProxy {
@@ -130,7 +132,7 @@ impl FakeProxy {
                 }
             }
         }
-        if ld(&s.words[BAR]) == 1 {
+        if ld(&s.words[BAR]) == 1 && !self.hold_barrier {
             s.words[BAR].store(0, Ordering::Release);
             s.words[DONE].fetch_add(1, Ordering::Release);
         }
@@ -255,6 +257,85 @@ fn a_launch_completes_against_the_proxy_and_counts_each_execution() {
     assert_eq!(s.words[DONE].load(Ordering::Relaxed), 1);
     assert_eq!(d.poll(&env), Ok(DevicePoll::Done));
     assert_eq!(env.executions.get(), 3);
+}
+
+/// `BarrierAt::Launch`: the barrier trigger is written at the launch, before the net stage
+/// and the program (barrier-done snapshot first); a rise of barrier-done while the program runs
+/// counts, and the device still ends only once it rose.
+#[test]
+fn a_barrier_at_launch_is_triggered_before_the_program_and_awaited_after_it() {
+    let mut s = setup(1);
+    s.job.barrier_at = BarrierAt::Launch;
+    s.words[DONE].store(7, Ordering::Relaxed);
+    let mut d = Device::new(0, None);
+    let mut proxy = FakeProxy {
+        hold_barrier: true,
+        ..FakeProxy::default()
+    };
+    // SAFETY: as above.
+    unsafe { d.launch(s.job.clone()) };
+    // The first poll writes both triggers and waits for the net trigger to be consumed.
+    assert!(matches!(
+        d.poll(&()),
+        Ok(DevicePoll::Pending {
+            waiting_for: WaitingFor::NetTrigger { .. }
+        })
+    ));
+    assert_eq!(
+        s.words[NET].load(Ordering::Relaxed),
+        1,
+        "net trigger written"
+    );
+    assert_eq!(
+        s.words[BAR].load(Ordering::Relaxed),
+        1,
+        "barrier trigger written at the launch"
+    );
+    // Without the barrier passing, the device runs the program and then waits for it.
+    let mut last = None;
+    for _ in 0..1000 {
+        match d.poll(&()).unwrap() {
+            DevicePoll::Pending {
+                waiting_for: w @ WaitingFor::BarrierDone { .. },
+            } => {
+                last = Some(w);
+                break;
+            }
+            DevicePoll::Pending { .. } => proxy.answer(&s),
+            other => panic!("{other:?} before the barrier"),
+        }
+    }
+    assert_eq!(
+        last,
+        Some(WaitingFor::BarrierDone {
+            addr: s.addr(DONE),
+            target: 8,
+            seen: 7
+        })
+    );
+    s.words[DONE].store(8, Ordering::Release);
+    assert_eq!(d.poll(&()), Ok(DevicePoll::Done));
+
+    // A second launch whose barrier passes while the program still runs (the proxy answers
+    // the trigger at once): the rise counts, and the device never waits for barrier-done.
+    proxy.hold_barrier = false;
+    // SAFETY: as above.
+    unsafe { d.launch(s.job.clone()) };
+    let mut end = None;
+    for _ in 0..1000 {
+        match d.poll(&()).unwrap() {
+            DevicePoll::Pending {
+                waiting_for: WaitingFor::BarrierDone { .. },
+            } => panic!("the barrier passed during the program"),
+            DevicePoll::Pending { .. } => proxy.answer(&s),
+            other => {
+                end = Some(other);
+                break;
+            }
+        }
+    }
+    assert_eq!(s.words[DONE].load(Ordering::Relaxed), 9);
+    assert_eq!(end, Some(DevicePoll::Done));
 }
 
 #[test]

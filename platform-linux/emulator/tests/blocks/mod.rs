@@ -228,6 +228,7 @@ impl Rank {
                 .collect(),
             barrier_triggers: vec![self.word_addr(BAR)],
             barrier_done: Some(self.word_addr(DONE)),
+            barrier_at: Default::default(),
         }
     }
 

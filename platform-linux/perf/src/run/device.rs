@@ -201,6 +201,7 @@ pub(super) fn job_of(prep: &Prepared, f: &FixedWords, r: usize, set: usize, reps
         net_triggers: f.net_triggers(set, &prep.plans[r]),
         barrier_triggers: vec![f.barrier_trigger(set)],
         barrier_done: Some(f.barrier_done()),
+        barrier_at: prep.barrier_at,
     }
 }
 

@@ -313,6 +313,7 @@ impl World {
             device: Vec::new(),
             generation: self.preparations,
             label: self.label(size, in_place),
+            barrier_at: self.args.barrier.into(),
         };
         for (r, m) in mems.iter_mut().enumerate() {
             let p = self.plan(size, self.local[r], in_place)?;

@@ -339,6 +339,8 @@ struct Prepared {
     generation: u32,
     /// The collective, algorithm and why, for the network tasks' state-dump lines.
     label: CollectiveLabel,
+    /// When the devices trigger the barrier task (`--barrier`).
+    barrier_at: proxy_collectives::interpreter::BarrierAt,
 }
 
 /// The key under which the tasks and device jobs of `prep`'s executions with `reps` program
