@@ -208,6 +208,11 @@ plants! {
     /// worker parks while the device still needs polls, and nothing wakes it. Loom model 3f
     /// (`tests/park_wake.rs`): a deadlock.
     PollerWaitingIgnored = 31,
+    /// `driver/idle.rs: block_idle` sleeps on the idle source without arming it first
+    /// (libfabric's `fi_trywait`): completions a post's own progress already queued never
+    /// signal the descriptor, and the driver sleeps past them. Loom model 17
+    /// (`tests/idle.rs`): a deadlock.
+    IdleSleepsUnarmed = 32,
 }
 
 /// "No plant" in the selector's storage.

@@ -81,7 +81,7 @@ fn main() {
         "FI_PROGRESS_(UNSPEC|AUTO|MANUAL)",
         "FI_AV_(TABLE|MAP|UNSPEC)",
         "FI_CQ_FORMAT_TAGGED",
-        "FI_WAIT_NONE",
+        "FI_WAIT_(NONE|FD)",
         "FI_ADDR_(STR|SOCKADDR_IN|SOCKADDR_IN6)",
     ] {
         builder = builder.allowlist_var(v);

@@ -5,6 +5,7 @@
 //! Seed: libnrt's `enc_proxy_queue::process` (nrt:0x1cf7c0) and the proxy tasks, §2–§3, §5.
 
 pub mod dump;
+pub mod idle;
 pub mod inval;
 pub mod oneshot;
 pub mod poller;

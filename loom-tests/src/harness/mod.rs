@@ -16,6 +16,7 @@ pub mod abort;
 pub mod driver;
 pub mod dump;
 pub mod handles;
+pub mod idle;
 pub mod invalidate;
 pub mod oneshot;
 pub mod poller;

@@ -130,6 +130,8 @@ pub struct HostBarrier {
     /// Generations passed through the group barrier (leader), for tests and logs.
     cross_passed: u64,
     logged: bool,
+    /// Set from an arrival until this rank saw the barrier pass (or fail): [`HostBarrier::waiting`].
+    waiting: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// Unlinks the region file when dropped (the leader's set-up, whichever way it ends).
@@ -282,6 +284,7 @@ impl HostBarrier {
             gen: 0,
             cross_passed: 0,
             logged: false,
+            waiting: Default::default(),
         })
     }
 
@@ -298,6 +301,13 @@ impl HostBarrier {
     /// Number of hosts.
     pub fn hosts(&self) -> usize {
         self.hosts
+    }
+
+    /// A flag set from this rank's arrival until it saw the barrier pass (or fail). The other
+    /// ranks' arrivals signal no descriptor: a driver that would block on its network's
+    /// descriptor when idle (`proxy_core::driver::idle`) yields instead while it is set.
+    pub fn waiting(&self) -> std::sync::Arc<std::sync::atomic::AtomicBool> {
+        self.waiting.clone()
     }
 
     /// `true` on the host leader (the lowest rank of the host).
@@ -464,6 +474,7 @@ impl BarrierChannel for HostBarrier {
             return Err(s);
         }
         self.gen = self.gen.wrapping_add(1);
+        self.waiting.store(true, Ordering::Relaxed);
         // Release: everything this rank did before the barrier happens-before the leader's
         // acquire load that sees it arrived (and, through the leader's release of `released`,
         // before every rank that passes).
@@ -473,6 +484,21 @@ impl BarrierChannel for HostBarrier {
 
     /// `Ok(true)` once every rank of the comm (all hosts) has arrived at `ticket`'s generation.
     fn poll(&mut self, ticket: BarrierTicket) -> Result<bool, NrtStatus> {
+        let r = self.poll_inner(ticket);
+        if !matches!(r, Ok(false)) {
+            self.waiting.store(false, Ordering::Relaxed);
+        }
+        r
+    }
+
+    /// Nothing to ring yet: a process's devices nap-poll their done semaphores (no bells are
+    /// wired across processes).
+    fn passed(&mut self) {}
+}
+
+impl HostBarrier {
+    /// [`BarrierChannel::poll`] without the [`HostBarrier::waiting`] flag.
+    fn poll_inner(&mut self, ticket: BarrierTicket) -> Result<bool, NrtStatus> {
         if self.released(ticket) {
             return Ok(true);
         }
@@ -496,8 +522,4 @@ impl BarrierChannel for HostBarrier {
         }
         Ok(false)
     }
-
-    /// Nothing to ring yet: a process's devices nap-poll their done semaphores (no bells are
-    /// wired across processes).
-    fn passed(&mut self) {}
 }

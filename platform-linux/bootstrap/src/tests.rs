@@ -602,11 +602,16 @@ fn host_barrier_of_one_process_passes_at_once() {
     assert_eq!((hb.hosts(), hb.local_ranks(), hb.local_index()), (1, 1, 0));
     assert!(hb.is_host_leader());
     assert!(matches!(hb.arrived_of(1), Err(NrtStatus::Invalid)));
+    let waiting = hb.waiting();
+    let relaxed = std::sync::atomic::Ordering::Relaxed;
+    assert!(!waiting.load(relaxed), "not waiting before an arrival");
     for g in 1..=5 {
         let t = hb.arrive().unwrap();
+        assert!(waiting.load(relaxed), "waiting from the arrival");
         assert_eq!(t.0, g);
         assert_eq!(hb.arrived_of(0).unwrap(), g);
         assert!(hb.poll(t).unwrap());
+        assert!(!waiting.load(relaxed), "not waiting once passed");
     }
     assert_eq!(hb.cross_host_generations(), 0);
 }

@@ -195,6 +195,10 @@ fn child_lost(boot: &SharedBootstrap, rank: u32, c: &Counters) {
             std::thread::yield_now();
         },
     };
+    assert!(
+        !a.hb.waiting().load(std::sync::atomic::Ordering::Relaxed),
+        "a failed barrier is not waited for"
+    );
     // Later calls fail too (the region says so).
     assert!(a.hb.arrive().is_err());
     println!(

@@ -81,3 +81,12 @@ int lfsys_fi_mr_enable(struct fid_mr *mr)
 
 int lfsys_fi_close(struct fid *fid)
 { return fi_close(fid); }
+
+int lfsys_fi_cq_getwait_fd(struct fid_cq *cq, int *fd)
+{ return fi_control(&cq->fid, FI_GETWAIT, fd); }
+
+int lfsys_fi_trywait_cq(struct fid_fabric *fabric, struct fid_cq *cq)
+{
+	struct fid *fids[1] = { &cq->fid };
+	return fi_trywait(fabric, fids, 1);
+}

@@ -31,6 +31,12 @@ int lfsys_fi_av_open(struct fid_domain *domain, struct fi_av_attr *attr,
 /** `fi_cq_open(3)`: opens a completion queue. */
 int lfsys_fi_cq_open(struct fid_domain *domain, struct fi_cq_attr *attr,
 		     struct fid_cq **cq, void *context);
+/** `fi_control(3)` with `FI_GETWAIT`: the wait object of a CQ opened with `FI_WAIT_FD`, a
+ * file descriptor, into `*fd`. */
+int lfsys_fi_cq_getwait_fd(struct fid_cq *cq, int *fd);
+/** `fi_trywait(3)` on one CQ: 0 when the caller may block on its wait object now, -FI_EAGAIN
+ * when completions are already queued. */
+int lfsys_fi_trywait_cq(struct fid_fabric *fabric, struct fid_cq *cq);
 /** `fi_ep_bind(3)`: binds an AV or CQ (`bfid`) to `ep`. */
 int lfsys_fi_ep_bind(struct fid_ep *ep, struct fid *bfid, uint64_t flags);
 /** `fi_enable(3)`: enables an endpoint after its bindings. */

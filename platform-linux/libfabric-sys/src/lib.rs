@@ -39,13 +39,14 @@ pub use generated::*;
 pub use generated::{
     lfsys_fi_av_insert as fi_av_insert, lfsys_fi_av_open as fi_av_open,
     lfsys_fi_av_straddr as fi_av_straddr, lfsys_fi_cancel as fi_cancel, lfsys_fi_close as fi_close,
-    lfsys_fi_cq_open as fi_cq_open, lfsys_fi_cq_read as fi_cq_read,
-    lfsys_fi_cq_readerr as fi_cq_readerr, lfsys_fi_cq_strerror as fi_cq_strerror,
-    lfsys_fi_domain as fi_domain, lfsys_fi_enable as fi_enable, lfsys_fi_endpoint as fi_endpoint,
-    lfsys_fi_ep_bind as fi_ep_bind, lfsys_fi_getname as fi_getname, lfsys_fi_mr_bind as fi_mr_bind,
-    lfsys_fi_mr_desc as fi_mr_desc, lfsys_fi_mr_enable as fi_mr_enable,
-    lfsys_fi_mr_key as fi_mr_key, lfsys_fi_mr_reg as fi_mr_reg, lfsys_fi_setname as fi_setname,
-    lfsys_fi_tinject as fi_tinject, lfsys_fi_trecv as fi_trecv, lfsys_fi_tsend as fi_tsend,
+    lfsys_fi_cq_getwait_fd as fi_cq_getwait_fd, lfsys_fi_cq_open as fi_cq_open,
+    lfsys_fi_cq_read as fi_cq_read, lfsys_fi_cq_readerr as fi_cq_readerr,
+    lfsys_fi_cq_strerror as fi_cq_strerror, lfsys_fi_domain as fi_domain,
+    lfsys_fi_enable as fi_enable, lfsys_fi_endpoint as fi_endpoint, lfsys_fi_ep_bind as fi_ep_bind,
+    lfsys_fi_getname as fi_getname, lfsys_fi_mr_bind as fi_mr_bind, lfsys_fi_mr_desc as fi_mr_desc,
+    lfsys_fi_mr_enable as fi_mr_enable, lfsys_fi_mr_key as fi_mr_key, lfsys_fi_mr_reg as fi_mr_reg,
+    lfsys_fi_setname as fi_setname, lfsys_fi_tinject as fi_tinject, lfsys_fi_trecv as fi_trecv,
+    lfsys_fi_trywait_cq as fi_trywait_cq, lfsys_fi_tsend as fi_tsend,
 };
 
 /// `FI_VERSION(major, minor)`: the packed API version that `fi_getinfo` and `fi_version` use.

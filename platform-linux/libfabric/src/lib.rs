@@ -61,6 +61,7 @@
 
 mod backoff;
 mod cq;
+mod idle;
 mod info;
 mod mr;
 pub mod net_setup;
@@ -81,6 +82,7 @@ use proxy_bootstrap::PeerWatch;
 use proxy_core::progress::net::{MrHandle, NetError, Posted, RequestId, TestOutcome, Transport};
 
 use self::backoff::{PostEvent, PostPressure};
+pub use self::idle::{CqIdleWait, CQ_IDLE_MAX_NAP};
 use self::info::{HintSizes, InfoList, Request};
 use self::mr::{FiRegistrar, MrCache, MrConfig, RegionId};
 pub use self::mr::{
@@ -147,6 +149,10 @@ pub struct Options {
     /// the life of the process (`pool.rs`, [`pool_stats`]; not shm). `false`: such a teardown
     /// quarantines the whole set, which is then never progressed again.
     pub pool_endpoints: bool,
+    /// Open the completion queue with a file-descriptor wait object (`FI_WAIT_FD`) where the
+    /// provider offers one (tcp; not shm), so that the thread that drives the comm can block
+    /// on it when it has nothing to do ([`LibfabricTransport::idle_wait`], `idle.rs`).
+    pub cq_wait_fd: bool,
 }
 
 impl Default for Options {
@@ -163,6 +169,7 @@ impl Default for Options {
             max_inject_size: None,
             mr_cache: None,
             pool_endpoints: true,
+            cq_wait_fd: false,
         }
     }
 }
@@ -295,6 +302,10 @@ pub struct LibfabricTransport {
     watch: Option<PeerWatch>,
     /// The watch's failure, as reported (sticky; the drain's polls get a clone).
     watch_failed: Option<NetError>,
+    /// [`Options::cq_wait_fd`]: asked for a CQ with a wait descriptor.
+    cq_wait_fd: bool,
+    /// The idle wait handed out ([`LibfabricTransport::idle_wait`]), detached at close.
+    idle: Option<std::sync::Arc<CqIdleWait>>,
 }
 
 // SAFETY: the libfabric objects are opened with FI_THREAD_DOMAIN: any thread may use them as

@@ -27,7 +27,7 @@ use proxy_core::NrtStatus;
 
 use proxy_bootstrap::{BootstrapError, PeerWatch, SharedBootstrap};
 
-use crate::{LibfabricTransport, Options};
+use crate::{CqIdleWait, LibfabricTransport, Options};
 
 /// How to build the comm.
 #[derive(Clone, Debug, Default)]
@@ -165,6 +165,41 @@ pub fn open_libfabric_comm(
     device: Arc<dyn DeviceCallbacks>,
     clock: Arc<dyn Clock>,
 ) -> Result<Comm, SetupError> {
+    // SAFETY: no idle wait is asked for.
+    unsafe { open(shared, cfg, device, clock, false) }.map(|(comm, _)| comm)
+}
+
+/// As [`open_libfabric_comm`], and the comm's idle wait (`proxy_core::driver::idle`) when
+/// `cfg.transport` asked for a CQ descriptor ([`Options::cq_wait_fd`]) and the provider has
+/// one (tcp; `None` for shm).
+///
+/// # Errors
+/// As [`open_libfabric_comm`].
+///
+/// # Safety
+/// As [`LibfabricTransport::idle_wait`]: the waiter is used only by the thread that drives the
+/// comm, between its calls (wire it into the comm's proxy queue, `ProxyQueue::idle_wait`).
+pub unsafe fn open_libfabric_comm_with_idle(
+    shared: &SharedBootstrap,
+    cfg: &LibfabricCommConfig,
+    device: Arc<dyn DeviceCallbacks>,
+    clock: Arc<dyn Clock>,
+) -> Result<(Comm, Option<Arc<CqIdleWait>>), SetupError> {
+    // SAFETY: the caller's contract.
+    unsafe { open(shared, cfg, device, clock, cfg.transport.cq_wait_fd) }
+}
+
+/// Both opens.
+///
+/// # Safety
+/// With `idle`: as [`open_libfabric_comm_with_idle`].
+unsafe fn open(
+    shared: &SharedBootstrap,
+    cfg: &LibfabricCommConfig,
+    device: Arc<dyn DeviceCallbacks>,
+    clock: Arc<dyn Clock>,
+    idle: bool,
+) -> Result<(Comm, Option<Arc<CqIdleWait>>), SetupError> {
     let mut boot = shared.lock();
     let (rank, nranks) = (boot.rank(), boot.nranks());
     let mut opts = cfg.transport.clone();
@@ -234,10 +269,16 @@ pub fn open_libfabric_comm(
         config.comm_id,
         transport.provider()
     );
+    let waiter = if idle {
+        // SAFETY: the caller's contract.
+        unsafe { transport.idle_wait() }
+    } else {
+        None
+    };
     let mut comm =
         Comm::new(config, Box::new(transport), device, clock).map_err(SetupError::Comm)?;
     // A drain waiting on the provider gives the CPU away instead of spinning on it.
     comm.set_drain_relax(std::thread::yield_now);
     comm.set_drain_park(|ns| std::thread::sleep(std::time::Duration::from_nanos(ns)));
-    Ok(comm)
+    Ok((comm, waiter))
 }

@@ -17,6 +17,9 @@ pub(crate) struct Objects {
     pub(crate) cq: *mut fi::fid_cq,
     pub(crate) av: *mut fi::fid_av,
     pub(crate) ep: *mut fi::fid_ep,
+    /// The CQ's wait descriptor (`FI_WAIT_FD`, `fi_control(FI_GETWAIT)`; `idle.rs`), or -1.
+    /// Owned by the CQ: closing the CQ closes it.
+    pub(crate) cq_fd: i32,
 }
 
 /// Closes `*obj` unless it is null; nulls it when the close succeeded and keeps it (still open)
@@ -44,6 +47,7 @@ impl Objects {
             cq: ptr::null_mut(),
             av: ptr::null_mut(),
             ep: ptr::null_mut(),
+            cq_fd: -1,
         }
     }
 
@@ -144,12 +148,37 @@ impl LibfabricTransport {
             }
             let mut cq_attr = fi::fi_cq_attr {
                 format: fi::FI_CQ_FORMAT_TAGGED,
-                wait_obj: fi::FI_WAIT_NONE,
+                wait_obj: if self.cq_wait_fd {
+                    fi::FI_WAIT_FD
+                } else {
+                    fi::FI_WAIT_NONE
+                },
                 // Room for every operation that can be outstanding at once.
                 size: self.attrs.tx_size.saturating_add(self.attrs.rx_size),
                 ..Default::default()
             };
-            let ret = fi::fi_cq_open(o.domain, &mut cq_attr, &mut o.cq, ptr::null_mut());
+            let mut ret = fi::fi_cq_open(o.domain, &mut cq_attr, &mut o.cq, ptr::null_mut());
+            if ret != 0 && self.cq_wait_fd {
+                // shm has no descriptor to offer (-FI_ENOSYS): its drivers keep yielding.
+                log::info!(
+                    "libfabric provider {prov}: no CQ wait descriptor ({}): waits yield",
+                    fi_error_text(ret as isize)
+                );
+                cq_attr.wait_obj = fi::FI_WAIT_NONE;
+                ret = fi::fi_cq_open(o.domain, &mut cq_attr, &mut o.cq, ptr::null_mut());
+            } else if ret == 0 && self.cq_wait_fd {
+                let mut fd: i32 = -1;
+                let r = fi::fi_cq_getwait_fd(o.cq, &mut fd);
+                if r == 0 && fd >= 0 {
+                    o.cq_fd = fd;
+                } else {
+                    log::info!(
+                        "libfabric provider {prov}: fi_control(FI_GETWAIT) answered {}: waits \
+                         yield",
+                        fi_error_text(r as isize)
+                    );
+                }
+            }
             if ret != 0 {
                 return Err(fail("fi_cq_open", ret as isize));
             }

@@ -151,6 +151,7 @@ impl LibfabricTransport {
                 tx_size: attrs.tx_size,
                 rx_size: attrs.rx_size,
                 tag_bits: attrs.tag_bits,
+                cq_wait_fd: opts.cq_wait_fd,
             });
         let mut t = Self {
             name: format!("libfabric/{}", attrs.provider),
@@ -186,6 +187,8 @@ impl LibfabricTransport {
             closed: false,
             watch: None,
             watch_failed: None,
+            cq_wait_fd: opts.cq_wait_fd,
+            idle: None,
             attrs,
         };
         match pool_key.as_ref().and_then(pool::take) {

@@ -59,6 +59,9 @@ pub(crate) struct PoolKey {
     pub tx_size: usize,
     pub rx_size: usize,
     pub tag_bits: u32,
+    /// [`Options::cq_wait_fd`](crate::Options::cq_wait_fd): sets with and without a CQ wait
+    /// descriptor are not interchangeable.
+    pub cq_wait_fd: bool,
 }
 
 /// One opened set and what the transport keeps about it across leases.

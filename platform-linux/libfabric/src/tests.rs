@@ -417,6 +417,7 @@ const NO_INJECT: Options = Options {
     max_inject_size: Some(0),
     mr_cache: None,
     pool_endpoints: true,
+    cq_wait_fd: false,
 };
 
 /// The retry storm of issue 7: tiny queues (provider attributes) push back every few posts.

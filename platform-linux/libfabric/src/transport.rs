@@ -156,6 +156,11 @@ impl Transport for LibfabricTransport {
             return Ok(());
         }
         self.closed = true;
+        // No idle wait touches the objects from here on (they are cancelled, drained, pooled,
+        // quarantined or closed below).
+        if let Some(w) = self.idle.take() {
+            w.detach();
+        }
         let mut first_err: Option<NetError> = None;
         // Cancel what is in flight, then drain: tcp answers -FI_EBUSY to fi_close otherwise, and
         // no buffer may be released while the provider still owns it.

@@ -658,6 +658,60 @@ fn a_barrier_triggered_at_launch_keeps_every_collective_right() {
     }
 }
 
+/// Issue 25: with `--wait sleep`, rank processes in caller mode block on their comm's CQ
+/// descriptor when they have nothing to do (tcp) and yield where the provider has none (shm);
+/// every collective stays right, across sizes that take the eager and the rendezvous paths.
+#[cfg(feature = "libfabric")]
+#[test]
+fn idle_drivers_block_on_the_cq_descriptor_and_stay_right() {
+    for (provider, idle) in [
+        ("tcp", "idle: blocks on the CQ descriptor"),
+        ("shm", "idle: yields (no CQ descriptor)"),
+    ] {
+        for coll in ["all-reduce", "all-gather"] {
+            let v = [
+                coll,
+                "--transport",
+                "libfabric",
+                "--provider",
+                provider,
+                "--ranks",
+                "3",
+                "--driver",
+                "caller",
+                "--device",
+                "polled",
+                "--wait",
+                "sleep",
+                "-b",
+                "8",
+                "-e",
+                "1M",
+                "-f",
+                "32",
+                "-n",
+                "20",
+                "-w",
+                "2",
+            ];
+            let r = run_bounded(
+                &v,
+                &[("NEURON_RT_BOOTSTRAP_TIMEOUT", "30")],
+                Duration::from_secs(90),
+            );
+            assert_eq!(r.code, Some(0), "{v:?}:\n{}\n{}", r.out, r.err);
+            assert!(r.out.contains(idle), "{provider}: {}", r.out);
+            assert!(r.out.contains("# Out of bounds values : 0 OK"), "{}", r.out);
+            assert_eq!(
+                zero_wrong_rows(&r.out),
+                4,
+                "8 B .. 256 KiB by 32\n{}",
+                r.out
+            );
+        }
+    }
+}
+
 /// Issue 13: all-reduce of 32 MiB with 3 rank processes over shm hung on every run (each rank
 /// ended `NRT_TIMEOUT`). shm completes sends in posting order, and the ring plan posted all 22
 /// step-0 sends at once, ahead of the peer's 4-receive window; the device's wait on a later

@@ -524,6 +524,14 @@ impl SlotHandle {
 }
 
 /// The owner's one wait loop (see [`SlotHandle::wait_driving`]).
+/// The driver found nothing to do: blocks on the queue's idle wait (at most `max_ns`) when one
+/// is wired and can be slept on, else yields (`driver::idle`).
+fn relax(queue: &ProxyQueue, waiter: &Waiter<'_>, max_ns: u64) {
+    if queue.idle_wait().block(max_ns) == Idled::Unavailable {
+        waiter.park.yield_now();
+    }
+}
+
 pub(super) fn wait_driving<T>(
     queue: &ProxyQueue,
     index: usize,
@@ -556,7 +564,7 @@ pub(super) fn wait_driving<T>(
                 // budget): the deadline is coarse, a clock read is not free.
                 if (busy || waiter.spin_ns == 0) && !rounds.is_multiple_of(64) {
                     if !busy {
-                        waiter.park.yield_now();
+                        relax(queue, waiter, u64::MAX);
                     }
                     continue;
                 }
@@ -570,7 +578,7 @@ pub(super) fn wait_driving<T>(
                 }
                 let since = *idle_since.get_or_insert(now);
                 if now.saturating_sub(since) >= waiter.spin_ns {
-                    waiter.park.yield_now();
+                    relax(queue, waiter, deadline_ns.map_or(u64::MAX, |d| d - now));
                 } else {
                     spin_loop();
                 }

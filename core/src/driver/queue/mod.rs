@@ -71,6 +71,7 @@ use crate::base::trace;
 use crate::driver::dump::{
     next_queue_id, ActivityWord, DriverActivity, DumpOutcome, DumpReason, DumpRequests,
 };
+use crate::driver::idle::{IdleSlot, Idled};
 use crate::driver::inval::{InvalCell, InvalEdge, InvalState, Invalidation};
 use crate::driver::poller::{Polled, PollerSlot};
 use crate::driver::record::TaskRecord;
@@ -337,6 +338,9 @@ pub struct ProxyQueue {
     /// [`ProxyQueue::try_drive_as`] (0: unknown). Only compared with the caller's own tag (a
     /// thread finds its own tag here only while it holds the token), so it hands nothing over.
     holder: DiagAtomicU32,
+    /// What the driving thread blocks on when a tick found nothing (`driver::idle`,
+    /// [`ProxyQueue::idle_wait`]); unwired, it yields.
+    idle: IdleSlot,
 }
 
 // SAFETY: the non-Sync fields are each slot's `owner` cell, accessed by one party at a time

@@ -78,6 +78,7 @@ impl ProxyQueue {
             drive: AtomicU32::new(0),
             high_water: AtomicU32::new(0),
             holder: DiagAtomicU32::new(0),
+            idle: IdleSlot::new(),
             driver: UnsafeCell::new(DriverState {
                 slots: worker_slots,
                 clock,
@@ -311,6 +312,14 @@ impl ProxyQueue {
     /// slot made progress, so the device may sleep while it waits for the proxy.
     pub fn slot_bell(&self, index: usize) -> Option<&BellSlot> {
         self.slots.get(index).map(|s| &s.bell)
+    }
+
+    /// The queue's idle wait (`driver::idle`): wire what the driving thread may block on when
+    /// a tick found nothing to do (a transport's completion-queue descriptor) when every comm
+    /// of the queue completes through it; unwired, the driver yields. Caller mode only: the
+    /// worker thread keeps its own park and nap.
+    pub fn idle_wait(&self) -> &IdleSlot {
+        &self.idle
     }
 
     /// Slot `index`'s poller (`None` out of range): wire what the driving thread should

@@ -398,6 +398,93 @@ fn bounded_waits_time_out_and_lose_nothing() {
     assert!(h.leave(&waiter(&clock)).is_empty());
 }
 
+/// An idle wait that plays the network: armed every time, and at its third sleep the device
+/// reaches the net stage (the trigger word) and the sleep ends signalled.
+struct TriggerAtThirdSleep {
+    words: Arc<crate::testutil::Words>,
+    arms: crate::base::sync::DiagAtomicU32,
+    sleeps: crate::base::sync::DiagAtomicU32,
+    longest_ms: crate::base::sync::DiagAtomicU32,
+}
+
+impl crate::driver::idle::IdleWait for TriggerAtThirdSleep {
+    fn arm(&self) -> crate::driver::idle::Armed {
+        self.arms
+            .fetch_add(1, crate::base::sync::DiagOrdering::Relaxed);
+        crate::driver::idle::Armed::Armed
+    }
+
+    fn sleep(&self, timeout_ns: u64) -> bool {
+        let ms = u32::try_from(timeout_ns / 1_000_000).unwrap_or(u32::MAX);
+        self.longest_ms
+            .fetch_max(ms, crate::base::sync::DiagOrdering::Relaxed);
+        let n = self
+            .sleeps
+            .fetch_add(1, crate::base::sync::DiagOrdering::Relaxed)
+            + 1;
+        if n == 3 {
+            self.words.get(0).store(1);
+            return true;
+        }
+        false
+    }
+}
+
+/// Caller mode with an idle wait wired (`driver::idle`): a driver whose tick found nothing
+/// blocks on the wait (armed first, every time) instead of yielding, never longer than the
+/// time left to its deadline, and the event the wait reports brings the record.
+#[test]
+fn a_caller_with_nothing_to_do_blocks_on_the_idle_wait() {
+    let words = Arc::new(crate::testutil::Words::new(&[
+        crate::driver::trigger::TRIGGER_ARMED,
+    ]));
+    let s = Script::new(1);
+    let clock = MonotonicClock;
+    let q = small_caller(1, 4);
+    let idle = Arc::new(TriggerAtThirdSleep {
+        words: words.clone(),
+        arms: 0.into(),
+        sleeps: 0.into(),
+        longest_ms: 0.into(),
+    });
+    assert!(q.idle_wait().wire(Some(idle.clone())).is_none());
+    let mut h = ProxyQueue::join(&q).unwrap();
+    let task = NetworkTask::new(NetworkTaskSpec {
+        task_id: 5,
+        // SAFETY: the script outlives the task (declared first; the task ends at leave).
+        comm: unsafe { s.handle() },
+        comm_id: 7,
+        seam: seam(),
+        blocks: vec![block(0, 1)],
+        schedule: None,
+        triggers: TriggerWords::new(&[words.get(0)]).unwrap(),
+        wait_for_device: true,
+        skip: false,
+        timeout_ns: None,
+    })
+    .unwrap();
+    h.submit(Box::new(task)).unwrap();
+    let limit = deadline(&clock, 10);
+    let r = h.drive_until(5, limit, &waiter(&clock), None).unwrap();
+    assert_eq!((r.task_id, r.status()), (5, NrtStatus::Success));
+    let load =
+        |a: &crate::base::sync::DiagAtomicU32| a.load(crate::base::sync::DiagOrdering::Relaxed);
+    assert_eq!(
+        load(&idle.sleeps),
+        3,
+        "slept until the wait reported the event"
+    );
+    assert_eq!(load(&idle.arms), 3, "armed before every sleep");
+    let longest = idle
+        .longest_ms
+        .load(crate::base::sync::DiagOrdering::Relaxed);
+    assert!(
+        longest <= 10_000,
+        "no sleep past the deadline ({longest} ms)"
+    );
+    assert!(h.leave(&waiter(&clock)).is_empty());
+}
+
 #[test]
 fn a_waiter_is_woken_when_the_driver_releases_the_token() {
     let s = Script::new(2);

@@ -5,6 +5,15 @@
 use super::*;
 
 impl EngineRank {
+    /// The waiting flag of the rank's barrier between processes
+    /// (`proxy_bootstrap::HostBarrier::waiting`; `None` for a barrier in process).
+    pub fn host_barrier_waiting(&self) -> Option<Arc<std::sync::atomic::AtomicBool>> {
+        match &self.barrier {
+            RankBarrier::Host(hb) => Some(hb.lock().unwrap_or_else(|p| p.into_inner()).waiting()),
+            RankBarrier::Shared(_) => None,
+        }
+    }
+
     /// The proxy queue that serves this rank and the rank's slot in it (`None` once left).
     pub fn queue_slot(&self) -> Option<(Arc<ProxyQueue>, usize)> {
         let m = self.member.as_ref()?;

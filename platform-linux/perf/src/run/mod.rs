@@ -586,6 +586,8 @@ impl Drop for World {
 mod calibrate;
 mod device;
 mod execute;
+#[cfg(feature = "libfabric")]
+mod idle;
 mod inject;
 mod setup;
 pub use setup::host_map_of;

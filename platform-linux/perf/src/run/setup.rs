@@ -362,7 +362,7 @@ impl World {
         boot: proxy_bootstrap::Bootstrap,
         provider: Option<String>,
     ) -> Result<Self, String> {
-        use proxy_libfabric::net_setup::{open_libfabric_comm, LibfabricCommConfig};
+        use proxy_libfabric::net_setup::{open_libfabric_comm_with_idle, LibfabricCommConfig};
         use proxy_libfabric::Options;
 
         let (rank, n) = (boot.rank(), boot.nranks());
@@ -389,19 +389,25 @@ impl World {
             HostMem::new(host_lines(n, args.streams, args.blocks))
                 .map_err(|e| format!("host memory: {e}"))?,
         );
+        let block = super::idle::blocks_when_idle(args, &modes);
         let lf = LibfabricCommConfig {
             transport: Options {
                 provider,
+                cq_wait_fd: block,
                 ..Options::default()
             },
             ..LibfabricCommConfig::default()
         };
-        let mut comm = open_libfabric_comm(
-            &peers,
-            &lf,
-            Arc::new(HostMemCallbacks::new(mem.clone())),
-            Arc::new(proxy_core::base::time::MonotonicClock),
-        )
+        // SAFETY: the idle wait goes only into the comm's proxy queue (below), whose drive
+        // token holder alone calls it, between its ticks.
+        let (mut comm, cq_idle) = unsafe {
+            open_libfabric_comm_with_idle(
+                &peers,
+                &lf,
+                Arc::new(HostMemCallbacks::new(mem.clone())),
+                Arc::new(proxy_core::base::time::MonotonicClock),
+            )
+        }
         .map_err(|e| e.to_string())?;
         // SAFETY: the tool owns every buffer and word it hands to `start`, and keeps them alive
         // until the executions that use them are complete (buffers of finished rows are
@@ -423,6 +429,11 @@ impl World {
             }
             _ => format!("libfabric (provider {prov})"),
         };
+        let transport = match (&cq_idle, block) {
+            (Some(_), _) => format!("{transport}; idle: blocks on the CQ descriptor"),
+            (None, true) => format!("{transport}; idle: yields (no CQ descriptor)"),
+            (None, false) => transport,
+        };
         let engine = Engine::with_comms(
             vec![EngineComm::InProcess {
                 rank,
@@ -432,6 +443,17 @@ impl World {
             &cfg,
             wait,
         )?;
+        if let Some(cq) = cq_idle {
+            let r = &engine.ranks()[0];
+            if let Some((queue, _)) = r.queue_slot() {
+                let w: Arc<dyn proxy_core::driver::idle::IdleWait> =
+                    Arc::new(super::idle::ProcessIdle {
+                        cq,
+                        barrier_waiting: r.host_barrier_waiting(),
+                    });
+                queue.idle_wait().wire(Some(w));
+            }
+        }
         let cpus = rank_cpus(n, args.pin);
         Self::assemble(
             args,

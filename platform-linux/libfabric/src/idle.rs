@@ -1,0 +1,151 @@
+//! Blocking on the completion queue's wait object (`proxy_core::driver::idle`): a CQ opened
+//! with `FI_WAIT_FD` ([`Options::cq_wait_fd`]) hands out a file descriptor
+//! (`fi_control(FI_GETWAIT)`); a driver with nothing to do arms it with `fi_trywait` (which
+//! answers `-FI_EAGAIN` while completions are already queued) and sleeps in `ppoll` until it is
+//! readable or a bounded nap passed.
+//!
+//! What the providers here do (libfabric 1.17, measured): `tcp;ofi_rxm` opens such a CQ, and
+//! the descriptor (rxm's wait set over the tcp sockets) wakes a sleeper when a message
+//! arrives; **shm** answers `-FI_ENOSYS` to `FI_WAIT_FD` (nothing signals another process's
+//! descriptor), so its CQ is opened without one and [`LibfabricTransport::idle_wait`] answers
+//! `None`: its drivers keep yielding.
+//!
+//! Lifetime: the waiter shares the raw objects with the transport behind a mutex; the
+//! transport's close takes them away first (before cancelling, draining, pooling or closing
+//! anything), after which the waiter answers [`Armed::Unavailable`]. A sleep holds the mutex,
+//! so a close waits for at most one nap.
+
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use libfabric_sys as fi;
+use proxy_core::driver::idle::{Armed, IdleWait};
+
+use crate::*;
+
+/// The longest sleep on the descriptor: what a wake-up that never comes (an event that does not
+/// go through this CQ) costs at most.
+pub const CQ_IDLE_MAX_NAP: Duration = Duration::from_millis(1);
+
+/// The objects a waiter uses, while the transport is open.
+struct Raw {
+    fabric: *mut fi::fid_fabric,
+    cq: *mut fi::fid_cq,
+    fd: i32,
+}
+
+/// A transport's completion queue as an [`IdleWait`] (see the module docs); made by
+/// [`LibfabricTransport::idle_wait`].
+pub struct CqIdleWait {
+    raw: Mutex<Option<Raw>>,
+    max_nap: Duration,
+}
+
+// SAFETY: the raw pointers are used only under the mutex, by the thread that drives the
+// transport between its calls (the contract of `LibfabricTransport::idle_wait`), and are
+// taken away by the transport's close before the objects go anywhere; the fd is a number.
+unsafe impl Send for CqIdleWait {}
+// SAFETY: as above.
+unsafe impl Sync for CqIdleWait {}
+
+impl std::fmt::Debug for CqIdleWait {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CqIdleWait")
+            .field("open", &self.lock().is_some())
+            .field("max_nap", &self.max_nap)
+            .finish()
+    }
+}
+
+impl CqIdleWait {
+    fn lock(&self) -> MutexGuard<'_, Option<Raw>> {
+        self.raw.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The transport closes: no arm or sleep touches its objects after this returns.
+    pub(crate) fn detach(&self) {
+        *self.lock() = None;
+    }
+
+    /// `false` once the transport closed.
+    pub fn is_open(&self) -> bool {
+        self.lock().is_some()
+    }
+}
+
+impl IdleWait for CqIdleWait {
+    /// `fi_trywait` on the CQ: `Armed` on 0, `Ready` on `-FI_EAGAIN` (completions queued),
+    /// `Unavailable` once the transport closed or on any other answer.
+    fn arm(&self) -> Armed {
+        let g = self.lock();
+        let Some(r) = g.as_ref() else {
+            return Armed::Unavailable;
+        };
+        // SAFETY: the objects are open (the close detaches first, under this lock) and only
+        // the driving thread uses them now (`idle_wait`'s contract).
+        let ret = unsafe { fi::fi_trywait_cq(r.fabric, r.cq) };
+        match ret {
+            0 => Armed::Armed,
+            r if r == -(fi::FI_EAGAIN as i32) => Armed::Ready,
+            _ => Armed::Unavailable,
+        }
+    }
+
+    /// `ppoll` on the descriptor for at most `timeout_ns` (and [`CqIdleWait`]'s nap bound):
+    /// `true` when it became readable.
+    fn sleep(&self, timeout_ns: u64) -> bool {
+        let g = self.lock();
+        let Some(r) = g.as_ref() else {
+            return false;
+        };
+        let nap = Duration::from_nanos(timeout_ns).min(self.max_nap);
+        let ts = libc::timespec {
+            tv_sec: nap.as_secs() as libc::time_t,
+            tv_nsec: nap.subsec_nanos() as libc::c_long,
+        };
+        let mut pfd = libc::pollfd {
+            fd: r.fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd and a valid timespec; no signal mask change.
+        let n = unsafe { libc::ppoll(&mut pfd, 1, &ts, std::ptr::null()) };
+        n > 0
+    }
+}
+
+impl LibfabricTransport {
+    /// This transport's completion queue as an idle wait for the thread that drives it, or
+    /// `None` when its CQ has no descriptor (not asked with [`Options::cq_wait_fd`], or the
+    /// provider has none: shm). Sleeps last at most [`CQ_IDLE_MAX_NAP`].
+    ///
+    /// # Safety
+    /// The waiter's `arm` and `sleep` must be called only by the thread that drives this
+    /// transport, between its calls (the queue's drive token: `ProxyQueue::idle_wait`), never
+    /// while another thread posts to it or polls it: libfabric's `FI_THREAD_DOMAIN` leaves
+    /// that serialization to the caller.
+    pub unsafe fn idle_wait(&mut self) -> Option<Arc<CqIdleWait>> {
+        if self.obj.cq_fd < 0 || self.closed {
+            return None;
+        }
+        let w = self.idle.get_or_insert_with(|| {
+            Arc::new(CqIdleWait {
+                raw: Mutex::new(Some(Raw {
+                    fabric: self.obj.fabric,
+                    cq: self.obj.cq,
+                    fd: self.obj.cq_fd,
+                })),
+                max_nap: CQ_IDLE_MAX_NAP,
+            })
+        });
+        Some(w.clone())
+    }
+
+    /// `true` when the CQ was opened with a descriptor to block on.
+    pub fn has_cq_wait_fd(&self) -> bool {
+        self.obj.cq_fd >= 0
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,115 @@
+use std::time::{Duration, Instant};
+
+use proxy_core::driver::idle::{Armed, IdleWait};
+use proxy_core::progress::net::{RequestId, TestOutcome, Transport};
+
+use crate::tests::{pair, recv, send, wait};
+use crate::*;
+
+fn with_fd() -> Options {
+    Options {
+        cq_wait_fd: true,
+        ..Options::default()
+    }
+}
+
+/// Tests `id` on `t` alone until it finishes (bounded: 10 s).
+fn finish(t: &mut LibfabricTransport, id: RequestId) -> TestOutcome {
+    let start = Instant::now();
+    loop {
+        match t.test(id) {
+            Ok(TestOutcome::Pending) => {
+                assert!(start.elapsed() < Duration::from_secs(10), "request stuck");
+                std::thread::yield_now();
+            }
+            Ok(o) => return o,
+            Err(e) => panic!("test: {e}"),
+        }
+    }
+}
+
+/// tcp: the CQ has a descriptor; a receiver with nothing queued arms it (`fi_trywait` answers
+/// 0) and sleeps until the peer's message makes it readable (a signalled wake, not a nap that
+/// ran out), then reads the message; after close the waiter is unavailable.
+#[test]
+fn tcp_idle_wait_sleeps_until_a_message_arrives() {
+    let mut ts = pair("tcp", with_fd());
+    assert!(ts[0].has_cq_wait_fd() && ts[1].has_cq_wait_fd());
+    // SAFETY: only this thread uses ts[1] and its waiter, one call at a time.
+    let idle = unsafe { ts[1].idle_wait() }.expect("tcp has a CQ descriptor");
+    // A first exchange sets the connection up (tcp answers -FI_EAGAIN until then).
+    let mut first = [0u8; 8];
+    let r = recv(&mut ts, 1, 0, first.as_mut_ptr(), 8, 1);
+    let s = send(&mut ts, 0, 1, b"connect!", 1);
+    assert!(matches!(wait(&mut ts, 0, s), Ok(TestOutcome::Done { .. })));
+    assert!(matches!(wait(&mut ts, 1, r), Ok(TestOutcome::Done { .. })));
+
+    let mut buf = [0u8; 8];
+    let r = recv(&mut ts, 1, 0, buf.as_mut_ptr(), 8, 2);
+    let [mut a, mut b] = ts;
+    let sender = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(50));
+        let msg = *b"arrived!";
+        let start = Instant::now();
+        let id = loop {
+            // SAFETY: `msg` outlives the request (it is finished below).
+            match unsafe { a.isend(1, msg.as_ptr(), 8, 2) } {
+                Ok(Some(p)) => break p.request,
+                Ok(None) => assert!(start.elapsed() < Duration::from_secs(10)),
+                Err(e) => panic!("isend: {e}"),
+            }
+        };
+        assert!(matches!(finish(&mut a, id), TestOutcome::Done { .. }));
+        a
+    });
+    let (mut signalled, mut naps, mut ready) = (false, 0u32, 0u32);
+    let start = Instant::now();
+    while !signalled && start.elapsed() < Duration::from_secs(10) {
+        match idle.arm() {
+            Armed::Armed => {
+                if idle.sleep(u64::MAX) {
+                    signalled = true;
+                } else {
+                    naps += 1;
+                }
+            }
+            Armed::Ready => {
+                ready += 1;
+                assert!(matches!(b.test(r), Ok(TestOutcome::Pending)));
+            }
+            Armed::Unavailable => panic!("unavailable while open"),
+        }
+    }
+    assert!(
+        signalled,
+        "the descriptor never woke the sleeper ({naps} naps ran out, {ready} ready)"
+    );
+    assert!(matches!(finish(&mut b, r), TestOutcome::Done { .. }));
+    assert_eq!(&buf, b"arrived!");
+    let mut a = sender.join().unwrap();
+    a.close().unwrap();
+    b.close().unwrap();
+    assert!(!idle.is_open());
+    assert_eq!(
+        idle.arm(),
+        Armed::Unavailable,
+        "closed: never touches the objects"
+    );
+    assert!(!idle.sleep(1_000_000));
+}
+
+/// shm offers no CQ descriptor (-FI_ENOSYS): the transport opens without one, says so, and
+/// still exchanges; there is no idle wait.
+#[test]
+fn shm_has_no_cq_descriptor_and_still_works() {
+    let mut ts = pair("shm", with_fd());
+    assert!(!ts[1].has_cq_wait_fd());
+    // SAFETY: not used.
+    assert!(unsafe { ts[1].idle_wait() }.is_none());
+    let mut buf = [0u8; 4];
+    let r = recv(&mut ts, 1, 0, buf.as_mut_ptr(), 4, 3);
+    let s = send(&mut ts, 0, 1, b"shm!", 3);
+    assert!(matches!(wait(&mut ts, 0, s), Ok(TestOutcome::Done { .. })));
+    assert!(matches!(wait(&mut ts, 1, r), Ok(TestOutcome::Done { .. })));
+    assert_eq!(&buf, b"shm!");
+}
