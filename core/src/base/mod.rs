@@ -3,7 +3,8 @@
 //! and the stream count ([`desc`]), host-memory words ([`host_word`]), the abort flag
 //! ([`abort`]), the SPSC ring ([`ring`]), the lines of a state dump ([`dump_lines`]), the
 //! one idiom of every state machine ([`state`]), the one backoff policy ([`backoff`]) and the
-//! bells that end a sleeping thread's nap ([`bell`]), and the event recorder ([`trace`]).
+//! bells that end a sleeping thread's nap ([`bell`]), the event recorder ([`trace`]), and
+//! hooks wired after their structure exists ([`wired`]).
 //!
 //! The layering rule: `base` imports nothing of the crate but `base`; the driver half
 //! (`crate::driver`) and the progress half (`crate::progress`) import `base` and meet
@@ -21,3 +22,4 @@ pub mod status;
 pub mod sync;
 pub mod time;
 pub mod trace;
+pub mod wired;

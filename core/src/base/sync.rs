@@ -46,9 +46,9 @@ pub use core::sync::atomic::{AtomicU32 as DiagAtomicU32, Ordering as DiagOrderin
 /// ([`crate::base::trace`]: the installed tracer's pointer, a static, and its on/off flag). Read
 /// on hot paths, so they must add no branch points to the models; a tracer is installed once,
 /// before the threads that record into it start, and never freed. The trace ring itself (the
-/// records handed from writers to the drain) uses the loom-checked names above. Also a queue
-/// slot's "poller wired" flag (`driver::poller`): wired before the threads that poll it run, read
-/// at every tick; the poller itself is reached through a lock.
+/// records handed from writers to the drain) uses the loom-checked names above. Also the "wired"
+/// flag of a hook ([`crate::base::wired`]: a slot's poller, a queue's idle wait): wired before
+/// the threads that use it run, read at every tick; the hook itself is reached through a lock.
 pub use core::sync::atomic::{
     AtomicBool as SwitchAtomicBool, AtomicPtr as SwitchAtomicPtr, AtomicU32 as SwitchAtomicU32,
     Ordering as SwitchOrdering,

@@ -29,7 +29,8 @@
 //!
 //! [`ProxyQueue::idle_wait`]: crate::driver::queue::ProxyQueue::idle_wait
 
-use crate::base::sync::{PlainArc, SwitchAtomicBool as AtomicBool, SwitchOrdering as Ordering};
+use crate::base::sync::PlainArc;
+use crate::base::wired::Wired;
 
 /// What [`IdleWait::arm`] found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -80,55 +81,32 @@ pub fn block_idle(w: &dyn IdleWait, timeout_ns: u64) -> Idled {
 }
 
 /// A queue's idle wait, wired once its source exists (`None` until then: the driver yields).
-/// Unwired, a look costs one load; wired, a reader lock (`spin::RwLock`: two RMWs).
-/// [`IdleSlot::wire`] takes a writer lock held for one pointer swap.
-#[derive(Default)]
-pub struct IdleSlot {
-    /// Set while a wait is wired (a switch word, not loom's: wired before the threads that
-    /// use it run).
-    wired: AtomicBool,
-    wait: spin::RwLock<Option<PlainArc<dyn IdleWait>>>,
-}
-
-impl core::fmt::Debug for IdleSlot {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.debug_struct("IdleSlot")
-            .field("wired", &self.wired.load(Ordering::Relaxed))
-            .finish()
-    }
-}
+/// Unwired, a look costs one load; wired, a reader lock ([`Wired`]).
+#[derive(Debug, Default)]
+pub struct IdleSlot(Wired<dyn IdleWait>);
 
 impl IdleSlot {
     /// An unwired slot.
     pub const fn new() -> Self {
-        Self {
-            wired: AtomicBool::new(false),
-            wait: spin::RwLock::new(None),
-        }
+        Self(Wired::new())
     }
 
     /// Wires `wait` (`None` unwires), returning the one wired before.
     pub fn wire(&self, wait: Option<PlainArc<dyn IdleWait>>) -> Option<PlainArc<dyn IdleWait>> {
-        let mut slot = self.wait.write();
-        self.wired.store(wait.is_some(), Ordering::Release);
-        core::mem::replace(&mut *slot, wait)
+        self.0.wire(wait)
     }
 
     /// `true` while a wait is wired.
     pub fn is_wired(&self) -> bool {
-        self.wired.load(Ordering::Acquire)
+        self.0.is_wired()
     }
 
     /// [`block_idle`] on the wired wait; [`Idled::Unavailable`] when none is wired.
     #[inline]
     pub fn block(&self, timeout_ns: u64) -> Idled {
-        if !self.wired.load(Ordering::Acquire) {
-            return Idled::Unavailable;
-        }
-        match &*self.wait.read() {
-            Some(w) => block_idle(&**w, timeout_ns),
-            None => Idled::Unavailable,
-        }
+        self.0
+            .with(|w| block_idle(w, timeout_ns))
+            .unwrap_or(Idled::Unavailable)
     }
 }
 

@@ -20,7 +20,8 @@
 //! [`ProxyQueue::tick`]: crate::driver::queue::ProxyQueue::tick
 //! [`ProxyQueue::wake_driver`]: crate::driver::queue::ProxyQueue::wake_driver
 
-use crate::base::sync::{PlainArc, SwitchAtomicBool as AtomicBool, SwitchOrdering as Ordering};
+use crate::base::sync::PlainArc;
+use crate::base::wired::Wired;
 
 /// What one [`Poller::poll`] did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -45,56 +46,31 @@ pub trait Poller: Send + Sync {
 
 /// A slot's poller, wired once the poller exists (`None` until then: polls answer
 /// [`Polled::Idle`]). A slot with nothing wired costs a poll one load (every tick polls every
-/// slot); a wired one a reader lock (`spin::RwLock`: two RMWs). [`PollerSlot::wire`] takes a
-/// writer lock held for one pointer swap.
-#[derive(Default)]
-pub struct PollerSlot {
-    /// Set while a poller is wired (written under the writer lock; a switch word, not loom's:
-    /// wired before the threads that poll it run, read at every tick).
-    wired: AtomicBool,
-    poller: spin::RwLock<Option<PlainArc<dyn Poller>>>,
-}
-
-impl core::fmt::Debug for PollerSlot {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.debug_struct("PollerSlot")
-            .field("wired", &self.wired.load(Ordering::Relaxed))
-            .finish()
-    }
-}
+/// slot); a wired one a reader lock ([`Wired`]).
+#[derive(Debug, Default)]
+pub struct PollerSlot(Wired<dyn Poller>);
 
 impl PollerSlot {
     /// An unwired slot.
     pub const fn new() -> Self {
-        Self {
-            wired: AtomicBool::new(false),
-            poller: spin::RwLock::new(None),
-        }
+        Self(Wired::new())
     }
 
     /// Wires `poller` (`None` unwires), returning the poller wired before.
     pub fn wire(&self, poller: Option<PlainArc<dyn Poller>>) -> Option<PlainArc<dyn Poller>> {
-        let mut slot = self.poller.write();
-        self.wired.store(poller.is_some(), Ordering::Release);
-        core::mem::replace(&mut *slot, poller)
+        self.0.wire(poller)
     }
 
     /// Polls the wired poller ([`Polled::Idle`] when none).
     #[inline]
     pub fn poll(&self) -> Polled {
-        if !self.wired.load(Ordering::Acquire) {
-            return Polled::Idle;
-        }
-        match &*self.poller.read() {
-            Some(p) => p.poll(),
-            None => Polled::Idle,
-        }
+        self.0.with(|p| p.poll()).unwrap_or(Polled::Idle)
     }
 
     /// [`Poller::busy`] of the wired poller (`false` when none).
     #[inline]
     pub fn busy(&self) -> bool {
-        self.wired.load(Ordering::Acquire) && self.poller.read().as_ref().is_some_and(|p| p.busy())
+        self.0.with(|p| p.busy()).unwrap_or(false)
     }
 }
 

@@ -259,6 +259,21 @@ fn a_launch_completes_against_the_proxy_and_counts_each_execution() {
     assert_eq!(env.executions.get(), 3);
 }
 
+/// Polls `d`, `proxy` answering, until the device waits for barrier-done (at most 1000
+/// polls); what it waits for then.
+fn until_barrier_wait(d: &mut Device, s: &Setup, proxy: &mut FakeProxy) -> Option<WaitingFor> {
+    for _ in 0..1000 {
+        match d.poll(&()).unwrap() {
+            DevicePoll::Pending {
+                waiting_for: w @ WaitingFor::BarrierDone { .. },
+            } => return Some(w),
+            DevicePoll::Pending { .. } => proxy.answer(s),
+            other => panic!("{other:?} before the barrier"),
+        }
+    }
+    None
+}
+
 /// `BarrierAt::Launch`: the barrier trigger is written at the launch, before the net stage
 /// and the program (barrier-done snapshot first); a rise of barrier-done while the program runs
 /// counts, and the device still ends only once it rose.
@@ -292,21 +307,8 @@ fn a_barrier_at_launch_is_triggered_before_the_program_and_awaited_after_it() {
         "barrier trigger written at the launch"
     );
     // Without the barrier passing, the device runs the program and then waits for it.
-    let mut last = None;
-    for _ in 0..1000 {
-        match d.poll(&()).unwrap() {
-            DevicePoll::Pending {
-                waiting_for: w @ WaitingFor::BarrierDone { .. },
-            } => {
-                last = Some(w);
-                break;
-            }
-            DevicePoll::Pending { .. } => proxy.answer(&s),
-            other => panic!("{other:?} before the barrier"),
-        }
-    }
     assert_eq!(
-        last,
+        until_barrier_wait(&mut d, &s, &mut proxy),
         Some(WaitingFor::BarrierDone {
             addr: s.addr(DONE),
             target: 8,
@@ -347,21 +349,8 @@ fn the_barrier_stage_pends_on_barrier_done() {
     unsafe { d.launch(s.job.clone()) };
     // Answer everything but the barrier: the device ends up waiting for barrier-done.
     s.words[DONE].store(7, Ordering::Relaxed);
-    let mut last = None;
-    for _ in 0..1000 {
-        match d.poll(&()).unwrap() {
-            DevicePoll::Pending {
-                waiting_for: w @ WaitingFor::BarrierDone { .. },
-            } => {
-                last = Some(w);
-                break;
-            }
-            DevicePoll::Pending { .. } => proxy.answer(&s),
-            other => panic!("{other:?} before the barrier"),
-        }
-    }
     assert_eq!(
-        last,
+        until_barrier_wait(&mut d, &s, &mut proxy),
         Some(WaitingFor::BarrierDone {
             addr: s.addr(DONE),
             target: 8,

@@ -355,6 +355,26 @@ fn drive_until_ticks_runs_the_hook_and_keeps_other_records_in_order() {
     assert!(h.leave(&waiter(&clock)).is_empty());
 }
 
+/// Network task `id` of one block that waits for the device's trigger in `words`' word 0.
+fn triggered(s: &Script, words: &crate::testutil::Words, id: u32) -> TaskBox {
+    Box::new(
+        NetworkTask::new(NetworkTaskSpec {
+            task_id: id,
+            // SAFETY: every test keeps its script alive until its tasks are reported.
+            comm: unsafe { s.handle() },
+            comm_id: 7,
+            seam: seam(),
+            blocks: vec![block(0, 1)],
+            schedule: None,
+            triggers: TriggerWords::new(&[words.get(0)]).unwrap(),
+            wait_for_device: true,
+            skip: false,
+            timeout_ns: None,
+        })
+        .unwrap(),
+    )
+}
+
 #[test]
 fn bounded_waits_time_out_and_lose_nothing() {
     let words = crate::testutil::Words::new(&[crate::driver::trigger::TRIGGER_ARMED]);
@@ -362,21 +382,7 @@ fn bounded_waits_time_out_and_lose_nothing() {
     let clock = MonotonicClock;
     let q = small_caller(1, 4);
     let mut h = ProxyQueue::join(&q).unwrap();
-    let task = NetworkTask::new(NetworkTaskSpec {
-        task_id: 5,
-        // SAFETY: the script outlives the task (declared first; the task ends at leave).
-        comm: unsafe { s.handle() },
-        comm_id: 7,
-        seam: seam(),
-        blocks: vec![block(0, 1)],
-        schedule: None,
-        triggers: TriggerWords::new(&[words.get(0)]).unwrap(),
-        wait_for_device: true,
-        skip: false,
-        timeout_ns: None,
-    })
-    .unwrap();
-    h.submit(Box::new(task)).unwrap();
+    h.submit(triggered(&s, &words, 5)).unwrap();
     // The device never writes the trigger: both bounded waits answer Timeout.
     let soon = Some(clock.now_ns() + 20_000_000);
     assert_eq!(
@@ -449,21 +455,7 @@ fn a_caller_with_nothing_to_do_blocks_on_the_idle_wait() {
     });
     assert!(q.idle_wait().wire(Some(idle.clone())).is_none());
     let mut h = ProxyQueue::join(&q).unwrap();
-    let task = NetworkTask::new(NetworkTaskSpec {
-        task_id: 5,
-        // SAFETY: the script outlives the task (declared first; the task ends at leave).
-        comm: unsafe { s.handle() },
-        comm_id: 7,
-        seam: seam(),
-        blocks: vec![block(0, 1)],
-        schedule: None,
-        triggers: TriggerWords::new(&[words.get(0)]).unwrap(),
-        wait_for_device: true,
-        skip: false,
-        timeout_ns: None,
-    })
-    .unwrap();
-    h.submit(Box::new(task)).unwrap();
+    h.submit(triggered(&s, &words, 5)).unwrap();
     let limit = deadline(&clock, 10);
     let r = h.drive_until(5, limit, &waiter(&clock), None).unwrap();
     assert_eq!((r.task_id, r.status()), (5, NrtStatus::Success));
