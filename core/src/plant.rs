@@ -213,6 +213,11 @@ plants! {
     /// signal the descriptor, and the driver sleeps past them. Loom model 17
     /// (`tests/idle.rs`): a deadlock.
     IdleSleepsUnarmed = 32,
+    /// `driver/idle.rs: IdleSlot::kick` decides "the driver is awake" on a plain load and
+    /// records nothing: a driver between its arm and its sleep misses the kick (a submission,
+    /// a device's write) and sleeps past it. Loom model 17 (`tests/idle.rs`, the kick
+    /// scenario): a deadlock.
+    IdleKickSkipsAwake = 33,
 }
 
 /// "No plant" in the selector's storage.

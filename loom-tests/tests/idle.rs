@@ -2,7 +2,7 @@
 //! driver's own progress may move it off the descriptor.
 #![cfg(loom)]
 
-use loom_tests::harness::idle::idle_wait_vs_arrival;
+use loom_tests::harness::idle::{idle_kick_vs_sleep, idle_wait_vs_arrival};
 use loom_tests::{assert_loom_catches, check};
 use proxy_core::plant::Plant;
 
@@ -23,5 +23,21 @@ fn plant_sleeps_unarmed_is_caught() {
         PREEMPTIONS,
         &["deadlock"],
         idle_wait_vs_arrival,
+    );
+}
+
+#[test]
+fn a_kicked_driver_never_sleeps_past_the_submission() {
+    check(PREEMPTIONS, idle_kick_vs_sleep);
+}
+
+/// `IdleSlot::kick` decides "awake" on a plain load: a driver about to sleep misses the kick.
+#[test]
+fn plant_kick_skips_awake_is_caught() {
+    assert_loom_catches(
+        Plant::IdleKickSkipsAwake,
+        PREEMPTIONS,
+        &["deadlock"],
+        idle_kick_vs_sleep,
     );
 }

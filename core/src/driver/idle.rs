@@ -29,7 +29,7 @@
 //!
 //! [`ProxyQueue::idle_wait`]: crate::driver::queue::ProxyQueue::idle_wait
 
-use crate::base::sync::PlainArc;
+use crate::base::sync::{AtomicU32, Ordering, PlainArc};
 use crate::base::wired::Wired;
 
 /// What [`IdleWait::arm`] found.
@@ -57,56 +57,127 @@ pub enum Idled {
 
 /// A source the driving thread may block on when it has nothing to do (see the module docs).
 ///
-/// Both calls are made by the thread that holds the queue's drive token, between ticks: an
-/// implementation may rely on no other thread using the transport behind it meanwhile.
+/// `arm` and `sleep` are called by the thread that holds the queue's drive token, between
+/// ticks: an implementation may rely on no other thread using the transport behind it
+/// meanwhile. `kick` comes from any thread.
 pub trait IdleWait: Send + Sync {
     /// Arms the source: [`Armed::Armed`] only when nothing is queued and the source will
     /// signal the next event (libfabric's `fi_trywait` answering 0).
     fn arm(&self) -> Armed;
 
-    /// Sleeps until the armed source signals or about `timeout_ns` nanoseconds passed (an
-    /// implementation may shorten it to its own bound). `true` when the source signalled.
+    /// Sleeps until the armed source signals, a [`IdleWait::kick`] comes, or about
+    /// `timeout_ns` nanoseconds passed (an implementation may shorten it to its own bound).
+    /// `true` when woken (signalled or kicked).
     fn sleep(&self, timeout_ns: u64) -> bool;
+
+    /// Ends the sleep in progress, or the next one, from another thread (an eventfd written).
+    /// Default: nothing (the sleep runs to its signal or its bound).
+    fn kick(&self) {}
 }
 
-/// Arms `w`, then sleeps on it at most `timeout_ns` when it armed (see the module docs).
-pub fn block_idle(w: &dyn IdleWait, timeout_ns: u64) -> Idled {
+/// Arms `w`, then, when it armed and `announce` agrees, sleeps on it at most `timeout_ns` (see
+/// the module docs). `announce` runs between the arm and the sleep (the queue marks itself
+/// sleeping there; `false` cancels the sleep: [`Idled::Ready`]).
+pub fn block_idle(w: &dyn IdleWait, timeout_ns: u64, announce: impl FnOnce() -> bool) -> Idled {
     // PLANT: IdleSleepsUnarmed — sleep without arming: queued completions never signal.
     let armed = plant!(IdleSleepsUnarmed, Armed::Armed, w.arm());
     match armed {
         Armed::Ready => Idled::Ready,
         Armed::Unavailable => Idled::Unavailable,
+        Armed::Armed if !announce() => Idled::Ready,
         Armed::Armed => Idled::Slept(w.sleep(timeout_ns)),
     }
 }
 
-/// A queue's idle wait, wired once its source exists (`None` until then: the driver yields).
-/// Unwired, a look costs one load; wired, a reader lock ([`Wired`]).
-#[derive(Debug, Default)]
-pub struct IdleSlot(Wired<dyn IdleWait>);
+/// [`IdleSlot`]'s word: the driver sleeps on the wait.
+const SLEEPING: u32 = 1;
+/// [`IdleSlot`]'s word: a kick came since the driver last looked.
+const KICKED: u32 = 2;
+
+/// A queue's idle wait, wired once its source exists (`None` until then: the driver yields),
+/// and the kick protocol that lets another thread end the driver's sleep
+/// ([`IdleSlot::kick`], from every notification of the queue's driver: a submission, a
+/// device's host write, a stop).
+///
+/// One word, changed only by RMW: the driver swaps in `SLEEPING` before it sleeps (a `KICKED`
+/// found there cancels the sleep) and swaps in 0 after; a kicker ORs in `KICKED` and kicks the
+/// wait only when it found `SLEEPING`. Both sides on one word, so either the driver sees the
+/// kick before it sleeps or the kicker sees the sleeper: never neither. Loom model 17
+/// (`tests/idle.rs`, second scenario) catches the plant `IdleKickSkipsAwake` (a kicker that
+/// decides "awake, nothing to do" on a plain load) as a deadlock.
+#[derive(Debug)]
+pub struct IdleSlot {
+    hook: Wired<dyn IdleWait>,
+    word: AtomicU32,
+}
+
+impl Default for IdleSlot {
+    fn default() -> Self {
+        Self::new()
+    }
+}
 
 impl IdleSlot {
     /// An unwired slot.
-    pub const fn new() -> Self {
-        Self(Wired::new())
+    pub fn new() -> Self {
+        Self {
+            hook: Wired::new(),
+            word: AtomicU32::new(0),
+        }
     }
 
     /// Wires `wait` (`None` unwires), returning the one wired before.
     pub fn wire(&self, wait: Option<PlainArc<dyn IdleWait>>) -> Option<PlainArc<dyn IdleWait>> {
-        self.0.wire(wait)
+        self.hook.wire(wait)
     }
 
     /// `true` while a wait is wired.
     pub fn is_wired(&self) -> bool {
-        self.0.is_wired()
+        self.hook.is_wired()
     }
 
-    /// [`block_idle`] on the wired wait; [`Idled::Unavailable`] when none is wired.
+    /// The driver found nothing: [`block_idle`] on the wired wait, with the kick protocol;
+    /// [`Idled::Unavailable`] when none is wired.
     #[inline]
     pub fn block(&self, timeout_ns: u64) -> Idled {
-        self.0
-            .with(|w| block_idle(w, timeout_ns))
+        self.hook
+            .with(|w| {
+                let mut announced = false;
+                let r = block_idle(w, timeout_ns, || {
+                    announced = true;
+                    self.word.swap(SLEEPING, Ordering::AcqRel) & KICKED == 0
+                });
+                if announced {
+                    // Awake again; any kick so far is seen (the caller ticks next).
+                    self.word.swap(0, Ordering::AcqRel);
+                }
+                r
+            })
             .unwrap_or(Idled::Unavailable)
+    }
+
+    /// Ends the driver's idle sleep, or its next one (see the type's docs). One RMW; the
+    /// wait's kick (a system call) only when the driver sleeps.
+    #[inline]
+    pub fn kick(&self) {
+        if !self.hook.is_wired() {
+            return;
+        }
+        // PLANT: IdleKickSkipsAwake — decide "awake" on a plain load and record nothing: a
+        // driver about to mark itself sleeping misses the kick.
+        let before = plant!(
+            IdleKickSkipsAwake,
+            {
+                if self.word.load(Ordering::Acquire) & SLEEPING == 0 {
+                    return;
+                }
+                self.word.fetch_or(KICKED, Ordering::AcqRel)
+            },
+            self.word.fetch_or(KICKED, Ordering::AcqRel)
+        );
+        if before & SLEEPING != 0 {
+            self.hook.with(|w| w.kick());
+        }
     }
 }
 

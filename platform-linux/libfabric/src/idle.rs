@@ -2,7 +2,8 @@
 //! with `FI_WAIT_FD` ([`Options::cq_wait_fd`]) hands out a file descriptor
 //! (`fi_control(FI_GETWAIT)`); a driver with nothing to do arms it with `fi_trywait` (which
 //! answers `-FI_EAGAIN` while completions are already queued) and sleeps in `ppoll` until it is
-//! readable or a bounded nap passed.
+//! readable, a kick (an eventfd another thread writes: a submission, a device's write) came, or
+//! a bounded nap passed.
 //!
 //! What the providers here do (libfabric 1.17, measured): `tcp;ofi_rxm` opens such a CQ, and
 //! the descriptor (rxm's wait set over the tcp sockets) wakes a sleeper when a message
@@ -35,10 +36,23 @@ struct Raw {
 }
 
 /// A transport's completion queue as an [`IdleWait`] (see the module docs); made by
-/// [`LibfabricTransport::idle_wait`].
+/// [`LibfabricTransport::idle_wait`]. Its kick is an eventfd the sleep polls beside the CQ's
+/// descriptor.
 pub struct CqIdleWait {
     raw: Mutex<Option<Raw>>,
     max_nap: Duration,
+    /// The kick's eventfd (non-blocking), or -1 when it could not be made (then a kick is a
+    /// no-op and a sleep runs to its signal or its bound).
+    kick_fd: i32,
+}
+
+impl Drop for CqIdleWait {
+    fn drop(&mut self) {
+        if self.kick_fd >= 0 {
+            // SAFETY: our own descriptor, closed once.
+            unsafe { libc::close(self.kick_fd) };
+        }
+    }
 }
 
 // SAFETY: the raw pointers are used only under the mutex, by the thread that drives the
@@ -103,14 +117,38 @@ impl IdleWait for CqIdleWait {
             tv_sec: nap.as_secs() as libc::time_t,
             tv_nsec: nap.subsec_nanos() as libc::c_long,
         };
-        let mut pfd = libc::pollfd {
-            fd: r.fd,
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: one valid pollfd and a valid timespec; no signal mask change.
-        let n = unsafe { libc::ppoll(&mut pfd, 1, &ts, std::ptr::null()) };
+        let mut pfd = [
+            libc::pollfd {
+                fd: r.fd,
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: self.kick_fd,
+                events: libc::POLLIN,
+                revents: 0,
+            },
+        ];
+        let nfds = if self.kick_fd >= 0 { 2 } else { 1 };
+        // SAFETY: `nfds` valid pollfds and a valid timespec; no signal mask change.
+        let n = unsafe { libc::ppoll(pfd.as_mut_ptr(), nfds, &ts, std::ptr::null()) };
+        if nfds == 2 && pfd[1].revents & libc::POLLIN != 0 {
+            let mut count = 0u64;
+            // SAFETY: reads 8 bytes into `count` from our non-blocking eventfd (resets it).
+            unsafe { libc::read(self.kick_fd, (&mut count as *mut u64).cast(), 8) };
+        }
         n > 0
+    }
+
+    /// Writes the eventfd: the sleep in progress (or the next) returns.
+    fn kick(&self) {
+        if self.kick_fd < 0 {
+            return;
+        }
+        let one = 1u64;
+        // SAFETY: writes 8 bytes from `one` to our eventfd (non-blocking: a full counter
+        // answers EAGAIN, and it is readable then anyway).
+        unsafe { libc::write(self.kick_fd, (&one as *const u64).cast(), 8) };
     }
 }
 
@@ -136,6 +174,8 @@ impl LibfabricTransport {
                     fd: self.obj.cq_fd,
                 })),
                 max_nap: CQ_IDLE_MAX_NAP,
+                // SAFETY: eventfd has no memory preconditions.
+                kick_fd: unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) },
             })
         });
         Some(w.clone())

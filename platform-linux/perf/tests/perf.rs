@@ -658,17 +658,41 @@ fn a_barrier_triggered_at_launch_keeps_every_collective_right() {
     }
 }
 
-/// Issue 25: with `--wait sleep`, rank processes in caller mode block on their comm's CQ
-/// descriptor when they have nothing to do (tcp) and yield where the provider has none (shm);
-/// every collective stays right, across sizes that take the eager and the rendezvous paths.
+/// Issue 25: with `--wait sleep`, rank processes block on their comm's CQ descriptor when they
+/// have nothing to do (tcp; the rank's thread in caller mode, the worker that plays the device
+/// in worker mode, kicked by every submission and launch) and yield where the provider has
+/// none (shm); every collective stays right, across sizes that take the eager and the
+/// rendezvous paths.
 #[cfg(feature = "libfabric")]
 #[test]
 fn idle_drivers_block_on_the_cq_descriptor_and_stay_right() {
-    for (provider, idle) in [
-        ("tcp", "idle: blocks on the CQ descriptor"),
-        ("shm", "idle: yields (no CQ descriptor)"),
+    for (provider, idle, driver, coll) in [
+        (
+            "tcp",
+            "idle: blocks on the CQ descriptor",
+            "caller",
+            "all-reduce",
+        ),
+        (
+            "tcp",
+            "idle: blocks on the CQ descriptor",
+            "caller",
+            "all-gather",
+        ),
+        (
+            "tcp",
+            "idle: blocks on the CQ descriptor",
+            "thread",
+            "all-reduce",
+        ),
+        (
+            "shm",
+            "idle: yields (no CQ descriptor)",
+            "caller",
+            "all-reduce",
+        ),
     ] {
-        for coll in ["all-reduce", "all-gather"] {
+        {
             let v = [
                 coll,
                 "--transport",
@@ -678,7 +702,7 @@ fn idle_drivers_block_on_the_cq_descriptor_and_stay_right() {
                 "--ranks",
                 "3",
                 "--driver",
-                "caller",
+                driver,
                 "--device",
                 "polled",
                 "--wait",

@@ -5,8 +5,10 @@
 //! The loop (docs/design.md §4): tick; then
 //! * [`Tick::Park`] (nothing active, nothing submitted): park until a submission, join, leave
 //!   or stop wakes the thread;
-//! * [`Tick::NoProgress`]: spin for the spin budget, then `sched_yield` between ticks (or keep
-//!   spinning with `one_thread_per_core`);
+//! * [`Tick::NoProgress`]: spin for the spin budget, then block on the queue's idle wait when
+//!   one is wired (`proxy_core::driver::idle`: the network's descriptor, kicked by every
+//!   notification of the queue), else nap when bells are wired, else `sched_yield` between
+//!   ticks (or keep spinning with `one_thread_per_core`);
 //! * [`Tick::Continue`]: tick again at once.
 //!
 //! Seed: `enc_proxy_queue::start` (nrt:0x1ce4d0), `worker_thread` (nrt:0x1d0120, names the
@@ -23,6 +25,7 @@ use std::time::{Duration, Instant};
 use proxy_core::base::bell::Bell;
 use proxy_core::base::status::NrtStatus;
 use proxy_core::base::time::{Clock, MonotonicClock};
+use proxy_core::driver::idle::Idled;
 use proxy_core::driver::queue::{ProxyQueue, Tick, Worker};
 use proxy_core::driver::registry::Spawner;
 use proxy_core::driver::wake::{ThreadPark, Waiter};
@@ -189,6 +192,15 @@ pub fn run_worker(mut worker: Worker, cfg: &WorkerConfig) {
                 if now.duration_since(since) < cfg.spin {
                     worker.note_idle(true);
                     std::hint::spin_loop();
+                } else if worker.queue().idle_wait().is_wired() {
+                    // Block on the network's descriptor until it or a notification of the
+                    // queue (a submission, a device's write) wakes it (`proxy_core::driver::
+                    // idle`); yield when it cannot be slept on now.
+                    worker.note_idle(false);
+                    if worker.queue().idle_wait().block(u64::MAX) == Idled::Unavailable {
+                        // SAFETY: sched_yield has no preconditions.
+                        unsafe { libc::sched_yield() };
+                    }
                 } else if let Some(nap) = cfg.nap {
                     worker.nap(
                         &ThreadPark,

@@ -44,7 +44,7 @@ fn only_an_armed_source_is_slept_on() {
         (Armed::Armed, false, Idled::Slept(false), Some(500)),
     ] {
         let s = Script::new(answer, signal);
-        assert_eq!(block_idle(&s, 500), want, "{answer:?}");
+        assert_eq!(block_idle(&s, 500, || true), want, "{answer:?}");
         assert_eq!(s.arms.lock().get(), 1, "armed once first ({answer:?})");
         assert_eq!(s.slept.lock().get(), slept, "{answer:?}");
     }
@@ -63,4 +63,25 @@ fn an_unwired_slot_is_unavailable_and_a_wired_one_forwards() {
     assert!(slot.wire(None).is_some());
     assert_eq!(slot.block(1_000), Idled::Unavailable);
     assert_eq!(s.arms.lock().get(), 1);
+}
+
+#[test]
+fn an_announce_that_declines_cancels_the_sleep() {
+    let s = Script::new(Armed::Armed, true);
+    assert_eq!(block_idle(&s, 500, || false), Idled::Ready);
+    assert_eq!(s.slept.lock().get(), None, "no sleep");
+}
+
+/// A kick while the driver is awake is kept: the next block does not sleep (and clears it);
+/// the one after sleeps again.
+#[test]
+fn a_kick_before_the_sleep_cancels_it_once() {
+    let slot = IdleSlot::new();
+    let s = PlainArc::new(Script::new(Armed::Armed, false));
+    slot.wire(Some(s.clone()));
+    slot.kick();
+    assert_eq!(slot.block(1_000), Idled::Ready, "the kick came first");
+    assert_eq!(s.slept.lock().get(), None);
+    assert_eq!(slot.block(1_000), Idled::Slept(false));
+    assert_eq!(s.slept.lock().get(), Some(1_000));
 }

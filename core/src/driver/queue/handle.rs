@@ -69,7 +69,7 @@ impl SlotHandle {
         }
         self.outstanding += 1;
         self.kept_out += usize::from(keep);
-        self.queue.worker_wait.notify();
+        self.queue.notify_driver();
         Ok(())
     }
 
@@ -244,13 +244,13 @@ impl SlotHandle {
             slot.owner.with_mut(|p| unsafe { *p = Some(ends) });
             let freed = slot_transition(slot, index, SlotEdge::PlantedLeaveWithoutHandshake);
             debug_assert!(freed);
-            queue.worker_wait.notify();
+            queue.notify_driver();
             return Ok(out);
         });
         if !self.leaving {
             let moved = slot_transition(slot, index, SlotEdge::Leave);
             debug_assert!(moved, "leave on a slot that is not ACTIVE");
-            queue.worker_wait.notify();
+            queue.notify_driver();
         }
         // Records popped early by drive-until (or kept by a timed-out leave) come first (push
         // order).
@@ -388,7 +388,7 @@ impl SlotHandle {
             log::error!("slot {index}: invalidate: the slot's request cell is busy (bug)");
             return Err(NrtStatus::Failure);
         }
-        queue.worker_wait.notify();
+        queue.notify_driver();
         /// What the owner's wait ends with.
         enum Ended {
             Answer(Result<(), NrtStatus>),
@@ -461,7 +461,7 @@ impl Drop for SlotHandle {
         slot.owner.with_mut(|p| unsafe { *p = Some(ends) });
         let moved = slot_transition(slot, index, SlotEdge::Abandon);
         debug_assert!(moved);
-        self.queue.worker_wait.notify();
+        self.queue.notify_driver();
     }
 }
 
@@ -495,7 +495,7 @@ impl SlotHandle {
             // hands `owner` to the worker (which drops the records and frees the slot).
             slot.owner.with_mut(|p| unsafe { *p = Some(ends) });
             if slot_transition(slot, index, SlotEdge::AbandonLeaving) {
-                self.queue.worker_wait.notify();
+                self.queue.notify_driver();
                 return;
             }
             // The worker confirmed (CLOSED) in between: the ends are still ours (CLOSED is an

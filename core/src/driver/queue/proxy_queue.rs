@@ -274,7 +274,7 @@ impl ProxyQueue {
             let _ = slot.inval.collect(index);
             this.high_water
                 .fetch_max(index as u32 + 1, Ordering::AcqRel);
-            this.worker_wait.notify();
+            this.notify_driver();
             return Ok(SlotHandle {
                 queue: queue.clone(),
                 index: index as u32,
@@ -292,7 +292,7 @@ impl ProxyQueue {
     pub fn request_stop(&self) {
         // Release: paired with the worker's acquire load in `stop_requested`.
         self.stop.store(true, Ordering::Release);
-        self.worker_wait.notify();
+        self.notify_driver();
     }
 
     /// `true` once [`ProxyQueue::request_stop`] was called.
@@ -304,7 +304,14 @@ impl ProxyQueue {
     /// thread that made a change the driver polls for (a device's host write, a message
     /// arriving in an in-memory mailbox). One RMW when nobody sleeps; never blocks.
     pub fn wake_driver(&self) {
+        self.notify_driver();
+    }
+
+    /// Every notification of the driving thread: its `WaitCell` (a parked worker) and its idle
+    /// wait (a driver blocked on its network's descriptor, `driver::idle`).
+    pub(super) fn notify_driver(&self) {
         self.worker_wait.notify();
+        self.idle.kick();
     }
 
     /// Slot `index`'s bell (`None` out of range): wire the bell of the device of the rank that
@@ -316,8 +323,8 @@ impl ProxyQueue {
 
     /// The queue's idle wait (`driver::idle`): wire what the driving thread may block on when
     /// a tick found nothing to do (a transport's completion-queue descriptor) when every comm
-    /// of the queue completes through it; unwired, the driver yields. Caller mode only: the
-    /// worker thread keeps its own park and nap.
+    /// of the queue completes through it; unwired, the driver yields. Every notification of
+    /// the driver (a submission, [`ProxyQueue::wake_driver`]) kicks it.
     pub fn idle_wait(&self) -> &IdleSlot {
         &self.idle
     }
@@ -361,7 +368,7 @@ impl ProxyQueue {
     /// is dumped at its next drive (or by [`ProxyQueue::wait_dump`], which takes the free token).
     pub fn request_dump(&self) -> u32 {
         let ticket = self.dump.request();
-        self.worker_wait.notify();
+        self.notify_driver();
         ticket
     }
 

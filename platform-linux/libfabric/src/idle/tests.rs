@@ -113,3 +113,26 @@ fn shm_has_no_cq_descriptor_and_still_works() {
     assert!(matches!(wait(&mut ts, 1, r), Ok(TestOutcome::Done { .. })));
     assert_eq!(&buf, b"shm!");
 }
+
+/// A kick (the eventfd) ends the sleep it comes before, once: the next sleep runs to its bound.
+#[test]
+fn tcp_idle_wait_kick_ends_one_sleep() {
+    let mut ts = pair("tcp", with_fd());
+    // SAFETY: only this thread uses ts[1] and its waiter.
+    let idle = unsafe { ts[1].idle_wait() }.expect("tcp has a CQ descriptor");
+    let kicker = {
+        let idle = idle.clone();
+        std::thread::spawn(move || idle.kick())
+    };
+    kicker.join().unwrap();
+    assert_eq!(idle.arm(), Armed::Armed);
+    assert!(idle.sleep(u64::MAX), "the kick's eventfd wakes the sleep");
+    assert_eq!(idle.arm(), Armed::Armed);
+    assert!(
+        !idle.sleep(100_000),
+        "drained: the next sleep runs out (100 µs)"
+    );
+    for t in &mut ts {
+        t.close().unwrap();
+    }
+}

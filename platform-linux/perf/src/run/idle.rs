@@ -10,13 +10,18 @@ use proxy_core::driver::idle::{Armed, IdleWait};
 use proxy_libfabric::CqIdleWait;
 
 use super::Modes;
-use crate::args::{Args, DriverArg, WaitArg};
+use crate::args::{Args, DeviceArg, DriverArg, WaitArg};
 
 /// Block on the CQ descriptor when idle: with `--wait sleep`, or by default when the mode
-/// rule found the host oversubscribed ("waits sleep"); only in caller mode (the worker keeps
-/// its own park and nap).
+/// rule found the host oversubscribed ("waits sleep"). In caller mode the rank's thread
+/// blocks; in worker mode the worker, when it plays the device (a device thread's host writes
+/// would kick it too, but the thread itself spins).
 pub(super) fn blocks_when_idle(args: &Args, modes: &Modes) -> bool {
-    modes.driver == DriverArg::Caller
+    let driven_here = match modes.driver {
+        DriverArg::Caller => true,
+        DriverArg::Thread => modes.device == DeviceArg::Polled,
+    };
+    driven_here
         && match args.wait {
             Some(WaitArg::Sleep) => true,
             Some(WaitArg::Poll) => false,
