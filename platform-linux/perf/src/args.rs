@@ -459,10 +459,10 @@ pub struct Args {
     /// How waiting threads wait: `poll` (spin, yield, nap-poll) or `sleep` (in process: after
     /// a spin as long as a wake-up costs here, sleep until a bell rings; ranks as processes in
     /// caller mode: a driver with nothing to do blocks on its comm's CQ descriptor where the
-    /// provider has one, tcp, and yields where it has none, shm). Default: `poll`, except that
-    /// ranks as processes in caller mode block on the descriptor when the mode rule finds the
-    /// host oversubscribed. On 2 CPUs sleeping in process costs more latency than yielding
-    /// (every hand-off becomes a wake-up: BENCHMARKS.md) but no CPU while a thread waits.
+    /// provider has one, tcp, and yields where it has none, shm; in worker mode the worker that
+    /// plays the devices does). Default: `poll`. On 2 CPUs sleeping costs more latency than
+    /// yielding (every hand-off becomes a wake-up: BENCHMARKS.md) but no CPU while a thread
+    /// waits.
     #[arg(long, value_enum)]
     pub wait: Option<WaitArg>,
     /// How the device emulator runs: `thread` (a thread per rank) or `polled` (no thread of

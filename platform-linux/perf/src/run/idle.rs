@@ -12,21 +12,17 @@ use proxy_libfabric::CqIdleWait;
 use super::Modes;
 use crate::args::{Args, DeviceArg, DriverArg, WaitArg};
 
-/// Block on the CQ descriptor when idle: with `--wait sleep`, or by default when the mode
-/// rule found the host oversubscribed ("waits sleep"). In caller mode the rank's thread
-/// blocks; in worker mode the worker, when it plays the device (a device thread's host writes
-/// would kick it too, but the thread itself spins).
+/// Block on the CQ descriptor when idle: with `--wait sleep` only. In caller mode the rank's
+/// thread blocks; in worker mode the worker, when it plays the device (a device thread's host
+/// writes would kick it too, but the thread itself spins). Not by default, not even when the
+/// mode rule finds the host oversubscribed: on this 2-CPU VM a wake-up from the descriptor
+/// costs more than the turns that yielding gives away (BENCHMARKS.md, issue 25).
 pub(super) fn blocks_when_idle(args: &Args, modes: &Modes) -> bool {
     let driven_here = match modes.driver {
         DriverArg::Caller => true,
         DriverArg::Thread => modes.device == DeviceArg::Polled,
     };
-    driven_here
-        && match args.wait {
-            Some(WaitArg::Sleep) => true,
-            Some(WaitArg::Poll) => false,
-            None => !modes.advice.fits,
-        }
+    driven_here && args.wait == Some(WaitArg::Sleep)
 }
 
 /// The comm's CQ descriptor, unavailable while the rank's barrier between processes waits.
