@@ -17,13 +17,29 @@
 //! The result goes to FILE ([`TuneFile`], written whole or not at all) and is printed with each
 //! measurement against the fitted model and the tuner's choices with the old and the new
 //! constants.
+//!
+//! # Between hosts
+//! When the ranks span hosts (`--transport libfabric` with processes whose bootstrap sees two
+//! hosts or more, or `--hosts`), the link between them is measured too ([`link`]): every
+//! process times the send-recv shift (rank `r` sends to `r + 1`; with each host's ranks
+//! contiguous exactly one message leaves every host and one enters it, so each link carries
+//! one message each way, between the last rank of one host and the leader of the next) at
+//! every size of the sweep, the least of [`PASSES`] sweeps, the slowest rank's time (the
+//! crossing message). The model's time of one such exchange is `α + 2⌈b / chunk⌉ o + b β`;
+//! with `o` taken from the in-host fit, `α` and `β` of the link are fitted by the same
+//! non-negative least squares on the relative errors ([`fit_link`]), `γ` is the host's (a
+//! reduction never crosses the link), and the four go to FILE's `inter_host_cost_model`. The
+//! in-host constants are then fitted as above, in process, on the largest host's rank count
+//! (at least 2), by the process of rank 0 alone after the others have left (they would share
+//! its CPUs). With one host the file is the same as before and the run says that the link
+//! was not measured.
 
 use std::io::Write as _;
 
 use clap::ValueEnum;
 
 use proxy_collectives::planner::tuner::{self, CostModel, Terms};
-use proxy_collectives::planner::{Algorithm, Collective, PlanParams};
+use proxy_collectives::planner::{Algorithm, Collective, HostMap, PlanParams};
 use proxy_runtime::tune_file::{TuneFile, Tuning};
 
 use crate::args::{AlgoArg, Args, CollArg, TransportArg};
@@ -96,34 +112,35 @@ fn solve(mut a: Vec<Vec<f64>>, mut b: Vec<f64>) -> Option<Vec<f64>> {
     Some(x)
 }
 
-/// The constants (α, o in ns; β, γ in ns per byte) that minimise `Σ ((model − t) / t)²` over
-/// `samples` with none below zero, or `None` when the samples cannot tell them apart.
-pub fn fit(samples: &[Sample]) -> Option<[f64; 4]> {
-    let mut free = [true; 4];
-    for _ in 0..=4 {
-        let idx: Vec<usize> = (0..4).filter(|&i| free[i]).collect();
+/// The `x ≥ 0` that minimises `Σ ((rows[i] · x − y[i]) / t[i])²` (`t[i]`: the measured time
+/// that weighs the error of row `i`; at least 1 ns), by the active set method: an unknown the
+/// unconstrained solution pulls below zero is set to zero and the rest fitted again. `None`
+/// when the rows cannot tell the free unknowns apart.
+fn nnls_relative<const K: usize>(rows: &[[f64; K]], y: &[f64], t: &[f64]) -> Option<[f64; K]> {
+    let mut free = [true; K];
+    for _ in 0..=K {
+        let idx: Vec<usize> = (0..K).filter(|&i| free[i]).collect();
         if idx.is_empty() {
-            return Some([0.0; 4]);
+            return Some([0.0; K]);
         }
         // Normal equations of the weighted (relative) problem over the free unknowns.
         let mut a = vec![vec![0.0; idx.len()]; idx.len()];
         let mut b = vec![0.0; idx.len()];
-        for s in samples {
-            let w = 1.0 / s.time_ns.max(1.0);
-            let row = s.row();
+        for ((row, &yi), &ti) in rows.iter().zip(y).zip(t) {
+            let w = 1.0 / ti.max(1.0);
             for (i, &p) in idx.iter().enumerate() {
-                b[i] += row[p] * w * s.time_ns * w;
+                b[i] += row[p] * w * yi * w;
                 for (j, &q) in idx.iter().enumerate() {
                     a[i][j] += row[p] * w * row[q] * w;
                 }
             }
         }
         let x = solve(a, b)?;
-        let mut out = [0.0; 4];
+        let mut out = [0.0; K];
         for (i, &p) in idx.iter().enumerate() {
             out[p] = x[i];
         }
-        match (0..4)
+        match (0..K)
             .filter(|&i| free[i] && out[i] < 0.0)
             .min_by(|&i, &j| out[i].total_cmp(&out[j]))
         {
@@ -132,6 +149,14 @@ pub fn fit(samples: &[Sample]) -> Option<[f64; 4]> {
         }
     }
     None
+}
+
+/// The constants (α, o in ns; β, γ in ns per byte) that minimise `Σ ((model − t) / t)²` over
+/// `samples` with none below zero, or `None` when the samples cannot tell them apart.
+pub fn fit(samples: &[Sample]) -> Option<[f64; 4]> {
+    let rows: Vec<[f64; 4]> = samples.iter().map(Sample::row).collect();
+    let t: Vec<f64> = samples.iter().map(|s| s.time_ns).collect();
+    nnls_relative(&rows, &t, &t)
 }
 
 /// The planner's constants from [`fit`]'s (rounded; β and γ to whole ps per byte).
@@ -170,18 +195,111 @@ fn terms_of(args: &Args, algorithm: Algorithm, bytes: u64) -> Option<Terms> {
     )
 }
 
-/// Runs the calibration (`--tune FILE`); returns the exit status.
+/// Runs the calibration (`--tune FILE`); returns the exit status. In process
+/// (`--transport mem`): the in-host fit on `--ranks`, and with `--hosts` the exchanges between
+/// the pretend hosts first. `--transport libfabric`: without launcher variables one process
+/// per rank is launched on this machine ([`crate::launch`]); a process of a launch measures
+/// the link when the bootstrap's host map (or `--hosts`) spans hosts, then the process of rank
+/// 0 fits and writes FILE and the others end.
 ///
 /// # Errors
 /// A message when the arguments do not suit a calibration, a run fails, the fit has no
 /// solution or FILE cannot be written.
 pub fn run(args: &Args, file: &std::path::Path) -> Result<i32, String> {
-    if args.transport != TransportArg::Mem || args.progress_lib.is_some() {
-        return Err("--tune runs in process (--transport mem, no --progress-lib)".into());
+    if args.progress_lib.is_some() {
+        return Err("--tune runs the engine's own progress half (no --progress-lib)".into());
     }
     if args.ranks < 2 {
         return Err("--tune needs --ranks 2 or more".into());
     }
+    match args.transport {
+        TransportArg::Mem => {
+            let link = match args.hosts {
+                Some(h) if h.0.sizes().len() >= 2 => {
+                    let a = link::exchange_args(args)?;
+                    let mut world = World::new(&a)?;
+                    let samples = link::measure(&mut world, &a, PASSES)?;
+                    Some(link::Link {
+                        hosts: h.0,
+                        transport: world.transport_name().to_owned(),
+                        samples,
+                    })
+                }
+                _ => None,
+            };
+            calibrate(args, file, args.ranks, link)
+        }
+        TransportArg::Libfabric => across_processes(args, file),
+    }
+}
+
+#[cfg(not(feature = "libfabric"))]
+fn across_processes(_args: &Args, _file: &std::path::Path) -> Result<i32, String> {
+    Err("--tune --transport libfabric: this proxy-perf was not built with libfabric".into())
+}
+
+/// `--tune` with ranks as processes: see [`run`].
+#[cfg(feature = "libfabric")]
+fn across_processes(args: &Args, file: &std::path::Path) -> Result<i32, String> {
+    use proxy_bootstrap::{Bootstrap, BootstrapConfig, LAUNCHER_VARS};
+    if !LAUNCHER_VARS
+        .iter()
+        .any(|(rank_var, _)| std::env::var_os(rank_var).is_some())
+    {
+        return crate::launch::run(args);
+    }
+    let cfg = BootstrapConfig::from_env(None, None, None).map_err(|e| e.to_string())?;
+    if cfg.nranks != args.ranks {
+        return Err(format!(
+            "the launcher runs {} processes but --ranks is {}",
+            cfg.nranks, args.ranks
+        ));
+    }
+    let boot = Bootstrap::init(&cfg).map_err(|e| e.to_string())?;
+    let provider = args.provider.map(|p| p.fi_name().to_owned());
+    let a = link::exchange_args(args)?;
+    let mut world = World::join(&a, boot, provider)?;
+    let wargs = world.args().clone();
+    let hosts = wargs.hosts.map(|h| h.0);
+    let printer = world.first_rank() == 0;
+    let link = match hosts {
+        Some(h) => match link::measure(&mut world, &wargs, PASSES) {
+            Ok(samples) => Some(link::Link {
+                hosts: h,
+                transport: world.transport_name().to_owned(),
+                samples,
+            }),
+            Err(e) => {
+                world.abort_peers(&e);
+                return Err(e);
+            }
+        },
+        None => None,
+    };
+    // Every process leaves the comm before the in-host fit (in process, on rank 0's CPUs).
+    drop(world);
+    if !printer {
+        return Ok(0);
+    }
+    let largest = hosts.map_or(args.ranks, |h| h.sizes().iter().copied().max().unwrap_or(2));
+    calibrate(args, file, largest.max(2), link)
+}
+
+/// The in-host fit on `ranks` ranks in process, then the link's (when `link` holds its
+/// exchanges); prints both and writes FILE.
+fn calibrate(
+    args: &Args,
+    file: &std::path::Path,
+    ranks: u32,
+    link: Option<link::Link>,
+) -> Result<i32, String> {
+    let mut host_args = args.clone();
+    host_args.transport = TransportArg::Mem;
+    host_args.provider = None;
+    host_args.hosts = None;
+    host_args.ranks = ranks;
+    let args_all = args;
+    let args = &host_args;
     let mut out = std::io::stdout().lock();
     let sizes = args.sizes();
     let _ = writeln!(
@@ -219,10 +337,9 @@ pub fn run(args: &Args, file: &std::path::Path) -> Result<i32, String> {
             let Some(terms) = terms_of(&a, algorithm, bytes) else {
                 continue;
             };
-            let row_size = bytes;
             samples.push(Sample {
                 algorithm,
-                bytes: row_size,
+                bytes,
                 terms,
                 time_ns: time_us * 1000.0,
             });
@@ -261,16 +378,21 @@ pub fn run(args: &Args, file: &std::path::Path) -> Result<i32, String> {
         rms * 100.0,
         rms_relative_error(&samples, &old) * 100.0
     );
-    let choice = |model: &CostModel, size: u64| {
+    let choice = |model: &CostModel, inter: &CostModel, hosts: Option<HostMap>, size: u64| {
+        let n = hosts.map_or(args.ranks, |h| h.ranks() as u32);
         let mut p = PlanParams::new(
             Collective::AllReduce,
             (size / args.dtype.size() as u64).max(1),
             args.dtype,
             0,
-            args.ranks,
+            n,
         );
         p.chunk_bytes = args.chunk;
         p.cost_model = *model;
+        p.inter_host_model = *inter;
+        if let Some(h) = hosts {
+            p.hosts = h;
+        }
         tuner::pick(&p).name()
     };
     for &size in &sizes {
@@ -278,8 +400,8 @@ pub fn run(args: &Args, file: &std::path::Path) -> Result<i32, String> {
             out,
             "#  tuner's all-reduce choice at {:>10} B: {:>18} (old constants) {:>18} (fitted)",
             size,
-            choice(&old, size),
-            choice(&m, size)
+            choice(&old, &old, None, size),
+            choice(&m, &m, None, size)
         );
     }
     let measured_on = format!(
@@ -289,7 +411,81 @@ pub fn run(args: &Args, file: &std::path::Path) -> Result<i32, String> {
         args.max_bytes,
         std::thread::available_parallelism().map_or(0, |n| n.get())
     );
-    TuneFile::new(m, measured_on, samples.len() as u32, rms).write(file)?;
+    let mut tune = TuneFile::new(m, measured_on, samples.len() as u32, rms);
+    match &link {
+        None => {
+            let _ = writeln!(
+                out,
+                "#\n# between hosts: not measured (one host, or hosts whose ranks are not \
+                 contiguous: no host map); the file holds no inter-host constants"
+            );
+        }
+        Some(l) => {
+            let lm = link::fit_link(&l.samples, &m)
+                .ok_or("the exchanges between hosts cannot tell α and β apart")?;
+            let lrms = link::link_rms(&l.samples, &lm);
+            let _ = writeln!(
+                out,
+                "#\n# between hosts {} (ranks per host), {}: send-recv shift, {} ranks, one \
+                 message each way per link\n# {:>18} {:>10} {:>12} {:>12} {:>7}",
+                link::hosts_text(&l.hosts),
+                l.transport,
+                args_all.ranks,
+                "exchange",
+                "bytes",
+                "measured us",
+                "model us",
+                "error"
+            );
+            for s in &l.samples {
+                let model = s.terms.time_ns(&lm) as f64;
+                let _ = writeln!(
+                    out,
+                    "  {:>18} {:>10} {:>12.2} {:>12.2} {:>6.0}%",
+                    "send-recv",
+                    s.bytes,
+                    s.time_ns / 1000.0,
+                    model / 1000.0,
+                    (model - s.time_ns) / s.time_ns.max(1.0) * 100.0
+                );
+            }
+            let old_inter = args_all.tuning.inter_host_model();
+            let _ = writeln!(
+                out,
+                "#\n# fitted between hosts: α {} ns/step, β {} ps/B sent (o {} ns/entry and γ {} \
+                 ps/B the host's); {} exchanges, rms relative error {:.0} % (the old constants: \
+                 {:.0} %)",
+                lm.step_ns,
+                lm.byte_ps,
+                lm.entry_ns,
+                lm.reduce_ps,
+                l.samples.len(),
+                lrms * 100.0,
+                link::link_rms(&l.samples, &old_inter) * 100.0
+            );
+            for &size in &sizes {
+                let _ = writeln!(
+                    out,
+                    "#  tuner's all-reduce choice across hosts {} at {:>10} B: {:>18} (old \
+                     constants) {:>18} (fitted)",
+                    link::hosts_text(&l.hosts),
+                    size,
+                    choice(&old, &old_inter, Some(l.hosts), size),
+                    choice(&m, &lm, Some(l.hosts), size)
+                );
+            }
+            tune.measured_on.push_str(&format!(
+                "; between hosts {} over {}: send-recv, {} ranks, {}..{} B",
+                link::hosts_text(&l.hosts),
+                l.transport,
+                args_all.ranks,
+                args.min_bytes,
+                args.max_bytes
+            ));
+            tune = tune.with_inter_host(lm, l.samples.len() as u32, lrms);
+        }
+    }
+    tune.write(file)?;
     let _ = writeln!(
         out,
         "# wrote {} (use it: NEURON_RT_PROXY_TUNE_FILE={}); it reads back as: {}",
@@ -299,6 +495,8 @@ pub fn run(args: &Args, file: &std::path::Path) -> Result<i32, String> {
     );
     Ok(0)
 }
+
+pub mod link;
 
 #[cfg(test)]
 mod tests;
