@@ -18,21 +18,27 @@
 //! measurement against the fitted model and the tuner's choices with the old and the new
 //! constants.
 //!
-//! # Between hosts
-//! When the ranks span hosts (`--transport libfabric` with processes whose bootstrap sees two
-//! hosts or more, or `--hosts`), the link between them is measured too ([`link`]): every
-//! process times the send-recv shift (rank `r` sends to `r + 1`; with each host's ranks
-//! contiguous exactly one message leaves every host and one enters it, so each link carries
-//! one message each way, between the last rank of one host and the leader of the next) at
-//! every size of the sweep, the least of [`PASSES`] sweeps, the slowest rank's time (the
-//! crossing message). The model's time of one such exchange is `α + 2⌈b / chunk⌉ o + b β`;
-//! with `o` taken from the in-host fit, `α` and `β` of the link are fitted by the same
-//! non-negative least squares on the relative errors ([`fit_link`]), `γ` is the host's (a
-//! reduction never crosses the link), and the four go to FILE's `inter_host_cost_model`. The
-//! in-host constants are then fitted as above, in process, on the largest host's rank count
-//! (at least 2), by the process of rank 0 alone after the others have left (they would share
-//! its CPUs). With one host the file is the same as before and the run says that the link
-//! was not measured.
+//! # Ranks as processes, and between hosts
+//! With `--transport libfabric` (a launch's processes; without launcher variables one process
+//! per rank is launched here) the in-host fit runs over the processes' own comm, the path a
+//! host's ranks take in such a run, switching algorithms on one comm
+//! ([`World::set_collective`]). When the ranks span hosts (the bootstrap sees two hosts or more
+//! with each host's ranks contiguous, or `--hosts`) the link between them is measured first
+//! ([`link`]): every process times the send-recv shift (rank `r` sends to `r + 1`; with each
+//! host's ranks contiguous exactly one message leaves every host and one enters it, so each
+//! link carries one message each way, between the last rank of one host and the leader of the
+//! next) at every size of the sweep, the least of [`PASSES`] sweeps, the slowest rank's time
+//! (the crossing message). The model's time of one such exchange is
+//! `α + 2⌈b / chunk⌉ o + b β`; with `o` taken from the in-host fit, `α` and `β` of the link are
+//! fitted by the same non-negative least squares on the relative errors
+//! ([`link::fit_link`]), `γ` is the host's (a reduction never crosses the link), and the four
+//! go to FILE's `inter_host_cost_model`. Then host 0's processes alone make a bootstrap and a
+//! comm of their own (root on a loopback port rank 0 chose and told the others over the big
+//! bootstrap) and run the in-host fit on it; the other hosts' processes end (their CPUs are
+//! not host 0's on real hosts, but they would share them in a namespace test). Host 0 with
+//! one rank: the in-host fit runs in process on 2 ranks. With `--transport mem` and `--hosts`
+//! the pretend hosts' exchanges run in process. With one host the file holds no inter-host
+//! constants and the run says that the link was not measured.
 
 use std::io::Write as _;
 
@@ -152,11 +158,17 @@ fn nnls_relative<const K: usize>(rows: &[[f64; K]], y: &[f64], t: &[f64]) -> Opt
 }
 
 /// The constants (α, o in ns; β, γ in ns per byte) that minimise `Σ ((model − t) / t)²` over
-/// `samples` with none below zero, or `None` when the samples cannot tell them apart.
+/// `samples` with none below zero, or `None` when the samples cannot tell them apart. When
+/// they cannot tell α from o alone (on 2 ranks below the chunk size every algorithm's entries
+/// are twice its steps), o is 0 and α carries the cost of a step's entries.
 pub fn fit(samples: &[Sample]) -> Option<[f64; 4]> {
     let rows: Vec<[f64; 4]> = samples.iter().map(Sample::row).collect();
     let t: Vec<f64> = samples.iter().map(|s| s.time_ns).collect();
-    nnls_relative(&rows, &t, &t)
+    nnls_relative(&rows, &t, &t).or_else(|| {
+        let rows: Vec<[f64; 3]> = rows.iter().map(|r| [r[0], r[2], r[3]]).collect();
+        let [a, b, g] = nnls_relative(&rows, &t, &t)?;
+        Some([a, 0.0, b, g])
+    })
 }
 
 /// The planner's constants from [`fit`]'s (rounded; β and γ to whole ps per byte).
@@ -227,7 +239,13 @@ pub fn run(args: &Args, file: &std::path::Path) -> Result<i32, String> {
                 }
                 _ => None,
             };
-            calibrate(args, file, args.ranks, link)
+            let mut host_args = args.clone();
+            host_args.hosts = None;
+            let mut world = World::new(&host_args)?;
+            let samples = measure_in_host(&mut world, &host_args)?;
+            let transport = world.transport_name().to_owned();
+            drop(world);
+            report(args, &host_args, file, &transport, samples, link)
         }
         TransportArg::Libfabric => across_processes(args, file),
     }
@@ -255,69 +273,123 @@ fn across_processes(args: &Args, file: &std::path::Path) -> Result<i32, String> 
             cfg.nranks, args.ranks
         ));
     }
-    let boot = Bootstrap::init(&cfg).map_err(|e| e.to_string())?;
+    let mut boot = Bootstrap::init(&cfg).map_err(|e| e.to_string())?;
     let provider = args.provider.map(|p| p.fi_name().to_owned());
-    let a = link::exchange_args(args)?;
-    let mut world = World::join(&a, boot, provider)?;
-    let wargs = world.args().clone();
-    let hosts = wargs.hosts.map(|h| h.0);
-    let printer = world.first_rank() == 0;
-    let link = match hosts {
-        Some(h) => match link::measure(&mut world, &wargs, PASSES) {
-            Ok(samples) => Some(link::Link {
-                hosts: h,
-                transport: world.transport_name().to_owned(),
-                samples,
-            }),
+    let hosts = args
+        .hosts
+        .map(|h| h.0)
+        .or_else(|| crate::run::host_map_of(boot.hosts()));
+    let printer = boot.rank() == 0;
+    let Some(hosts) = hosts.filter(|h| h.sizes().len() >= 2) else {
+        // One host: the in-host fit over the processes' own comm.
+        let mut world = World::join(args, boot, provider)?;
+        let samples = match measure_in_host(&mut world, args) {
+            Ok(s) => s,
             Err(e) => {
                 world.abort_peers(&e);
                 return Err(e);
             }
-        },
-        None => None,
+        };
+        let transport = world.transport_name().to_owned();
+        drop(world);
+        if !printer {
+            return Ok(0);
+        }
+        return report(args, args, file, &transport, samples, None);
     };
-    // Every process leaves the comm before the in-host fit (in process, on rank 0's CPUs).
+    // The root of host 0's own bootstrap for its in-host fit: a free loopback port of rank 0's,
+    // told to every process now (the big comm's bootstrap is the World's from here).
+    let mine = if printer {
+        proxy_bootstrap::launch::free_loopback_root()
+            .map_err(|e| format!("a port for host 0's bootstrap: {e}"))?
+            .port()
+    } else {
+        0
+    };
+    let ports = boot
+        .all_gather(&mine.to_le_bytes())
+        .map_err(|e| e.to_string())?;
+    let port = ports
+        .first()
+        .and_then(|p| <[u8; 2]>::try_from(p.as_slice()).ok())
+        .map(u16::from_le_bytes)
+        .ok_or("rank 0 sent no port for host 0's bootstrap")?;
+    let rank = boot.rank();
+    let a = link::exchange_args(args)?;
+    let mut world = World::join(&a, boot, provider.clone())?;
+    let wargs = world.args().clone();
+    let link = match link::measure(&mut world, &wargs, PASSES) {
+        Ok(samples) => link::Link {
+            hosts,
+            transport: world.transport_name().to_owned(),
+            samples,
+        },
+        Err(e) => {
+            world.abort_peers(&e);
+            return Err(e);
+        }
+    };
+    drop(world);
+    // The in-host fit: among host 0's processes over the same transport (the path a host's
+    // ranks take in this run), the other hosts' processes are done; in process when host 0
+    // has one rank.
+    let local = hosts.sizes()[0];
+    let mut host_args = args.clone();
+    host_args.hosts = None;
+    if local < 2 {
+        if !printer {
+            return Ok(0);
+        }
+        host_args.transport = TransportArg::Mem;
+        host_args.provider = None;
+        host_args.ranks = 2;
+        let mut world = World::new(&host_args)?;
+        let samples = measure_in_host(&mut world, &host_args)?;
+        let transport = world.transport_name().to_owned();
+        drop(world);
+        return report(args, &host_args, file, &transport, samples, Some(link));
+    }
+    if rank >= local {
+        return Ok(0);
+    }
+    host_args.ranks = local;
+    let mut hc = BootstrapConfig::new(
+        rank,
+        local,
+        std::net::SocketAddr::from(([127, 0, 0, 1], port)),
+    );
+    hc.timeout = cfg.timeout;
+    hc.warn_interval = cfg.warn_interval;
+    hc.close_linger = cfg.close_linger;
+    let hboot = Bootstrap::init(&hc).map_err(|e| format!("host 0's bootstrap: {e}"))?;
+    let mut world = World::join(&host_args, hboot, provider)?;
+    let samples = match measure_in_host(&mut world, &host_args) {
+        Ok(s) => s,
+        Err(e) => {
+            world.abort_peers(&e);
+            return Err(e);
+        }
+    };
+    let transport = world.transport_name().to_owned();
     drop(world);
     if !printer {
         return Ok(0);
     }
-    let largest = hosts.map_or(args.ranks, |h| h.sizes().iter().copied().max().unwrap_or(2));
-    calibrate(args, file, largest.max(2), link)
+    report(args, &host_args, file, &transport, samples, Some(link))
 }
 
-/// The in-host fit on `ranks` ranks in process, then the link's (when `link` holds its
-/// exchanges); prints both and writes FILE.
-fn calibrate(
-    args: &Args,
-    file: &std::path::Path,
-    ranks: u32,
-    link: Option<link::Link>,
-) -> Result<i32, String> {
-    let mut host_args = args.clone();
-    host_args.transport = TransportArg::Mem;
-    host_args.provider = None;
-    host_args.hosts = None;
-    host_args.ranks = ranks;
-    let args_all = args;
-    let args = &host_args;
-    let mut out = std::io::stdout().lock();
+/// Times all-reduce with each of [`ALGORITHMS`] at every size of `args`' sweep on `world`
+/// (the least of [`PASSES`] sweeps; every process of the world calls it).
+///
+/// # Errors
+/// A message when a run fails or a value arrived wrong.
+fn measure_in_host(world: &mut World, args: &Args) -> Result<Vec<Sample>, String> {
     let sizes = args.sizes();
-    let _ = writeln!(
-        out,
-        "# proxy-perf --tune {}: all-reduce, {} ranks, sizes {}..{} B; {}; {}",
-        file.display(),
-        args.ranks,
-        args.min_bytes,
-        args.max_bytes,
-        args.tuner_line(),
-        args.protocol_line()
-    );
     let mut samples = Vec::new();
     for algorithm in ALGORITHMS {
-        let mut a = args.clone();
-        a.collective = CollArg::AllReduce;
-        a.algo = AlgoArg::from_str(algorithm.name(), false)?;
-        let mut world = World::new(&a)?;
+        let algo = AlgoArg::from_str(algorithm.name(), false)?;
+        world.set_collective(CollArg::AllReduce, algo);
+        let a = world.args().clone();
         // The least of PASSES sweeps (each size's two sides): the machine's other work only
         // ever adds time.
         let mut best: Vec<Option<(u64, f64)>> = vec![None; sizes.len()];
@@ -345,6 +417,32 @@ fn calibrate(
             });
         }
     }
+    Ok(samples)
+}
+
+/// The in-host fit of `samples` (measured on `args`' ranks over `transport`), then the link's
+/// (when `link` holds its exchanges); prints both and the tuner's choices, and writes FILE.
+/// `args_all`: the run's arguments (all ranks).
+fn report(
+    args_all: &Args,
+    args: &Args,
+    file: &std::path::Path,
+    transport: &str,
+    samples: Vec<Sample>,
+    link: Option<link::Link>,
+) -> Result<i32, String> {
+    let mut out = std::io::stdout().lock();
+    let sizes = args.sizes();
+    let _ = writeln!(
+        out,
+        "# proxy-perf --tune {}: all-reduce, {} ranks, {transport}, sizes {}..{} B; {}; {}",
+        file.display(),
+        args.ranks,
+        args.min_bytes,
+        args.max_bytes,
+        args.tuner_line(),
+        args.protocol_line()
+    );
     let x = fit(&samples).ok_or("the measurements cannot tell the constants apart")?;
     let m = model_of(x);
     let rms = rms_relative_error(&samples, &m);
@@ -405,7 +503,8 @@ fn calibrate(
         );
     }
     let measured_on = format!(
-        "proxy-perf --tune: all-reduce, transport mem, {} ranks, {}..{} B, {} CPUs available",
+        "proxy-perf --tune: all-reduce, transport {transport}, {} ranks, {}..{} B, {} CPUs \
+         available",
         args.ranks,
         args.min_bytes,
         args.max_bytes,

@@ -276,3 +276,69 @@ fn tune_across_hosts_writes_the_links_constants() {
     assert!(t.measured_on.contains("between hosts 2,2"), "{t:?}");
     std::fs::remove_file(&file).unwrap();
 }
+
+/// `--tune` with ranks as processes (the local launcher, one host): without `--hosts` the file
+/// is the one-host file (no inter-host constants, the run says so); with `--hosts 1,1` the
+/// processes time the exchanges between the two (pretend) hosts over libfabric and rank 0
+/// writes the link's constants.
+#[cfg(feature = "libfabric")]
+#[test]
+fn tune_with_ranks_as_processes() {
+    let file = std::env::temp_dir().join(format!("proxy-perf-tune-lf-{}.json", std::process::id()));
+    let f = file.to_str().unwrap();
+    let base = [
+        "all-reduce",
+        "--transport",
+        "libfabric",
+        "--provider",
+        "tcp",
+        "--ranks",
+        "2",
+        "-b",
+        "8",
+        "-e",
+        "512",
+        "-f",
+        "8",
+        "-n",
+        "3",
+        "-w",
+        "1",
+        "--tune",
+        f,
+    ];
+    let env = [("NEURON_RT_PROXY_TUNE_FILE", "")];
+    let (code, out, err) = run(&base, &env);
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(out.contains("# between hosts: not measured"), "{out}");
+    let t = TuneFile::read(&file).unwrap();
+    assert_eq!(t.inter_host_cost_model, None, "{t:?}");
+    assert_eq!(t.samples, 12, "{t:?}");
+
+    let (code, out, err) = run(&[&base[..], &["--hosts", "1,1"]].concat(), &env);
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(out.contains("libfabric (provider tcp"), "{out}");
+    assert!(out.contains("# fitted between hosts: α "), "{out}");
+    let t = TuneFile::read(&file).unwrap();
+    assert_eq!(t.inter_host_samples, Some(3), "{t:?}");
+    assert!(t.inter_host_cost_model.is_some(), "{t:?}");
+    // Host 0 with 1 rank: its in-host fit ran in process on 2 ranks.
+    assert!(t.measured_on.contains("transport mem, 2 ranks"), "{t:?}");
+
+    // Two pretend hosts of 2: host 0's processes fit the in-host constants over a bootstrap
+    // and comm of their own.
+    let mut four = base.to_vec();
+    four[6] = "4";
+    let (code, out, err) = run(&[&four[..], &["--hosts", "2,2"]].concat(), &env);
+    assert_eq!(code, 0, "{out}\n{err}");
+    let t = TuneFile::read(&file).unwrap();
+    assert!(
+        t.measured_on
+            .starts_with("proxy-perf --tune: all-reduce, transport libfabric"),
+        "{t:?}"
+    );
+    assert!(t.measured_on.contains(", 2 ranks,"), "{t:?}");
+    assert!(t.measured_on.contains("between hosts 2,2"), "{t:?}");
+    assert_eq!(t.inter_host_samples, Some(3), "{t:?}");
+    std::fs::remove_file(&file).unwrap();
+}

@@ -65,6 +65,20 @@ fn noisy_samples_land_near_and_nothing_is_negative() {
     assert!(x.iter().all(|&v| v >= 0.0), "{x:?}");
 }
 
+/// On 2 ranks below the chunk size steps and entries move together: o is 0, α carries both,
+/// and the model's times stay right.
+#[test]
+fn two_ranks_fold_o_into_alpha() {
+    let s: Vec<Sample> = samples(&M, 2, |_| 1.0)
+        .into_iter()
+        .filter(|s| s.bytes <= 128 << 10)
+        .collect();
+    let x = fit(&s).unwrap();
+    assert_eq!(x[1], 0.0, "{x:?}");
+    let m = model_of(x);
+    assert!(rms_relative_error(&s, &m) < 0.01, "{m:?}");
+}
+
 #[test]
 fn no_samples_no_fit() {
     assert_eq!(fit(&[]), None);
