@@ -210,9 +210,10 @@ fn terms_of(args: &Args, algorithm: Algorithm, bytes: u64) -> Option<Terms> {
 /// Runs the calibration (`--tune FILE`); returns the exit status. In process
 /// (`--transport mem`): the in-host fit on `--ranks`, and with `--hosts` the exchanges between
 /// the pretend hosts first. `--transport libfabric`: without launcher variables one process
-/// per rank is launched on this machine ([`crate::launch`]); a process of a launch measures
-/// the link when the bootstrap's host map (or `--hosts`) spans hosts, then the process of rank
-/// 0 fits and writes FILE and the others end.
+/// per rank is launched on this machine ([`crate::launch`]); the processes of a launch measure
+/// the link when the bootstrap's host map (or `--hosts`) spans hosts, then fit the in-host
+/// constants over their own comm (host 0's processes only, when there are hosts), and the
+/// process of rank 0 writes FILE.
 ///
 /// # Errors
 /// A message when the arguments do not suit a calibration, a run fails, the fit has no
