@@ -9,10 +9,22 @@
 # slow link, as between real hosts. Inside a host the ranks talk over the namespace's own
 # loopback path. Ranks per host: HIER_PER_HOST
 # (default 2). Every rank runs the release `proxy-perf all-reduce --transport libfabric
-# --provider tcp`; the map of hosts comes from the bootstrap. For each size list and each
-# algorithm in HIER_ALGOS (default: hierarchical recursive-doubling ring auto) one run; the
-# tuner's runs get a calibration file with the default constants inside a host and the shaped
-# link's between hosts (HIER_TUNE: a file of your own instead).
+# --provider tcp`; the map of hosts comes from the bootstrap.
+#
+# First the calibration: `proxy-perf --tune` run by every rank across the two namespaces (it
+# times exchanges over the shaped link and fits its α and β, then fits the in-host constants
+# among host 0's ranks over the same transport; sizes HIER_TUNE_SIZES, default 8 B .. 8 MiB). HIER_TUNE=hand writes the
+# old hand-made file instead (the in-process defaults inside a host, the tbf rate and ~30 µs per
+# step between hosts), HIER_TUNE=FILE uses a file of your own. Then for each algorithm in
+# HIER_ALGOS (default: hierarchical recursive-doubling ring auto) one run over HIER_SIZES
+# (default 8 B .. 8 MiB, ×4), HIER_ROUNDS rounds (default 3) interleaved; the tuner's (`auto`)
+# runs get the calibration file. The summary takes the median over the rounds, puts the times
+# side by side and says per size whether `auto` picked the fastest of the
+# others (right), and by how much it lost where not. Output in HIER_OUT (target/hier):
+# tune.out, tune.json, <algo>.<round>.out and every rank's stderr.
+#
+# Bounded: every rank runs under `timeout` (HIER_TIMEOUT s, default 300); about 5 minutes at
+# the defaults on a 2-CPU machine (1 for the calibration, about 75 s per round).
 #
 # Needs root, `ip`, `tc` (iproute2) and `unshare` (util-linux). Nothing is added to the
 # machine's own namespace; the namespaces are removed at the end, also on failure.
@@ -24,7 +36,10 @@ PER_HOST="${HIER_PER_HOST:-2}"
 NRANKS=$((2 * PER_HOST))
 RATE="${HIER_RATE:-1gbit}"
 ALGOS="${HIER_ALGOS:-hierarchical recursive-doubling ring auto}"
-SIZES="${HIER_SIZES:--b 8 -e 16M -f 16}"
+SIZES="${HIER_SIZES:--b 8 -e 8M -f 4}"
+TUNE_SIZES="${HIER_TUNE_SIZES:--b 8 -e 8M -f 4}"
+LIMIT="${HIER_TIMEOUT:-300}"
+ROUNDS="${HIER_ROUNDS:-3}"
 PORT=29700
 TMP=$(mktemp -d)
 OUT="${HIER_OUT:-target/hier}"
@@ -69,11 +84,42 @@ for _ in $(seq 1 100); do
 done
 ROOT="10.98.0.1:$PORT"
 
-# The calibration file of the tuner's runs: the in-process constants (the defaults) and the
-# shaped link's: the tbf rate (byte_ps), the tcp stacks' per-step cost (step_ns).
-if [ -n "${HIER_TUNE:-}" ]; then
-  cp "$HIER_TUNE" "$TMP/tune.json"
-else
+launch() { # name, proxy-perf args... -> $TMP/<name>.<rank>.out/.err; every rank's status
+  local name=$1 r h env_tune=()
+  shift
+  [ "$name" = auto ] && env_tune=(NEURON_RT_PROXY_TUNE_FILE="$TMP/tune.json")
+  PIDS=()
+  for ((r = 0; r < NRANKS; r++)); do
+    h=$((r / PER_HOST))
+    ip netns exec "${PREFIX}h$h" unshare --uts sh -c 'hostname "$0" && exec "$@"' "pxhier$h" \
+      env PROXY_RANK="$r" PROXY_NRANKS="$NRANKS" NEURON_RT_ROOT_COMM_ID="$ROOT" \
+      NEURON_RT_BOOTSTRAP_TIMEOUT=60 NEURON_RT_EXEC_TIMEOUT=60 NEURON_RT_LOG_LEVEL="${HIER_LOG:-WARN}" \
+      FI_TCP_IFACE=eth0 FI_PROVIDER=tcp "${env_tune[@]}" \
+      timeout "$LIMIT" "$BIN" all-reduce --transport libfabric --provider tcp --ranks "$NRANKS" \
+      "$@" >"$TMP/$name.$r.out" 2>"$TMP/$name.$r.err" &
+    PIDS+=($!)
+  done
+  local failed=0
+  for ((r = 0; r < NRANKS; r++)); do
+    wait "${PIDS[$r]}" || { echo "rank $r of $name failed:"; tail -5 "$TMP/$name.$r.err"; failed=1; }
+  done
+  PIDS=()
+  cp "$TMP/$name.0.out" "$OUT/$name.out"
+  for ((r = 0; r < NRANKS; r++)); do cp "$TMP/$name.$r.err" "$OUT/$name.$r.err"; done
+  return $failed
+}
+
+echo "# two hosts x $PER_HOST ranks, link tbf rate $RATE; $(date -u +%H:%M:%S) load $(cut -d' ' -f1 /proc/loadavg)"
+# The calibration file of the tuner's runs.
+case "${HIER_TUNE:-measure}" in
+measure)
+  # shellcheck disable=SC2086
+  launch tune --tune "$TMP/tune.json" $TUNE_SIZES
+  cp "$TMP/tune.json" "$OUT/tune.json"
+  grep -E "^# (fitted|between)|choice across" "$OUT/tune.out" || true
+  echo "# calibrated $(date -u +%H:%M:%S) load $(cut -d' ' -f1 /proc/loadavg)"
+  ;;
+hand)
   # byte_ps 8000 = 1 Gbit/s; step_ns: the tcp stacks' ~30 µs.
   cat >"$TMP/tune.json" <<EOF
 {
@@ -85,48 +131,66 @@ else
   "rms_relative_error": 0
 }
 EOF
-fi
+  ;;
+*) cp "$HIER_TUNE" "$TMP/tune.json" ;;
+esac
 
-run() { # algo -> table in $OUT/<algo>.out (rank 0's stdout)
-  local algo=$1 r h tune=()
-  [ "$algo" = auto ] && tune=(NEURON_RT_PROXY_TUNE_FILE="$TMP/tune.json")
-  PIDS=()
-  for ((r = 0; r < NRANKS; r++)); do
-    h=$((r / PER_HOST))
+# Interleaved rounds (for round: for algorithm: run), so that the machine's other work falls on
+# every algorithm alike; the summary takes each size's median over the rounds.
+for ((round = 1; round <= ROUNDS; round++)); do
+  for a in $ALGOS; do
     # shellcheck disable=SC2086
-    ip netns exec "${PREFIX}h$h" unshare --uts sh -c 'hostname "$0" && exec "$@"' "pxhier$h" \
-      env PROXY_RANK="$r" PROXY_NRANKS="$NRANKS" NEURON_RT_ROOT_COMM_ID="$ROOT" \
-      NEURON_RT_BOOTSTRAP_TIMEOUT=60 NEURON_RT_EXEC_TIMEOUT=60 NEURON_RT_LOG_LEVEL="${HIER_LOG:-WARN}" \
-      FI_TCP_IFACE=eth0 FI_PROVIDER=tcp "${tune[@]}" \
-      timeout 600 "$BIN" all-reduce --transport libfabric --provider tcp --ranks "$NRANKS" \
-      --algo "$algo" $SIZES >"$TMP/$algo.$r.out" 2>"$TMP/$algo.$r.err" &
-    PIDS+=($!)
+    launch "$a" --algo "$a" $SIZES
+    mv "$OUT/$a.out" "$OUT/$a.$round.out"
   done
-  local failed=0
-  for ((r = 0; r < NRANKS; r++)); do
-    wait "${PIDS[$r]}" || { echo "rank $r of --algo $algo failed:"; tail -5 "$TMP/$algo.$r.err"; failed=1; }
-  done
-  PIDS=()
-  cp "$TMP/$algo.0.out" "$OUT/$algo.out"
-  for ((r = 0; r < NRANKS; r++)); do cp "$TMP/$algo.$r.err" "$OUT/$algo.$r.err"; done
-  return $failed
-}
-
-echo "# two hosts x $PER_HOST ranks, link tbf rate $RATE; $(date -u +%H:%M:%S) load $(cut -d' ' -f1 /proc/loadavg)"
-for a in $ALGOS; do
-  run "$a"
 done
-# Side by side: time (µs, out of place) per size and algorithm; the tuner's pick by size.
+echo "# measured $(date -u +%H:%M:%S) load $(cut -d' ' -f1 /proc/loadavg)"
+median() { # algo size -> the median out-of-place time (µs) over the rounds
+  local a=$1 s=$2
+  for ((round = 1; round <= ROUNDS; round++)); do
+    awk -v s="$s" '!/^#/ && $1 == s {print $6; exit}' "$OUT/$a.$round.out" 2>/dev/null
+  done | sort -g | awk '{v[NR] = $1} END {if (NR) print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2)}'
+}
+wrong() { # algo size -> wrong values out of / in place, summed over the rounds
+  cat "$OUT/$1".*.out | awk -v s="$2" '!/^#/ && $1 == s {o += $9; i += $13} END {print o "/" i}'
+}
+# Side by side: median time (µs, out of place; wrong values out of/in place over the rounds) per
+# size and algorithm; with auto among them, its pick per size and whether it is the fastest of
+# the others.
 printf '%10s' "bytes"
 for a in $ALGOS; do printf ' %20s' "$a"; done
+[[ " $ALGOS " == *" auto "* ]] && printf ' %20s %20s %s' "fastest" "auto picked" "verdict"
 echo
-sizes=$(awk '!/^#/ && NF >= 13 {print $1}' "$OUT/$(echo "$ALGOS" | awk '{print $1}').out")
+first=$(echo "$ALGOS" | awk '{print $1}')
+sizes=$(awk '!/^#/ && NF >= 13 {print $1}' "$OUT/$first.1.out")
 for s in $sizes; do
   printf '%10s' "$s"
+  best="" bt=""
   for a in $ALGOS; do
-    printf ' %20s' "$(awk -v s="$s" '!/^#/ && $1 == s {print $6 " (" $9 "/" $13 ")"}' "$OUT/$a.out")"
+    t=$(median "$a" "$s")
+    printf ' %20s' "$t ($(wrong "$a" "$s"))"
+    if [ "$a" != auto ] && [ -n "$t" ] && { [ -z "$bt" ] || awk -v x="$t" -v y="$bt" 'BEGIN {exit !(x < y)}'; }; then
+      best=$a bt=$t
+    fi
   done
+  if [[ " $ALGOS " == *" auto "* ]]; then
+    # auto's pick at this size from its footer: "name a..b, name c, ..."
+    pick=$(grep -h "Algorithm by size" "$OUT/auto.1.out" | sed 's/.*: //' | tr ',' '\n' | awk -v s="$s" '
+      NF == 2 { n = split($2, r, /\.\./); lo = r[1]; hi = (n == 2 ? r[2] : r[1]);
+                if (s + 0 >= lo + 0 && s + 0 <= hi + 0) print $1 }')
+    # The pick's time: its own runs' median, else (an algorithm not among the others) auto's.
+    pt=$([ -n "$pick" ] && [[ " $ALGOS " == *" $pick "* ]] && median "$pick" "$s" || median auto "$s")
+    if [ "$pick" = "$best" ]; then
+      verdict=right
+    elif [ -n "$pt" ] && awk -v x="$pt" -v y="$bt" 'BEGIN {exit !(x <= y)}'; then
+      verdict="right (auto's own time; $pick not among the others)"
+    elif [ -n "$pt" ]; then
+      verdict="wrong ($(awk -v x="$pt" -v y="$bt" 'BEGIN {printf "%.2fx the fastest", x / y}'))"
+    else
+      verdict="(no time)"
+    fi
+    printf ' %20s %20s %s' "$best" "$pick" "$verdict"
+  fi
   echo
 done
-grep -h "Algorithm by size" "$OUT/auto.out" 2>/dev/null | sed 's/^/auto: /' || true
 echo "# end $(date -u +%H:%M:%S) load $(cut -d' ' -f1 /proc/loadavg); tables in $OUT"

@@ -541,10 +541,13 @@ pub struct Args {
     pub algo_from_env: bool,
     /// Calibrate the tuner instead of the sweep: time all-reduce with direct, recursive
     /// doubling, Rabenseifner and ring at every size of `-b`..`-e` on `--ranks` ranks (in
-    /// process), fit the cost model's constants (α per step, o per FIFO entry, β per byte sent,
-    /// γ per byte reduced) by least squares on the relative errors, print the fit and write the
+    /// process; with `--transport libfabric` over the processes' comm), fit the cost model's
+    /// constants (α per step, o per FIFO entry, β per byte sent, γ per byte reduced) by least
+    /// squares on the relative errors, print the fit and write the
     /// constants as JSON to FILE (then `NEURON_RT_PROXY_TUNE_FILE=FILE`; see
-    /// docs/runtime-authors.md).
+    /// docs/runtime-authors.md). When the ranks span hosts (processes whose bootstrap sees two
+    /// hosts or more, or `--hosts`) it also times send-recv exchanges over the link between
+    /// hosts and writes the link's α and β as the file's inter-host constants.
     #[arg(long, value_name = "FILE")]
     pub tune: Option<std::path::PathBuf>,
     /// Cost against the number of ranks instead of the size sweep: the collective at `-b`

@@ -17,13 +17,35 @@
 //! The result goes to FILE ([`TuneFile`], written whole or not at all) and is printed with each
 //! measurement against the fitted model and the tuner's choices with the old and the new
 //! constants.
+//!
+//! # Ranks as processes, and between hosts
+//! With `--transport libfabric` (a launch's processes; without launcher variables one process
+//! per rank is launched here) the in-host fit runs over the processes' own comm, the path a
+//! host's ranks take in such a run, switching algorithms on one comm
+//! ([`World::set_collective`]). When the ranks span hosts (the bootstrap sees two hosts or more
+//! with each host's ranks contiguous, or `--hosts`) the link between them is measured first
+//! ([`link`]): every process times the send-recv shift (rank `r` sends to `r + 1`; with each
+//! host's ranks contiguous exactly one message leaves every host and one enters it, so each
+//! link carries one message each way, between the last rank of one host and the leader of the
+//! next) at every size of the sweep, the least of [`PASSES`] sweeps, the slowest rank's time
+//! (the crossing message). The model's time of one such exchange is
+//! `α + 2⌈b / chunk⌉ o + b β`; with `o` taken from the in-host fit, `α` and `β` of the link are
+//! fitted by the same non-negative least squares on the relative errors
+//! ([`link::fit_link`]), `γ` is the host's (a reduction never crosses the link), and the four
+//! go to FILE's `inter_host_cost_model`. Then host 0's processes alone make a bootstrap and a
+//! comm of their own (root on a loopback port rank 0 chose and told the others over the big
+//! bootstrap) and run the in-host fit on it; the other hosts' processes end (their CPUs are
+//! not host 0's on real hosts, but they would share them in a namespace test). Host 0 with
+//! one rank: the in-host fit runs in process on 2 ranks. With `--transport mem` and `--hosts`
+//! the pretend hosts' exchanges run in process. With one host the file holds no inter-host
+//! constants and the run says that the link was not measured.
 
 use std::io::Write as _;
 
 use clap::ValueEnum;
 
 use proxy_collectives::planner::tuner::{self, CostModel, Terms};
-use proxy_collectives::planner::{Algorithm, Collective, PlanParams};
+use proxy_collectives::planner::{Algorithm, Collective, HostMap, PlanParams};
 use proxy_runtime::tune_file::{TuneFile, Tuning};
 
 use crate::args::{AlgoArg, Args, CollArg, TransportArg};
@@ -96,34 +118,35 @@ fn solve(mut a: Vec<Vec<f64>>, mut b: Vec<f64>) -> Option<Vec<f64>> {
     Some(x)
 }
 
-/// The constants (α, o in ns; β, γ in ns per byte) that minimise `Σ ((model − t) / t)²` over
-/// `samples` with none below zero, or `None` when the samples cannot tell them apart.
-pub fn fit(samples: &[Sample]) -> Option<[f64; 4]> {
-    let mut free = [true; 4];
-    for _ in 0..=4 {
-        let idx: Vec<usize> = (0..4).filter(|&i| free[i]).collect();
+/// The `x ≥ 0` that minimises `Σ ((rows[i] · x − y[i]) / t[i])²` (`t[i]`: the measured time
+/// that weighs the error of row `i`; at least 1 ns), by the active set method: an unknown the
+/// unconstrained solution pulls below zero is set to zero and the rest fitted again. `None`
+/// when the rows cannot tell the free unknowns apart.
+fn nnls_relative<const K: usize>(rows: &[[f64; K]], y: &[f64], t: &[f64]) -> Option<[f64; K]> {
+    let mut free = [true; K];
+    for _ in 0..=K {
+        let idx: Vec<usize> = (0..K).filter(|&i| free[i]).collect();
         if idx.is_empty() {
-            return Some([0.0; 4]);
+            return Some([0.0; K]);
         }
         // Normal equations of the weighted (relative) problem over the free unknowns.
         let mut a = vec![vec![0.0; idx.len()]; idx.len()];
         let mut b = vec![0.0; idx.len()];
-        for s in samples {
-            let w = 1.0 / s.time_ns.max(1.0);
-            let row = s.row();
+        for ((row, &yi), &ti) in rows.iter().zip(y).zip(t) {
+            let w = 1.0 / ti.max(1.0);
             for (i, &p) in idx.iter().enumerate() {
-                b[i] += row[p] * w * s.time_ns * w;
+                b[i] += row[p] * w * yi * w;
                 for (j, &q) in idx.iter().enumerate() {
                     a[i][j] += row[p] * w * row[q] * w;
                 }
             }
         }
         let x = solve(a, b)?;
-        let mut out = [0.0; 4];
+        let mut out = [0.0; K];
         for (i, &p) in idx.iter().enumerate() {
             out[p] = x[i];
         }
-        match (0..4)
+        match (0..K)
             .filter(|&i| free[i] && out[i] < 0.0)
             .min_by(|&i, &j| out[i].total_cmp(&out[j]))
         {
@@ -132,6 +155,20 @@ pub fn fit(samples: &[Sample]) -> Option<[f64; 4]> {
         }
     }
     None
+}
+
+/// The constants (α, o in ns; β, γ in ns per byte) that minimise `Σ ((model − t) / t)²` over
+/// `samples` with none below zero, or `None` when the samples cannot tell them apart. When
+/// they cannot tell α from o alone (on 2 ranks below the chunk size every algorithm's entries
+/// are twice its steps), o is 0 and α carries the cost of a step's entries.
+pub fn fit(samples: &[Sample]) -> Option<[f64; 4]> {
+    let rows: Vec<[f64; 4]> = samples.iter().map(Sample::row).collect();
+    let t: Vec<f64> = samples.iter().map(|s| s.time_ns).collect();
+    nnls_relative(&rows, &t, &t).or_else(|| {
+        let rows: Vec<[f64; 3]> = rows.iter().map(|r| [r[0], r[2], r[3]]).collect();
+        let [a, b, g] = nnls_relative(&rows, &t, &t)?;
+        Some([a, 0.0, b, g])
+    })
 }
 
 /// The planner's constants from [`fit`]'s (rounded; β and γ to whole ps per byte).
@@ -170,36 +207,63 @@ fn terms_of(args: &Args, algorithm: Algorithm, bytes: u64) -> Option<Terms> {
     )
 }
 
-/// Runs the calibration (`--tune FILE`); returns the exit status.
+/// Runs the calibration (`--tune FILE`); returns the exit status. In process
+/// (`--transport mem`): the in-host fit on `--ranks`, and with `--hosts` the exchanges between
+/// the pretend hosts first. `--transport libfabric`: without launcher variables one process
+/// per rank is launched on this machine ([`crate::launch`]); the processes of a launch measure
+/// the link when the bootstrap's host map (or `--hosts`) spans hosts, then fit the in-host
+/// constants over their own comm (host 0's processes only, when there are hosts), and the
+/// process of rank 0 writes FILE.
 ///
 /// # Errors
 /// A message when the arguments do not suit a calibration, a run fails, the fit has no
 /// solution or FILE cannot be written.
 pub fn run(args: &Args, file: &std::path::Path) -> Result<i32, String> {
-    if args.transport != TransportArg::Mem || args.progress_lib.is_some() {
-        return Err("--tune runs in process (--transport mem, no --progress-lib)".into());
+    if args.progress_lib.is_some() {
+        return Err("--tune runs the engine's own progress half (no --progress-lib)".into());
     }
     if args.ranks < 2 {
         return Err("--tune needs --ranks 2 or more".into());
     }
-    let mut out = std::io::stdout().lock();
+    match args.transport {
+        TransportArg::Mem => {
+            let link = match args.hosts {
+                Some(h) if h.0.sizes().len() >= 2 => {
+                    let a = link::exchange_args(args)?;
+                    let mut world = World::new(&a)?;
+                    let samples = link::measure(&mut world, &a, PASSES)?;
+                    Some(link::Link {
+                        hosts: h.0,
+                        transport: world.transport_name().to_owned(),
+                        samples,
+                    })
+                }
+                _ => None,
+            };
+            let mut host_args = args.clone();
+            host_args.hosts = None;
+            let mut world = World::new(&host_args)?;
+            let samples = measure_in_host(&mut world, &host_args)?;
+            let transport = world.transport_name().to_owned();
+            drop(world);
+            report(args, &host_args, file, &transport, samples, link)
+        }
+        TransportArg::Libfabric => processes::across_processes(args, file),
+    }
+}
+
+/// Times all-reduce with each of [`ALGORITHMS`] at every size of `args`' sweep on `world`
+/// (the least of [`PASSES`] sweeps; every process of the world calls it).
+///
+/// # Errors
+/// A message when a run fails or a value arrived wrong.
+pub(crate) fn measure_in_host(world: &mut World, args: &Args) -> Result<Vec<Sample>, String> {
     let sizes = args.sizes();
-    let _ = writeln!(
-        out,
-        "# proxy-perf --tune {}: all-reduce, {} ranks, sizes {}..{} B; {}; {}",
-        file.display(),
-        args.ranks,
-        args.min_bytes,
-        args.max_bytes,
-        args.tuner_line(),
-        args.protocol_line()
-    );
     let mut samples = Vec::new();
     for algorithm in ALGORITHMS {
-        let mut a = args.clone();
-        a.collective = CollArg::AllReduce;
-        a.algo = AlgoArg::from_str(algorithm.name(), false)?;
-        let mut world = World::new(&a)?;
+        let algo = AlgoArg::from_str(algorithm.name(), false)?;
+        world.set_collective(CollArg::AllReduce, algo);
+        let a = world.args().clone();
         // The least of PASSES sweeps (each size's two sides): the machine's other work only
         // ever adds time.
         let mut best: Vec<Option<(u64, f64)>> = vec![None; sizes.len()];
@@ -219,15 +283,40 @@ pub fn run(args: &Args, file: &std::path::Path) -> Result<i32, String> {
             let Some(terms) = terms_of(&a, algorithm, bytes) else {
                 continue;
             };
-            let row_size = bytes;
             samples.push(Sample {
                 algorithm,
-                bytes: row_size,
+                bytes,
                 terms,
                 time_ns: time_us * 1000.0,
             });
         }
     }
+    Ok(samples)
+}
+
+/// The in-host fit of `samples` (measured on `args`' ranks over `transport`), then the link's
+/// (when `link` holds its exchanges); prints both and the tuner's choices, and writes FILE.
+/// `args_all`: the run's arguments (all ranks).
+pub(crate) fn report(
+    args_all: &Args,
+    args: &Args,
+    file: &std::path::Path,
+    transport: &str,
+    samples: Vec<Sample>,
+    link: Option<link::Link>,
+) -> Result<i32, String> {
+    let mut out = std::io::stdout().lock();
+    let sizes = args.sizes();
+    let _ = writeln!(
+        out,
+        "# proxy-perf --tune {}: all-reduce, {} ranks, {transport}, sizes {}..{} B; {}; {}",
+        file.display(),
+        args.ranks,
+        args.min_bytes,
+        args.max_bytes,
+        args.tuner_line(),
+        args.protocol_line()
+    );
     let x = fit(&samples).ok_or("the measurements cannot tell the constants apart")?;
     let m = model_of(x);
     let rms = rms_relative_error(&samples, &m);
@@ -261,16 +350,21 @@ pub fn run(args: &Args, file: &std::path::Path) -> Result<i32, String> {
         rms * 100.0,
         rms_relative_error(&samples, &old) * 100.0
     );
-    let choice = |model: &CostModel, size: u64| {
+    let choice = |model: &CostModel, inter: &CostModel, hosts: Option<HostMap>, size: u64| {
+        let n = hosts.map_or(args.ranks, |h| h.ranks() as u32);
         let mut p = PlanParams::new(
             Collective::AllReduce,
             (size / args.dtype.size() as u64).max(1),
             args.dtype,
             0,
-            args.ranks,
+            n,
         );
         p.chunk_bytes = args.chunk;
         p.cost_model = *model;
+        p.inter_host_model = *inter;
+        if let Some(h) = hosts {
+            p.hosts = h;
+        }
         tuner::pick(&p).name()
     };
     for &size in &sizes {
@@ -278,18 +372,93 @@ pub fn run(args: &Args, file: &std::path::Path) -> Result<i32, String> {
             out,
             "#  tuner's all-reduce choice at {:>10} B: {:>18} (old constants) {:>18} (fitted)",
             size,
-            choice(&old, size),
-            choice(&m, size)
+            choice(&old, &old, None, size),
+            choice(&m, &m, None, size)
         );
     }
     let measured_on = format!(
-        "proxy-perf --tune: all-reduce, transport mem, {} ranks, {}..{} B, {} CPUs available",
+        "proxy-perf --tune: all-reduce, transport {transport}, {} ranks, {}..{} B, {} CPUs \
+         available",
         args.ranks,
         args.min_bytes,
         args.max_bytes,
         std::thread::available_parallelism().map_or(0, |n| n.get())
     );
-    TuneFile::new(m, measured_on, samples.len() as u32, rms).write(file)?;
+    let mut tune = TuneFile::new(m, measured_on, samples.len() as u32, rms);
+    match &link {
+        None => {
+            let _ = writeln!(
+                out,
+                "#\n# between hosts: not measured (one host, or hosts whose ranks are not \
+                 contiguous: no host map); the file holds no inter-host constants"
+            );
+        }
+        Some(l) => {
+            let lm = link::fit_link(&l.samples, &m)
+                .ok_or("the exchanges between hosts cannot tell α and β apart")?;
+            let lrms = link::link_rms(&l.samples, &lm);
+            let _ = writeln!(
+                out,
+                "#\n# between hosts {} (ranks per host), {}: send-recv shift, {} ranks, one \
+                 message each way per link\n# {:>18} {:>10} {:>12} {:>12} {:>7}",
+                link::hosts_text(&l.hosts),
+                l.transport,
+                args_all.ranks,
+                "exchange",
+                "bytes",
+                "measured us",
+                "model us",
+                "error"
+            );
+            for s in &l.samples {
+                let model = s.terms.time_ns(&lm) as f64;
+                let _ = writeln!(
+                    out,
+                    "  {:>18} {:>10} {:>12.2} {:>12.2} {:>6.0}%",
+                    "send-recv",
+                    s.bytes,
+                    s.time_ns / 1000.0,
+                    model / 1000.0,
+                    (model - s.time_ns) / s.time_ns.max(1.0) * 100.0
+                );
+            }
+            let old_inter = args_all.tuning.inter_host_model();
+            let _ = writeln!(
+                out,
+                "#\n# fitted between hosts: α {} ns/step, β {} ps/B sent (o {} ns/entry and γ {} \
+                 ps/B the host's); {} exchanges, rms relative error {:.0} % (the old constants: \
+                 {:.0} %)",
+                lm.step_ns,
+                lm.byte_ps,
+                lm.entry_ns,
+                lm.reduce_ps,
+                l.samples.len(),
+                lrms * 100.0,
+                link::link_rms(&l.samples, &old_inter) * 100.0
+            );
+            for &size in &sizes {
+                let _ = writeln!(
+                    out,
+                    "#  tuner's all-reduce choice across hosts {} at {:>10} B: {:>18} (old \
+                     constants) {:>18} (fitted)",
+                    link::hosts_text(&l.hosts),
+                    size,
+                    choice(&old, &old_inter, Some(l.hosts), size),
+                    choice(&m, &lm, Some(l.hosts), size)
+                );
+            }
+            tune.measured_on.push_str(&format!(
+                "; between hosts {} over {}: send-recv, {} ranks, {}..{} B",
+                link::hosts_text(&l.hosts),
+                l.transport,
+                args_all.ranks,
+                args.min_bytes,
+                args.max_bytes
+            ));
+            tune = tune.with_inter_host(lm, l.samples.len() as u32, lrms);
+        }
+    }
+    tune.write(file)?;
     let _ = writeln!(
         out,
         "# wrote {} (use it: NEURON_RT_PROXY_TUNE_FILE={}); it reads back as: {}",
@@ -299,6 +468,9 @@ pub fn run(args: &Args, file: &std::path::Path) -> Result<i32, String> {
     );
     Ok(0)
 }
+
+pub mod link;
+mod processes;
 
 #[cfg(test)]
 mod tests;

@@ -61,6 +61,10 @@ fn tune_writes_a_file_the_header_then_names() {
     let t = TuneFile::read(&file).unwrap();
     assert_eq!(t.samples, 16);
     assert!(t.measured_on.contains("3 ranks"), "{t:?}");
+    // One host: no inter-host constants, and the run says so.
+    assert_eq!(t.inter_host_cost_model, None, "{t:?}");
+    assert_eq!(t.inter_host_samples, None, "{t:?}");
+    assert!(out.contains("# between hosts: not measured"), "{out}");
 
     let (code, out, err) = run(&SWEEP, &[("NEURON_RT_PROXY_TUNE_FILE", f)]);
     assert_eq!(code, 0, "{err}");
@@ -220,4 +224,121 @@ fn ranks_sweep_table_and_plot() {
     for f in [svg, other] {
         std::fs::remove_file(f).unwrap();
     }
+}
+
+/// `--tune` with `--hosts` (pretend hosts in process): the exchanges between them are timed
+/// and fitted too, and the file holds the link's constants and their fit.
+#[test]
+fn tune_across_hosts_writes_the_links_constants() {
+    let file =
+        std::env::temp_dir().join(format!("proxy-perf-tune-hosts-{}.json", std::process::id()));
+    let f = file.to_str().unwrap();
+    let (code, out, err) = run(
+        &[
+            "all-reduce",
+            "--ranks",
+            "4",
+            "--hosts",
+            "2,2",
+            "-b",
+            "8",
+            "-e",
+            "4096",
+            "-f",
+            "8",
+            "-n",
+            "3",
+            "-w",
+            "1",
+            "--tune",
+            f,
+        ],
+        &[("NEURON_RT_PROXY_TUNE_FILE", "")],
+    );
+    assert_eq!(code, 0, "{out}\n{err}");
+    let links = out
+        .lines()
+        .filter(|l| l.trim_start().starts_with("send-recv ") && l.trim_end().ends_with('%'))
+        .count();
+    assert_eq!(links, 4, "{out}");
+    assert!(out.contains("# fitted between hosts: α "), "{out}");
+    assert!(out.contains("choice across hosts 2,2 at"), "{out}");
+    let t = TuneFile::read(&file).unwrap();
+    // In process the in-host fit runs on --ranks (4 algorithms × 4 sizes).
+    assert_eq!(t.samples, 16, "{t:?}");
+    assert_eq!(t.inter_host_samples, Some(4), "{t:?}");
+    let inter = t.inter_host_cost_model.expect("the link's constants");
+    // o and γ of the link are the host's.
+    assert_eq!(
+        (inter.entry_ns, inter.reduce_ps),
+        (t.cost_model.entry_ns, t.cost_model.reduce_ps)
+    );
+    assert!(t.measured_on.contains("between hosts 2,2"), "{t:?}");
+    std::fs::remove_file(&file).unwrap();
+}
+
+/// `--tune` with ranks as processes (the local launcher, one host): without `--hosts` the file
+/// is the one-host file (no inter-host constants, the run says so); with `--hosts 1,1` the
+/// processes time the exchanges between the two (pretend) hosts over libfabric and rank 0
+/// writes the link's constants.
+#[cfg(feature = "libfabric")]
+#[test]
+fn tune_with_ranks_as_processes() {
+    let file = std::env::temp_dir().join(format!("proxy-perf-tune-lf-{}.json", std::process::id()));
+    let f = file.to_str().unwrap();
+    let base = [
+        "all-reduce",
+        "--transport",
+        "libfabric",
+        "--provider",
+        "tcp",
+        "--ranks",
+        "2",
+        "-b",
+        "8",
+        "-e",
+        "512",
+        "-f",
+        "8",
+        "-n",
+        "3",
+        "-w",
+        "1",
+        "--tune",
+        f,
+    ];
+    let env = [("NEURON_RT_PROXY_TUNE_FILE", "")];
+    let (code, out, err) = run(&base, &env);
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(out.contains("# between hosts: not measured"), "{out}");
+    let t = TuneFile::read(&file).unwrap();
+    assert_eq!(t.inter_host_cost_model, None, "{t:?}");
+    assert_eq!(t.samples, 12, "{t:?}");
+
+    let (code, out, err) = run(&[&base[..], &["--hosts", "1,1"]].concat(), &env);
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(out.contains("libfabric (provider tcp"), "{out}");
+    assert!(out.contains("# fitted between hosts: α "), "{out}");
+    let t = TuneFile::read(&file).unwrap();
+    assert_eq!(t.inter_host_samples, Some(3), "{t:?}");
+    assert!(t.inter_host_cost_model.is_some(), "{t:?}");
+    // Host 0 with 1 rank: its in-host fit ran in process on 2 ranks.
+    assert!(t.measured_on.contains("transport mem, 2 ranks"), "{t:?}");
+
+    // Two pretend hosts of 2: host 0's processes fit the in-host constants over a bootstrap
+    // and comm of their own.
+    let mut four = base.to_vec();
+    four[6] = "4";
+    let (code, out, err) = run(&[&four[..], &["--hosts", "2,2"]].concat(), &env);
+    assert_eq!(code, 0, "{out}\n{err}");
+    let t = TuneFile::read(&file).unwrap();
+    assert!(
+        t.measured_on
+            .starts_with("proxy-perf --tune: all-reduce, transport libfabric"),
+        "{t:?}"
+    );
+    assert!(t.measured_on.contains(", 2 ranks,"), "{t:?}");
+    assert!(t.measured_on.contains("between hosts 2,2"), "{t:?}");
+    assert_eq!(t.inter_host_samples, Some(3), "{t:?}");
+    std::fs::remove_file(&file).unwrap();
 }

@@ -11,13 +11,17 @@
 //!   "inter_host_cost_model": { "step_ns": 30000, "entry_ns": 2000, "byte_ps": 800, "reduce_ps": 30 },
 //!   "measured_on": "proxy-perf --tune: all-reduce, transport mem, 4 ranks, 2 CPUs",
 //!   "samples": 40,
-//!   "rms_relative_error": 0.18
+//!   "rms_relative_error": 0.18,
+//!   "inter_host_samples": 8,
+//!   "inter_host_rms_relative_error": 0.05
 //! }
 //! ```
 //!
 //! `version` and `cost_model` (all four fields) are required, unknown fields refused;
-//! `inter_host_cost_model` is optional (the link between hosts; `cost_model` without it); the
-//! rest describes the fit. Without the variable the planner's defaults
+//! `inter_host_cost_model` is optional (the link between hosts; `cost_model` without it;
+//! `proxy-perf --tune` run across hosts measures it, one host's run leaves it out); the rest
+//! describes the fits (`inter_host_samples` and `inter_host_rms_relative_error` only when the
+//! link was measured). Without the variable the planner's defaults
 //! (`DEFAULT_COST_MODEL`) apply. A file that cannot be read or parsed, or holds an absurd
 //! constant, is an error that names the file and what is wrong (never a silent fall-back to
 //! the defaults); writing goes to a temporary file renamed over the old one, so a failed write
@@ -85,8 +89,9 @@ pub struct TuneFile {
     pub cost_model: CostModelJson,
     /// The constants of a link between hosts (`PlanParams::inter_host_model`: what the flat
     /// all-reduces pay when ranks span hosts, and the leaders of the hierarchical one);
-    /// optional, `cost_model` when absent. `proxy-perf --tune` measures in process and does
-    /// not write it: fit it from a run across hosts, or write it by hand.
+    /// optional, `cost_model` when absent. `proxy-perf --tune` writes it when its ranks span
+    /// hosts (α and β fitted to timed exchanges over the link; o and γ are the host's), and
+    /// leaves it out with one host; it may also be written by hand.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub inter_host_cost_model: Option<CostModelJson>,
     /// How and where they were measured (free text).
@@ -98,6 +103,14 @@ pub struct TuneFile {
     /// Root mean square of the fit's relative errors (0.1 = 10 %).
     #[serde(default)]
     pub rms_relative_error: f64,
+    /// Measurements the fit of `inter_host_cost_model` used (timed exchanges between hosts);
+    /// absent when it was not measured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inter_host_samples: Option<u32>,
+    /// Root mean square of that fit's relative errors (0.1 = 10 %); absent when it was not
+    /// measured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inter_host_rms_relative_error: Option<f64>,
 }
 
 impl TuneFile {
@@ -110,7 +123,18 @@ impl TuneFile {
             measured_on,
             samples,
             rms_relative_error: rms,
+            inter_host_samples: None,
+            inter_host_rms_relative_error: None,
         }
+    }
+
+    /// This file with the link between hosts measured: `model` fitted to `samples`
+    /// measurements with a root mean square relative error `rms`.
+    pub fn with_inter_host(mut self, model: CostModel, samples: u32, rms: f64) -> Self {
+        self.inter_host_cost_model = Some(model.into());
+        self.inter_host_samples = Some(samples);
+        self.inter_host_rms_relative_error = Some(rms);
+        self
     }
 
     /// The planner's constants.
@@ -233,10 +257,16 @@ impl Tuning {
         match self {
             Tuning::Default => format!("cost model default ({consts}; no {TUNE_FILE_ENV})"),
             Tuning::File(p, f) => {
+                let fit = match (f.inter_host_samples, f.inter_host_rms_relative_error) {
+                    (Some(n), Some(e)) => {
+                        format!(" (fit of {n} exchanges, rms error {:.0} %)", e * 100.0)
+                    }
+                    _ => String::new(),
+                };
                 let inter = match f.inter_host_cost_model {
                     Some(i) => format!(
                         "; between hosts α {} ns/step, o {} ns/entry, β {} ps/B sent, γ {} ps/B \
-                         reduced",
+                         reduced{fit}",
                         i.step_ns, i.entry_ns, i.byte_ps, i.reduce_ps
                     ),
                     None => String::new(),

@@ -207,6 +207,15 @@ impl World {
         &self.args
     }
 
+    /// Measures `collective` with `algo` from the next row on (`--tune` times several
+    /// algorithms on one comm: ranks that are processes cannot make a new comm for each).
+    pub fn set_collective(&mut self, collective: crate::args::CollArg, algo: crate::args::AlgoArg) {
+        self.args.collective = collective;
+        self.args.algo = algo;
+        self.args.algo_from_env = false;
+        self.collective = collective.into();
+    }
+
     /// Sets up `args.ranks` ranks on the in-process transport, all in this process; with
     /// `args.progress_lib`, the progress half is loaded from that library (its comms over one
     /// of its in-memory groups, its seam in every network task).

@@ -65,6 +65,20 @@ fn noisy_samples_land_near_and_nothing_is_negative() {
     assert!(x.iter().all(|&v| v >= 0.0), "{x:?}");
 }
 
+/// On 2 ranks below the chunk size steps and entries move together: o is 0, α carries both,
+/// and the model's times stay right.
+#[test]
+fn two_ranks_fold_o_into_alpha() {
+    let s: Vec<Sample> = samples(&M, 2, |_| 1.0)
+        .into_iter()
+        .filter(|s| s.bytes <= 128 << 10)
+        .collect();
+    let x = fit(&s).unwrap();
+    assert_eq!(x[1], 0.0, "{x:?}");
+    let m = model_of(x);
+    assert!(rms_relative_error(&s, &m) < 0.01, "{m:?}");
+}
+
 #[test]
 fn no_samples_no_fit() {
     assert_eq!(fit(&[]), None);
@@ -116,4 +130,80 @@ fn host_maps_from_host_identities() {
         "not contiguous"
     );
     assert_eq!(host_map_of(&[]), None);
+}
+
+/// Exchanges over a link of known α and β, timed exactly by the model (with the host's o):
+/// the link fit gives them back; with ±5 % noise it lands near them; one size only cannot
+/// tell α from β.
+#[test]
+fn the_link_fit_recovers_alpha_and_beta() {
+    let host = CostModel {
+        step_ns: 2_000,
+        entry_ns: 900,
+        byte_ps: 35,
+        reduce_ps: 30,
+    };
+    let link = CostModel {
+        step_ns: 45_000,
+        entry_ns: host.entry_ns,
+        byte_ps: 8_000,
+        reduce_ps: host.reduce_ps,
+    };
+    let exchanges = |noise: &dyn Fn(usize) -> f64| -> Vec<link::LinkSample> {
+        (0..11)
+            .map(|i| {
+                let bytes = 8u64 << (2 * i); // 8 B .. 8 MiB
+                let terms = link::exchange_terms(bytes, 4, 512 << 10, false).unwrap();
+                link::LinkSample {
+                    bytes,
+                    terms,
+                    time_ns: terms.time_ns(&link) as f64 * noise(i),
+                }
+            })
+            .collect()
+    };
+    let exact = exchanges(&|_| 1.0);
+    // The terms are one step, one message each way (⌈b / chunk⌉ entries each).
+    assert_eq!(exact[0].terms.steps, 1);
+    assert_eq!(exact[10].terms.entries, 2 * 16);
+    assert_eq!(exact[10].terms.sent, 8 << 20);
+    let m = link::fit_link(&exact, &host).unwrap();
+    assert_eq!(m, link);
+    assert!(link::link_rms(&exact, &m) < 1e-3);
+
+    let noisy = exchanges(&|i| if i % 2 == 0 { 1.05 } else { 0.95 });
+    let m = link::fit_link(&noisy, &host).unwrap();
+    assert!(m.step_ns.abs_diff(link.step_ns) <= 4_500, "{m:?}");
+    assert!(m.byte_ps.abs_diff(link.byte_ps) <= 800, "{m:?}");
+    assert_eq!((m.entry_ns, m.reduce_ps), (host.entry_ns, host.reduce_ps));
+
+    assert_eq!(link::fit_link(&exact[3..4], &host), None);
+    assert_eq!(link::fit_link(&[], &host), None);
+}
+
+/// A link faster per message than the host's entries would make α negative: it is zero, and
+/// β is fitted alone.
+#[test]
+fn the_link_fit_clamps_alpha_at_zero() {
+    let host = CostModel {
+        step_ns: 2_000,
+        entry_ns: 10_000,
+        byte_ps: 35,
+        reduce_ps: 30,
+    };
+    let samples: Vec<link::LinkSample> = [8u64, 4 << 10, 256 << 10]
+        .into_iter()
+        .map(|bytes| {
+            let terms = link::exchange_terms(bytes, 2, 512 << 10, false).unwrap();
+            // 2 entries at 10 µs would be 20 µs; the link did it in 5 µs + 1 ns/B.
+            link::LinkSample {
+                bytes,
+                terms,
+                time_ns: 5_000.0 + bytes as f64,
+            }
+        })
+        .collect();
+    let m = link::fit_link(&samples, &host).unwrap();
+    assert_eq!(m.step_ns, 0, "{m:?}");
+    assert!(m.byte_ps > 0, "{m:?}");
 }

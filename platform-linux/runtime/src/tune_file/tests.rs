@@ -147,3 +147,48 @@ fn a_failed_write_leaves_the_old_file_whole() {
     assert_eq!(TuneFile::read(&p).unwrap(), good);
     std::fs::remove_file(&p).unwrap();
 }
+
+/// What `proxy-perf --tune` writes across hosts (the link's constants and its fit) reads back
+/// field for field; one host's file holds no inter-host field at all.
+#[test]
+fn a_measured_link_round_trips_and_one_host_writes_none() {
+    let host = CostModel {
+        step_ns: 2_400,
+        entry_ns: 900,
+        byte_ps: 38,
+        reduce_ps: 31,
+    };
+    let link = CostModel {
+        step_ns: 41_000,
+        entry_ns: 900,
+        byte_ps: 8_300,
+        reduce_ps: 31,
+    };
+    let p = dir().join("link.json");
+    let one = TuneFile::new(host, "one host".into(), 44, 0.2);
+    one.write(&p).unwrap();
+    let text = std::fs::read_to_string(&p).unwrap();
+    assert!(!text.contains("inter_host"), "{text}");
+    let back = TuneFile::read(&p).unwrap();
+    assert_eq!(back, one);
+    assert_eq!(back.inter_host_samples, None);
+    assert_eq!(back.inter_host_model(), host);
+
+    let two = one.clone().with_inter_host(link, 9, 0.0625);
+    two.write(&p).unwrap();
+    let back = TuneFile::read(&p).unwrap();
+    assert_eq!(back, two);
+    assert_eq!((back.model(), back.inter_host_model()), (host, link));
+    assert_eq!(back.inter_host_samples, Some(9));
+    assert_eq!(back.inter_host_rms_relative_error, Some(0.0625));
+    let t = Tuning::File(p.clone(), back);
+    assert!(
+        t.describe().contains(
+            "between hosts α 41000 ns/step, o 900 ns/entry, β 8300 ps/B sent, γ 31 ps/B \
+             reduced (fit of 9 exchanges, rms error 6 %)"
+        ),
+        "{}",
+        t.describe()
+    );
+    std::fs::remove_file(&p).unwrap();
+}
