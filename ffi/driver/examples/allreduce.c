@@ -13,7 +13,7 @@
  * bells (thread mode, ABI 1.5): each host device is attached to its comm
  *          (nrt_proxy_host_device_attach: its host writes ring the comm's worker, the worker's
  *          progress rings the device's thread) and the workers nap instead of yielding
- *          (worker_nap_us = NRT_PROXY_BELLED_NAP_US).
+ *          (worker_nap_us = NRT_PROXY_BELLED_NAP_US, or NEURON_RT_PROXY_WORKER_NAP_US).
  *
  * Build: cc -std=c11 allreduce.c $(pkg-config --cflags --libs nrt_proxy) -pthread -o allreduce
  *    or: the CMake project beside this file (find_package(nrt_proxy)).
@@ -150,7 +150,7 @@ int main(int argc, char **argv) {
     CHECK(nrt_proxy_config_from_env(&cfg));
     cfg.drive_mode = caller ? NRT_PROXY_DRIVE_CALLER : NRT_PROXY_DRIVE_THREAD;
     cfg.ranks_per_network_proxy = caller ? nranks : 1;
-    if (bells)
+    if (bells && cfg.worker_nap_us == 0) /* NEURON_RT_PROXY_WORKER_NAP_US may set it */
         cfg.worker_nap_us = NRT_PROXY_BELLED_NAP_US;
     nrt_proxy_t *inst;
     CHECK(nrt_proxy_init(&cfg, &inst));

@@ -5,15 +5,17 @@
 //! ```text
 //!   host device / runtime ── host write ──► nrt_proxy_notify / HostWrite ──► comm's queue driver
 //!   queue driver ── a slot's task moved ──► SlotRing ──► the comm's host device thread
-//!                                                    └► (group comm) every other queue and
-//!                                                       host device of the group
+//!                                                    └► (group comm) the group's other queues
+//!   group barrier ── a rank arrived ──► DriverBell ──► every other rank's queue driver
+//!   group barrier ── the leader passed ──► DeviceBell ──► every rank's host device thread
 //! ```
 //!
 //! The in-memory transport lives in the progress half, behind the C ABI, and rings nothing when
 //! a message arrives; the library rings for it: a rank's message is sent, and a rank's barrier
 //! arrival made, inside a step of its queue's driver, and a step that moved makes the driver
-//! ring the slot's bell ([`ProxyQueue::slot_bell`]), which rings every queue and host device of
-//! the group. A comm between processes has no group: nothing rings its network completions
+//! ring the slot's bell ([`ProxyQueue::slot_bell`]), which rings the group's other queues. The
+//! group's in-process barrier has bells of its own for its arrivals and for the leader's
+//! increments of the other ranks' barrier-done semaphores. A comm between processes has no group: nothing rings its network completions
 //! (that is why the worker naps only when the runtime says so, `worker_nap_us`).
 //!
 //! A bell is a hint: every rung thread re-checks its own condition, every sleep a bell ends is
@@ -23,10 +25,11 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, PoisonError, RwLock, Weak};
+use std::sync::{Arc, Mutex, PoisonError, RwLock, Weak};
+use std::thread::Thread;
 use std::time::Duration;
 
-use proxy_core::base::bell::{Bell, BellSlot};
+use proxy_core::base::bell::Bell;
 use proxy_core::driver::queue::ProxyQueue;
 
 /// The nap of a host device thread whose comm rings it, when the instance sets no
@@ -66,9 +69,12 @@ pub(crate) struct CommBells {
     /// The queue the comm is joined to (`None`: not joined); weak, so a bell never keeps a
     /// queue alive.
     queue: RwLock<Option<Weak<ProxyQueue>>>,
-    /// The thread of the comm's host device (`nrt_proxy_host_device_attach`), wired by the
-    /// thread itself before its first poll.
-    pub(crate) device: BellSlot,
+    /// The thread of the comm's host device (`nrt_proxy_host_device_attach`), set by the
+    /// thread itself before its first poll and cleared when it ends. A mutex held for a
+    /// clone, not a `BellSlot`: a device thread is set once per launch, and a `BellSlot`'s
+    /// writer spins while a ringer holds the reader lock across its unpark (a ringer
+    /// preempted there, on a crowded host, made each launch spin for a time slice).
+    device: Mutex<Option<Thread>>,
 }
 
 impl CommBells {
@@ -83,6 +89,24 @@ impl CommBells {
             .unwrap_or_else(PoisonError::into_inner)
             .as_ref()
             .and_then(Weak::upgrade)
+    }
+
+    /// Sets (`Some`) or clears the host device thread the comm's moves wake.
+    pub(crate) fn set_device(&self, t: Option<Thread>) {
+        *self.device.lock().unwrap_or_else(PoisonError::into_inner) = t;
+    }
+
+    /// Wakes the comm's host device thread, if one runs (the unpark outside the lock).
+    fn ring_device(&self) {
+        let t = self
+            .device
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        if let Some(t) = t {
+            count(&COUNTS.device_rings);
+            t.unpark();
+        }
     }
 
     /// Wakes the driver of the comm's queue (a device wrote host words); nothing when the comm
@@ -110,10 +134,32 @@ impl GroupBells {
     }
 }
 
+/// A comm's queue driver as a bell: wired once, at the comm's creation, into its rank's arrival
+/// bell of the group's barrier (`SharedMemBarrier::arrival_bell`: another rank arrived).
+pub(crate) struct DriverBell(pub(crate) Arc<CommBells>);
+
+impl Bell for DriverBell {
+    fn ring(&self) {
+        self.0.ring_driver();
+    }
+}
+
+/// A comm's host device thread as a bell: wired once, at the comm's creation, into its rank's
+/// pass bell of the group's barrier (`SharedMemBarrier::pass_bell`: the leader raised the
+/// rank's barrier-done semaphore).
+pub(crate) struct DeviceBell(pub(crate) Arc<CommBells>);
+
+impl Bell for DeviceBell {
+    fn ring(&self) {
+        self.0.ring_device();
+    }
+}
+
 /// What a comm's slot rings after a tick in which one of its tasks moved
-/// ([`ProxyQueue::slot_bell`]): the comm's host device, and for a group comm every other
-/// queue and every host device of the group (what one rank's step sends or arrives at, a
-/// peer waits for).
+/// ([`ProxyQueue::slot_bell`]): the comm's host device (the proxy wrote what it waits for),
+/// and for a group comm the other queues of the group (the step may have sent a message that a
+/// peer's task waits for: the progress half's in-memory transport rings nothing itself). The
+/// group's barrier rings for its arrivals and its pass ([`DriverBell`], [`DeviceBell`]).
 pub(crate) struct SlotRing {
     pub(crate) comm: Arc<CommBells>,
     pub(crate) group: Option<Arc<GroupBells>>,
@@ -121,11 +167,8 @@ pub(crate) struct SlotRing {
 
 impl Bell for SlotRing {
     fn ring(&self) {
+        self.comm.ring_device();
         let Some(g) = &self.group else {
-            if self.comm.device.is_wired() {
-                count(&COUNTS.device_rings);
-                self.comm.device.ring();
-            }
             return;
         };
         // The ringing thread drives this comm's queue: it is awake, so its own queue is not
@@ -135,10 +178,6 @@ impl Bell for SlotRing {
         // A queue shared by several comms of the group is rung once per comm: a wake of a
         // queue that is awake already is one RMW.
         for m in members.iter().filter_map(Weak::upgrade) {
-            if m.device.is_wired() {
-                count(&COUNTS.device_rings);
-                m.device.ring();
-            }
             if let Some(q) = m.queue() {
                 if own.as_ref().is_none_or(|o| !Arc::ptr_eq(o, &q)) {
                     count(&COUNTS.peer_rings);

@@ -21,7 +21,7 @@ use proxy_abi::boundary::{
 };
 use proxy_abi::entry;
 
-use crate::bells::{CommBells, SlotRing};
+use crate::bells::{CommBells, DeviceBell, DriverBell, SlotRing};
 use crate::handles::{instance_of, with_comm, with_live_retrying, COMMS, GROUPS};
 use crate::objects::{aborts, deadline_after, CommEntry};
 use crate::types::*;
@@ -155,6 +155,7 @@ pub unsafe extern "C" fn nrt_proxy_comm_create(
         };
         let mut channel: Option<Box<dyn BarrierChannel>> = None;
         let mut group_bells = None;
+        let bells = Arc::new(CommBells::default());
         let leader;
         if c.group.is_null() {
             nc.transport.kind = NCCOM_TRANSPORT_LIBFABRIC;
@@ -180,21 +181,28 @@ pub unsafe extern "C" fn nrt_proxy_comm_create(
                 );
             }
             let gh = c.group.addr();
-            let (mem, endpoint, gb) = with_live_retrying(WHAT, "group", &GROUPS, gh, |g| {
-                if !Arc::ptr_eq(&g.inst, &inst) {
-                    return bad(WHAT, format_args!("the group belongs to another instance"));
-                }
-                if g.nranks != c.nranks {
-                    return bad(
-                        WHAT,
-                        format_args!("group of {} ranks, comm of {}", g.nranks, c.nranks),
-                    );
-                }
-                let ep = g.barrier.endpoint(c.rank).inspect_err(|_| {
-                    log::error!("{WHAT}: rank {} of a group of {}", c.rank, g.nranks);
+            let (mem, endpoint, gb, barrier) =
+                with_live_retrying(WHAT, "group", &GROUPS, gh, |g| {
+                    if !Arc::ptr_eq(&g.inst, &inst) {
+                        return bad(WHAT, format_args!("the group belongs to another instance"));
+                    }
+                    if g.nranks != c.nranks {
+                        return bad(
+                            WHAT,
+                            format_args!("group of {} ranks, comm of {}", g.nranks, c.nranks),
+                        );
+                    }
+                    let ep = g.barrier.endpoint(c.rank).inspect_err(|_| {
+                        log::error!("{WHAT}: rank {} of a group of {}", c.rank, g.nranks);
+                    })?;
+                    Ok((g.mem.0.as_ptr(), ep, g.bells.clone(), g.barrier.clone()))
                 })?;
-                Ok((g.mem.0.as_ptr(), ep, g.bells.clone()))
-            })?;
+            // The group barrier's bells of this rank, wired once (a comm created again for the
+            // rank rewires them; a comm gone rings nothing: its queue and device are cleared).
+            if let (Some(a), Some(p)) = (barrier.arrival_bell(c.rank), barrier.pass_bell(c.rank)) {
+                a.wire(Some(Arc::new(DriverBell(bells.clone()))));
+                p.wire(Some(Arc::new(DeviceBell(bells.clone()))));
+            }
             group_bells = Some(gb);
             nc.transport.mem_group = mem;
             channel = Some(Box::new(endpoint));
@@ -217,7 +225,6 @@ pub unsafe extern "C" fn nrt_proxy_comm_create(
         }
         let abort = AbortHandle::new();
         let nccom = comm.as_ptr().addr();
-        let bells = Arc::new(CommBells::default());
         if let Some(g) = &group_bells {
             g.add(&bells);
         }

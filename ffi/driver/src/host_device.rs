@@ -372,11 +372,8 @@ fn run_belled(
     bells: &CommBells,
     nap: Duration,
 ) -> Result<(), String> {
-    let me = std::thread::current();
-    // Wired before the first poll, so a move after it rings this thread.
-    bells
-        .device
-        .wire(Some(Arc::new(proxy_core::driver::wake::ThreadUnpark(me))));
+    // Set before the first poll, so a move after it rings this thread.
+    bells.set_device(Some(std::thread::current()));
     let nap_ns = u64::try_from(nap.as_nanos()).unwrap_or(u64::MAX);
     let mut backoff = Backoff::new(BackoffPolicy {
         spins: 63,
@@ -406,7 +403,7 @@ fn run_belled(
         }
         backoff.pause(&ParkPause(&ThreadPark));
     };
-    bells.device.wire(None);
+    bells.set_device(None);
     r
 }
 

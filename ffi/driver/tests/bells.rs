@@ -59,6 +59,9 @@ struct Rank {
     _fifos: Vec<(Vec<NetOpInfo>, Vec<NetSrcAddr>, Vec<NetDestAddr>)>,
     blocks: Vec<NrtProxyBlock>,
     trigger: Box<AtomicU32>,
+    /// The barrier task's trigger word and this rank's barrier-done semaphore.
+    barrier_trigger: Box<AtomicU32>,
+    done: Box<AtomicU32>,
 }
 
 impl Rank {
@@ -74,6 +77,13 @@ impl Rank {
 
     /// Arms the trigger and submits one execution as task `id`; launches the device.
     fn submit_and_launch(&mut self, id: u32) {
+        self.submit_and_launch_with(id, None);
+    }
+
+    /// As `submit_and_launch`, and with `done_all` (every rank's barrier-done semaphore; the
+    /// leader, rank 0, raises them) a barrier task `id + 5` after the network task, which the
+    /// device's launch waits for.
+    fn submit_and_launch_with(&mut self, id: u32, done_all: Option<&[*mut u32]>) {
         self.trigger.store(0xFFFF_FFFF, Ordering::Release);
         let trig = [self.trigger.as_ptr()];
         let task = NrtProxyNetworkTask {
@@ -90,6 +100,35 @@ impl Rank {
             timeout_ms: WAIT_MS,
         };
         expect!(NRT_SUCCESS, nrt_proxy_submit_network(self.comm, &task));
+        let Some(done_all) = done_all else {
+            expect!(
+                NRT_SUCCESS,
+                nrt_proxy_host_device_launch(
+                    self.dev,
+                    1,
+                    trig.as_ptr(),
+                    1,
+                    ptr::null(),
+                    0,
+                    ptr::null_mut()
+                )
+            );
+            return;
+        };
+        self.barrier_trigger.store(0xFFFF_FFFF, Ordering::Release);
+        let btrig = [self.barrier_trigger.as_ptr()];
+        let b = NrtProxyBarrierTask {
+            struct_size: size_of::<NrtProxyBarrierTask>() as u32,
+            task_id: id + 5,
+            trigger_words: btrig.as_ptr(),
+            n_trigger_words: 1,
+            done_semaphores: done_all.as_ptr(),
+            n_done_semaphores: done_all.len(),
+            flags: 0,
+            reserved: 0,
+            timeout_ms: WAIT_MS,
+        };
+        expect!(NRT_SUCCESS, nrt_proxy_submit_barrier(self.comm, &b));
         expect!(
             NRT_SUCCESS,
             nrt_proxy_host_device_launch(
@@ -97,9 +136,9 @@ impl Rank {
                 1,
                 trig.as_ptr(),
                 1,
-                ptr::null(),
-                0,
-                ptr::null_mut()
+                btrig.as_ptr(),
+                1,
+                self.done.as_ptr()
             )
         );
     }
@@ -222,6 +261,8 @@ fn rank(inst: *mut NrtProxy, g: *mut NrtProxyGroup, r: u32) -> Rank {
         _fifos: fifos,
         blocks,
         trigger: Box::new(AtomicU32::new(0)),
+        barrier_trigger: Box::new(AtomicU32::new(0)),
+        done: Box::new(AtomicU32::new(0)),
     }
 }
 
@@ -271,10 +312,11 @@ fn until_napping(comm: *mut NrtProxyComm) {
     }
 }
 
-/// Host devices attached to their comms, on library threads: 20 executions complete, each
-/// within 5 s although every nap (worker and device thread) may last 10 s. Before each
-/// execution's devices are launched, both workers are seen napping on their submitted tasks:
-/// the device's first host write must ring them awake.
+/// Host devices attached to their comms, on library threads: 20 executions (a network task
+/// and a barrier task each) complete, each within 5 s although every nap (worker and device
+/// thread) may last 10 s. Before each execution's devices are started, both workers are seen
+/// napping on their submitted tasks: the device's first host write must ring them awake; the
+/// devices wait for the barrier leader's raise of their done semaphores, which rings them.
 #[test]
 fn attached_host_devices_ring_napping_workers() {
     let _s = serial();
@@ -292,11 +334,12 @@ fn attached_host_devices_ring_napping_workers() {
         expect!(NRT_SUCCESS, nrt_proxy_host_device_attach(k.dev, k.comm));
     }
     let rings0 = COUNTS.driver_rings.load(Ordering::Relaxed);
+    let done_all: Vec<*mut u32> = ranks.iter().map(|k| k.done.as_ptr()).collect();
     const EXECUTIONS: u32 = 20;
     for e in 0..EXECUTIONS {
         fill(&mut ranks, e);
         for (r, k) in ranks.iter_mut().enumerate() {
-            k.submit_and_launch(e * 10 + r as u32);
+            k.submit_and_launch_with(e * 10 + r as u32, Some(&done_all));
         }
         for k in &ranks {
             until_napping(k.comm);
@@ -305,11 +348,18 @@ fn attached_host_devices_ring_napping_workers() {
         for k in &ranks {
             expect!(NRT_SUCCESS, nrt_proxy_host_device_start(k.dev));
         }
-        for k in &ranks {
-            let mut rec = NrtProxyTaskRecord::default();
-            expect!(NRT_SUCCESS, nrt_proxy_wait(k.comm, WAIT_MS, &mut rec));
-            assert_eq!(rec.progress_status, NRT_SUCCESS);
+        for (r, k) in ranks.iter().enumerate() {
+            for id in [e * 10 + r as u32, e * 10 + r as u32 + 5] {
+                let mut rec = NrtProxyTaskRecord::default();
+                expect!(NRT_SUCCESS, nrt_proxy_wait(k.comm, WAIT_MS, &mut rec));
+                assert_eq!((rec.task_id, rec.progress_status), (id, NRT_SUCCESS));
+            }
             expect!(NRT_SUCCESS, nrt_proxy_host_device_wait(k.dev, WAIT_MS));
+            assert_eq!(
+                k.done.load(Ordering::Acquire),
+                e + 1,
+                "rank {r}'s barrier-done"
+            );
         }
         // Less than half a nap: something rang every sleeper that this execution waited on.
         assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
