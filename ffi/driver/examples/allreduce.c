@@ -17,10 +17,11 @@
  *
  * Build: cc -std=c11 allreduce.c $(pkg-config --cflags --libs nrt_proxy) -pthread -o allreduce
  *    or: the CMake project beside this file (find_package(nrt_proxy)).
- * Run:   ./allreduce [caller|thread|bells] [ranks] [count] [executions]
- *        (default: caller 2 65536 3; 2..8 ranks). The last line gives µs per execution, the
- *        process's CPU time per execution (getrusage: user + system) and its context switches
- *        per execution (voluntary + involuntary).
+ * Run:   ./allreduce [caller|thread|bells] [ranks] [count] [executions] [gap_us]
+ *        (default: caller 2 65536 3 0; 2..8 ranks; gap_us: the tasks are submitted and wait
+ *        that long for their devices, which start after it). The last line gives µs per
+ *        execution, the process's CPU time per execution (getrusage: user + system) and its
+ *        context switches per execution (voluntary + involuntary).
  * Exit status 0 = every word checked.
  */
 #define _GNU_SOURCE
@@ -142,6 +143,7 @@ int main(int argc, char **argv) {
     if (argc > 3)
         COUNT = (uint32_t)atoi(argv[3]);
     uint32_t EXECUTIONS = argc > 4 ? (uint32_t)atoi(argv[4]) : 3u;
+    uint32_t gap_us = argc > 5 ? (uint32_t)atoi(argv[5]) : 0u;
     if (COUNT < 1 || EXECUTIONS < 1) {
         fprintf(stderr, "allreduce: count and executions must be positive\n");
         return 2;
@@ -190,9 +192,13 @@ int main(int argc, char **argv) {
                                           .timeout_ms = WAIT_MS};
             CHECK(nrt_proxy_submit_network(k->comm, &t));
             CHECK(nrt_proxy_host_device_launch(k->dev, 1, trig, 1, NULL, 0, NULL));
-            if (!caller)
-                CHECK(nrt_proxy_host_device_start(k->dev));
         }
+        if (gap_us > 0) /* the tasks wait for their devices meanwhile: what does that cost? */
+            nanosleep(&(struct timespec){.tv_sec = gap_us / 1000000,
+                                         .tv_nsec = (long)(gap_us % 1000000) * 1000},
+                      NULL);
+        for (uint32_t r = 0; !caller && r < nranks; r++)
+            CHECK(nrt_proxy_host_device_start(ranks[r].dev));
         for (uint32_t r = 0; r < nranks; r++) {
             struct rank *k = &ranks[r];
             nrt_proxy_task_record_t rec;

@@ -1709,11 +1709,12 @@ NRT_STATUS nrt_proxy_host_device_start(struct nrt_proxy_host_device_t *dev);
  * nap instead of yielding (`nrt_proxy_config_t.worker_nap_us`), and a library thread
  * (`nrt_proxy_host_device_start`) sleeps while it waits for the proxy until the comm's slot
  * moves (for a group comm: any slot of the group), up to the instance's `worker_nap_us`
- * (1000 µs when 0). One host device per comm; attach again to move it to another comm.
+ * (1000 µs when 0). One host device per comm; attach again to move it to another comm (its
+ * destroy detaches it).
  *
  * Returns `NRT_SUCCESS`; `NRT_INVALID_HANDLE` for a bad device or comm; `NRT_INVALID` when
- * the comm is not the plan's rank (its rank or size differ from the plan's) or a library
- * thread runs (attach before `nrt_proxy_host_device_start`). Like any call on the comm, not
+ * the comm is not the plan's rank (its rank or size differ from the plan's), has another host
+ * device attached, or a library thread runs (attach before `nrt_proxy_host_device_start`). Like any call on the comm, not
  * concurrently with another call on it.
  *
  * # Safety

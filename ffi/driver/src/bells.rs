@@ -20,17 +20,18 @@
 //!
 //! A bell is a hint: every rung thread re-checks its own condition, every sleep a bell ends is
 //! bounded (the worker's nap: `worker_nap_us`; the host device's: the same, or
-//! [`BELLED_NAP`]), and the sleep / wake handshakes are the queue's `WaitCell` (loom models of
-//! `driver::wake`) and the std parker's token (an unpark before the park ends it).
+//! [`BELLED_NAP`]), and both sleep / wake handshakes are `driver::wake::WaitCell`'s (the
+//! queue's for its worker, one per comm for its host device thread; loom models 2 and 3), so
+//! the library adds no handshake of its own.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError, RwLock, Weak};
-use std::thread::Thread;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, PoisonError, RwLock, Weak};
 use std::time::Duration;
 
 use proxy_core::base::bell::Bell;
 use proxy_core::driver::queue::ProxyQueue;
+use proxy_core::driver::wake::{ThreadPark, WaitCell};
 
 /// The nap of a host device thread whose comm rings it, when the instance sets no
 /// `worker_nap_us`: [`crate::types::NRT_PROXY_BELLED_NAP_US`].
@@ -69,12 +70,13 @@ pub(crate) struct CommBells {
     /// The queue the comm is joined to (`None`: not joined); weak, so a bell never keeps a
     /// queue alive.
     queue: RwLock<Option<Weak<ProxyQueue>>>,
-    /// The thread of the comm's host device (`nrt_proxy_host_device_attach`), set by the
-    /// thread itself before its first poll and cleared when it ends. A mutex held for a
-    /// clone, not a `BellSlot`: a device thread is set once per launch, and a `BellSlot`'s
-    /// writer spins while a ringer holds the reader lock across its unpark (a ringer
-    /// preempted there, on a crowded host, made each launch spin for a time slice).
-    device: Mutex<Option<Thread>>,
+    /// The wake word of the comm's host device thread (`nrt_proxy_host_device_attach`): the
+    /// thread naps on it while it waits for the proxy, the comm's moves notify it. The
+    /// `WaitCell` protocol (loom models 2 and 3), so this library adds no sleep / wake
+    /// handshake of its own; one waiter at a time: `device_claimed`.
+    device: WaitCell,
+    /// `true` while a host device is attached (a second attach is refused: one waiter).
+    device_claimed: AtomicBool,
 }
 
 impl CommBells {
@@ -91,21 +93,32 @@ impl CommBells {
             .and_then(Weak::upgrade)
     }
 
-    /// Sets (`Some`) or clears the host device thread the comm's moves wake.
-    pub(crate) fn set_device(&self, t: Option<Thread>) {
-        *self.device.lock().unwrap_or_else(PoisonError::into_inner) = t;
+    /// Claims the comm for a host device; `false` when one is attached already.
+    pub(crate) fn claim_device(&self) -> bool {
+        self.device_claimed
+            .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
     }
 
-    /// Wakes the comm's host device thread, if one runs (the unpark outside the lock).
-    fn ring_device(&self) {
-        let t = self
-            .device
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone();
-        if let Some(t) = t {
+    /// Gives the comm's host device claim back (the device was destroyed or moved).
+    pub(crate) fn release_device(&self) {
+        self.device_claimed.store(false, Ordering::Release);
+    }
+
+    /// The host device thread's nap: at most `ns`, ended at once by a ring that came since the
+    /// thread's last nap or comes during it, or when `stop` is set (its setter rings too).
+    pub(crate) fn device_nap(&self, ns: u64, stop: &AtomicBool) {
+        count(&COUNTS.device_naps);
+        self.device
+            .park_timeout(&ThreadPark, || stop.load(Ordering::Acquire), Some(ns));
+    }
+
+    /// Wakes the comm's host device thread if it naps (or ends its next nap at once): one RMW
+    /// when it does not sleep, a wake-up when it does.
+    pub(crate) fn ring_device(&self) {
+        if self.device_claimed.load(Ordering::Relaxed) {
             count(&COUNTS.device_rings);
-            t.unpark();
+            self.device.notify();
         }
     }
 

@@ -24,10 +24,10 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use proxy_core::base::backoff::{Backoff, BackoffPolicy, StdPause};
+use proxy_core::base::backoff::{Backoff, BackoffPolicy, Pause, StdPause};
 use proxy_core::base::time::MonotonicClock;
 use proxy_core::driver::oneshot::OneShot;
-use proxy_core::driver::wake::{ParkPause, ThreadPark};
+use proxy_core::driver::wake::ThreadPark;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 
@@ -38,7 +38,7 @@ use proxy_abi::{NccomHostWord, NRT_STATUS};
 use proxy_collectives::interpreter::{Device, DeviceEnv, DevicePoll, Event, Job, JobBlock};
 use std::time::Duration;
 
-use crate::bells::{CommBells, BELLED_NAP, COUNTS};
+use crate::bells::{CommBells, BELLED_NAP};
 use crate::handles::with_comm;
 use proxy_collectives::planner::Addresses;
 use proxy_core::base::status::NrtStatus;
@@ -89,8 +89,10 @@ impl HostDevice {
     fn stop_thread(&mut self) {
         self.stop.store(true, Ordering::Release);
         if let Some(t) = self.thread.take() {
-            // An attached device's thread may nap long (`worker_nap_us`): the unpark ends it.
-            t.thread().unpark();
+            // An attached device's thread may nap long (`worker_nap_us`): the ring ends it.
+            if let Some((b, _)) = &self.attached {
+                b.ring_device();
+            }
             let _ = t.join();
         }
         self.stop.store(false, Ordering::Release);
@@ -363,17 +365,14 @@ fn run(device: &Mutex<Device>, stop: &AtomicBool) -> Result<(), String> {
 /// The library thread's loop of an attached device: polls until done, failed, idle or
 /// stopped; a poll that wrote host words rings the comm's queue; while it waits for the proxy
 /// it spins briefly, yields a few times, then sleeps until the comm's slot moves (a ring) or
-/// `nap` passed (a missed ring costs at most that). No lost wake-up: the ring is an unpark of
-/// this thread, and an unpark that lands between the poll and the park ends the park at once
-/// (the std parker's token).
+/// `nap` passed (a missed ring costs at most that). No lost wake-up: it naps on the comm's
+/// `WaitCell`, which keeps a ring that lands between the poll and the nap.
 fn run_belled(
     device: &Mutex<Device>,
     stop: &AtomicBool,
     bells: &CommBells,
     nap: Duration,
 ) -> Result<(), String> {
-    // Set before the first poll, so a move after it rings this thread.
-    bells.set_device(Some(std::thread::current()));
     let nap_ns = u64::try_from(nap.as_nanos()).unwrap_or(u64::MAX);
     let mut backoff = Backoff::new(BackoffPolicy {
         spins: 63,
@@ -382,29 +381,41 @@ fn run_belled(
         max_nap_ns: nap_ns,
     });
     let env = Ringing(Some(bells));
+    let pause = CommNap { bells, stop };
     let mut last = None;
-    let r = loop {
+    loop {
         if stop.load(Ordering::Acquire) {
-            break Err("stopped before the launch completed".into());
+            return Err("stopped before the launch completed".into());
         }
         match lock(device).poll(&env) {
-            Ok(DevicePoll::Done) => break Ok(()),
-            Ok(DevicePoll::Idle) => break Err("nothing launched".into()),
+            Ok(DevicePoll::Done) => return Ok(()),
+            Ok(DevicePoll::Idle) => return Err("nothing launched".into()),
             Ok(DevicePoll::Pending { waiting_for }) => {
                 if last != Some(waiting_for) {
                     last = Some(waiting_for);
                     backoff.reset();
                 }
             }
-            Err(e) => break Err(e.to_string()),
+            Err(e) => return Err(e.to_string()),
         }
-        if backoff.napping() {
-            COUNTS.device_naps.fetch_add(1, Ordering::Relaxed);
-        }
-        backoff.pause(&ParkPause(&ThreadPark));
-    };
-    bells.set_device(None);
-    r
+        backoff.pause(&pause);
+    }
+}
+
+/// How an attached device's thread waits: yields, and naps on its comm's wake word.
+struct CommNap<'a> {
+    bells: &'a CommBells,
+    stop: &'a AtomicBool,
+}
+
+impl Pause for CommNap<'_> {
+    fn yield_now(&self) {
+        std::thread::yield_now();
+    }
+
+    fn nap(&self, ns: u64) {
+        self.bells.device_nap(ns, self.stop);
+    }
 }
 
 /// Yields of an attached device's thread before it naps (`proxy-perf`'s `BELLED_YIELDS`).
@@ -415,11 +426,12 @@ const BELLED_YIELDS: u32 = 8;
 /// nap instead of yielding (`nrt_proxy_config_t.worker_nap_us`), and a library thread
 /// (`nrt_proxy_host_device_start`) sleeps while it waits for the proxy until the comm's slot
 /// moves (for a group comm: any slot of the group), up to the instance's `worker_nap_us`
-/// (1000 µs when 0). One host device per comm; attach again to move it to another comm.
+/// (1000 µs when 0). One host device per comm; attach again to move it to another comm (its
+/// destroy detaches it).
 ///
 /// Returns `NRT_SUCCESS`; `NRT_INVALID_HANDLE` for a bad device or comm; `NRT_INVALID` when
-/// the comm is not the plan's rank (its rank or size differ from the plan's) or a library
-/// thread runs (attach before `nrt_proxy_host_device_start`). Like any call on the comm, not
+/// the comm is not the plan's rank (its rank or size differ from the plan's), has another host
+/// device attached, or a library thread runs (attach before `nrt_proxy_host_device_start`). Like any call on the comm, not
 /// concurrently with another call on it.
 ///
 /// # Safety
@@ -455,7 +467,21 @@ pub unsafe extern "C" fn nrt_proxy_host_device_attach(
                     format_args!("a library thread runs a launch: attach before starting it"),
                 );
             }
-            d.attached = Some((bells, nap));
+            if d.attached
+                .as_ref()
+                .is_some_and(|(b, _)| Arc::ptr_eq(b, &bells))
+            {
+                return Ok(());
+            }
+            if !bells.claim_device() {
+                return bad(
+                    WHAT,
+                    format_args!("the comm has another host device attached"),
+                );
+            }
+            if let Some((old, _)) = d.attached.replace((bells, nap)) {
+                old.release_device();
+            }
             Ok(())
         })
     })
@@ -515,6 +541,9 @@ pub unsafe extern "C" fn nrt_proxy_host_device_destroy(dev: *mut NrtProxyHostDev
         let mut d = remove_live_retrying(WHAT, "host device", &DEVICES, h)?;
         d.stop_thread();
         lock(&d.dev).abandon();
+        if let Some((b, _)) = d.attached.take() {
+            b.release_device();
+        }
         Ok(())
     })
 }

@@ -55,6 +55,7 @@ struct Rank {
     comm: *mut NrtProxyComm,
     plan: *mut NrtProxyPlan,
     dev: *mut NrtProxyHostDevice,
+    addrs: NrtProxyPlanAddresses,
     mem: [Vec<u64>; 4],
     _fifos: Vec<(Vec<NetOpInfo>, Vec<NetSrcAddr>, Vec<NetDestAddr>)>,
     blocks: Vec<NrtProxyBlock>,
@@ -257,6 +258,7 @@ fn rank(inst: *mut NrtProxy, g: *mut NrtProxyGroup, r: u32) -> Rank {
         comm,
         plan,
         dev,
+        addrs,
         mem,
         _fifos: fifos,
         blocks,
@@ -332,7 +334,26 @@ fn attached_host_devices_ring_napping_workers() {
     );
     for k in &ranks {
         expect!(NRT_SUCCESS, nrt_proxy_host_device_attach(k.dev, k.comm));
+        // Again: nothing changes.
+        expect!(NRT_SUCCESS, nrt_proxy_host_device_attach(k.dev, k.comm));
     }
+    // A second device of rank 0 is refused its comm (one device thread naps on a comm's
+    // wake word), and may take it once the first is gone.
+    let mut second = ptr::null_mut();
+    expect!(
+        NRT_SUCCESS,
+        nrt_proxy_host_device_create(ranks[0].plan, &ranks[0].addrs, &mut second)
+    );
+    expect!(
+        NRT_INVALID,
+        nrt_proxy_host_device_attach(second, ranks[0].comm)
+    );
+    expect!(NRT_SUCCESS, nrt_proxy_host_device_destroy(ranks[0].dev));
+    expect!(
+        NRT_SUCCESS,
+        nrt_proxy_host_device_attach(second, ranks[0].comm)
+    );
+    ranks[0].dev = second;
     let rings0 = COUNTS.driver_rings.load(Ordering::Relaxed);
     let done_all: Vec<*mut u32> = ranks.iter().map(|k| k.done.as_ptr()).collect();
     const EXECUTIONS: u32 = 20;
