@@ -116,7 +116,11 @@ impl CommBells {
     /// Wakes the comm's host device thread if it naps (or ends its next nap at once): one RMW
     /// when it does not sleep, a wake-up when it does.
     pub(crate) fn ring_device(&self) {
-        if self.device_claimed.load(Ordering::Relaxed) {
+        // The claim is stored before the device's thread starts, and a ring that matters
+        // follows the driver's acquire of a word that thread wrote; a ring that read the claim
+        // stale would cost one bounded nap, never a hang (the skip only saves an RMW on comms
+        // without a host device).
+        if self.device_claimed.load(Ordering::Acquire) {
             count(&COUNTS.device_rings);
             self.device.notify();
         }
