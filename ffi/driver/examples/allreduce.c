@@ -10,22 +10,32 @@
  *   thread: a worker thread per rank drives its queue and a library thread plays each device
  *           (nrt_proxy_host_device_start / _wait); this thread only waits.
  *
+ * bells (thread mode, ABI 1.5): each host device is attached to its comm
+ *          (nrt_proxy_host_device_attach: its host writes ring the comm's worker, the worker's
+ *          progress rings the device's thread) and the workers nap instead of yielding
+ *          (worker_nap_us = NRT_PROXY_BELLED_NAP_US, or NEURON_RT_PROXY_WORKER_NAP_US).
+ *
  * Build: cc -std=c11 allreduce.c $(pkg-config --cflags --libs nrt_proxy) -pthread -o allreduce
  *    or: the CMake project beside this file (find_package(nrt_proxy)).
- * Run:   ./allreduce [caller|thread] [ranks]     (default: caller 2; 2..8 ranks)
+ * Run:   ./allreduce [caller|thread|bells] [ranks] [count] [executions] [gap_us]
+ *        (default: caller 2 65536 3 0; 2..8 ranks; gap_us: the tasks are submitted and wait
+ *        that long for their devices, which start after it). The last line gives µs per
+ *        execution, the process's CPU time per execution (getrusage: user + system) and its
+ *        context switches per execution (voluntary + involuntary).
  * Exit status 0 = every word checked.
  */
+#define _GNU_SOURCE
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <time.h>
 
 #include "nrt_proxy.h"
 
 #define MAX_RANKS 8u
 #define MAX_PARTS 16u
-#define COUNT 65536u
-#define EXECUTIONS 3u
 #define COMM_ID 7u
 #define WAIT_MS 60000u
 
@@ -52,6 +62,23 @@ struct rank {
     uint32_t schedule[MAX_PARTS];
     size_t n_schedule;
 };
+
+static uint32_t COUNT = 65536u;
+
+static double now_us(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec * 1e6 + (double)t.tv_nsec / 1e3;
+}
+
+/* The process's CPU time (µs) and context switches so far. */
+static void usage(double *cpu_us, long *switches) {
+    struct rusage u;
+    getrusage(RUSAGE_SELF, &u);
+    *cpu_us = (double)(u.ru_utime.tv_sec + u.ru_stime.tv_sec) * 1e6 +
+              (double)(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
+    *switches = u.ru_nvcsw + u.ru_nivcsw;
+}
 
 static void inc(nccom_host_word_t *w, uint32_t v) { __atomic_fetch_add(w, v, __ATOMIC_RELEASE); }
 
@@ -105,16 +132,28 @@ static void prepare(struct rank *k, uint32_t r, uint32_t nranks) {
 }
 
 int main(int argc, char **argv) {
-    int caller = argc < 2 || strcmp(argv[1], "thread") != 0;
+    const char *mode = argc > 1 ? argv[1] : "caller";
+    int bells = strcmp(mode, "bells") == 0;
+    int caller = !bells && strcmp(mode, "thread") != 0;
     uint32_t nranks = argc > 2 ? (uint32_t)atoi(argv[2]) : 2u;
     if (nranks < 2 || nranks > MAX_RANKS) {
         fprintf(stderr, "allreduce: 2..%u ranks\n", MAX_RANKS);
+        return 2;
+    }
+    if (argc > 3)
+        COUNT = (uint32_t)atoi(argv[3]);
+    uint32_t EXECUTIONS = argc > 4 ? (uint32_t)atoi(argv[4]) : 3u;
+    uint32_t gap_us = argc > 5 ? (uint32_t)atoi(argv[5]) : 0u;
+    if (COUNT < 1 || EXECUTIONS < 1) {
+        fprintf(stderr, "allreduce: count and executions must be positive\n");
         return 2;
     }
     nrt_proxy_config_t cfg;
     CHECK(nrt_proxy_config_from_env(&cfg));
     cfg.drive_mode = caller ? NRT_PROXY_DRIVE_CALLER : NRT_PROXY_DRIVE_THREAD;
     cfg.ranks_per_network_proxy = caller ? nranks : 1;
+    if (bells && cfg.worker_nap_us == 0) /* NEURON_RT_PROXY_WORKER_NAP_US may set it */
+        cfg.worker_nap_us = NRT_PROXY_BELLED_NAP_US;
     nrt_proxy_t *inst;
     CHECK(nrt_proxy_init(&cfg, &inst));
     nrt_proxy_group_t *group;
@@ -130,8 +169,13 @@ int main(int argc, char **argv) {
         cc.callbacks = &cbs;
         CHECK(nrt_proxy_comm_create(inst, &cc, &k->comm));
         CHECK(nrt_proxy_comm_join(k->comm));
+        if (bells)
+            CHECK(nrt_proxy_host_device_attach(k->dev, k->comm));
     }
 
+    double t0 = now_us(), cpu0;
+    long sw0;
+    usage(&cpu0, &sw0);
     for (uint32_t e = 0; e < EXECUTIONS; e++) {
         for (uint32_t r = 0; r < nranks; r++) {
             struct rank *k = &ranks[r];
@@ -148,9 +192,13 @@ int main(int argc, char **argv) {
                                           .timeout_ms = WAIT_MS};
             CHECK(nrt_proxy_submit_network(k->comm, &t));
             CHECK(nrt_proxy_host_device_launch(k->dev, 1, trig, 1, NULL, 0, NULL));
-            if (!caller)
-                CHECK(nrt_proxy_host_device_start(k->dev));
         }
+        if (gap_us > 0) /* the tasks wait for their devices meanwhile: what does that cost? */
+            nanosleep(&(struct timespec){.tv_sec = gap_us / 1000000,
+                                         .tv_nsec = (long)(gap_us % 1000000) * 1000},
+                      NULL);
+        for (uint32_t r = 0; !caller && r < nranks; r++)
+            CHECK(nrt_proxy_host_device_start(ranks[r].dev));
         for (uint32_t r = 0; r < nranks; r++) {
             struct rank *k = &ranks[r];
             nrt_proxy_task_record_t rec;
@@ -189,6 +237,9 @@ int main(int argc, char **argv) {
                 }
             }
     }
+    double t1 = now_us(), cpu1;
+    long sw1;
+    usage(&cpu1, &sw1);
 
     for (uint32_t r = 0; r < nranks; r++) {
         struct rank *k = &ranks[r];
@@ -206,6 +257,9 @@ int main(int argc, char **argv) {
     CHECK(nrt_proxy_group_destroy(group));
     CHECK(nrt_proxy_fini(inst));
     printf("allreduce: ok: %s mode, %u ranks, %u int32 each, %u executions, host devices\n",
-           caller ? "caller" : "thread", nranks, COUNT, EXECUTIONS);
+           caller ? "caller" : bells ? "bells" : "thread", nranks, COUNT, EXECUTIONS);
+    printf("allreduce: %.2f us/execution, cpu %.2f us/execution, %.2f switches/execution\n",
+           (t1 - t0) / EXECUTIONS, (cpu1 - cpu0) / EXECUTIONS,
+           (double)(sw1 - sw0) / EXECUTIONS);
     return 0;
 }

@@ -41,14 +41,27 @@
  * `nrt_proxy_mode_advice`; 4: the event trace, `nrt_proxy_trace_*`, and the process-wide
  * algorithm per collective, `nrt_proxy_algorithm_set` / `nrt_proxy_algorithm_get`,
  * `nrt_proxy_submit_plan`, the host map `nrt_proxy_plan_create_hosts` and
- * `NRT_PROXY_ALGO_HIERARCHICAL`).
+ * `NRT_PROXY_ALGO_HIERARCHICAL`; 5: bells, `nrt_proxy_notify`, `nrt_proxy_host_device_attach`
+ * and `nrt_proxy_config_t.worker_nap_us`, formerly `reserved`).
  */
-#define NRT_PROXY_ABI_VERSION_MINOR 4
+#define NRT_PROXY_ABI_VERSION_MINOR 5
 
 /**
  * `(major << 16) | minor`, what `nrt_proxy_abi_version()` returns.
  */
-#define NRT_PROXY_ABI_VERSION 65540
+#define NRT_PROXY_ABI_VERSION 65541
+
+/**
+ * The nap bound `worker_nap_us` suggests (µs): long enough that a worker whose wake-ups all
+ * ring costs a few hundred wake-ups a second when a ring is missed, short enough that a
+ * missed ring costs one millisecond, never a hang (`proxy-perf`'s `BELLED_NAP`).
+ */
+#define NRT_PROXY_BELLED_NAP_US 1000
+
+/**
+ * The longest `worker_nap_us` accepted (µs): 10 s.
+ */
+#define NRT_PROXY_MAX_NAP_US 10000000
 
 /**
  * The `version` of `nrt_proxy_config_t` this library reads.
@@ -448,9 +461,19 @@ typedef struct nrt_proxy_config_t {
      */
     uint32_t status_capacity;
     /**
-     * Must be 0.
+     * 0 (the default): an idle worker with active tasks yields between ticks once its spin
+     * budget is spent. N > 0 (ABI 1.5; formerly `reserved`, which had to be 0): every event
+     * the instance's workers wait for rings a bell, so an idle worker naps up to N µs on its
+     * queue's bell instead (a ring ends the nap at once; N bounds what a missed ring costs):
+     * every device rings its comm's queue after it writes host words (a library host device
+     * attached with `nrt_proxy_host_device_attach`, or a runtime that calls
+     * `nrt_proxy_notify`), and the comms are in-process (`group` set: the library rings a
+     * group's queues when one of them makes progress). A comm between processes rings
+     * nothing when its network completes: its worker then sees a completion up to N µs late.
+     * At most `NRT_PROXY_MAX_NAP_US`; `NRT_PROXY_BELLED_NAP_US` (1000) is the suggested
+     * value. `NEURON_RT_PROXY_WORKER_NAP_US` (`nrt_proxy_config_from_env`).
      */
-    uint32_t reserved;
+    uint32_t worker_nap_us;
 } nrt_proxy_config_t;
 
 /**
@@ -1058,7 +1081,9 @@ NRT_STATUS nrt_proxy_config_init(struct nrt_proxy_config_t *config);
  * Fills `*config` with the defaults overridden by the environment:
  * `NEURON_RT_RANKS_PER_NETWORK_PROXY`, `NEURON_RT_ONE_THREAD_PER_CORE`,
  * `NEURON_RT_PROXY_SPIN_US`, `NEURON_RT_EXEC_TIMEOUT` (seconds), `NEURON_RT_PROXY_DRIVE_MODE`,
- * `NEURON_RT_DBG_PROXY_EARLY_COMPLETION` (the table of `proxy_runtime::Config`). The progress
+ * `NEURON_RT_DBG_PROXY_EARLY_COMPLETION` (the table of `proxy_runtime::Config`), and
+ * `NEURON_RT_PROXY_WORKER_NAP_US` (`worker_nap_us`, this library's: µs, 0 to
+ * `NRT_PROXY_MAX_NAP_US`). The progress
  * library stays NULL (`nrt_proxy_init` reads `NEURON_RT_PROXY_PROGRESS_LIB` itself), and so do
  * the two process-wide settings `nrt_proxy_init` reads from the environment whatever the
  * config (`NEURON_RT_LOW_LATENCY_TASKS_CPU_AFFINITY`, `NEURON_RT_PROXY_DUMP_SIGNAL`); a
@@ -1406,6 +1431,25 @@ NRT_STATUS nrt_proxy_drive_until(struct nrt_proxy_comm_t *comm,
                                  struct nrt_proxy_task_record_t *record);
 
 /**
+ * Tells the proxy queue that drives `comm` that the comm's device wrote host words (a trigger
+ * word, a host index, a handshake answer): its worker, napping because nothing moved, looks
+ * again at once. For a runtime that plays or drives its own device; a library host device
+ * attached to the comm (`nrt_proxy_host_device_attach`) rings by itself. Call it after the
+ * writes (they must be visible to the proxy first: a release store or a fence). With every
+ * device of an instance ringing, set `worker_nap_us` so its idle workers nap instead of
+ * yielding. A comm that is not joined: nothing is rung.
+ *
+ * Any thread, any time, also while another call on the comm runs (it takes no comm lock;
+ * one table lookup and, when the worker sleeps, one wake-up).
+ *
+ * Returns `NRT_SUCCESS`; `NRT_INVALID_HANDLE` for a NULL, destroyed or unknown comm.
+ *
+ * # Safety
+ * None beyond the C contract (the handle is looked up, never dereferenced).
+ */
+NRT_STATUS nrt_proxy_notify(struct nrt_proxy_comm_t *comm);
+
+/**
  * Requests an abort of a comm, from any thread at any time (also while another thread is in a
  * call on it): the comm's tasks end `NRT_CLOSED` at their next step, and the progress half's
  * comm is aborted (`nccom_comm_abort`: its seam calls answer `NRT_CLOSED`). A second abort
@@ -1658,6 +1702,26 @@ NRT_STATUS nrt_proxy_host_device_poll(struct nrt_proxy_host_device_t *dev, uint3
  * None beyond the C contract (the launch's).
  */
 NRT_STATUS nrt_proxy_host_device_start(struct nrt_proxy_host_device_t *dev);
+
+/**
+ * Attaches a host device to the comm it plays the device of: from then on, every poll that
+ * wrote host words (a trigger, a host index) rings the comm's proxy queue, so its worker may
+ * nap instead of yielding (`nrt_proxy_config_t.worker_nap_us`), and a library thread
+ * (`nrt_proxy_host_device_start`) sleeps while it waits for the proxy until the comm's slot
+ * moves (for a group comm: any slot of the group), up to the instance's `worker_nap_us`
+ * (1000 µs when 0). One host device per comm; attach again to move it to another comm (its
+ * destroy detaches it).
+ *
+ * Returns `NRT_SUCCESS`; `NRT_INVALID_HANDLE` for a bad device or comm; `NRT_INVALID` when
+ * the comm is not the plan's rank (its rank or size differ from the plan's), has another host
+ * device attached, or a library thread runs (attach before `nrt_proxy_host_device_start`). Like any call on the comm, not
+ * concurrently with another call on it.
+ *
+ * # Safety
+ * None beyond the C contract.
+ */
+NRT_STATUS nrt_proxy_host_device_attach(struct nrt_proxy_host_device_t *dev,
+                                        struct nrt_proxy_comm_t *comm);
 
 /**
  * Waits at most `timeout_ms` milliseconds for the library thread's launch

@@ -13,6 +13,7 @@ use proxy_bootstrap::{
 };
 use proxy_core::base::abort::AbortHandle;
 use proxy_core::base::status::NrtStatus;
+use proxy_core::driver::registry::Membership;
 use proxy_core::driver::task::BarrierChannel;
 
 use proxy_abi::boundary::{
@@ -20,6 +21,7 @@ use proxy_abi::boundary::{
 };
 use proxy_abi::entry;
 
+use crate::bells::{CommBells, DeviceBell, DriverBell, SlotRing};
 use crate::handles::{instance_of, with_comm, with_live_retrying, COMMS, GROUPS};
 use crate::objects::{aborts, deadline_after, CommEntry};
 use crate::types::*;
@@ -152,6 +154,8 @@ pub unsafe extern "C" fn nrt_proxy_comm_create(
             drain_limit_ns: c.drain_limit_ns,
         };
         let mut channel: Option<Box<dyn BarrierChannel>> = None;
+        let mut group_bells = None;
+        let bells = Arc::new(CommBells::default());
         let leader;
         if c.group.is_null() {
             nc.transport.kind = NCCOM_TRANSPORT_LIBFABRIC;
@@ -161,6 +165,14 @@ pub unsafe extern "C" fn nrt_proxy_comm_create(
                 bootstrap_timeout_ms: c.bootstrap_timeout_ms,
             };
             leader = true;
+            if let Some(nap) = inst.cfg.worker_nap {
+                log::warn!(
+                    "{WHAT}: rank {}: worker_nap_us is set, and the network completions of a \
+                     comm between processes ring no bell: its worker sees each up to {nap:?} \
+                     late (use an instance without worker_nap_us for such comms)",
+                    c.rank
+                );
+            }
         } else {
             if !c.provider.is_null() || !c.root_addr.is_null() || barrier_root.is_some() {
                 return bad(
@@ -169,21 +181,29 @@ pub unsafe extern "C" fn nrt_proxy_comm_create(
                 );
             }
             let gh = c.group.addr();
-            let (mem, endpoint) = with_live_retrying(WHAT, "group", &GROUPS, gh, |g| {
-                if !Arc::ptr_eq(&g.inst, &inst) {
-                    return bad(WHAT, format_args!("the group belongs to another instance"));
-                }
-                if g.nranks != c.nranks {
-                    return bad(
-                        WHAT,
-                        format_args!("group of {} ranks, comm of {}", g.nranks, c.nranks),
-                    );
-                }
-                let ep = g.barrier.endpoint(c.rank).inspect_err(|_| {
-                    log::error!("{WHAT}: rank {} of a group of {}", c.rank, g.nranks);
+            let (mem, endpoint, gb, barrier) =
+                with_live_retrying(WHAT, "group", &GROUPS, gh, |g| {
+                    if !Arc::ptr_eq(&g.inst, &inst) {
+                        return bad(WHAT, format_args!("the group belongs to another instance"));
+                    }
+                    if g.nranks != c.nranks {
+                        return bad(
+                            WHAT,
+                            format_args!("group of {} ranks, comm of {}", g.nranks, c.nranks),
+                        );
+                    }
+                    let ep = g.barrier.endpoint(c.rank).inspect_err(|_| {
+                        log::error!("{WHAT}: rank {} of a group of {}", c.rank, g.nranks);
+                    })?;
+                    Ok((g.mem.0.as_ptr(), ep, g.bells.clone(), g.barrier.clone()))
                 })?;
-                Ok((g.mem.0.as_ptr(), ep))
-            })?;
+            // The group barrier's bells of this rank, wired once (a comm created again for the
+            // rank rewires them; a comm gone rings nothing: its queue and device are cleared).
+            if let (Some(a), Some(p)) = (barrier.arrival_bell(c.rank), barrier.pass_bell(c.rank)) {
+                a.wire(Some(Arc::new(DriverBell(bells.clone()))));
+                p.wire(Some(Arc::new(DeviceBell(bells.clone()))));
+            }
+            group_bells = Some(gb);
             nc.transport.mem_group = mem;
             channel = Some(Box::new(endpoint));
             leader = c.rank == 0;
@@ -205,11 +225,15 @@ pub unsafe extern "C" fn nrt_proxy_comm_create(
         }
         let abort = AbortHandle::new();
         let nccom = comm.as_ptr().addr();
+        if let Some(g) = &group_bells {
+            g.add(&bells);
+        }
         let entry = Box::new(CommEntry {
             inst: inst.clone(),
             member: None,
             comm,
             rank: c.rank,
+            nranks: c.nranks,
             global_rank: if c.global_rank == NRT_PROXY_RANK_SAME {
                 c.rank
             } else {
@@ -226,9 +250,12 @@ pub unsafe extern "C" fn nrt_proxy_comm_create(
             last_error: String::new(),
             joined_once: false,
             poisoned: false,
+            bells: bells.clone(),
+            group_bells,
         });
         let handle: *mut NrtProxyComm = insert_live(WHAT, "comm", &COMMS, entry)?;
         let h = handle.addr();
+        crate::bells::register(h, bells);
         aborts().push((h, abort, nccom, inst.lib.init().comm_abort));
         log::debug!(
             "{WHAT}: comm {h:#x}: rank {} of {}, comm id {}",
@@ -289,6 +316,7 @@ pub unsafe extern "C" fn nrt_proxy_comm_destroy(comm: *mut NrtProxyComm) -> NRT_
         }
         let entry = remove_live(WHAT, "comm", &COMMS, h)?;
         aborts().retain(|(k, ..)| *k != h);
+        crate::bells::unregister(h);
         if entry.poisoned {
             log::error!("{WHAT}: comm {h:#x} was poisoned by a panic; leaking it");
             std::mem::forget(entry);
@@ -334,11 +362,32 @@ pub unsafe extern "C" fn nrt_proxy_comm_join(comm: *mut NrtProxyComm) -> NRT_STA
                 m.group(),
                 m.slot.slot()
             );
+            wire_slot(e, &m, true);
             e.member = Some(m);
             e.joined_once = true;
             Ok(())
         })
     })
+}
+
+/// Wires (`on`) or unwires the comm's bells into its slot of the queue `m` (`bells.rs`): the
+/// slot's moves ring the comm's host device and its group's other queues and devices, and the
+/// comm's device rings the queue.
+fn wire_slot(e: &CommEntry, m: &Membership, on: bool) {
+    let q = m.slot.queue();
+    let Some(slot) = q.slot_bell(m.slot.slot() as usize) else {
+        return;
+    };
+    if on {
+        slot.wire(Some(Arc::new(SlotRing {
+            comm: e.bells.clone(),
+            group: e.group_bells.clone(),
+        })));
+        e.bells.set_queue(Some(q));
+    } else {
+        slot.wire(None);
+        e.bells.set_queue(None);
+    }
 }
 
 /// The leave of a joined comm (`nrt_proxy_comm_leave`, `nrt_proxy_comm_destroy`).
@@ -347,6 +396,8 @@ fn leave(what: &str, e: &mut CommEntry, timeout_ms: u64) -> Result<(), NrtStatus
         log::error!("{what}: comm {} rank {} is not joined", e.comm_id, e.rank);
         NrtStatus::Closed
     })?;
+    // Unwired before the slot is given back (it may be taken by another comm at once).
+    wire_slot(e, &m, false);
     let waiter = e.waiter();
     match e
         .inst
@@ -364,6 +415,7 @@ fn leave(what: &str, e: &mut CommEntry, timeout_ms: u64) -> Result<(), NrtStatus
                 e.comm_id,
                 e.rank
             );
+            wire_slot(e, &m, true);
             e.member = Some(m);
             Err(s)
         }

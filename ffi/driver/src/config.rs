@@ -32,6 +32,9 @@ pub extern "C" fn nrt_get_status_as_str(status: NRT_STATUS) -> *const c_char {
     status_name(status).as_ptr()
 }
 
+/// The environment variable of `nrt_proxy_config_t.worker_nap_us`.
+pub const WORKER_NAP_ENV: &str = "NEURON_RT_PROXY_WORKER_NAP_US";
+
 pub(crate) fn default_config() -> NrtProxyConfig {
     let d = Config::default();
     NrtProxyConfig {
@@ -47,7 +50,7 @@ pub(crate) fn default_config() -> NrtProxyConfig {
         queue_slots: 0,
         submit_capacity: 0,
         status_capacity: 0,
-        reserved: 0,
+        worker_nap_us: 0,
     }
 }
 
@@ -70,7 +73,9 @@ pub unsafe extern "C" fn nrt_proxy_config_init(config: *mut NrtProxyConfig) -> N
 /// Fills `*config` with the defaults overridden by the environment:
 /// `NEURON_RT_RANKS_PER_NETWORK_PROXY`, `NEURON_RT_ONE_THREAD_PER_CORE`,
 /// `NEURON_RT_PROXY_SPIN_US`, `NEURON_RT_EXEC_TIMEOUT` (seconds), `NEURON_RT_PROXY_DRIVE_MODE`,
-/// `NEURON_RT_DBG_PROXY_EARLY_COMPLETION` (the table of `proxy_runtime::Config`). The progress
+/// `NEURON_RT_DBG_PROXY_EARLY_COMPLETION` (the table of `proxy_runtime::Config`), and
+/// `NEURON_RT_PROXY_WORKER_NAP_US` (`worker_nap_us`, this library's: µs, 0 to
+/// `NRT_PROXY_MAX_NAP_US`). The progress
 /// library stays NULL (`nrt_proxy_init` reads `NEURON_RT_PROXY_PROGRESS_LIB` itself), and so do
 /// the two process-wide settings `nrt_proxy_init` reads from the environment whatever the
 /// config (`NEURON_RT_LOW_LATENCY_TASKS_CPU_AFFINITY`, `NEURON_RT_PROXY_DUMP_SIGNAL`); a
@@ -102,6 +107,20 @@ pub unsafe extern "C" fn nrt_proxy_config_from_env(config: *mut NrtProxyConfig) 
             .map_or(0, |t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX));
         out.one_thread_per_core = u32::from(c.one_thread_per_core);
         out.early_completion = u32::from(c.early_completion);
+        if let Ok(v) = std::env::var(WORKER_NAP_ENV) {
+            out.worker_nap_us = match v.trim().parse::<u32>() {
+                Ok(n) if n <= NRT_PROXY_MAX_NAP_US => n,
+                _ => {
+                    *out = default_config();
+                    return bad(
+                        WHAT,
+                        format_args!(
+                            "{WORKER_NAP_ENV}={v:?}: microseconds from 0 to {NRT_PROXY_MAX_NAP_US}"
+                        ),
+                    );
+                }
+            };
+        }
         Ok(())
     })
 }
@@ -189,8 +208,14 @@ pub(crate) fn resolve_config(what: &str, c: &NrtProxyConfig) -> Result<Config, N
             ),
         );
     }
-    if c.reserved != 0 {
-        return bad(what, format_args!("config.reserved is not 0"));
+    if c.worker_nap_us > NRT_PROXY_MAX_NAP_US {
+        return bad(
+            what,
+            format_args!(
+                "config.worker_nap_us is {} (at most {NRT_PROXY_MAX_NAP_US})",
+                c.worker_nap_us
+            ),
+        );
     }
     if c.ranks_per_network_proxy == 0 {
         return bad(what, format_args!("ranks_per_network_proxy is 0"));
@@ -229,8 +254,9 @@ pub(crate) fn resolve_config(what: &str, c: &NrtProxyConfig) -> Result<Config, N
         queue,
         drive_mode,
         dump_signal: None,
-        // No bells are wired in this library yet (a runtime's device and a libfabric
-        // completion ring none): an idle worker yields between ticks.
-        worker_nap: None,
+        // Only the runtime knows whether its devices ring (`bells.rs`): an idle worker naps
+        // only when it says so.
+        worker_nap: (c.worker_nap_us != 0)
+            .then(|| Duration::from_micros(u64::from(c.worker_nap_us))),
     })
 }

@@ -39,6 +39,7 @@ pub unsafe extern "C" fn nrt_proxy_group_create(
             nranks,
             mem: SendMemGroup(mem),
             barrier,
+            bells: Default::default(),
         });
         *out = insert_live(WHAT, "group", &GROUPS, g)?;
         Ok(())

@@ -24,7 +24,7 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use proxy_core::base::backoff::{Backoff, BackoffPolicy, StdPause};
+use proxy_core::base::backoff::{Backoff, BackoffPolicy, Pause, StdPause};
 use proxy_core::base::time::MonotonicClock;
 use proxy_core::driver::oneshot::OneShot;
 use proxy_core::driver::wake::ThreadPark;
@@ -35,7 +35,13 @@ use proxy_abi::boundary::{bad, c_handle_out, c_out, c_slice, insert_live, with_l
 use proxy_abi::entry;
 use proxy_abi::handles::HandleTable;
 use proxy_abi::{NccomHostWord, NRT_STATUS};
-use proxy_collectives::interpreter::{BarrierAt, Device, DevicePoll, Job, JobBlock};
+use proxy_collectives::interpreter::{
+    BarrierAt, Device, DeviceEnv, DevicePoll, Event, Job, JobBlock,
+};
+use std::time::Duration;
+
+use crate::bells::{CommBells, BELLED_NAP};
+use crate::handles::with_comm;
 use proxy_collectives::planner::Addresses;
 use proxy_core::base::status::NrtStatus;
 
@@ -62,6 +68,22 @@ struct HostDevice {
     /// new cell for each launch.
     done: Arc<OneShot<Outcome>>,
     thread: Option<JoinHandle<()>>,
+    /// The comm it plays the device of (`nrt_proxy_host_device_attach`), and the longest nap
+    /// of its thread while it waits for the proxy: its host writes ring the comm's queue, the
+    /// queue's moves on the comm's slot ring its thread (`bells.rs`).
+    attached: Option<(Arc<CommBells>, Duration)>,
+}
+
+/// The interpreter's platform of a host device: a poll that wrote host words rings the
+/// attached comm's queue (`Event::HostWrite`).
+struct Ringing<'a>(Option<&'a CommBells>);
+
+impl DeviceEnv for Ringing<'_> {
+    fn record(&self, event: Event) {
+        if let (Event::HostWrite, Some(b)) = (event, self.0) {
+            b.ring_driver();
+        }
+    }
 }
 
 impl HostDevice {
@@ -69,6 +91,10 @@ impl HostDevice {
     fn stop_thread(&mut self) {
         self.stop.store(true, Ordering::Release);
         if let Some(t) = self.thread.take() {
+            // An attached device's thread may nap long (`worker_nap_us`): the ring ends it.
+            if let Some((b, _)) = &self.attached {
+                b.ring_device();
+            }
             let _ = t.join();
         }
         self.stop.store(false, Ordering::Release);
@@ -131,6 +157,7 @@ pub unsafe extern "C" fn nrt_proxy_host_device_create(
             stop: Arc::new(AtomicBool::new(false)),
             done: Arc::new(OneShot::new()),
             thread: None,
+            attached: None,
         };
         *out = insert_live(WHAT, "host device", &DEVICES, d)?;
         Ok(())
@@ -256,7 +283,8 @@ pub unsafe extern "C" fn nrt_proxy_host_device_poll(
                     format_args!("the launch runs on a library thread: wait for it instead"),
                 );
             }
-            match lock(&d.dev).poll(&()) {
+            let env = Ringing(d.attached.as_ref().map(|(b, _)| &**b));
+            match lock(&d.dev).poll(&env) {
                 Ok(DevicePoll::Pending { .. }) => *state = NRT_PROXY_DEVICE_PENDING,
                 Ok(DevicePoll::Done) => *state = NRT_PROXY_DEVICE_DONE,
                 Ok(DevicePoll::Idle) => *state = NRT_PROXY_DEVICE_IDLE,
@@ -292,11 +320,15 @@ pub unsafe extern "C" fn nrt_proxy_host_device_start(dev: *mut NrtProxyHostDevic
             }
             d.done = Arc::new(OneShot::new());
             let (device, stop, done) = (d.dev.clone(), d.stop.clone(), d.done.clone());
+            let attached = d.attached.clone();
             let rank = d.plan.params.rank;
             let t = std::thread::Builder::new()
                 .name(format!("host-device-{rank}"))
                 .spawn(move || {
-                    done.set(run(&device, &stop));
+                    done.set(match attached {
+                        None => run(&device, &stop),
+                        Some((bells, nap)) => run_belled(&device, &stop, &bells, nap),
+                    });
                 })
                 .map_err(|e| {
                     log::error!("{WHAT}: cannot create the device thread: {e}");
@@ -331,6 +363,131 @@ fn run(device: &Mutex<Device>, stop: &AtomicBool) -> Result<(), String> {
         }
         backoff.pause(&StdPause);
     }
+}
+
+/// The library thread's loop of an attached device: polls until done, failed, idle or
+/// stopped; a poll that wrote host words rings the comm's queue; while it waits for the proxy
+/// it spins briefly, yields a few times, then sleeps until the comm's slot moves (a ring) or
+/// `nap` passed (a missed ring costs at most that). No lost wake-up: it naps on the comm's
+/// `WaitCell`, which keeps a ring that lands between the poll and the nap.
+fn run_belled(
+    device: &Mutex<Device>,
+    stop: &AtomicBool,
+    bells: &CommBells,
+    nap: Duration,
+) -> Result<(), String> {
+    let nap_ns = u64::try_from(nap.as_nanos()).unwrap_or(u64::MAX);
+    let mut backoff = Backoff::new(BackoffPolicy {
+        spins: 63,
+        yields: BELLED_YIELDS,
+        nap_ns,
+        max_nap_ns: nap_ns,
+    });
+    let env = Ringing(Some(bells));
+    let pause = CommNap { bells, stop };
+    let mut last = None;
+    loop {
+        if stop.load(Ordering::Acquire) {
+            return Err("stopped before the launch completed".into());
+        }
+        match lock(device).poll(&env) {
+            Ok(DevicePoll::Done) => return Ok(()),
+            Ok(DevicePoll::Idle) => return Err("nothing launched".into()),
+            Ok(DevicePoll::Pending { waiting_for }) => {
+                if last != Some(waiting_for) {
+                    last = Some(waiting_for);
+                    backoff.reset();
+                }
+            }
+            Err(e) => return Err(e.to_string()),
+        }
+        backoff.pause(&pause);
+    }
+}
+
+/// How an attached device's thread waits: yields, and naps on its comm's wake word.
+struct CommNap<'a> {
+    bells: &'a CommBells,
+    stop: &'a AtomicBool,
+}
+
+impl Pause for CommNap<'_> {
+    fn yield_now(&self) {
+        std::thread::yield_now();
+    }
+
+    fn nap(&self, ns: u64) {
+        self.bells.device_nap(ns, self.stop);
+    }
+}
+
+/// Yields of an attached device's thread before it naps (`proxy-perf`'s `BELLED_YIELDS`).
+const BELLED_YIELDS: u32 = 8;
+
+/// Attaches a host device to the comm it plays the device of: from then on, every poll that
+/// wrote host words (a trigger, a host index) rings the comm's proxy queue, so its worker may
+/// nap instead of yielding (`nrt_proxy_config_t.worker_nap_us`), and a library thread
+/// (`nrt_proxy_host_device_start`) sleeps while it waits for the proxy until the comm's slot
+/// moves (for a group comm: any slot of the group), up to the instance's `worker_nap_us`
+/// (1000 µs when 0). One host device per comm; attach again to move it to another comm (its
+/// destroy detaches it).
+///
+/// Returns `NRT_SUCCESS`; `NRT_INVALID_HANDLE` for a bad device or comm; `NRT_INVALID` when
+/// the comm is not the plan's rank (its rank or size differ from the plan's), has another host
+/// device attached, or a library thread runs (attach before `nrt_proxy_host_device_start`). Like any call on the comm, not
+/// concurrently with another call on it.
+///
+/// # Safety
+/// None beyond the C contract.
+#[no_mangle]
+pub unsafe extern "C" fn nrt_proxy_host_device_attach(
+    dev: *mut NrtProxyHostDevice,
+    comm: *mut NrtProxyComm,
+) -> NRT_STATUS {
+    entry!(WHAT = "nrt_proxy_host_device_attach", {
+        let (bells, rank, nranks, nap) = with_comm(WHAT, comm, |e| {
+            Ok((
+                e.bells.clone(),
+                e.rank,
+                e.nranks,
+                e.inst.cfg.worker_nap.unwrap_or(BELLED_NAP),
+            ))
+        })?;
+        with_device(WHAT, dev, |d| {
+            let p = &d.plan.params;
+            if p.rank != rank || p.nranks != nranks {
+                return bad(
+                    WHAT,
+                    format_args!(
+                        "the device plays rank {} of {}, the comm is rank {rank} of {nranks}",
+                        p.rank, p.nranks
+                    ),
+                );
+            }
+            if d.thread.is_some() {
+                return bad(
+                    WHAT,
+                    format_args!("a library thread runs a launch: attach before starting it"),
+                );
+            }
+            if d.attached
+                .as_ref()
+                .is_some_and(|(b, _)| Arc::ptr_eq(b, &bells))
+            {
+                return Ok(());
+            }
+            if !bells.claim_device() {
+                return bad(
+                    WHAT,
+                    format_args!("the comm has another host device attached"),
+                );
+            }
+            if let Some((old, _)) = d.attached.replace((bells, nap)) {
+                old.release_device();
+            }
+            Ok(())
+        })
+    })
 }
 
 /// Waits at most `timeout_ms` milliseconds for the library thread's launch
@@ -387,6 +544,9 @@ pub unsafe extern "C" fn nrt_proxy_host_device_destroy(dev: *mut NrtProxyHostDev
         let mut d = remove_live_retrying(WHAT, "host device", &DEVICES, h)?;
         d.stop_thread();
         lock(&d.dev).abandon();
+        if let Some((b, _)) = d.attached.take() {
+            b.release_device();
+        }
         Ok(())
     })
 }

@@ -69,6 +69,9 @@ mod tasks;
 /// Records, waits, caller-mode driving.
 mod records;
 
+/// Bells: a device's host writes wake its queue's worker, the queue's progress its devices.
+pub mod bells;
+
 /// Abort, invalidation, health, dump.
 mod health;
 
@@ -91,6 +94,7 @@ mod enums;
 pub mod types;
 
 pub use algos::*;
+pub use bells::nrt_proxy_notify;
 pub use comms::*;
 pub use config::*;
 pub use groups::*;

@@ -38,6 +38,8 @@ pub(crate) struct Group {
     pub(crate) nranks: u32,
     pub(crate) mem: SendMemGroup,
     pub(crate) barrier: SharedMemBarrier,
+    /// The bells of the group's comms (`bells.rs`).
+    pub(crate) bells: Arc<crate::bells::GroupBells>,
 }
 
 /// A [`LoadedMemGroup`], movable between threads (its handle is only passed to the library,
@@ -83,6 +85,8 @@ pub(crate) struct CommEntry {
     pub(crate) member: Option<Membership>,
     pub(crate) comm: LoadedComm<'static>,
     pub(crate) rank: u32,
+    /// Ranks of the comm.
+    pub(crate) nranks: u32,
     pub(crate) global_rank: u32,
     pub(crate) comm_id: u32,
     /// This rank's barrier endpoint (`None`: no barrier channel).
@@ -105,6 +109,10 @@ pub(crate) struct CommEntry {
     pub(crate) joined_once: bool,
     /// A panic was caught inside a call on this comm: its state is unknown.
     pub(crate) poisoned: bool,
+    /// The comm's bells (`bells.rs`): its queue while joined, its host device's thread.
+    pub(crate) bells: Arc<crate::bells::CommBells>,
+    /// The bells of the comm's group (`None`: a comm between processes).
+    pub(crate) group_bells: Option<Arc<crate::bells::GroupBells>>,
 }
 
 /// The abort side table: what `nrt_proxy_comm_abort` reads, so an abort never waits for (or is

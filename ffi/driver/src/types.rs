@@ -16,10 +16,18 @@ pub const NRT_PROXY_ABI_VERSION_MAJOR: u32 = 1;
 /// `nrt_proxy_mode_advice`; 4: the event trace, `nrt_proxy_trace_*`, and the process-wide
 /// algorithm per collective, `nrt_proxy_algorithm_set` / `nrt_proxy_algorithm_get`,
 /// `nrt_proxy_submit_plan`, the host map `nrt_proxy_plan_create_hosts` and
-/// `NRT_PROXY_ALGO_HIERARCHICAL`).
-pub const NRT_PROXY_ABI_VERSION_MINOR: u32 = 4;
+/// `NRT_PROXY_ALGO_HIERARCHICAL`; 5: bells, `nrt_proxy_notify`, `nrt_proxy_host_device_attach`
+/// and `nrt_proxy_config_t.worker_nap_us`, formerly `reserved`).
+pub const NRT_PROXY_ABI_VERSION_MINOR: u32 = 5;
 /// `(major << 16) | minor`, what `nrt_proxy_abi_version()` returns.
-pub const NRT_PROXY_ABI_VERSION: u32 = 0x0001_0004;
+pub const NRT_PROXY_ABI_VERSION: u32 = 0x0001_0005;
+
+/// The nap bound `worker_nap_us` suggests (µs): long enough that a worker whose wake-ups all
+/// ring costs a few hundred wake-ups a second when a ring is missed, short enough that a
+/// missed ring costs one millisecond, never a hang (`proxy-perf`'s `BELLED_NAP`).
+pub const NRT_PROXY_BELLED_NAP_US: u32 = 1000;
+/// The longest `worker_nap_us` accepted (µs): 10 s.
+pub const NRT_PROXY_MAX_NAP_US: u32 = 10_000_000;
 const _: () = assert!(
     NRT_PROXY_ABI_VERSION == (NRT_PROXY_ABI_VERSION_MAJOR << 16) | NRT_PROXY_ABI_VERSION_MINOR
 );
@@ -152,8 +160,18 @@ pub struct NrtProxyConfig {
     /// Status ring per comm (also the most unreported tasks per comm), a power of two; 0: the
     /// default (256).
     pub status_capacity: u32,
-    /// Must be 0.
-    pub reserved: u32,
+    /// 0 (the default): an idle worker with active tasks yields between ticks once its spin
+    /// budget is spent. N > 0 (ABI 1.5; formerly `reserved`, which had to be 0): every event
+    /// the instance's workers wait for rings a bell, so an idle worker naps up to N µs on its
+    /// queue's bell instead (a ring ends the nap at once; N bounds what a missed ring costs):
+    /// every device rings its comm's queue after it writes host words (a library host device
+    /// attached with `nrt_proxy_host_device_attach`, or a runtime that calls
+    /// `nrt_proxy_notify`), and the comms are in-process (`group` set: the library rings a
+    /// group's queues when one of them makes progress). A comm between processes rings
+    /// nothing when its network completes: its worker then sees a completion up to N µs late.
+    /// At most `NRT_PROXY_MAX_NAP_US`; `NRT_PROXY_BELLED_NAP_US` (1000) is the suggested
+    /// value. `NEURON_RT_PROXY_WORKER_NAP_US` (`nrt_proxy_config_from_env`).
+    pub worker_nap_us: u32,
 }
 
 /// How to create a comm (`nrt_proxy_comm_create`). Fill it with `nrt_proxy_comm_config_init`.

@@ -207,7 +207,7 @@ fn bad_configs_and_libraries_are_refused() {
         bad(&|c| c.ranks_per_network_proxy = 0),
         bad(&|c| c.status_capacity = 3),
         bad(&|c| c.one_thread_per_core = 2),
-        bad(&|c| c.reserved = 1),
+        bad(&|c| c.worker_nap_us = NRT_PROXY_MAX_NAP_US + 1),
     ] {
         expect!(NRT_INVALID, nrt_proxy_init(&c, &mut inst));
         assert!(inst.is_null());

@@ -147,11 +147,12 @@ fn refused_calls_do_not_flood_the_log() {
 }
 
 /// `examples/allreduce.c`: an all-reduce on the library's host devices (no device code), 2 and
-/// 4 ranks, caller and thread mode, every word checked; also under memcheck (caller mode).
+/// 4 ranks, caller and thread mode, and thread mode with bells (devices attached to their comms,
+/// workers napping), every word checked; also under memcheck (caller and bells mode).
 #[test]
 fn example_allreduce_runs_on_host_devices() {
     let exe = common::compile_c_at("examples/allreduce.c", "allreduce", &["-pthread"]);
-    for mode in ["caller", "thread"] {
+    for mode in ["caller", "thread", "bells"] {
         for n in ["2", "4"] {
             let mut cmd = Command::new(&exe);
             cmd.args([mode, n])
@@ -164,6 +165,11 @@ fn example_allreduce_runs_on_host_devices() {
         cmd.args(["caller", "2"])
             .env("NEURON_RT_PROXY_PROGRESS_LIB", progress_library());
         assert!(run(cmd).contains("allreduce: ok: caller mode, 2 ranks"));
+        // The bells' threads (rings, naps, a device thread's unpark at stop) under memcheck.
+        let mut cmd = common::valgrind(&exe);
+        cmd.args(["bells", "2"])
+            .env("NEURON_RT_PROXY_PROGRESS_LIB", progress_library());
+        assert!(run(cmd).contains("allreduce: ok: bells mode, 2 ranks"));
     }
 }
 
