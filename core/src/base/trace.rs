@@ -267,11 +267,10 @@ impl Tracer {
     /// Stamps `rec` with the time and thread and appends it on the thread's lane (even when
     /// off). A full ring counts the record dropped without reading the clock. The time is read
     /// once the slot is claimed ([`TraceRing::push_on`]).
-    pub fn record(&self, mut rec: Record) -> bool {
-        self.ring.push_on((self.lane)(), || {
-            rec.ts_ns = self.clock.now_ns();
-            rec.thread = (self.thread)();
-            rec
+    pub fn record(&self, rec: Record) -> bool {
+        self.ring.push_on((self.lane)(), rec, |r| {
+            r.ts_ns = self.clock.now_ns();
+            r.thread = (self.thread)();
         })
     }
 }

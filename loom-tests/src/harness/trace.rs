@@ -1,7 +1,7 @@
 //! Model 16: the event-trace ring (`base::trace::TraceRing`): writers on two threads record
 //! while a drain reads the ring, then a drain after the writers have stopped.
 //!
-//! [`trace_writers_vs_drain`]: two writers push (`TraceRing::push`, which is `push_with`: claim,
+//! [`trace_writers_vs_drain`]: two writers push (`TraceRing::push`: claim,
 //! then write and publish) two records each into a 2-slot ring (so two
 //! are dropped) while the main thread drains it until it has read a record. Checked: every record a drain hands out is
 //! whole (its fields agree), the concurrent drain sees at most the 2 slots, the final drain sees
@@ -85,8 +85,8 @@ pub fn trace_lane_shared() {
         .map(|w| {
             let ring = ring.clone();
             thread::spawn(move || {
-                ring.push_on(0, || rec(w, 0));
-                ring.push_on(0, || rec(w, 1));
+                ring.push_on(0, rec(w, 0), |_| {});
+                ring.push_on(0, rec(w, 1), |_| {});
             })
         })
         .collect();

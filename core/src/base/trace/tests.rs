@@ -62,7 +62,7 @@ fn writers_on_threads_lose_nothing_until_full() {
             let r = r.clone();
             std::thread::spawn(move || {
                 for i in 0..each {
-                    r.push_on(t as usize, || rec(t * 10_000 + i));
+                    r.push_on(t as usize, rec(t * 10_000 + i), |_| {});
                 }
             })
         })
@@ -128,19 +128,19 @@ fn lanes_take_chunks_in_turn_and_their_unused_tails_are_not_pending() {
     );
     let r = TraceRing::with_lanes(9, 2, 4);
     assert_eq!(r.chunk(), 4);
-    assert!(r.push_on(0, || rec(1))); // chunk 0: slot 0
-    assert!(r.push_on(1, || rec(2))); // chunk 1: slot 4
-    assert!(r.push_on(0, || rec(3))); // slot 1
-    assert!(r.push_on(0, || rec(4))); // slot 2
-    assert!(r.push_on(0, || rec(41))); // slot 3
-    assert!(r.push_on(0, || rec(5))); // chunk 2 (1 slot): slot 8
+    assert!(r.push_on(0, rec(1), |_| {})); // chunk 0: slot 0
+    assert!(r.push_on(1, rec(2), |_| {})); // chunk 1: slot 4
+    assert!(r.push_on(0, rec(3), |_| {})); // slot 1
+    assert!(r.push_on(0, rec(4), |_| {})); // slot 2
+    assert!(r.push_on(0, rec(41), |_| {})); // slot 3
+    assert!(r.push_on(0, rec(5), |_| {})); // chunk 2 (1 slot): slot 8
     assert!(r.is_full());
     assert!(
-        !r.push_on(0, || rec(6)),
+        !r.push_on(0, rec(6), |_| {}),
         "lane 0 used up its chunk and none is left"
     );
-    assert!(r.push_on(3, || rec(7)), "lane 3 is lane 1: slot 5");
-    assert!(r.push_on(1, || rec(71))); // slot 6
+    assert!(r.push_on(3, rec(7), |_| {}), "lane 3 is lane 1: slot 5");
+    assert!(r.push_on(1, rec(71), |_| {})); // slot 6
     let mut seen = Vec::new();
     let d = r.drain(|x| seen.push(x.op));
     assert_eq!(seen, [1, 3, 4, 41, 2, 7, 71, 5], "chunk by chunk");
@@ -153,8 +153,8 @@ fn lanes_take_chunks_in_turn_and_their_unused_tails_are_not_pending() {
         },
         "lane 1's slot 7 is unclaimed, not pending"
     );
-    assert!(r.push_on(1, || rec(8)));
-    assert!(!r.push_on(1, || rec(9)));
+    assert!(r.push_on(1, rec(8), |_| {}));
+    assert!(!r.push_on(1, rec(9), |_| {}));
     assert_eq!(r.drain(|_| {}).records, 9);
     assert_eq!(r.dropped(), 2);
 }
