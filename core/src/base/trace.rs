@@ -18,10 +18,11 @@
 //!
 //! **Classes** ([`mask`], as NCCL's profiler plugin's activation mask): [`mask::OPS`] where an
 //! op and a collective's task begin and end, [`mask::STEPS`] their state changes in between
-//! (an op's handshake → transfer; a task's waiting, running, idle), [`mask::TRANSPORT`] every transport post and completion of a FIFO
-//! entry, [`mask::TRANSITIONS`] every other machine's transitions, [`mask::DRIVE`] the drive
-//! token taken and released, [`mask::SLEEP`] a driving thread's sleep and wake-up. Marks are
-//! always recorded.
+//! (an op's handshake → transfer and its re-arm by the op walk; a task's waiting, running,
+//! idle), [`mask::TRANSPORT`] every transport post and completion of a FIFO entry,
+//! [`mask::TRANSITIONS`] every other machine's transitions, [`mask::DRIVE`] the drive token
+//! taken and released, [`mask::SLEEP`] a driving thread's sleep and wake-up. Marks are always
+//! recorded.
 //!
 //! **The ring** ([`TraceRing`], in `ring.rs`) is multi-writer and claim-once: a slot is
 //! written once, then published (Release; a drain reads it with Acquire), so a drain may run at

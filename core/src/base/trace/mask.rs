@@ -8,8 +8,8 @@
 /// default.
 pub const OPS: u32 = 1 << 0;
 /// The op and task state changes in between: an op's HANDSHAKE → TRANSFER and its re-arm by
-/// the op walk at DONE, a task's waiting, progressing, idle, closing, re-arm (with [`OPS`]: the `handshake` / `transfer` and
-/// `wait-trigger` / `run` spans of the timeline).
+/// the op walk at DONE, a task's waiting, progressing, idle, closing, re-arm (with [`OPS`]:
+/// the `handshake` / `transfer` and `wait-trigger` / `run` spans of the timeline).
 pub const STEPS: u32 = 1 << 5;
 /// Every transport post and completion of a FIFO entry (bytes, peer).
 pub const TRANSPORT: u32 = 1 << 1;
