@@ -476,8 +476,8 @@ impl ProxyOp {
     /// its event record is of the class [`trace::mask::STEPS`], not [`trace::mask::OPS`], as
     /// the op's end (recorded with `ops`) implies it (the op is re-armed at once; with `ops`
     /// alone a drain begins the op's next execution at its previous end, `proxy-trace`'s
-    /// Chrome writer). Saves two of an op's three `ops` records per execution where an
-    /// execution's `start` arms the op again (the recycled one goes back to the pool).
+    /// Chrome writer). Saves one of an op's three `ops` records per execution where each
+    /// execution's `start` arms an op (the recycled one goes back to the pool unused).
     ///
     /// # Errors
     /// As [`ProxyOp::rearm`].
