@@ -228,8 +228,8 @@ impl TraceRing {
     /// Claims a slot for a writer of lane `lane` (modulo the lanes), copies `rec` into it and
     /// lets `stamp` finish it in place (e.g. the time stamp: read once the slot is its own);
     /// `false` (and one more [`TraceRing::dropped`], `stamp` not run) when the ring is full.
-    /// `stamp` writes the slot's fields, not a copy on the stack that is then copied whole (a
-    /// narrow store read back wide stalls store forwarding: 4 ns a record on this VM).
+    /// `stamp` writes the slot's fields in place (the record is not built a second time on the
+    /// stack and copied).
     pub fn push_on(&self, lane: usize, rec: Record, stamp: impl FnOnce(&mut Record)) -> bool {
         let Some(i) = self.claim(lane) else {
             self.count_drop();
