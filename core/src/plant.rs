@@ -199,7 +199,7 @@ plants! {
     /// a waiter that sees it may read the value before its write. Loom model 15
     /// (`tests/oneshot.rs`): a causality violation.
     OneShotReadyRelaxed = 29,
-    /// `base/trace.rs: TraceRing::push` publishes the slot (`ready`) with `Relaxed` instead of
+    /// `base/trace/ring.rs: TraceRing::push_on` publishes the slot (`state` READY) with `Relaxed` instead of
     /// `Release`: a drain that sees it may read the record before its write is visible. Loom
     /// model 16 (`tests/trace.rs`): a causality violation on the slot.
     TraceReadyRelaxed = 30,
@@ -208,16 +208,21 @@ plants! {
     /// worker parks while the device still needs polls, and nothing wakes it. Loom model 3f
     /// (`tests/park_wake.rs`): a deadlock.
     PollerWaitingIgnored = 31,
+    /// `base/trace/ring.rs: TraceRing::claim` claims a lane's next slot by a load and a plain
+    /// store instead of a compare-and-swap: two writers sharing a lane can claim the same slot
+    /// and write its record at once. Loom model 16 (`tests/trace.rs`, two writers on one lane):
+    /// a causality violation on the slot.
+    TraceLaneClaimByLoadStore = 32,
     /// `driver/idle.rs: block_idle` sleeps on the idle source without arming it first
     /// (libfabric's `fi_trywait`): completions a post's own progress already queued never
     /// signal the descriptor, and the driver sleeps past them. Loom model 17
     /// (`tests/idle.rs`): a deadlock.
-    IdleSleepsUnarmed = 32,
+    IdleSleepsUnarmed = 33,
     /// `driver/idle.rs: IdleSlot::kick` decides "the driver is awake" on a plain load and
     /// records nothing: a driver between its arm and its sleep misses the kick (a submission,
     /// a device's write) and sleeps past it. Loom model 17 (`tests/idle.rs`, the kick
     /// scenario): a deadlock.
-    IdleKickSkipsAwake = 33,
+    IdleKickSkipsAwake = 34,
 }
 
 /// "No plant" in the selector's storage.

@@ -102,23 +102,36 @@ pub fn check_traced<S: Machine>(
     who: &dyn fmt::Display,
     ids: impl FnOnce(&mut Record),
 ) -> Result<u8, IllegalEdge<S>> {
+    check_traced_as(from, to, who, || S::trace_class(from, to), ids)
+}
+
+/// [`check_traced`] with the record's event class from `class()` instead of
+/// [`Machine::trace_class`] (a site that knows more than the two states: an op's re-arm by the
+/// walk's recycle, which its previous end implies). `class` runs only while recording.
+///
+/// # Errors
+/// [`IllegalEdge`] when the diagram has no edge `from => to`.
+pub fn check_traced_as<S: Machine>(
+    from: S,
+    to: S,
+    who: &dyn fmt::Display,
+    class: impl FnOnce() -> u32,
+    ids: impl FnOnce(&mut Record),
+) -> Result<u8, IllegalEdge<S>> {
     match S::edge(from, to) {
         Some(n) => {
             log::trace!("{} {who}: state={from:?}=>{to:?} (edge {n})", S::NAME);
-            trace::emit_with(
-                || S::trace_class(from, to),
-                || {
-                    let mut r = Record {
-                        machine: S::NAME,
-                        from: from.code(),
-                        to: to.code(),
-                        edge: n,
-                        ..Record::new(Kind::Transition)
-                    };
-                    ids(&mut r);
-                    r
-                },
-            );
+            trace::emit_with(class, || {
+                let mut r = Record {
+                    machine: S::NAME,
+                    from: from.code(),
+                    to: to.code(),
+                    edge: n,
+                    ..Record::new(Kind::Transition)
+                };
+                ids(&mut r);
+                r
+            });
             Ok(n)
         }
         None => {

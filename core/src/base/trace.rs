@@ -18,35 +18,33 @@
 //!
 //! **Classes** ([`mask`], as NCCL's profiler plugin's activation mask): [`mask::OPS`] where an
 //! op and a collective's task begin and end, [`mask::STEPS`] their state changes in between
-//! (an op's handshake → transfer; a task's waiting, running, idle), [`mask::TRANSPORT`] every transport post and completion of a FIFO
-//! entry, [`mask::TRANSITIONS`] every other machine's transitions, [`mask::DRIVE`] the drive
-//! token taken and released, [`mask::SLEEP`] a driving thread's sleep and wake-up. Marks are
-//! always recorded.
+//! (an op's handshake → transfer and its re-arm by the op walk; a task's waiting, running,
+//! idle), [`mask::TRANSPORT`] every transport post and completion of a FIFO entry,
+//! [`mask::TRANSITIONS`] every other machine's transitions, [`mask::DRIVE`] the drive token
+//! taken and released, [`mask::SLEEP`] a driving thread's sleep and wake-up. Marks are always
+//! recorded.
 //!
-//! **The ring** ([`TraceRing`]) is multi-writer and claim-once: a writer claims the next slot
-//! with one `fetch_add`, writes the record into it and publishes it with a per-slot `ready`
-//! flag (Release; the drain reads it with Acquire). A slot is written once only, so writers
-//! never share a slot and a drain may run at any time, also while writers record: it reads the
-//! published slots and counts the claimed but unpublished ones as pending. When the ring is
+//! **The ring** ([`TraceRing`], in `ring.rs`) is multi-writer and claim-once: a slot is
+//! written once, then published (Release; a drain reads it with Acquire), so a drain may run at
+//! any time. It is cut into chunks that it hands to *lanes*: the platform gives each recording
+//! thread its own lane ([`Tracer::with_lanes`]), and a record costs a compare-and-swap on the
+//! lane's word (in the thread's own cache) and a write to the lane's own chunk; the ring-wide
+//! chunk counter is touched once per chunk. (One claim word shared by every thread, as before,
+//! moved a cache line between the rank threads at every event: issue 28.) When the ring is
 //! full, new records are dropped and counted ([`TraceRing::dropped`]): the ring keeps the
-//! *first* `capacity` events (a truncated trace, never an overwritten one); a platform that
-//! wants a window switches recording on only around it. One ring per process (not per thread):
-//! the writers contend on the claim word when recording, which costs a shared cache line per
-//! event, and nothing when off. Loom model 16 (`loom-tests/tests/trace.rs`) checks the handoff
-//! from writers to a concurrent drain, with the plant `TraceReadyRelaxed`.
+//! *first* events (a truncated trace, never an overwritten one); a platform that wants a window
+//! switches recording on only around it. Loom model 16 (`loom-tests/tests/trace.rs`) checks
+//! the handoff from writers to a concurrent drain (plant `TraceReadyRelaxed`) and two writers
+//! sharing a lane (plant `TraceLaneClaimByLoadStore`).
 //!
 //! Seed: none (the seed has a state dump and counters only).
 
-use alloc::boxed::Box;
-use alloc::vec::Vec;
-
-use crate::base::sync::{
-    AtomicBool, AtomicUsize, CachePadded, Ordering, SwitchAtomicBool, SwitchAtomicPtr,
-    SwitchAtomicU32, SwitchOrdering, UnsafeCell,
-};
+use crate::base::sync::{SwitchAtomicBool, SwitchAtomicPtr, SwitchAtomicU32, SwitchOrdering};
 
 pub mod mask;
+mod ring;
 use crate::base::time::Clock;
+pub use ring::{Drained, TraceRing, MAX_CHUNK};
 
 /// "Not known at the recording site" for a record's id fields.
 pub const NONE: u32 = u32::MAX;
@@ -178,156 +176,43 @@ impl Default for Record {
     }
 }
 
-/// One slot: written once by the writer that claimed it, then `ready`.
-struct Slot {
-    /// Set (Release) after the record is written; never cleared.
-    ready: AtomicBool,
-    rec: UnsafeCell<Record>,
-}
-
-/// What a drain saw ([`TraceRing::drain`]).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Drained {
-    /// Records handed to the drain's callback.
-    pub records: usize,
-    /// Slots claimed by a writer that had not published them yet (recording was under way).
-    pub pending: usize,
-    /// Records dropped because the ring was full.
-    pub dropped: usize,
-}
-
-/// The fixed-size, multi-writer, claim-once ring of [`Record`]s (module docs).
-pub struct TraceRing {
-    /// Slots claimed so far; at most `slots.len()` plus the writers that raced past the
-    /// full check (each then drops). Claims are in `0..slots.len()`.
-    next: CachePadded<AtomicUsize>,
-    /// Records dropped because the ring was full (wraps at `usize::MAX`).
-    dropped: AtomicUsize,
-    slots: Box<[Slot]>,
-}
-
-// SAFETY: every slot's record is written by the one writer that claimed it (a unique index
-// from `fetch_add`) before its `ready` is set with Release, and read only after `ready` is
-// seen with Acquire; `Record` is plain data (`&'static str` is Sync).
-unsafe impl Sync for TraceRing {}
-// SAFETY: as above; the ring owns its slots.
-unsafe impl Send for TraceRing {}
-
-impl TraceRing {
-    /// A ring of `capacity` records (at least 1), allocated now (`capacity` × 80 bytes: a record and its flag).
-    pub fn new(capacity: usize) -> Self {
-        let slots: Vec<Slot> = (0..capacity.max(1))
-            .map(|_| Slot {
-                ready: AtomicBool::new(false),
-                rec: UnsafeCell::new(Record::default()),
-            })
-            .collect();
-        Self {
-            next: CachePadded::new(AtomicUsize::new(0)),
-            dropped: AtomicUsize::new(0),
-            slots: slots.into_boxed_slice(),
-        }
-    }
-
-    /// Records in the ring at most.
-    pub fn capacity(&self) -> usize {
-        self.slots.len()
-    }
-
-    /// Records dropped so far because the ring was full.
-    pub fn dropped(&self) -> usize {
-        self.dropped.load(Ordering::Relaxed)
-    }
-
-    /// `true` once every slot has been claimed (every further push drops).
-    pub fn is_full(&self) -> bool {
-        self.next.load(Ordering::Relaxed) >= self.slots.len()
-    }
-
-    /// Counts one record dropped because the ring is full.
-    fn count_drop(&self) {
-        self.dropped.fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// Appends `rec`; `false` (and one more [`TraceRing::dropped`]) when the ring is full.
-    /// Lock-free: one load and one `fetch_add` on the claim word, one store to publish.
-    pub fn push(&self, rec: Record) -> bool {
-        self.push_with(|| rec)
-    }
-
-    /// Claims a slot and fills it with `make()` (which runs only when a slot was claimed, after
-    /// the claim: a record's time stamp read there is taken once the slot is its own); `false`
-    /// (and one more [`TraceRing::dropped`], `make` not run) when the ring is full.
-    pub fn push_with(&self, make: impl FnOnce() -> Record) -> bool {
-        let n = self.slots.len();
-        // Relaxed: the claim word orders nothing; the slot's `ready` flag publishes the record.
-        // The load first keeps `next` from growing without bound once the ring is full (it
-        // could wrap on a 32-bit target and hand out slot 0 a second time).
-        if self.next.load(Ordering::Relaxed) >= n {
-            self.count_drop();
-            return false;
-        }
-        let i = self.next.fetch_add(1, Ordering::Relaxed);
-        let Some(slot) = self.slots.get(i) else {
-            self.count_drop();
-            return false;
-        };
-        let rec = make();
-        // SAFETY: index `i` came from `fetch_add`, so this call is the slot's only writer, and
-        // no reader touches it before `ready` is set below.
-        slot.rec.with_mut(|p| unsafe { *p = rec });
-        // Release: a drain that sees `ready` (Acquire) sees the whole record.
-        // PLANT: TraceReadyRelaxed publishes the slot with Relaxed: a drain that sees `ready`
-        // may read the record before its write is visible.
-        let order = plant!(TraceReadyRelaxed, Ordering::Relaxed, Ordering::Release);
-        slot.ready.store(true, order);
-        true
-    }
-
-    /// Hands every published record to `f`, in claim order (timestamps may be slightly out of
-    /// order between threads). May run while writers record (it reads what is published, and
-    /// counts claimed slots not yet published as pending); does not empty the ring.
-    pub fn drain(&self, mut f: impl FnMut(&Record)) -> Drained {
-        let claimed = self.next.load(Ordering::Relaxed).min(self.slots.len());
-        let mut d = Drained {
-            dropped: self.dropped(),
-            ..Drained::default()
-        };
-        for slot in &self.slots[..claimed] {
-            // Acquire: pairs with the writer's Release store of `ready`.
-            if slot.ready.load(Ordering::Acquire) {
-                // SAFETY: `ready` is set only after the slot's one write, which happens before
-                // this read (Release/Acquire); the slot is never written again.
-                let rec = slot.rec.with(|p| unsafe { *p });
-                f(&rec);
-                d.records += 1;
-            } else {
-                d.pending += 1;
-            }
-        }
-        d
-    }
-}
-
-/// A process-wide recorder: the ring, the clock and the thread-id function the platform
+/// A process-wide recorder: the ring, the clock, the thread-id and lane functions the platform
 /// handed in, and the on/off switch.
 pub struct Tracer {
     ring: TraceRing,
     clock: &'static dyn Clock,
     thread: fn() -> u32,
+    lane: fn() -> usize,
     on: SwitchAtomicBool,
     /// The classes recorded while on ([`mask`]).
     mask: SwitchAtomicU32,
 }
 
 impl Tracer {
-    /// A tracer of `capacity` records, off, recording every class ([`mask::ALL`]) once on,
-    /// stamping records with `clock` and `thread()`.
+    /// A tracer of `capacity` records with one lane (every thread claims on the same word),
+    /// off, recording every class ([`mask::ALL`]) once on, stamping records with `clock` and
+    /// `thread()`.
     pub fn new(capacity: usize, clock: &'static dyn Clock, thread: fn() -> u32) -> Self {
+        Self::with_lanes(capacity, 1, clock, thread, || 0)
+    }
+
+    /// A tracer of `capacity` records in `lanes` lanes ([`TraceRing::with_lanes`], chunks of
+    /// [`TraceRing::chunk_for`]): a thread records on lane `lane()` (modulo `lanes`; give each
+    /// recording thread its own while there are enough, e.g. a per-thread index, so that no
+    /// two threads write the same cache lines). Off, recording every class once on, stamping
+    /// records with `clock` and `thread()`.
+    pub fn with_lanes(
+        capacity: usize,
+        lanes: usize,
+        clock: &'static dyn Clock,
+        thread: fn() -> u32,
+        lane: fn() -> usize,
+    ) -> Self {
         Self {
-            ring: TraceRing::new(capacity),
+            ring: TraceRing::with_lanes(capacity, lanes, TraceRing::chunk_for(capacity, lanes)),
             clock,
             thread,
+            lane,
             on: SwitchAtomicBool::new(false),
             mask: SwitchAtomicU32::new(mask::ALL),
         }
@@ -380,15 +265,13 @@ impl Tracer {
         })
     }
 
-    /// Stamps `rec` with the time and thread and appends it (even when off). A full ring
-    /// counts the record dropped without reading the clock. The time is read once the slot is
-    /// claimed ([`TraceRing::push_with`]): one load and one RMW of the shared claim word per
-    /// record.
-    pub fn record(&self, mut rec: Record) -> bool {
-        self.ring.push_with(|| {
-            rec.ts_ns = self.clock.now_ns();
-            rec.thread = (self.thread)();
-            rec
+    /// Stamps `rec` with the time and thread and appends it on the thread's lane (even when
+    /// off). A full ring counts the record dropped without reading the clock. The time is read
+    /// once the slot is claimed ([`TraceRing::push_on`]).
+    pub fn record(&self, rec: Record) -> bool {
+        self.ring.push_on((self.lane)(), rec, |r| {
+            r.ts_ns = self.clock.now_ns();
+            r.thread = (self.thread)();
         })
     }
 }

@@ -248,7 +248,8 @@ impl Machine for OpState {
     const NAME: &'static str = "op";
 
     /// An op's begin (from DONE) and end (to DONE) are [`crate::base::trace::mask::OPS`], its
-    /// HANDSHAKE → TRANSFER [`crate::base::trace::mask::STEPS`].
+    /// HANDSHAKE → TRANSFER [`crate::base::trace::mask::STEPS`]. (The walk's re-arm of an op
+    /// the tick it reached DONE, edge 4, is recorded as STEPS: [`ProxyOp::recycle_in`].)
     fn trace_class(from: Self, to: Self) -> u32 {
         use crate::base::trace::mask;
         if from == Self::DONE || to == Self::DONE {
@@ -467,6 +468,26 @@ impl ProxyOp {
     /// # Errors
     /// As [`ProxyOp::rearm`].
     pub fn rearm_in(&mut self, rank: u32, comm: u32) -> Result<(), NrtStatus> {
+        self.clear_for_rearm()?;
+        self.set_state_in(OpState::HANDSHAKE, rank, comm)
+    }
+
+    /// [`ProxyOp::rearm_in`] by the op walk's recycle (edge 4), the tick the op reached DONE:
+    /// its event record is of the class [`trace::mask::STEPS`], not [`trace::mask::OPS`], as
+    /// the op's end (recorded with `ops`) implies it (the op is re-armed at once; with `ops`
+    /// alone a drain begins the op's next execution at its previous end, `proxy-trace`'s
+    /// Chrome writer). Saves one of an op's three `ops` records per execution where each
+    /// execution's `start` arms an op (the recycled one goes back to the pool unused).
+    ///
+    /// # Errors
+    /// As [`ProxyOp::rearm`].
+    pub fn recycle_in(&mut self, rank: u32, comm: u32) -> Result<(), NrtStatus> {
+        self.clear_for_rearm()?;
+        self.transition(OpState::HANDSHAKE, rank, comm, || trace::mask::STEPS)
+    }
+
+    /// What a re-arm clears: cursors, counters, the request tracker (made the first time).
+    fn clear_for_rearm(&mut self) -> Result<(), NrtStatus> {
         self.posted = 0;
         self.pre_post_fifo_idx = 0;
         self.completed = 0;
@@ -477,7 +498,7 @@ impl ProxyOp {
             Some(t) => t.clear(),
             None => self.alloc_request()?,
         }
-        self.set_state_in(OpState::HANDSHAKE, rank, comm)
+        Ok(())
     }
 
     /// The op's state.
@@ -502,7 +523,20 @@ impl ProxyOp {
     /// # Errors
     /// [`NrtStatus::Failure`] for an edge the diagram does not have.
     pub fn set_state_in(&mut self, to: OpState, rank: u32, comm: u32) -> Result<(), NrtStatus> {
-        state::check_traced(self.state, to, &OpName(self), |r| {
+        let from = self.state;
+        self.transition(to, rank, comm, || OpState::trace_class(from, to))
+    }
+
+    /// [`ProxyOp::set_state_in`] recording the transition as event class `class()` (run only
+    /// while recording).
+    fn transition(
+        &mut self,
+        to: OpState,
+        rank: u32,
+        comm: u32,
+        class: impl FnOnce() -> u32,
+    ) -> Result<(), NrtStatus> {
+        state::check_traced_as(self.state, to, &OpName(self), class, |r| {
             r.rank = rank;
             r.comm = comm;
             r.stream = u8::try_from(self.stream).unwrap_or(u8::MAX);

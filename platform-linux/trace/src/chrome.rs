@@ -13,7 +13,9 @@
 //! * one per op (`stream S block B op I send|recv`): `handshake` (waiting for the device's handshake, op state
 //!   1), `transfer` (posting and testing entries, state 2), and instants (ph `i`) `post` and
 //!   `complete` per FIFO entry inside the transfer; with the class `ops` without `steps` one
-//!   `op` span from begin to end (and a task's `task` span);
+//!   `op` span from begin to end (and a task's `task` span). An op's end begins its next
+//!   handshake (the walk re-arms it at once; that re-arm is recorded with `steps` only): a
+//!   recorded arm that follows (the next execution's `start`) replaces it;
 //! * a counter (ph `C`) `bytes in flight` per rank: posted and not yet completed.
 //!
 //! A mark (ph `i`, scope global, `recording window`) starts each recording window; spans open
@@ -38,6 +40,7 @@ const TASK_TID: u64 = 1_000_000;
 pub const OP_TID: u64 = 2_000_000;
 
 /// The op states' codes (`OpState`: 0 DONE, 1 HANDSHAKE, 2 TRANSFER).
+const OP_DONE: u8 = 0;
 const OP_HANDSHAKE: u8 = 1;
 const OP_TRANSFER: u8 = 2;
 /// The task run states' codes (`RunState`: ABI values).
@@ -57,6 +60,9 @@ struct Open {
     name: &'static str,
     start: u64,
     rec: Record,
+    /// An op's handshake its previous end implies (no arm recorded): left out when still open
+    /// at the end (the op's last re-arm, not a stall).
+    implied: bool,
 }
 
 /// Builds the events of `trace`; `only_rank`: just that rank's (one file per rank).
@@ -120,6 +126,7 @@ pub fn events(trace: &Trace, only_rank: Option<u32>) -> Vec<Value> {
                         name,
                         start: r.ts_ns,
                         rec: *r,
+                        implied: false,
                     },
                 );
             }
@@ -184,6 +191,7 @@ pub fn events(trace: &Trace, only_rank: Option<u32>) -> Vec<Value> {
                                 name,
                                 start: r.ts_ns,
                                 rec: *r,
+                                implied: false,
                             },
                         );
                     }
@@ -217,15 +225,30 @@ pub fn events(trace: &Trace, only_rank: Option<u32>) -> Vec<Value> {
                 let next = match r.to {
                     OP_HANDSHAKE => Some("handshake"),
                     OP_TRANSFER => Some("transfer"),
+                    // The walk re-arms an op the tick it reaches DONE (its re-arm is recorded
+                    // with `steps` only, `ProxyOp::recycle_in`): the op's next execution
+                    // begins here, unless a recorded arm follows (it replaces this one).
+                    OP_DONE => Some("handshake"),
                     _ => None,
                 };
                 if let Some(name) = next {
+                    let rec = if r.to == OP_DONE {
+                        Record {
+                            from: OP_DONE,
+                            to: OP_HANDSHAKE,
+                            edge: 4,
+                            ..*r
+                        }
+                    } else {
+                        *r
+                    };
                     open.insert(
                         key,
                         Open {
                             name,
                             start: r.ts_ns,
-                            rec: *r,
+                            rec,
+                            implied: r.to == OP_DONE,
                         },
                     );
                 }
@@ -264,9 +287,10 @@ pub fn events(trace: &Trace, only_rank: Option<u32>) -> Vec<Value> {
         }
     }
     // Spans still open at the end (a task or op that never finished: a stalled device, a
-    // dead peer) end at the last record, marked `unfinished`.
+    // dead peer) end at the last record, marked `unfinished`; an op's handshake that only its
+    // previous end implies is left out.
     let last = trace.records.last().map_or(t0, |r| r.ts_ns);
-    let mut still: Vec<_> = open.into_iter().collect();
+    let mut still: Vec<_> = open.into_iter().filter(|(_, o)| !o.implied).collect();
     still.sort_by_key(|(k, o)| (o.start, *k));
     for ((_, tid, _), o) in still {
         let args = json!({

@@ -31,8 +31,8 @@ use std::path::{Path, PathBuf};
 use proxy_core::base::trace::{Drained, Record, Tracer, NONE};
 
 pub use process::{
-    from_env, os_thread_name, start, stop, thread_id, thread_names, tracer, DEFAULT_CAPACITY,
-    TRACE_ENV, TRACE_MASK_ENV,
+    from_env, os_thread_name, start, stop, thread_id, thread_lane, thread_names, tracer,
+    DEFAULT_CAPACITY, LANES, TRACE_ENV, TRACE_MASK_ENV,
 };
 
 /// The drained records of a run.

@@ -3,6 +3,7 @@
 //! recorded.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock, PoisonError};
 
 use proxy_core::base::trace::{self, Tracer};
@@ -25,6 +26,23 @@ thread_local! {
             .push((id, name));
         id
     };
+}
+
+/// The lanes of the process's tracer's ring ([`Tracer::with_lanes`]): one per recording thread
+/// up to this many (then threads share lanes: correct, a little slower).
+pub const LANES: usize = 16;
+
+/// Lanes handed to threads so far ([`thread_lane`]).
+static NEXT_LANE: AtomicUsize = AtomicUsize::new(0);
+
+thread_local! {
+    static LANE: usize = NEXT_LANE.fetch_add(1, Ordering::Relaxed) % LANES;
+}
+
+/// The recording thread's lane: the threads in the order they first recorded, modulo
+/// [`LANES`] (0 while a thread is being torn down).
+pub fn thread_lane() -> usize {
+    LANE.try_with(|l| *l).unwrap_or(0)
 }
 
 /// The recording thread's id: its OS thread id (`gettid`), the same in every copy of the core
@@ -52,18 +70,21 @@ pub fn thread_names() -> HashMap<u32, String> {
 }
 
 /// The process's tracer (this copy of the core's), installed at the first call with a ring of
-/// `capacity` records (later calls' `capacity` is ignored) and off until
-/// [`Tracer::set_on`]: 80 bytes a record, allocated now.
+/// `capacity` records in [`LANES`] lanes, one per recording thread ([`thread_lane`]; later
+/// calls' `capacity` is ignored) and off until [`Tracer::set_on`]: 80 bytes a record,
+/// allocated now.
 ///
 /// # Errors
 /// A message when another tracer was installed in this copy of the core first.
 pub fn tracer(capacity: usize) -> Result<&'static Tracer, String> {
     static OURS: OnceLock<&'static Tracer> = OnceLock::new();
     let t = *OURS.get_or_init(|| {
-        let t: &'static Tracer = Box::leak(Box::new(Tracer::new(
+        let t: &'static Tracer = Box::leak(Box::new(Tracer::with_lanes(
             capacity,
+            LANES,
             crate::clock::clock(),
             thread_id,
+            thread_lane,
         )));
         if !trace::install(t) {
             log::warn!("an event tracer was installed already; using it");

@@ -246,3 +246,35 @@ fn ops_without_steps_draw_one_span_per_op_and_task() {
         "{x:?}"
     );
 }
+
+#[test]
+fn an_ops_end_begins_its_next_execution_unless_an_arm_follows() {
+    // `ops` alone: the walk's re-arm of an op at its DONE is not recorded
+    // (`ProxyOp::recycle_in`). An op looping on its device (arm at 1 µs, DONE at 5 and 9 µs)
+    // draws two executions, the second from the first's end; one whose next execution is
+    // armed again by `start` (at 12 µs) begins there. The last end leaves no unfinished span.
+    let recs = vec![
+        op(1_000, 1, 0),
+        op(5_000, 0, 0),
+        op(9_000, 0, 0),
+        op(12_000, 1, 0),
+        op(15_000, 0, 0),
+    ];
+    let t = Trace::new(recs, HashMap::new(), Drained::default());
+    let doc = chrome::document(&t, None, "test");
+    let x: Vec<(String, f64, f64)> = doc["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["ph"] == "X")
+        .map(|e| {
+            (
+                e["name"].as_str().unwrap().to_owned(),
+                e["ts"].as_f64().unwrap(),
+                e["dur"].as_f64().unwrap(),
+            )
+        })
+        .collect();
+    let op = |ts: f64, dur: f64| ("op".to_owned(), ts, dur);
+    assert_eq!(x, [op(0.0, 4.0), op(4.0, 4.0), op(11.0, 3.0)]);
+}

@@ -2,13 +2,14 @@
 //! C libraries' `NCCOM_TRACE_*` / `nrt_proxy_trace_start`'s mask, `proxy-perf --trace-mask`,
 //! `NEURON_RT_PROXY_TRACE_MASK`), and their names.
 
-/// Where an op and a collective begin and end: an op's DONE → HANDSHAKE and → DONE, a task's
-/// leaving INIT and reaching DONE (a few events per op and collective). The libraries'
+/// Where an op and a collective begin and end: an op's DONE → HANDSHAKE by `start` and →
+/// DONE, a task's leaving INIT and reaching DONE (two events per op and per collective's task).
+/// The op walk's re-arm at an op's DONE is [`STEPS`] (the end implies it). The libraries'
 /// default.
 pub const OPS: u32 = 1 << 0;
-/// The op and task state changes in between: an op's HANDSHAKE → TRANSFER, a task's waiting,
-/// progressing, idle, closing, re-arm (with [`OPS`]: the `handshake` / `transfer` and
-/// `wait-trigger` / `run` spans of the timeline).
+/// The op and task state changes in between: an op's HANDSHAKE → TRANSFER and its re-arm by
+/// the op walk at DONE, a task's waiting, progressing, idle, closing, re-arm (with [`OPS`]:
+/// the `handshake` / `transfer` and `wait-trigger` / `run` spans of the timeline).
 pub const STEPS: u32 = 1 << 5;
 /// Every transport post and completion of a FIFO entry (bytes, peer).
 pub const TRANSPORT: u32 = 1 << 1;

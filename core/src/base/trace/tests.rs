@@ -2,6 +2,7 @@ extern crate std;
 
 use super::*;
 use crate::base::time::ManualClock;
+use std::vec::Vec;
 
 fn rec(op: u32) -> Record {
     Record {
@@ -51,7 +52,48 @@ fn writers_on_threads_lose_nothing_until_full() {
     } else {
         (4000, 1500u32)
     };
+    // Each writer on its own lane, as the platform arranges.
+    let r =
+        crate::base::sync::Arc::new(TraceRing::with_lanes(cap, 4, TraceRing::chunk_for(cap, 4)));
+    let chunk = r.chunk();
+    assert_eq!(chunk, if cfg!(miri) { 2 } else { 64 });
+    let hs: Vec<_> = (0..4u32)
+        .map(|t| {
+            let r = r.clone();
+            std::thread::spawn(move || {
+                for i in 0..each {
+                    r.push_on(t as usize, rec(t * 10_000 + i), |_| {});
+                }
+            })
+        })
+        .collect();
+    for h in hs {
+        h.join().unwrap();
+    }
+    let mut per = [0u32; 4];
+    let d = r.drain(|x| {
+        let t = (x.op / 10_000) as usize;
+        // Each writer's records are in its own order, none skipped.
+        assert_eq!(x.op % 10_000, per[t]);
+        assert_eq!(x.bytes, u64::from(x.op) * 8);
+        per[t] += 1;
+    });
+    // Every push recorded or counted; the ring full up to the lanes' unused tails.
+    assert_eq!(d.records + d.dropped, 4 * each as usize);
+    assert!(d.records <= cap && d.records + 4 * chunk > cap, "{d:?}");
+    assert_eq!(d.pending, 0);
+    assert_eq!(per.iter().sum::<u32>() as usize, d.records);
+}
+
+#[test]
+fn writers_sharing_one_lane_record_or_count_every_push() {
+    let (cap, each) = if cfg!(miri) {
+        (40, 15u32)
+    } else {
+        (4000, 1500u32)
+    };
     let r = crate::base::sync::Arc::new(TraceRing::new(cap));
+    assert_eq!((r.lanes(), r.chunk()), (1, if cfg!(miri) { 8 } else { 64 }));
     let hs: Vec<_> = (0..4u32)
         .map(|t| {
             let r = r.clone();
@@ -65,17 +107,65 @@ fn writers_on_threads_lose_nothing_until_full() {
     for h in hs {
         h.join().unwrap();
     }
-    let mut per = [0u32; 4];
+    let mut seen = std::collections::HashSet::new();
     let d = r.drain(|x| {
-        let t = (x.op / 10_000) as usize;
-        // Each writer's records are in its own order.
-        assert_eq!(x.op % 10_000, per[t]);
         assert_eq!(x.bytes, u64::from(x.op) * 8);
-        per[t] += 1;
+        assert!(seen.insert(x.op), "record {} twice", x.op);
     });
-    assert_eq!(d.records, cap);
-    assert_eq!(d.dropped, 4 * each as usize - cap);
-    assert_eq!(per.iter().sum::<u32>() as usize, cap);
+    // Races for a new chunk void the loser's rest of a chunk: fewer records, never a lost push.
+    assert_eq!(d.records + d.dropped, 4 * each as usize);
+    assert!(d.records <= cap, "{d:?}");
+    assert_eq!(d.pending, 0);
+}
+
+#[test]
+fn lanes_take_chunks_in_turn_and_their_unused_tails_are_not_pending() {
+    let r = TraceRing::with_lanes(9, 2, 3);
+    assert_eq!(
+        (r.capacity(), r.lanes(), r.chunk()),
+        (9, 2, 2),
+        "chunks of a power of two"
+    );
+    let r = TraceRing::with_lanes(9, 2, 4);
+    assert_eq!(r.chunk(), 4);
+    assert!(r.push_on(0, rec(1), |_| {})); // chunk 0: slot 0
+    assert!(r.push_on(1, rec(2), |_| {})); // chunk 1: slot 4
+    assert!(r.push_on(0, rec(3), |_| {})); // slot 1
+    assert!(r.push_on(0, rec(4), |_| {})); // slot 2
+    assert!(r.push_on(0, rec(41), |_| {})); // slot 3
+    assert!(r.push_on(0, rec(5), |_| {})); // chunk 2 (1 slot): slot 8
+    assert!(r.is_full());
+    assert!(
+        !r.push_on(0, rec(6), |_| {}),
+        "lane 0 used up its chunk and none is left"
+    );
+    assert!(r.push_on(3, rec(7), |_| {}), "lane 3 is lane 1: slot 5");
+    assert!(r.push_on(1, rec(71), |_| {})); // slot 6
+    let mut seen = Vec::new();
+    let d = r.drain(|x| seen.push(x.op));
+    assert_eq!(seen, [1, 3, 4, 41, 2, 7, 71, 5], "chunk by chunk");
+    assert_eq!(
+        d,
+        Drained {
+            records: 8,
+            pending: 0,
+            dropped: 1
+        },
+        "lane 1's slot 7 is unclaimed, not pending"
+    );
+    assert!(r.push_on(1, rec(8), |_| {}));
+    assert!(!r.push_on(1, rec(9), |_| {}));
+    assert_eq!(r.drain(|_| {}).records, 9);
+    assert_eq!(r.dropped(), 2);
+}
+
+#[test]
+fn chunks_are_a_quarter_of_a_lanes_share_up_to_64() {
+    assert_eq!(TraceRing::chunk_for(1 << 20, 16), MAX_CHUNK);
+    assert_eq!(TraceRing::chunk_for(800, 8), 16);
+    assert_eq!(TraceRing::chunk_for(3, 1), 1);
+    assert_eq!(TraceRing::chunk_for(3, 0), 1);
+    assert_eq!(TraceRing::with_lanes(5, 0, 100).chunk(), 64);
 }
 
 // ---- the tracer ----------------------------------------------------------------------------

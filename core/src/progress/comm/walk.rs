@@ -202,7 +202,7 @@ impl Comm {
                 // pointers only.
                 op.executions += 1;
                 super::peaks::fold_op(peaks, op);
-                let armed = op.rearm_in(rank, comm_id);
+                let armed = op.recycle_in(rank, comm_id);
                 // SAFETY: `prev` is null or the op before `cur` on `active`.
                 let unlinked = unsafe { active.unlink_after(prev) };
                 debug_assert_eq!(unlinked, cur);
