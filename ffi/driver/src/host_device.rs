@@ -246,7 +246,7 @@ pub unsafe extern "C" fn nrt_proxy_host_device_launch(
                 net_triggers: net,
                 barrier_triggers: barrier,
                 barrier_done: (!barrier_done.is_null()).then_some(barrier_done as usize as u64),
-                barrier_at: BarrierAt::default(),
+                barrier_at: BarrierAt::End,
             };
             // SAFETY: the caller's contract: every address of the job stays valid for the
             // accesses of its program until the launch is done, replaced or the device is
