@@ -351,7 +351,7 @@ run_step killed_peer 80 killed_peer
 run_step soak 330 soak
 run_step netns 100 netns
 run_step shm_nocma 100 shm_nocma
-run_step loom 190 loom
+run_step loom 300 loom
 run_step miri 1000 miri
 run_step fuzz 170 fuzz
 [ "${PROXY_CI_INNER:-0}" = 1 ] || \
