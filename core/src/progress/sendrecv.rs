@@ -284,7 +284,7 @@ fn transfer(op: &mut ProxyOp, ctx: &mut OpCtx<'_>, send: bool) -> Result<(), Nrt
             op.max_recv_ahead = op.max_recv_ahead.max(ahead);
             ctx.stats.max_recv_ahead = ctx.stats.max_recv_ahead.max(u64::from(ahead));
         }
-        trace::emit(trace::mask::TRANSPORT, || {
+        trace::emit_fresh(trace::mask::TRANSPORT, || {
             io_record(trace::Kind::Post, op, ctx, send, op.posted, size, peer)
         });
         op.posted += 1;
@@ -314,7 +314,7 @@ fn transfer(op: &mut ProxyOp, ctx: &mut OpCtx<'_>, send: bool) -> Result<(), Nrt
                 if let Some(t) = op.tracker_mut() {
                     t.pop_front();
                 }
-                trace::emit(trace::mask::TRANSPORT, || {
+                trace::emit_fresh(trace::mask::TRANSPORT, || {
                     let peer = if send {
                         ctx.src[i].dest_rank
                     } else {
