@@ -14,7 +14,7 @@
 //! makes in one tick share the clock read of the first of them, except a record that follows a
 //! transport call ([`emit_fresh`]), which reads the clock afresh; the tick drops the stamp
 //! before every call out of its own bookkeeping (the progress half, a barrier channel, a device
-//! poller). The clock read is most of a record's cost (issue 28).
+//! poller). The clock read is a large part of a record's cost (issue 28).
 //!
 //! **Off is free.** Recording sites call [`emit`] with the event's class ([`mask`]): one load
 //! of a process-wide word (the installed tracer's mask while it is on, else 0) and a branch when

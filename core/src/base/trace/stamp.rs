@@ -1,6 +1,6 @@
 //! The tick stamp ([`TickStamp`]): the records a driving thread makes in one tick share one
-//! clock read (issue 28: the `rdtsc` read is most of a record's cost, and an 8 B all-reduce
-//! records 8 `ops` events per rank thread per execution in 3 to 4 ticks).
+//! clock read (issue 28: the `rdtsc` read is a large part of a record's cost, and an 8 B
+//! all-reduce records 8 `ops` events per rank thread per execution in 3 to 4 ticks).
 //!
 //! Each exclusive lane of a [`super::Tracer`] (a lane below its lane count, which the platform
 //! gives one thread alone) has a [`LaneStamp`]. A tick opens its thread's lane stamp
