@@ -235,6 +235,10 @@ fn transfer(op: &mut ProxyOp, ctx: &mut OpCtx<'_>, send: bool) -> Result<(), Nrt
                     .irecv(peer, addr as usize as *mut u8, size, tag)
             }
         };
+        // A post may copy (the in-process transport's receive copies a waiting send): the
+        // records after it read the clock afresh, whichever classes are recorded
+        // (`trace::TickStamp`; one load and a branch while nothing is recorded).
+        trace::TickStamp::here().clear();
         let posted = match posted {
             Ok(Some(p)) => p,
             Ok(None) => break, // back-pressure: retry this entry next tick
