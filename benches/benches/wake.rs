@@ -44,6 +44,7 @@ const LIMIT: Duration = Duration::from_secs(5);
 const ENV: StepEnv = StepEnv {
     now_ns: 0,
     may_begin: true,
+    stamp: proxy_core::base::trace::TickStamp::NONE,
 };
 
 fn wait_done(rec: &StatusRecord) {

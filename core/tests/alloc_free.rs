@@ -302,6 +302,7 @@ fn execute(ranks: &mut [Rank; 2], exec: u32) {
     const ENV: StepEnv = StepEnv {
         now_ns: 0,
         may_begin: true,
+        stamp: proxy_core::base::trace::TickStamp::NONE,
     };
     for r in ranks.iter_mut() {
         if exec > 0 {

@@ -102,12 +102,14 @@ pub fn check_traced<S: Machine>(
     who: &dyn fmt::Display,
     ids: impl FnOnce(&mut Record),
 ) -> Result<u8, IllegalEdge<S>> {
-    check_traced_as(from, to, who, || S::trace_class(from, to), ids)
+    check_traced_as(from, to, who, false, || S::trace_class(from, to), ids)
 }
 
 /// [`check_traced`] with the record's event class from `class()` instead of
 /// [`Machine::trace_class`] (a site that knows more than the two states: an op's re-arm by the
-/// walk's recycle, which its previous end implies). `class` runs only while recording.
+/// walk's recycle, which its previous end implies). `class` runs only while recording. A
+/// `fresh` record reads the clock also in an open tick (`trace::emit_fresh`: a transition that
+/// follows a transport call), else it shares the tick's stamp (`trace::TickStamp`).
 ///
 /// # Errors
 /// [`IllegalEdge`] when the diagram has no edge `from => to`.
@@ -115,13 +117,14 @@ pub fn check_traced_as<S: Machine>(
     from: S,
     to: S,
     who: &dyn fmt::Display,
+    fresh: bool,
     class: impl FnOnce() -> u32,
     ids: impl FnOnce(&mut Record),
 ) -> Result<u8, IllegalEdge<S>> {
     match S::edge(from, to) {
         Some(n) => {
             log::trace!("{} {who}: state={from:?}=>{to:?} (edge {n})", S::NAME);
-            trace::emit_with(class, || {
+            trace::emit_with_as(fresh, class, || {
                 let mut r = Record {
                     machine: S::NAME,
                     from: from.code(),

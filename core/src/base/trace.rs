@@ -10,6 +10,12 @@
 //! function the platform handed in), the rank, comm, stream, op, block and FIFO entry where the
 //! recording site knows them, the peer and the bytes.
 //!
+//! **One clock read per tick** ([`TickStamp`], in `stamp.rs`): the records a driving thread
+//! makes in one tick share the clock read of the first of them, except a record that follows a
+//! transport call ([`emit_fresh`]), which reads the clock afresh; the tick drops the stamp
+//! before every call out of its own bookkeeping (the progress half, a barrier channel, a device
+//! poller). The clock read is a large part of a record's cost (issue 28).
+//!
 //! **Off is free.** Recording sites call [`emit`] with the event's class ([`mask`]): one load
 //! of a process-wide word (the installed tracer's mask while it is on, else 0) and a branch when
 //! nothing records that class (no tracer installed, switched off with [`Tracer::set_on`], or
@@ -43,8 +49,13 @@ use crate::base::sync::{SwitchAtomicBool, SwitchAtomicPtr, SwitchAtomicU32, Swit
 
 pub mod mask;
 mod ring;
+mod stamp;
+use crate::base::sync::CachePadded;
 use crate::base::time::Clock;
+use alloc::boxed::Box;
+use alloc::vec::Vec;
 pub use ring::{Drained, TraceRing, MAX_CHUNK};
+pub use stamp::{LaneStamp, OpenTick, TickStamp};
 
 /// "Not known at the recording site" for a record's id fields.
 pub const NONE: u32 = u32::MAX;
@@ -177,9 +188,11 @@ impl Default for Record {
 }
 
 /// A process-wide recorder: the ring, the clock, the thread-id and lane functions the platform
-/// handed in, and the on/off switch.
+/// handed in, the exclusive lanes' tick stamps ([`TickStamp`]), and the on/off switch.
 pub struct Tracer {
     ring: TraceRing,
+    /// One per lane: the tick stamp of the thread that owns the lane.
+    stamps: Box<[CachePadded<LaneStamp>]>,
     clock: &'static dyn Clock,
     thread: fn() -> u32,
     lane: fn() -> usize,
@@ -189,18 +202,20 @@ pub struct Tracer {
 }
 
 impl Tracer {
-    /// A tracer of `capacity` records with one lane (every thread claims on the same word),
-    /// off, recording every class ([`mask::ALL`]) once on, stamping records with `clock` and
-    /// `thread()`.
+    /// A tracer of `capacity` records with one lane shared by every thread (no tick stamps:
+    /// every record reads the clock), off, recording every class ([`mask::ALL`]) once on,
+    /// stamping records with `clock` and `thread()`.
     pub fn new(capacity: usize, clock: &'static dyn Clock, thread: fn() -> u32) -> Self {
-        Self::with_lanes(capacity, 1, clock, thread, || 0)
+        Self::with_lanes(capacity, 1, clock, thread, || usize::MAX)
     }
 
     /// A tracer of `capacity` records in `lanes` lanes ([`TraceRing::with_lanes`], chunks of
-    /// [`TraceRing::chunk_for`]): a thread records on lane `lane()` (modulo `lanes`; give each
-    /// recording thread its own while there are enough, e.g. a per-thread index, so that no
-    /// two threads write the same cache lines). Off, recording every class once on, stamping
-    /// records with `clock` and `thread()`.
+    /// [`TraceRing::chunk_for`]): a thread records on lane `lane()`. A `lane()` below `lanes`
+    /// must be the calling thread's alone while it lives (e.g. a per-thread index): its records
+    /// then touch no cache line another thread writes, and its ticks share a clock read
+    /// ([`TickStamp`]); from `lanes` on a lane is shared (taken modulo `lanes`; correct, only
+    /// slower: one clock read per record). Off, recording every class once on, stamping records
+    /// with `clock` and `thread()`.
     pub fn with_lanes(
         capacity: usize,
         lanes: usize,
@@ -210,6 +225,10 @@ impl Tracer {
     ) -> Self {
         Self {
             ring: TraceRing::with_lanes(capacity, lanes, TraceRing::chunk_for(capacity, lanes)),
+            stamps: (0..lanes.max(1))
+                .map(|_| CachePadded::new(LaneStamp::new()))
+                .collect::<Vec<_>>()
+                .into_boxed_slice(),
             clock,
             thread,
             lane,
@@ -267,12 +286,48 @@ impl Tracer {
 
     /// Stamps `rec` with the time and thread and appends it on the thread's lane (even when
     /// off). A full ring counts the record dropped without reading the clock. The time is read
-    /// once the slot is claimed ([`TraceRing::push_on`]).
+    /// once the slot is claimed ([`TraceRing::push_on`]); in an open tick it is the tick's
+    /// stamp when there is one ([`TickStamp`]: a shared record).
     pub fn record(&self, rec: Record) -> bool {
-        self.ring.push_on((self.lane)(), rec, |r| {
-            r.ts_ns = self.clock.now_ns();
+        self.record_as(rec, false)
+    }
+
+    /// [`Tracer::record`] with a time read now, also in an open tick (a record that follows a
+    /// transport call: [`emit_fresh`]); the read becomes the tick's stamp.
+    pub fn record_fresh(&self, rec: Record) -> bool {
+        self.record_as(rec, true)
+    }
+
+    #[inline]
+    fn record_as(&self, rec: Record, fresh: bool) -> bool {
+        let lane = (self.lane)();
+        self.ring.push_on(lane, rec, |r| {
+            r.ts_ns = match self.stamps.get(lane) {
+                Some(s) => s.take(fresh, self.clock),
+                None => self.clock.now_ns(),
+            };
             r.thread = (self.thread)();
         })
+    }
+
+    /// The calling thread's lane stamp when its lane is its own ([`Tracer::with_lanes`]).
+    pub fn lane_stamp(&self) -> Option<&LaneStamp> {
+        self.stamps.get((self.lane)()).map(|s| &**s)
+    }
+
+    /// The calling thread's tick stamp handle on this tracer ([`TickStamp::here`] takes the
+    /// installed one's while recording): [`TickStamp::NONE`] when its lane is shared.
+    pub fn tick_stamp(&'static self) -> TickStamp {
+        TickStamp::of(self.lane_stamp())
+    }
+
+    /// Closes lane `lane`'s tick stamp (a platform that hands a lane to a new thread after its
+    /// owner ended: a tick the owner left open, e.g. by unwinding, is not shared with the new
+    /// owner's first records).
+    pub fn close_lane(&self, lane: usize) {
+        if let Some(s) = self.stamps.get(lane) {
+            s.close();
+        }
     }
 }
 
@@ -329,12 +384,35 @@ pub fn emit_with(class: impl FnOnce() -> u32, make: impl FnOnce() -> Record) {
 }
 
 /// Records the event `make()` builds when a tracer is installed, on, and records `class`
-/// ([`mask`]); otherwise one load and one branch, nothing else (`make` does not run).
+/// ([`mask`]); otherwise one load and one branch, nothing else (`make` does not run). In an
+/// open tick the record shares the tick's stamp ([`TickStamp`]).
 #[inline]
 pub fn emit(class: u32, make: impl FnOnce() -> Record) {
     if active() & class != 0 {
         if let Some(t) = installed() {
             t.record(make());
+        }
+    }
+}
+
+/// [`emit`] for a record that follows a transport call (a post, a completion, an op's
+/// transition by the op walk): its time is read now, also in an open tick ([`TickStamp`]).
+#[inline]
+pub fn emit_fresh(class: u32, make: impl FnOnce() -> Record) {
+    if active() & class != 0 {
+        if let Some(t) = installed() {
+            t.record_fresh(make());
+        }
+    }
+}
+
+/// [`emit_with`], fresh when `fresh` ([`emit_fresh`]).
+#[inline]
+pub fn emit_with_as(fresh: bool, class: impl FnOnce() -> u32, make: impl FnOnce() -> Record) {
+    let active = active();
+    if active != 0 && active & class() != 0 {
+        if let Some(t) = installed() {
+            t.record_as(make(), fresh);
         }
     }
 }

@@ -469,7 +469,12 @@ impl ProxyOp {
     /// As [`ProxyOp::rearm`].
     pub fn rearm_in(&mut self, rank: u32, comm: u32) -> Result<(), NrtStatus> {
         self.clear_for_rearm()?;
-        self.set_state_in(OpState::HANDSHAKE, rank, comm)
+        // Shared stamp: `start` arms a block's ops one after the other, no transport call
+        // between them (`trace::TickStamp`).
+        let from = self.state;
+        self.transition(OpState::HANDSHAKE, rank, comm, false, || {
+            OpState::trace_class(from, OpState::HANDSHAKE)
+        })
     }
 
     /// [`ProxyOp::rearm_in`] by the op walk's recycle (edge 4), the tick the op reached DONE:
@@ -483,7 +488,7 @@ impl ProxyOp {
     /// As [`ProxyOp::rearm`].
     pub fn recycle_in(&mut self, rank: u32, comm: u32) -> Result<(), NrtStatus> {
         self.clear_for_rearm()?;
-        self.transition(OpState::HANDSHAKE, rank, comm, || trace::mask::STEPS)
+        self.transition(OpState::HANDSHAKE, rank, comm, true, || trace::mask::STEPS)
     }
 
     /// What a re-arm clears: cursors, counters, the request tracker (made the first time).
@@ -524,19 +529,21 @@ impl ProxyOp {
     /// [`NrtStatus::Failure`] for an edge the diagram does not have.
     pub fn set_state_in(&mut self, to: OpState, rank: u32, comm: u32) -> Result<(), NrtStatus> {
         let from = self.state;
-        self.transition(to, rank, comm, || OpState::trace_class(from, to))
+        self.transition(to, rank, comm, true, || OpState::trace_class(from, to))
     }
 
     /// [`ProxyOp::set_state_in`] recording the transition as event class `class()` (run only
-    /// while recording).
+    /// while recording), with a time read now when `fresh` (the op walk's transitions follow
+    /// transport calls: `trace::emit_fresh`), else the tick's shared stamp (`start`'s arms).
     fn transition(
         &mut self,
         to: OpState,
         rank: u32,
         comm: u32,
+        fresh: bool,
         class: impl FnOnce() -> u32,
     ) -> Result<(), NrtStatus> {
-        state::check_traced_as(self.state, to, &OpName(self), class, |r| {
+        state::check_traced_as(self.state, to, &OpName(self), fresh, class, |r| {
             r.rank = rank;
             r.comm = comm;
             r.stream = u8::try_from(self.stream).unwrap_or(u8::MAX);

@@ -235,6 +235,10 @@ fn transfer(op: &mut ProxyOp, ctx: &mut OpCtx<'_>, send: bool) -> Result<(), Nrt
                     .irecv(peer, addr as usize as *mut u8, size, tag)
             }
         };
+        // A post may copy (the in-process transport's receive copies a waiting send): the
+        // records after it read the clock afresh, whichever classes are recorded
+        // (`trace::TickStamp`; one load and a branch while nothing is recorded).
+        trace::TickStamp::here().clear();
         let posted = match posted {
             Ok(Some(p)) => p,
             Ok(None) => break, // back-pressure: retry this entry next tick
@@ -284,7 +288,7 @@ fn transfer(op: &mut ProxyOp, ctx: &mut OpCtx<'_>, send: bool) -> Result<(), Nrt
             op.max_recv_ahead = op.max_recv_ahead.max(ahead);
             ctx.stats.max_recv_ahead = ctx.stats.max_recv_ahead.max(u64::from(ahead));
         }
-        trace::emit(trace::mask::TRANSPORT, || {
+        trace::emit_fresh(trace::mask::TRANSPORT, || {
             io_record(trace::Kind::Post, op, ctx, send, op.posted, size, peer)
         });
         op.posted += 1;
@@ -314,7 +318,7 @@ fn transfer(op: &mut ProxyOp, ctx: &mut OpCtx<'_>, send: bool) -> Result<(), Nrt
                 if let Some(t) = op.tracker_mut() {
                     t.pop_front();
                 }
-                trace::emit(trace::mask::TRANSPORT, || {
+                trace::emit_fresh(trace::mask::TRANSPORT, || {
                     let peer = if send {
                         ctx.src[i].dest_rank
                     } else {

@@ -130,6 +130,7 @@ pub fn abort_race() {
     let env = StepEnv {
         now_ns: 0,
         may_begin: true,
+        stamp: proxy_core::base::trace::TickStamp::NONE,
     };
     let mut steps = 0;
     while task.step(&env) != Step::Done {

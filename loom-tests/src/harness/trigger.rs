@@ -251,6 +251,7 @@ pub fn trigger_gate() {
     let env = StepEnv {
         now_ns: 0,
         may_begin: true,
+        stamp: proxy_core::base::trace::TickStamp::NONE,
     };
     let mut steps = 0;
     loop {

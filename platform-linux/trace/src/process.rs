@@ -28,21 +28,71 @@ thread_local! {
     };
 }
 
-/// The lanes of the process's tracer's ring ([`Tracer::with_lanes`]): one per recording thread
-/// up to this many (then threads share lanes: correct, a little slower).
+/// The lanes of the process's tracer's ring ([`Tracer::with_lanes`]): one per live recording
+/// thread up to this many (then threads share lanes: correct, a little slower, and their records
+/// read the clock each: no tick stamp, `proxy_core::base::trace::TickStamp`).
 pub const LANES: usize = 16;
 
-/// Lanes handed to threads so far ([`thread_lane`]).
+/// Exclusive lanes handed out so far ([`thread_lane`]); lanes of ended threads wait in
+/// [`FREE_LANES`].
 static NEXT_LANE: AtomicUsize = AtomicUsize::new(0);
 
-thread_local! {
-    static LANE: usize = NEXT_LANE.fetch_add(1, Ordering::Relaxed) % LANES;
+/// Exclusive lanes whose threads ended, for the next threads.
+static FREE_LANES: Mutex<Vec<usize>> = Mutex::new(Vec::new());
+
+/// Threads that found no exclusive lane ([`thread_lane`] answers `LANES + n`).
+static SHARED_LANES: AtomicUsize = AtomicUsize::new(0);
+
+/// A thread's lane; an exclusive one goes back to [`FREE_LANES`] when the thread ends (its tick
+/// stamp closed, so the next owner does not inherit a tick left open).
+struct Lane(usize);
+
+impl Lane {
+    fn take() -> Self {
+        let free = FREE_LANES
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .pop();
+        let lane = free.unwrap_or_else(|| {
+            // Below LANES only while lanes are left (the counter stops there).
+            let n = NEXT_LANE
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                    (n < LANES).then_some(n + 1)
+                })
+                .unwrap_or(LANES);
+            if n < LANES {
+                n
+            } else {
+                LANES + SHARED_LANES.fetch_add(1, Ordering::Relaxed) % LANES
+            }
+        });
+        Self(lane)
+    }
 }
 
-/// The recording thread's lane: the threads in the order they first recorded, modulo
-/// [`LANES`] (0 while a thread is being torn down).
+impl Drop for Lane {
+    fn drop(&mut self) {
+        if self.0 < LANES {
+            if let Some(t) = trace::installed() {
+                t.close_lane(self.0);
+            }
+            FREE_LANES
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push(self.0);
+        }
+    }
+}
+
+thread_local! {
+    static LANE: Lane = Lane::take();
+}
+
+/// The recording thread's lane: below [`LANES`] the thread's own while it lives (lanes of ended
+/// threads are handed out again), else a shared one (`LANES + n`, taken modulo by the ring;
+/// also while a thread is being torn down).
 pub fn thread_lane() -> usize {
-    LANE.try_with(|l| *l).unwrap_or(0)
+    LANE.try_with(|l| l.0).unwrap_or(usize::MAX)
 }
 
 /// The recording thread's id: its OS thread id (`gettid`), the same in every copy of the core

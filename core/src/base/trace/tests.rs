@@ -2,6 +2,7 @@ extern crate std;
 
 use super::*;
 use crate::base::time::ManualClock;
+use std::boxed::Box;
 use std::vec::Vec;
 
 fn rec(op: u32) -> Record {
@@ -193,6 +194,52 @@ fn tracer_stamps_time_and_thread_and_switches() {
             (1_501, 7, 9, Kind::Mark)
         ]
     );
+}
+
+#[test]
+fn an_open_tick_shares_one_clock_read_until_cleared() {
+    static CLOCK: ManualClock = ManualClock::new(100);
+    let t: &'static Tracer = Box::leak(Box::new(Tracer::with_lanes(16, 2, &CLOCK, || 3, || 1)));
+    let stamp = t.tick_stamp();
+    assert!(stamp.is_some());
+    let times = || {
+        let mut v = Vec::new();
+        t.ring().drain(|r| v.push(r.ts_ns));
+        v
+    };
+    // Closed: every record reads the clock.
+    t.record(rec(1));
+    CLOCK.advance(10);
+    t.record(rec(2));
+    {
+        let open = stamp.open();
+        CLOCK.advance(10); // 120
+        t.record(rec(3)); // reads: the tick's stamp
+        CLOCK.advance(10);
+        t.record(rec(4)); // shares 120
+        t.record_fresh(rec(5)); // reads 130, the new stamp
+        CLOCK.advance(10);
+        t.record(rec(6)); // shares 130
+        open.stamp().clear();
+        t.record(rec(7)); // reads 140
+        CLOCK.advance(10);
+    }
+    // Closed again when the guard dropped: 150.
+    t.record(rec(8));
+    assert_eq!(times(), [100, 110, 120, 120, 130, 130, 140, 150]);
+    // A thread on a shared lane (at or past the lane count) never shares.
+    let shared: &'static Tracer = Box::leak(Box::new(Tracer::with_lanes(4, 2, &CLOCK, || 3, || 2)));
+    assert_eq!(shared.tick_stamp(), TickStamp::NONE);
+    let one_lane: &'static Tracer = Box::leak(Box::new(Tracer::new(4, &CLOCK, || 3)));
+    assert_eq!(one_lane.tick_stamp(), TickStamp::NONE);
+    // A lane closed for a new owner does not hand on an open tick's stamp.
+    let _open = stamp.open();
+    t.record(rec(9));
+    t.close_lane(1);
+    CLOCK.advance(10);
+    t.record(rec(10));
+    let v = times();
+    assert_eq!(&v[8..], [150, 160]);
 }
 
 #[test]

@@ -8,8 +8,9 @@ impl Driver<'_> {
     /// One tick of the driver loop (see [`Worker::tick`]).
     pub fn tick(&mut self) -> Tick {
         let q = self.queue;
+        let stamp = self.stamp;
         // SAFETY: this guard holds the drive token.
-        unsafe { q.with_driver(|ds| ds.tick(q)) }
+        unsafe { q.with_driver(|ds| ds.tick(q, stamp)) }
     }
 
     /// Number of active tasks over all slots.
@@ -79,8 +80,10 @@ impl Worker {
     /// Seed: one iteration of `enc_proxy_queue::process` (drain → step → recycle), §2.
     pub fn tick(&mut self) -> Tick {
         let q = &*self.queue;
+        // The worker's thread records on its own lane (one lookup per tick while recording).
+        let stamp = trace::TickStamp::here();
         // SAFETY: the worker holds the drive token for its life.
-        unsafe { q.with_driver(|ds| ds.tick(q)) }
+        unsafe { q.with_driver(|ds| ds.tick(q, stamp)) }
     }
 
     /// Parks the worker until a submission, a join, a leave or a stop wakes it; re-checks every
@@ -157,7 +160,10 @@ impl DriverState {
         self.slots.iter().map(|s| s.active.len()).sum()
     }
 
-    pub(super) fn tick(&mut self, queue: &ProxyQueue) -> Tick {
+    /// One tick; the records of the driving thread share `stamp`'s clock read while it runs
+    /// (`trace::TickStamp`: dropped before every call out of the tick's bookkeeping).
+    pub(super) fn tick(&mut self, queue: &ProxyQueue, stamp: trace::TickStamp) -> Tick {
+        let _open = stamp.open();
         let now_ns = self.clock.now_ns();
         self.woke_from = queue.activity.get();
         queue.activity.set(DriverActivity::Ticking);
@@ -195,6 +201,8 @@ impl DriverState {
         }
         self.busy_comms.clear();
         self.ended.clear();
+        // A dump above may have taken a while: the steps' records read the clock afresh.
+        stamp.clear();
         let mut any_active = false;
         for (index, ws) in self.slots[..hw].iter_mut().enumerate() {
             if ws.active.is_empty() {
@@ -212,7 +220,11 @@ impl DriverState {
                 let t = &mut ws.active[k].task;
                 let key = t.comm_key();
                 let may_begin = key.is_none_or(|k| !busy.contains(&k));
-                match t.step(&StepEnv { now_ns, may_begin }) {
+                match t.step(&StepEnv {
+                    now_ns,
+                    may_begin,
+                    stamp,
+                }) {
                     Step::Done => {
                         let sub = ws.active.remove(k).expect("k < len");
                         let record = sub.task.record();
@@ -242,11 +254,15 @@ impl DriverState {
             if pushed || moved {
                 progressed = true;
                 queue.slots[index].bell.ring();
+                // A wake-up may be a system call: the next slot's records read the clock.
+                stamp.clear();
             }
         }
         // The slots' pollers (an emulated device the worker plays), after the steps: a device
         // that waits keeps the driver from parking.
         for slot in &queue.slots[..hw] {
+            // The device's work is not the tick's bookkeeping: its records read the clock.
+            stamp.clear();
             match slot.poller.poll() {
                 Polled::Moved => {
                     progressed = true;

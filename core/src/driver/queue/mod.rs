@@ -441,6 +441,9 @@ pub struct Driver<'q> {
     queue: &'q ProxyQueue,
     /// `true` when it was taken with [`ProxyQueue::try_drive_as`] (the holder's tag is set).
     tagged: bool,
+    /// The taking thread's tick stamp (event recording: `trace::TickStamp`, looked up once per
+    /// drive session, not per tick). A `Driver` ticks on the thread that took it.
+    stamp: crate::base::trace::TickStamp,
 }
 
 impl core::fmt::Debug for Driver<'_> {

@@ -161,6 +161,7 @@ impl ProxyQueue {
             Some(Driver {
                 queue: self,
                 tagged: false,
+                stamp: trace::TickStamp::here(),
             })
         } else {
             None

@@ -364,6 +364,8 @@ impl BarrierTask {
     /// at the channel, PROGRESSING (edge 2 or 4); DONE with the channel's error (edge 7).
     fn arrive(&mut self, env: &StepEnv, from: RunState) -> Step {
         self.triggers.consume();
+        // The barrier channel may wait on a socket: records after it read the clock.
+        env.stamp.clear();
         match self.channel.arrive() {
             Ok(t) => self.ticket = Some(t),
             Err(e) => {
@@ -389,6 +391,8 @@ impl BarrierTask {
             self.core.transition(RunState::Done, NrtStatus::Failure);
             return Step::Done;
         };
+        // As in `arrive`: a call out of the tick's bookkeeping.
+        env.stamp.clear();
         match self.channel.poll(ticket) {
             Ok(true) => {
                 if self.leader {

@@ -40,6 +40,10 @@ pub struct StepEnv {
     /// `false` while an earlier network task of the same comm is not DONE: a network task in
     /// INIT then stays in INIT (docs/design.md §4, "one comm, one network task at a time").
     pub may_begin: bool,
+    /// The tick's shared time stamp (event recording, `crate::base::trace::TickStamp`): a task
+    /// clears it before it calls out of the tick's bookkeeping (the progress half, a barrier
+    /// channel), so that its records after the call do not reuse a time from before it.
+    pub stamp: crate::base::trace::TickStamp,
 }
 
 /// What one step did, as the queue's loop needs it.

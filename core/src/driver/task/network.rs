@@ -47,6 +47,7 @@ use super::{ProxyTask, Step, StepEnv, TaskCore, TaskKind};
 use crate::base::abort::AbortHandle;
 use crate::base::desc::NUM_STREAMS;
 use crate::base::status::NrtStatus;
+use crate::base::trace;
 use crate::driver::record::RunState;
 use crate::driver::trigger::TriggerWords;
 use crate::seam::{CommDumpFn, SeamTable};
@@ -410,6 +411,14 @@ impl NetworkTask {
             if self.draining & bit == 0 {
                 continue;
             }
+            // A call into the progress half. After a clean end (every op done, no request
+            // outstanding) the stop only books the stream down, and the task's end keeps the
+            // tick's stamp (its last op's end, `trace::TickStamp`); otherwise the stop cancels
+            // and drains requests, and the records after it read the clock (a rare path, so
+            // the stamp is looked up here).
+            if self.close_status != NrtStatus::Success {
+                trace::TickStamp::here().clear();
+            }
             // SAFETY: `comm` per CommHandle::new's contract; we are the worker thread.
             let r = unsafe {
                 if sync {
@@ -460,6 +469,10 @@ impl NetworkTask {
         }
         self.filed = true;
         for b in &self.blocks {
+            // A call into the progress half (maybe another copy of the core, whose records
+            // carry their own times): this tick's records after it do not reuse a time from
+            // before it (`trace::TickStamp`).
+            env.stamp.clear();
             // SAFETY: `comm` per CommHandle::new's contract; we are the worker thread.
             let r = unsafe {
                 self.seam
@@ -525,6 +538,8 @@ impl NetworkTask {
             }
             let bb = self.schedule[c.cursor];
             let (mut idle, mut done) = (true, true);
+            // As in `step_init`: a call into the progress half.
+            env.stamp.clear();
             // SAFETY: `comm` per CommHandle::new's contract; we are the worker thread.
             let r = unsafe {
                 self.seam

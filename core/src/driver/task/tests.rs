@@ -16,12 +16,14 @@ use crate::testutil::{block, seam, Call, Script, Words};
 const GO: StepEnv = StepEnv {
     now_ns: 0,
     may_begin: true,
+    stamp: crate::base::trace::TickStamp::NONE,
 };
 
 fn at(now_ns: u64) -> StepEnv {
     StepEnv {
         now_ns,
         may_begin: true,
+        stamp: crate::base::trace::TickStamp::NONE,
     }
 }
 
@@ -104,6 +106,7 @@ fn init_waits_behind_an_earlier_task_and_never_times_out_there() {
     let behind = StepEnv {
         now_ns: 1_000_000,
         may_begin: false,
+        stamp: crate::base::trace::TickStamp::NONE,
     };
     for _ in 0..5 {
         assert_eq!(t.step(&behind), Step::Idle);
