@@ -1,6 +1,8 @@
 //! The completion queue: reading completions and error completions (`fi_cq_read`,
 //! `fi_cq_readerr`) into the transport's requests, once per progress call.
 
+use core::mem::MaybeUninit;
+
 use libfabric_sys as fi;
 use proxy_core::progress::net::NetError;
 
@@ -15,13 +17,17 @@ impl LibfabricTransport {
         if self.obj.cq.is_null() {
             return Ok(());
         }
-        let mut entries: [fi::fi_cq_tagged_entry; CQ_BATCH] = Default::default();
+        // Not zeroed: this runs at every progress call, mostly to find nothing, and zeroing
+        // the batch (640 bytes) was about 1 % of a crowded 8 B all-reduce's profile.
+        let mut entries = [MaybeUninit::<fi::fi_cq_tagged_entry>::uninit(); CQ_BATCH];
         for _ in 0..CQ_MAX_BATCHES {
             // SAFETY: the CQ is open with FI_CQ_FORMAT_TAGGED; `entries` has room for CQ_BATCH
-            // entries of that format.
+            // entries of that format (fi_cq_read only writes them).
             let n = unsafe { fi::fi_cq_read(self.obj.cq, entries.as_mut_ptr().cast(), CQ_BATCH) };
             if n > 0 {
-                for e in &entries[..n as usize] {
+                for e in &entries[..(n as usize).min(CQ_BATCH)] {
+                    // SAFETY: fi_cq_read wrote its first `n` (≤ CQ_BATCH) entries.
+                    let e = unsafe { e.assume_init_ref() };
                     self.on_completion(e);
                 }
                 if (n as usize) < CQ_BATCH {
