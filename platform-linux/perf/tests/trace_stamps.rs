@@ -44,31 +44,15 @@ fn ops_reads_the_clock_about_once_per_tick() {
     assert!(trace::install(t));
     let path = std::env::temp_dir().join(format!("proxy-perf-{}-stamps.json", std::process::id()));
     let (warmup, iters) = (10u64, 100u64);
-    let args = proxy_perf::args::Args::parse_from([
-        "proxy-perf",
-        "all-reduce",
-        "--ranks",
-        "2",
-        "-b",
-        "8",
-        "-e",
-        "8",
-        "-n",
-        &iters.to_string(),
-        "-w",
-        &warmup.to_string(),
-        "-c",
-        "1",
-        "--driver",
-        "caller",
-        "--device",
-        "polled",
-        "--trace",
-        path.to_str().unwrap(),
-        "--trace-all",
-        "--trace-mask",
-        "ops",
-    ]);
+    let cmd = format!(
+        "proxy-perf all-reduce --ranks 2 -b 8 -e 8 -n {iters} -w {warmup} -c 1 --driver caller \
+         --device polled --trace-all --trace-mask ops --trace"
+    );
+    let args = proxy_perf::args::Args::parse_from(
+        cmd.split_whitespace()
+            .map(String::from)
+            .chain([path.to_str().expect("a UTF-8 temp path").to_owned()]),
+    );
     assert_eq!(proxy_perf::run_cli(&args), 0);
     let _ = std::fs::remove_file(&path);
     // Out of place and in place: warm-up, timed and one checked execution each.
