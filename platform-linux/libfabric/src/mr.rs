@@ -468,13 +468,24 @@ impl MrCache {
     /// Marks a cached region used now (LRU).
     fn touch(&mut self, id: RegionId) {
         let tick = self.tick;
-        self.tick += 1;
         let r = self.regions.get_mut(&id).expect("live region");
         debug_assert_eq!(
             r.state,
             RegionState::Cached,
             "only cached regions are found"
         );
+        if r.last_use.wrapping_add(1) == tick {
+            // Already the most recently used (every touch and registration takes the next
+            // tick; the posts of a collective that reuse one buffer): the LRU order stands,
+            // no tree update.
+            debug_assert_eq!(
+                self.lru.get(&r.last_use),
+                Some(&id),
+                "a cached region is in the LRU"
+            );
+            return;
+        }
+        self.tick += 1;
         self.lru.remove(&r.last_use);
         self.lru.insert(tick, id);
         r.last_use = tick;

@@ -178,6 +178,32 @@ fn eviction_takes_the_least_recently_used_region() {
     assert_eq!(c.len(), 2);
 }
 
+/// Reusing the most recently used region leaves the LRU as it is (no tree update), and the
+/// order stays right for the next eviction.
+#[test]
+fn reusing_the_most_recent_region_keeps_the_lru_order() {
+    let (mut f, mut c) = (Fake::default(), cache(2, 0));
+    for addr in [A, B, B, B] {
+        let (r, _) = c.acquire(&mut f, addr, 64).unwrap();
+        c.release(&mut f, r);
+    }
+    // B used three times in a row, A once before it: A is the least recently used.
+    let (rc, _) = c.acquire(&mut f, C, 64).unwrap();
+    c.release(&mut f, rc);
+    assert_eq!(f.closed, vec![1], "A (key 1) evicted, B kept");
+    // B again (not the most recent after C: a full update), then A back evicts C.
+    for addr in [B, A] {
+        let (r, _) = c.acquire(&mut f, addr, 64).unwrap();
+        c.release(&mut f, r);
+    }
+    assert_eq!(
+        f.closed,
+        vec![1, 3],
+        "C (key 3) evicted: B was used after it"
+    );
+    assert_eq!(c.stats().evicted, 2);
+}
+
 #[test]
 fn a_pinned_region_is_never_evicted_and_a_full_cache_registers_uncached() {
     let (mut f, mut c) = (Fake::default(), cache(1, 0));
