@@ -199,7 +199,11 @@ fn tracer_stamps_time_and_thread_and_switches() {
 #[test]
 fn an_open_tick_shares_one_clock_read_until_cleared() {
     static CLOCK: ManualClock = ManualClock::new(100);
-    let t: &'static Tracer = Box::leak(Box::new(Tracer::with_lanes(16, 2, &CLOCK, || 3, || 1)));
+    // Tick stamps need a `'static` tracer: boxed, handed out as a raw pointer, and given back
+    // at the end (Miri's leak check).
+    let raw_t = Box::into_raw(Box::new(Tracer::with_lanes(16, 2, &CLOCK, || 3, || 1)));
+    // SAFETY: `raw_t` is live until the `Box::from_raw` at the end, after the last use.
+    let t: &'static Tracer = unsafe { &*raw_t };
     let stamp = t.tick_stamp();
     assert!(stamp.is_some());
     let times = || {
@@ -228,10 +232,12 @@ fn an_open_tick_shares_one_clock_read_until_cleared() {
     t.record(rec(8));
     assert_eq!(times(), [100, 110, 120, 120, 130, 130, 140, 150]);
     // A thread on a shared lane (at or past the lane count) never shares.
-    let shared: &'static Tracer = Box::leak(Box::new(Tracer::with_lanes(4, 2, &CLOCK, || 3, || 2)));
-    assert_eq!(shared.tick_stamp(), TickStamp::NONE);
-    let one_lane: &'static Tracer = Box::leak(Box::new(Tracer::new(4, &CLOCK, || 3)));
-    assert_eq!(one_lane.tick_stamp(), TickStamp::NONE);
+    let raw_shared = Box::into_raw(Box::new(Tracer::with_lanes(4, 2, &CLOCK, || 3, || 2)));
+    // SAFETY: live until the `Box::from_raw` at the end.
+    assert_eq!(unsafe { &*raw_shared }.tick_stamp(), TickStamp::NONE);
+    let raw_one = Box::into_raw(Box::new(Tracer::new(4, &CLOCK, || 3)));
+    // SAFETY: live until the `Box::from_raw` at the end.
+    assert_eq!(unsafe { &*raw_one }.tick_stamp(), TickStamp::NONE);
     // A lane closed for a new owner does not hand on an open tick's stamp.
     let _open = stamp.open();
     t.record(rec(9));
@@ -240,6 +246,12 @@ fn an_open_tick_shares_one_clock_read_until_cleared() {
     t.record(rec(10));
     let v = times();
     assert_eq!(&v[8..], [150, 160]);
+    drop(_open);
+    for raw in [raw_t, raw_shared, raw_one] {
+        // SAFETY: each came from `Box::into_raw` above, once; the last handle on it (the
+        // guard) is gone and no reference to it is used after this.
+        drop(unsafe { Box::from_raw(raw) });
+    }
 }
 
 #[test]
