@@ -375,12 +375,7 @@ pub fn active() -> u32 {
 /// `class()` runs only while something is recorded; off, one load and one branch.
 #[inline]
 pub fn emit_with(class: impl FnOnce() -> u32, make: impl FnOnce() -> Record) {
-    let active = active();
-    if active != 0 && active & class() != 0 {
-        if let Some(t) = installed() {
-            t.record(make());
-        }
-    }
+    emit_with_as(false, class, make);
 }
 
 /// Records the event `make()` builds when a tracer is installed, on, and records `class`
@@ -388,20 +383,22 @@ pub fn emit_with(class: impl FnOnce() -> u32, make: impl FnOnce() -> Record) {
 /// open tick the record shares the tick's stamp ([`TickStamp`]).
 #[inline]
 pub fn emit(class: u32, make: impl FnOnce() -> Record) {
-    if active() & class != 0 {
-        if let Some(t) = installed() {
-            t.record(make());
-        }
-    }
+    emit_as(false, class, make);
 }
 
 /// [`emit`] for a record that follows a transport call (a post, a completion, an op's
 /// transition by the op walk): its time is read now, also in an open tick ([`TickStamp`]).
 #[inline]
 pub fn emit_fresh(class: u32, make: impl FnOnce() -> Record) {
+    emit_as(true, class, make);
+}
+
+/// [`emit`], fresh when `fresh` ([`emit_fresh`]).
+#[inline]
+fn emit_as(fresh: bool, class: u32, make: impl FnOnce() -> Record) {
     if active() & class != 0 {
         if let Some(t) = installed() {
-            t.record_fresh(make());
+            t.record_as(make(), fresh);
         }
     }
 }
