@@ -223,6 +223,11 @@ plants! {
     /// a device's write) and sleeps past it. Loom model 17 (`tests/idle.rs`, the kick
     /// scenario): a deadlock.
     IdleKickSkipsAwake = 34,
+    /// `progress/mem_transport/endpoint.rs: isend` sets the receiver's arrival flag before it
+    /// pushes the message: the receiver's `poll` can take the flag, find the mailbox still
+    /// empty, and the message then waits unflagged. Loom model 7 (`tests/mem_transport.rs`,
+    /// delivery by `poll` alone): "a pushed message is drained by poll alone" fails.
+    MemArrivalBeforePush = 35,
 }
 
 /// "No plant" in the selector's storage.

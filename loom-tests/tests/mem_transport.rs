@@ -1,7 +1,10 @@
-//! Model 7: the in-memory transport: two workers exchanging messages through one mailbox, and
-//! the per-send handoff racing cancel against the receiver's claim.
+//! Model 7: the in-memory transport: two workers exchanging messages through one mailbox, the
+//! per-send handoff racing cancel against the receiver's claim, and delivery by `poll` alone
+//! through the arrival flags.
 #![cfg(loom)]
 
+use loom::sync::atomic::{AtomicUsize, Ordering};
+use loom::sync::Arc;
 use loom::thread;
 use loom_tests::harness::handoff_cancel_vs_claim;
 use loom_tests::{assert_loom_catches, check, ENV_BOUND};
@@ -109,5 +112,69 @@ fn handoff_plant_withdraw_by_load_and_store_is_caught() {
             "agree on the outcome",
         ],
         handoff_cancel_vs_claim,
+    );
+}
+
+/// `senders` ranks each post `per_sender` eager sends to the last rank, which posts no receive
+/// and calls only `poll` (no `irecv`, no `test`: those drain their own peer without the flags).
+/// Once every sender has finished (seen before a poll), that poll must have filed every message
+/// as unexpected: a pushed message is drained by `poll` alone.
+fn delivery_by_poll(senders: u32, per_sender: u64) {
+    let fabric = MemFabric::new(senders + 1).unwrap();
+    let receiver = senders;
+    let finished = Arc::new(AtomicUsize::new(0));
+    let handles: Vec<_> = (0..senders)
+        .map(|s| {
+            let mut ep = fabric.endpoint(s).unwrap();
+            let finished = finished.clone();
+            thread::spawn(move || {
+                let bytes = [s as u8; 4];
+                for tag in 0..per_sender {
+                    // SAFETY: 4 bytes ≤ EAGER_MAX: copied at post, the buffer is free at once.
+                    let posted = unsafe { ep.isend(receiver, bytes.as_ptr(), 4, tag) }.unwrap();
+                    assert!(
+                        posted.is_some(),
+                        "the mailbox has room for the model's sends"
+                    );
+                }
+                finished.fetch_add(1, Ordering::Release);
+                ep // kept alive until the receiver has looked (a drop withdraws the sends)
+            })
+        })
+        .collect();
+    let mut b = fabric.endpoint(receiver).unwrap();
+    let expected = (senders as u64 * per_sender) as usize;
+    loop {
+        // Acquire: every push and flag of a finished sender happens-before this poll.
+        let all_done = finished.load(Ordering::Acquire) == senders as usize;
+        b.poll().unwrap();
+        if b.unexpected_len() == expected {
+            break;
+        }
+        assert!(!all_done, "a pushed message is drained by poll alone");
+        thread::yield_now();
+    }
+    for h in handles {
+        drop(h.join().unwrap());
+    }
+}
+
+#[test]
+fn poll_alone_drains_two_messages_from_one_sender() {
+    check(ENV_BOUND, || delivery_by_poll(1, 2));
+}
+
+#[test]
+fn poll_alone_drains_two_senders_sharing_a_flag_word() {
+    check(EXCHANGE_PREEMPTIONS, || delivery_by_poll(2, 1));
+}
+
+#[test]
+fn arrival_plant_flag_before_push_is_caught() {
+    assert_loom_catches(
+        Plant::MemArrivalBeforePush,
+        ENV_BOUND,
+        &["a pushed message is drained by poll alone"],
+        || delivery_by_poll(1, 2),
     );
 }

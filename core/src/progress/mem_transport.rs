@@ -11,9 +11,11 @@
 //! * A send becomes one descriptor (`SendShared`: tag, payload, a 32-bit state word) shared by
 //!   the two endpoints through [`crate::base::sync::Arc`]; the sender keeps one reference in its
 //!   request slab and pushes the other through the mailbox.
-//! * The receiver does all matching and all copying. `poll` (and `test`, and `irecv` for its own
-//!   peer) drains incoming mailboxes; a message that finds no posted receive goes to the
-//!   *unexpected list*; a receive that finds no unexpected message goes to the *posted list*.
+//! * The receiver does all matching and all copying. `poll` drains the incoming mailboxes whose
+//!   senders flagged it since the last poll (one bit per sender, set after the push:
+//!   `mem_transport/arrivals.rs`), and `test` and `irecv` drain their own peer's; a message
+//!   that finds no posted receive goes to the *unexpected list*; a receive that finds no
+//!   unexpected message goes to the *posted list*.
 //!   Both are kept per peer and per tag in posting order, so the *k*-th send from A to B with
 //!   tag *t* meets the *k*-th receive on B from A with tag *t* (withdrawn sends do not count),
 //!   whatever order the two sides post in.
@@ -26,7 +28,7 @@
 //!   `Done` only when the receiver has taken the bytes.
 //! * The state word (`PENDING → COPYING → DONE` by the receiver, `PENDING → REJECTED` by the
 //!   receiver on a size mismatch, `PENDING → CANCELLED` by the sender's cancel) is the only
-//!   cross-thread handoff besides the mailbox; its diagram and memory orderings are in
+//!   cross-thread handoff besides the mailbox and its arrival flag; its diagram and memory orderings are in
 //!   `mem_transport/handoff.rs`. A cancelled send reports `Cancelled` only once the receiver can
 //!   no longer touch its buffer: if the receiver is mid-copy, `test` answers `Pending` until the
 //!   copy ends and then `Done` (the cancel lost the race).
@@ -67,6 +69,7 @@
 //! here without a network; docs/design.md §2 (the in-memory transport lives in `core`), §5 (tags,
 //! sizes, early send completion), §8 (one thread per endpoint, `poll` once per round of stream calls).
 
+mod arrivals;
 mod endpoint;
 #[doc(hidden)]
 pub mod handoff; // public for the loom models in `loom-tests` (model 7); not a stable API
@@ -83,6 +86,7 @@ use crate::base::bell::BellSlot;
 use crate::base::ring::{self, Consumer, Producer};
 use crate::base::sync::{fence, spin_loop, Arc, AtomicBool, Ordering, PlainArc, UnsafeCell};
 use crate::progress::net::{NetError, Posted, RequestId, TestOutcome, Transport, MAX_NRANKS};
+use arrivals::Arrivals;
 use handoff::{Claim, LentBuf, Payload, SendShared, SendState};
 
 /// Largest message, in bytes, that `isend` copies into the mailbox at post (4 KiB, inclusive).
@@ -150,6 +154,8 @@ struct Parts {
     rx: Vec<Consumer<Msg>>,
     /// Every rank's bell (shared by the fabric and all its endpoints).
     bells: PlainArc<[BellSlot]>,
+    /// Every receiver's arrival flags (shared likewise).
+    arrivals: PlainArc<Arrivals>,
 }
 
 /// One rank's endpoint, waiting to be taken.
@@ -225,6 +231,7 @@ impl MemFabric {
             }
         }
         let bells: PlainArc<[BellSlot]> = (0..n).map(|_| BellSlot::new()).collect();
+        let arrivals = PlainArc::new(Arrivals::new(n));
         let ranks: Vec<RankSlot> = tx
             .into_iter()
             .zip(rx)
@@ -234,6 +241,7 @@ impl MemFabric {
                     tx,
                     rx,
                     bells: bells.clone(),
+                    arrivals: arrivals.clone(),
                 })),
             })
             .collect();
@@ -484,6 +492,9 @@ pub struct MemTransport {
     relax: fn(),
     /// Every rank's bell ([`MemFabric::bell`]).
     bells: PlainArc<[BellSlot]>,
+    /// Every receiver's arrival flags (`mem_transport/arrivals.rs`): `isend` flags the
+    /// receiver after its push, `poll` drains only the flagged mailboxes.
+    arrivals: PlainArc<Arrivals>,
 }
 
 // Compile-time check: the endpoint can move to its worker thread.

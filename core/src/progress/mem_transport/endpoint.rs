@@ -20,6 +20,7 @@ impl MemTransport {
             closed: false,
             relax: spin_loop,
             bells: parts.bells,
+            arrivals: parts.arrivals,
         }
     }
 
@@ -122,13 +123,15 @@ impl MemTransport {
 
     /// Moves what `peer` has sent us so far (at most one mailbox-full, so the call is bounded
     /// even while the peer keeps sending) into matching receives or the unexpected list.
-    pub(super) fn drain(&mut self, peer: usize) {
+    /// `true` when it stopped at the mailbox-full (more may be waiting).
+    pub(super) fn drain(&mut self, peer: usize) -> bool {
         for _ in 0..self.rx[peer].capacity() {
             let Some(msg) = self.rx[peer].pop() else {
-                break;
+                return false;
             };
             self.deliver(peer, msg);
         }
+        true
     }
 
     /// Matches an arriving message against the oldest posted receive with its tag, else files
@@ -368,14 +371,22 @@ impl Transport for MemTransport {
         MAX_MSG_SIZE
     }
 
-    /// Drains every incoming mailbox (at most one mailbox-full each) into matching receives and
-    /// the unexpected list. Never fails.
+    /// Drains every incoming mailbox its sender has flagged since the last poll (at most one
+    /// mailbox-full each) into matching receives and the unexpected list
+    /// (`mem_transport/arrivals.rs`). Never fails.
     fn poll(&mut self) -> Result<(), NetError> {
         if self.closed {
             return Ok(());
         }
-        for peer in 0..self.rx.len() {
-            self.drain(peer);
+        let me = self.rank as usize;
+        for word in 0..self.arrivals.per_rank() {
+            let bits = self.arrivals.take(me, word);
+            for peer in arrivals::senders(word, bits) {
+                if self.drain(peer) {
+                    // Stopped at a mailbox-full: look again at the next poll.
+                    self.arrivals.reflag(me, peer);
+                }
+            }
         }
         self.polls_since_sweep += 1;
         if self.polls_since_sweep >= SWEEP_INTERVAL {
@@ -404,10 +415,21 @@ impl Transport for MemTransport {
         // SAFETY: the `isend` contract makes `buf..buf+len` readable for this call (and lent
         // until the request finishes); `len > 0` means `buf` is not null (checked).
         let msg = unsafe { self.descriptor(tag, buf, len, eager) };
+        // PLANT: MemArrivalBeforePush flags the receiver before the push: its poll can take
+        // the flag and find the mailbox still empty, and the message then waits unflagged.
+        plant!(MemArrivalBeforePush => {
+            self.arrivals.flag(peer as usize, self.rank as usize);
+        });
         if self.tx[peer as usize].push(msg.clone()).is_err() {
             // Not reachable (see above); answered as back-pressure, nothing is lost.
             return Ok(None);
         }
+        // After the push (arrivals.rs, steps (1) and (2)).
+        plant!(
+            MemArrivalBeforePush,
+            (),
+            self.arrivals.flag(peer as usize, self.rank as usize)
+        );
         self.bells[peer as usize].ring();
         let (_, request) = self.slab.insert(Request::Send {
             peer,

@@ -375,6 +375,45 @@ fn full_mailbox_answers_cannot_start_now_then_succeeds() {
     assert!(dsts == srcs, "nothing lost, nothing reordered");
 }
 
+/// `poll` finds messages through the arrival flags of every flag word (40 ranks: two words per
+/// receiver), only from the senders that sent, and a flag left by a message that `irecv`
+/// already drained costs nothing but an empty look.
+#[test]
+fn poll_drains_flagged_senders_across_flag_words() {
+    let f = MemFabric::new(40).unwrap();
+    let mut eps: Vec<MemTransport> = (0..40).map(|r| f.endpoint(r).unwrap()).collect();
+    let bytes = pattern(8, 7);
+    for sender in [3usize, 31, 32, 39] {
+        send(&mut eps[sender], 0, &bytes, sender as u64);
+    }
+    assert_eq!(eps[0].unexpected_len(), 0, "nothing filed before a poll");
+    eps[0].poll().unwrap();
+    assert_eq!(
+        eps[0].unexpected_len(),
+        4,
+        "one message from each of the four senders"
+    );
+    // A fifth message, taken by the receive (which drains its own peer) before any poll.
+    send(&mut eps[5], 0, &bytes, 5);
+    let mut dst = vec![0u8; 8];
+    let r = recv(&mut eps[0], 5, &mut dst, 5);
+    assert_eq!(eps[0].test(r.request), done(8));
+    eps[0].poll().unwrap(); // rank 5's flag is still set: an empty drain
+    assert_eq!(eps[0].unexpected_len(), 4);
+    assert_eq!(dst, bytes);
+    // The flags were taken: a poll with nothing new files nothing and changes nothing.
+    eps[0].poll().unwrap();
+    assert_eq!(eps[0].unexpected_len(), 4);
+    for (sender, ep) in eps.iter().enumerate().skip(1) {
+        let flagged = [3usize, 5, 31, 32, 39].contains(&sender);
+        assert_eq!(
+            ep.outstanding(),
+            usize::from(flagged),
+            "rank {sender}'s sends"
+        );
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Size mismatch
 // ---------------------------------------------------------------------------------------------
