@@ -51,9 +51,18 @@ fn finish(child: Child) -> (i32, String, String) {
     )
 }
 
-/// The `# rank R: final status S (tasks T, reported U, twice W)` lines: `(status, T, U, W)`
-/// by rank.
-fn finals(stdout: &str) -> Vec<(String, u64, u64, u64)> {
+/// One rank's `# rank R: final status S at execution E (tasks T, reported U, twice W)` line.
+struct Final {
+    status: String,
+    /// The execution the status belongs to (`None`: nothing reported).
+    execution: Option<u32>,
+    tasks: u64,
+    reported: u64,
+    twice: u64,
+}
+
+/// The final lines of ranks 0 and 1, by rank.
+fn finals(stdout: &str) -> Vec<Final> {
     let mut v = Vec::new();
     for r in 0..2 {
         let head = format!("# rank {r}: final status ");
@@ -61,15 +70,35 @@ fn finals(stdout: &str) -> Vec<(String, u64, u64, u64)> {
             .lines()
             .find_map(|l| l.strip_prefix(&head))
             .unwrap_or_else(|| panic!("no final status of rank {r}:\n{stdout}"));
-        let (status, rest) = line.split_once(' ').unwrap();
+        let (status, rest) = line.split_once(" at execution ").unwrap();
+        let (execution, rest) = rest.split_once(' ').unwrap();
         let nums: Vec<u64> = rest
             .split(|c: char| !c.is_ascii_digit())
             .filter(|s| !s.is_empty())
             .map(|s| s.parse().unwrap())
             .collect();
-        v.push((status.to_string(), nums[0], nums[1], nums[2]));
+        v.push(Final {
+            status: status.to_string(),
+            execution: execution.parse().ok(),
+            tasks: nums[0],
+            reported: nums[1],
+            twice: nums[2],
+        });
     }
     v
+}
+
+/// The peer's (rank 0's) end is consistent with the target's failure at execution `failed`:
+/// the status belongs to an execution the failure explains. A peer whose barrier comes after
+/// the collective times out in that very execution (the target never arrives); one whose
+/// barrier passed at the launch either completed it (its bytes had arrived: `NRT_SUCCESS`,
+/// and the run stopped) or timed out in the next one, which the target never began.
+fn peer_explained(peer: &Final, expected: &str, failed: u32) -> bool {
+    match (peer.status.as_str(), peer.execution) {
+        (s, Some(e)) if s == expected => e == failed || e == failed + 1,
+        ("NRT_SUCCESS", Some(e)) => e == failed && expected == "NRT_TIMEOUT",
+        _ => false,
+    }
 }
 
 #[test]
@@ -124,17 +153,31 @@ fn every_fault_ends_with_its_status_and_every_completion_reported_once() {
         let (code, out, err) = finish(child);
         let what = format!("{fault} ({driver}): exit {code}\n{out}\n{err}");
         let f = finals(&out);
-        assert_eq!(
-            (f[0].0.as_str(), f[1].0.as_str()),
-            (peer, target),
-            "final statuses: {what}"
-        );
-        for (r, (_, tasks, reported, twice)) in f.iter().enumerate() {
-            assert!(*tasks > 0, "rank {r} submitted nothing: {what}");
+        assert_eq!(f[1].status, target, "the target's final status: {what}");
+        if peer == "NRT_SUCCESS" || fault != "error-completion" {
+            assert_eq!(f[0].status, peer, "the peer's final status: {what}");
+        } else {
+            // A peer's end after an error completion at the target: a race between the stop
+            // and the peer's next execution, settled by naming the execution.
+            let failed = f[1]
+                .execution
+                .expect("the target's failure names its execution");
+            assert!(
+                peer_explained(&f[0], peer, failed),
+                "the peer's end is explained by the target's failure at execution {failed}: \
+                 {what}"
+            );
+        }
+        for (r, fin) in f.iter().enumerate() {
+            assert!(fin.tasks > 0, "rank {r} submitted nothing: {what}");
             assert_eq!(
-                (reported, twice),
-                (tasks, &0),
+                (fin.reported, fin.twice),
+                (fin.tasks, 0),
                 "rank {r}: every completion reported exactly once: {what}"
+            );
+            assert!(
+                fin.execution.is_some(),
+                "rank {r} names an execution: {what}"
             );
         }
         if ok {
@@ -148,9 +191,14 @@ fn every_fault_ends_with_its_status_and_every_completion_reported_once() {
             assert_eq!((cols[8], cols[12]), ("0", "0"), "no byte wrong: {what}");
         } else {
             assert_eq!(code, 2, "a failed rank fails the run: {what}");
-            let named = if peer != "NRT_SUCCESS" { peer } else { target };
+            // The lowest rank that failed names the exit.
+            let named = if f[0].status != "NRT_SUCCESS" {
+                format!("rank 0 ended {}", f[0].status)
+            } else {
+                format!("rank 1 ended {target}")
+            };
             assert!(
-                err.contains(&format!("proxy-perf: error: rank 0 ended {named}")),
+                err.contains(&format!("proxy-perf: error: {named}")),
                 "the exit names the status: {what}"
             );
         }

@@ -321,7 +321,7 @@ pub struct EngineRank {
 }
 
 /// What a rank's slot saw: tasks submitted, final records seen (each task's once), the first
-/// failure.
+/// failure and the execution it belongs to.
 #[derive(Clone, Debug, Default)]
 pub struct RankStats {
     /// Tasks submitted.
@@ -330,8 +330,10 @@ pub struct RankStats {
     pub reported: u64,
     /// Records of a task already reported (must stay 0).
     pub twice: u64,
-    /// The status of the first record that was not a success.
-    pub first_failure: Option<NrtStatus>,
+    /// The status of the first record that was not a success, and its execution's id.
+    pub first_failure: Option<(NrtStatus, u32)>,
+    /// The highest execution id with a task that ended in success.
+    pub last_success: Option<u32>,
     /// Task ids seen, kept only when duplicates are watched for (`--inject`): the set grows, and
     /// a run without it allocates nothing per execution.
     seen: Option<std::collections::HashSet<u32>>,
@@ -345,14 +347,24 @@ impl RankStats {
                 self.twice += 1;
             }
         }
-        if rec.status() != NrtStatus::Success && self.first_failure.is_none() {
-            self.first_failure = Some(rec.status());
+        // Task ids are `2 × execution` (network) and `2 × execution + 1` (barrier).
+        let execution = rec.task_id / 2;
+        if rec.status() == NrtStatus::Success {
+            self.last_success = self.last_success.max(Some(execution));
+        } else if self.first_failure.is_none() {
+            self.first_failure = Some((rec.status(), execution));
         }
     }
 
     /// The rank's final status: its first failure, else success.
     pub fn status(&self) -> NrtStatus {
-        self.first_failure.unwrap_or(NrtStatus::Success)
+        self.first_failure.map_or(NrtStatus::Success, |(s, _)| s)
+    }
+
+    /// The execution [`RankStats::status`] belongs to: the first failure's, else the last
+    /// execution with a successful task (`None`: nothing was reported).
+    pub fn execution(&self) -> Option<u32> {
+        self.first_failure.map(|(_, e)| e).or(self.last_success)
     }
 }
 

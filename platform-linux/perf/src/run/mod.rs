@@ -371,7 +371,8 @@ impl World {
     /// `--inject`: ends the run's accounting. Lets the stalled driving thread go
     /// (`stall-rank`), lets every task still outstanding end by itself (bounded: the
     /// no-progress limit and 2 s more), leaves every slot, prints every local rank's final
-    /// status (`# rank R: final status NRT_... (tasks T, reported T, twice 0)`) and answers the
+    /// status (`# rank R: final status NRT_... at execution E (tasks T, reported T, twice 0)`, E the
+    /// execution of the first failure, else the last one completed) and answers the
     /// first failure.
     ///
     /// # Errors
@@ -390,9 +391,13 @@ impl World {
         let mut first = None;
         let mut out = std::io::stdout().lock();
         for (rank, s) in &stats {
+            let execution = s
+                .execution()
+                .map_or_else(|| "none".into(), |e| e.to_string());
             let _ = writeln!(
                 out,
-                "# rank {rank}: final status {} (tasks {}, reported {}, twice {})",
+                "# rank {rank}: final status {} at execution {execution} (tasks {}, reported {}, \
+                 twice {})",
                 s.status().as_str(),
                 s.submitted,
                 s.reported,
