@@ -9,7 +9,48 @@ impl Exec {
     /// [`state::step`]: traces `state=A=>B`, refuses an edge the diagram does not have.
     pub(super) fn set_stage(&mut self, to: Stage) {
         let rank = self.rank;
+        // The quiet answer belongs to the stage it was found in (and a launch's words are
+        // valid only while it runs: edges 1, 7 to 10 end that).
+        self.quiet = None;
         let _ = state::step(&mut self.stage, to, &rank);
+    }
+
+    /// The quiet path: the last walk's `Pending` answer again when every word it found the
+    /// launch's progress to depend on ([`Exec::watch`]) still reads the value it read then.
+    /// A walk from there would then take the same steps as the last one's tail: re-read the
+    /// same waits, hand out nothing new, record nothing, and answer the same; so the answer is
+    /// exact without the walk. `None` = walk.
+    #[inline]
+    pub(super) fn quiet(&self) -> Option<WaitingFor> {
+        let w = self.quiet?;
+        // Acquire loads (HostWord::load), as the walk's own reads. The handles come from the
+        // running launch, whose words stay valid while `quiet` is set (cleared at its end).
+        self.watch
+            .iter()
+            .all(|&(word, seen)| word.load() == seen)
+            .then_some(w)
+    }
+
+    /// Notes that the progress of a poll that ends `Pending` depends on the word at `addr`,
+    /// last read as `seen` (the quiet path re-reads it).
+    ///
+    /// # Safety
+    /// As [`Exec::word`].
+    pub(super) unsafe fn watch(&mut self, addr: u64, seen: u32) -> Result<(), DeviceError> {
+        // SAFETY: the caller's contract.
+        let word = unsafe { self.word(addr) }?;
+        self.watch.push((word, seen));
+        Ok(())
+    }
+
+    /// Edge 9 for the error `e` of a walk (unless the launch had failed already).
+    #[cold]
+    #[inline(never)]
+    pub(super) fn fail(&mut self, e: &DeviceError) {
+        if self.stage != Stage::Failed {
+            self.error = Some(e.clone());
+            self.set_stage(Stage::Failed);
+        }
     }
 
     pub(super) fn protocol(&self, what: String) -> DeviceError {
@@ -240,6 +281,8 @@ impl Exec {
                         // SAFETY: the caller's contract.
                         let seen = unsafe { self.word(t) }?.load();
                         if seen != 0 {
+                            // SAFETY: the caller's contract.
+                            unsafe { self.watch(t, seen) }?;
                             return Ok(DevicePoll::Pending {
                                 waiting_for: WaitingFor::NetTrigger { addr: t, seen },
                             });
@@ -255,6 +298,10 @@ impl Exec {
                     for i in 0..self.streams.len() {
                         // SAFETY: the caller's contract.
                         if let Some(w) = unsafe { self.run_stream(job, i, env) }? {
+                            // Every stream's wait, not only the one answered: another
+                            // stream's word may be the one that moves first.
+                            // SAFETY: the caller's contract.
+                            unsafe { self.watch(w.addr(), w.seen()) }?;
                             pending.get_or_insert(w);
                         }
                     }
@@ -293,6 +340,8 @@ impl Exec {
                     let v = unsafe { self.word(a) }?.load();
                     let rose = v.wrapping_sub(self.done_base);
                     if rose == 0 {
+                        // SAFETY: the caller's contract.
+                        unsafe { self.watch(a, v) }?;
                         return Ok(DevicePoll::Pending {
                             waiting_for: WaitingFor::BarrierDone {
                                 addr: a,

@@ -102,8 +102,16 @@ impl Exec {
         let wrap = b.plan.params.nec.idx_wrap;
         if wrap > 0 && target > self.posted[slot][s] {
             // SAFETY: the caller's contract.
-            let (_, done) = unsafe { self.completions(job, j, op, side) }?;
-            target = target.min(done.saturating_add(wrap - 1));
+            let (v, done) = unsafe { self.completions(job, j, op, side) }?;
+            let room = done.saturating_add(wrap - 1);
+            if room < target {
+                // Held back by the wrap until this count rises: the progress of a poll that
+                // ends pending depends on this word too (the quiet path watches it).
+                let addr = b.addrs.word(OpWord::complete(side).index(op));
+                // SAFETY: the caller's contract.
+                unsafe { self.watch(addr, v) }?;
+                target = room;
+            }
         }
         if target > self.posted[slot][s] {
             if side == Side::Recv && credits > 0 {

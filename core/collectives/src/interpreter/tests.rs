@@ -878,3 +878,5 @@ fn early_send_completion_overwrites_the_source_until_the_block_ends() {
         "the sources are back after the block"
     );
 }
+
+mod quiet;
