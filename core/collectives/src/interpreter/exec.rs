@@ -53,11 +53,25 @@ impl Exec {
         }
     }
 
-    pub(super) fn protocol(&self, what: String) -> DeviceError {
+    /// [`DeviceError::Protocol`] with the message `what` makes. Cold and out of line, the
+    /// message formatted here: the walk's frame (and the hot path through it) carries no
+    /// formatting state for its many error sites.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn protocol(&self, what: impl FnOnce() -> String) -> DeviceError {
         DeviceError::Protocol {
             rank: self.rank,
-            what,
+            what: what(),
         }
+    }
+
+    /// The error a failed launch answers again (edge 9 stored it).
+    #[cold]
+    #[inline(never)]
+    fn failed(&self) -> DeviceError {
+        self.error
+            .clone()
+            .unwrap_or_else(|| self.protocol(|| "failed launch".into()))
     }
 
     /// The checked handle on the host word at `addr`.
@@ -67,8 +81,9 @@ impl Exec {
     /// atomically.
     pub(super) unsafe fn word(&self, addr: u64) -> Result<HostWord, DeviceError> {
         // SAFETY: the caller's contract.
-        unsafe { HostWord::from_addr(addr) }
-            .ok_or_else(|| self.protocol(format!("host word address {addr:#x} is not valid")))
+        unsafe { HostWord::from_addr(addr) }.ok_or_else(|| {
+            self.protocol(move || format!("host word address {addr:#x} is not valid"))
+        })
     }
 
     /// Stores `value` into the host word at `addr`, a word the proxy reads (a trigger, a host
@@ -97,12 +112,14 @@ impl Exec {
             if !fits(o.src_base, o.tx_entry_cnt, plan.src.len())
                 || !fits(o.dst_base, o.rx_entry_cnt, plan.dst.len())
             {
-                return Err(self.protocol(format!("op {k}: entries outside the plan's FIFOs")));
+                return Err(
+                    self.protocol(move || format!("op {k}: entries outside the plan's FIFOs"))
+                );
             }
         }
         for e in plan.src.iter().chain(&plan.dst) {
             if e.op as usize >= n {
-                return Err(self.protocol(format!("an entry names op {} of {n}", e.op)));
+                return Err(self.protocol(move || format!("an entry names op {} of {n}", e.op)));
             }
         }
         for ins in &plan.program {
@@ -114,7 +131,7 @@ impl Exec {
                 Instr::Reduce { .. } | Instr::Copy { .. } => continue,
             };
             if op as usize >= n {
-                return Err(self.protocol(format!("the program names op {op} of {n}")));
+                return Err(self.protocol(move || format!("the program names op {op} of {n}")));
             }
         }
         Ok(())
@@ -164,7 +181,9 @@ impl Exec {
         self.streams.clear();
         for b in &job.blocks {
             if b.stream >= 4 {
-                return Err(self.protocol(format!("block {} on stream {}", b.block, b.stream)));
+                return Err(
+                    self.protocol(move || format!("block {} on stream {}", b.block, b.stream))
+                );
             }
             if !self.streams.iter().any(|s| s.stream == b.stream) {
                 self.streams.push(StreamRun {
@@ -251,12 +270,7 @@ impl Exec {
             match self.stage {
                 Stage::Idle => return Ok(DevicePoll::Idle),
                 Stage::Done => return Ok(DevicePoll::Done),
-                Stage::Failed => {
-                    return Err(self
-                        .error
-                        .clone()
-                        .unwrap_or_else(|| self.protocol("failed launch".into())))
-                }
+                Stage::Failed => return Err(self.failed()),
                 Stage::Launched => {
                     self.setup(job, fault)?;
                     if job.barrier_at == BarrierAt::Launch {
@@ -351,9 +365,9 @@ impl Exec {
                         });
                     }
                     if rose > 1 {
-                        return Err(self.protocol(format!(
-                            "barrier-done semaphore rose by {rose} in one execution"
-                        )));
+                        return Err(self.protocol(move || {
+                            format!("barrier-done semaphore rose by {rose} in one execution")
+                        }));
                     }
                     // Edge 8.
                     self.set_stage(Stage::Done);
@@ -515,17 +529,21 @@ impl Exec {
                     }));
                 }
                 if rose != 1 {
-                    return Err(self.protocol(format!(
-                        "op {op} {side:?}: handshake semaphore rose by {rose} in one execution"
-                    )));
+                    return Err(self.protocol(move || {
+                        format!(
+                            "op {op} {side:?}: handshake semaphore rose by {rose} in one execution"
+                        )
+                    }));
                 }
                 // The proxy writes 0 to the host index before it increments the handshake.
                 // SAFETY: the caller's contract.
                 let idx = unsafe { self.word(w(op, OpWord::post(side))) }?.load();
                 if idx != 0 {
-                    return Err(self.protocol(format!(
-                        "op {op} {side:?}: host index {idx:#x} after the handshake (want 0)"
-                    )));
+                    return Err(self.protocol(move || {
+                        format!(
+                            "op {op} {side:?}: host index {idx:#x} after the handshake (want 0)"
+                        )
+                    }));
                 }
             }
             Instr::Post { op, side, upto } => {
@@ -552,16 +570,18 @@ impl Exec {
                 let (v, done) = unsafe { self.completions(job, j, op, side) }?;
                 let max = self.posted[k][s];
                 if done > max {
-                    return Err(self.protocol(format!(
-                        "op {op} {side:?}: {done} entries complete, only {max} posted"
-                    )));
+                    return Err(self.protocol(move || {
+                        format!("op {op} {side:?}: {done} entries complete, only {max} posted")
+                    }));
                 }
                 let entries = plan.entries(op, side);
                 if done as usize > entries.len() {
-                    return Err(self.protocol(format!(
-                        "op {op} {side:?}: the program posts {max} entries, the op has {}",
-                        entries.len()
-                    )));
+                    return Err(self.protocol(move || {
+                        format!(
+                            "op {op} {side:?}: the program posts {max} entries, the op has {}",
+                            entries.len()
+                        )
+                    }));
                 }
                 if done < upto && self.posted[k][s] < upto {
                     // Entries held back by the early receive credits are posted as the

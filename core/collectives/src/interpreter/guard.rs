@@ -52,15 +52,17 @@ impl Exec {
                 )
             };
             if let Some(at) = buf.iter().position(|&x| x != CANARY) {
-                return Err(self.protocol(format!(
-                    "stream {} block {} op {op} recv entry {i}: its buffer was written (byte \
+                return Err(self.protocol(move || {
+                    format!(
+                        "stream {} block {} op {op} recv entry {i}: its buffer was written (byte \
                      {at}) before the device promised it (ending_recv_credits {}, host index \
                      {}): a receive posted beyond the credits",
-                    b.stream,
-                    b.block,
-                    o.ending_recv_credits,
-                    self.posted[self.op_base[j] + op as usize][Side::Recv as usize]
-                )));
+                        b.stream,
+                        b.block,
+                        o.ending_recv_credits,
+                        self.posted[self.op_base[j] + op as usize][Side::Recv as usize]
+                    )
+                }));
             }
         }
         Ok(())
@@ -278,7 +280,8 @@ impl Exec {
             let posted = if v == HOST_INDEX_READY { 0 } else { v };
             if posted.saturating_add(w.ahead) < done {
                 let b = &job.blocks[j];
-                return Err(self.protocol(format!(
+                return Err(self.protocol(move || {
+                    format!(
                     "stream {} block {} op {op}: send entry {} counted complete while the peer \
                      had posted {posted} receives (+{} early): completed before the transport \
                      finished it, without early_send_completion",
@@ -286,7 +289,8 @@ impl Exec {
                     b.block,
                     done - 1,
                     w.ahead
-                )));
+                )
+                }));
             }
         }
         Ok(())
