@@ -645,6 +645,7 @@ impl Device {
     /// its canary shows it (docs/design.md §5). 0 (the default) = no lag.
     pub fn set_recv_lag(&mut self, polls: u32) {
         self.exec.recv_lag = polls;
+        // The quiet path is off under a lag (`Device::walk`): forgotten so it applies at once.
         self.exec.quiet = None;
     }
 
