@@ -554,39 +554,63 @@ impl PolledDevice {
     /// it made no progress for the timeout, or [`DeviceError::Protocol`].
     pub fn poll_once(&mut self) -> Option<Result<(), DeviceError>> {
         self.moved = false;
-        if let Some(r) = &self.result {
-            return Some(r.clone());
+        if self.result.is_some() || !self.launched {
+            return self.ended();
         }
-        if !self.launched {
-            return Some(Ok(()));
-        }
-        self.moved = true;
-        let r = match self.device.poll(&*self.stats) {
-            Ok(DevicePoll::Done | DevicePoll::Idle) => Ok(()),
-            Ok(DevicePoll::Pending { waiting_for }) => match self.waiting {
-                Some((w, since)) if w == waiting_for => {
-                    // The clock every 64 unchanged polls: the timeout is coarse.
-                    self.unchanged = self.unchanged.wrapping_add(1);
-                    if !self.unchanged.is_multiple_of(64) || since.elapsed() <= self.timeout {
-                        self.moved = false;
-                        return None;
-                    }
-                    self.device.abandon();
-                    Err(DeviceError::Timeout {
-                        rank: self.device.rank(),
-                        waiting_for,
-                    })
-                }
-                _ => {
-                    self.waiting = Some((waiting_for, Instant::now()));
-                    self.unchanged = 0;
+        // The hot path (a pending device whose word did not change) stays small: the
+        // interpreter answers it from its quiet path, and only the 32-byte `WaitingFor` is
+        // compared here; ends and new waits are out of line.
+        let waiting_for = match self.device.poll(&*self.stats) {
+            Ok(DevicePoll::Pending { waiting_for }) => waiting_for,
+            Ok(DevicePoll::Done | DevicePoll::Idle) => return self.end(Ok(())),
+            Err(e) => return self.end(Err(e)),
+        };
+        match &self.waiting {
+            Some((w, since)) if *w == waiting_for => {
+                // The clock every 64 unchanged polls: the timeout is coarse.
+                self.unchanged = self.unchanged.wrapping_add(1);
+                if !self.unchanged.is_multiple_of(64) || since.elapsed() <= self.timeout {
                     return None;
                 }
-            },
-            Err(e) => Err(e),
-        };
+                self.time_out(waiting_for)
+            }
+            _ => {
+                self.new_wait(waiting_for);
+                None
+            }
+        }
+    }
+
+    /// `poll_once` with no launch running: the last launch's result again (`Ok` when nothing
+    /// was launched).
+    #[inline(never)]
+    fn ended(&self) -> Option<Result<(), DeviceError>> {
+        Some(self.result.clone().unwrap_or(Ok(())))
+    }
+
+    /// The launch ended with `r` (it moved on: to its end).
+    #[inline(never)]
+    fn end(&mut self, r: Result<(), DeviceError>) -> Option<Result<(), DeviceError>> {
+        self.moved = true;
         self.result = Some(r.clone());
         Some(r)
+    }
+
+    /// The device waits for another word or value: the no-progress clock restarts.
+    #[inline(never)]
+    fn new_wait(&mut self, waiting_for: WaitingFor) {
+        self.moved = true;
+        self.waiting = Some((waiting_for, Instant::now()));
+        self.unchanged = 0;
+    }
+
+    /// No progress for the timeout: the launch is abandoned and fails naming its wait.
+    #[cold]
+    #[inline(never)]
+    fn time_out(&mut self, waiting_for: WaitingFor) -> Option<Result<(), DeviceError>> {
+        self.device.abandon();
+        let rank = self.device.rank();
+        self.end(Err(DeviceError::Timeout { rank, waiting_for }))
     }
 
     /// The device's counters.

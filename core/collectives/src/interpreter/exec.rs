@@ -9,14 +9,69 @@ impl Exec {
     /// [`state::step`]: traces `state=A=>B`, refuses an edge the diagram does not have.
     pub(super) fn set_stage(&mut self, to: Stage) {
         let rank = self.rank;
+        // The quiet answer belongs to the stage it was found in (and a launch's words are
+        // valid only while it runs: edges 1, 7 to 10 end that).
+        self.quiet = None;
         let _ = state::step(&mut self.stage, to, &rank);
     }
 
-    pub(super) fn protocol(&self, what: String) -> DeviceError {
+    /// The quiet path: the last walk's `Pending` answer again when every word it found the
+    /// launch's progress to depend on ([`Exec::watch`]) still reads the value it read then.
+    /// A walk from there would then take the same steps as the last one's tail: re-read the
+    /// same waits, hand out nothing new, record nothing, and answer the same; so the answer is
+    /// exact without the walk. `None` = walk.
+    #[inline]
+    pub(super) fn quiet(&self) -> Option<WaitingFor> {
+        let w = self.quiet?;
+        // Acquire loads (HostWord::load), as the walk's own reads. The handles come from the
+        // running launch, whose words stay valid while `quiet` is set (cleared at its end).
+        self.watch
+            .iter()
+            .all(|&(word, seen)| word.load() == seen)
+            .then_some(w)
+    }
+
+    /// Notes that the progress of a poll that ends `Pending` depends on the word at `addr`,
+    /// last read as `seen` (the quiet path re-reads it).
+    ///
+    /// # Safety
+    /// As [`Exec::word`].
+    pub(super) unsafe fn watch(&mut self, addr: u64, seen: u32) -> Result<(), DeviceError> {
+        // SAFETY: the caller's contract.
+        let word = unsafe { self.word(addr) }?;
+        self.watch.push((word, seen));
+        Ok(())
+    }
+
+    /// Edge 9 for the error `e` of a walk (unless the launch had failed already).
+    #[cold]
+    #[inline(never)]
+    pub(super) fn fail(&mut self, e: &DeviceError) {
+        if self.stage != Stage::Failed {
+            self.error = Some(e.clone());
+            self.set_stage(Stage::Failed);
+        }
+    }
+
+    /// [`DeviceError::Protocol`] with the message `what` makes. Cold and out of line, the
+    /// message formatted here: the walk's frame (and the hot path through it) carries no
+    /// formatting state for its many error sites.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn protocol(&self, what: impl FnOnce() -> String) -> DeviceError {
         DeviceError::Protocol {
             rank: self.rank,
-            what,
+            what: what(),
         }
+    }
+
+    /// The error a failed launch answers again (edge 9 stored it).
+    #[cold]
+    #[inline(never)]
+    fn failed(&self) -> DeviceError {
+        self.error
+            .clone()
+            .unwrap_or_else(|| self.protocol(|| "failed launch".into()))
     }
 
     /// The checked handle on the host word at `addr`.
@@ -26,8 +81,9 @@ impl Exec {
     /// atomically.
     pub(super) unsafe fn word(&self, addr: u64) -> Result<HostWord, DeviceError> {
         // SAFETY: the caller's contract.
-        unsafe { HostWord::from_addr(addr) }
-            .ok_or_else(|| self.protocol(format!("host word address {addr:#x} is not valid")))
+        unsafe { HostWord::from_addr(addr) }.ok_or_else(|| {
+            self.protocol(move || format!("host word address {addr:#x} is not valid"))
+        })
     }
 
     /// Stores `value` into the host word at `addr`, a word the proxy reads (a trigger, a host
@@ -56,12 +112,14 @@ impl Exec {
             if !fits(o.src_base, o.tx_entry_cnt, plan.src.len())
                 || !fits(o.dst_base, o.rx_entry_cnt, plan.dst.len())
             {
-                return Err(self.protocol(format!("op {k}: entries outside the plan's FIFOs")));
+                return Err(
+                    self.protocol(move || format!("op {k}: entries outside the plan's FIFOs"))
+                );
             }
         }
         for e in plan.src.iter().chain(&plan.dst) {
             if e.op as usize >= n {
-                return Err(self.protocol(format!("an entry names op {} of {n}", e.op)));
+                return Err(self.protocol(move || format!("an entry names op {} of {n}", e.op)));
             }
         }
         for ins in &plan.program {
@@ -73,7 +131,7 @@ impl Exec {
                 Instr::Reduce { .. } | Instr::Copy { .. } => continue,
             };
             if op as usize >= n {
-                return Err(self.protocol(format!("the program names op {op} of {n}")));
+                return Err(self.protocol(move || format!("the program names op {op} of {n}")));
             }
         }
         Ok(())
@@ -123,7 +181,9 @@ impl Exec {
         self.streams.clear();
         for b in &job.blocks {
             if b.stream >= 4 {
-                return Err(self.protocol(format!("block {} on stream {}", b.block, b.stream)));
+                return Err(
+                    self.protocol(move || format!("block {} on stream {}", b.block, b.stream))
+                );
             }
             if !self.streams.iter().any(|s| s.stream == b.stream) {
                 self.streams.push(StreamRun {
@@ -210,12 +270,7 @@ impl Exec {
             match self.stage {
                 Stage::Idle => return Ok(DevicePoll::Idle),
                 Stage::Done => return Ok(DevicePoll::Done),
-                Stage::Failed => {
-                    return Err(self
-                        .error
-                        .clone()
-                        .unwrap_or_else(|| self.protocol("failed launch".into())))
-                }
+                Stage::Failed => return Err(self.failed()),
                 Stage::Launched => {
                     self.setup(job, fault)?;
                     if job.barrier_at == BarrierAt::Launch {
@@ -240,6 +295,8 @@ impl Exec {
                         // SAFETY: the caller's contract.
                         let seen = unsafe { self.word(t) }?.load();
                         if seen != 0 {
+                            // SAFETY: the caller's contract.
+                            unsafe { self.watch(t, seen) }?;
                             return Ok(DevicePoll::Pending {
                                 waiting_for: WaitingFor::NetTrigger { addr: t, seen },
                             });
@@ -255,6 +312,10 @@ impl Exec {
                     for i in 0..self.streams.len() {
                         // SAFETY: the caller's contract.
                         if let Some(w) = unsafe { self.run_stream(job, i, env) }? {
+                            // Every stream's wait, not only the one answered: another
+                            // stream's word may be the one that moves first.
+                            // SAFETY: the caller's contract.
+                            unsafe { self.watch(w.addr(), w.seen()) }?;
                             pending.get_or_insert(w);
                         }
                     }
@@ -293,6 +354,8 @@ impl Exec {
                     let v = unsafe { self.word(a) }?.load();
                     let rose = v.wrapping_sub(self.done_base);
                     if rose == 0 {
+                        // SAFETY: the caller's contract.
+                        unsafe { self.watch(a, v) }?;
                         return Ok(DevicePoll::Pending {
                             waiting_for: WaitingFor::BarrierDone {
                                 addr: a,
@@ -302,9 +365,9 @@ impl Exec {
                         });
                     }
                     if rose > 1 {
-                        return Err(self.protocol(format!(
-                            "barrier-done semaphore rose by {rose} in one execution"
-                        )));
+                        return Err(self.protocol(move || {
+                            format!("barrier-done semaphore rose by {rose} in one execution")
+                        }));
                     }
                     // Edge 8.
                     self.set_stage(Stage::Done);
@@ -466,17 +529,21 @@ impl Exec {
                     }));
                 }
                 if rose != 1 {
-                    return Err(self.protocol(format!(
-                        "op {op} {side:?}: handshake semaphore rose by {rose} in one execution"
-                    )));
+                    return Err(self.protocol(move || {
+                        format!(
+                            "op {op} {side:?}: handshake semaphore rose by {rose} in one execution"
+                        )
+                    }));
                 }
                 // The proxy writes 0 to the host index before it increments the handshake.
                 // SAFETY: the caller's contract.
                 let idx = unsafe { self.word(w(op, OpWord::post(side))) }?.load();
                 if idx != 0 {
-                    return Err(self.protocol(format!(
-                        "op {op} {side:?}: host index {idx:#x} after the handshake (want 0)"
-                    )));
+                    return Err(self.protocol(move || {
+                        format!(
+                            "op {op} {side:?}: host index {idx:#x} after the handshake (want 0)"
+                        )
+                    }));
                 }
             }
             Instr::Post { op, side, upto } => {
@@ -503,16 +570,18 @@ impl Exec {
                 let (v, done) = unsafe { self.completions(job, j, op, side) }?;
                 let max = self.posted[k][s];
                 if done > max {
-                    return Err(self.protocol(format!(
-                        "op {op} {side:?}: {done} entries complete, only {max} posted"
-                    )));
+                    return Err(self.protocol(move || {
+                        format!("op {op} {side:?}: {done} entries complete, only {max} posted")
+                    }));
                 }
                 let entries = plan.entries(op, side);
                 if done as usize > entries.len() {
-                    return Err(self.protocol(format!(
-                        "op {op} {side:?}: the program posts {max} entries, the op has {}",
-                        entries.len()
-                    )));
+                    return Err(self.protocol(move || {
+                        format!(
+                            "op {op} {side:?}: the program posts {max} entries, the op has {}",
+                            entries.len()
+                        )
+                    }));
                 }
                 if done < upto && self.posted[k][s] < upto {
                     // Entries held back by the early receive credits are posted as the

@@ -52,15 +52,17 @@ impl Exec {
                 )
             };
             if let Some(at) = buf.iter().position(|&x| x != CANARY) {
-                return Err(self.protocol(format!(
-                    "stream {} block {} op {op} recv entry {i}: its buffer was written (byte \
+                return Err(self.protocol(move || {
+                    format!(
+                        "stream {} block {} op {op} recv entry {i}: its buffer was written (byte \
                      {at}) before the device promised it (ending_recv_credits {}, host index \
                      {}): a receive posted beyond the credits",
-                    b.stream,
-                    b.block,
-                    o.ending_recv_credits,
-                    self.posted[self.op_base[j] + op as usize][Side::Recv as usize]
-                )));
+                        b.stream,
+                        b.block,
+                        o.ending_recv_credits,
+                        self.posted[self.op_base[j] + op as usize][Side::Recv as usize]
+                    )
+                }));
             }
         }
         Ok(())
@@ -102,8 +104,16 @@ impl Exec {
         let wrap = b.plan.params.nec.idx_wrap;
         if wrap > 0 && target > self.posted[slot][s] {
             // SAFETY: the caller's contract.
-            let (_, done) = unsafe { self.completions(job, j, op, side) }?;
-            target = target.min(done.saturating_add(wrap - 1));
+            let (v, done) = unsafe { self.completions(job, j, op, side) }?;
+            let room = done.saturating_add(wrap - 1);
+            if room < target {
+                // Held back by the wrap until this count rises: the progress of a poll that
+                // ends pending depends on this word too (the quiet path watches it).
+                let addr = b.addrs.word(OpWord::complete(side).index(op));
+                // SAFETY: the caller's contract.
+                unsafe { self.watch(addr, v) }?;
+                target = room;
+            }
         }
         if target > self.posted[slot][s] {
             if side == Side::Recv && credits > 0 {
@@ -270,7 +280,8 @@ impl Exec {
             let posted = if v == HOST_INDEX_READY { 0 } else { v };
             if posted.saturating_add(w.ahead) < done {
                 let b = &job.blocks[j];
-                return Err(self.protocol(format!(
+                return Err(self.protocol(move || {
+                    format!(
                     "stream {} block {} op {op}: send entry {} counted complete while the peer \
                      had posted {posted} receives (+{} early): completed before the transport \
                      finished it, without early_send_completion",
@@ -278,7 +289,8 @@ impl Exec {
                     b.block,
                     done - 1,
                     w.ahead
-                )));
+                )
+                }));
             }
         }
         Ok(())

@@ -53,6 +53,17 @@
 //! poll re-reads the same word. A program that needs no wait runs through in one poll. With
 //! `reps = 0`, `Program{0}` takes edge 6 or 7 at once.
 //!
+//! **The quiet path.** A poll that walks the stages and ends `Pending` records every word the
+//! launch's progress now depends on, with the value it read: the wait of *every* stream (the
+//! answer names only the first), and each complete count that holds a host index back at the
+//! wrap. The next poll first re-reads those words; while all read the same it answers the
+//! same `Pending` without walking (a walk from there would re-read the same waits, hand out
+//! nothing and record nothing). Any changed word makes it walk. It is no edge either: it
+//! answers only `Pending`, and every transition, error and test knob forgets it (so a new
+//! launch or [`Device::abandon`] walks). It is off under [`Device::set_recv_lag`], whose
+//! progress depends on the poll count, not on a word; [`Device::watch_peer_recv`]'s check
+//! and [`Fault`] injection act only when a watched count rose, so they are exact through it.
+//!
 //! Semaphores are cumulative; the device snapshots each one when a stream begins a block
 //! (between executions nobody touches them), so counts in the program are per execution.
 //!
@@ -567,6 +578,17 @@ struct Exec {
     error: Option<DeviceError>,
     /// A host word the proxy reads was written during the current poll ([`Event::HostWrite`]).
     wrote_host: bool,
+    /// The words the walk of the current poll found the launch's progress to depend on, each
+    /// with the value read: every pending stream's wait, and every completion count that held
+    /// a host index back (the wrap). Cleared at the start of every walk; capacity reused.
+    watch: Vec<(HostWord, u32)>,
+    /// The answer of the last walk while it ended `Pending` with `watch` complete: the quiet
+    /// path ([`Exec::quiet`]) answers it again while every watched word reads as recorded.
+    /// Forgotten at every transition ([`Exec::set_stage`]), error and test knob.
+    quiet: Option<WaitingFor>,
+    /// Polls that walked the stages (not answered by the quiet path).
+    #[cfg(test)]
+    walks: u64,
 }
 
 /// The device of one rank: launches jobs and advances them through [`Device::poll`], never
@@ -608,6 +630,10 @@ impl Device {
                 peer_recv: Vec::new(),
                 error: None,
                 wrote_host: false,
+                watch: Vec::new(),
+                quiet: None,
+                #[cfg(test)]
+                walks: 0,
             },
         }
     }
@@ -619,6 +645,8 @@ impl Device {
     /// its canary shows it (docs/design.md §5). 0 (the default) = no lag.
     pub fn set_recv_lag(&mut self, polls: u32) {
         self.exec.recv_lag = polls;
+        // The quiet path is off under a lag (`Device::walk`): forgotten so it applies at once.
+        self.exec.quiet = None;
     }
 
     /// A test oracle for send completions without `early_send_completion`: job block `block`'s
@@ -641,11 +669,15 @@ impl Device {
             addr,
             ahead,
         });
+        // Its check runs only when a send count rose, which the quiet path watches; forgotten
+        // anyway, so that a watch added mid-launch starts from a walk.
+        self.exec.quiet = None;
     }
 
     /// Drops every watch of [`Device::watch_peer_recv`].
     pub fn clear_peer_watch(&mut self) {
         self.exec.peer_recv.clear();
+        self.exec.quiet = None;
     }
 
     /// The rank of this device.
@@ -698,8 +730,23 @@ impl Device {
     /// [`DeviceError::Protocol`] when the proxy broke the protocol, a word address is invalid,
     /// or the program does not fit its plan (edge 9; every later poll answers the same error).
     pub fn poll(&mut self, env: &impl DeviceEnv) -> Result<DevicePoll, DeviceError> {
+        self.exec.polls += 1;
+        if let Some(waiting_for) = self.exec.quiet() {
+            return Ok(DevicePoll::Pending { waiting_for });
+        }
+        self.walk(env)
+    }
+
+    /// A poll that walks the stages (the quiet path did not answer); kept out of line so the
+    /// quiet path's frame stays small.
+    #[inline(never)]
+    fn walk(&mut self, env: &impl DeviceEnv) -> Result<DevicePoll, DeviceError> {
         let Device { fault, job, exec } = self;
-        exec.polls += 1;
+        exec.watch.clear();
+        #[cfg(test)]
+        {
+            exec.walks += 1;
+        }
         let r = match job.as_ref() {
             None => Ok(DevicePoll::Idle),
             // SAFETY: `launch`'s contract: the job's addresses stay valid while it can be
@@ -709,11 +756,17 @@ impl Device {
         if core::mem::take(&mut exec.wrote_host) {
             env.record(Event::HostWrite);
         }
-        if let Err(e) = &r {
-            if exec.stage != Stage::Failed {
-                exec.error = Some(e.clone());
-                exec.set_stage(Stage::Failed);
+        match &r {
+            // The recv lag makes progress depend on the poll count, not on a word: no quiet
+            // path under it. An empty watch cannot happen for `Pending` (every wait is
+            // watched); it would only mean "walk again".
+            Ok(DevicePoll::Pending { waiting_for })
+                if exec.recv_lag == 0 && !exec.watch.is_empty() =>
+            {
+                exec.quiet = Some(*waiting_for);
             }
+            Ok(_) => {}
+            Err(e) => exec.fail(e),
         }
         r
     }

@@ -87,15 +87,22 @@ impl Setup {
 
     /// The plan's word `hw` of op `op`.
     fn op_word(&self, op: u32, hw: OpWord) -> &AtomicU32 {
-        &self.words[3 + hw.index(op) as usize]
+        self.block_word(0, op, hw)
+    }
+
+    /// Job block `j`'s word `hw` of op `op` (every block's words lie in `words`).
+    fn block_word(&self, j: usize, op: u32, hw: OpWord) -> &AtomicU32 {
+        let addr = self.job.blocks[j].addrs.word(hw.index(op));
+        &self.words[((addr - self.addr(0)) / 4) as usize]
     }
 }
 
 /// The proxy side, played between polls: consumes triggers, answers handshakes, credits every
-/// posted entry as complete, passes the barrier.
+/// posted entry as complete (of every job block), passes the barrier.
 #[derive(Default)]
 struct FakeProxy {
-    credited: Vec<[u32; 2]>,
+    /// Per job block, per op, per side: entries credited.
+    credited: Vec<Vec<[u32; 2]>>,
     /// Leave the barrier trigger unanswered (the other ranks have not arrived).
     hold_barrier: bool,
 }
@@ -106,29 +113,32 @@ impl FakeProxy {
         if ld(&s.words[NET]) == 1 {
             s.words[NET].store(0, Ordering::Release);
         }
-        let ops = &s.job.blocks[0].plan.ops;
-        self.credited.resize(ops.len(), [0; 2]);
-        for (k, o) in ops.iter().enumerate() {
-            for side in [Side::Send, Side::Recv] {
-                if o.entries(side) == 0 {
-                    continue;
-                }
-                let k32 = k as u32;
-                let post = s.op_word(k32, OpWord::post(side));
-                let c = &mut self.credited[k][side as usize];
-                match ld(post) {
-                    HOST_INDEX_READY => {
-                        post.store(0, Ordering::Release);
-                        *c = 0;
-                        s.op_word(k32, OpWord::handshake(side))
-                            .fetch_add(1, Ordering::Release);
+        self.credited.resize(s.job.blocks.len(), Vec::new());
+        for (j, b) in s.job.blocks.iter().enumerate() {
+            let ops = &b.plan.ops;
+            self.credited[j].resize(ops.len(), [0; 2]);
+            for (k, o) in ops.iter().enumerate() {
+                for side in [Side::Send, Side::Recv] {
+                    if o.entries(side) == 0 {
+                        continue;
                     }
-                    p if p > *c => {
-                        s.op_word(k32, OpWord::complete(side))
-                            .fetch_add(p - *c, Ordering::Release);
-                        *c = p;
+                    let k32 = k as u32;
+                    let post = s.block_word(j, k32, OpWord::post(side));
+                    let c = &mut self.credited[j][k][side as usize];
+                    match ld(post) {
+                        HOST_INDEX_READY => {
+                            post.store(0, Ordering::Release);
+                            *c = 0;
+                            s.block_word(j, k32, OpWord::handshake(side))
+                                .fetch_add(1, Ordering::Release);
+                        }
+                        p if p > *c => {
+                            s.block_word(j, k32, OpWord::complete(side))
+                                .fetch_add(p - *c, Ordering::Release);
+                            *c = p;
+                        }
+                        _ => {}
                     }
-                    _ => {}
                 }
             }
         }
@@ -868,3 +878,5 @@ fn early_send_completion_overwrites_the_source_until_the_block_ends() {
         "the sources are back after the block"
     );
 }
+
+mod quiet;
