@@ -4,6 +4,8 @@
 //! that the timeout path writes the state dump. The runs are started together and waited for
 //! (bounded by `timeout`), so the test takes about the longest run (a few seconds).
 
+mod common;
+use common::argv;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -18,21 +20,13 @@ fn start(fault: &str, mode: &str) -> Child {
         "played" => ("thread", "polled"),
         _ => ("thread", "thread"),
     };
+    let line = format!(
+        "all-reduce --ranks 2 -b 64 -e 64 -n 3 -w 1 --ranks-per-proxy 1
+         --driver {driver} --device {device} --inject {fault}:1"
+    );
     Command::new("timeout")
-        .args([
-            "60",
-            BIN,
-            "all-reduce",
-            "--ranks",
-            "2",
-            "-b",
-            "64",
-            "-e",
-            "64",
-        ])
-        .args(["-n", "3", "-w", "1", "--ranks-per-proxy", "1"])
-        .args(["--driver", driver, "--device", device])
-        .args(["--inject", &format!("{fault}:1")])
+        .args(["60", BIN])
+        .args(argv(&line))
         .env("NEURON_RT_EXEC_TIMEOUT", "1")
         .env("NEURON_RT_LOG_LEVEL", "error")
         .stdout(Stdio::piped())
@@ -232,17 +226,8 @@ fn every_fault_ends_with_its_status_and_every_completion_reported_once() {
 fn exit_rank_needs_processes_and_bad_faults_are_named() {
     let run = |inject: &str| {
         Command::new(BIN)
-            .args([
-                "all-reduce",
-                "--ranks",
-                "2",
-                "-b",
-                "8",
-                "-e",
-                "8",
-                "--inject",
-                inject,
-            ])
+            .args(argv("all-reduce --ranks 2 -b 8 -e 8 --inject"))
+            .arg(inject)
             .output()
             .unwrap()
     };
@@ -267,17 +252,11 @@ fn exit_rank_needs_processes_and_bad_faults_are_named() {
 #[test]
 fn exit_rank_fails_the_surviving_rank() {
     let out = Command::new("timeout")
-        .args([
-            "90",
-            BIN,
-            "all-reduce",
-            "--transport",
-            "libfabric",
-            "--provider",
-            "tcp",
-        ])
-        .args(["--ranks", "2", "-b", "64", "-e", "64", "-n", "3", "-w", "1"])
-        .args(["--inject", "exit-rank:1"])
+        .args(["90", BIN])
+        .args(argv(
+            "all-reduce --transport libfabric --provider tcp --ranks 2 -b 64 -e 64 -n 3 -w 1
+             --inject exit-rank:1",
+        ))
         .env("NEURON_RT_EXEC_TIMEOUT", "5")
         .env("NEURON_RT_BOOTSTRAP_TIMEOUT", "30")
         .env("NEURON_RT_LOG_LEVEL", "error")

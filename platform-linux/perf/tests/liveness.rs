@@ -12,6 +12,8 @@
 
 #![cfg(feature = "libfabric")]
 
+mod common;
+use common::argv;
 use std::io::{BufRead, BufReader, Read};
 use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, Stdio};
@@ -175,25 +177,10 @@ fn data_row(l: &str) -> bool {
 /// `NRT_NETWORK_PROXY_FAILURE` naming the victim, well before the exec timeout.
 fn killed_rank(victim: u32) {
     let start = Instant::now();
-    let mut run = Run::start(&[
-        "all-reduce",
-        "--transport",
-        "libfabric",
-        "--provider",
-        "shm",
-        "--ranks",
-        "3",
-        "-b",
-        "256K",
-        "-e",
-        "256K",
-        "-n",
-        "1000000",
-        "-w",
-        "0",
-        "-c",
-        "0",
-    ]);
+    let mut run = Run::start(&argv(
+        "all-reduce --transport libfabric --provider shm --ranks 3 -b 256K -e 256K -n 1000000
+         -w 0 -c 0",
+    ));
     let ranks = rank_processes(run.pid(), 3, start + Duration::from_secs(60));
     // The table's header is printed once every rank is set up (before the first collective).
     let header = run.wait_line(start + Duration::from_secs(60), |l| {
@@ -266,27 +253,10 @@ fn a_killed_root_fails_every_survivor_naming_it() {
 fn a_stopped_and_resumed_rank_does_not_fail() {
     let stop_for = proxy_bootstrap::PEER_TIMEOUT + Duration::from_millis(500);
     let start = Instant::now();
-    let mut run = Run::start(&[
-        "all-reduce",
-        "--transport",
-        "libfabric",
-        "--provider",
-        "shm",
-        "--ranks",
-        "3",
-        "-b",
-        "8",
-        "-e",
-        "512K",
-        "-f",
-        "4",
-        "-n",
-        "3",
-        "-w",
-        "1",
-        "-c",
-        "1",
-    ]);
+    let mut run = Run::start(&argv(
+        "all-reduce --transport libfabric --provider shm --ranks 3 -b 8 -e 512K -f 4 -n 3 -w 1
+         -c 1",
+    ));
     let ranks = rank_processes(run.pid(), 3, start + Duration::from_secs(60));
     let first_row = run.wait_line(start + Duration::from_secs(60), data_row);
     let pids: Vec<i32> = ranks.iter().map(|(p, _)| *p).collect();

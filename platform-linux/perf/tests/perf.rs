@@ -8,7 +8,7 @@
 //! times out), and every loop here is a bounded `for`.
 
 mod common;
-use common::progress_library;
+use common::{argv, progress_library};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -59,25 +59,11 @@ fn workers_that_play_the_devices() {
     for c in COLLECTIVES {
         for ranks in 1..=4u32 {
             for rpp in ["1", "2"] {
-                let r = ranks.to_string();
-                let a = [
-                    c,
-                    "--ranks",
-                    &r,
-                    "--driver",
-                    "thread",
-                    "--device",
-                    "polled",
-                    "--ranks-per-proxy",
-                    rpp,
-                    "-n",
-                    "3",
-                    "-w",
-                    "1",
-                    "-c",
-                    "1",
-                ];
-                check_sizes(&args(&a), &[4, 4 * 1000 + 4, 1 << 20]);
+                let line = format!(
+                    "{c} --ranks {ranks} --driver thread --device polled --ranks-per-proxy {rpp}
+                     -n 3 -w 1 -c 1"
+                );
+                check_sizes(&args(&argv(&line)), &[4, 4 * 1000 + 4, 1 << 20]);
             }
         }
     }
@@ -92,12 +78,10 @@ fn every_collective_ranks_sizes_and_types() {
         for c in COLLECTIVES {
             for ranks in 1..=4u32 {
                 for (ty, elt) in [("float", 4u64), ("int32", 4)] {
-                    let r = ranks.to_string();
-                    let root = (ranks - 1).to_string();
-                    let mut v = vec![
-                        c, "--ranks", &r, "-d", ty, "-r", &root, "-n", "1", "-w", "0", "-c", "1",
-                        "--chunk", "64K",
-                    ];
+                    let root = ranks - 1;
+                    let line =
+                        format!("{c} --ranks {ranks} -d {ty} -r {root} -n 1 -w 0 -c 1 --chunk 64K");
+                    let mut v = argv(&line);
                     v.extend_from_slice(&modes);
                     let a = args(&v);
                     // 1 element (per rank block for the blocked collectives), 131083 elements
@@ -123,10 +107,10 @@ fn every_reduction_op_with_three_ranks() {
         for ty in ["float", "int32"] {
             for op in ["sum", "prod", "min", "max"] {
                 for algo in ["ring", "direct"] {
-                    let a = args(&[
-                        c, "--ranks", "3", "-d", ty, "-o", op, "--algo", algo, "-n", "1", "-w",
-                        "0", "-c", "1", "--chunk", "4K",
-                    ]);
+                    let line = format!(
+                        "{c} --ranks 3 -d {ty} -o {op} --algo {algo} -n 1 -w 0 -c 1 --chunk 4K"
+                    );
+                    let a = args(&argv(&line));
                     check_sizes(&a, &[4 * 12_289]);
                 }
             }
@@ -138,19 +122,8 @@ fn every_reduction_op_with_three_ranks() {
 #[test]
 fn other_types() {
     for ty in ["double", "half", "bfloat16", "uint8"] {
-        let a = args(&[
-            "all-reduce",
-            "--ranks",
-            "3",
-            "-d",
-            ty,
-            "-n",
-            "1",
-            "-w",
-            "0",
-            "-c",
-            "1",
-        ]);
+        let line = format!("all-reduce --ranks 3 -d {ty} -n 1 -w 0 -c 1");
+        let a = args(&argv(&line));
         check_sizes(&a, &[8, 40_000]);
     }
 }
@@ -172,22 +145,8 @@ fn run_bin(extra: &[&str]) -> (i32, String, String) {
 #[test]
 fn planted_fault_is_detected() {
     for c in ["all-reduce", "all-gather"] {
-        let (code, out, err) = run_bin(&[
-            c,
-            "--ranks",
-            "2",
-            "-b",
-            "64K",
-            "-e",
-            "64K",
-            "-n",
-            "2",
-            "-w",
-            "0",
-            "-c",
-            "1",
-            "--fault-inject",
-        ]);
+        let line = format!("{c} --ranks 2 -b 64K -e 64K -n 2 -w 0 -c 1 --fault-inject");
+        let (code, out, err) = run_bin(&argv(&line));
         assert_eq!(code, 1, "{c}: exit status\n{out}\n{err}");
         assert!(out.contains("# Out of bounds values : "), "{out}");
         assert!(out.contains("FAILED"), "{out}");
@@ -211,24 +170,8 @@ fn loop_recycles_ops_instead_of_filing_again() {
     for (looped, name) in [(true, "loop"), (false, "exec")] {
         let path = dir.join(format!("proxy-perf-{}-{name}.json", std::process::id()));
         let p = path.to_str().unwrap();
-        let mut a = vec![
-            "all-reduce",
-            "--ranks",
-            "2",
-            "-b",
-            "256K",
-            "-e",
-            "256K",
-            "-n",
-            "20",
-            "-w",
-            "0",
-            "-c",
-            "1",
-            "--json",
-            p,
-            "--stats",
-        ];
+        let mut a = argv("all-reduce --ranks 2 -b 256K -e 256K -n 20 -w 0 -c 1 --json");
+        a.extend([p, "--stats"]);
         if looped {
             a.push("--loop");
         }
@@ -304,9 +247,8 @@ fn table_parses() {
         ("broadcast", Collective::Broadcast),
         ("all-to-all", Collective::AllToAll),
     ] {
-        let (code, out, err) = run_bin(&[
-            c, "--ranks", "3", "-b", "8", "-e", "256K", "-f", "8", "-n", "3", "-w", "1",
-        ]);
+        let line = format!("{c} --ranks 3 -b 8 -e 256K -f 8 -n 3 -w 1");
+        let (code, out, err) = run_bin(&argv(&line));
         assert_eq!(code, 0, "{out}\n{err}");
         let rows: Vec<&str> = out.lines().filter(|l| !l.starts_with('#')).collect();
         assert_eq!(rows.len(), 6, "8, 64, 512, 4K, 32K, 256K\n{out}");
@@ -348,17 +290,7 @@ fn table_parses() {
 /// `-c 0` prints N/A in the #wrong columns.
 #[test]
 fn no_check_prints_na() {
-    let (code, out, _) = run_bin(&[
-        "send-recv",
-        "--ranks",
-        "2",
-        "-b",
-        "1K",
-        "-e",
-        "1K",
-        "-c",
-        "0",
-    ]);
+    let (code, out, _) = run_bin(&argv("send-recv --ranks 2 -b 1K -e 1K -c 0"));
     assert_eq!(code, 0);
     let row = out.lines().find(|l| !l.starts_with('#')).unwrap();
     let f: Vec<&str> = row.split_whitespace().collect();
@@ -370,7 +302,7 @@ fn no_check_prints_na() {
 #[cfg(not(feature = "libfabric"))]
 #[test]
 fn libfabric_transport_is_refused_clearly() {
-    let (code, _, err) = run_bin(&["all-reduce", "--transport", "libfabric"]);
+    let (code, _, err) = run_bin(&argv("all-reduce --transport libfabric"));
     assert_eq!(code, 2);
     assert!(err.contains("not built with libfabric"), "{err}");
 }
@@ -378,7 +310,7 @@ fn libfabric_transport_is_refused_clearly() {
 /// `--provider` only means something with `--transport libfabric`.
 #[test]
 fn provider_needs_the_libfabric_transport() {
-    let (code, _, err) = run_bin(&["all-reduce", "--provider", "tcp"]);
+    let (code, _, err) = run_bin(&argv("all-reduce --provider tcp"));
     assert_eq!(code, 2);
     assert!(
         err.contains("--provider needs --transport libfabric"),
@@ -391,23 +323,9 @@ fn provider_needs_the_libfabric_transport() {
 fn plot_writes_svg() {
     let path = std::env::temp_dir().join(format!("proxy-perf-{}.svg", std::process::id()));
     let p = path.to_str().unwrap();
-    let (code, out, err) = run_bin(&[
-        "all-reduce",
-        "--ranks",
-        "2",
-        "-b",
-        "8",
-        "-e",
-        "64K",
-        "-f",
-        "16",
-        "-n",
-        "2",
-        "-w",
-        "0",
-        "--plot",
-        p,
-    ]);
+    let mut a = argv("all-reduce --ranks 2 -b 8 -e 64K -f 16 -n 2 -w 0 --plot");
+    a.push(p);
+    let (code, out, err) = run_bin(&a);
     assert_eq!(code, 0, "{out}\n{err}");
     let svg = std::fs::read_to_string(&path).unwrap();
     let _ = std::fs::remove_file(&path);
@@ -434,21 +352,7 @@ fn plot_writes_svg() {
 #[test]
 fn ranks_share_proxy_queues_per_group() {
     for extra in [&[][..], &["--loop"][..]] {
-        let mut v = vec![
-            "all-reduce",
-            "--ranks",
-            "4",
-            "-b",
-            "4",
-            "-e",
-            "256K",
-            "-f",
-            "64",
-            "-n",
-            "3",
-            "-w",
-            "1",
-        ];
+        let mut v = argv("all-reduce --ranks 4 -b 4 -e 256K -f 64 -n 3 -w 1");
         v.extend_from_slice(extra);
         let out = Command::new(BIN)
             .args(&v)
@@ -561,26 +465,12 @@ fn zero_wrong_rows(out: &str) -> usize {
 #[test]
 fn libfabric_all_reduce_two_processes_tcp_and_shm() {
     for (provider, name) in [("tcp", "tcp;ofi_rxm"), ("shm", "shm")] {
+        let line = format!(
+            "all-reduce --transport libfabric --provider {provider} --ranks 2 -b 8 -e 4M -n 2 -w 1
+             -c 1"
+        );
         let r = run_bounded(
-            &[
-                "all-reduce",
-                "--transport",
-                "libfabric",
-                "--provider",
-                provider,
-                "--ranks",
-                "2",
-                "-b",
-                "8",
-                "-e",
-                "4M",
-                "-n",
-                "2",
-                "-w",
-                "1",
-                "-c",
-                "1",
-            ],
+            &argv(&line),
             &[("NEURON_RT_BOOTSTRAP_TIMEOUT", "30")],
             Duration::from_secs(90),
         );
@@ -618,25 +508,14 @@ fn libfabric_all_reduce_two_processes_tcp_and_shm() {
 #[test]
 fn a_barrier_triggered_at_launch_keeps_every_collective_right() {
     for (transport, extra) in [
-        (&["--ranks", "4"][..], &[][..]),
-        (&["--ranks", "4"][..], &["--loop"][..]),
-        (
-            &[
-                "--transport",
-                "libfabric",
-                "--provider",
-                "shm",
-                "--ranks",
-                "3",
-            ][..],
-            &[][..],
-        ),
+        ("--ranks 4", &[][..]),
+        ("--ranks 4", &["--loop"][..]),
+        ("--transport libfabric --provider shm --ranks 3", &[][..]),
     ] {
         for coll in ["all-reduce", "all-gather", "broadcast"] {
-            let mut v = vec![
-                coll, "-b", "8", "-e", "32K", "-f", "8", "-n", "20", "-w", "2",
-            ];
-            v.extend_from_slice(transport);
+            let line = format!("{coll} -b 8 -e 32K -f 8 -n 20 -w 2");
+            let mut v = argv(&line);
+            v.extend(argv(transport));
             v.extend_from_slice(extra);
             v.extend_from_slice(&["--barrier", "launch"]);
             let r = run_bounded(
@@ -693,31 +572,11 @@ fn idle_drivers_block_on_the_cq_descriptor_and_stay_right() {
         ),
     ] {
         {
-            let v = [
-                coll,
-                "--transport",
-                "libfabric",
-                "--provider",
-                provider,
-                "--ranks",
-                "3",
-                "--driver",
-                driver,
-                "--device",
-                "polled",
-                "--wait",
-                "sleep",
-                "-b",
-                "8",
-                "-e",
-                "1M",
-                "-f",
-                "32",
-                "-n",
-                "20",
-                "-w",
-                "2",
-            ];
+            let line = format!(
+                "{coll} --transport libfabric --provider {provider} --ranks 3 --driver {driver}
+                 --device polled --wait sleep -b 8 -e 1M -f 32 -n 20 -w 2"
+            );
+            let v = argv(&line);
             let r = run_bounded(
                 &v,
                 &[("NEURON_RT_BOOTSTRAP_TIMEOUT", "30")],
@@ -747,25 +606,10 @@ fn idle_drivers_block_on_the_cq_descriptor_and_stay_right() {
 #[test]
 fn libfabric_shm_three_ranks_32_mib_all_reduce_completes() {
     let r = run_bounded(
-        &[
-            "all-reduce",
-            "--transport",
-            "libfabric",
-            "--provider",
-            "shm",
-            "--ranks",
-            "3",
-            "-b",
-            "32M",
-            "-e",
-            "32M",
-            "-n",
-            "2",
-            "-w",
-            "1",
-            "-c",
-            "1",
-        ],
+        &argv(
+            "all-reduce --transport libfabric --provider shm --ranks 3 -b 32M -e 32M -n 2 -w 1
+             -c 1",
+        ),
         &[
             ("NEURON_RT_BOOTSTRAP_TIMEOUT", "30"),
             ("NEURON_RT_EXEC_TIMEOUT", "20"),
@@ -791,19 +635,7 @@ fn libfabric_shm_three_ranks_32_mib_all_reduce_completes() {
 #[test]
 fn libfabric_unavailable_provider_fails_fast() {
     let r = run_bounded(
-        &[
-            "send-recv",
-            "--transport",
-            "libfabric",
-            "--provider",
-            "efa",
-            "--ranks",
-            "2",
-            "-b",
-            "8",
-            "-e",
-            "8",
-        ],
+        &argv("send-recv --transport libfabric --provider efa --ranks 2 -b 8 -e 8"),
         &[("NEURON_RT_BOOTSTRAP_TIMEOUT", "30")],
         Duration::from_secs(60),
     );
@@ -865,25 +697,10 @@ fn remove_shm_regions(pids: &[i32]) {
 #[test]
 fn libfabric_killed_rank_ends_the_run_within_the_task_timeout() {
     let s = start_bin(
-        &[
-            "all-reduce",
-            "--transport",
-            "libfabric",
-            "--provider",
-            "shm",
-            "--ranks",
-            "2",
-            "-b",
-            "1M",
-            "-e",
-            "1M",
-            "-n",
-            "1000000",
-            "-w",
-            "0",
-            "-c",
-            "0",
-        ],
+        &argv(
+            "all-reduce --transport libfabric --provider shm --ranks 2 -b 1M -e 1M -n 1000000
+             -w 0 -c 0",
+        ),
         &[
             ("NEURON_RT_EXEC_TIMEOUT", "3"),
             ("NEURON_RT_BOOTSTRAP_TIMEOUT", "10"),
@@ -939,25 +756,9 @@ fn progress_lib_gives_the_same_results_as_the_in_process_half() {
                 "proxy-perf-{}-{coll}-{loaded}.json",
                 std::process::id()
             ));
-            let mut a = vec![
-                coll,
-                "--ranks",
-                ranks,
-                "-b",
-                "8",
-                "-e",
-                "1M",
-                "-f",
-                "32",
-                "-n",
-                "3",
-                "-w",
-                "1",
-                "-c",
-                "1",
-                "--json",
-                json_path.to_str().unwrap(),
-            ];
+            let line = format!("{coll} --ranks {ranks} -b 8 -e 1M -f 32 -n 3 -w 1 -c 1 --json");
+            let mut a = argv(&line);
+            a.push(json_path.to_str().unwrap());
             a.extend_from_slice(extra);
             if loaded {
                 a.extend_from_slice(&["--progress-lib", lib]);
@@ -1026,14 +827,12 @@ fn progress_lib_gives_the_same_results_as_the_in_process_half() {
 /// A `--progress-lib` that cannot be loaded is an error naming the path (and the symbol).
 #[test]
 fn progress_lib_that_cannot_be_loaded_is_refused_clearly() {
-    let (code, _, err) = run_bin(&[
-        "all-reduce",
-        "--progress-lib",
-        "/nonexistent/libnccom_proxy.so",
-    ]);
+    let (code, _, err) = run_bin(&argv(
+        "all-reduce --progress-lib /nonexistent/libnccom_proxy.so",
+    ));
     assert_eq!(code, 2);
     assert!(err.contains("/nonexistent/libnccom_proxy.so"), "{err}");
-    let (code, _, err) = run_bin(&["all-reduce", "--progress-lib", "libc.so.6"]);
+    let (code, _, err) = run_bin(&argv("all-reduce --progress-lib libc.so.6"));
     assert_eq!(code, 2);
     assert!(
         err.contains("libc.so.6") && err.contains("neuronStartNetworkProxy"),
@@ -1053,29 +852,11 @@ fn libfabric_every_collective_both_modes() {
     for provider in ["tcp", "shm"] {
         for modes in MODES {
             for &(c, ranks) in &runs {
-                let r = ranks.to_string();
-                let mut v = vec![
-                    c,
-                    "--transport",
-                    "libfabric",
-                    "--provider",
-                    provider,
-                    "--ranks",
-                    &r,
-                    "-b",
-                    "8",
-                    "-e",
-                    "2M",
-                    "-f",
-                    "64",
-                    "-n",
-                    "2",
-                    "-w",
-                    "1",
-                    "-c",
-                    "1",
-                    "--stats",
-                ];
+                let line = format!(
+                    "{c} --transport libfabric --provider {provider} --ranks {ranks} -b 8 -e 2M
+                     -f 64 -n 2 -w 1 -c 1 --stats"
+                );
+                let mut v = argv(&line);
                 v.extend_from_slice(&modes);
                 let b = run_bounded(
                     &v,
@@ -1120,10 +901,10 @@ fn libfabric_every_collective_both_modes() {
 fn sleeping_waits_stay_correct() {
     for ranks in ["2", "3"] {
         for coll in ["all-reduce", "all-gather", "broadcast", "all-to-all"] {
-            let a = args(&[
-                coll, "--ranks", ranks, "--driver", "thread", "--device", "thread", "--wait",
-                "sleep", "-n", "20", "-w", "2",
-            ]);
+            let line = format!(
+                "{coll} --ranks {ranks} --driver thread --device thread --wait sleep -n 20 -w 2"
+            );
+            let a = args(&argv(&line));
             check_sizes(&a, &[8, 4 * 1024 + 12]);
         }
     }
@@ -1132,17 +913,7 @@ fn sleeping_waits_stay_correct() {
 /// The header names the host-wide mode rule's answer and its inputs, also when flags chose.
 #[test]
 fn the_header_prints_the_mode_rule() {
-    let (code, out, err) = run_bin(&[
-        "all-reduce",
-        "--ranks",
-        "2",
-        "-b",
-        "8",
-        "-e",
-        "8",
-        "-n",
-        "5",
-    ]);
+    let (code, out, err) = run_bin(&argv("all-reduce --ranks 2 -b 8 -e 8 -n 5"));
     assert_eq!(code, 0, "{err}");
     let line = out
         .lines()
@@ -1151,19 +922,7 @@ fn the_header_prints_the_mode_rule() {
     assert!(line.contains("(rule: "), "{line}");
     assert!(line.contains("busy threads on this host"), "{line}");
     assert!(line.contains("CPUs (affinity"), "{line}");
-    let (code, out, err) = run_bin(&[
-        "all-reduce",
-        "--ranks",
-        "2",
-        "-b",
-        "8",
-        "-e",
-        "8",
-        "-n",
-        "5",
-        "--driver",
-        "thread",
-    ]);
+    let (code, out, err) = run_bin(&argv("all-reduce --ranks 2 -b 8 -e 8 -n 5 --driver thread"));
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("(flags; rule: "), "{out}");
 }
@@ -1214,21 +973,8 @@ fn default_iteration_count_is_calibrated() {
             modes[1]
         ));
         let p = path.to_str().unwrap();
-        let mut a = vec![
-            "all-reduce",
-            "--ranks",
-            "2",
-            "-b",
-            "8",
-            "-e",
-            "1M",
-            "-f",
-            "131072",
-            "--min-time",
-            "5",
-            "--json",
-            p,
-        ];
+        let mut a = argv("all-reduce --ranks 2 -b 8 -e 1M -f 131072 --min-time 5 --json");
+        a.push(p);
         a.extend_from_slice(&modes);
         let (code, out, err) = run_bin(&a);
         assert_eq!(code, 0, "{out}\n{err}");
@@ -1249,26 +995,13 @@ fn libfabric_processes_agree_on_the_calibrated_count() {
         std::process::id()
     ));
     let p = path.to_str().unwrap();
+    let mut a = argv(
+        "all-reduce --transport libfabric --provider tcp --ranks 2 -b 8 -e 1M -f 131072
+         --min-time 5 --json",
+    );
+    a.push(p);
     let b = run_bounded(
-        &[
-            "all-reduce",
-            "--transport",
-            "libfabric",
-            "--provider",
-            "tcp",
-            "--ranks",
-            "2",
-            "-b",
-            "8",
-            "-e",
-            "1M",
-            "-f",
-            "131072",
-            "--min-time",
-            "5",
-            "--json",
-            p,
-        ],
+        &a,
         &[
             ("NEURON_RT_BOOTSTRAP_TIMEOUT", "30"),
             ("NEURON_RT_EXEC_TIMEOUT", "20"),
@@ -1299,27 +1032,11 @@ fn plot_overlays_compared_runs() {
     )
     .unwrap();
     std::fs::write(&osu, "# Size       Avg Latency(us)\n8 3.00\n65536 30.00\n").unwrap();
-    let (code, out, err) = run_bin(&[
-        "all-reduce",
-        "--ranks",
-        "2",
-        "-b",
-        "8",
-        "-e",
-        "64K",
-        "-f",
-        "8192",
-        "-n",
-        "2",
-        "-w",
-        "0",
-        "--plot",
-        svg.to_str().unwrap(),
-        "--compare",
-        nccl.to_str().unwrap(),
-        "--compare",
-        osu.to_str().unwrap(),
-    ]);
+    let mut a = argv("all-reduce --ranks 2 -b 8 -e 64K -f 8192 -n 2 -w 0 --plot");
+    a.push(svg.to_str().unwrap());
+    a.extend(["--compare", nccl.to_str().unwrap()]);
+    a.extend(["--compare", osu.to_str().unwrap()]);
+    let (code, out, err) = run_bin(&a);
     assert_eq!(code, 0, "{out}\n{err}");
     let text = std::fs::read_to_string(&svg).unwrap();
     for label in [

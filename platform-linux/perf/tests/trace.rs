@@ -3,6 +3,8 @@
 //! `transfer` spans one after the other without overlap, every `post` and `complete` of an
 //! entry inside a `transfer`, each entry completed after it was posted.
 
+mod common;
+use common::argv;
 use std::process::Command;
 
 use proxy_trace::testing::{check_nesting, names_ranks};
@@ -40,23 +42,8 @@ fn two_ranks_merged_trace_nests_in_both_modes() {
             modes[1]
         ));
         let p = path.to_str().unwrap();
-        let mut a = vec![
-            "all-reduce",
-            "--ranks",
-            "2",
-            "-b",
-            "8",
-            "-e",
-            "8K",
-            "-f",
-            "1024",
-            "-n",
-            "5",
-            "-w",
-            "1",
-            "--trace",
-            p,
-        ];
+        let mut a = argv("all-reduce --ranks 2 -b 8 -e 8K -f 1024 -n 5 -w 1 --trace");
+        a.push(p);
         a.extend_from_slice(&modes);
         let (code, out, err) = run(&a);
         assert_eq!(code, 0, "{out}\n{err}");
@@ -86,22 +73,9 @@ fn two_ranks_merged_trace_nests_in_both_modes() {
 fn per_rank_files_hold_their_rank_only() {
     let dir = std::env::temp_dir();
     let pattern = dir.join(format!("proxy-perf-{}-trace-%r.json", std::process::id()));
-    let (code, out, err) = run(&[
-        "send-recv",
-        "--ranks",
-        "2",
-        "-b",
-        "1K",
-        "-e",
-        "1K",
-        "-n",
-        "3",
-        "-w",
-        "0",
-        "--trace",
-        pattern.to_str().unwrap(),
-        "--trace-all",
-    ]);
+    let mut a = argv("send-recv --ranks 2 -b 1K -e 1K -n 3 -w 0 --trace");
+    a.extend([pattern.to_str().unwrap(), "--trace-all"]);
+    let (code, out, err) = run(&a);
     assert_eq!(code, 0, "{out}\n{err}");
     for r in 0..2u64 {
         let path = dir.join(format!("proxy-perf-{}-trace-{r}.json", std::process::id()));
@@ -124,7 +98,7 @@ fn per_rank_files_hold_their_rank_only() {
 
 #[test]
 fn trace_without_anything_to_record_is_refused() {
-    let (code, _, err) = run(&["all-reduce", "-c", "0", "--trace", "/tmp/never.json"]);
+    let (code, _, err) = run(&argv("all-reduce -c 0 --trace /tmp/never.json"));
     assert_eq!(code, 2);
     assert!(
         err.contains("--trace records the checked executions"),
@@ -142,26 +116,12 @@ fn libfabric_processes_write_one_file_each() {
         "proxy-perf-{}-trace-fi-%r.json",
         std::process::id()
     ));
+    let mut a = argv(
+        "all-reduce --transport libfabric --provider tcp --ranks 2 -b 8 -e 8 -n 3 -w 1 --trace",
+    );
+    a.push(pattern.to_str().unwrap());
     let out = Command::new(BIN)
-        .args([
-            "all-reduce",
-            "--transport",
-            "libfabric",
-            "--provider",
-            "tcp",
-            "--ranks",
-            "2",
-            "-b",
-            "8",
-            "-e",
-            "8",
-            "-n",
-            "3",
-            "-w",
-            "1",
-            "--trace",
-            pattern.to_str().unwrap(),
-        ])
+        .args(&a)
         .env("NEURON_RT_BOOTSTRAP_TIMEOUT", "30")
         .env("NEURON_RT_EXEC_TIMEOUT", "20")
         .output()
@@ -182,13 +142,9 @@ fn libfabric_processes_write_one_file_each() {
         // One execution per side, a send and a receive op.
         assert_eq!(check_nesting(&doc).get(&r), Some(&4), "rank {r}");
     }
-    let (code, _, err) = run(&[
-        "all-reduce",
-        "--transport",
-        "libfabric",
-        "--trace",
-        "/tmp/merged.json",
-    ]);
+    let (code, _, err) = run(&argv(
+        "all-reduce --transport libfabric --trace /tmp/merged.json",
+    ));
     assert_eq!(code, 2);
     assert!(err.contains("%r"), "{err}");
 }

@@ -3,6 +3,8 @@
 //! header's `tuner:` line names the file when `NEURON_RT_PROXY_TUNE_FILE` gives it, and why the
 //! algorithm was chosen; a bad file fails the run naming the file and the fault.
 
+mod common;
+use common::argv;
 use std::process::Command;
 
 use proxy_runtime::tune_file::TuneFile;
@@ -29,27 +31,18 @@ fn tuner_line(out: &str) -> &str {
         .unwrap_or_else(|| panic!("no tuner line:\n{out}"))
 }
 
-const SWEEP: [&str; 9] = [
-    "all-reduce",
-    "--ranks",
-    "3",
-    "-b",
-    "8",
-    "-e",
-    "4096",
-    "-n",
-    "3",
-];
+/// The sweep most runs here share (a command line for [`argv`]).
+const SWEEP: &str = "all-reduce --ranks 3 -b 8 -e 4096 -n 3";
 
 #[test]
 fn tune_writes_a_file_the_header_then_names() {
     let dir = std::env::temp_dir();
     let file = dir.join(format!("proxy-perf-tune-{}.json", std::process::id()));
     let f = file.to_str().unwrap();
-    let (code, out, err) = run(
-        &[&SWEEP[..], &["-f", "8", "-w", "1", "--tune", f]].concat(),
-        &[("NEURON_RT_PROXY_TUNE_FILE", "")],
-    );
+    let line = format!("{SWEEP} -f 8 -w 1 --tune");
+    let mut a = argv(&line);
+    a.push(f);
+    let (code, out, err) = run(&a, &[("NEURON_RT_PROXY_TUNE_FILE", "")]);
     assert_eq!(code, 0, "{out}\n{err}");
     // 4 algorithms × 4 sizes (8, 64, 512, 4096), each against the fitted model.
     let rows = out
@@ -66,7 +59,7 @@ fn tune_writes_a_file_the_header_then_names() {
     assert_eq!(t.inter_host_samples, None, "{t:?}");
     assert!(out.contains("# between hosts: not measured"), "{out}");
 
-    let (code, out, err) = run(&SWEEP, &[("NEURON_RT_PROXY_TUNE_FILE", f)]);
+    let (code, out, err) = run(&argv(SWEEP), &[("NEURON_RT_PROXY_TUNE_FILE", f)]);
     assert_eq!(code, 0, "{err}");
     let line = tuner_line(&out);
     assert!(
@@ -84,11 +77,11 @@ fn tune_writes_a_file_the_header_then_names() {
     };
     assert!(line.ends_with(&format!("why={why}")), "{line}");
 
-    let (code, out, _) = run(&SWEEP, &[("NEURON_RT_PROXY_TUNE_FILE", "")]);
+    let (code, out, _) = run(&argv(SWEEP), &[("NEURON_RT_PROXY_TUNE_FILE", "")]);
     assert_eq!(code, 0);
     assert!(tuner_line(&out).contains("cost model default"), "{out}");
     let (code, out, _) = run(
-        &SWEEP,
+        &argv(SWEEP),
         &[
             ("NEURON_RT_PROXY_TUNE_FILE", ""),
             ("NEURON_RT_PROXY_ALGO_ALL_REDUCE", "rabenseifner"),
@@ -101,7 +94,7 @@ fn tune_writes_a_file_the_header_then_names() {
     );
 
     std::fs::write(&file, "{\"version\": 1, \"cost_model\": {\"step_ns\": 1}}").unwrap();
-    let (code, _, err) = run(&SWEEP, &[("NEURON_RT_PROXY_TUNE_FILE", f)]);
+    let (code, _, err) = run(&argv(SWEEP), &[("NEURON_RT_PROXY_TUNE_FILE", f)]);
     assert_eq!(code, 2, "{err}");
     assert!(
         err.contains(&format!(
@@ -117,23 +110,7 @@ fn tune_writes_a_file_the_header_then_names() {
 #[test]
 fn hosts_run_the_hierarchical_all_reduce() {
     let (code, out, err) = run(
-        &[
-            "all-reduce",
-            "--ranks",
-            "6",
-            "--hosts",
-            "4,2",
-            "--algo",
-            "hierarchical",
-            "-b",
-            "8",
-            "-e",
-            "4096",
-            "-f",
-            "8",
-            "-n",
-            "3",
-        ],
+        &argv("all-reduce --ranks 6 --hosts 4,2 --algo hierarchical -b 8 -e 4096 -f 8 -n 3"),
         &[("NEURON_RT_PROXY_TUNE_FILE", "")],
     );
     assert_eq!(code, 0, "{out}\n{err}");
@@ -145,20 +122,7 @@ fn hosts_run_the_hierarchical_all_reduce() {
         out.contains("# Algorithm by size (B)  : hierarchical 8..4096"),
         "{out}"
     );
-    let (code, _, err) = run(
-        &[
-            "all-reduce",
-            "--ranks",
-            "6",
-            "--hosts",
-            "4,1",
-            "-b",
-            "8",
-            "-e",
-            "8",
-        ],
-        &[],
-    );
+    let (code, _, err) = run(&argv("all-reduce --ranks 6 --hosts 4,1 -b 8 -e 8"), &[]);
     assert_eq!(code, 2, "{err}");
     assert!(
         err.contains("--hosts adds up to 5 ranks, --ranks is 6"),
@@ -175,22 +139,10 @@ fn ranks_sweep_table_and_plot() {
     let svg = dir.join(format!("proxy-perf-ranks-{}.svg", std::process::id()));
     let other = dir.join(format!("proxy-perf-ranks-{}-other.txt", std::process::id()));
     std::fs::write(&other, "# another run\n2 0.5\n3 1.5\n").unwrap();
-    let (code, out, err) = run(
-        &[
-            "all-reduce",
-            "--ranks-sweep",
-            "2,3",
-            "-b",
-            "8",
-            "-n",
-            "3",
-            "--plot",
-            svg.to_str().unwrap(),
-            "--compare-ranks",
-            other.to_str().unwrap(),
-        ],
-        &[("NEURON_RT_PROXY_TUNE_FILE", "")],
-    );
+    let mut a = argv("all-reduce --ranks-sweep 2,3 -b 8 -n 3 --plot");
+    a.push(svg.to_str().unwrap());
+    a.extend(["--compare-ranks", other.to_str().unwrap()]);
+    let (code, out, err) = run(&a, &[("NEURON_RT_PROXY_TUNE_FILE", "")]);
     assert_eq!(code, 0, "{out}\n{err}");
     let rows: Vec<Vec<&str>> = out
         .lines()
@@ -209,16 +161,9 @@ fn ranks_sweep_table_and_plot() {
     );
     assert!(text.contains(&format!("proxy-perf-ranks-{}-other", std::process::id())));
     std::fs::write(&other, "2 fast\n").unwrap();
-    let (code, _, err) = run(
-        &[
-            "all-reduce",
-            "--ranks-sweep",
-            "2",
-            "--compare-ranks",
-            other.to_str().unwrap(),
-        ],
-        &[],
-    );
+    let mut a = argv("all-reduce --ranks-sweep 2 --compare-ranks");
+    a.push(other.to_str().unwrap());
+    let (code, _, err) = run(&a, &[]);
     assert_eq!(code, 2, "{err}");
     assert!(err.contains(":1: want `ranks time_us`"), "{err}");
     for f in [svg, other] {
@@ -233,28 +178,9 @@ fn tune_across_hosts_writes_the_links_constants() {
     let file =
         std::env::temp_dir().join(format!("proxy-perf-tune-hosts-{}.json", std::process::id()));
     let f = file.to_str().unwrap();
-    let (code, out, err) = run(
-        &[
-            "all-reduce",
-            "--ranks",
-            "4",
-            "--hosts",
-            "2,2",
-            "-b",
-            "8",
-            "-e",
-            "4096",
-            "-f",
-            "8",
-            "-n",
-            "3",
-            "-w",
-            "1",
-            "--tune",
-            f,
-        ],
-        &[("NEURON_RT_PROXY_TUNE_FILE", "")],
-    );
+    let mut a = argv("all-reduce --ranks 4 --hosts 2,2 -b 8 -e 4096 -f 8 -n 3 -w 1 --tune");
+    a.push(f);
+    let (code, out, err) = run(&a, &[("NEURON_RT_PROXY_TUNE_FILE", "")]);
     assert_eq!(code, 0, "{out}\n{err}");
     let links = out
         .lines()
@@ -286,27 +212,11 @@ fn tune_across_hosts_writes_the_links_constants() {
 fn tune_with_ranks_as_processes() {
     let file = std::env::temp_dir().join(format!("proxy-perf-tune-lf-{}.json", std::process::id()));
     let f = file.to_str().unwrap();
-    let base = [
-        "all-reduce",
-        "--transport",
-        "libfabric",
-        "--provider",
-        "tcp",
-        "--ranks",
-        "2",
-        "-b",
-        "8",
-        "-e",
-        "512",
-        "-f",
-        "8",
-        "-n",
-        "3",
-        "-w",
-        "1",
-        "--tune",
-        f,
-    ];
+    let mut base = argv(
+        "all-reduce --transport libfabric --provider tcp --ranks 2 -b 8 -e 512 -f 8 -n 3 -w 1
+         --tune",
+    );
+    base.push(f);
     let env = [("NEURON_RT_PROXY_TUNE_FILE", "")];
     let (code, out, err) = run(&base, &env);
     assert_eq!(code, 0, "{out}\n{err}");

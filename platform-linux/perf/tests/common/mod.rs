@@ -1,5 +1,7 @@
 //! What several of proxy-perf's integration tests share.
 
+#![allow(dead_code)] // each test binary uses part of the harness
+
 use std::process::Command;
 
 /// Path of `libnccom_proxy.so`: `$NCCOM_PROXY_LIB`; else the one cargo built (proxy-ffi is a
@@ -28,4 +30,12 @@ pub fn progress_library() -> std::path::PathBuf {
         .expect("run cargo build -p proxy-ffi");
     assert!(st.success(), "cargo build -p proxy-ffi failed");
     target.join("debug/libnccom_proxy.so")
+}
+
+/// A command line of `proxy-perf` (without the program name) split on white space, e.g.
+/// `argv("all-reduce --ranks 2 -b 8 -e 1M")`; a newline is white space too, so a long line may
+/// go on in the next source line. For arguments without spaces only: paths (from `temp_dir()`,
+/// which may hold spaces) are pushed separately.
+pub fn argv(line: &str) -> Vec<&str> {
+    line.split_whitespace().collect()
 }
