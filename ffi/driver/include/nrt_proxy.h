@@ -1650,10 +1650,12 @@ NRT_STATUS nrt_proxy_host_device_create(struct nrt_proxy_plan_t *plan,
 
 /**
  * Launches `executions` executions of the plan's block schedule: the net stage (writes 1 to
- * every `net_triggers` word and waits until the network task consumed each: the trigger words
- * of the network task, one per stream of the plan; none: no net-stage gate), each execution's
- * blocks on every stream, then the barrier (writes 1 to every `barrier_triggers` word and waits
- * until `*barrier_done` rose by one; NULL: no wait). A launch in flight, or a library thread
+ * every `net_triggers` word, and to every `barrier_triggers` word with them, as the seed gates
+ * the barrier task at the net stage; then waits until the network task consumed each net
+ * trigger: the trigger words of the network task, one per stream of the plan; none: no
+ * net-stage gate), each execution's blocks on every stream, then the barrier wait (until
+ * `*barrier_done` rose by one since the launch; NULL: no wait). The barrier task thus runs
+ * beside the collective (docs/design/05-device-model.md, "Where the barrier is triggered"). A launch in flight, or a library thread
  * running one, is stopped first. Nothing is touched before the next poll.
  *
  * Returns `NRT_SUCCESS`; `NRT_INVALID_HANDLE` for a bad device; `NRT_INVALID` for a NULL

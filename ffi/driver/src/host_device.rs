@@ -188,10 +188,12 @@ unsafe fn word_list(
 }
 
 /// Launches `executions` executions of the plan's block schedule: the net stage (writes 1 to
-/// every `net_triggers` word and waits until the network task consumed each: the trigger words
-/// of the network task, one per stream of the plan; none: no net-stage gate), each execution's
-/// blocks on every stream, then the barrier (writes 1 to every `barrier_triggers` word and waits
-/// until `*barrier_done` rose by one; NULL: no wait). A launch in flight, or a library thread
+/// every `net_triggers` word, and to every `barrier_triggers` word with them, as the seed gates
+/// the barrier task at the net stage; then waits until the network task consumed each net
+/// trigger: the trigger words of the network task, one per stream of the plan; none: no
+/// net-stage gate), each execution's blocks on every stream, then the barrier wait (until
+/// `*barrier_done` rose by one since the launch; NULL: no wait). The barrier task thus runs
+/// beside the collective (docs/design/05-device-model.md, "Where the barrier is triggered"). A launch in flight, or a library thread
 /// running one, is stopped first. Nothing is touched before the next poll.
 ///
 /// Returns `NRT_SUCCESS`; `NRT_INVALID_HANDLE` for a bad device; `NRT_INVALID` for a NULL
@@ -246,7 +248,7 @@ pub unsafe extern "C" fn nrt_proxy_host_device_launch(
                 net_triggers: net,
                 barrier_triggers: barrier,
                 barrier_done: (!barrier_done.is_null()).then_some(barrier_done as usize as u64),
-                barrier_at: BarrierAt::End,
+                barrier_at: BarrierAt::default(),
             };
             // SAFETY: the caller's contract: every address of the job stays valid for the
             // accesses of its program until the launch is done, replaced or the device is

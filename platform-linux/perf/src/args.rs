@@ -311,10 +311,10 @@ pub enum WaitArg {
 /// (`proxy_collectives::interpreter::BarrierAt`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum BarrierArg {
-    /// After the program ran (the ranks meet again after the collective).
-    End,
     /// At the launch, with the net triggers (the barrier runs beside the collective).
     Launch,
+    /// After the program ran (the ranks meet again after the collective).
+    End,
 }
 
 impl From<BarrierArg> for proxy_collectives::interpreter::BarrierAt {
@@ -390,11 +390,12 @@ pub struct Args {
     /// are recycled between iterations) instead of one execution per iteration.
     #[arg(long = "loop")]
     pub loop_mode: bool,
-    /// When each rank's device triggers its execution's barrier task: `end` (after its
-    /// program ran: the barrier passes once every rank's collective ended) or `launch` (with
-    /// the net triggers: the barrier runs beside the collective and passes once every rank's
-    /// device launched). The device waits for barrier-done at the end either way.
-    #[arg(long, value_enum, default_value_t = BarrierArg::End)]
+    /// When each rank's device triggers its execution's barrier task: `launch` (the default:
+    /// with the net triggers, as the seed gates its barrier task at the net stage; the barrier
+    /// runs beside the collective and passes once every rank's device launched) or `end`
+    /// (after its program ran: the barrier passes once every rank's collective ended, a second
+    /// meeting of the ranks). The device waits for barrier-done at the end either way.
+    #[arg(long, value_enum, default_value_t = BarrierArg::Launch)]
     pub barrier: BarrierArg,
     /// Algorithm: auto (the planner's tuner) or one by name. With auto,
     /// `NEURON_RT_PROXY_ALGO_<COLLECTIVE>` (e.g. `NEURON_RT_PROXY_ALGO_ALL_REDUCE=bruck`)

@@ -17,10 +17,11 @@
 //!    is ready and receive buffers are free, wait on the complete semaphores, reduce received
 //!    chunks into the output (the planner's kernels: tight loops the compiler vectorises),
 //!    copy; a proxy that skips a handshake or a semaphore leaves the device pending;
-//! 3. **barrier**: write 1 to the barrier task's trigger words, wait until its barrier-done
-//!    semaphore rose (the barrier leader increments it), then report the launch complete.
-//!    With [`BarrierAt::Launch`] the triggers are written (and barrier-done snapshot) at the
-//!    launch instead, with the net triggers, and only the wait is left for the end.
+//! 3. **barrier**: wait until the barrier task's barrier-done semaphore rose (the barrier
+//!    leader increments it), then report the launch complete. The barrier task's trigger words
+//!    are written (1) with the net triggers at the launch ([`BarrierAt::Launch`], the
+//!    default), or here, after the program ([`BarrierAt::End`]); barrier-done is snapshot just
+//!    before they are written.
 //!
 //! The stage is one enum, [`Stage`], changed only by one transition function (which logs
 //! `device R state=A=>B` at trace level). Its diagram, the reference the code cites by edge
@@ -28,9 +29,10 @@
 //!
 //! ```text
 //! Idle ──(1) launch──► Launched ──(2) write the net triggers──► NetWait
-//!                         │        (BarrierAt::Launch: first     │
-//!                         │        snapshot barrier-done, write  │
-//!                         │        the barrier triggers; so (4)) │
+//!                         │        (BarrierAt::Launch, default:  │
+//!                         │        first snapshot barrier-done,  │
+//!                         │        write the barrier triggers;   │
+//!                         │        so (4))                       │
 //!                         │ (4) no net triggers                    │ (3) every net trigger reads 0
 //!                         ▼                                        │
 //!                     Program{0} ◄─────────────────────────────────┘
@@ -391,20 +393,23 @@ pub struct Job {
 /// launch complete only once barrier-done rose, so no rank's device starts its next launch
 /// before every rank's barrier task arrived.
 ///
-/// Seed: the barrier task gates on its trigger word like the network task (§3,
-/// `can_start_proxy_task`), and runs beside it; where the device program writes that word is
-/// not in the seed (docs/design/05-device-model.md, "Where the barrier is triggered").
+/// Seed: the barrier task gates on its trigger word as the network task does (§3,
+/// `can_start_proxy_task`: "a value other than -1 means this stream's collective has reached
+/// the net stage"), and runs beside it; docs/design/05-device-model.md, "Where the barrier is
+/// triggered".
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum BarrierAt {
-    /// After the last execution of the program (edge 6): the barrier passes once every rank's
-    /// program ran, a second meeting of the ranks after the collective's own.
+    /// At the launch, with the net triggers (edges 2 and 4), as the seed's barrier task is
+    /// gated at the net stage (the default): the barrier task arrives while the collective
+    /// runs, so the barrier passes once every rank's device launched, which a collective in
+    /// which every rank hears from every other has shown by the time it ends; on a crowded
+    /// host the ranks meet once per launch instead of twice.
     #[default]
-    End,
-    /// At the launch, with the net triggers (edges 2 and 4): the barrier task arrives while
-    /// the collective runs, so the barrier passes once every rank's device launched, which a
-    /// collective in which every rank hears from every other has shown by the time it ends:
-    /// on a crowded host the ranks meet once per launch instead of twice.
     Launch,
+    /// After the last execution of the program (edge 6): the barrier passes once every rank's
+    /// program ran, a guarantee a runtime may want before it reuses buffers, at the price of a
+    /// second meeting of the ranks after the collective's own.
+    End,
 }
 
 impl Job {
@@ -428,7 +433,7 @@ impl Job {
             net_triggers,
             barrier_triggers,
             barrier_done,
-            barrier_at: BarrierAt::End,
+            barrier_at: BarrierAt::default(),
         }
     }
 

@@ -69,7 +69,7 @@ fn setup(reps: u32) -> Setup {
         words: w(3),
         word_stride: 4,
     };
-    let job = Job::single(
+    let mut job = Job::single(
         Arc::new(p),
         addrs,
         reps,
@@ -77,6 +77,9 @@ fn setup(reps: u32) -> Setup {
         vec![w(BAR)],
         Some(w(DONE)),
     );
+    // These tests follow the barrier stage after the program (the trigger at the end); the
+    // default, at the launch, has its own test.
+    job.barrier_at = BarrierAt::End;
     Setup { buf, words, job }
 }
 
