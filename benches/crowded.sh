@@ -1,6 +1,7 @@
 #!/bin/bash
 # Issue 25: 8 B all-reduce with 4 rank processes on this host (2 CPUs here), every case of the
-# barrier's place (--barrier) and of the idle wait (--wait) interleaved with Open MPI, ROUNDS
+# barrier's place (--barrier) and of the idle wait (--wait), and the defaults, interleaved with
+# Open MPI, ROUNDS
 # rounds (default 6); prints the median of each case (µs) and its ratio to Open MPI.
 #
 # Needs a release build with libfabric (`cargo build --release -p proxy-perf --features
@@ -30,10 +31,12 @@ mpi() { # label iters net-flags...
         awk '/^mpi /{for(i=1;i<NF;i++) if($i=="time_us") print $(i+1)}')" >> "$out"
 }
 for _ in $(seq 1 "$ROUNDS"); do
+    pp shm-default --transport libfabric --provider shm -n 3000
     pp shm-end --transport libfabric --provider shm -n 3000 --barrier end
     pp shm-launch --transport libfabric --provider shm -n 3000 --barrier launch
     pp shm-loop --transport libfabric --provider shm -n 3000 --loop
     mpi ompi-vader 3000 --mca pml ob1 --mca btl self,vader
+    pp tcp-default --transport libfabric --provider tcp -n 1000
     pp tcp-poll-end --transport libfabric --provider tcp -n 1000 --wait poll --barrier end
     pp tcp-block-end --transport libfabric --provider tcp -n 1000 --wait sleep --barrier end
     pp tcp-poll-launch --transport libfabric --provider tcp -n 1000 --wait poll --barrier launch
