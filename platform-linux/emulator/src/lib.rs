@@ -478,15 +478,17 @@ impl Drop for DeviceThread {
 /// A device driven by the caller's thread (the polled mode): the thread that drives the proxy
 /// queue calls [`PolledDevice::poll_once`] between its ticks, so one thread plays producer,
 /// proxy and device. Never blocks; the timeout is checked against the monotonic clock
-/// ([`Instant`]) at each call, as a no-progress limit: it counts from the last call at which
-/// the device moved on (another [`WaitingFor`], or a new value of the word).
+/// ([`Instant`]) every 64 calls, as a no-progress limit: it counts from the 64th call after the
+/// last one at which the device moved on (another [`WaitingFor`], or a new value of the word),
+/// so a wait that ends within 64 calls reads no clock.
 #[derive(Debug)]
 pub struct PolledDevice {
     device: Device,
     stats: Arc<DeviceStats>,
     timeout: Duration,
-    /// What the device waited for at the last `Pending`, and since when.
-    waiting: Option<(WaitingFor, Instant)>,
+    /// What the device waited for at the last `Pending`, and since when (`None` until the
+    /// wait has lasted 64 polls: a wait that ends sooner never reads the clock).
+    waiting: Option<(WaitingFor, Option<Instant>)>,
     /// The result of the last launch once it ended.
     result: Option<Result<(), DeviceError>>,
     launched: bool,
@@ -565,14 +567,22 @@ impl PolledDevice {
             Ok(DevicePoll::Done | DevicePoll::Idle) => return self.end(Ok(())),
             Err(e) => return self.end(Err(e)),
         };
-        match &self.waiting {
+        match &mut self.waiting {
             Some((w, since)) if *w == waiting_for => {
-                // The clock every 64 unchanged polls: the timeout is coarse.
+                // The clock every 64 unchanged polls: the timeout is coarse, and counts from
+                // the 64th (most waits end sooner and read no clock at all).
                 self.unchanged = self.unchanged.wrapping_add(1);
-                if !self.unchanged.is_multiple_of(64) || since.elapsed() <= self.timeout {
+                if !self.unchanged.is_multiple_of(64) {
                     return None;
                 }
-                self.time_out(waiting_for)
+                match since {
+                    None => {
+                        *since = Some(Instant::now());
+                        None
+                    }
+                    Some(t) if t.elapsed() <= self.timeout => None,
+                    Some(_) => self.time_out(waiting_for),
+                }
             }
             _ => {
                 self.new_wait(waiting_for);
@@ -596,11 +606,12 @@ impl PolledDevice {
         Some(r)
     }
 
-    /// The device waits for another word or value: the no-progress clock restarts.
+    /// The device waits for another word or value: the no-progress clock restarts (it starts
+    /// at the wait's 64th poll).
     #[inline(never)]
     fn new_wait(&mut self, waiting_for: WaitingFor) {
         self.moved = true;
-        self.waiting = Some((waiting_for, Instant::now()));
+        self.waiting = Some((waiting_for, None));
         self.unchanged = 0;
     }
 
