@@ -15,6 +15,7 @@ use nrt_proxy::*;
 use proxy_abi::*;
 
 mod common;
+use common::plan::{layout, PlanBlocks, PlanMemory};
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
@@ -44,15 +45,6 @@ fn params(algorithm: u32) -> NrtProxyPlanParams {
     pp.nranks = 2;
     pp.count = 1024;
     pp
-}
-
-fn layout(plan: *mut NrtProxyPlan) -> NrtProxyPlanLayout {
-    let mut l = NrtProxyPlanLayout {
-        struct_size: size_of::<NrtProxyPlanLayout>() as u32,
-        ..NrtProxyPlanLayout::default()
-    };
-    expect!(NRT_SUCCESS, nrt_proxy_plan_layout(plan, &mut l));
-    l
 }
 
 /// The algorithm a plan with `params` resolves to.
@@ -211,57 +203,11 @@ fn the_dump_names_the_algorithm_of_an_active_collective() {
     );
     let l = layout(plan);
     assert_eq!(l.algorithm, NRT_PROXY_ALGO_RING);
-    let words = |bytes: u64| vec![0u64; (bytes as usize).div_ceil(8).max(1)];
-    let mut mem = [
-        words(l.input_bytes),
-        words(l.output_bytes),
-        words(l.scratch_bytes),
-        words(u64::from(l.host_words) * 4),
-    ];
-    let addrs = NrtProxyPlanAddresses {
-        input: mem[0].as_mut_ptr() as u64,
-        output: mem[1].as_mut_ptr() as u64,
-        scratch: mem[2].as_mut_ptr() as u64,
-        words: mem[3].as_mut_ptr() as u64,
-        word_stride: 4,
-    };
-    let mut infos = vec![NrtProxyPlanBlockInfo::default(); l.n_blocks as usize];
-    let mut n = 0;
-    expect!(
-        NRT_SUCCESS,
-        nrt_proxy_plan_blocks(plan, infos.as_mut_ptr(), infos.len(), &mut n)
-    );
-    let mut fifos: Vec<(Vec<NetOpInfo>, Vec<NetSrcAddr>, Vec<NetDestAddr>)> = infos
-        .iter()
-        .map(|i| {
-            (
-                vec![NetOpInfo::default(); i.n_ops as usize],
-                vec![NetSrcAddr::default(); i.n_src as usize],
-                vec![NetDestAddr::default(); i.n_dst as usize],
-            )
-        })
-        .collect();
-    let mut blocks = Vec::new();
-    for (i, (o, s, d)) in fifos.iter_mut().enumerate() {
-        // SAFETY: all-zero is a valid block (NULL arrays), overwritten by the call.
-        let mut b: NrtProxyBlock = unsafe { std::mem::zeroed() };
-        expect!(
-            NRT_SUCCESS,
-            nrt_proxy_plan_fifos(
-                plan,
-                i as u32,
-                &addrs,
-                o.as_mut_ptr(),
-                o.len(),
-                s.as_mut_ptr(),
-                s.len(),
-                d.as_mut_ptr(),
-                d.len(),
-                &mut b
-            )
-        );
-        blocks.push(b);
-    }
+    let memory = PlanMemory::new(&l);
+    let PlanBlocks {
+        fifos: _fifos,
+        blocks,
+    } = PlanBlocks::new(plan, &l, &memory.addrs);
     // Armed and never written: the task files its blocks and waits for its device.
     let trigger = AtomicU32::new(0xFFFF_FFFF);
     let trig = [trigger.as_ptr()];
@@ -308,7 +254,7 @@ fn the_dump_names_the_algorithm_of_an_active_collective() {
     expect!(NRT_SUCCESS, nrt_proxy_comm_destroy(c));
     expect!(NRT_SUCCESS, nrt_proxy_group_destroy(g));
     expect!(NRT_SUCCESS, nrt_proxy_fini(inst));
-    drop(mem);
+    drop(memory);
 }
 
 /// Runs the test `name` of this binary in a child process with `env` set; its output when it

@@ -17,6 +17,7 @@ use proxy_abi::*;
 use proxy_core::driver::dump::DriverActivity;
 
 mod common;
+use common::plan::{layout, Fifos, PlanBlocks, PlanMemory};
 
 macro_rules! expect {
     ($want:expr, $call:expr) => {{
@@ -57,7 +58,7 @@ struct Rank {
     dev: *mut NrtProxyHostDevice,
     addrs: NrtProxyPlanAddresses,
     mem: [Vec<u64>; 4],
-    _fifos: Vec<(Vec<NetOpInfo>, Vec<NetSrcAddr>, Vec<NetDestAddr>)>,
+    _fifos: Vec<Fifos>,
     blocks: Vec<NrtProxyBlock>,
     trigger: Box<AtomicU32>,
     /// The barrier task's trigger word and this rank's barrier-done semaphore.
@@ -192,63 +193,9 @@ fn rank(inst: *mut NrtProxy, g: *mut NrtProxyGroup, r: u32) -> Rank {
     pp.count = COUNT;
     let mut plan = ptr::null_mut();
     expect!(NRT_SUCCESS, nrt_proxy_plan_create(&pp, &mut plan));
-    let mut l = NrtProxyPlanLayout {
-        struct_size: size_of::<NrtProxyPlanLayout>() as u32,
-        // SAFETY: plain integers: all zeros is a valid value (the call fills them).
-        ..unsafe { std::mem::zeroed() }
-    };
-    expect!(NRT_SUCCESS, nrt_proxy_plan_layout(plan, &mut l));
-    let words = |bytes: u64| vec![0u64; (bytes as usize).div_ceil(8).max(1)];
-    let mut mem = [
-        words(l.input_bytes),
-        words(l.output_bytes),
-        words(l.scratch_bytes),
-        words(u64::from(l.host_words) * 4),
-    ];
-    let addrs = NrtProxyPlanAddresses {
-        input: mem[0].as_mut_ptr() as u64,
-        output: mem[1].as_mut_ptr() as u64,
-        scratch: mem[2].as_mut_ptr() as u64,
-        words: mem[3].as_mut_ptr() as u64,
-        word_stride: 4,
-    };
-    let mut infos = vec![NrtProxyPlanBlockInfo::default(); l.n_blocks as usize];
-    let mut n = 0;
-    expect!(
-        NRT_SUCCESS,
-        nrt_proxy_plan_blocks(plan, infos.as_mut_ptr(), infos.len(), &mut n)
-    );
-    let mut fifos: Vec<_> = infos
-        .iter()
-        .map(|i| {
-            (
-                vec![NetOpInfo::default(); i.n_ops as usize],
-                vec![NetSrcAddr::default(); i.n_src as usize],
-                vec![NetDestAddr::default(); i.n_dst as usize],
-            )
-        })
-        .collect();
-    let mut blocks = Vec::new();
-    for (i, (o, s, d)) in fifos.iter_mut().enumerate() {
-        // SAFETY: all-zero is a valid block (NULL arrays), overwritten by the call.
-        let mut b: NrtProxyBlock = unsafe { std::mem::zeroed() };
-        expect!(
-            NRT_SUCCESS,
-            nrt_proxy_plan_fifos(
-                plan,
-                i as u32,
-                &addrs,
-                o.as_mut_ptr(),
-                o.len(),
-                s.as_mut_ptr(),
-                s.len(),
-                d.as_mut_ptr(),
-                d.len(),
-                &mut b
-            )
-        );
-        blocks.push(b);
-    }
+    let l = layout(plan);
+    let PlanMemory { mem, addrs } = PlanMemory::new(&l);
+    let PlanBlocks { fifos, blocks } = PlanBlocks::new(plan, &l, &addrs);
     let mut dev = ptr::null_mut();
     expect!(
         NRT_SUCCESS,
