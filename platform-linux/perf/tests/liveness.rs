@@ -13,7 +13,7 @@
 #![cfg(feature = "libfabric")]
 
 mod common;
-use common::argv;
+use common::{argv, remove_shm_regions};
 use std::io::{BufRead, BufReader, Read};
 use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, Stdio};
@@ -150,23 +150,6 @@ fn proc_state(pid: i32) -> Option<char> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // The state follows the command name's closing parenthesis.
     stat.rsplit_once(')')?.1.trim_start().chars().next()
-}
-
-/// The shm provider names its regions `/dev/shm/<pid>:...` (the transport's own shm endpoints:
-/// `pxyshm_<pid>_...`, shm_cma.rs); a killed process (and a survivor
-/// that closed with requests in flight) leaves them behind. Removes those of `pids`.
-fn remove_shm_regions(pids: &[i32]) {
-    let Ok(dir) = std::fs::read_dir("/dev/shm") else {
-        return;
-    };
-    for e in dir.flatten() {
-        let name = e.file_name().to_string_lossy().into_owned();
-        if pids.iter().any(|p| {
-            name.starts_with(&format!("{p}:")) || name.starts_with(&format!("pxyshm_{p}_"))
-        }) {
-            let _ = std::fs::remove_file(e.path());
-        }
-    }
 }
 
 fn data_row(l: &str) -> bool {

@@ -8,6 +8,8 @@
 //! times out), and every loop here is a bounded `for`.
 
 mod common;
+#[cfg(feature = "libfabric")]
+use common::remove_shm_regions;
 use common::{argv, progress_library};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -666,24 +668,6 @@ fn rank_processes(launcher: u32) -> Vec<(i32, u32)> {
             Some((pid, rank))
         })
         .collect()
-}
-
-/// The shm provider names its regions `/dev/shm/<pid>:...` (the transport's own shm endpoints:
-/// `pxyshm_<pid>_...`, shm_cma.rs); a killed process (and a survivor
-/// that closed with requests in flight) leaves them behind. Removes those of `pids`.
-#[cfg(feature = "libfabric")]
-fn remove_shm_regions(pids: &[i32]) {
-    let Ok(dir) = std::fs::read_dir("/dev/shm") else {
-        return;
-    };
-    for e in dir.flatten() {
-        let name = e.file_name().to_string_lossy().into_owned();
-        if pids.iter().any(|p| {
-            name.starts_with(&format!("{p}:")) || name.starts_with(&format!("pxyshm_{p}_"))
-        }) {
-            let _ = std::fs::remove_file(e.path());
-        }
-    }
 }
 
 /// A rank process killed mid-run: the survivor's execution fails within its task timeout (or
