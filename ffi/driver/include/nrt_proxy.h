@@ -551,7 +551,8 @@ typedef struct nrt_proxy_comm_config_t {
      */
     uint32_t global_rank;
     /**
-     * `nccom_comm_config_t` flags (`NCCOM_COMM_CHECK_ADDRESSES`).
+     * `nccom_comm_config_t` flags (`NCCOM_COMM_CHECK_ADDRESSES`; the driver adds
+     * `NCCOM_COMM_IDLE_WAIT` to a libfabric comm itself under `NEURON_RT_PROXY_IDLE=block`).
      */
     uint32_t flags;
     /**

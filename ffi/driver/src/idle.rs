@@ -86,7 +86,7 @@ impl CommIdle {
             log::warn!("nccom_comm_idle_available: {e}: the comm's driver yields when idle");
             return None;
         }
-        (has == 1).then(|| Self {
+        (has == 1).then_some(Self {
             nccom,
             arm,
             sleep,
