@@ -14,14 +14,17 @@
  * The init half: nccom_abi_version, nrt_get_status_as_str, nccom_register_device_callbacks,
  * nccom_mem_group_create / _destroy, nccom_comm_create / _destroy, nccom_comm_register_memory,
  * nccom_comm_invalidate_range, nccom_comm_abort (ABI 1.1), nccom_comm_protocol_stats (ABI 1.2),
- * nccom_trace_start / _stop / _collect (ABI 1.3).
+ * nccom_trace_start / _stop / _collect (ABI 1.3), nccom_comm_idle_available / _arm / _sleep /
+ * _kick (ABI 1.4: the thread driving a comm created with NCCOM_COMM_IDLE_WAIT blocks on its
+ * completion-queue descriptor when it has nothing to do).
  *
  * Handles. nccom_comm_t * and nccom_mem_group_t * are opaque handles, never pointers to memory:
  * NULL, a destroyed handle (double destroy included) and any pointer the library did not hand
  * out are answered with NRT_INVALID_HANDLE and never dereferenced.
  *
  * Threads. One thread at a time per comm (a concurrent call on the same comm is refused with
- * NRT_FAILURE), except nccom_comm_abort, which any thread may call at any time; different comms
+ * NRT_FAILURE), except nccom_comm_abort and nccom_comm_idle_kick, which any thread may call at
+ * any time; different comms
  * are independent. The library starts no thread: a comm makes progress only inside
  * neuronNetworkProxyProgress.
  *
@@ -70,14 +73,16 @@ typedef volatile uint32_t nccom_host_word_t;
  * added `neuronStopNetworkProxyStep`, `nccom_comm_invalidate_range` and `nccom_comm_abort`;
  * 1.2 added `nccom_comm_protocol_stats` (`nccom_protocol_stats_t`); 1.3 added the event
  * trace: `nccom_trace_start`, `nccom_trace_stop`, `nccom_trace_collect`
- * (`nccom_trace_record_t`, `nccom_trace_counts_t`, the `NCCOM_TRACE_*` classes).
+ * (`nccom_trace_record_t`, `nccom_trace_counts_t`, the `NCCOM_TRACE_*` classes); 1.4 added the
+ * idle wait: the comm flag `NCCOM_COMM_IDLE_WAIT`, `nccom_comm_idle_available`,
+ * `nccom_comm_idle_arm`, `nccom_comm_idle_sleep`, `nccom_comm_idle_kick` (`NCCOM_IDLE_*`).
  */
-#define NCCOM_PROXY_ABI_VERSION_MINOR 3
+#define NCCOM_PROXY_ABI_VERSION_MINOR 4
 
 /**
  * `(major << 16) | minor`, what `nccom_abi_version()` returns.
  */
-#define NCCOM_PROXY_ABI_VERSION 65539
+#define NCCOM_PROXY_ABI_VERSION 65540
 
 /**
  * Mark of a FIFO entry that is neither the last of its op nor of the execution.
@@ -134,6 +139,34 @@ typedef volatile uint32_t nccom_host_word_t;
  * address (see the header's memory contract).
  */
 #define NCCOM_COMM_CHECK_ADDRESSES 1
+
+/**
+ * Comm flag (ABI 1.4): open the comm's completion queue with a wait descriptor where the
+ * transport offers one (libfabric tcp: `FI_WAIT_FD`), so that the thread driving the comm may
+ * block on it when it has nothing to do (`nccom_comm_idle_arm` / `nccom_comm_idle_sleep`).
+ * Ignored by the in-memory transport and by providers without one (shm): the comm then has no
+ * idle wait (`nccom_comm_idle_available` answers 0). A library older than 1.4 refuses the flag
+ * with `NRT_INVALID` (check `nccom_abi_version()` first).
+ */
+#define NCCOM_COMM_IDLE_WAIT 2
+
+/**
+ * `nccom_comm_idle_arm`'s answer: completions are already queued; do not sleep, progress
+ * again.
+ */
+#define NCCOM_IDLE_READY 0
+
+/**
+ * `nccom_comm_idle_arm`'s answer: armed; nothing is queued and the descriptor will signal the
+ * next completion: `nccom_comm_idle_sleep` may block.
+ */
+#define NCCOM_IDLE_ARMED 1
+
+/**
+ * `nccom_comm_idle_arm`'s answer: nothing to sleep on (the comm has no idle wait, or its
+ * transport closed): yield instead.
+ */
+#define NCCOM_IDLE_UNAVAILABLE 2
 
 /**
  * Trace class: where an op and a collective's task begin and end (a few events per op and
@@ -443,7 +476,8 @@ typedef struct nccom_comm_config_t {
      */
     uint32_t comm_id;
     /**
-     * `0` or `NCCOM_COMM_CHECK_ADDRESSES`; other bits are `NRT_INVALID`.
+     * `0`, `NCCOM_COMM_CHECK_ADDRESSES`, `NCCOM_COMM_IDLE_WAIT` (ABI 1.4) or both; other bits
+     * are `NRT_INVALID`.
      */
     uint32_t flags;
     /**
@@ -726,6 +760,31 @@ typedef NRT_STATUS (*nccom_trace_stop_fn)(void);
 typedef NRT_STATUS (*nccom_trace_collect_fn)(struct nccom_trace_record_t *out,
                                              size_t cap,
                                              struct nccom_trace_counts_t *counts);
+
+/**
+ * `nccom_comm_idle_available` (ABI 1.4): `*available` = 1 when the comm has a completion-queue
+ * descriptor to block on.
+ */
+typedef NRT_STATUS (*nccom_comm_idle_available_fn)(struct nccom_comm_t *comm, uint32_t *available);
+
+/**
+ * `nccom_comm_idle_arm` (ABI 1.4): arm the comm's idle wait; `*armed` = one of `NCCOM_IDLE_*`.
+ */
+typedef NRT_STATUS (*nccom_comm_idle_arm_fn)(struct nccom_comm_t *comm, uint32_t *armed);
+
+/**
+ * `nccom_comm_idle_sleep` (ABI 1.4): sleep on the armed idle wait at most `timeout_ns`;
+ * `*woken` = 1 when the descriptor signalled or a kick came.
+ */
+typedef NRT_STATUS (*nccom_comm_idle_sleep_fn)(struct nccom_comm_t *comm,
+                                               uint64_t timeout_ns,
+                                               uint32_t *woken);
+
+/**
+ * `nccom_comm_idle_kick` (ABI 1.4): end the comm's idle sleep in progress (or the next), from
+ * any thread.
+ */
+typedef NRT_STATUS (*nccom_comm_idle_kick_fn)(struct nccom_comm_t *comm);
 
 /**
  * The call did what it was asked.
@@ -1120,6 +1179,74 @@ NRT_STATUS nccom_trace_stop(void);
 NRT_STATUS nccom_trace_collect(struct nccom_trace_record_t *out,
                                size_t cap,
                                struct nccom_trace_counts_t *counts);
+
+/**
+ * Writes to `*available` 1 when the comm has an idle wait (a completion-queue descriptor to
+ * block on: a libfabric comm created with `NCCOM_COMM_IDLE_WAIT` over a provider that has one,
+ * tcp), else 0 (in-memory comms, shm, no flag).
+ *
+ * Returns `NRT_SUCCESS`; `NRT_INVALID_HANDLE` for a NULL, destroyed or unknown comm;
+ * `NRT_INVALID` for a NULL `available`; `NRT_FAILURE` for a comm in use by another thread.
+ *
+ * # Safety
+ * `available` NULL or writable.
+ *
+ * Seed: none (ABI 1.4).
+ */
+NRT_STATUS nccom_comm_idle_available(struct nccom_comm_t *comm, uint32_t *available);
+
+/**
+ * Arms the comm's idle wait (libfabric's `fi_trywait` on its completion queue) and writes the
+ * outcome to `*armed`: `NCCOM_IDLE_ARMED` (nothing queued; the descriptor will signal the next
+ * completion: `nccom_comm_idle_sleep` may block), `NCCOM_IDLE_READY` (completions are queued:
+ * progress again, do not sleep), `NCCOM_IDLE_UNAVAILABLE` (no idle wait, or its transport
+ * closed: yield instead). Call it from the thread that drives the comm, after a progress round
+ * that found nothing to do; sleeping without arming first can miss a completion already
+ * queued (the descriptor never fires) and sleep out the whole timeout.
+ *
+ * Returns `NRT_SUCCESS`; `NRT_INVALID_HANDLE` for a NULL, destroyed or unknown comm;
+ * `NRT_INVALID` for a NULL `armed`; `NRT_FAILURE` for a comm in use by another thread.
+ *
+ * # Safety
+ * `armed` NULL or writable.
+ *
+ * Seed: none (ABI 1.4).
+ */
+NRT_STATUS nccom_comm_idle_arm(struct nccom_comm_t *comm, uint32_t *armed);
+
+/**
+ * Sleeps on the comm's armed idle wait until its descriptor signals, a
+ * `nccom_comm_idle_kick` comes, or `timeout_ns` passed (at most 1 ms per call: a wake-up that
+ * never comes costs that much); writes 1 to `*woken` when signalled or kicked, else 0. A comm
+ * without an idle wait returns at once (0). Call it only after `nccom_comm_idle_arm` answered
+ * `NCCOM_IDLE_ARMED`, from the same thread, with no progress call in between.
+ *
+ * Returns `NRT_SUCCESS`; `NRT_INVALID_HANDLE` for a NULL, destroyed or unknown comm;
+ * `NRT_INVALID` for a NULL `woken`; `NRT_FAILURE` for a comm in use by another thread.
+ *
+ * # Safety
+ * `woken` NULL or writable.
+ *
+ * Seed: none (ABI 1.4).
+ */
+NRT_STATUS nccom_comm_idle_sleep(struct nccom_comm_t *comm, uint64_t timeout_ns, uint32_t *woken);
+
+/**
+ * Ends the comm's idle sleep in progress, or its next one (writes the wait's eventfd), from
+ * any thread at any time, also while another thread is inside a call on the comm (it never
+ * takes the comm's handle slot: a side table, as `nccom_comm_abort`). A comm without an idle
+ * wait: nothing to do.
+ *
+ * Returns `NRT_SUCCESS`; `NRT_INVALID_HANDLE` for a NULL, destroyed or unknown comm.
+ *
+ * Not async-signal-safe (it takes a lock).
+ *
+ * # Safety
+ * None beyond the C contract (the handle is checked, never dereferenced).
+ *
+ * Seed: none (ABI 1.4).
+ */
+NRT_STATUS nccom_comm_idle_kick(struct nccom_comm_t *comm);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -104,8 +104,8 @@ pub unsafe extern "C" fn nccom_comm_abort(comm: *mut NccomComm) -> NRT_STATUS {
         let h = c_handle(WHAT, "comm", comm)?;
         let Some(abort) = aborts()
             .iter()
-            .find(|(k, _)| *k == h)
-            .map(|(_, a)| a.clone())
+            .find(|(k, ..)| *k == h)
+            .map(|(_, a, _)| a.clone())
         else {
             log::error!("{WHAT}: {h:#x} is not a live comm of this library");
             return Err(NrtStatus::InvalidHandle);

@@ -8,6 +8,7 @@ use proxy_abi::*;
 use proxy_core::base::abort::AbortHandle;
 use proxy_core::base::status::NrtStatus;
 use proxy_core::base::time::MonotonicClock;
+use proxy_core::driver::idle::IdleWait;
 use proxy_core::progress::comm::{Comm, CommConfig};
 use proxy_core::progress::net::{Transport, MAX_COMM_ID, MAX_NRANKS};
 
@@ -23,26 +24,34 @@ use crate::init::GROUPS;
 use crate::libfabric;
 
 /// A live comm of the C ABI.
-struct CommEntry {
-    comm: Comm,
+pub(crate) struct CommEntry {
+    pub(crate) comm: Comm,
+    /// The comm's idle wait (`idle.rs`; libfabric with `NCCOM_COMM_IDLE_WAIT` and a provider
+    /// with a CQ descriptor), armed and slept on only through [`with_comm`] (so no other call
+    /// on the comm runs meanwhile).
+    pub(crate) idle: Option<Arc<dyn IdleWait>>,
     /// A panic was caught inside a call on this comm: its state is unknown.
     poisoned: bool,
 }
 
 /// Every live comm created through [`nccom_comm_create`].
 static COMMS: HandleTable<Box<CommEntry>> = HandleTable::new(0xC0CC);
-/// The abort handle of every live comm, by comm handle: what [`nccom_comm_abort`] reads, so that
-/// an abort never waits for (or is refused by) the call that holds the comm's slot BUSY.
+/// The abort handle (and idle wait, for its kick) of every live comm, by comm handle: what
+/// [`nccom_comm_abort`] and `nccom_comm_idle_kick` read, so that neither ever waits for (or is
+/// refused by) the call that holds the comm's slot BUSY.
 /// Inserted by `nccom_comm_create` after the comm's handle exists, removed by
 /// `nccom_comm_destroy` after the comm left [`COMMS`]. An [`AbortHandle`] is a shared word
 /// (`Arc`), so an abort that found it before a destroy removed it sets a word that outlives the
 /// comm: harmless. A plain lock over a short vector (create, destroy and abort are cold paths;
 /// the driving thread's progress never takes it).
-static ABORTS: Mutex<Vec<(usize, AbortHandle)>> = Mutex::new(Vec::new());
+static ABORTS: Mutex<Vec<SideEntry>> = Mutex::new(Vec::new());
+
+/// An entry of the side table [`aborts`]: (comm handle, its abort handle, its idle wait).
+pub(crate) type SideEntry = (usize, AbortHandle, Option<Arc<dyn IdleWait>>);
 
 /// [`ABORTS`], locked (a poisoned lock is taken over: every critical section is a push, a
 /// remove or a lookup, none leaves the vector half-changed).
-pub(crate) fn aborts() -> std::sync::MutexGuard<'static, Vec<(usize, AbortHandle)>> {
+pub(crate) fn aborts() -> std::sync::MutexGuard<'static, Vec<SideEntry>> {
     ABORTS
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -66,9 +75,18 @@ pub(crate) fn with_comm(
     comm: *mut NccomComm,
     f: impl FnOnce(&mut Comm) -> Result<(), NrtStatus>,
 ) -> Result<(), NrtStatus> {
+    with_entry(what, comm, |e| f(&mut e.comm))
+}
+
+/// As [`with_comm`], with the whole entry (the comm and its idle wait).
+pub(crate) fn with_entry<R>(
+    what: &str,
+    comm: *mut NccomComm,
+    f: impl FnOnce(&mut CommEntry) -> Result<R, NrtStatus>,
+) -> Result<R, NrtStatus> {
     let h = c_handle(what, "comm", comm)?;
     with_live(what, "comm", &COMMS, h, |e| {
-        call_guarded(what, "comm", h, &mut **e, |e| f(&mut e.comm))
+        call_guarded(what, "comm", h, &mut **e, f)
     })
 }
 
@@ -77,7 +95,7 @@ fn validate_config(what: &str, cfg: &NccomCommConfig) -> Result<(), NrtStatus> {
         log::error!("{what}: {msg}");
         Err(NrtStatus::Invalid)
     };
-    if cfg.flags & !NCCOM_COMM_CHECK_ADDRESSES != 0 {
+    if cfg.flags & !(NCCOM_COMM_CHECK_ADDRESSES | NCCOM_COMM_IDLE_WAIT) != 0 {
         return bad(format!("unknown flags {:#x}", cfg.flags));
     }
     if cfg.nranks == 0 || cfg.nranks > MAX_NRANKS || cfg.rank >= cfg.nranks {
@@ -171,8 +189,9 @@ pub unsafe extern "C" fn nccom_comm_create(
         #[cfg(feature = "libfabric")]
         if cfg.transport.kind == NCCOM_TRANSPORT_LIBFABRIC {
             // SAFETY: the C contract of `nccom_comm_config_t` (strings NULL or NUL-terminated).
-            let comm = unsafe { libfabric::create(WHAT, &cfg, Arc::new(dev), clock) }?;
-            return register_comm(WHAT, &cfg, comm, out);
+            let (comm, idle) = unsafe { libfabric::create(WHAT, &cfg, Arc::new(dev), clock) }?;
+            let idle = idle.map(|w| -> Arc<dyn IdleWait> { w });
+            return register_comm(WHAT, &cfg, comm, idle, out);
         }
         // Last, because a rank's endpoint can be taken only once.
         let gh = cfg.transport.mem_group.addr();
@@ -201,7 +220,7 @@ pub unsafe extern "C" fn nccom_comm_create(
         let mut comm = Comm::new(cc, transport, Arc::new(dev), clock)?;
         comm.set_drain_relax(std::thread::yield_now);
         comm.set_drain_park(park_ns);
-        register_comm(WHAT, &cfg, comm, out)
+        register_comm(WHAT, &cfg, comm, None, out)
     })
 }
 
@@ -217,6 +236,7 @@ fn register_comm(
     what: &str,
     cfg: &NccomCommConfig,
     mut comm: Comm,
+    idle: Option<Arc<dyn IdleWait>>,
     out: &mut *mut NccomComm,
 ) -> Result<(), NrtStatus> {
     if cfg.flags & NCCOM_COMM_CHECK_ADDRESSES == 0 {
@@ -227,16 +247,19 @@ fn register_comm(
     let abort = comm.abort_handle();
     let entry = Box::new(CommEntry {
         comm,
+        idle: idle.clone(),
         poisoned: false,
     });
     let handle: *mut NccomComm = insert_live(what, "comm", &COMMS, entry)?;
     let h = handle.addr();
-    aborts().push((h, abort));
+    let has_idle = idle.is_some();
+    aborts().push((h, abort, idle));
     log::debug!(
-        "{what}: comm {h:#x}: rank {} of {}, comm id {}",
+        "{what}: comm {h:#x}: rank {} of {}, comm id {}, idle wait: {}",
         cfg.rank,
         cfg.nranks,
-        cfg.comm_id
+        cfg.comm_id,
+        if has_idle { "CQ descriptor" } else { "none" }
     );
     *out = handle;
     Ok(())
@@ -255,7 +278,7 @@ pub unsafe extern "C" fn nccom_comm_destroy(comm: *mut NccomComm) -> NRT_STATUS 
     entry!(WHAT = "nccom_comm_destroy", {
         let h = c_handle(WHAT, "comm", comm)?;
         let entry = remove_live(WHAT, "comm", &COMMS, h)?;
-        aborts().retain(|(k, _)| *k != h);
+        aborts().retain(|(k, ..)| *k != h);
         if entry.poisoned {
             log::error!("{WHAT}: comm {h:#x} was poisoned by a panic; leaking it");
             std::mem::forget(entry);

@@ -11,7 +11,9 @@
 //!   [`nccom_comm_register_memory`], [`nccom_comm_invalidate_range`] and
 //!   [`nccom_comm_abort`] (ABI 1.1), [`nccom_comm_protocol_stats`] (ABI 1.2);
 //! * the event trace (ABI 1.3): [`nccom_trace_start`], [`nccom_trace_stop`],
-//!   [`nccom_trace_collect`].
+//!   [`nccom_trace_collect`];
+//! * the idle wait (ABI 1.4): [`nccom_comm_idle_available`], [`nccom_comm_idle_arm`],
+//!   [`nccom_comm_idle_sleep`], [`nccom_comm_idle_kick`].
 //!
 //! # The C contract
 //! * **Handles.** `nccom_comm_t *` and `nccom_mem_group_t *` are opaque handles, not pointers:
@@ -23,7 +25,8 @@
 //!   Different comms are independent and may be driven from different threads. The one
 //!   exception is [`nccom_comm_abort`]: any thread may call it at any time, also while another
 //!   thread is inside a call on the same comm (it never takes the comm's handle slot; it sets
-//!   the comm's abort word through a side table of abort handles, see `comms::ABORTS`).
+//!   the comm's abort word through a side table of abort handles, see `comms::ABORTS`), and
+//!   so is [`nccom_comm_idle_kick`] (the same side table).
 //! * **Memory.** The caller owns its memory. By default a comm trusts every address it is given
 //!   (`Comm::trust_all_addresses`): each buffer `[addr, addr + size)` of a FIFO entry and each
 //!   host word of an op info must stay valid, and not be freed or reused, from the
@@ -72,11 +75,15 @@ mod comm_ops;
 /// The event trace: start, stop, collect.
 mod trace;
 
+/// The idle wait: available, arm, sleep, kick.
+mod idle;
+
 pub use proxy_abi as types;
 use proxy_abi::*;
 
 pub use comm_ops::*;
 pub use comms::*;
+pub use idle::*;
 pub use init::*;
 pub use seam::*;
 pub use trace::*;
@@ -100,6 +107,10 @@ const _: NccomCommProtocolStatsFn = nccom_comm_protocol_stats;
 const _: NccomTraceStartFn = nccom_trace_start;
 const _: NccomTraceStopFn = nccom_trace_stop;
 const _: NccomTraceCollectFn = nccom_trace_collect;
+const _: NccomCommIdleAvailableFn = nccom_comm_idle_available;
+const _: NccomCommIdleArmFn = nccom_comm_idle_arm;
+const _: NccomCommIdleSleepFn = nccom_comm_idle_sleep;
+const _: NccomCommIdleKickFn = nccom_comm_idle_kick;
 
 #[cfg(test)]
 mod tests;

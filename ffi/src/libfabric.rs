@@ -14,14 +14,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use proxy_abi::boundary::c_string;
-use proxy_abi::NccomCommConfig;
+use proxy_abi::{NccomCommConfig, NCCOM_COMM_IDLE_WAIT};
 use proxy_bootstrap::{Bootstrap, BootstrapConfig, SharedBootstrap};
 use proxy_core::base::status::NrtStatus;
 use proxy_core::base::time::Clock;
 use proxy_core::progress::comm::Comm;
 use proxy_core::progress::device::DeviceCallbacks;
-use proxy_libfabric::net_setup::{open_libfabric_comm, LibfabricCommConfig};
-use proxy_libfabric::Options;
+use proxy_libfabric::net_setup::{open_libfabric_comm_with_idle, LibfabricCommConfig};
+use proxy_libfabric::{CqIdleWait, Options};
 
 /// Checks the libfabric fields of a config before anything is created.
 ///
@@ -40,7 +40,9 @@ pub unsafe fn validate(what: &str, cfg: &NccomCommConfig) -> Result<(), NrtStatu
 
 /// Bootstraps this rank (`cfg.rank` of `cfg.nranks` at the root address of the config, else
 /// `NEURON_RT_ROOT_COMM_ID`) and opens the libfabric comm (comm id `cfg.comm_id`, which every
-/// rank must give alike: a rank whose id differs from the root's fails).
+/// rank must give alike: a rank whose id differs from the root's fails); with
+/// `NCCOM_COMM_IDLE_WAIT` in `cfg.flags`, its CQ with a wait descriptor, and its idle wait
+/// (`None` when the provider has no descriptor: shm).
 ///
 /// # Errors
 /// The bootstrap's or the set-up's status (`Invalid` for a malformed root address, `Timeout`
@@ -54,7 +56,7 @@ pub unsafe fn create(
     cfg: &NccomCommConfig,
     device: Arc<dyn DeviceCallbacks>,
     clock: Arc<dyn Clock>,
-) -> Result<Comm, NrtStatus> {
+) -> Result<(Comm, Option<Arc<CqIdleWait>>), NrtStatus> {
     let lf = &cfg.transport.libfabric;
     // SAFETY: the caller's contract.
     let (provider, root) = unsafe {
@@ -85,6 +87,7 @@ pub unsafe fn create(
     let lc = LibfabricCommConfig {
         transport: Options {
             provider,
+            cq_wait_fd: cfg.flags & NCCOM_COMM_IDLE_WAIT != 0,
             ..Options::default()
         },
         comm_id: Some(cfg.comm_id),
@@ -93,5 +96,8 @@ pub unsafe fn create(
     // The comm's transport keeps the only other handle: the connections live as long as the
     // comm, and close (with `Bye`) when it is destroyed.
     let boot = SharedBootstrap::new(boot);
-    open_libfabric_comm(&boot, &lc, device, clock).map_err(|e| fail(&e, e.status()))
+    // SAFETY: the idle wait is armed and slept on only through `with_comm` (`idle.rs`): the
+    // comm's handle slot is held busy meanwhile, so no other call drives the transport.
+    unsafe { open_libfabric_comm_with_idle(&boot, &lc, device, clock) }
+        .map_err(|e| fail(&e, e.status()))
 }

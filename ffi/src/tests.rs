@@ -149,7 +149,7 @@ fn bad_configs_are_rejected_and_leave_the_rank_free() {
     cfg.comm_id = 1 << 15;
     assert_eq!(create(&cfg), Err(NRT_INVALID), "comm id");
     cfg = config(0, 2, g);
-    cfg.flags = 2;
+    cfg.flags = 4;
     assert_eq!(create(&cfg), Err(NRT_INVALID), "flags");
     cfg = config(0, 2, g);
     cfg.transport.kind = 9;
@@ -391,7 +391,7 @@ fn aborts_racing_a_destroy_answer_success_or_invalid_handle() {
             assert_eq!(nccom_mem_group_destroy(g), NRT_SUCCESS);
         }
         assert!(
-            aborts().iter().all(|(h, _)| *h != handle),
+            aborts().iter().all(|(h, ..)| *h != handle),
             "destroy removed the comm's abort handle"
         );
     }
@@ -554,4 +554,71 @@ fn protocol_stats_follow_the_size_protocol_and_check_their_input() {
     // SAFETY: as above.
     unsafe { assert_eq!(nccom_mem_group_destroy(g), NRT_SUCCESS) };
     drop(stuck);
+}
+
+/// The idle wait's entry points (ABI 1.4) on an in-memory comm: no descriptor (available 0,
+/// arm unavailable, sleep at once, kick a no-op; `NCCOM_COMM_IDLE_WAIT` accepted and ignored),
+/// busy comm, NULL outputs and bad or destroyed handles refused with their statuses.
+#[test]
+fn an_in_memory_comm_has_no_idle_wait_and_the_entries_check_their_input() {
+    let g = group(1);
+    let mut cfg = config(0, 1, g);
+    cfg.flags = NCCOM_COMM_IDLE_WAIT;
+    let c = create(&cfg).expect("the flag is accepted");
+    let (mut available, mut armed, mut woken) = (7u32, 7u32, 7u32);
+    // SAFETY: handles of this library (or NULL / a foreign pointer, which are checked); the
+    // outputs are live locals or NULL.
+    unsafe {
+        assert_eq!(nccom_comm_idle_available(c, &mut available), NRT_SUCCESS);
+        assert_eq!(available, 0, "in-memory: no descriptor");
+        assert_eq!(nccom_comm_idle_arm(c, &mut armed), NRT_SUCCESS);
+        assert_eq!(armed, NCCOM_IDLE_UNAVAILABLE);
+        let t = std::time::Instant::now();
+        assert_eq!(
+            nccom_comm_idle_sleep(c, 5_000_000_000, &mut woken),
+            NRT_SUCCESS
+        );
+        assert_eq!(woken, 0);
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(1),
+            "no wait to sleep on"
+        );
+        assert_eq!(nccom_comm_idle_kick(c), NRT_SUCCESS);
+        assert_eq!(nccom_comm_idle_available(c, ptr::null_mut()), NRT_INVALID);
+        assert_eq!(nccom_comm_idle_arm(c, ptr::null_mut()), NRT_INVALID);
+        assert_eq!(nccom_comm_idle_sleep(c, 0, ptr::null_mut()), NRT_INVALID);
+        for bad in [ptr::null_mut(), g.cast::<NccomComm>()] {
+            assert_eq!(
+                nccom_comm_idle_available(bad, &mut available),
+                NRT_INVALID_HANDLE
+            );
+            assert_eq!(nccom_comm_idle_arm(bad, &mut armed), NRT_INVALID_HANDLE);
+            assert_eq!(
+                nccom_comm_idle_sleep(bad, 0, &mut woken),
+                NRT_INVALID_HANDLE
+            );
+            assert_eq!(nccom_comm_idle_kick(bad), NRT_INVALID_HANDLE);
+        }
+    }
+    // Arm and sleep take the comm's slot (serialized with progress); the kick does not.
+    let inner = with_comm("test", c, |_| {
+        // SAFETY: a handle of this library; live locals.
+        unsafe {
+            assert_eq!(nccom_comm_idle_arm(c, &mut armed), NRT_FAILURE, "busy");
+            assert_eq!(nccom_comm_idle_kick(c), NRT_SUCCESS, "never takes the slot");
+        }
+        Ok(())
+    });
+    assert_eq!(inner, Ok(()));
+    // SAFETY: handles of this library.
+    unsafe {
+        assert_eq!(nccom_comm_destroy(c), NRT_SUCCESS);
+        assert_eq!(nccom_comm_idle_kick(c), NRT_INVALID_HANDLE, "after destroy");
+        assert_eq!(
+            nccom_comm_idle_arm(c, &mut armed),
+            NRT_INVALID_HANDLE,
+            "after destroy"
+        );
+        assert_eq!(nccom_mem_group_destroy(g), NRT_SUCCESS);
+    }
 }

@@ -43,10 +43,12 @@ pub const NCCOM_PROXY_ABI_VERSION_MAJOR: u32 = 1;
 /// added `neuronStopNetworkProxyStep`, `nccom_comm_invalidate_range` and `nccom_comm_abort`;
 /// 1.2 added `nccom_comm_protocol_stats` (`nccom_protocol_stats_t`); 1.3 added the event
 /// trace: `nccom_trace_start`, `nccom_trace_stop`, `nccom_trace_collect`
-/// (`nccom_trace_record_t`, `nccom_trace_counts_t`, the `NCCOM_TRACE_*` classes).
-pub const NCCOM_PROXY_ABI_VERSION_MINOR: u32 = 3;
+/// (`nccom_trace_record_t`, `nccom_trace_counts_t`, the `NCCOM_TRACE_*` classes); 1.4 added the
+/// idle wait: the comm flag `NCCOM_COMM_IDLE_WAIT`, `nccom_comm_idle_available`,
+/// `nccom_comm_idle_arm`, `nccom_comm_idle_sleep`, `nccom_comm_idle_kick` (`NCCOM_IDLE_*`).
+pub const NCCOM_PROXY_ABI_VERSION_MINOR: u32 = 4;
 /// `(major << 16) | minor`, what `nccom_abi_version()` returns.
-pub const NCCOM_PROXY_ABI_VERSION: u32 = 0x0001_0003;
+pub const NCCOM_PROXY_ABI_VERSION: u32 = 0x0001_0004;
 
 const _: () = assert!(
     NCCOM_PROXY_ABI_VERSION
@@ -224,6 +226,14 @@ pub const NCCOM_TRANSPORT_LIBFABRIC: u32 = 2;
 /// address (see the header's memory contract).
 pub const NCCOM_COMM_CHECK_ADDRESSES: u32 = 1;
 
+/// Comm flag (ABI 1.4): open the comm's completion queue with a wait descriptor where the
+/// transport offers one (libfabric tcp: `FI_WAIT_FD`), so that the thread driving the comm may
+/// block on it when it has nothing to do (`nccom_comm_idle_arm` / `nccom_comm_idle_sleep`).
+/// Ignored by the in-memory transport and by providers without one (shm): the comm then has no
+/// idle wait (`nccom_comm_idle_available` answers 0). A library older than 1.4 refuses the flag
+/// with `NRT_INVALID` (check `nccom_abi_version()` first).
+pub const NCCOM_COMM_IDLE_WAIT: u32 = 2;
+
 /// The libfabric part of a transport descriptor (`nccom_libfabric_desc_t`). All zero for other
 /// kinds.
 #[repr(C)]
@@ -265,7 +275,8 @@ pub struct NccomCommConfig {
     pub nranks: u32,
     /// Id shared by every rank of the comm, `< 2^15` (it is in every transport tag).
     pub comm_id: u32,
-    /// `0` or `NCCOM_COMM_CHECK_ADDRESSES`; other bits are `NRT_INVALID`.
+    /// `0`, `NCCOM_COMM_CHECK_ADDRESSES`, `NCCOM_COMM_IDLE_WAIT` (ABI 1.4) or both; other bits
+    /// are `NRT_INVALID`.
     pub flags: u32,
     /// Which transport, and its parameters.
     pub transport: NccomTransportDesc,
@@ -445,6 +456,38 @@ pub type NccomCommAbortFn = unsafe extern "C" fn(comm: *mut NccomComm) -> NRT_ST
 /// `out->size` bytes; `size` is set to the bytes written).
 pub type NccomCommProtocolStatsFn =
     unsafe extern "C" fn(comm: *mut NccomComm, out: *mut NccomProtocolStats) -> NRT_STATUS;
+
+// ---------------------------------------------------------------------------------------------
+// Idle wait (ABI 1.4)
+// ---------------------------------------------------------------------------------------------
+
+/// `nccom_comm_idle_arm`'s answer: completions are already queued; do not sleep, progress
+/// again.
+pub const NCCOM_IDLE_READY: u32 = 0;
+/// `nccom_comm_idle_arm`'s answer: armed; nothing is queued and the descriptor will signal the
+/// next completion: `nccom_comm_idle_sleep` may block.
+pub const NCCOM_IDLE_ARMED: u32 = 1;
+/// `nccom_comm_idle_arm`'s answer: nothing to sleep on (the comm has no idle wait, or its
+/// transport closed): yield instead.
+pub const NCCOM_IDLE_UNAVAILABLE: u32 = 2;
+
+/// `nccom_comm_idle_available` (ABI 1.4): `*available` = 1 when the comm has a completion-queue
+/// descriptor to block on.
+pub type NccomCommIdleAvailableFn =
+    unsafe extern "C" fn(comm: *mut NccomComm, available: *mut u32) -> NRT_STATUS;
+
+/// `nccom_comm_idle_arm` (ABI 1.4): arm the comm's idle wait; `*armed` = one of `NCCOM_IDLE_*`.
+pub type NccomCommIdleArmFn =
+    unsafe extern "C" fn(comm: *mut NccomComm, armed: *mut u32) -> NRT_STATUS;
+
+/// `nccom_comm_idle_sleep` (ABI 1.4): sleep on the armed idle wait at most `timeout_ns`;
+/// `*woken` = 1 when the descriptor signalled or a kick came.
+pub type NccomCommIdleSleepFn =
+    unsafe extern "C" fn(comm: *mut NccomComm, timeout_ns: u64, woken: *mut u32) -> NRT_STATUS;
+
+/// `nccom_comm_idle_kick` (ABI 1.4): end the comm's idle sleep in progress (or the next), from
+/// any thread.
+pub type NccomCommIdleKickFn = unsafe extern "C" fn(comm: *mut NccomComm) -> NRT_STATUS;
 
 // ---------------------------------------------------------------------------------------------
 // Event trace (ABI 1.3)

@@ -29,7 +29,7 @@
 //!
 //! [`ProxyQueue::idle_wait`]: crate::driver::queue::ProxyQueue::idle_wait
 
-use crate::base::sync::{AtomicU32, Ordering, PlainArc};
+use crate::base::sync::{AtomicU32, DiagAtomicU32, DiagOrdering, Ordering, PlainArc};
 use crate::base::wired::Wired;
 
 /// What [`IdleWait::arm`] found.
@@ -109,6 +109,9 @@ const KICKED: u32 = 2;
 pub struct IdleSlot {
     hook: Wired<dyn IdleWait>,
     word: AtomicU32,
+    /// Sleeps taken so far ([`Idled::Slept`]), for the queue's state dump (`idle_sleeps=`);
+    /// a diagnostic word, wrapping.
+    sleeps: DiagAtomicU32,
 }
 
 impl Default for IdleSlot {
@@ -123,6 +126,7 @@ impl IdleSlot {
         Self {
             hook: Wired::new(),
             word: AtomicU32::new(0),
+            sleeps: DiagAtomicU32::new(0),
         }
     }
 
@@ -134,6 +138,12 @@ impl IdleSlot {
     /// `true` while a wait is wired.
     pub fn is_wired(&self) -> bool {
         self.hook.is_wired()
+    }
+
+    /// How many times the driver slept on a wired wait so far ([`Idled::Slept`], signalled or
+    /// timed out; wraps at 2^32): the state dump's `idle_sleeps=`.
+    pub fn sleeps(&self) -> u32 {
+        self.sleeps.load(DiagOrdering::Relaxed)
     }
 
     /// The driver found nothing: [`block_idle`] on the wired wait, with the kick protocol;
@@ -150,6 +160,9 @@ impl IdleSlot {
                 if announced {
                     // Awake again; any kick so far is seen (the caller ticks next).
                     self.word.swap(0, Ordering::AcqRel);
+                }
+                if let Idled::Slept(_) = r {
+                    self.sleeps.fetch_add(1, DiagOrdering::Relaxed);
                 }
                 r
             })

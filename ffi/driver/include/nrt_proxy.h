@@ -551,7 +551,8 @@ typedef struct nrt_proxy_comm_config_t {
      */
     uint32_t global_rank;
     /**
-     * `nccom_comm_config_t` flags (`NCCOM_COMM_CHECK_ADDRESSES`).
+     * `nccom_comm_config_t` flags (`NCCOM_COMM_CHECK_ADDRESSES`; the driver adds
+     * `NCCOM_COMM_IDLE_WAIT` to a libfabric comm itself under `NEURON_RT_PROXY_IDLE=block`).
      */
     uint32_t flags;
     /**
@@ -1086,8 +1087,8 @@ NRT_STATUS nrt_proxy_config_init(struct nrt_proxy_config_t *config);
  * `NRT_PROXY_MAX_NAP_US`). The progress
  * library stays NULL (`nrt_proxy_init` reads `NEURON_RT_PROXY_PROGRESS_LIB` itself), and so do
  * the two process-wide settings `nrt_proxy_init` reads from the environment whatever the
- * config (`NEURON_RT_LOW_LATENCY_TASKS_CPU_AFFINITY`, `NEURON_RT_PROXY_DUMP_SIGNAL`); a
- * malformed value of either is refused here too.
+ * config (`NEURON_RT_LOW_LATENCY_TASKS_CPU_AFFINITY`, `NEURON_RT_PROXY_DUMP_SIGNAL`,
+ * `NEURON_RT_PROXY_IDLE`); a malformed value of any is refused here too.
  *
  * Returns `NRT_SUCCESS`; `NRT_INVALID` for a NULL `config` or a malformed variable (the log
  * names it; `*config` then holds the defaults).
@@ -1137,7 +1138,11 @@ NRT_STATUS nrt_proxy_mode_advice(const struct nrt_proxy_config_t *config,
  * proxy queue's worker thread is pinned to the next CPU of the list, round robin) and
  * `NEURON_RT_PROXY_DUMP_SIGNAL` (`USR1` or `USR2`: the signal dumps every proxy queue of this
  * instance to the log, from a watcher thread; `nrt_proxy_fini` removes the handler once
- * nothing holds the instance). With `NEURON_RT_PROXY_TRACE=FILE` set at the first init, the
+ * nothing holds the instance). `NEURON_RT_PROXY_IDLE` (`yield`, the default, or `block`): with
+ * `block`, the driving thread of a proxy queue that serves one libfabric comm whose provider
+ * has a completion-queue descriptor (tcp; not shm) blocks on it when it has nothing to do
+ * instead of yielding (at most 1 ms per sleep; not while the comm's barrier between processes
+ * waits; needs a progress half of ABI 1.4). With `NEURON_RT_PROXY_TRACE=FILE` set at the first init, the
  * events of both libraries are recorded from then on (classes from
  * `NEURON_RT_PROXY_TRACE_MASK`, default `ops`) and written to FILE (`%r`: one per rank) when
  * the last instance is finished (`nrt_proxy_trace_start`, `nrt_proxy_trace_write`).

@@ -4,6 +4,7 @@
 
 use std::collections::VecDeque;
 use std::ptr;
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -61,12 +62,14 @@ pub unsafe extern "C" fn nrt_proxy_comm_config_init(config: *mut NrtProxyCommCon
 }
 
 /// The driver's barrier between processes: its own bootstrap at `root`, then a [`HostBarrier`]
-/// of the comm over it (collective: every rank of the comm calls it).
+/// of the comm over it (collective: every rank of the comm calls it), and its waiting flag
+/// (`HostBarrier::waiting`: the comm's idle wait yields while it is set, `idle.rs`).
+#[allow(clippy::type_complexity)]
 fn process_barrier(
     what: &str,
     c: &NrtProxyCommConfig,
     root: &str,
-) -> Result<(SharedBootstrap, Box<dyn BarrierChannel>), NrtStatus> {
+) -> Result<(SharedBootstrap, Box<dyn BarrierChannel>, Arc<AtomicBool>), NrtStatus> {
     let fail = |e: &dyn std::fmt::Display, s: NrtStatus| {
         log::error!(
             "{what}: barrier bootstrap, rank {} of {}: {e}",
@@ -84,7 +87,8 @@ fn process_barrier(
     let boot = SharedBootstrap::new(Bootstrap::init(&bc).map_err(|e| fail(&e, e.status()))?);
     let hb = HostBarrier::setup(&boot, &HostBarrierConfig::new(c.comm_id))
         .map_err(|e| fail(&e, e.status()))?;
-    Ok((boot, Box::new(hb)))
+    let waiting = hb.waiting();
+    Ok((boot, Box::new(hb), waiting))
 }
 
 /// Creates a comm through the loaded progress half (`nccom_comm_create`) and stores its handle
@@ -165,6 +169,19 @@ pub unsafe extern "C" fn nrt_proxy_comm_create(
                 bootstrap_timeout_ms: c.bootstrap_timeout_ms,
             };
             leader = true;
+            if inst.idle_block {
+                let t = inst.lib.init();
+                if t.comm_idle_arm.is_some() && t.comm_idle_available.is_some() {
+                    nc.flags |= NCCOM_COMM_IDLE_WAIT;
+                } else {
+                    log::info!(
+                        "{WHAT}: rank {}: NEURON_RT_PROXY_IDLE=block, but the progress half \
+                         (C ABI {:#x}) predates the idle wait (1.4): its driver yields",
+                        c.rank,
+                        inst.lib.abi_version()
+                    );
+                }
+            }
             if let Some(nap) = inst.cfg.worker_nap {
                 log::warn!(
                     "{WHAT}: rank {}: worker_nap_us is set, and the network completions of a \
@@ -218,10 +235,27 @@ pub unsafe extern "C" fn nrt_proxy_comm_create(
             );
         })?;
         let mut boot = None;
+        let mut barrier_waiting = None;
         if let Some(root) = barrier_root {
-            let (b, ch) = process_barrier(WHAT, &c, &root)?;
+            let (b, ch, waiting) = process_barrier(WHAT, &c, &root)?;
             boot = Some(b);
             channel = Some(ch);
+            barrier_waiting = Some(waiting);
+        }
+        let idle = (nc.flags & NCCOM_COMM_IDLE_WAIT != 0)
+            .then(|| crate::idle::CommIdle::of(inst.lib, comm.as_ptr().cast(), barrier_waiting))
+            .flatten()
+            .map(Arc::new);
+        if inst.idle_block && c.group.is_null() {
+            log::info!(
+                "{WHAT}: rank {}: idle: {}",
+                c.rank,
+                if idle.is_some() {
+                    "blocks on the CQ descriptor"
+                } else {
+                    "yields (no CQ descriptor)"
+                }
+            );
         }
         let abort = AbortHandle::new();
         let nccom = comm.as_ptr().addr();
@@ -252,6 +286,7 @@ pub unsafe extern "C" fn nrt_proxy_comm_create(
             poisoned: false,
             bells: bells.clone(),
             group_bells,
+            idle,
         });
         let handle: *mut NrtProxyComm = insert_live(WHAT, "comm", &COMMS, entry)?;
         let h = handle.addr();
@@ -309,7 +344,7 @@ pub unsafe extern "C" fn nrt_proxy_comm_destroy(comm: *mut NrtProxyComm) -> NRT_
         if !poisoned {
             with_comm(WHAT, comm, |e| {
                 if e.member.is_some() {
-                    leave(WHAT, e, DESTROY_LEAVE_TIMEOUT.as_millis() as u64)?;
+                    leave(WHAT, h, e, DESTROY_LEAVE_TIMEOUT.as_millis() as u64)?;
                 }
                 Ok(())
             })?;
@@ -363,6 +398,9 @@ pub unsafe extern "C" fn nrt_proxy_comm_join(comm: *mut NrtProxyComm) -> NRT_STA
                 m.slot.slot()
             );
             wire_slot(e, &m, true);
+            if e.inst.idle_block {
+                crate::idle::joined(m.slot.queue(), comm.addr(), e.idle.clone());
+            }
             e.member = Some(m);
             e.joined_once = true;
             Ok(())
@@ -391,13 +429,16 @@ fn wire_slot(e: &CommEntry, m: &Membership, on: bool) {
 }
 
 /// The leave of a joined comm (`nrt_proxy_comm_leave`, `nrt_proxy_comm_destroy`).
-fn leave(what: &str, e: &mut CommEntry, timeout_ms: u64) -> Result<(), NrtStatus> {
+fn leave(what: &str, h: usize, e: &mut CommEntry, timeout_ms: u64) -> Result<(), NrtStatus> {
     let m = e.member.take().ok_or_else(|| {
         log::error!("{what}: comm {} rank {} is not joined", e.comm_id, e.rank);
         NrtStatus::Closed
     })?;
     // Unwired before the slot is given back (it may be taken by another comm at once).
     wire_slot(e, &m, false);
+    if e.inst.idle_block {
+        crate::idle::left(m.slot.queue(), h);
+    }
     let waiter = e.waiter();
     match e
         .inst
@@ -416,6 +457,9 @@ fn leave(what: &str, e: &mut CommEntry, timeout_ms: u64) -> Result<(), NrtStatus
                 e.rank
             );
             wire_slot(e, &m, true);
+            if e.inst.idle_block {
+                crate::idle::joined(m.slot.queue(), h, e.idle.clone());
+            }
             e.member = Some(m);
             Err(s)
         }
@@ -438,6 +482,6 @@ pub unsafe extern "C" fn nrt_proxy_comm_leave(
     timeout_ms: u64,
 ) -> NRT_STATUS {
     entry!(WHAT = "nrt_proxy_comm_leave", {
-        with_comm(WHAT, comm, |e| leave(WHAT, e, timeout_ms))
+        with_comm(WHAT, comm, |e| leave(WHAT, comm.addr(), e, timeout_ms))
     })
 }

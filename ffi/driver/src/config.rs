@@ -78,8 +78,8 @@ pub unsafe extern "C" fn nrt_proxy_config_init(config: *mut NrtProxyConfig) -> N
 /// `NRT_PROXY_MAX_NAP_US`). The progress
 /// library stays NULL (`nrt_proxy_init` reads `NEURON_RT_PROXY_PROGRESS_LIB` itself), and so do
 /// the two process-wide settings `nrt_proxy_init` reads from the environment whatever the
-/// config (`NEURON_RT_LOW_LATENCY_TASKS_CPU_AFFINITY`, `NEURON_RT_PROXY_DUMP_SIGNAL`); a
-/// malformed value of either is refused here too.
+/// config (`NEURON_RT_LOW_LATENCY_TASKS_CPU_AFFINITY`, `NEURON_RT_PROXY_DUMP_SIGNAL`,
+/// `NEURON_RT_PROXY_IDLE`); a malformed value of any is refused here too.
 ///
 /// Returns `NRT_SUCCESS`; `NRT_INVALID` for a NULL `config` or a malformed variable (the log
 /// names it; `*config` then holds the defaults).
@@ -107,6 +107,10 @@ pub unsafe extern "C" fn nrt_proxy_config_from_env(config: *mut NrtProxyConfig) 
             .map_or(0, |t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX));
         out.one_thread_per_core = u32::from(c.one_thread_per_core);
         out.early_completion = u32::from(c.early_completion);
+        if let Err(e) = crate::idle::idle_blocks_from_env() {
+            *out = default_config();
+            return bad(WHAT, format_args!("{e}"));
+        }
         if let Ok(v) = std::env::var(WORKER_NAP_ENV) {
             out.worker_nap_us = match v.trim().parse::<u32>() {
                 Ok(n) if n <= NRT_PROXY_MAX_NAP_US => n,

@@ -82,7 +82,11 @@ fn load_first_progress_lib(
 /// proxy queue's worker thread is pinned to the next CPU of the list, round robin) and
 /// `NEURON_RT_PROXY_DUMP_SIGNAL` (`USR1` or `USR2`: the signal dumps every proxy queue of this
 /// instance to the log, from a watcher thread; `nrt_proxy_fini` removes the handler once
-/// nothing holds the instance). With `NEURON_RT_PROXY_TRACE=FILE` set at the first init, the
+/// nothing holds the instance). `NEURON_RT_PROXY_IDLE` (`yield`, the default, or `block`): with
+/// `block`, the driving thread of a proxy queue that serves one libfabric comm whose provider
+/// has a completion-queue descriptor (tcp; not shm) blocks on it when it has nothing to do
+/// instead of yielding (at most 1 ms per sleep; not while the comm's barrier between processes
+/// waits; needs a progress half of ABI 1.4). With `NEURON_RT_PROXY_TRACE=FILE` set at the first init, the
 /// events of both libraries are recorded from then on (classes from
 /// `NEURON_RT_PROXY_TRACE_MASK`, default `ops`) and written to FILE (`%r`: one per rank) when
 /// the last instance is finished (`nrt_proxy_trace_start`, `nrt_proxy_trace_write`).
@@ -122,6 +126,10 @@ pub unsafe extern "C" fn nrt_proxy_init(
         })?;
         cfg.cpu_affinity = env.cpu_affinity;
         cfg.dump_signal = env.dump_signal;
+        let idle_block = crate::idle::idle_blocks_from_env().map_err(|e| {
+            log::error!("{WHAT}: {e}");
+            NrtStatus::Invalid
+        })?;
         // SAFETY: the C contract (NULL or NUL-terminated).
         let path = unsafe { c_string(WHAT, "config.progress_lib", c.progress_lib) }?;
         let explicit = path.or_else(|| {
@@ -158,16 +166,18 @@ pub unsafe extern "C" fn nrt_proxy_init(
             cfg,
             _dump_signal: dump_signal,
             registry,
+            idle_block,
         });
         let handle = insert_live(WHAT, "instance", &INSTANCES, inst.clone())?;
         log::info!(
             "libnrt_proxy {} (C ABI {NRT_PROXY_ABI_VERSION:#x}, instance id {:#x}): progress \
-             half {} (C ABI {:#x}); configuration {:?}",
+             half {} (C ABI {:#x}); configuration {:?}; idle: {}",
             env!("CARGO_PKG_VERSION"),
             instance_id().id,
             lib.path().display(),
             lib.abi_version(),
-            inst.cfg
+            inst.cfg,
+            if idle_block { "block" } else { "yield" }
         );
         *out = handle;
         Ok(())

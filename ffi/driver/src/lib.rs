@@ -72,6 +72,9 @@ mod records;
 /// Bells: a device's host writes wake its queue's worker, the queue's progress its devices.
 pub mod bells;
 
+/// Idle waits: an idle driver blocks on its comm's completion-queue descriptor.
+mod idle;
+
 /// Abort, invalidation, health, dump.
 mod health;
 

@@ -29,6 +29,9 @@ pub(crate) struct Instance {
     pub(crate) _dump_signal: Option<DumpSignal>,
     /// Shared with the dump handler's watcher thread (which holds it only while it dumps).
     pub(crate) registry: Arc<LinuxRegistry>,
+    /// `NEURON_RT_PROXY_IDLE=block`: an idle driver blocks on its comm's completion-queue
+    /// descriptor (`idle.rs`).
+    pub(crate) idle_block: bool,
 }
 
 /// A group of this process's ranks: the in-memory transport group of the progress half and the
@@ -113,6 +116,8 @@ pub(crate) struct CommEntry {
     pub(crate) bells: Arc<crate::bells::CommBells>,
     /// The bells of the comm's group (`None`: a comm between processes).
     pub(crate) group_bells: Option<Arc<crate::bells::GroupBells>>,
+    /// The comm's idle wait (`idle.rs`; `None`: no descriptor, or not asked for).
+    pub(crate) idle: Option<Arc<crate::idle::CommIdle>>,
 }
 
 /// The abort side table: what `nrt_proxy_comm_abort` reads, so an abort never waits for (or is

@@ -195,7 +195,8 @@ pub struct NrtProxyCommConfig {
     /// The rank that selects the proxy queue (`global_rank / ranks_per_network_proxy`);
     /// `NRT_PROXY_RANK_SAME`: `rank`.
     pub global_rank: u32,
-    /// `nccom_comm_config_t` flags (`NCCOM_COMM_CHECK_ADDRESSES`).
+    /// `nccom_comm_config_t` flags (`NCCOM_COMM_CHECK_ADDRESSES`; the driver adds
+    /// `NCCOM_COMM_IDLE_WAIT` to a libfabric comm itself under `NEURON_RT_PROXY_IDLE=block`).
     pub flags: u32,
     /// The group of this process's ranks, or NULL (ranks in other processes).
     pub group: *mut NrtProxyGroup,

@@ -28,6 +28,8 @@
 //! * with the feature `libfabric`, `tcp_exchange.c`: two processes, one rank each, over
 //!   libfabric tcp on loopback (the comm through the progress half, the barrier through the
 //!   driver's own bootstrap), thread and caller mode, each pair of processes killed after 180 s;
+//!   and again with `NEURON_RT_PROXY_IDLE=block` (the driver slept on the CQ descriptor, the
+//!   progress half's idle entry points answer as documented);
 //! * the same under valgrind (memcheck: no invalid access, no definite leak), spin budgets 0:
 //!   the in-memory programs, both bad-input programs, and the tcp exchange in thread mode (both
 //!   processes).
@@ -354,9 +356,47 @@ fn minimal_program_links_with_the_pkg_config_files() {
 #[cfg(feature = "libfabric")]
 #[test]
 fn c_runtime_exchanges_between_two_processes_over_libfabric_tcp() {
-    let exe = compile("tcp_exchange", "tcp_exchange", &["-pthread"]);
+    let exe = compile("tcp_exchange", "tcp_exchange", &["-pthread", "-ldl"]);
     for mode in ["thread", "caller"] {
-        tcp_pair(mode, || Command::new(&exe));
+        tcp_pair(mode, &[], || Command::new(&exe));
+    }
+}
+
+/// The same two processes with `NEURON_RT_PROXY_IDLE=block`, thread and caller mode: the
+/// exchange is as exact; each rank's proxy queue has the comm's idle wait wired and its driver
+/// slept on the CQ descriptor at least once (the dump's `idle=wired idle_sleeps=N`, N >= 1);
+/// the progress half's idle entry points, called directly after the leave, say the comm has a
+/// descriptor, arm, end a sleep at once on a kick, and refuse NULLs (`tcp_exchange.c`).
+#[cfg(feature = "libfabric")]
+#[test]
+fn c_runtime_blocks_on_the_cq_descriptor_with_neuron_rt_proxy_idle_block() {
+    let exe = compile("tcp_exchange", "tcp_exchange_idle", &["-pthread", "-ldl"]);
+    for mode in ["thread", "caller"] {
+        let outs = tcp_pair(mode, &[("NEURON_RT_PROXY_IDLE", "block")], || {
+            Command::new(&exe)
+        });
+        for (rank, (out, err)) in outs.iter().enumerate() {
+            assert!(
+                out.contains("tcp_exchange: idle wait: available 1, armed "),
+                "{mode} rank {rank}: {out}"
+            );
+            assert!(
+                !out.contains("woken after a kick 0"),
+                "{mode} rank {rank}: {out}"
+            );
+            let sleeps = err
+                .lines()
+                .filter_map(|l| l.split(" idle=wired idle_sleeps=").nth(1))
+                .filter_map(|t| t.split_whitespace().next()?.parse::<u64>().ok())
+                .next()
+                .unwrap_or_else(|| {
+                    panic!("{mode} rank {rank}: no `idle=wired idle_sleeps=` in the dump:\n{err}")
+                });
+            assert!(
+                sleeps >= 1,
+                "{mode} rank {rank}: the driver never slept on the descriptor:\n{err}"
+            );
+        }
     }
 }
 
@@ -370,15 +410,16 @@ fn c_runtime_exchanges_over_libfabric_tcp_under_valgrind() {
     {
         return;
     }
-    let exe = compile("tcp_exchange", "tcp_exchange_vg", &["-pthread"]);
-    tcp_pair("thread", || common::valgrind(&exe));
+    let exe = compile("tcp_exchange", "tcp_exchange_vg", &["-pthread", "-ldl"]);
+    tcp_pair("thread", &[], || common::valgrind(&exe));
 }
 
-/// Runs `tcp_exchange` as ranks 0 and 1 (`cmd()` gives the command before its arguments) on
-/// two fresh loopback ports and checks both succeed. Each process's output goes to a file (no
-/// pipe can fill); both are killed if they have not ended within `TCP_PAIR_LIMIT`.
+/// Runs `tcp_exchange` as ranks 0 and 1 (`cmd()` gives the command before its arguments, `env`
+/// is added to its environment) on two fresh loopback ports, checks both succeed and returns
+/// each rank's (stdout, stderr). Each process's output goes to a file (no pipe can fill); both
+/// are killed if they have not ended within `TCP_PAIR_LIMIT`.
 #[cfg(feature = "libfabric")]
-fn tcp_pair(mode: &str, cmd: impl Fn() -> Command) {
+fn tcp_pair(mode: &str, env: &[(&str, &str)], cmd: impl Fn() -> Command) -> Vec<(String, String)> {
     use std::time::{Duration, Instant};
     /// Far above a valgrind run's ~15 s; the programs' own waits end within 2 minutes.
     const TCP_PAIR_LIMIT: Duration = Duration::from_secs(180);
@@ -403,7 +444,10 @@ fn tcp_pair(mode: &str, cmd: impl Fn() -> Command) {
         }
     };
     let tmp = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"));
-    let tag = format!("{}-{mode}", std::process::id());
+    // One pair at a time per tag: the tests of this file run in parallel in one process.
+    static PAIRS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let pair = PAIRS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let tag = format!("{}-{mode}-{pair}", std::process::id());
     let mut children: Vec<_> = (0..2u32)
         .map(|rank| {
             let out = tmp.join(format!("tcp_exchange-{tag}-{rank}.out"));
@@ -415,6 +459,7 @@ fn tcp_pair(mode: &str, cmd: impl Fn() -> Command) {
                 .arg(barrier.to_string())
                 .arg(mode)
                 .env("FI_TCP_IFACE", "lo")
+                .envs(env.iter().copied())
                 .env_remove("LD_LIBRARY_PATH")
                 .stdout(std::fs::File::create(&out).expect("create output file"))
                 .stderr(std::fs::File::create(&err).expect("create output file"));
@@ -438,6 +483,7 @@ fn tcp_pair(mode: &str, cmd: impl Fn() -> Command) {
             let _ = child.wait();
         }
     }
+    let mut outs = Vec::new();
     for (rank, _, out, err) in &children {
         let out = std::fs::read_to_string(out).unwrap_or_default();
         let err = std::fs::read_to_string(err).unwrap_or_default();
@@ -450,7 +496,9 @@ fn tcp_pair(mode: &str, cmd: impl Fn() -> Command) {
             out.contains(&format!("tcp_exchange: ok: rank {rank}, {mode} mode")),
             "{out}"
         );
+        outs.push((out, err));
     }
+    outs
 }
 
 /// `NEURON_RT_PROXY_DUMP_SIGNAL=USR1` and `NEURON_RT_LOW_LATENCY_TASKS_CPU_AFFINITY=0`, with a

@@ -32,7 +32,8 @@ use std::ptr;
 use libloading::os::unix::{Library, RTLD_LOCAL, RTLD_NOW};
 use proxy_abi::{
     NccomAbiVersionFn, NccomComm, NccomCommAbortFn, NccomCommConfig, NccomCommCreateFn,
-    NccomCommDestroyFn, NccomCommInvalidateRangeFn, NccomCommProtocolStatsFn,
+    NccomCommDestroyFn, NccomCommIdleArmFn, NccomCommIdleAvailableFn, NccomCommIdleKickFn,
+    NccomCommIdleSleepFn, NccomCommInvalidateRangeFn, NccomCommProtocolStatsFn,
     NccomCommRegisterMemoryFn, NccomDeviceCallbacks, NccomMemGroup, NccomMemGroupCreateFn,
     NccomMemGroupDestroyFn, NccomProtocolStats, NccomRegisterDeviceCallbacksFn,
     NccomTraceCollectFn, NccomTraceCounts, NccomTraceRecord, NccomTraceStartFn, NccomTraceStopFn,
@@ -140,6 +141,15 @@ pub struct InitTable {
     pub trace_stop: Option<NccomTraceStopFn>,
     /// `nccom_trace_collect` (ABI 1.3).
     pub trace_collect: Option<NccomTraceCollectFn>,
+    /// `nccom_comm_idle_available` (ABI 1.4; `None` in an older library: its comms have no
+    /// idle wait).
+    pub comm_idle_available: Option<NccomCommIdleAvailableFn>,
+    /// `nccom_comm_idle_arm` (ABI 1.4).
+    pub comm_idle_arm: Option<NccomCommIdleArmFn>,
+    /// `nccom_comm_idle_sleep` (ABI 1.4).
+    pub comm_idle_sleep: Option<NccomCommIdleSleepFn>,
+    /// `nccom_comm_idle_kick` (ABI 1.4).
+    pub comm_idle_kick: Option<NccomCommIdleKickFn>,
 }
 
 /// A progress-half library loaded with `dlopen`: its seam table and its init half.
@@ -240,6 +250,10 @@ impl ProgressLib {
             trace_start: optional!("nccom_trace_start", NccomTraceStartFn),
             trace_stop: optional!("nccom_trace_stop", NccomTraceStopFn),
             trace_collect: optional!("nccom_trace_collect", NccomTraceCollectFn),
+            comm_idle_available: optional!("nccom_comm_idle_available", NccomCommIdleAvailableFn),
+            comm_idle_arm: optional!("nccom_comm_idle_arm", NccomCommIdleArmFn),
+            comm_idle_sleep: optional!("nccom_comm_idle_sleep", NccomCommIdleSleepFn),
+            comm_idle_kick: optional!("nccom_comm_idle_kick", NccomCommIdleKickFn),
         };
         // SAFETY: the library's own version query, no arguments.
         let abi_version = unsafe { (init.abi_version)() };

@@ -433,7 +433,8 @@ impl ProxyQueue {
         write!(
             out,
             "{DUMP_PREFIX} queue={} group={} reason={} mode={} driver={} token={} token_waiters={} \
-             dumps={requested}/{written} slots={} high_water={} stop={} exited={}",
+             dumps={requested}/{written} slots={} high_water={} stop={} exited={} idle={} \
+             idle_sleeps={}",
             self.id,
             Opt((group != u32::MAX).then_some(group)),
             reason.name(),
@@ -448,6 +449,8 @@ impl ProxyQueue {
             self.high_water.load(Ordering::Acquire),
             u8::from(self.stop_requested()),
             u8::from(self.worker_exited()),
+            if self.idle.is_wired() { "wired" } else { "none" },
+            self.idle.sleeps(),
         )
     }
 

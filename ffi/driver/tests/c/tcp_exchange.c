@@ -10,9 +10,15 @@
  * Usage: tcp_exchange /path/to/libnccom_proxy.so RANK ROOT BARRIER_ROOT [thread|caller]
  *   thread (default): the queue's worker drives the comm; caller: no worker, this thread drives
  *   it inside nrt_proxy_drive_until.
+ * With NEURON_RT_PROXY_IDLE=block the idle driver blocks on the comm's CQ descriptor: the
+ * program then dumps the comm's proxy queue before the leave (its header line says
+ * `idle=wired idle_sleeps=N`, checked by the test), and after the leave calls the progress
+ * half's idle entry points itself (found with dlsym in the loaded library): the comm has a
+ * descriptor, arms, a kick ends a sleep at once, and bad arguments get their statuses.
  * (the progress half must be built with --features libfabric). Exit status 0 = ok.
  */
 #define _GNU_SOURCE
+#include <dlfcn.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdbool.h>
@@ -115,6 +121,42 @@ static void check(const nrt_proxy_task_record_t *r, uint32_t id, uint32_t stream
         FAIL("record {task %u comm %u streams %#x status %s state %u}, expected task %u",
              r->task_id, r->comm_id, r->streams, nrt_get_status_as_str(r->progress_status),
              r->run_state, id);
+}
+
+/* The progress half's idle wait (ABI 1.4), called directly on the comm (left: nothing drives
+ * it now). */
+static void check_idle_entries(const char *lib, nrt_proxy_comm_t *comm) {
+    nccom_comm_t *nc = NULL;
+    EXPECT_OK(nrt_proxy_comm_nccom(comm, &nc));
+    void *h = dlopen(lib, RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
+    if (!h)
+        FAIL("the progress half is not loaded: %s", dlerror());
+    nccom_comm_idle_available_fn avail = (nccom_comm_idle_available_fn)dlsym(h, "nccom_comm_idle_available");
+    nccom_comm_idle_arm_fn arm = (nccom_comm_idle_arm_fn)dlsym(h, "nccom_comm_idle_arm");
+    nccom_comm_idle_sleep_fn sleep_fn = (nccom_comm_idle_sleep_fn)dlsym(h, "nccom_comm_idle_sleep");
+    nccom_comm_idle_kick_fn kick = (nccom_comm_idle_kick_fn)dlsym(h, "nccom_comm_idle_kick");
+    if (!avail || !arm || !sleep_fn || !kick)
+        FAIL("the progress half lacks an idle entry point");
+    uint32_t available = 7, armed = 7, woken = 7;
+    EXPECT_OK(avail(nc, &available));
+    if (available != 1)
+        FAIL("nccom_comm_idle_available: %u, expected 1 (tcp has a CQ descriptor)", available);
+    EXPECT_OK(arm(nc, &armed));
+    if (armed != NCCOM_IDLE_ARMED && armed != NCCOM_IDLE_READY)
+        FAIL("nccom_comm_idle_arm: %u, expected armed or ready", armed);
+    EXPECT_OK(kick(nc));
+    if (armed == NCCOM_IDLE_ARMED) {
+        EXPECT_OK(sleep_fn(nc, 10000000000ull, &woken));
+        if (woken != 1)
+            FAIL("nccom_comm_idle_sleep after a kick: woken %u, expected 1", woken);
+    }
+    if (avail(NULL, &available) != NRT_INVALID_HANDLE || avail(nc, NULL) != NRT_INVALID ||
+        arm(NULL, &armed) != NRT_INVALID_HANDLE || arm(nc, NULL) != NRT_INVALID ||
+        sleep_fn(nc, 0, NULL) != NRT_INVALID || kick(NULL) != NRT_INVALID_HANDLE)
+        FAIL("an idle entry point accepted a NULL");
+    dlclose(h);
+    printf("tcp_exchange: idle wait: available %u, armed %u, woken after a kick %u\n",
+           available, armed, woken);
 }
 
 int main(int argc, char **argv) {
@@ -251,7 +293,13 @@ int main(int argc, char **argv) {
     EXPECT_OK(nrt_proxy_comm_get_async_error(comm, &health));
     if (health != NRT_SUCCESS)
         FAIL("async error %s", nrt_get_status_as_str(health));
+    const char *idle_env = getenv("NEURON_RT_PROXY_IDLE");
+    int idle_block = idle_env && strcmp(idle_env, "block") == 0;
+    if (idle_block)
+        EXPECT_OK(nrt_proxy_comm_dump(comm, WAIT_MS));
     EXPECT_OK(nrt_proxy_comm_leave(comm, WAIT_MS));
+    if (idle_block)
+        check_idle_entries(argv[1], comm);
     EXPECT_OK(nrt_proxy_comm_destroy(comm));
     EXPECT_OK(nrt_proxy_fini(inst));
     free(src_buf);
