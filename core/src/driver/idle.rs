@@ -29,7 +29,7 @@
 //!
 //! [`ProxyQueue::idle_wait`]: crate::driver::queue::ProxyQueue::idle_wait
 
-use crate::base::sync::{AtomicU32, DiagAtomicU32, DiagOrdering, Ordering, PlainArc};
+use crate::base::sync::{AtomicBool, AtomicU32, DiagAtomicU32, DiagOrdering, Ordering, PlainArc};
 use crate::base::wired::Wired;
 
 /// What [`IdleWait::arm`] found.
@@ -73,6 +73,54 @@ pub trait IdleWait: Send + Sync {
     /// Ends the sleep in progress, or the next one, from another thread (an eventfd written).
     /// Default: nothing (the sleep runs to its signal or its bound).
     fn kick(&self) {}
+}
+
+/// An idle wait that answers [`Armed::Unavailable`] while its flag is set and is `W`
+/// otherwise: a rank whose barrier between processes is pending waits for the other
+/// processes' arrivals, which signal no completion descriptor, so its driver yields then
+/// instead of sleeping (on Linux the flag is `HostBarrier::waiting`).
+pub struct Gated<W> {
+    /// The source slept on while the flag is clear.
+    pub wait: W,
+    /// Set while the source must not be slept on; `None`: never set.
+    pub closed: Option<PlainArc<AtomicBool>>,
+}
+
+impl<W: IdleWait> IdleWait for Gated<W> {
+    fn arm(&self) -> Armed {
+        // Relaxed: a stale answer either way costs one yield or one bounded sleep.
+        if self
+            .closed
+            .as_ref()
+            .is_some_and(|c| c.load(Ordering::Relaxed))
+        {
+            return Armed::Unavailable;
+        }
+        self.wait.arm()
+    }
+
+    fn sleep(&self, timeout_ns: u64) -> bool {
+        self.wait.sleep(timeout_ns)
+    }
+
+    fn kick(&self) {
+        self.wait.kick();
+    }
+}
+
+/// A shared source is a source.
+impl<W: IdleWait + ?Sized> IdleWait for PlainArc<W> {
+    fn arm(&self) -> Armed {
+        (**self).arm()
+    }
+
+    fn sleep(&self, timeout_ns: u64) -> bool {
+        (**self).sleep(timeout_ns)
+    }
+
+    fn kick(&self) {
+        (**self).kick();
+    }
 }
 
 /// Arms `w`, then, when it armed and `announce` agrees, sleeps on it at most `timeout_ns` (see

@@ -243,9 +243,14 @@ pub unsafe extern "C" fn nrt_proxy_comm_create(
             barrier_waiting = Some(waiting);
         }
         let idle = (nc.flags & NCCOM_COMM_IDLE_WAIT != 0)
-            .then(|| crate::idle::CommIdle::of(inst.lib, comm.as_ptr().cast(), barrier_waiting))
+            .then(|| crate::idle::CommIdle::of(inst.lib, comm.as_ptr().cast()))
             .flatten()
-            .map(Arc::new);
+            .map(|wait| {
+                Arc::new(proxy_core::driver::idle::Gated {
+                    wait,
+                    closed: barrier_waiting,
+                })
+            });
         if inst.idle_block && c.group.is_null() {
             log::info!(
                 "{WHAT}: rank {}: idle: {}",

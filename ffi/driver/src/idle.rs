@@ -17,12 +17,11 @@
 //! which signal no descriptor; `HostBarrier::waiting`). Wired at the comm's join, unwired when
 //! the queue's last such comm leaves.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use proxy_abi::*;
 use proxy_core::base::status::NrtStatus;
-use proxy_core::driver::idle::{Armed, IdleWait};
+use proxy_core::driver::idle::{Armed, Gated, IdleWait};
 use proxy_core::driver::queue::ProxyQueue;
 use proxy_runtime::loader::ProgressLib;
 
@@ -57,18 +56,12 @@ pub(crate) struct CommIdle {
     arm: NccomCommIdleArmFn,
     sleep: NccomCommIdleSleepFn,
     kick: NccomCommIdleKickFn,
-    /// Set while the comm's barrier between processes waits (`HostBarrier::waiting`).
-    barrier_waiting: Option<Arc<AtomicBool>>,
 }
 
 impl CommIdle {
     /// The idle wait of `nccom`, a comm of `lib`, when `lib` has the ABI 1.4 entries and the
     /// comm has a descriptor (`nccom_comm_idle_available`); else `None` (logged at debug).
-    pub(crate) fn of(
-        lib: &'static ProgressLib,
-        nccom: *mut NccomComm,
-        barrier_waiting: Option<Arc<AtomicBool>>,
-    ) -> Option<Self> {
+    pub(crate) fn of(lib: &'static ProgressLib, nccom: *mut NccomComm) -> Option<Self> {
         let t = lib.init();
         let (Some(available), Some(arm), Some(sleep), Some(kick)) = (
             t.comm_idle_available,
@@ -91,7 +84,6 @@ impl CommIdle {
             arm,
             sleep,
             kick,
-            barrier_waiting,
         })
     }
 
@@ -101,16 +93,9 @@ impl CommIdle {
 }
 
 impl IdleWait for CommIdle {
-    /// `nccom_comm_idle_arm`; `Unavailable` while the barrier between processes waits, and on
-    /// any failed call (a comm in use by another thread, or destroyed).
+    /// `nccom_comm_idle_arm`; `Unavailable` on any failed call (a comm in use by another
+    /// thread, or destroyed).
     fn arm(&self) -> Armed {
-        if self
-            .barrier_waiting
-            .as_ref()
-            .is_some_and(|w| w.load(Ordering::Relaxed))
-        {
-            return Armed::Unavailable;
-        }
         let mut a = NCCOM_IDLE_UNAVAILABLE;
         // SAFETY: the comm handle (checked by the library); `a` is a writable local.
         let s = unsafe { (self.arm)(self.handle(), &mut a) };
@@ -136,19 +121,23 @@ impl IdleWait for CommIdle {
     }
 }
 
+/// A comm's idle wait, unavailable while its barrier between processes waits
+/// (`HostBarrier::waiting`; module docs).
+pub(crate) type GatedIdle = Gated<CommIdle>;
+
 /// The idle wait wired into one proxy queue: its comms (by driver handle) and their waits
 /// (module docs).
 pub(crate) struct QueueIdle {
-    members: Mutex<Vec<(usize, Option<Arc<CommIdle>>)>>,
+    members: Mutex<Vec<(usize, Option<Arc<GatedIdle>>)>>,
 }
 
 impl QueueIdle {
-    fn members(&self) -> MutexGuard<'_, Vec<(usize, Option<Arc<CommIdle>>)>> {
+    fn members(&self) -> MutexGuard<'_, Vec<(usize, Option<Arc<GatedIdle>>)>> {
         self.members.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// The wait to block on: the one comm's, when the queue serves exactly one.
-    fn sole(&self) -> Option<Arc<CommIdle>> {
+    fn sole(&self) -> Option<Arc<GatedIdle>> {
         match self.members().as_slice() {
             [(_, Some(w))] => Some(w.clone()),
             _ => None,
@@ -178,7 +167,7 @@ impl IdleWait for QueueIdle {
 }
 
 // SAFETY: `CommIdle` holds function pointers of a library loaded for the life of the process,
-// an opaque handle the library looks up (never dereferenced here), and an `Arc<AtomicBool>`.
+// and an opaque handle the library looks up (never dereferenced here).
 unsafe impl Send for CommIdle {}
 // SAFETY: as above; the library's idle entry points take any thread (arm and sleep are
 // serialized with the comm's other calls by the library's handle slot).
@@ -195,7 +184,7 @@ fn queues() -> MutexGuard<'static, Vec<(usize, Arc<QueueIdle>)>> {
 /// Comm `comm` (driver handle) joined `q` with `wait` (`None`: no descriptor): counted in the
 /// queue's wait, which is wired while any of the queue's comms has a descriptor (a queue of
 /// comms without one keeps its worker's nap or yield as before).
-pub(crate) fn joined(q: &Arc<ProxyQueue>, comm: usize, wait: Option<Arc<CommIdle>>) {
+pub(crate) fn joined(q: &Arc<ProxyQueue>, comm: usize, wait: Option<Arc<GatedIdle>>) {
     let key = Arc::as_ptr(q).addr();
     let mut all = queues();
     let qi = match all.iter().find(|(k, _)| *k == key) {

@@ -117,7 +117,7 @@ pub(crate) struct CommEntry {
     /// The bells of the comm's group (`None`: a comm between processes).
     pub(crate) group_bells: Option<Arc<crate::bells::GroupBells>>,
     /// The comm's idle wait (`idle.rs`; `None`: no descriptor, or not asked for).
-    pub(crate) idle: Option<Arc<crate::idle::CommIdle>>,
+    pub(crate) idle: Option<Arc<crate::idle::GatedIdle>>,
 }
 
 /// The abort side table: what `nrt_proxy_comm_abort` reads, so an abort never waits for (or is

@@ -1,4 +1,4 @@
-use std::sync::atomic::AtomicU32;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
 use proxy_core::base::time::MonotonicClock;
 use proxy_core::driver::idle::Idled;
@@ -40,13 +40,15 @@ unsafe extern "C" fn fake_kick(_: *mut NccomComm) -> NRT_STATUS {
     NRT_SUCCESS
 }
 
-fn fake(barrier_waiting: Option<Arc<AtomicBool>>) -> Arc<CommIdle> {
-    Arc::new(CommIdle {
-        nccom: std::ptr::null_mut(),
-        arm: fake_arm,
-        sleep: fake_sleep,
-        kick: fake_kick,
-        barrier_waiting,
+fn fake(barrier_waiting: Option<Arc<AtomicBool>>) -> Arc<GatedIdle> {
+    Arc::new(Gated {
+        wait: CommIdle {
+            nccom: std::ptr::null_mut(),
+            arm: fake_arm,
+            sleep: fake_sleep,
+            kick: fake_kick,
+        },
+        closed: barrier_waiting,
     })
 }
 

@@ -1,13 +1,8 @@
 //! Ranks as processes on a crowded host: the caller-mode driver blocks on its comm's
 //! completion-queue descriptor when it has nothing to do (`proxy_core::driver::idle`,
 //! `proxy_libfabric::CqIdleWait`), except while its barrier between processes waits (the other
-//! processes' arrivals signal no descriptor: it yields then, as before).
-
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-
-use proxy_core::driver::idle::{Armed, IdleWait};
-use proxy_libfabric::CqIdleWait;
+//! processes' arrivals signal no descriptor: it yields then, as before; `idle::Gated` over the
+//! rank's `host_barrier_waiting` flag, wired in `setup.rs`).
 
 use super::Modes;
 use crate::args::{Args, DeviceArg, DriverArg, WaitArg};
@@ -23,27 +18,4 @@ pub(super) fn blocks_when_idle(args: &Args, modes: &Modes) -> bool {
         DriverArg::Thread => modes.device == DeviceArg::Polled,
     };
     driven_here && args.wait == Some(WaitArg::Sleep)
-}
-
-/// The comm's CQ descriptor, unavailable while the rank's barrier between processes waits.
-pub(super) struct ProcessIdle {
-    pub cq: Arc<CqIdleWait>,
-    pub barrier_waiting: Option<Arc<AtomicBool>>,
-}
-
-impl IdleWait for ProcessIdle {
-    fn arm(&self) -> Armed {
-        if self
-            .barrier_waiting
-            .as_ref()
-            .is_some_and(|w| w.load(Ordering::Relaxed))
-        {
-            return Armed::Unavailable;
-        }
-        self.cq.arm()
-    }
-
-    fn sleep(&self, timeout_ns: u64) -> bool {
-        self.cq.sleep(timeout_ns)
-    }
 }

@@ -456,9 +456,9 @@ impl World {
             let r = &engine.ranks()[0];
             if let Some((queue, _)) = r.queue_slot() {
                 let w: Arc<dyn proxy_core::driver::idle::IdleWait> =
-                    Arc::new(super::idle::ProcessIdle {
-                        cq,
-                        barrier_waiting: r.host_barrier_waiting(),
+                    Arc::new(proxy_core::driver::idle::Gated {
+                        wait: cq,
+                        closed: r.host_barrier_waiting(),
                     });
                 queue.idle_wait().wire(Some(w));
             }
