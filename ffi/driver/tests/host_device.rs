@@ -10,6 +10,9 @@ use nrt_proxy::host_device::live_host_devices;
 use nrt_proxy::*;
 use proxy_abi::*;
 
+mod common;
+use common::plan::{layout, PlanMemory};
+
 macro_rules! expect {
     ($want:expr, $call:expr) => {{
         // SAFETY: each call passes valid or deliberately NULL / stale arguments the function
@@ -32,7 +35,7 @@ fn nrt_proxy_status_name(s: NRT_STATUS) -> String {
 struct Setup {
     plan: *mut NrtProxyPlan,
     addrs: NrtProxyPlanAddresses,
-    _mem: Vec<Vec<u64>>,
+    _mem: [Vec<u64>; 4],
 }
 
 fn setup() -> Setup {
@@ -47,26 +50,7 @@ fn setup() -> Setup {
     pp.count = 1024;
     let mut plan = ptr::null_mut();
     expect!(NRT_SUCCESS, nrt_proxy_plan_create(&pp, &mut plan));
-    let mut l = NrtProxyPlanLayout {
-        struct_size: size_of::<NrtProxyPlanLayout>() as u32,
-        // SAFETY: plain integers: all zeros is a valid value (the call fills them).
-        ..unsafe { std::mem::zeroed() }
-    };
-    expect!(NRT_SUCCESS, nrt_proxy_plan_layout(plan, &mut l));
-    let words = |bytes: u64| vec![0u64; (bytes as usize).div_ceil(8).max(1)];
-    let mut mem = vec![
-        words(l.input_bytes),
-        words(l.output_bytes),
-        words(l.scratch_bytes),
-        words(u64::from(l.host_words) * 4),
-    ];
-    let addrs = NrtProxyPlanAddresses {
-        input: mem[0].as_mut_ptr() as u64,
-        output: mem[1].as_mut_ptr() as u64,
-        scratch: mem[2].as_mut_ptr() as u64,
-        words: mem[3].as_mut_ptr() as u64,
-        word_stride: 4,
-    };
+    let PlanMemory { mem, addrs } = PlanMemory::new(&layout(plan));
     Setup {
         plan,
         addrs,
