@@ -13,7 +13,7 @@
 //! Rings are cheap when nobody sleeps: a bell that wakes a `WaitCell` is one RMW, one that
 //! unparks a std thread one swap; a system call only when the thread is asleep.
 
-use crate::base::sync::PlainArc;
+use crate::base::sync::{DiagAtomicU32, DiagOrdering, PlainArc};
 
 /// Something to ring after a change that a sleeping thread may wait for.
 pub trait Bell: Send + Sync {
@@ -26,10 +26,15 @@ pub trait Bell: Send + Sync {
 /// rewired when that changes. A ring while nothing is wired does nothing.
 ///
 /// Rings take a reader lock (`spin::RwLock`: two RMWs, never skipped by a concurrent ring);
-/// [`BellSlot::wire`] a writer lock, held for one pointer swap.
+/// [`BellSlot::wire`] a writer lock, held for one pointer swap. A ring while nothing is wired
+/// reads one word and takes no lock (every in-memory send rings its receiver's slot, wired or
+/// not); a ring racing with the wire may see either side of it.
 #[derive(Default)]
 pub struct BellSlot {
     bell: spin::RwLock<Option<PlainArc<dyn Bell>>>,
+    /// 1 while a bell is wired (written under the writer lock). Not a loom atomic, as the lock
+    /// is not one either: wiring happens before the threads that ring start.
+    wired: DiagAtomicU32,
 }
 
 impl core::fmt::Debug for BellSlot {
@@ -45,12 +50,18 @@ impl BellSlot {
     pub const fn new() -> Self {
         Self {
             bell: spin::RwLock::new(None),
+            wired: DiagAtomicU32::new(0),
         }
     }
 
     /// Wires `bell` (`None` unwires), returning the bell wired before.
     pub fn wire(&self, bell: Option<PlainArc<dyn Bell>>) -> Option<PlainArc<dyn Bell>> {
-        core::mem::replace(&mut *self.bell.write(), bell)
+        let mut slot = self.bell.write();
+        // Release: a ring that reads 1 finds the bell under its reader lock anyway; the
+        // ordering only keeps the hint from running ahead of the slot.
+        self.wired
+            .store(u32::from(bell.is_some()), DiagOrdering::Release);
+        core::mem::replace(&mut *slot, bell)
     }
 
     /// `true` while a bell is wired.
@@ -61,6 +72,9 @@ impl BellSlot {
     /// Rings the wired bell, if any.
     #[inline]
     pub fn ring(&self) {
+        if self.wired.load(DiagOrdering::Acquire) == 0 {
+            return;
+        }
         if let Some(b) = &*self.bell.read() {
             b.ring();
         }

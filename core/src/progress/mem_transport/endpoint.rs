@@ -90,16 +90,17 @@ impl MemTransport {
         {
             // The newest spare first; one a receiver still holds (it drops its reference right
             // after its copy, which may not have happened yet on its thread) is skipped.
-            let unique = (0..self.spare.len())
-                .rev()
-                .find(|&i| Arc::get_mut(&mut self.spare[i]).is_some());
-            if let Some(i) = unique {
-                let mut msg = self.spare.swap_remove(i);
-                if let Some(m) = Arc::get_mut(&mut msg) {
+            // One `get_mut` per candidate (each is a compare-and-swap on the descriptor's
+            // counts, a line the receiver's thread wrote last): the first unique one is
+            // re-initialised where it lies, then taken out.
+            let reused = (0..self.spare.len()).rev().find(|&i| {
+                Arc::get_mut(&mut self.spare[i])
                     // SAFETY: this function's contract.
-                    unsafe { m.reuse(tag, buf, len, eager) };
-                    return msg;
-                }
+                    .map(|m| unsafe { m.reuse(tag, buf, len, eager) })
+                    .is_some()
+            });
+            if let Some(i) = reused {
+                return self.spare.swap_remove(i);
             }
         }
         let payload = if !eager {
