@@ -10,7 +10,7 @@ use proxy_core::base::status::NrtStatus;
 use proxy_abi::boundary::c_handle;
 use proxy_abi::entry;
 
-use crate::comms::{aborts, with_comm};
+use crate::comms::{side_entry, with_comm};
 
 /// The start of a range argument `name` of the call `what` as an address, NULL refused.
 ///
@@ -102,14 +102,7 @@ pub unsafe extern "C" fn nccom_comm_invalidate_range(
 pub unsafe extern "C" fn nccom_comm_abort(comm: *mut NccomComm) -> NRT_STATUS {
     entry!(WHAT = "nccom_comm_abort", {
         let h = c_handle(WHAT, "comm", comm)?;
-        let Some(abort) = aborts()
-            .iter()
-            .find(|(k, ..)| *k == h)
-            .map(|(_, a, _)| a.clone())
-        else {
-            log::error!("{WHAT}: {h:#x} is not a live comm of this library");
-            return Err(NrtStatus::InvalidHandle);
-        };
+        let (_, abort, _) = side_entry(WHAT, h)?;
         if !abort.abort() {
             log::info!("{WHAT}: comm {h:#x} was already aborted");
         }

@@ -57,6 +57,22 @@ pub(crate) fn aborts() -> std::sync::MutexGuard<'static, Vec<SideEntry>> {
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
+/// The side-table entry of comm handle `h`: what `nccom_comm_abort` and `nccom_comm_idle_kick`
+/// reach without the comm's handle slot (its abort handle and idle wait).
+///
+/// # Errors
+/// `NRT_INVALID_HANDLE` (logged under `what`) when `h` is not a live comm of this library.
+pub(crate) fn side_entry(what: &str, h: usize) -> Result<SideEntry, NrtStatus> {
+    aborts()
+        .iter()
+        .find(|(k, ..)| *k == h)
+        .cloned()
+        .ok_or_else(|| {
+            log::error!("{what}: {h:#x} is not a live comm of this library");
+            NrtStatus::InvalidHandle
+        })
+}
+
 /// Number of live comms (diagnostics and tests).
 pub fn live_comms() -> usize {
     COMMS.live()

@@ -15,13 +15,12 @@
 //! Seed: none (the seed's worker spins, then yields); issue 25.
 
 use proxy_abi::*;
-use proxy_core::base::status::NrtStatus;
 use proxy_core::driver::idle::Armed;
 
 use proxy_abi::boundary::{c_handle, c_out};
 use proxy_abi::entry;
 
-use crate::comms::{aborts, with_entry};
+use crate::comms::{side_entry, with_entry};
 
 /// Writes to `*available` 1 when the comm has an idle wait (a completion-queue descriptor to
 /// block on: a libfabric comm created with `NCCOM_COMM_IDLE_WAIT` over a provider that has one,
@@ -126,15 +125,7 @@ pub unsafe extern "C" fn nccom_comm_idle_sleep(
 pub unsafe extern "C" fn nccom_comm_idle_kick(comm: *mut NccomComm) -> NRT_STATUS {
     entry!(WHAT = "nccom_comm_idle_kick", {
         let h = c_handle(WHAT, "comm", comm)?;
-        let Some(idle) = aborts()
-            .iter()
-            .find(|(k, ..)| *k == h)
-            .map(|(_, _, w)| w.clone())
-        else {
-            log::error!("{WHAT}: {h:#x} is not a live comm of this library");
-            return Err(NrtStatus::InvalidHandle);
-        };
-        if let Some(w) = idle {
+        if let (_, _, Some(w)) = side_entry(WHAT, h)? {
             w.kick();
         }
         Ok(())
