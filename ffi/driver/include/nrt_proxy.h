@@ -42,14 +42,15 @@
  * algorithm per collective, `nrt_proxy_algorithm_set` / `nrt_proxy_algorithm_get`,
  * `nrt_proxy_submit_plan`, the host map `nrt_proxy_plan_create_hosts` and
  * `NRT_PROXY_ALGO_HIERARCHICAL`; 5: bells, `nrt_proxy_notify`, `nrt_proxy_host_device_attach`
- * and `nrt_proxy_config_t.worker_nap_us`, formerly `reserved`).
+ * and `nrt_proxy_config_t.worker_nap_us`, formerly `reserved`; 6: the tuner's kind of link,
+ * `nrt_proxy_tuner_link_set` / `nrt_proxy_tuner_link_get`).
  */
-#define NRT_PROXY_ABI_VERSION_MINOR 5
+#define NRT_PROXY_ABI_VERSION_MINOR 6
 
 /**
  * `(major << 16) | minor`, what `nrt_proxy_abi_version()` returns.
  */
-#define NRT_PROXY_ABI_VERSION 65541
+#define NRT_PROXY_ABI_VERSION 65542
 
 /**
  * The nap bound `worker_nap_us` suggests (µs): long enough that a worker whose wake-ups all
@@ -228,6 +229,22 @@
  * host. Without a host map: the best flat all-reduce.
  */
 #define NRT_PROXY_ALGO_HIERARCHICAL 9
+
+/**
+ * `link` (`nrt_proxy_tuner_link_set`, ABI 1.6): ranks are threads of one process (the
+ * tuner's in-memory constants; the default).
+ */
+#define NRT_PROXY_LINK_MEMORY 0
+
+/**
+ * `link`: ranks are processes of one host through shared memory (libfabric `shm`).
+ */
+#define NRT_PROXY_LINK_SHARED_MEMORY 1
+
+/**
+ * `link`: ranks talk through sockets or a NIC (libfabric `tcp`, `efa`).
+ */
+#define NRT_PROXY_LINK_NETWORK 2
 
 /**
  * `dtype`: IEEE binary32.
@@ -1943,6 +1960,36 @@ NRT_STATUS nrt_proxy_algorithm_set(uint32_t collective, uint32_t algorithm);
  * `algorithm` NULL or writable.
  */
 NRT_STATUS nrt_proxy_algorithm_get(uint32_t collective, uint32_t *algorithm);
+
+/**
+ * Sets the kind of link this process's collectives take, `NRT_PROXY_LINK_*` (memory: ranks
+ * as threads of one process; shared memory: processes of one host, libfabric `shm`; network:
+ * sockets or a NIC, libfabric `tcp`, `efa`): the tuner then costs `NRT_PROXY_ALGO_AUTO` plans
+ * made from now on with that kind's default constants (4 ranks, 8 B: direct in memory,
+ * recursive doubling over a network, where a message costs more than a step). A calibration
+ * file (`NEURON_RT_PROXY_TUNE_FILE`) overrides the defaults of every kind. Replaces what
+ * `NEURON_RT_PROXY_TUNER_LINK` gave; plans made before keep their algorithm. Any thread.
+ *
+ * Returns `NRT_SUCCESS`; `NRT_INVALID` for a value out of range or a bad
+ * `NEURON_RT_PROXY_ALGO_*` / `NEURON_RT_PROXY_TUNER_LINK` / calibration file (nothing changes).
+ *
+ * # Safety
+ * None beyond the C contract.
+ */
+NRT_STATUS nrt_proxy_tuner_link_set(uint32_t link);
+
+/**
+ * Writes the kind of link the tuner costs plans for into `*link` (`NRT_PROXY_LINK_*`: the one
+ * set by `nrt_proxy_tuner_link_set` or `NEURON_RT_PROXY_TUNER_LINK`, else
+ * `NRT_PROXY_LINK_MEMORY`). Any thread.
+ *
+ * Returns `NRT_SUCCESS`; `NRT_INVALID` for a NULL or misaligned `link`, or a bad variable or
+ * calibration file.
+ *
+ * # Safety
+ * `link` NULL or writable.
+ */
+NRT_STATUS nrt_proxy_tuner_link_get(uint32_t *link);
 
 #ifdef __cplusplus
 }  // extern "C"

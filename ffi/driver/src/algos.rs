@@ -13,8 +13,11 @@
 //!
 //! The tuner's constants come from the calibration file `NEURON_RT_PROXY_TUNE_FILE` names
 //! (`proxy_runtime::tune_file`, written by `proxy-perf --tune`), read at the same first use;
-//! without it the planner's defaults. Plans with `NRT_PROXY_ALGO_AUTO` and no override are
-//! chosen with them (`why=tuner-calibrated` in the dump).
+//! without it the planner's defaults for the kind of link the process's collectives take
+//! (`nrt_proxy_tuner_link_set`, ABI 1.6, or `NEURON_RT_PROXY_TUNER_LINK=memory|shared-memory|
+//! network`; memory when neither says: the constants of ABI 1.5). Plans with
+//! `NRT_PROXY_ALGO_AUTO` and no override are chosen with them (`why=tuner-calibrated` in the
+//! dump with a file, `why=tuner` with the defaults).
 //!
 //! A bad variable or file makes every plan, set and get answer `NRT_INVALID` with a log line
 //! naming it (a job with a typo in its tuning fails at its first plan, not later with another
@@ -25,7 +28,7 @@ use std::sync::{Mutex, PoisonError};
 use proxy_abi::boundary::{bad, c_out};
 use proxy_abi::entry;
 use proxy_abi::NRT_STATUS;
-use proxy_collectives::planner::tuner::algos_from_env;
+use proxy_collectives::planner::tuner::{algos_from_env, LinkKind};
 use proxy_collectives::planner::{Algorithm, Collective, CollectiveLabel, PlanParams};
 use proxy_core::base::status::NrtStatus;
 use proxy_runtime::tune_file::Tuning;
@@ -40,9 +43,18 @@ type Entry = Option<(Algorithm, &'static str)>;
 #[derive(Debug)]
 struct Table {
     algos: [Entry; Collective::ALL.len()],
-    /// `NEURON_RT_PROXY_TUNE_FILE`'s constants, else the defaults.
+    /// `NEURON_RT_PROXY_TUNE_FILE`'s constants, else the defaults of `link`.
     tuning: Tuning,
+    /// The kind of link the process's collectives take (`NEURON_RT_PROXY_TUNER_LINK`,
+    /// `nrt_proxy_tuner_link_set`; memory when neither says).
+    link: LinkKind,
 }
+
+/// The variable that names the kind of link (`memory`, `shared-memory`, `network`).
+pub const TUNER_LINK_ENV: &str = "NEURON_RT_PROXY_TUNER_LINK";
+
+/// The kinds of link in the order of `NRT_PROXY_LINK_*`.
+pub(crate) const LINKS: [LinkKind; 3] = LinkKind::ALL;
 
 /// The table, `None` until its first use; `Err` holds a bad variable's or file's message.
 static TABLE: Mutex<Option<Result<Table, String>>> = Mutex::new(None);
@@ -55,8 +67,18 @@ static TABLE: Mutex<Option<Result<Table, String>>> = Mutex::new(None);
 fn load(lookup: impl Fn(&str) -> Option<String>) -> Result<Table, String> {
     let algos = algos_from_env(&lookup)?.map(|o| o.map(|a| (a, "env")));
     let tuning = Tuning::from_lookup(&lookup)?;
-    log::info!("planner: {}", tuning.describe());
-    Ok(Table { algos, tuning })
+    let link = match lookup(TUNER_LINK_ENV).filter(|v| !v.trim().is_empty()) {
+        None => LinkKind::Memory,
+        Some(v) => LinkKind::from_name(&v).ok_or_else(|| {
+            format!("{TUNER_LINK_ENV}={v}: not a kind of link (memory, shared-memory, network)")
+        })?,
+    };
+    log::info!("planner: {}", tuning.describe(link));
+    Ok(Table {
+        algos,
+        tuning,
+        link,
+    })
 }
 
 /// Runs `f` on the process's table, loaded from the environment at its first use.
@@ -92,8 +114,8 @@ pub(crate) fn choose(what: &str, p: &mut PlanParams) -> Result<CollectiveLabel, 
 
 /// [`choose`] with the table `t`.
 fn choose_in(t: &Table, p: &mut PlanParams) -> CollectiveLabel {
-    p.cost_model = t.tuning.model();
-    p.inter_host_model = t.tuning.inter_host_model();
+    p.cost_model = t.tuning.model(t.link);
+    p.inter_host_model = t.tuning.inter_host_model(t.link);
     match t.algos[index(p.collective)] {
         Some((a, why)) if p.algorithm == Algorithm::Auto => {
             p.algorithm = a;
@@ -158,6 +180,50 @@ pub unsafe extern "C" fn nrt_proxy_algorithm_get(
             t.algos[index(c)].map_or(Algorithm::Auto, |(a, _)| a)
         })?;
         *out = ALGORITHMS.iter().position(|&x| x == a).unwrap_or_default() as u32;
+        Ok(())
+    })
+}
+
+/// Sets the kind of link this process's collectives take, `NRT_PROXY_LINK_*` (memory: ranks
+/// as threads of one process; shared memory: processes of one host, libfabric `shm`; network:
+/// sockets or a NIC, libfabric `tcp`, `efa`): the tuner then costs `NRT_PROXY_ALGO_AUTO` plans
+/// made from now on with that kind's default constants (4 ranks, 8 B: direct in memory,
+/// recursive doubling over a network, where a message costs more than a step). A calibration
+/// file (`NEURON_RT_PROXY_TUNE_FILE`) overrides the defaults of every kind. Replaces what
+/// `NEURON_RT_PROXY_TUNER_LINK` gave; plans made before keep their algorithm. Any thread.
+///
+/// Returns `NRT_SUCCESS`; `NRT_INVALID` for a value out of range or a bad
+/// `NEURON_RT_PROXY_ALGO_*` / `NEURON_RT_PROXY_TUNER_LINK` / calibration file (nothing changes).
+///
+/// # Safety
+/// None beyond the C contract.
+#[no_mangle]
+pub unsafe extern "C" fn nrt_proxy_tuner_link_set(link: u32) -> NRT_STATUS {
+    entry!(WHAT = "nrt_proxy_tuner_link_set", {
+        let k = pick(WHAT, "link", &LINKS, link)?;
+        with_table(WHAT, |t| {
+            t.link = k;
+            log::info!("planner: {}", t.tuning.describe(k));
+        })
+    })
+}
+
+/// Writes the kind of link the tuner costs plans for into `*link` (`NRT_PROXY_LINK_*`: the one
+/// set by `nrt_proxy_tuner_link_set` or `NEURON_RT_PROXY_TUNER_LINK`, else
+/// `NRT_PROXY_LINK_MEMORY`). Any thread.
+///
+/// Returns `NRT_SUCCESS`; `NRT_INVALID` for a NULL or misaligned `link`, or a bad variable or
+/// calibration file.
+///
+/// # Safety
+/// `link` NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn nrt_proxy_tuner_link_get(link: *mut u32) -> NRT_STATUS {
+    entry!(WHAT = "nrt_proxy_tuner_link_get", {
+        // SAFETY: `link`: the C caller's pointer, valid or NULL by this function's contract.
+        let out = unsafe { c_out(WHAT, "link", link) }?;
+        let k = with_table(WHAT, |t| t.link)?;
+        *out = LINKS.iter().position(|&x| x == k).unwrap_or_default() as u32;
         Ok(())
     })
 }

@@ -17,10 +17,11 @@ pub const NRT_PROXY_ABI_VERSION_MAJOR: u32 = 1;
 /// algorithm per collective, `nrt_proxy_algorithm_set` / `nrt_proxy_algorithm_get`,
 /// `nrt_proxy_submit_plan`, the host map `nrt_proxy_plan_create_hosts` and
 /// `NRT_PROXY_ALGO_HIERARCHICAL`; 5: bells, `nrt_proxy_notify`, `nrt_proxy_host_device_attach`
-/// and `nrt_proxy_config_t.worker_nap_us`, formerly `reserved`).
-pub const NRT_PROXY_ABI_VERSION_MINOR: u32 = 5;
+/// and `nrt_proxy_config_t.worker_nap_us`, formerly `reserved`; 6: the tuner's kind of link,
+/// `nrt_proxy_tuner_link_set` / `nrt_proxy_tuner_link_get`).
+pub const NRT_PROXY_ABI_VERSION_MINOR: u32 = 6;
 /// `(major << 16) | minor`, what `nrt_proxy_abi_version()` returns.
-pub const NRT_PROXY_ABI_VERSION: u32 = 0x0001_0005;
+pub const NRT_PROXY_ABI_VERSION: u32 = 0x0001_0006;
 
 /// The nap bound `worker_nap_us` suggests (µs): long enough that a worker whose wake-ups all
 /// ring costs a few hundred wake-ups a second when a ring is missed, short enough that a
@@ -404,6 +405,14 @@ pub const NRT_PROXY_ALGO_SCATTER_ALLGATHER: u32 = 8;
 /// ABI 1.4): reduce to each host's first rank, all-reduce among those, broadcast inside each
 /// host. Without a host map: the best flat all-reduce.
 pub const NRT_PROXY_ALGO_HIERARCHICAL: u32 = 9;
+
+/// `link` (`nrt_proxy_tuner_link_set`, ABI 1.6): ranks are threads of one process (the
+/// tuner's in-memory constants; the default).
+pub const NRT_PROXY_LINK_MEMORY: u32 = 0;
+/// `link`: ranks are processes of one host through shared memory (libfabric `shm`).
+pub const NRT_PROXY_LINK_SHARED_MEMORY: u32 = 1;
+/// `link`: ranks talk through sockets or a NIC (libfabric `tcp`, `efa`).
+pub const NRT_PROXY_LINK_NETWORK: u32 = 2;
 
 /// `dtype`: IEEE binary32.
 pub const NRT_PROXY_DTYPE_F32: u32 = 0;

@@ -117,6 +117,50 @@ fn set_get_clear_and_refusals() {
     assert_eq!(resolved(&auto), NRT_PROXY_ALGO_DIRECT);
 }
 
+#[test]
+fn the_kind_of_link_moves_the_tuners_choice() {
+    let _s = serial();
+    if std::env::vars().any(|(k, _)| {
+        k.starts_with("NEURON_RT_PROXY_ALGO_")
+            || k == "NEURON_RT_PROXY_TUNER_LINK"
+            || k == "NEURON_RT_PROXY_TUNE_FILE"
+    }) {
+        eprintln!("skipped: the tuner's variables are set in the environment");
+        return;
+    }
+    assert!(nrt_proxy_abi_version() >= 0x0001_0006);
+    let link = || {
+        let mut k = 99;
+        expect!(NRT_SUCCESS, nrt_proxy_tuner_link_get(&mut k));
+        k
+    };
+    assert_eq!(link(), NRT_PROXY_LINK_MEMORY, "the default");
+    // 4 ranks, 8 B: in memory direct; over shared memory or a network, where a message costs
+    // more than a step, recursive doubling.
+    let mut p = params(NRT_PROXY_ALGO_AUTO);
+    p.nranks = 4;
+    p.count = 2;
+    assert_eq!(resolved(&p), NRT_PROXY_ALGO_DIRECT);
+    expect!(NRT_INVALID, nrt_proxy_tuner_link_set(3));
+    expect!(NRT_INVALID, nrt_proxy_tuner_link_get(ptr::null_mut()));
+    assert_eq!(
+        link(),
+        NRT_PROXY_LINK_MEMORY,
+        "a refused set changes nothing"
+    );
+    for k in [NRT_PROXY_LINK_SHARED_MEMORY, NRT_PROXY_LINK_NETWORK] {
+        expect!(NRT_SUCCESS, nrt_proxy_tuner_link_set(k));
+        assert_eq!(link(), k);
+        assert_eq!(resolved(&p), NRT_PROXY_ALGO_RECURSIVE_DOUBLING, "link {k}");
+    }
+    // A named algorithm is kept whatever the link.
+    let mut named = p;
+    named.algorithm = NRT_PROXY_ALGO_DIRECT;
+    assert_eq!(resolved(&named), NRT_PROXY_ALGO_DIRECT);
+    expect!(NRT_SUCCESS, nrt_proxy_tuner_link_set(NRT_PROXY_LINK_MEMORY));
+    assert_eq!(resolved(&p), NRT_PROXY_ALGO_DIRECT);
+}
+
 /// The dump lines (target `proxy_dump`) logged so far, captured by a logger installed at the
 /// first call.
 fn dump_lines() -> Vec<String> {

@@ -566,6 +566,11 @@ pub struct Args {
     /// ([`Args::apply_tune_env`]).
     #[arg(skip)]
     pub tuning: proxy_runtime::tune_file::Tuning,
+    /// The kind of link the transport's messages take, which picks the tuner's default
+    /// constants when no file gives them: memory in process; over libfabric the set-up sets it
+    /// from the provider the comm opened (`LinkKind::of_provider`: shm, else network).
+    #[arg(skip)]
+    pub link: tuner::LinkKind,
 }
 
 /// The environment variable that names the algorithm of `c` when `--algo` is auto
@@ -638,7 +643,10 @@ impl Args {
             ),
             None => String::new(),
         };
-        format!("{}; algorithm: {how}{hosts}", self.tuning.describe())
+        format!(
+            "{}; algorithm: {how}{hosts}",
+            self.tuning.describe(self.link)
+        )
     }
 
     /// The protocol options for the header: `streams 1 blocks 1 early-recv off early-send off

@@ -337,7 +337,7 @@ pub(crate) fn report(
             (model - s.time_ns) / s.time_ns.max(1.0) * 100.0
         );
     }
-    let old = args.tuning.model();
+    let old = args.tuning.model(args.link);
     let _ = writeln!(
         out,
         "#\n# fitted: α {} ns/step, o {} ns/entry, β {} ps/B sent, γ {} ps/B reduced; {} samples, \
@@ -422,7 +422,7 @@ pub(crate) fn report(
                     (model - s.time_ns) / s.time_ns.max(1.0) * 100.0
                 );
             }
-            let old_inter = args_all.tuning.inter_host_model();
+            let old_inter = args_all.tuning.inter_host_model(args_all.link);
             let _ = writeln!(
                 out,
                 "#\n# fitted between hosts: α {} ns/step, β {} ps/B sent (o {} ns/entry and γ {} \
@@ -464,7 +464,7 @@ pub(crate) fn report(
         "# wrote {} (use it: NEURON_RT_PROXY_TUNE_FILE={}); it reads back as: {}",
         file.display(),
         file.display(),
-        Tuning::File(file.to_owned(), TuneFile::read(file)?).describe()
+        Tuning::File(file.to_owned(), TuneFile::read(file)?).describe(args.link)
     );
     Ok(0)
 }

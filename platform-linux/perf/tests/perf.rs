@@ -466,14 +466,20 @@ fn zero_wrong_rows(out: &str) -> usize {
 #[cfg(feature = "libfabric")]
 #[test]
 fn libfabric_all_reduce_two_processes_tcp_and_shm() {
-    for (provider, name) in [("tcp", "tcp;ofi_rxm"), ("shm", "shm")] {
+    for (provider, name, link) in [
+        ("tcp", "tcp;ofi_rxm", "network"),
+        ("shm", "shm", "shared-memory"),
+    ] {
         let line = format!(
             "all-reduce --transport libfabric --provider {provider} --ranks 2 -b 8 -e 4M -n 2 -w 1
              -c 1"
         );
         let r = run_bounded(
             &argv(&line),
-            &[("NEURON_RT_BOOTSTRAP_TIMEOUT", "30")],
+            &[
+                ("NEURON_RT_BOOTSTRAP_TIMEOUT", "30"),
+                ("NEURON_RT_PROXY_TUNE_FILE", ""),
+            ],
             Duration::from_secs(90),
         );
         eprintln!("{provider}: {:.1} s", r.took.as_secs_f64());
@@ -487,6 +493,13 @@ fn libfabric_all_reduce_two_processes_tcp_and_shm() {
         assert!(
             r.out
                 .contains("barrier between processes: shared memory per host"),
+            "{}",
+            r.out
+        );
+        // The tuner's defaults follow the provider's kind of link.
+        assert!(
+            r.out
+                .contains(&format!("#  tuner: cost model default for {link} links")),
             "{}",
             r.out
         );

@@ -21,15 +21,16 @@
 //! `inter_host_cost_model` is optional (the link between hosts; `cost_model` without it;
 //! `proxy-perf --tune` run across hosts measures it, one host's run leaves it out); the rest
 //! describes the fits (`inter_host_samples` and `inter_host_rms_relative_error` only when the
-//! link was measured). Without the variable the planner's defaults
-//! (`DEFAULT_COST_MODEL`) apply. A file that cannot be read or parsed, or holds an absurd
+//! link was measured). Without the variable the planner's defaults for the kind of link the
+//! transport's messages take apply (`LinkKind::default_cost_model`: memory, shared memory or
+//! network). A file that cannot be read or parsed, or holds an absurd
 //! constant, is an error that names the file and what is wrong (never a silent fall-back to
 //! the defaults); writing goes to a temporary file renamed over the old one, so a failed write
 //! leaves the old file whole.
 
 use std::path::{Path, PathBuf};
 
-use proxy_collectives::planner::tuner::CostModel;
+use proxy_collectives::planner::tuner::{CostModel, LinkKind};
 use serde::{Deserialize, Serialize};
 
 /// The variable that names the calibration file.
@@ -229,33 +230,38 @@ pub enum Tuning {
 }
 
 impl Tuning {
-    /// The constants.
-    pub fn model(&self) -> CostModel {
+    /// The constants for a transport whose messages take `link`: the file's, else `link`'s
+    /// defaults ([`LinkKind::default_cost_model`]).
+    pub fn model(&self, link: LinkKind) -> CostModel {
         match self {
-            Tuning::Default => proxy_collectives::planner::tuner::DEFAULT_COST_MODEL,
+            Tuning::Default => link.default_cost_model(),
             Tuning::File(_, f) => f.model(),
         }
     }
 
-    /// The constants between hosts ([`TuneFile::inter_host_model`]; the defaults without a
+    /// The constants between hosts ([`TuneFile::inter_host_model`]; `link`'s defaults without a
     /// file).
-    pub fn inter_host_model(&self) -> CostModel {
+    pub fn inter_host_model(&self, link: LinkKind) -> CostModel {
         match self {
-            Tuning::Default => proxy_collectives::planner::tuner::DEFAULT_COST_MODEL,
+            Tuning::Default => link.default_cost_model(),
             Tuning::File(_, f) => f.inter_host_model(),
         }
     }
 
-    /// One line for a header: `cost model default (α 2000 ns, o 1000 ns, β 35 ps/B, γ 35
-    /// ps/B)` or `cost model from FILE (...; fit of N samples, rms error E %)`.
-    pub fn describe(&self) -> String {
-        let m = self.model();
+    /// One line for a header: `cost model default for network links (α 13000 ns/step, ...; no
+    /// NEURON_RT_PROXY_TUNE_FILE)` or `cost model from FILE (...; fit of N samples, rms error E
+    /// %)`.
+    pub fn describe(&self, link: LinkKind) -> String {
+        let m = self.model(link);
         let consts = format!(
             "α {} ns/step, o {} ns/entry, β {} ps/B sent, γ {} ps/B reduced",
             m.step_ns, m.entry_ns, m.byte_ps, m.reduce_ps
         );
         match self {
-            Tuning::Default => format!("cost model default ({consts}; no {TUNE_FILE_ENV})"),
+            Tuning::Default => format!(
+                "cost model default for {} links ({consts}; no {TUNE_FILE_ENV})",
+                link.name()
+            ),
             Tuning::File(p, f) => {
                 let fit = match (f.inter_host_samples, f.inter_host_rms_relative_error) {
                     (Some(n), Some(e)) => {

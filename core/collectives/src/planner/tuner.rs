@@ -31,6 +31,9 @@ use alloc::string::String;
 
 use super::{Algorithm, Collective, PlanParams};
 
+mod link;
+pub use link::{LinkKind, MEMORY_COST_MODEL, NETWORK_COST_MODEL, SHARED_MEMORY_COST_MODEL};
+
 /// The constants of the cost model ([`cost`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct CostModel {
@@ -44,19 +47,10 @@ pub struct CostModel {
     pub reduce_ps: u64,
 }
 
-/// The default constants, fitted by hand to this project's in-process measurements on a
-/// shared 2-CPU VM (proxy-perf, caller + polled; BENCHMARKS.md and issue 26): `α + 2o` ≈ the
-/// 2-rank 8 B all-reduce (3.2–4 µs, one step, one entry each way); `α + 6o` ≈ the 4-rank 8 B
-/// direct all-reduce (9 µs); `β = γ` from the 2-rank 1 MiB ring all-reduce (57 µs for 1 MiB
-/// sent and 0.5 MiB reduced: 35 ps/B, i.e. memcpy at about 28 GB/s). Other machines, and
-/// networks, want their own: a network step costs microseconds more, a byte over a 100 Gb/s
-/// link 80 ps.
-pub const DEFAULT_COST_MODEL: CostModel = CostModel {
-    step_ns: 2_000,
-    entry_ns: 1_000,
-    byte_ps: 35,
-    reduce_ps: 35,
-};
+/// The default constants of [`LinkKind::Memory`] ([`link::MEMORY_COST_MODEL`]): what
+/// [`PlanParams::new`] starts with. A producer whose messages take another kind of link sets
+/// [`LinkKind::default_cost_model`] (proxy-perf and the C library do, by their transport).
+pub const DEFAULT_COST_MODEL: CostModel = link::MEMORY_COST_MODEL;
 
 /// The algorithms [`pick`] chooses among for `c`, in order of preference on a tie.
 pub const fn candidates(c: Collective) -> &'static [Algorithm] {
@@ -462,13 +456,13 @@ pub fn algos_from_env(
 }
 
 /// Why [`PlanParams::resolved_algorithm`] is what it is, as [`PlanParams::label`] names it:
-/// `asked` for an algorithm other than [`Algorithm::Auto`]; `tuner` for the cost model with
-/// [`DEFAULT_COST_MODEL`] (within and between hosts); `tuner-calibrated` with other constants
-/// (a calibration file).
+/// `asked` for an algorithm other than [`Algorithm::Auto`]; `tuner` for the cost model with a
+/// [`LinkKind`]'s default constants (within and between hosts); `tuner-calibrated` with other
+/// constants (a calibration file).
 pub fn why(p: &PlanParams) -> &'static str {
     if p.algorithm != Algorithm::Auto {
         "asked"
-    } else if p.cost_model == DEFAULT_COST_MODEL && p.inter_host_model == DEFAULT_COST_MODEL {
+    } else if LinkKind::is_default(&p.cost_model) && LinkKind::is_default(&p.inter_host_model) {
         "tuner"
     } else {
         "tuner-calibrated"

@@ -115,3 +115,52 @@ fn a_calibration_file_gives_auto_plans_its_constants() {
     );
     std::fs::remove_file(&path).unwrap();
 }
+
+#[test]
+fn the_link_variable_picks_the_defaults_and_a_bad_one_is_named() {
+    use proxy_collectives::planner::tuner::LinkKind;
+    let plan = |t: &Table| {
+        let mut p = PlanParams::new(
+            Collective::AllReduce,
+            2,
+            proxy_collectives::planner::DataType::F32,
+            0,
+            4,
+        );
+        let l = choose_in(t, &mut p);
+        (p.cost_model, l.algorithm, l.why)
+    };
+    let t = load(lookup(&[])).unwrap();
+    assert_eq!(t.link, LinkKind::Memory);
+    assert_eq!(
+        plan(&t),
+        (LinkKind::Memory.default_cost_model(), "direct", "tuner")
+    );
+    let t = load(lookup(&[("NEURON_RT_PROXY_TUNER_LINK", " network ")])).unwrap();
+    assert_eq!(t.link, LinkKind::Network);
+    assert_eq!(
+        plan(&t),
+        (
+            LinkKind::Network.default_cost_model(),
+            "recursive-doubling",
+            "tuner"
+        )
+    );
+    let e = load(lookup(&[("NEURON_RT_PROXY_TUNER_LINK", "tcp")])).unwrap_err();
+    assert_eq!(
+        e,
+        "NEURON_RT_PROXY_TUNER_LINK=tcp: not a kind of link (memory, shared-memory, network)"
+    );
+    // The C constants are the kinds' indices.
+    use crate::types::{
+        NRT_PROXY_LINK_MEMORY, NRT_PROXY_LINK_NETWORK, NRT_PROXY_LINK_SHARED_MEMORY,
+    };
+    assert_eq!(
+        [
+            LINKS[NRT_PROXY_LINK_MEMORY as usize],
+            LINKS[NRT_PROXY_LINK_SHARED_MEMORY as usize],
+            LINKS[NRT_PROXY_LINK_NETWORK as usize]
+        ],
+        [LinkKind::Memory, LinkKind::SharedMemory, LinkKind::Network]
+    );
+}

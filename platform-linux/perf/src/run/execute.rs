@@ -22,8 +22,8 @@ impl World {
         };
         let mut p = PlanParams::new(self.collective, count, a.dtype, rank, a.ranks);
         p.algorithm = a.algo.into();
-        p.cost_model = a.tuning.model();
-        p.inter_host_model = a.tuning.inter_host_model();
+        p.cost_model = a.tuning.model(a.link);
+        p.inter_host_model = a.tuning.inter_host_model(a.link);
         if let Some(h) = a.hosts {
             p.hosts = h.0;
         }

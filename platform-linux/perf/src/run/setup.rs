@@ -223,6 +223,10 @@ impl World {
     /// # Errors
     /// A message when a comm, thread, the library or the transport cannot be set up.
     pub fn new(args: &Args) -> Result<Self, String> {
+        // In process every message is a ring push: the tuner's memory constants.
+        let mut args = args.clone();
+        args.link = proxy_collectives::planner::tuner::LinkKind::Memory;
+        let args = &args;
         let n = args.ranks;
         if args.inject.is_some_and(|i| i.fault == FaultArg::ExitRank) {
             return Err(
@@ -438,6 +442,10 @@ impl World {
             }
             _ => format!("libfabric (provider {prov})"),
         };
+        // The tuner's default constants follow the provider the comm opened.
+        let mut args = args.clone();
+        args.link = proxy_collectives::planner::tuner::LinkKind::of_provider(prov);
+        let args = &args;
         let transport = match (&cq_idle, block) {
             (Some(_), _) => format!("{transport}; idle: blocks on the CQ descriptor"),
             (None, true) => format!("{transport}; idle: yields (no CQ descriptor)"),

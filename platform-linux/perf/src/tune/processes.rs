@@ -42,6 +42,8 @@ pub(super) fn across_processes(args: &Args, file: &std::path::Path) -> Result<i3
     let Some(hosts) = hosts.filter(|h| h.sizes().len() >= 2) else {
         // One host: the in-host fit over the processes' own comm.
         let mut world = World::join(args, boot, provider)?;
+        // The world's arguments: the set-up knows the provider's kind of link.
+        let args = &world.args().clone();
         let samples = match measure_in_host(&mut world, args) {
             Ok(s) => s,
             Err(e) => {
@@ -93,6 +95,10 @@ pub(super) fn across_processes(args: &Args, file: &std::path::Path) -> Result<i3
     // ranks take in this run), the other hosts' processes are done; in process when host 0
     // has one rank.
     let local = hosts.sizes()[0];
+    // The kind of link the comm's provider takes (the old constants the report compares with).
+    let mut args = args.clone();
+    args.link = wargs.link;
+    let args = &args;
     let mut host_args = args.clone();
     host_args.hosts = None;
     if local < 2 {

@@ -1,7 +1,7 @@
 //! The calibration file: round trip, refusals naming the file and the fault, the variable.
 
 use super::*;
-use proxy_collectives::planner::tuner::DEFAULT_COST_MODEL;
+use proxy_collectives::planner::tuner::LinkKind;
 
 fn dir() -> PathBuf {
     let d = std::env::temp_dir().join(format!("proxy-tune-test-{}", std::process::id()));
@@ -25,15 +25,19 @@ fn a_file_round_trips() {
     assert_eq!(back.model(), m);
     let t =
         Tuning::from_lookup(&|k| (k == TUNE_FILE_ENV).then(|| p.display().to_string())).unwrap();
-    assert_eq!(t.model(), m);
+    assert_eq!(t.model(LinkKind::Network), m);
     assert!(
-        t.describe()
+        t.describe(LinkKind::Network)
             .starts_with(&format!("cost model from {}", p.display())),
         "{}",
-        t.describe()
+        t.describe(LinkKind::Network)
     );
     assert!(!p.with_extension("json.tmp").exists());
-    assert_eq!(t.inter_host_model(), m, "no inter-host model: the host's");
+    assert_eq!(
+        t.inter_host_model(LinkKind::Network),
+        m,
+        "no inter-host model: the host's"
+    );
     // With an inter-host model: read back, described, range-checked.
     let slow = CostModel {
         step_ns: 30_000,
@@ -45,11 +49,18 @@ fn a_file_round_trips() {
     f2.inter_host_cost_model = Some(slow.into());
     f2.write(&p).unwrap();
     let t = Tuning::from_lookup(&|_| Some(p.display().to_string())).unwrap();
-    assert_eq!((t.model(), t.inter_host_model()), (m, slow));
+    assert_eq!(
+        (
+            t.model(LinkKind::Network),
+            t.inter_host_model(LinkKind::Network)
+        ),
+        (m, slow)
+    );
     assert!(
-        t.describe().contains("between hosts α 30000 ns/step"),
+        t.describe(LinkKind::Network)
+            .contains("between hosts α 30000 ns/step"),
         "{}",
-        t.describe()
+        t.describe(LinkKind::Network)
     );
     f2.inter_host_cost_model = Some(CostModelJson {
         step_ns: MAX_NS + 1,
@@ -69,12 +80,24 @@ fn a_file_round_trips() {
 fn no_variable_is_the_default() {
     let t = Tuning::from_lookup(&|_| None).unwrap();
     assert_eq!(t, Tuning::Default);
-    assert_eq!(t.model(), DEFAULT_COST_MODEL);
     assert_eq!(
         Tuning::from_lookup(&|_| Some(" ".into())).unwrap(),
         Tuning::Default
     );
-    assert!(t.describe().contains("default"), "{}", t.describe());
+    // Without a file each kind of link has its own defaults, within and between hosts.
+    for k in LinkKind::ALL {
+        assert_eq!(t.model(k), k.default_cost_model());
+        assert_eq!(t.inter_host_model(k), k.default_cost_model());
+    }
+    assert_ne!(t.model(LinkKind::Network), t.model(LinkKind::Memory));
+    assert_eq!(
+        t.describe(LinkKind::Network),
+        "cost model default for network links (α 13000 ns/step, o 16700 ns/entry, β 1100 ps/B \
+         sent, γ 35 ps/B reduced; no NEURON_RT_PROXY_TUNE_FILE)"
+    );
+    assert!(t
+        .describe(LinkKind::SharedMemory)
+        .starts_with("cost model default for shared-memory links (α 900 ns/step"));
 }
 
 #[test]
@@ -133,7 +156,7 @@ fn bad_files_are_refused_naming_the_file_and_the_fault() {
 fn a_failed_write_leaves_the_old_file_whole() {
     let d = dir();
     let p = d.join("keep.json");
-    let good = TuneFile::new(DEFAULT_COST_MODEL, "old".into(), 1, 0.0);
+    let good = TuneFile::new(LinkKind::Memory.default_cost_model(), "old".into(), 1, 0.0);
     good.write(&p).unwrap();
     // An absurd model is refused before anything is written.
     let mut bad = good.clone();
@@ -183,12 +206,12 @@ fn a_measured_link_round_trips_and_one_host_writes_none() {
     assert_eq!(back.inter_host_rms_relative_error, Some(0.0625));
     let t = Tuning::File(p.clone(), back);
     assert!(
-        t.describe().contains(
+        t.describe(LinkKind::Network).contains(
             "between hosts α 41000 ns/step, o 900 ns/entry, β 8300 ps/B sent, γ 31 ps/B \
              reduced (fit of 9 exchanges, rms error 6 %)"
         ),
         "{}",
-        t.describe()
+        t.describe(LinkKind::Network)
     );
     std::fs::remove_file(&p).unwrap();
 }

@@ -95,3 +95,55 @@ fn labels_name_the_resolved_algorithm_and_why() {
     assert_eq!((l.algorithm, l.why), ("ring", "asked"));
     assert_eq!(tuner::why(&p), "asked");
 }
+
+#[test]
+fn each_link_kind_has_its_defaults_and_they_move_the_choice() {
+    use tuner::LinkKind;
+    // 4 ranks, 8 B: in memory direct's one step of 3 messages ties recursive doubling's 2 steps
+    // of 1 message (8 µs each, direct first on the tie); over a network a message costs more
+    // than a step and recursive doubling wins.
+    let pick = |k: LinkKind, n: u32, count: u64| {
+        let mut p = params(
+            Collective::AllReduce,
+            n,
+            count,
+            DataType::F32,
+            Algorithm::Auto,
+        );
+        p.cost_model = k.default_cost_model();
+        p.inter_host_model = k.default_cost_model();
+        (p.resolved_algorithm(), p.label().why)
+    };
+    assert_eq!(pick(LinkKind::Memory, 4, 2), (Algorithm::Direct, "tuner"));
+    assert_eq!(
+        pick(LinkKind::SharedMemory, 4, 2),
+        (Algorithm::RecursiveDoubling, "tuner")
+    );
+    assert_eq!(
+        pick(LinkKind::Network, 4, 2),
+        (Algorithm::RecursiveDoubling, "tuner")
+    );
+    // Large vectors still go round the ring on every kind (bandwidth).
+    for k in LinkKind::ALL {
+        assert_eq!(pick(k, 8, 16 << 20).0, Algorithm::Ring, "{k:?}");
+    }
+    assert_eq!(LinkKind::default(), LinkKind::Memory);
+    assert_eq!(LinkKind::Memory.default_cost_model(), DEFAULT_COST_MODEL);
+    let names: alloc::vec::Vec<_> = LinkKind::ALL.iter().map(|k| k.name()).collect();
+    assert_eq!(names, ["memory", "shared-memory", "network"]);
+    for k in LinkKind::ALL {
+        assert_eq!(
+            LinkKind::from_name(&alloc::format!(" {}\n", k.name())),
+            Some(k)
+        );
+    }
+    assert_eq!(LinkKind::from_name("tcp"), None);
+    assert_eq!(LinkKind::of_provider("shm"), LinkKind::SharedMemory);
+    assert_eq!(LinkKind::of_provider(" shm ;x"), LinkKind::SharedMemory);
+    assert_eq!(LinkKind::of_provider("tcp;ofi_rxm"), LinkKind::Network);
+    assert_eq!(LinkKind::of_provider("shmem"), LinkKind::Network);
+    let mut m = tuner::NETWORK_COST_MODEL;
+    assert!(tuner::LinkKind::is_default(&m));
+    m.byte_ps += 1;
+    assert!(!tuner::LinkKind::is_default(&m));
+}
