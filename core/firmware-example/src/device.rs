@@ -7,7 +7,7 @@
 use core::cell::Cell;
 
 use proxy_collectives::interpreter::{
-    Device, DeviceEnv, DeviceError, DevicePoll, Event, Job, Stage, WaitingFor,
+    Device, DeviceEnv, DeviceError, DevicePoll, Event, Job, Stage,
 };
 use proxy_core::base::time::Clock;
 
@@ -44,13 +44,14 @@ pub struct FirmwareDevice {
     counters: Counters,
     /// No-progress limit (ns).
     timeout_ns: u64,
-    /// What the launch waited for at the last `Pending`, and since when (ns).
-    waiting: Option<(WaitingFor, u64)>,
+    /// The device's progress count ([`Device::progress`]) at the last `Pending`, and since
+    /// when (ns) it has not changed.
+    waiting: Option<(u64, u64)>,
     /// The launch's result once it ended.
     result: Option<Result<(), DeviceError>>,
-    /// The last poll moved the launch on (another wait, or its end).
+    /// The last poll moved the launch on (progress in any stream, or its end).
     moved: bool,
-    /// Polls since the wait last changed (the clock is read every 64 of them).
+    /// Polls since the progress count last changed (the clock is read every 64 of them).
     unchanged: u32,
 }
 
@@ -82,8 +83,8 @@ impl FirmwareDevice {
 
     /// Advances the launch as far as the host words allow, without blocking: `None` while it
     /// runs, `Some(result)` once it ended (and again at every later call). The error is
-    /// [`DeviceError::Timeout`] naming the word waited for, or the interpreter's
-    /// [`DeviceError::Protocol`].
+    /// [`DeviceError::Timeout`] (no stream moved for the timeout) naming the word waited for,
+    /// or the interpreter's [`DeviceError::Protocol`].
     pub fn poll_once(&mut self) -> Option<Result<(), DeviceError>> {
         self.moved = false;
         if let Some(r) = &self.result {
@@ -92,8 +93,10 @@ impl FirmwareDevice {
         self.moved = true;
         let r = match self.device.poll(&self.counters) {
             Ok(DevicePoll::Done | DevicePoll::Idle) => Ok(()),
+            // No progress = no stream moved (the answered wait alone may stay while another
+            // stream moves).
             Ok(DevicePoll::Pending { waiting_for }) => match self.waiting {
-                Some((w, since)) if w == waiting_for => {
+                Some((p, since)) if p == self.device.progress() => {
                     self.unchanged = self.unchanged.wrapping_add(1);
                     if !self.unchanged.is_multiple_of(64)
                         || SysTickClock.now_ns().saturating_sub(since) <= self.timeout_ns
@@ -108,7 +111,7 @@ impl FirmwareDevice {
                     })
                 }
                 _ => {
-                    self.waiting = Some((waiting_for, SysTickClock.now_ns()));
+                    self.waiting = Some((self.device.progress(), SysTickClock.now_ns()));
                     self.unchanged = 0;
                     return None;
                 }

@@ -392,17 +392,21 @@ fn run_belled(
         if stop.load(Ordering::Acquire) {
             return Err("stopped before the launch completed".into());
         }
-        match lock(device).poll(&env) {
+        let mut d = lock(device);
+        match d.poll(&env) {
             Ok(DevicePoll::Done) => return Ok(()),
             Ok(DevicePoll::Idle) => return Err("nothing launched".into()),
-            Ok(DevicePoll::Pending { waiting_for }) => {
-                if last != Some(waiting_for) {
-                    last = Some(waiting_for);
+            // Progress in any stream (not only a change of the answered wait) spins again.
+            Ok(DevicePoll::Pending { .. }) => {
+                let progress = d.progress();
+                if last != Some(progress) {
+                    last = Some(progress);
                     backoff.reset();
                 }
             }
             Err(e) => return Err(e.to_string()),
         }
+        drop(d);
         backoff.pause(&pause);
     }
 }

@@ -20,7 +20,10 @@
 //! Every wait spins a bounded budget, then yields, then parks briefly ([`WaitPolicy`]): on a
 //! machine with fewer cores than threads (workers, devices, producers) the thread that has work
 //! must get the core. The timeout is a no-progress limit: it restarts whenever the device moves
-//! on (another word, or a new value of the word it waits on).
+//! on in any of its streams ([`Device::progress`] changed: a stream ran an instruction, saw a
+//! completion, wrote a host word, ended a block, or the launch changed stage), so a stream
+//! stalled on a word while another one keeps moving does not time out; it fires once no stream
+//! moved for the timeout, naming the wait that has lasted longest.
 //!
 //! Dependencies: `proxy-core`, `proxy-collectives`, `core_affinity`.
 
@@ -200,8 +203,9 @@ impl DeviceEnv for DeviceStats {
 }
 
 /// Runs the launch of `device` to its end on this thread: polls, and between `Pending` answers
-/// pauses with `policy`. The timeout counts from the last progress (a different [`WaitingFor`]);
-/// a raised `abort` ends the launch at the next pause (also before the first poll).
+/// pauses with `policy`. The timeout counts from the last progress in any stream (a change of
+/// [`Device::progress`]; each one also restarts the spinning); a raised `abort` ends the launch
+/// at the next pause (also before the first poll).
 fn drive(
     device: &mut Device,
     stats: &DeviceStats,
@@ -216,23 +220,29 @@ fn drive(
             device.abandon();
             return Err(DeviceError::Aborted { rank });
         }
-        let waiting_for = match device.poll(stats)? {
+        match device.poll(stats)? {
             DevicePoll::Done | DevicePoll::Idle => return Ok(()),
-            DevicePoll::Pending { waiting_for } => waiting_for,
-        };
-        if last != Some(waiting_for) {
-            last = Some(waiting_for);
+            DevicePoll::Pending { .. } => {}
+        }
+        let progress = device.progress();
+        if last != Some(progress) {
+            last = Some(progress);
             backoff.reset();
         }
         if backoff.pause().is_err() {
             // One last look before giving up.
-            return match device.poll(stats)? {
-                DevicePoll::Pending { waiting_for } => {
+            match device.poll(stats)? {
+                DevicePoll::Pending { waiting_for } if device.progress() == progress => {
                     device.abandon();
-                    Err(DeviceError::Timeout { rank, waiting_for })
+                    return Err(DeviceError::Timeout { rank, waiting_for });
                 }
-                DevicePoll::Done | DevicePoll::Idle => Ok(()),
-            };
+                // It moved at the last moment: the clock restarts.
+                DevicePoll::Pending { .. } => {
+                    last = Some(device.progress());
+                    backoff.reset();
+                }
+                DevicePoll::Done | DevicePoll::Idle => return Ok(()),
+            }
         }
     }
 }
@@ -479,22 +489,23 @@ impl Drop for DeviceThread {
 /// queue calls [`PolledDevice::poll_once`] between its ticks, so one thread plays producer,
 /// proxy and device. Never blocks; the timeout is checked against the monotonic clock
 /// ([`Instant`]) every 64 calls, as a no-progress limit: it counts from the 64th call after the
-/// last one at which the device moved on (another [`WaitingFor`], or a new value of the word),
-/// so a wait that ends within 64 calls reads no clock.
+/// last one at which the device moved on in any stream ([`Device::progress`] changed), so a
+/// wait that ends within 64 calls reads no clock.
 #[derive(Debug)]
 pub struct PolledDevice {
     device: Device,
     stats: Arc<DeviceStats>,
     timeout: Duration,
-    /// What the device waited for at the last `Pending`, and since when (`None` until the
-    /// wait has lasted 64 polls: a wait that ends sooner never reads the clock).
-    waiting: Option<(WaitingFor, Option<Instant>)>,
+    /// The device's progress count ([`Device::progress`]) at the last `Pending`, and since
+    /// when it has not changed (`None` until it has stayed for 64 polls: a wait that ends
+    /// sooner never reads the clock).
+    waiting: Option<(u64, Option<Instant>)>,
     /// The result of the last launch once it ended.
     result: Option<Result<(), DeviceError>>,
     launched: bool,
-    /// The last `poll_once` moved the launch on (a new wait, or its end).
+    /// The last `poll_once` moved the launch on (progress in any stream, or its end).
     moved: bool,
-    /// Polls since the wait last changed (the clock is read every 64 of them).
+    /// Polls since the progress count last changed (the clock is read every 64 of them).
     unchanged: u32,
 }
 
@@ -559,16 +570,18 @@ impl PolledDevice {
         if self.result.is_some() || !self.launched {
             return self.ended();
         }
-        // The hot path (a pending device whose word did not change) stays small: the
-        // interpreter answers it from its quiet path, and only the 32-byte `WaitingFor` is
-        // compared here; ends and new waits are out of line.
+        // The hot path (a pending device whose words did not change) stays small: the
+        // interpreter answers it from its quiet path, and only its progress count is compared
+        // here (a field read: any stream that moved changed it); ends and new waits are out of
+        // line.
         let waiting_for = match self.device.poll(&*self.stats) {
             Ok(DevicePoll::Pending { waiting_for }) => waiting_for,
             Ok(DevicePoll::Done | DevicePoll::Idle) => return self.end(Ok(())),
             Err(e) => return self.end(Err(e)),
         };
+        let progress = self.device.progress();
         match &mut self.waiting {
-            Some((w, since)) if *w == waiting_for => {
+            Some((p, since)) if *p == progress => {
                 // The clock every 64 unchanged polls: the timeout is coarse, and counts from
                 // the 64th (most waits end sooner and read no clock at all).
                 self.unchanged = self.unchanged.wrapping_add(1);
@@ -585,7 +598,7 @@ impl PolledDevice {
                 }
             }
             _ => {
-                self.new_wait(waiting_for);
+                self.new_wait(progress);
                 None
             }
         }
@@ -606,16 +619,17 @@ impl PolledDevice {
         Some(r)
     }
 
-    /// The device waits for another word or value: the no-progress clock restarts (it starts
-    /// at the wait's 64th poll).
+    /// The device moved on in some stream (its progress count is `progress` now): the
+    /// no-progress clock restarts (it starts at the 64th poll without progress).
     #[inline(never)]
-    fn new_wait(&mut self, waiting_for: WaitingFor) {
+    fn new_wait(&mut self, progress: u64) {
         self.moved = true;
-        self.waiting = Some((waiting_for, None));
+        self.waiting = Some((progress, None));
         self.unchanged = 0;
     }
 
-    /// No progress for the timeout: the launch is abandoned and fails naming its wait.
+    /// No progress in any stream for the timeout: the launch is abandoned and fails naming
+    /// the wait the device answered last (the one that has lasted longest).
     #[cold]
     #[inline(never)]
     fn time_out(&mut self, waiting_for: WaitingFor) -> Option<Result<(), DeviceError>> {
@@ -629,9 +643,9 @@ impl PolledDevice {
         &self.stats
     }
 
-    /// `true` when the last [`PolledDevice::poll_once`] moved the launch on (it waits for
-    /// another word or value now, or it ended): what a drive hook answers, so the driving thread
-    /// yields only when neither the proxy nor the device moved.
+    /// `true` when the last [`PolledDevice::poll_once`] moved the launch on (some stream moved:
+    /// [`Device::progress`] changed, or it ended): what a drive hook answers, so the driving
+    /// thread yields only when neither the proxy nor the device moved.
     pub fn moved(&self) -> bool {
         self.moved
     }

@@ -305,3 +305,5 @@ fn a_wait_never_naps_past_its_timeout() {
         "the nap outlasted the timeout: {took:?}"
     );
 }
+
+mod streams;

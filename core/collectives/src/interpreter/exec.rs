@@ -9,10 +9,17 @@ impl Exec {
     /// [`state::step`]: traces `state=A=>B`, refuses an edge the diagram does not have.
     pub(super) fn set_stage(&mut self, to: Stage) {
         let rank = self.rank;
+        self.moved();
         // The quiet answer belongs to the stage it was found in (and a launch's words are
         // valid only while it runs: edges 1, 7 to 10 end that).
         self.quiet = None;
         let _ = state::step(&mut self.stage, to, &rank);
+    }
+
+    /// Notes that the launch moved on ([`Device::progress`]).
+    #[inline]
+    pub(super) fn moved(&mut self) {
+        self.progress = self.progress.wrapping_add(1);
     }
 
     /// The quiet path: the last walk's `Pending` answer again when every word it found the
@@ -96,6 +103,7 @@ impl Exec {
         // SAFETY: the caller's contract.
         unsafe { self.word(addr) }?.store(value);
         self.wrote_host = true;
+        self.moved();
         Ok(())
     }
 
@@ -191,6 +199,7 @@ impl Exec {
                     step: 0,
                     block: None,
                     cursor: 0,
+                    moved_at: self.progress,
                 });
             }
         }
@@ -302,21 +311,32 @@ impl Exec {
                             });
                         }
                         self.cursor += 1;
+                        self.moved();
                     }
                     // Edge 3.
                     self.set_stage(Stage::Program { rep: 0 });
                 }
                 Stage::Program { rep } => {
                     let steps = job.schedule.len();
-                    let mut pending = None;
+                    // The answer: the wait of the stream that moved least recently.
+                    let mut pending: Option<(WaitingFor, u64)> = None;
                     for i in 0..self.streams.len() {
+                        let before = self.progress;
                         // SAFETY: the caller's contract.
-                        if let Some(w) = unsafe { self.run_stream(job, i, env) }? {
+                        let wait = unsafe { self.run_stream(job, i, env) }?;
+                        if self.progress != before {
+                            self.streams[i].moved_at = self.progress;
+                        }
+                        if let Some(w) = wait {
                             // Every stream's wait, not only the one answered: another
                             // stream's word may be the one that moves first.
                             // SAFETY: the caller's contract.
                             unsafe { self.watch(w.addr(), w.seen()) }?;
-                            pending.get_or_insert(w);
+                            // (A u64 count: it does not wrap within a launch.)
+                            let at = self.streams[i].moved_at;
+                            if pending.is_none_or(|(_, a)| at < a) {
+                                pending = Some((w, at));
+                            }
                         }
                     }
                     // Executions every stream completed (no stream: the whole schedule).
@@ -336,7 +356,7 @@ impl Exec {
                             self.set_stage(Stage::Program { rep: r });
                         }
                     }
-                    if let Some(w) = pending {
+                    if let Some((w, _)) = pending {
                         return Ok(DevicePoll::Pending { waiting_for: w });
                     }
                     // SAFETY: the caller's contract.
@@ -422,12 +442,14 @@ impl Exec {
                     return Ok(Some(w));
                 }
                 self.streams[i].cursor += 1;
+                self.moved();
             }
             // The block ran: everything it posted is complete.
             // SAFETY: the caller's contract.
             unsafe { self.restore_all() };
             self.streams[i].block = None;
             self.streams[i].step += 1;
+            self.moved();
         }
     }
 
@@ -595,6 +617,7 @@ impl Exec {
                 let prev = self.seen[k][s];
                 if done > prev {
                     self.seen[k][s] = done;
+                    self.moved();
                     if side == Side::Recv {
                         for e in &entries[prev as usize..done as usize] {
                             env.record(Event::RecvEntry { bytes: e.bytes });

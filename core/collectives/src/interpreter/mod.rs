@@ -4,7 +4,8 @@
 //!
 //! A [`Job`] is one *launch*: [`Device::launch`] stores it, and every [`Device::poll`] advances
 //! it as far as the host-memory words allow and returns without blocking: [`DevicePoll::Pending`]
-//! names the one word (and the value) the device waits for ([`WaitingFor`]), [`DevicePoll::Done`]
+//! names the one word (and the value) the device waits for ([`WaitingFor`]; with several
+//! streams waiting, the wait of the stream that has waited longest), [`DevicePoll::Done`]
 //! says the launch completed, an error says the proxy broke the protocol. A launch runs in
 //! three stages:
 //! 1. **net stage**: write 1 to every trigger word of the network task, wait until the proxy
@@ -57,7 +58,7 @@
 //!
 //! **The quiet path.** A poll that walks the stages and ends `Pending` records every word the
 //! launch's progress now depends on, with the value it read: the wait of *every* stream (the
-//! answer names only the first), and each complete count that holds a host index back at the
+//! answer names only one), and each complete count that holds a host index back at the
 //! wrap. The next poll first re-reads those words; while all read the same it answers the
 //! same `Pending` without walking (a walk from there would re-read the same waits, hand out
 //! nothing and record nothing). Any changed word makes it walk. It is no edge either: it
@@ -82,9 +83,18 @@
 //! receives) and [`Device::watch_peer_recv`] (send completions checked against the peer's
 //! receive host index).
 //!
+//! **Progress.** [`Device::progress`] is a count that rises whenever the launch moves on in
+//! any stream (a transition, an instruction run, a block ended, a completion seen, a host
+//! word written) and stays while nothing moves, quiet path included (it costs a field read).
+//! A caller's no-progress timeout restarts when it changed: the answered [`WaitingFor`] names
+//! one stream's wait only, which can stay the same while another stream moves. Each stream
+//! notes the count when it last moved; the answer names the pending stream that moved least
+//! recently (ties: the first), so a timeout names the wait that has lasted longest.
+//!
 //! The interpreter never blocks, names a thread or reads a clock: timeouts belong to the caller
 //! (on Linux `proxy-emulator`'s device thread with its spin / yield / nap policy, or its polled
-//! device driven between proxy ticks), which names the word from [`WaitingFor`]. The counters a
+//! device driven between proxy ticks), which counts them from the last change of
+//! [`Device::progress`] and names the word from [`WaitingFor`]. The counters a
 //! tool reads are reported through [`DeviceEnv::record`]. Steady state allocates nothing: the
 //! per-op semaphore baselines live in the [`Device`] and are reset in place at each launch
 //! (their capacity reused), and the job is moved in, never cloned.
@@ -261,7 +271,9 @@ impl fmt::Display for WaitingFor {
 pub enum DevicePoll {
     /// The launch waits for a host word; poll again later.
     Pending {
-        /// The word and the value waited for.
+        /// The word and the value waited for: with several streams waiting, the wait of the
+        /// stream that has waited longest (moved least recently; ties: the first). Another
+        /// stream may move while this stays: [`Device::progress`] tells.
         waiting_for: WaitingFor,
     },
     /// The launch completed (answered again by every later poll until the next launch).
@@ -273,8 +285,9 @@ pub enum DevicePoll {
 /// A device failure: the proxy did not answer in time, or broke the protocol.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum DeviceError {
-    /// The caller's time limit passed while the device waited for `waiting_for` (the
-    /// interpreter itself never times out: its callers do).
+    /// The caller's time limit passed with no progress in any stream ([`Device::progress`]
+    /// unchanged) while the device waited for `waiting_for` (the interpreter itself never
+    /// times out: its callers do).
     Timeout {
         /// Rank of the device.
         rank: u32,
@@ -505,6 +518,9 @@ struct StreamRun {
     block: Option<usize>,
     /// The next instruction of the block's program.
     cursor: usize,
+    /// [`Exec::progress`] when this stream last moved: of the pending streams, the one with
+    /// the lowest has waited longest (the one a `Pending` answer names).
+    moved_at: u64,
 }
 
 /// A send source the device overwrote after an early completion, and where its bytes are
@@ -591,6 +607,9 @@ struct Exec {
     /// path ([`Exec::quiet`]) answers it again while every watched word reads as recorded.
     /// Forgotten at every transition ([`Exec::set_stage`]), error and test knob.
     quiet: Option<WaitingFor>,
+    /// Rises (wrapping) whenever the launch moves on in any stream ([`Device::progress`]);
+    /// never reset, so a new launch changes it too.
+    progress: u64,
     /// Polls that walked the stages (not answered by the quiet path).
     #[cfg(test)]
     walks: u64,
@@ -637,6 +656,7 @@ impl Device {
                 wrote_host: false,
                 watch: Vec::new(),
                 quiet: None,
+                progress: 0,
                 #[cfg(test)]
                 walks: 0,
             },
@@ -693,6 +713,18 @@ impl Device {
     /// Where the launch is.
     pub fn stage(&self) -> Stage {
         self.exec.stage
+    }
+
+    /// The device's progress count: a number (no unit; it wraps) that rises whenever the
+    /// launch moves on in *any* stream: a stage transition (a launch, its end, an abandon), an
+    /// instruction run, a block ended, a completion seen, a host word written (a trigger, a
+    /// host index). Unchanged between two polls = no stream moved in between, whatever
+    /// [`WaitingFor`] the polls answered. A caller's no-progress timeout restarts when it
+    /// changed (the answered `WaitingFor` alone names one stream's wait: with several streams
+    /// another stream may move while it stays). A field read: the quiet path leaves it as it
+    /// is.
+    pub fn progress(&self) -> u64 {
+        self.exec.progress
     }
 
     /// The job launched last (kept until the next launch or [`Device::abandon`]).

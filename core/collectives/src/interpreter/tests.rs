@@ -882,4 +882,5 @@ fn early_send_completion_overwrites_the_source_until_the_block_ends() {
     );
 }
 
+mod progress;
 mod quiet;

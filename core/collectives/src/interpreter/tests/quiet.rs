@@ -11,7 +11,7 @@ fn walks(d: &Device) -> u64 {
 
 /// Polls `d` once through a forced walk (the quiet answer forgotten first): what the slow path
 /// answers from here.
-fn walked(d: &mut Device, env: &Counts) -> Result<DevicePoll, DeviceError> {
+pub(super) fn walked(d: &mut Device, env: &Counts) -> Result<DevicePoll, DeviceError> {
     d.exec.quiet = None;
     let before = walks(d);
     let r = d.poll(env);
@@ -121,7 +121,7 @@ fn a_launch_with_idle_polls_between_answers_ends_as_without_them() {
 }
 
 /// Two streams, each with block 1 on its own words and buffers; no net stage.
-fn two_streams() -> Setup {
+pub(super) fn two_streams() -> Setup {
     let mut s = setup(1);
     let p = Arc::clone(&s.job.blocks[0].plan);
     let n = p.host_words() as usize;
