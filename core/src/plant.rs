@@ -228,6 +228,10 @@ plants! {
     /// empty, and the message then waits unflagged. Loom model 7 (`tests/mem_transport.rs`,
     /// delivery by `poll` alone): "a pushed message is drained by poll alone" fails.
     MemArrivalBeforePush = 35,
+    /// `driver/task/barrier/central.rs: arrive` adds the arrival with `Relaxed`: the last
+    /// member's release then carries only its own work, not the earlier members'. Loom model 18
+    /// (`tests/central_barrier.rs`): a causality violation on an earlier member's payload.
+    CentralCountRelaxed = 36,
 }
 
 /// "No plant" in the selector's storage.

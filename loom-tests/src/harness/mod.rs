@@ -13,6 +13,7 @@ pub(crate) use loom::thread;
 pub(crate) use std::thread;
 
 pub mod abort;
+pub mod central;
 pub mod driver;
 pub mod dump;
 pub mod handles;

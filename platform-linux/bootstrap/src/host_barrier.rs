@@ -13,12 +13,21 @@
 //! ```
 //!
 //! Region layout (64-byte lines, one `u32` at the start of each): line 0 the magic, line 1
-//! `released` (written by the leader only), line 2 `failed` (an `NrtStatus` code, 0 = none,
-//! written by any rank whose bootstrap failed), line 3 `lost` (the rank that failure names + 1,
-//! 0 = none; written just before `failed`, for the other ranks' log lines), lines
-//! `4..4 + nlocal` every local rank's `arrived` generation (each written by its own rank only). Generations count from 1
-//! and compare wrapping, as [`SharedMemBarrier`](proxy_core::driver::task::SharedMemBarrier):
-//! a generation stays passed.
+//! `released` (written by the leader of a multi-host comm; on one host by the last local rank
+//! to arrive), line 2 `failed` (an `NrtStatus` code, 0 = none, written by any rank whose
+//! bootstrap failed), line 3 `lost` (the rank that failure names + 1, 0 = none; written just
+//! before `failed`, for the other ranks' log lines), line 4 `count` (one host only: arrivals
+//! so far, every local rank adds one per generation), lines `5..5 + nlocal` every local rank's
+//! `arrived` generation (each written by its own rank only). Generations count from 1 and
+//! compare wrapping, as [`SharedMemBarrier`](proxy_core::driver::task::SharedMemBarrier): a
+//! generation stays passed.
+//!
+//! Release on one host: the central barrier's (`proxy_core::driver::task::barrier::central`,
+//! loom model 18): the rank whose add to `count` completes the generation releases it in the
+//! same call, so no rank waits for the leader to be scheduled and notice (on a host with more
+//! rank processes than CPUs that wait was 7–20 µs per execution on average for the ranks
+//! other than the leader, BENCHMARKS.md). With several hosts the leader releases after the
+//! group barrier between hosts, as before.
 //!
 //! Liveness: every [`LIVENESS_EVERY`] "not yet" answers, any rank moves the bootstrap's bytes
 //! once (`try_lock`, [`Bootstrap::check_alive`]), so a lost process (its connection closed
@@ -44,6 +53,8 @@ use std::sync::TryLockError;
 use proxy_core::driver::task::{BarrierChannel, BarrierTicket};
 use proxy_core::NrtStatus;
 
+use proxy_core::driver::task::barrier::central;
+
 use crate::barrier::reached;
 use crate::shm::ShmRegion;
 use crate::*;
@@ -60,7 +71,8 @@ const L_MAGIC: usize = 0;
 const L_RELEASED: usize = 1;
 const L_FAILED: usize = 2;
 const L_LOST: usize = 3;
-const L_ARRIVED: usize = 4;
+const L_COUNT: usize = 4;
+const L_ARRIVED: usize = 5;
 
 /// How to set up a [`HostBarrier`].
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -479,6 +491,15 @@ impl BarrierChannel for HostBarrier {
         // acquire load that sees it arrived (and, through the leader's release of `released`,
         // before every rank that passes).
         self.arrived(self.index).store(self.gen, Ordering::Release);
+        if self.hosts == 1 {
+            // One host: the last local arrival releases the generation (module docs).
+            central::arrive(
+                self.region.word(L_COUNT),
+                self.region.word(L_RELEASED),
+                self.gen,
+                self.nlocal as u32,
+            );
+        }
         Ok(BarrierTicket(self.gen))
     }
 
@@ -505,7 +526,12 @@ impl HostBarrier {
         if let Some(s) = self.failed() {
             return Err(s);
         }
-        let passed = self.leader && self.host_arrived(ticket.0) && self.cross_poll(ticket.0)?;
+        // One host: the last arrival released it (`arrive`). Several: the leader, once every
+        // local rank arrived and the hosts met.
+        let passed = self.hosts > 1
+            && self.leader
+            && self.host_arrived(ticket.0)
+            && self.cross_poll(ticket.0)?;
         if passed {
             // Release: pairs with every local rank's acquire load in `released`.
             self.region

@@ -23,6 +23,8 @@
 //! Seed: `enc_barrier_proxy_task::step` (nrt:0x1ce830), `inc_leader_sps_barrier_done_semas`
 //! (nrt:0x1ce7b0), §3 ("Considerations") and §5; docs/design.md §4.
 
+pub mod central;
+
 use alloc::boxed::Box;
 use alloc::vec::Vec;
 
