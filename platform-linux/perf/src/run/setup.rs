@@ -512,6 +512,11 @@ impl World {
         wire_players(&a, &devices)?;
         if a.fabric.is_some() {
             wire_bells(&mut a, &devices);
+        } else if a.modes.driver == DriverArg::Thread && args.wait == Some(WaitArg::Sleep) {
+            // Ranks as processes, worker mode, `--wait sleep`: the producer parks for its
+            // records (the worker's push wakes it) instead of yielding for 2 ms and then
+            // nap-polling the status ring.
+            a.engine.set_park_consumers(true);
         }
         if target.is_some() {
             for rank in a.engine.ranks_mut() {
