@@ -400,6 +400,51 @@ fn c_runtime_blocks_on_the_cq_descriptor_with_neuron_rt_proxy_idle_block() {
     }
 }
 
+/// A progress half of ABI 1.3, which predates the idle wait's entry points: the same two
+/// processes with `NEURON_RT_PROXY_IDLE=block` over a copy of the progress half whose four
+/// `nccom_comm_idle_*` names in its dynamic symbol table are renamed (same length, so the ELF
+/// stays whole and `dlsym` finds none of them). The driver must not ask for the idle wait
+/// (`NCCOM_COMM_IDLE_WAIT`), its queue has none (`idle=none` in the dump) and yields, and every
+/// byte arrives, in thread and caller mode.
+#[cfg(feature = "libfabric")]
+#[test]
+fn a_progress_half_without_the_idle_entry_points_runs_without_the_idle_wait() {
+    let exe = compile("tcp_exchange", "tcp_exchange_old", &["-pthread", "-ldl"]);
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("progress-1.3");
+    std::fs::create_dir_all(&dir).expect("create the old library's directory");
+    let old = dir.join("libnccom_proxy.so");
+    let mut bytes = std::fs::read(progress_library()).expect("read the progress half");
+    let (from, to) = (b"nccom_comm_idle_", b"nccom_comm_idlX_");
+    let mut renamed = 0;
+    let mut i = 0;
+    while let Some(at) = bytes[i..].windows(from.len()).position(|w| w == from) {
+        bytes[i + at..i + at + to.len()].copy_from_slice(to);
+        renamed += 1;
+        i += at + from.len();
+    }
+    assert!(
+        renamed >= 4,
+        "only {renamed} idle names found in the progress half"
+    );
+    std::fs::write(&old, &bytes).expect("write the old library");
+    for mode in ["thread", "caller"] {
+        let outs = tcp_pair_with(&old, mode, &[("NEURON_RT_PROXY_IDLE", "block")], || {
+            Command::new(&exe)
+        });
+        for (rank, (out, err)) in outs.iter().enumerate() {
+            assert!(
+                out.contains("tcp_exchange: idle wait: no entry points"),
+                "{mode} rank {rank}: {out}"
+            );
+            assert!(
+                err.contains(" idle=none idle_sleeps=0"),
+                "{mode} rank {rank}: the queue must have no idle wait:\n{err}"
+            );
+            assert!(!err.contains("idle=wired"), "{mode} rank {rank}:\n{err}");
+        }
+    }
+}
+
 /// The same two processes in thread mode, each under valgrind (memcheck: no invalid access, no
 /// definite leak, in our code or libfabric's), spin budgets 0. Loopback only.
 #[cfg(feature = "libfabric")]
@@ -420,13 +465,23 @@ fn c_runtime_exchanges_over_libfabric_tcp_under_valgrind() {
 /// are killed if they have not ended within `TCP_PAIR_LIMIT`.
 #[cfg(feature = "libfabric")]
 fn tcp_pair(mode: &str, env: &[(&str, &str)], cmd: impl Fn() -> Command) -> Vec<(String, String)> {
+    tcp_pair_with(&progress_library(), mode, env, cmd)
+}
+
+/// [`tcp_pair`] over the progress half `lib`.
+#[cfg(feature = "libfabric")]
+fn tcp_pair_with(
+    lib: &std::path::Path,
+    mode: &str,
+    env: &[(&str, &str)],
+    cmd: impl Fn() -> Command,
+) -> Vec<(String, String)> {
     use std::time::{Duration, Instant};
     /// Far above a valgrind run's ~15 s; the programs' own waits end within 2 minutes.
     const TCP_PAIR_LIMIT: Duration = Duration::from_secs(180);
-    let lib = progress_library();
     let nm = Command::new("nm")
         .args(["-D", "--undefined-only"])
-        .arg(&lib)
+        .arg(lib)
         .output()
         .expect("run nm (binutils)");
     assert!(
@@ -453,7 +508,7 @@ fn tcp_pair(mode: &str, env: &[(&str, &str)], cmd: impl Fn() -> Command) -> Vec<
             let out = tmp.join(format!("tcp_exchange-{tag}-{rank}.out"));
             let err = tmp.join(format!("tcp_exchange-{tag}-{rank}.err"));
             let mut c = cmd();
-            c.arg(&lib)
+            c.arg(lib)
                 .arg(rank.to_string())
                 .arg(root.to_string())
                 .arg(barrier.to_string())

@@ -135,6 +135,13 @@ static void check_idle_entries(const char *lib, nrt_proxy_comm_t *comm) {
     nccom_comm_idle_arm_fn arm = (nccom_comm_idle_arm_fn)dlsym(h, "nccom_comm_idle_arm");
     nccom_comm_idle_sleep_fn sleep_fn = (nccom_comm_idle_sleep_fn)dlsym(h, "nccom_comm_idle_sleep");
     nccom_comm_idle_kick_fn kick = (nccom_comm_idle_kick_fn)dlsym(h, "nccom_comm_idle_kick");
+    if (!avail && !arm && !sleep_fn && !kick) {
+        /* A progress half older than ABI 1.4: the driver must have run without its idle wait
+         * (the test checks the dump said `idle=none`). */
+        dlclose(h);
+        printf("tcp_exchange: idle wait: no entry points (a progress half older than 1.4)\n");
+        return;
+    }
     if (!avail || !arm || !sleep_fn || !kick)
         FAIL("the progress half lacks an idle entry point");
     uint32_t available = 7, armed = 7, woken = 7;
