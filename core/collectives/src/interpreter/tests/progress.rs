@@ -3,11 +3,11 @@
 //! (quiet polls included); the answer names the stream that has waited longest. What a
 //! caller's no-progress timeout is counted from.
 
-use super::quiet::{two_streams, walked};
+use super::quiet::{launched_two_streams, walked};
 use super::*;
 
 /// The proxy of job block `j` only, one step at a time, in the order the program of
-/// [`two_streams`] waits (handshakes send first, completions receive first): answers one
+/// [`two_streams`](super::quiet::two_streams) waits (handshakes send first, completions receive first): answers one
 /// handshake, or credits one posted entry as complete. `false` = nothing to do (the block
 /// waits for nothing the proxy owes it).
 fn one_answer(s: &Setup, j: usize, credited: &mut Vec<[u32; 2]>) -> bool {
@@ -55,15 +55,8 @@ fn first_handshake_word(s: &Setup, j: usize) -> u64 {
 /// stream 1 ran its block, nothing moves and the count stays, quiet polls and walks alike.
 #[test]
 fn progress_rises_while_another_stream_moves_and_stays_when_none_does() {
-    let s = two_streams();
-    let mut d = Device::new(0, None);
-    let env = Counts::default();
-    // SAFETY: every address of the job points into `s`, alive for the test.
-    unsafe { d.launch(s.job.clone()) };
-    let first = d.poll(&env).unwrap();
-    let DevicePoll::Pending { waiting_for: w0 } = first else {
-        panic!("{first:?}");
-    };
+    let (s, mut d, env, w0) = launched_two_streams();
+    let first = DevicePoll::Pending { waiting_for: w0 };
     assert_eq!(
         w0.addr(),
         first_handshake_word(&s, 0),
@@ -111,14 +104,7 @@ fn progress_rises_while_another_stream_moves_and_stays_when_none_does() {
 /// stream 0 keeps moving.
 #[test]
 fn the_answer_names_the_stream_that_has_waited_longest() {
-    let s = two_streams();
-    let mut d = Device::new(0, None);
-    let env = Counts::default();
-    // SAFETY: every address of the job points into `s`, alive for the test.
-    unsafe { d.launch(s.job.clone()) };
-    let Ok(DevicePoll::Pending { waiting_for }) = d.poll(&env) else {
-        panic!("not pending");
-    };
+    let (s, mut d, env, waiting_for) = launched_two_streams();
     assert_eq!(
         waiting_for.addr(),
         first_handshake_word(&s, 0),

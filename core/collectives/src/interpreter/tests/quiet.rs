@@ -120,6 +120,21 @@ fn a_launch_with_idle_polls_between_answers_ends_as_without_them() {
     );
 }
 
+/// [`two_streams`] launched on device 0 and polled once: the set-up, the device, its counters
+/// and the first answer's wait (stream 0's, both streams began waiting in that walk).
+pub(super) fn launched_two_streams() -> (Setup, Device, Counts, WaitingFor) {
+    let s = two_streams();
+    let mut d = Device::new(0, None);
+    let env = Counts::default();
+    // SAFETY: every address of the job points into `s`, which the caller keeps with the device.
+    unsafe { d.launch(s.job.clone()) };
+    let first = d.poll(&env).unwrap();
+    let DevicePoll::Pending { waiting_for } = first else {
+        panic!("{first:?}");
+    };
+    (s, d, env, waiting_for)
+}
+
 /// Two streams, each with block 1 on its own words and buffers; no net stage.
 pub(super) fn two_streams() -> Setup {
     let mut s = setup(1);
@@ -167,15 +182,8 @@ fn answer_handshake(s: &Setup, j: usize, w: WaitingFor) {
 /// only the answered wait would answer quietly here and stall stream 1 for good).
 #[test]
 fn a_second_streams_word_moves_the_device_though_the_answer_stays() {
-    let s = two_streams();
-    let mut d = Device::new(0, None);
-    let env = Counts::default();
-    // SAFETY: every address of the job points into `s`, alive for the test.
-    unsafe { d.launch(s.job.clone()) };
-    let first = d.poll(&env).unwrap();
-    let DevicePoll::Pending { waiting_for: w0 } = first else {
-        panic!("{first:?}");
-    };
+    let (s, mut d, env, w0) = launched_two_streams();
+    let first = DevicePoll::Pending { waiting_for: w0 };
     let hs = |j: usize| {
         let (op, side) = first_handshake(&s.job.blocks[j].plan);
         s.job.blocks[j]
