@@ -61,6 +61,7 @@
 
 mod backoff;
 mod cq;
+mod exits;
 mod idle;
 mod info;
 mod mr;
@@ -108,6 +109,10 @@ const GENERATION_SHIFT: u32 = 48;
 const GENERATION_KEEP: u64 = (1 << GENERATION_SHIFT) - 1;
 /// Bytes of the generation appended to the endpoint's name (little-endian).
 const GENERATION_BYTES: usize = 2;
+/// Bytes of the process id appended after the generation (little-endian; `exits.rs`).
+const PID_BYTES: usize = 4;
+/// Bytes this crate appends to the provider's address in an endpoint's name.
+const NAME_TRAILER_BYTES: usize = GENERATION_BYTES + PID_BYTES;
 /// Default bound of the drain that [`Transport::close`] runs.
 pub const DEFAULT_CLOSE_DRAIN: Duration = Duration::from_secs(1);
 
@@ -271,6 +276,9 @@ pub struct LibfabricTransport {
     /// Every rank's lease generation, from its name (the top 16 bits of the tag of every send
     /// to it), after [`LibfabricTransport::connect`].
     peer_generations: Vec<u16>,
+    /// Over shm: every other rank's process, watched before each send to it (`exits.rs`);
+    /// empty for other providers, `None` for a peer the kernel gave no pidfd for.
+    peer_exits: Vec<Option<exits::PeerExit>>,
     /// Generations go into the tag (the provider offers 64 tag bits).
     generation_tags: bool,
     /// The set may go to the lease pool instead of the quarantine (`pool.rs`; not shm, whose

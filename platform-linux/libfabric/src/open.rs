@@ -173,6 +173,7 @@ impl LibfabricTransport {
             peers: Vec::new(),
             generation: pool::next_generation(),
             peer_generations: Vec::new(),
+            peer_exits: Vec::new(),
             generation_tags,
             pool_key: None,
             av_names: std::collections::HashMap::new(),
@@ -242,9 +243,10 @@ impl LibfabricTransport {
     /// little-endian; `pool.rs`): what the bootstrap all-gathers and
     /// [`LibfabricTransport::connect`] takes.
     pub fn local_name(&self) -> Vec<u8> {
-        let mut n = Vec::with_capacity(self.local_name.len() + GENERATION_BYTES);
+        let mut n = Vec::with_capacity(self.local_name.len() + NAME_TRAILER_BYTES);
         n.extend_from_slice(&self.local_name);
         n.extend_from_slice(&self.generation.to_le_bytes());
+        n.extend_from_slice(&std::process::id().to_le_bytes());
         n
     }
 
@@ -286,21 +288,24 @@ impl LibfabricTransport {
         }
         let mut addrs = Vec::with_capacity(peer_names.len());
         let mut generations = Vec::with_capacity(peer_names.len());
+        let mut pids = Vec::with_capacity(peer_names.len());
         for (peer, name) in peer_names.iter().enumerate() {
             let peer = peer as u32;
-            if name.len() <= GENERATION_BYTES {
+            if name.len() <= NAME_TRAILER_BYTES {
                 return Err(NetError::invalid(
                     Some(peer),
                     format!(
-                        "{}: empty name for rank {peer} ({} B: an address and {GENERATION_BYTES} \
-                         B of lease generation expected)",
+                        "{}: empty name for rank {peer} ({} B: an address, {GENERATION_BYTES} B \
+                         of lease generation and {PID_BYTES} B of process id expected)",
                         self.name,
                         name.len()
                     ),
                 ));
             }
-            let (name, generation) = name.split_at(name.len() - GENERATION_BYTES);
+            let (name, trailer) = name.split_at(name.len() - NAME_TRAILER_BYTES);
+            let (generation, pid) = trailer.split_at(GENERATION_BYTES);
             generations.push(u16::from_le_bytes([generation[0], generation[1]]));
+            pids.push(u32::from_le_bytes([pid[0], pid[1], pid[2], pid[3]]));
             // Each address is inserted into a set's AV once, whichever lease meets it first.
             if let Some(&addr) = self.av_names.get(name) {
                 addrs.push(addr);
@@ -339,6 +344,27 @@ impl LibfabricTransport {
         }
         self.peers = addrs;
         self.peer_generations = generations;
+        if self.enomem_is_backpressure {
+            // shm: watch every other rank's process before sending to it (`exits.rs`).
+            let me = self.rank as usize;
+            self.peer_exits = pids
+                .iter()
+                .enumerate()
+                .map(|(r, &pid)| (r != me).then(|| exits::PeerExit::open(pid)).flatten())
+                .collect();
+            let unwatched = self.peer_exits.iter().enumerate();
+            let unwatched: Vec<usize> = unwatched
+                .filter(|(r, w)| *r != me && w.is_none())
+                .map(|(r, _)| r)
+                .collect();
+            if !unwatched.is_empty() {
+                log::info!(
+                    "{}: rank {me}: no pidfd for ranks {unwatched:?}: sends to them are posted \
+                     without checking that their process still runs",
+                    self.name
+                );
+            }
+        }
         Ok(())
     }
 }

@@ -79,6 +79,19 @@ impl LibfabricTransport {
             return self.post_now(kind, addr, peer, buf, size, tag);
         }
         let p = peer as usize;
+        if let Some(w) = self.peer_exits.get(p).and_then(Option::as_ref) {
+            if w.exited() {
+                return Err(NetError::failure(
+                    Some(peer),
+                    format!(
+                        "{}: rank {peer} (pid {}) has exited: no send posted to it (shm would \
+                         spin forever on its region's lock if it died holding it)",
+                        self.name,
+                        w.pid()
+                    ),
+                ));
+            }
+        }
         // The clock is read only while the peer's posts are held back (a clear peer, the
         // common case, costs no clock read: two reads per send were 2 % of a crowded 8 B
         // all-reduce's profile).
