@@ -12,14 +12,36 @@
 //! So over shm every peer's process is watched through a pidfd (`pidfd_open(2)`, Linux 5.3;
 //! the pid travels in the endpoint's name, [`crate::LibfabricTransport::local_name`]), and a
 //! send to a peer whose process has exited fails at once with an error naming it instead of
-//! being posted: one `poll(2)` of that peer's pidfd per send post. The pids are taken in this
+//! being posted: one `poll(2)` of that peer's pidfd per send post, and a watchdog bounds the
+//! case the check cannot see ([`Stuck`]). The pids are taken in this
 //! process's pid namespace, as shm's own cross-memory attach takes them (processes of one host
 //! that do not share a pid namespace are not told apart by pid). What this leaves open: a
 //! peer that dies while holding its lock *after* the check, while our post is already
-//! spinning on it (the kill must land in those few microseconds); fixing that needs a robust
-//! lock in the provider.
+//! spinning on it (1 run in about 36 of a 2-rank 1 MiB all-reduce with one rank killed). No
+//! code of ours runs in that spin and the provider cannot be told to give up, so it is bounded
+//! from outside: a send post (and a CQ read, whose completions may take a peer's lock too) is
+//! registered with its start time ([`Stuck::enter`] / [`Stuck::leave`], two atomic stores and a
+//! coarse clock read), and a watchdog thread (one per process, started with the first shm
+//! transport; it sleeps [`WATCHDOG_PERIOD`] between looks) that finds one running longer than
+//! [`STUCK_LIMIT`] while its peer's process (any peer's, for a CQ read) has exited writes an
+//! error naming the peer and ends the process with status [`STUCK_EXIT_STATUS`]: the one way
+//! out of the provider's spin (a fixed provider, with a robust lock, would need none). It never
+//! fires while the peers live.
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
+use std::time::Duration;
+
+/// How long a send post or CQ read may run while its peer's process has exited before the
+/// watchdog ends the process.
+pub const STUCK_LIMIT: Duration = Duration::from_secs(2);
+/// How often the watchdog looks.
+pub const WATCHDOG_PERIOD: Duration = Duration::from_millis(200);
+/// The exit status of a process the watchdog ends (the status proxy-perf uses for an error).
+pub const STUCK_EXIT_STATUS: i32 = 2;
+/// [`Stuck`]'s peer for a CQ read: any peer.
+const ANY_PEER: u32 = u32::MAX;
 
 /// A peer process's pidfd: readable once the process has exited (`pidfd_open(2)`).
 #[derive(Debug)]
@@ -58,6 +80,125 @@ impl PeerExit {
         let n = unsafe { libc::poll(&mut p, 1, 0) };
         n > 0 && p.revents & libc::POLLIN != 0
     }
+}
+
+/// `CLOCK_MONOTONIC_COARSE` in nanoseconds (a vDSO read; a few ms of resolution suffice
+/// for a limit of seconds); 1 at least, so that 0 can mean "not in a call".
+fn coarse_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid timespec to write; the clock id is a constant the kernel knows.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut ts) };
+    (ts.tv_sec as u64)
+        .saturating_mul(1_000_000_000)
+        .saturating_add(ts.tv_nsec as u64)
+        .max(1)
+}
+
+/// One shm transport's calls into the provider that may spin on a peer's lock, as the
+/// watchdog sees them (module docs).
+#[derive(Debug)]
+pub(crate) struct Stuck {
+    /// The transport's name and rank, for the message.
+    who: String,
+    /// Every rank's process (`None`: self, or no pidfd).
+    exits: Vec<Option<PeerExit>>,
+    /// When the call in progress began ([`coarse_ns`]), 0 when none.
+    since_ns: AtomicU64,
+    /// The peer of the call in progress ([`ANY_PEER`] for a CQ read).
+    peer: AtomicU32,
+}
+
+impl Stuck {
+    /// Watches `exits` (indexed by rank) for the transport `who`, and starts the process's
+    /// watchdog if it is not running yet.
+    pub(crate) fn new(who: String, exits: Vec<Option<PeerExit>>) -> Arc<Self> {
+        let s = Arc::new(Self {
+            who,
+            exits,
+            since_ns: AtomicU64::new(0),
+            peer: AtomicU32::new(ANY_PEER),
+        });
+        watchdog()
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(Arc::downgrade(&s));
+        s
+    }
+
+    /// `peer`'s process has exited (`false` for self and unwatched peers).
+    pub(crate) fn exited(&self, peer: u32) -> Option<&PeerExit> {
+        self.exits
+            .get(peer as usize)
+            .and_then(Option::as_ref)
+            .filter(|w| w.exited())
+    }
+
+    /// A call that may spin on `peer`'s lock begins (`None`: a CQ read, any peer).
+    #[inline]
+    pub(crate) fn enter(&self, peer: Option<u32>) {
+        self.peer.store(peer.unwrap_or(ANY_PEER), Ordering::Relaxed);
+        // Release: the watchdog that sees the time sees the peer.
+        self.since_ns.store(coarse_ns(), Ordering::Release);
+    }
+
+    /// The call returned.
+    #[inline]
+    pub(crate) fn leave(&self) {
+        self.since_ns.store(0, Ordering::Relaxed);
+    }
+
+    /// The watchdog's look: the exited peer a call has waited on for longer than
+    /// [`STUCK_LIMIT`], if any.
+    fn stuck(&self, now_ns: u64) -> Option<(u32, u32, Duration)> {
+        let since = self.since_ns.load(Ordering::Acquire);
+        if since == 0 || now_ns.saturating_sub(since) < STUCK_LIMIT.as_nanos() as u64 {
+            return None;
+        }
+        let took = Duration::from_nanos(now_ns.saturating_sub(since));
+        let peer = self.peer.load(Ordering::Relaxed);
+        if peer != ANY_PEER {
+            return self.exited(peer).map(|w| (peer, w.pid(), took));
+        }
+        (0..self.exits.len() as u32).find_map(|r| self.exited(r).map(|w| (r, w.pid(), took)))
+    }
+}
+
+/// The process's watched transports; the watchdog thread starts with the first.
+fn watchdog() -> &'static Mutex<Vec<Weak<Stuck>>> {
+    static WATCHED: OnceLock<Mutex<Vec<Weak<Stuck>>>> = OnceLock::new();
+    WATCHED.get_or_init(|| {
+        let spawned = std::thread::Builder::new()
+            .name("shm-watchdog".into())
+            .spawn(|| loop {
+                std::thread::sleep(WATCHDOG_PERIOD);
+                let now = coarse_ns();
+                let mut w = watchdog().lock().unwrap_or_else(PoisonError::into_inner);
+                w.retain(|s| s.strong_count() > 0);
+                for s in w.iter().filter_map(Weak::upgrade) {
+                    if let Some((peer, pid, took)) = s.stuck(now) {
+                        let msg = format!(
+                            "{}: a call into libfabric shm has spun for {took:?} on the lock of \
+                             rank {peer} (pid {pid}), whose process has exited holding it: the \
+                             provider never returns from it; ending this process (status \
+                             {STUCK_EXIT_STATUS})",
+                            s.who
+                        );
+                        log::error!("{msg}");
+                        eprintln!("error: {msg}");
+                        // SAFETY: ends the process at once, without exit handlers (one of which
+                        // could take the same lock): nothing of this process runs afterwards.
+                        unsafe { libc::_exit(STUCK_EXIT_STATUS) };
+                    }
+                }
+            });
+        if let Err(e) = spawned {
+            log::warn!("shm watchdog: cannot start its thread ({e}): a send spinning on a dead peer's lock is not bounded");
+        }
+        Mutex::new(Vec::new())
+    })
 }
 
 #[cfg(test)]

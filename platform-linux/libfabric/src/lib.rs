@@ -276,9 +276,10 @@ pub struct LibfabricTransport {
     /// Every rank's lease generation, from its name (the top 16 bits of the tag of every send
     /// to it), after [`LibfabricTransport::connect`].
     peer_generations: Vec<u16>,
-    /// Over shm: every other rank's process, watched before each send to it (`exits.rs`);
-    /// empty for other providers, `None` for a peer the kernel gave no pidfd for.
-    peer_exits: Vec<Option<exits::PeerExit>>,
+    /// Over shm, after [`LibfabricTransport::connect`]: every other rank's process, checked
+    /// before each send to it, and the calls that may spin on a peer's lock, seen by the
+    /// process's watchdog (`exits.rs`). `None` for other providers.
+    stuck: Option<std::sync::Arc<exits::Stuck>>,
     /// Generations go into the tag (the provider offers 64 tag bits).
     generation_tags: bool,
     /// The set may go to the lease pool instead of the quarantine (`pool.rs`; not shm, whose

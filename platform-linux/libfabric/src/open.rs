@@ -173,7 +173,7 @@ impl LibfabricTransport {
             peers: Vec::new(),
             generation: pool::next_generation(),
             peer_generations: Vec::new(),
-            peer_exits: Vec::new(),
+            stuck: None,
             generation_tags,
             pool_key: None,
             av_names: std::collections::HashMap::new(),
@@ -347,13 +347,14 @@ impl LibfabricTransport {
         if self.enomem_is_backpressure {
             // shm: watch every other rank's process before sending to it (`exits.rs`).
             let me = self.rank as usize;
-            self.peer_exits = pids
+            let exits: Vec<Option<exits::PeerExit>> = pids
                 .iter()
                 .enumerate()
                 .map(|(r, &pid)| (r != me).then(|| exits::PeerExit::open(pid)).flatten())
                 .collect();
-            let unwatched = self.peer_exits.iter().enumerate();
-            let unwatched: Vec<usize> = unwatched
+            let unwatched: Vec<usize> = exits
+                .iter()
+                .enumerate()
                 .filter(|(r, w)| *r != me && w.is_none())
                 .map(|(r, _)| r)
                 .collect();
@@ -364,6 +365,7 @@ impl LibfabricTransport {
                     self.name
                 );
             }
+            self.stuck = Some(exits::Stuck::new(format!("{} rank {me}", self.name), exits));
         }
         Ok(())
     }

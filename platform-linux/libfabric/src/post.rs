@@ -79,18 +79,16 @@ impl LibfabricTransport {
             return self.post_now(kind, addr, peer, buf, size, tag);
         }
         let p = peer as usize;
-        if let Some(w) = self.peer_exits.get(p).and_then(Option::as_ref) {
-            if w.exited() {
-                return Err(NetError::failure(
-                    Some(peer),
-                    format!(
-                        "{}: rank {peer} (pid {}) has exited: no send posted to it (shm would \
-                         spin forever on its region's lock if it died holding it)",
-                        self.name,
-                        w.pid()
-                    ),
-                ));
-            }
+        if let Some(w) = self.stuck.as_ref().and_then(|s| s.exited(peer)) {
+            return Err(NetError::failure(
+                Some(peer),
+                format!(
+                    "{}: rank {peer} (pid {}) has exited: no send posted to it (shm would spin \
+                     forever on its region's lock if it died holding it)",
+                    self.name,
+                    w.pid()
+                ),
+            ));
         }
         // The clock is read only while the peer's posts are held back (a clear peer, the
         // common case, costs no clock read: two reads per send were 2 % of a crowded 8 B
@@ -103,7 +101,14 @@ impl LibfabricTransport {
             self.progress()?;
             return Ok(None);
         }
+        let stuck = self.stuck.clone();
+        if let Some(s) = &stuck {
+            s.enter(Some(peer));
+        }
         let r = self.post_now(kind, addr, peer, buf, size, tag);
+        if let Some(s) = &stuck {
+            s.leave();
+        }
         let event = match &r {
             Ok(Some(_)) => PostEvent::Posted,
             Ok(None) => PostEvent::Again,

@@ -196,6 +196,14 @@ fn killed_rank(victim: u32) {
     for (_, r) in ranks.iter().filter(|(_, r)| *r != victim) {
         let tag = format!("[rank {r}] ");
         let mine: Vec<&str> = err.lines().filter_map(|l| l.strip_prefix(&tag)).collect();
+        // A survivor already spinning in libfabric shm on the lock the victim died holding is
+        // ended by the shm watchdog (libfabric `exits.rs`), which names the victim instead.
+        if mine.iter().any(|l| {
+            l.contains("a call into libfabric shm has spun")
+                && l.contains(&format!("on the lock of rank {victim} "))
+        }) {
+            continue;
+        }
         assert!(
             mine.iter().any(|l| l.contains("proxy-perf: error:")
                 && l.contains("ended NRT_NETWORK_PROXY_FAILURE")),

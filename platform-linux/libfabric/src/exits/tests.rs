@@ -24,3 +24,56 @@ fn a_child_reads_alive_then_exited_and_bad_pids_are_not_watched() {
     assert!(PeerExit::open(0).is_none(), "pid 0");
     assert!(PeerExit::open(u32::MAX).is_none(), "a pid out of range");
 }
+
+/// The watchdog's look, on a `Stuck` built by hand (not registered: the real watchdog would
+/// end this process): no call, a short call, a long call to a live peer, a long call to an
+/// exited one, and a CQ read (any peer).
+#[test]
+fn a_call_counts_as_stuck_only_when_long_and_its_peer_has_exited() {
+    let mut alive = std::process::Command::new("sleep")
+        .arg("30")
+        .spawn()
+        .expect("spawn");
+    let mut dead = std::process::Command::new("sleep")
+        .arg("30")
+        .spawn()
+        .expect("spawn");
+    let s = Stuck {
+        who: "test".into(),
+        exits: vec![None, PeerExit::open(alive.id()), PeerExit::open(dead.id())],
+        since_ns: AtomicU64::new(0),
+        peer: AtomicU32::new(ANY_PEER),
+    };
+    dead.kill().expect("kill");
+    dead.wait().expect("reap");
+    let limit = STUCK_LIMIT.as_nanos() as u64;
+    let now = coarse_ns() + 10 * limit;
+    assert_eq!(s.stuck(now), None, "no call in progress");
+    s.enter(Some(2));
+    assert_eq!(s.stuck(coarse_ns()), None, "a call that just began");
+    let since = s.since_ns.load(Ordering::Relaxed);
+    let (peer, pid, took) = s
+        .stuck(since + limit)
+        .expect("a long call to an exited peer");
+    assert_eq!((peer, pid), (2, dead.id()));
+    assert_eq!(took, STUCK_LIMIT);
+    s.leave();
+    assert_eq!(s.stuck(now), None, "the call returned");
+    s.enter(Some(1));
+    assert_eq!(
+        s.stuck(since + 10 * limit),
+        None,
+        "a long call to a live peer"
+    );
+    s.enter(Some(0));
+    assert_eq!(s.stuck(since + 10 * limit), None, "self: not watched");
+    s.enter(None);
+    assert_eq!(
+        s.stuck(since + 10 * limit).map(|(p, _, _)| p),
+        Some(2),
+        "a CQ read: any exited peer"
+    );
+    s.leave();
+    alive.kill().expect("kill");
+    alive.wait().expect("reap");
+}
