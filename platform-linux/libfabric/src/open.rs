@@ -240,7 +240,8 @@ impl LibfabricTransport {
     }
 
     /// This endpoint's address (`fi_getname`) followed by this lease's generation (2 bytes,
-    /// little-endian; `pool.rs`): what the bootstrap all-gathers and
+    /// little-endian; `pool.rs`) and this process's id (4 bytes, little-endian; over shm the
+    /// peers watch it, `exits.rs`): what the bootstrap all-gathers and
     /// [`LibfabricTransport::connect`] takes.
     pub fn local_name(&self) -> Vec<u8> {
         let mut n = Vec::with_capacity(self.local_name.len() + NAME_TRAILER_BYTES);
