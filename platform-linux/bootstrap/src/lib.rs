@@ -89,7 +89,7 @@ pub use self::host_barrier::{
     HostBarrier, HostBarrierConfig, HOST_BARRIER_DIR, HOST_BARRIER_PREFIX, LIVENESS_EVERY,
 };
 use self::root::Peer;
-pub use self::watch::{PeerWatch, ABORT_GRACE, WATCH_INTERVAL};
+pub use self::watch::{coarse_ns, PeerWatch, ABORT_GRACE, WATCH_INTERVAL};
 use self::wire::Frame;
 pub use self::wire::{MAGIC, MAX_FRAME, VERSION as PROTOCOL_VERSION};
 use proxy_core::base::backoff::StdPause;

@@ -170,10 +170,11 @@ impl PeerWatch {
     }
 }
 
-/// `CLOCK_MONOTONIC_COARSE` in ns: the watch's clock. It is read at every transport progress
+/// `CLOCK_MONOTONIC_COARSE` in nanoseconds, `u64::MAX` if the clock cannot be read: the
+/// watch's clock (and the libfabric shm watchdog's). It is read at every transport progress
 /// call, where a full `clock_gettime` was 1 % of a crowded 8 B all-reduce's profile; its
 /// resolution (the kernel's tick, 1–4 ms) stretches [`WATCH_INTERVAL`]'s 5 ms to at most 9.
-fn coarse_ns() -> u64 {
+pub fn coarse_ns() -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,

@@ -82,19 +82,10 @@ impl PeerExit {
     }
 }
 
-/// `CLOCK_MONOTONIC_COARSE` in nanoseconds (a vDSO read; a few ms of resolution suffice
-/// for a limit of seconds); 1 at least, so that 0 can mean "not in a call".
+/// The watch's coarse clock (`proxy_bootstrap::coarse_ns`: a vDSO read, a few ms of
+/// resolution suffice for a limit of seconds), 1 at least, so that 0 can mean "not in a call".
 fn coarse_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: a valid timespec to write; the clock id is a constant the kernel knows.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut ts) };
-    (ts.tv_sec as u64)
-        .saturating_mul(1_000_000_000)
-        .saturating_add(ts.tv_nsec as u64)
-        .max(1)
+    proxy_bootstrap::coarse_ns().max(1)
 }
 
 /// One shm transport's calls into the provider that may spin on a peer's lock, as the
