@@ -18,12 +18,11 @@ impl LibfabricTransport {
             return Ok(());
         }
         // shm: a completion may take a peer's lock (`exits.rs`): the watchdog sees this call.
-        let stuck = self.stuck.clone();
-        if let Some(s) = &stuck {
+        if let Some(s) = &self.stuck {
             s.enter(None);
         }
         let r = self.read_cq();
-        if let Some(s) = &stuck {
+        if let Some(s) = &self.stuck {
             s.leave();
         }
         r

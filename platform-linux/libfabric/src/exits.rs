@@ -119,7 +119,8 @@ impl Stuck {
         s
     }
 
-    /// `peer`'s process has exited (`false` for self and unwatched peers).
+    /// `peer`'s watch when its process has exited (`None` while it runs, and for self and
+    /// unwatched peers).
     pub(crate) fn exited(&self, peer: u32) -> Option<&PeerExit> {
         self.exits
             .get(peer as usize)

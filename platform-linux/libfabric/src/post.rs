@@ -101,12 +101,11 @@ impl LibfabricTransport {
             self.progress()?;
             return Ok(None);
         }
-        let stuck = self.stuck.clone();
-        if let Some(s) = &stuck {
+        if let Some(s) = &self.stuck {
             s.enter(Some(peer));
         }
         let r = self.post_now(kind, addr, peer, buf, size, tag);
-        if let Some(s) = &stuck {
+        if let Some(s) = &self.stuck {
             s.leave();
         }
         let event = match &r {

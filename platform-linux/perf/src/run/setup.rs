@@ -380,11 +380,11 @@ impl World {
 
         let (rank, n) = (boot.rank(), boot.nranks());
         // The host map from the bootstrap (every rank's host identity) unless --hosts gave one.
-        let mut args = args.clone();
-        if args.hosts.is_none() {
-            args.hosts = host_map_of(boot.hosts()).map(crate::args::HostsArg);
+        let mut joined = args.clone();
+        if joined.hosts.is_none() {
+            joined.hosts = host_map_of(boot.hosts()).map(crate::args::HostsArg);
         }
-        let args = &args;
+        let args = &joined;
         // Shared from here: the comm's transport watches it for lost peers (docs/design.md §9,
         // "Liveness"); the barrier tasks and the combination of results use it too.
         let peers = SharedBootstrap::new(boot);
@@ -443,9 +443,8 @@ impl World {
             _ => format!("libfabric (provider {prov})"),
         };
         // The tuner's default constants follow the provider the comm opened.
-        let mut args = args.clone();
-        args.link = proxy_collectives::planner::tuner::LinkKind::of_provider(prov);
-        let args = &args;
+        joined.link = proxy_collectives::planner::tuner::LinkKind::of_provider(prov);
+        let args = &joined;
         let transport = match (&cq_idle, block) {
             (Some(_), _) => format!("{transport}; idle: blocks on the CQ descriptor"),
             (None, true) => format!("{transport}; idle: yields (no CQ descriptor)"),
