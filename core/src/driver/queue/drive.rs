@@ -576,25 +576,34 @@ pub(super) fn close_slot(
             finish(index, &mut ws.status, &mut ws.returned, sub);
         }
     }
-    match state {
+    let abandoned = match state {
         SlotState::Closing => {
-            let moved = slot_transition(slot, index, SlotEdge::WorkerClosed);
-            debug_assert!(moved);
-            slot.waiter.notify();
+            if slot_transition(slot, index, SlotEdge::WorkerClosed) {
+                slot.waiter.notify();
+                false
+            } else {
+                // The owner's leave timed out and its handle was dropped since our load
+                // (`AbandonLeaving`, CLOSING → ABANDONED, the only other edge out of CLOSING):
+                // the ends are ours now. Acquire: takes what the owner released with that edge.
+                let now = SlotState::from_u32(slot.state.load(Ordering::Acquire));
+                debug_assert_eq!(now, SlotState::Abandoned);
+                now == SlotState::Abandoned
+            }
         }
-        _ => {
-            // ABANDONED: the owner is gone and the ends are ours; drop the records and boxes
-            // nobody will read, then free the slot.
-            slot.owner.with_mut(|p| {
-                // SAFETY: the slot is ABANDONED: the worker owns `owner` until its edge to FREE.
-                if let Some(ends) = unsafe { (*p).as_mut() } {
-                    while ends.status.pop().is_some() {}
-                    while ends.returned.pop().is_some() {}
-                    ends.early.clear();
-                }
-            });
-            let moved = slot_transition(slot, index, SlotEdge::WorkerFreed);
-            debug_assert!(moved);
-        }
+        _ => true,
+    };
+    if abandoned {
+        // ABANDONED: the owner is gone and the ends are ours; drop the records and boxes
+        // nobody will read, then free the slot.
+        slot.owner.with_mut(|p| {
+            // SAFETY: the slot is ABANDONED: the worker owns `owner` until its edge to FREE.
+            if let Some(ends) = unsafe { (*p).as_mut() } {
+                while ends.status.pop().is_some() {}
+                while ends.returned.pop().is_some() {}
+                ends.early.clear();
+            }
+        });
+        let moved = slot_transition(slot, index, SlotEdge::WorkerFreed);
+        debug_assert!(moved);
     }
 }
