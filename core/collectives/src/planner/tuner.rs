@@ -294,13 +294,33 @@ pub fn cost(
 }
 
 /// The modelled time in nanoseconds of [`Algorithm::Hierarchical`] for `p` (an all-reduce
-/// whose [`PlanParams::hosts`] spans hosts): the largest host's gather to its leader (one step,
-/// its members' vectors received and reduced) and binomial broadcast under
-/// [`PlanParams::cost_model`], plus the leaders' all-reduce under
-/// [`PlanParams::inter_host_model`] (the cheapest flat algorithm for one rank per host).
+/// whose [`PlanParams::hosts`] spans hosts), from three phases: the largest host's gather to
+/// its leader (one step; its members' vectors cross the host's link into the leader and are
+/// reduced there) and binomial broadcast under [`PlanParams::cost_model`], and the leaders'
+/// all-reduce under [`PlanParams::inter_host_model`] (the cheapest flat algorithm for one rank
+/// per host). Unsplit, one rank's program runs the phases one after the other: their sum.
+/// Split into `k` = streams × blocks parts ([`crate::planner::plan_blocks`]), the parts
+/// pipeline through the phases (a block's gather runs while the one before it crosses the
+/// link): the phases of one part of `bytes / k`, plus `k − 1` times the slowest of them.
 pub fn hierarchical_cost(p: &PlanParams) -> u64 {
+    let k = u64::from(p.streams.saturating_mul(p.blocks).max(1));
+    if k == 1 {
+        return hierarchical_phases(p, false).iter().sum();
+    }
+    let mut part = *p;
+    part.count = p.count.div_ceil(k);
+    let phases = hierarchical_phases(&part, true);
+    let slowest = phases.iter().copied().max().unwrap_or(0);
+    phases
+        .iter()
+        .fold(0u64, |t, &x| t.saturating_add(x))
+        .saturating_add(slowest.saturating_mul(k - 1))
+}
+
+/// The three phases of [`hierarchical_cost`] for `p`'s vector in nanoseconds: gather, leaders'
+/// all-reduce, broadcast.
+fn hierarchical_phases(p: &PlanParams, split: bool) -> [u64; 3] {
     let b = p.bytes();
-    let split = p.streams.saturating_mul(p.blocks) > 1;
     let s = p.hosts.sizes().iter().copied().max().unwrap_or(1);
     let h = if p.hosts.is_none() {
         p.nranks
@@ -313,7 +333,7 @@ pub fn hierarchical_cost(p: &PlanParams) -> u64 {
     let gather = Terms {
         steps: u128::from(s > 1),
         entries: m * ent,
-        sent: 0,
+        sent: m * u128::from(b),
         reduced: m * u128::from(b),
     }
     .time_ns(&p.cost_model);
@@ -340,7 +360,7 @@ pub fn hierarchical_cost(p: &PlanParams) -> u64 {
         &p.cost_model,
     )
     .unwrap_or(0);
-    gather.saturating_add(inter).saturating_add(bcast)
+    [gather, inter, bcast]
 }
 
 /// The algorithm [`Algorithm::Auto`] resolves to for `p`: the cheapest of [`candidates`] by

@@ -237,3 +237,53 @@ fn the_tuner_picks_it_when_the_link_between_hosts_is_slow() {
         flat
     );
 }
+
+/// The model's phases: the members' vectors cross the host's link in the gather as in the
+/// broadcast (one 2-rank host: `b` bytes each, so raising the in-host β by `x` raises the cost
+/// by `2·b·x`), and split into blocks the parts pipeline through the phases: with the link
+/// between hosts the slowest phase, 4 blocks cost the leaders' all-reduce of the whole vector
+/// plus the in-host phases of one part, well below the phases' sum.
+#[test]
+fn the_model_counts_the_gather_bytes_and_pipelines_blocks() {
+    let inter = CostModel {
+        step_ns: 120_000,
+        entry_ns: 0,
+        byte_ps: 11_484,
+        reduce_ps: 0,
+    };
+    let host = |byte_ps| CostModel {
+        step_ns: 0,
+        entry_ns: 0,
+        byte_ps,
+        reduce_ps: 0,
+    };
+    let count = 1u64 << 21; // 8 MiB of f32
+    let b = count * 4;
+    let mut p = hier(&[2, 2], count, DataType::F32);
+    p.inter_host_model = inter;
+    p.cost_model = host(0);
+    let free = tuner::hierarchical_cost(&p);
+    p.cost_model = host(1609);
+    let sequential = tuner::hierarchical_cost(&p);
+    let raised = sequential - free;
+    let want = 2 * b * 1609 / 1000;
+    assert!(
+        raised.abs_diff(want) <= 2,
+        "raised {raised} ns, want {want}"
+    );
+    // The leaders' phase alone: two leaders, the whole vector over the link.
+    let leaders = sequential - raised;
+    assert!(leaders > b * 11_484 / 1000, "{leaders}");
+    p.blocks = 4;
+    let pipelined = tuner::hierarchical_cost(&p);
+    // One part's in-host phases (a quarter each) on top of the 4 parts' leaders' phases.
+    let part_host = want / 4;
+    assert!(
+        pipelined.abs_diff(leaders + part_host) <= leaders / 100,
+        "pipelined {pipelined}, leaders {leaders}, one part in host {part_host}"
+    );
+    assert!(
+        pipelined < sequential - raised / 2,
+        "{pipelined} {sequential}"
+    );
+}
