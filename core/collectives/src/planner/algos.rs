@@ -10,11 +10,11 @@ mod bruck;
 mod halving;
 mod hier;
 
-pub(super) use hier::leaders_algorithm;
+pub(super) use hier::{hier_pieces, leaders_algorithm};
 mod recursive;
 mod tree;
 
-use super::builder::Builder;
+use super::builder::{Builder, Group};
 use super::{Algorithm, Buf, Collective, Layout, Loc, PlanError, PlanParams, RankPlan};
 
 /// Receive posting policy of a ring step's op.

@@ -54,6 +54,23 @@ pub(super) struct Builder {
     /// Locations in the input are taken as the same offsets in the output (an algorithm run
     /// on data already in the output: the phases of a composed algorithm).
     input_is_output: bool,
+    /// Bytes added to every input and output location (a piece of the vector planned on its
+    /// own, [`Builder::set_base`]).
+    base: u64,
+    /// The group the ops being added belong to ([`Builder::set_group`]).
+    group: Group,
+}
+
+/// How [`Builder::op`] places an op planned on a group of ranks numbered `0..m` inside it:
+/// `peers[i]` is rank `i`'s number in the whole collective, `tag_offset` is added to the tag;
+/// with `reuse`, an op whose peers and tag equal an existing one's is that op (its entries
+/// continue the existing op's, in posting order: a phase planned again on the next piece of
+/// the vector talks over the same ops).
+#[derive(Default)]
+pub(super) struct Group {
+    pub peers: Option<Vec<u32>>,
+    pub tag_offset: u32,
+    pub reuse: bool,
 }
 
 /// What the builder hands back.
@@ -77,7 +94,21 @@ impl Builder {
             program: Vec::new(),
             index: BTreeMap::new(),
             input_is_output: false,
+            base: 0,
+            group: Group::default(),
         }
+    }
+
+    /// From now on, input and output locations are `base` bytes further into their buffers
+    /// (scratch locations are not moved).
+    pub fn set_base(&mut self, base: u64) {
+        self.base = base;
+    }
+
+    /// From now on, ops are added in `group` ([`Group`]); `Group::default()` is the whole
+    /// collective, every op new.
+    pub fn set_group(&mut self, group: Group) {
+        self.group = group;
     }
 
     /// From now on, locations in the input mean the same offsets in the output (`true`), or
@@ -86,38 +117,40 @@ impl Builder {
         self.input_is_output = on;
     }
 
-    /// Ops added so far (the next op's index).
-    pub fn op_count(&self) -> usize {
-        self.ops.len()
-    }
-
-    /// Rewrites the ops from index `from` on: each peer through `peer` and each tag plus
-    /// `tag_offset` (a phase planned on a group of ranks, numbered `0..m` inside it, placed in
-    /// the whole collective).
-    pub fn remap_ops(&mut self, from: usize, peer: impl Fn(u32) -> u32, tag_offset: u32) {
-        for o in &mut self.ops[from..] {
-            for p in [&mut o.send_peer, &mut o.recv_peer] {
-                if *p != NO_PEER {
-                    *p = peer(*p as u32) as i32;
-                }
-            }
-            o.tag += tag_offset;
-        }
-    }
-
     fn map(&self, loc: Loc) -> Loc {
-        if self.input_is_output && loc.buf == Buf::Input {
-            Loc::new(Buf::Output, loc.offset)
+        let buf = if self.input_is_output && loc.buf == Buf::Input {
+            Buf::Output
         } else {
-            loc
+            loc.buf
+        };
+        match buf {
+            Buf::Scratch => loc,
+            _ => Loc::new(buf, loc.offset + self.base),
         }
     }
 
-    /// Adds an op; `None` peer = that side unused. Returns its index.
+    /// Adds an op in the current [`Group`]; `None` peer = that side unused. Returns its index
+    /// (an existing op's when the group reuses ops and one has these peers and tag).
     pub fn op(&mut self, send_peer: Option<u32>, recv_peer: Option<u32>, tag: u32) -> u32 {
+        let g = &self.group;
+        let place = |p: Option<u32>| match (p, &g.peers) {
+            (None, _) => NO_PEER,
+            (Some(p), None) => p as i32,
+            (Some(p), Some(peers)) => peers[p as usize] as i32,
+        };
+        let (send_peer, recv_peer, tag) = (place(send_peer), place(recv_peer), tag + g.tag_offset);
+        if g.reuse {
+            if let Some(i) = self
+                .ops
+                .iter()
+                .position(|o| (o.send_peer, o.recv_peer, o.tag) == (send_peer, recv_peer, tag))
+            {
+                return i as u32;
+            }
+        }
         self.ops.push(OpB {
-            send_peer: send_peer.map_or(NO_PEER, |p| p as i32),
-            recv_peer: recv_peer.map_or(NO_PEER, |p| p as i32),
+            send_peer,
+            recv_peer,
             tag,
             entries: [Vec::new(), Vec::new()],
             waited: [0, 0],

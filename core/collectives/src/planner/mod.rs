@@ -93,6 +93,12 @@ pub use collective::{Algorithm, Collective};
 pub(crate) fn algos_leaders(p: &PlanParams, h_n: u32) -> Algorithm {
     algos::leaders_algorithm(p, h_n)
 }
+
+/// Pieces the hierarchical all-reduce cuts a vector of `count` elements into, in chunks of
+/// `chunk_elems`, for `h_n` hosts (the algorithm's `hier_pieces`; [`tuner::hierarchical_cost`]).
+pub fn hier_pieces(count: u64, chunk_elems: u64, h_n: u32) -> u64 {
+    algos::hier_pieces(count, chunk_elems, h_n)
+}
 pub use kernels::{DataType, RedOp};
 
 /// Default chunk: 512 KiB per FIFO entry (NCCL's ring step size with its default buffers).

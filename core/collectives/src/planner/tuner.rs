@@ -298,18 +298,24 @@ pub fn cost(
 /// its leader (one step; its members' vectors cross the host's link into the leader and are
 /// reduced there) and binomial broadcast under [`PlanParams::cost_model`], and the leaders'
 /// all-reduce under [`PlanParams::inter_host_model`] (the cheapest flat algorithm for one rank
-/// per host). Unsplit, one rank's program runs the phases one after the other: their sum.
-/// Split into `k` = streams × blocks parts ([`crate::planner::plan_blocks`]), the parts
-/// pipeline through the phases (a block's gather runs while the one before it crosses the
-/// link): the phases of one part of `bytes / k`, plus `k − 1` times the slowest of them.
+/// per host). The vector runs through the phases in `k` pieces: the plan's parts (streams ×
+/// blocks, [`crate::planner::plan_blocks`]) times the pieces the hierarchical all-reduce cuts
+/// each part into ([`crate::planner::hier_pieces`]). They pipeline (a piece's gather runs
+/// while the one before it crosses the link): the phases of one piece, plus `k − 1` times
+/// the slowest of them.
 pub fn hierarchical_cost(p: &PlanParams) -> u64 {
-    let k = u64::from(p.streams.saturating_mul(p.blocks).max(1));
-    if k == 1 {
-        return hierarchical_phases(p, false).iter().sum();
-    }
-    let mut part = *p;
-    part.count = p.count.div_ceil(k);
-    let phases = hierarchical_phases(&part, true);
+    let parts = u64::from(p.streams.saturating_mul(p.blocks).max(1));
+    let h = if p.hosts.is_none() {
+        p.nranks
+    } else {
+        p.hosts.sizes().len() as u32
+    };
+    let mut piece = *p;
+    piece.count = p.count.div_ceil(parts);
+    let pieces = crate::planner::hier_pieces(piece.count, p.chunk_elems(), h);
+    piece.count = piece.count.div_ceil(pieces);
+    let k = parts * pieces;
+    let phases = hierarchical_phases(&piece, parts > 1);
     let slowest = phases.iter().copied().max().unwrap_or(0);
     phases
         .iter()

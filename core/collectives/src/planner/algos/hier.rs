@@ -7,6 +7,11 @@
 //! a binomial tree inside its host. MPICH's SMP-aware all-reduce (`MPIR_Allreduce_intra_smp`:
 //! intra-node reduce, inter-node all-reduce, intra-node broadcast) and NCCL's tree.
 //!
+//! A vector of many chunks runs through the phases in pieces ([`hier_pieces`]), as NCCL's
+//! tree pipelines its chunks: every piece over the same ops (the builder's [`Group`] with
+//! `reuse`), piece `i + 1`'s program after piece `i`'s, whose broadcast is then still in
+//! flight, so the host's link and the link between hosts overlap.
+//!
 //! Tags: the gather uses the member's index in its host (`1..s`), the leaders' phase its own
 //! algorithm's tags (between leaders only: no pair of ranks meets in two phases but the
 //! leader and a member, in the gather and the broadcast), the broadcast the binomial tree's
@@ -15,12 +20,43 @@
 
 use alloc::vec::Vec;
 
-use super::{ceil_div, Gen, RingKind};
+use super::{ceil_div, Gen, Group, RingKind};
 use crate::planner::{tuner, Algorithm, Buf, Collective, HostMap, Loc, PlanParams};
 
 impl Gen {
-    /// The hierarchical all-reduce (module docs).
+    /// The hierarchical all-reduce (module docs): the vector cut into [`hier_pieces`] pieces,
+    /// each run through the three phases in turn over the same ops.
     pub(super) fn hierarchical_all_reduce(&mut self) {
+        let hosts = self.p.hosts;
+        let h_n = if hosts.is_none() {
+            self.n as u32
+        } else {
+            hosts.sizes().len() as u32
+        };
+        let (count, ce) = (self.p.count, self.ce);
+        let pieces = hier_pieces(count, ce, h_n);
+        // Whole chunks per piece, the remainder spread over the first pieces.
+        let units = ceil_div(count, ce);
+        let (per, extra) = (units / pieces, units % pieces);
+        // The leaders' algorithm of the first (largest) piece, for every piece.
+        self.p.count = ((per + u64::from(extra > 0)) * ce).min(count);
+        let algo = leaders_algorithm(&self.p, h_n);
+        let mut lo = 0;
+        for i in 0..pieces {
+            let len = ((per + u64::from(i < extra)) * ce).min(count - lo);
+            self.b.set_base(lo * self.elt);
+            self.p.count = len;
+            self.hierarchical_piece(algo);
+            lo += len;
+        }
+        self.p.count = count;
+        self.b.set_base(0);
+        self.b.set_group(Group::default());
+    }
+
+    /// The three phases on the current piece (`self.p.count` elements from the builder's
+    /// base), over the ops of the pieces before it; `algo`: the leaders' all-reduce.
+    fn hierarchical_piece(&mut self, algo: Algorithm) {
         let hosts = self.p.hosts;
         let r = self.r as u32;
         let (host, first, size) = hosts.host_of(r).unwrap_or((r, r, 1));
@@ -41,6 +77,11 @@ impl Gen {
         let s_max = hosts.sizes().iter().copied().max().unwrap_or(1);
         let local = r - first;
         // Phase 1: the host's vectors folded into the leader's output.
+        self.b.set_group(Group {
+            peers: None,
+            tag_offset: 0,
+            reuse: true,
+        });
         if size > 1 {
             self.gather_reduce(first, size, local);
         } else {
@@ -53,7 +94,6 @@ impl Gen {
         // Phase 2: the leaders' all-reduce, in place on their outputs.
         let h_n = leaders.len() as u32;
         if local == 0 && h_n > 1 {
-            let algo = leaders_algorithm(&self.p, h_n);
             let saved = (self.n, self.r, self.p);
             self.n = u64::from(h_n);
             self.r = u64::from(host);
@@ -63,7 +103,11 @@ impl Gen {
             self.p.hosts = HostMap::NONE;
             self.p.algorithm = algo;
             self.b.set_input_is_output(true);
-            let from = self.b.op_count();
+            self.b.set_group(Group {
+                peers: Some(leaders),
+                tag_offset: 0,
+                reuse: true,
+            });
             let scratch = self.scratch;
             match algo {
                 Algorithm::Ring => self.ring(RingKind::AllReduce),
@@ -71,7 +115,6 @@ impl Gen {
                 Algorithm::Rabenseifner => self.halving(true),
                 _ => self.direct_reduce(false),
             }
-            self.b.remap_ops(from, |h| leaders[h as usize], 0);
             self.scratch = self.scratch.max(scratch);
             self.b.set_input_is_output(false);
             (self.n, self.r, self.p) = saved;
@@ -85,9 +128,12 @@ impl Gen {
             self.p.rank = local;
             self.p.root = 0;
             self.b.set_input_is_output(true);
-            let from = self.b.op_count();
+            self.b.set_group(Group {
+                peers: Some((first..first + size).collect()),
+                tag_offset: s_max,
+                reuse: true,
+            });
             self.binomial_broadcast();
-            self.b.remap_ops(from, |l| first + l, s_max);
             self.b.set_input_is_output(false);
             (self.n, self.r, self.p) = saved;
         }
@@ -152,3 +198,17 @@ pub(in crate::planner) fn leaders_algorithm(p: &PlanParams, h_n: u32) -> Algorit
     q.cost_model = p.inter_host_model;
     tuner::pick(&q)
 }
+
+/// Pieces the hierarchical all-reduce cuts a vector of `count` elements into (chunks of `ce`)
+/// for `h_n` leaders: one piece per `2 · h_n` chunks (each leader's share of a piece is at
+/// least two chunks), at most [`HIER_MAX_PIECES`], at least one. Piece `i + 1`'s gather runs
+/// while piece `i`'s broadcast is in flight, and its leaders' phase while the members are
+/// still receiving piece `i`, so the host's link and the link between hosts overlap.
+pub(in crate::planner) fn hier_pieces(count: u64, ce: u64, h_n: u32) -> u64 {
+    let units = count.div_ceil(ce.max(1));
+    (units / (2 * u64::from(h_n.max(1)))).clamp(1, HIER_MAX_PIECES)
+}
+
+/// The most pieces [`hier_pieces`] cuts a vector into: 8 (the link between hosts pays its
+/// step latency once per piece and leader step).
+pub(in crate::planner) const HIER_MAX_PIECES: u64 = 8;

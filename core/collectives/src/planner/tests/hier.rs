@@ -260,6 +260,8 @@ fn the_model_counts_the_gather_bytes_and_pipelines_blocks() {
     let count = 1u64 << 21; // 8 MiB of f32
     let b = count * 4;
     let mut p = hier(&[2, 2], count, DataType::F32);
+    // One chunk: the algorithm does not cut the vector into pieces of its own.
+    p.chunk_bytes = b;
     p.inter_host_model = inter;
     p.cost_model = host(0);
     let free = tuner::hierarchical_cost(&p);
@@ -286,4 +288,39 @@ fn the_model_counts_the_gather_bytes_and_pipelines_blocks() {
         pipelined < sequential - raised / 2,
         "{pipelined} {sequential}"
     );
+}
+
+/// A vector of many chunks is cut into pieces that run the phases one after the other over
+/// the same ops: every rank has the ops (peers and tags) of a one-piece vector of a piece's
+/// size, and as many times its entries as there are pieces (checked bit-exact by `every_host_layout_bit_exact`, whose 53 elements in
+/// chunks of 4 make 3 pieces on two hosts).
+#[test]
+fn pieces_continue_the_same_ops() {
+    for sizes in [&[2u32, 2][..], &[3, 1], &[1, 2, 1]] {
+        let n: u32 = sizes.iter().sum();
+        for rank in 0..n {
+            let at = |count| {
+                let mut p = hier(sizes, count, DataType::I32);
+                p.chunk_bytes = 16;
+                p.rank = rank;
+                let pl = plan(&p).unwrap();
+                let ops: alloc::vec::Vec<_> = pl
+                    .ops
+                    .iter()
+                    .map(|o| (o.send_peer, o.recv_peer, o.tag))
+                    .collect();
+                let entries: u32 = pl.ops.iter().map(|o| o.tx_entry_cnt + o.rx_entry_cnt).sum();
+                (ops, entries)
+            };
+            // 7 chunks (one piece for 2 or 3 hosts) against 56 (8 pieces of 7 chunks).
+            let (one, few) = at(28);
+            let (many, lots) = at(224);
+            assert_eq!(one, many, "{sizes:?} rank {rank}");
+            assert_eq!(
+                lots,
+                8 * few,
+                "{sizes:?} rank {rank}: {lots} entries, {few} in one piece"
+            );
+        }
+    }
 }
