@@ -232,6 +232,13 @@ plants! {
     /// member's release then carries only its own work, not the earlier members'. Loom model 18
     /// (`tests/central_barrier.rs`): a causality violation on an earlier member's payload.
     CentralCountRelaxed = 36,
+    /// `driver/queue/drive.rs: close_slot` asserts that its CLOSING → CLOSED edge succeeds, as
+    /// the code before 85da72f did (`debug_assert!`): the owner's timed-out leave may be
+    /// dropped between the worker's load of CLOSING and that edge (CLOSING → ABANDONED), and
+    /// the worker must then free the slot as ABANDONED. Loom model 11
+    /// (`tests/leave_timeout.rs`) reaches that interleaving: "the worker's CLOSING => CLOSED
+    /// edge failed".
+    WorkerClosedAssumed = 37,
 }
 
 /// "No plant" in the selector's storage.

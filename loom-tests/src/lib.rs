@@ -24,7 +24,7 @@
 //! | 8 | `tests/registry.rs` | registry join/leave vs worker start/stop | `RegistrySplitDecrement`, `RegistryStopOutsideLock` |
 //! | 9 | `tests/drive.rs` | caller-mode drive token: a waiting owner vs the token's release | `DriveReleaseChecksWaitersFirst` |
 //! | 10 | `tests/abort.rs` | a comm's abort word: two racing requests vs the driving thread stepping its task | `AbortFirstByLoadStore` |
-//! | 11 | `tests/leave_timeout.rs` | a timed-out bounded leave whose handle is dropped vs the worker closing the slot; the slot's reuse | `SlotDropLeavingFreesClosing` |
+//! | 11 | `tests/leave_timeout.rs` | a timed-out bounded leave whose handle is dropped vs the worker closing the slot; the slot's reuse | `SlotDropLeavingFreesClosing`, `WorkerClosedAssumed` |
 //! | 12 | `tests/dump.rs` | a queue's dump request word vs the driving thread serving it; a parked worker woken for a dump | `DumpServedReadAfterDump` |
 //!
 //! The two protocol plants (`NetworkSkipsTriggerGate`, `SendRecvIgnoresIndexWrap`) are caught by

@@ -28,3 +28,17 @@ fn plant_dropping_a_leaving_handle_without_the_worker_is_caught() {
         leave_timeout_then_drop,
     );
 }
+
+/// The worker loaded CLOSING and closed the tasks; the owner's timed-out leave is dropped
+/// before the worker's CLOSING → CLOSED edge (CLOSING → ABANDONED), and the worker must free
+/// the slot as ABANDONED. The model reaches that interleaving: the code before 85da72f, which
+/// asserted the edge, panics in it.
+#[test]
+fn plant_a_worker_that_assumes_its_closed_edge_is_caught() {
+    assert_loom_catches(
+        Plant::WorkerClosedAssumed,
+        PREEMPTIONS,
+        &["the worker's CLOSING => CLOSED edge failed"],
+        leave_timeout_then_drop,
+    );
+}

@@ -582,6 +582,10 @@ pub(super) fn close_slot(
                 slot.waiter.notify();
                 false
             } else {
+                // PLANT: WorkerClosedAssumed asserts the edge, as the code before 85da72f did.
+                plant!(WorkerClosedAssumed => {
+                    panic!("slot {index}: the worker's CLOSING => CLOSED edge failed");
+                });
                 // The owner's leave timed out and its handle was dropped since our load
                 // (`AbandonLeaving`, CLOSING → ABANDONED, the only other edge out of CLOSING):
                 // the ends are ours now. Acquire: takes what the owner released with that edge.

@@ -30,7 +30,8 @@
 //! may pop them, retry the leave (which does not take edge 2 again), or drop the handle
 //! (edge 8: the worker closes what is left and frees the slot). A leaving handle refuses
 //! submissions (`NRT_CLOSED`). The drop of a leaving handle against the worker's close is loom
-//! model 11 (`loom-tests/tests/leave_timeout.rs`, plant `SlotDropLeavingFreesClosing`). Ownership of the slot's owner-side ring ends (kept in the slot between owners)
+//! model 11 (`loom-tests/tests/leave_timeout.rs`, plants `SlotDropLeavingFreesClosing` and
+//! `WorkerClosedAssumed`, the drop between the worker's load of CLOSING and its edge). Ownership of the slot's owner-side ring ends (kept in the slot between owners)
 //! follows the state: the joiner owns them from ACTIVE until it stores FREE or ABANDONED; the
 //! worker owns them in ABANDONED. Every edge is a release (or AcqRel) RMW/store and every read of
 //! the state an acquire load, so the ring ends and the rings' contents change hands cleanly.
