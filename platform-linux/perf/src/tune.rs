@@ -14,6 +14,11 @@
 //! planner uses. The four algorithms give the fit what it needs to tell the constants apart:
 //! direct has one step and many entries, recursive doubling `log2 n` steps, the ring `2(n−1)`
 //! steps and no reduction outside its transfers, Rabenseifner sends twice what it reduces.
+//! Below the chunk size each step of these is one entry each way, so on 2 ranks (a host of two
+//! processes) steps and entries move together and the fit could not tell α from o (it gave o
+//! 0 and left direct's many messages at more ranks unpriced); an entries pass therefore times
+//! direct and the ring again at 64..512 KiB with 4 KiB chunks ([`measure_entries`]), where one
+//! step is many entries.
 //! The result goes to FILE ([`TuneFile`], written whole or not at all) and is printed with each
 //! measurement against the fitted model and the tuner's choices with the old and the new
 //! constants.
@@ -69,6 +74,8 @@ pub struct Sample {
     pub algorithm: Algorithm,
     /// Bytes of the all-reduce.
     pub bytes: u64,
+    /// The largest FIFO entry of its plan, bytes.
+    pub chunk: u64,
     /// The model's terms for it.
     pub terms: Terms,
     /// The time measured, ns.
@@ -253,7 +260,8 @@ pub fn run(args: &Args, file: &std::path::Path) -> Result<i32, String> {
 }
 
 /// Times all-reduce with each of [`ALGORITHMS`] at every size of `args`' sweep on `world`
-/// (the least of [`PASSES`] sweeps; every process of the world calls it).
+/// (the least of [`PASSES`] sweeps; every process of the world calls it), then the entries
+/// pass ([`measure_entries`]).
 ///
 /// # Errors
 /// A message when a run fails or a value arrived wrong.
@@ -286,12 +294,85 @@ pub(crate) fn measure_in_host(world: &mut World, args: &Args) -> Result<Vec<Samp
             samples.push(Sample {
                 algorithm,
                 bytes,
+                chunk: a.chunk,
                 terms,
                 time_ns: time_us * 1000.0,
             });
         }
     }
+    samples.extend(measure_entries(world)?);
     Ok(samples)
+}
+
+/// The chunk of the entries pass, bytes: small, so that a step is many entries.
+pub const ENTRY_CHUNK: u64 = 4 << 10;
+
+/// Which of the sweep's sizes the entries pass times: those that make 16 to 128 entries of
+/// [`ENTRY_CHUNK`] (64..512 KiB), where an entry's cost is not yet lost in the bytes'.
+pub fn entry_pass_sizes(sizes: &[u64]) -> Vec<u64> {
+    sizes
+        .iter()
+        .copied()
+        .filter(|&b| (16 * ENTRY_CHUNK..=128 * ENTRY_CHUNK).contains(&b))
+        .collect()
+}
+
+/// The entries pass of the calibration: direct and the ring at [`entry_pass_sizes`] with
+/// [`ENTRY_CHUNK`] (the least of [`PASSES`] sweeps). At the sweep's own chunk every step of a
+/// small all-reduce is one entry each way, so on 2 ranks steps and entries move together and
+/// the fit cannot tell α from o; here one step is many entries. Samples with their chunk;
+/// the world's chunk is restored after.
+///
+/// # Errors
+/// A message when a run fails or a value arrived wrong.
+pub(crate) fn measure_entries(world: &mut World) -> Result<Vec<Sample>, String> {
+    let sizes = entry_pass_sizes(&world.args().sizes());
+    let chunk = world.args().chunk;
+    let mut samples = Vec::new();
+    if sizes.is_empty() || chunk <= ENTRY_CHUNK {
+        return Ok(samples);
+    }
+    world.set_chunk(ENTRY_CHUNK);
+    let result = (|| {
+        for algorithm in [Algorithm::Direct, Algorithm::Ring] {
+            world.set_collective(
+                CollArg::AllReduce,
+                AlgoArg::from_str(algorithm.name(), false)?,
+            );
+            let a = world.args().clone();
+            for &size in &sizes {
+                let mut best: Option<(u64, f64)> = None;
+                for _ in 0..PASSES {
+                    let row = world.row(size)?;
+                    if crate::report::total_wrong(std::slice::from_ref(&row)) != 0 {
+                        return Err(format!(
+                            "{} {size} B, chunk {ENTRY_CHUNK} B: wrong values",
+                            algorithm.name()
+                        ));
+                    }
+                    let t = row.oop.time_us.min(row.ip.time_us);
+                    if best.is_none_or(|(_, old)| t < old) {
+                        best = Some((row.size, t));
+                    }
+                }
+                let Some((bytes, time_us)) = best else {
+                    continue;
+                };
+                if let Some(terms) = terms_of(&a, algorithm, bytes) {
+                    samples.push(Sample {
+                        algorithm,
+                        bytes,
+                        chunk: ENTRY_CHUNK,
+                        terms,
+                        time_ns: time_us * 1000.0,
+                    });
+                }
+            }
+        }
+        Ok(())
+    })();
+    world.set_chunk(chunk);
+    result.map(|()| samples)
 }
 
 /// The in-host fit of `samples` (measured on `args`' ranks over `transport`), then the link's
@@ -327,10 +408,15 @@ pub(crate) fn report(
     );
     for s in &samples {
         let model = s.terms.time_ns(&m) as f64;
+        let name = if s.chunk == args.chunk {
+            s.algorithm.name().to_owned()
+        } else {
+            format!("{} (chunk {})", s.algorithm.name(), s.chunk)
+        };
         let _ = writeln!(
             out,
             "  {:>18} {:>10} {:>12.2} {:>12.2} {:>6.0}%",
-            s.algorithm.name(),
+            name,
             s.bytes,
             s.time_ns / 1000.0,
             model / 1000.0,

@@ -207,6 +207,12 @@ impl World {
         &self.args
     }
 
+    /// Sets the largest FIFO entry (`--chunk`, bytes) of the collectives planned from now on
+    /// (the calibration's entries pass, [`crate::tune`]).
+    pub fn set_chunk(&mut self, chunk: u64) {
+        self.args.chunk = chunk;
+    }
+
     /// Measures `collective` with `algo` from the next row on (`--tune` times several
     /// algorithms on one comm: ranks that are processes cannot make a new comm for each).
     pub fn set_collective(&mut self, collective: crate::args::CollArg, algo: crate::args::AlgoArg) {

@@ -23,6 +23,7 @@ fn samples(m: &CostModel, ranks: u32, noise: impl Fn(usize) -> f64) -> Vec<Sampl
             out.push(Sample {
                 algorithm,
                 bytes,
+                chunk: 512 << 10,
                 terms,
                 time_ns: t,
             });
@@ -77,6 +78,40 @@ fn two_ranks_fold_o_into_alpha() {
     assert_eq!(x[1], 0.0, "{x:?}");
     let m = model_of(x);
     assert!(rms_relative_error(&s, &m) < 0.01, "{m:?}");
+}
+
+/// With the entries pass (direct and the ring at 64..512 KiB in 4 KiB chunks) the same 2-rank
+/// samples give back every constant, o among them.
+#[test]
+fn the_entries_pass_tells_o_from_alpha_on_two_ranks() {
+    let mut s: Vec<Sample> = samples(&M, 2, |_| 1.0)
+        .into_iter()
+        .filter(|s| s.bytes <= 128 << 10)
+        .collect();
+    let sweep = [8u64, 1 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20];
+    let sizes = entry_pass_sizes(&sweep);
+    assert_eq!(sizes, [64 << 10, 256 << 10]);
+    for algorithm in [Algorithm::Direct, Algorithm::Ring] {
+        for &bytes in &sizes {
+            let terms = tuner::terms(
+                Collective::AllReduce,
+                algorithm,
+                bytes,
+                2,
+                ENTRY_CHUNK,
+                false,
+            )
+            .unwrap();
+            s.push(Sample {
+                algorithm,
+                bytes,
+                chunk: ENTRY_CHUNK,
+                terms,
+                time_ns: terms.time_ns(&M) as f64,
+            });
+        }
+    }
+    assert_eq!(model_of(fit(&s).unwrap()), M);
 }
 
 #[test]
