@@ -12,7 +12,9 @@
 //! So over shm every peer's process is watched through a pidfd (`pidfd_open(2)`, Linux 5.3;
 //! the pid travels in the endpoint's name, [`crate::LibfabricTransport::local_name`]), and a
 //! send to a peer whose process has exited fails at once with an error naming it instead of
-//! being posted: one `poll(2)` of that peer's pidfd per send post, and a watchdog bounds the
+//! being posted: per send post, one look at the peer's live mark ([`mark`]: a robust mutex its
+//! process holds, a compare-and-swap in user space) or, where that does not answer "runs",
+//! one `poll(2)` of the peer's pidfd; and a watchdog bounds the
 //! case the check cannot see ([`Stuck`]). The pids are taken in this
 //! process's pid namespace, as shm's own cross-memory attach takes them (processes of one host
 //! that do not share a pid namespace are not told apart by pid). What this leaves open: a
@@ -43,11 +45,15 @@ pub const STUCK_EXIT_STATUS: i32 = 2;
 /// [`Stuck`]'s peer for a CQ read: any peer.
 const ANY_PEER: u32 = u32::MAX;
 
-/// A peer process's pidfd: readable once the process has exited (`pidfd_open(2)`).
+pub(crate) mod mark;
+
+/// A peer process's pidfd: readable once the process has exited (`pidfd_open(2)`); and its
+/// live mark where it has one ([`mark`]), which answers "still runs" without a system call.
 #[derive(Debug)]
 pub(crate) struct PeerExit {
     pid: u32,
     fd: OwnedFd,
+    mark: Option<mark::Mark>,
 }
 
 impl PeerExit {
@@ -60,7 +66,11 @@ impl PeerExit {
         let fd = i32::try_from(fd).ok().filter(|&fd| fd >= 0)?;
         // SAFETY: `fd` is a descriptor the call above just opened for us alone.
         let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-        Some(Self { pid, fd })
+        Some(Self {
+            pid,
+            fd,
+            mark: mark::Mark::of_peer(pid),
+        })
     }
 
     /// The watched process id.
@@ -69,8 +79,12 @@ impl PeerExit {
     }
 
     /// `true` once the process has exited (a zombie counts: it holds no lock any more, and
-    /// never will release one). One non-blocking `poll(2)`.
+    /// never will release one). While the peer's live mark is held, `false` from that alone
+    /// (a compare-and-swap in user space); else one non-blocking `poll(2)` of the pidfd.
     pub(crate) fn exited(&self) -> bool {
+        if self.mark.as_ref().is_some_and(mark::Mark::held) {
+            return false;
+        }
         let mut p = libc::pollfd {
             fd: self.fd.as_raw_fd(),
             events: libc::POLLIN,

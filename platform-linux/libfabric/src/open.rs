@@ -244,6 +244,10 @@ impl LibfabricTransport {
     /// peers watch it, `exits.rs`): what the bootstrap all-gathers and
     /// [`LibfabricTransport::connect`] takes.
     pub fn local_name(&self) -> Vec<u8> {
+        if self.enomem_is_backpressure {
+            // shm: the peers' check before a send looks at this process's live mark first.
+            exits::mark::mark_this_process();
+        }
         let mut n = Vec::with_capacity(self.local_name.len() + NAME_TRAILER_BYTES);
         n.extend_from_slice(&self.local_name);
         n.extend_from_slice(&self.generation.to_le_bytes());
