@@ -197,10 +197,7 @@ pub(crate) fn mark_this_process() -> bool {
                     std::thread::park();
                 }
             });
-        let locked = spawned.is_ok()
-            && rx
-                .recv_timeout(Duration::from_secs(1))
-                .unwrap_or(false);
+        let locked = spawned.is_ok() && rx.recv_timeout(Duration::from_secs(1)).unwrap_or(false);
         if !locked {
             log::info!("shm live mark: {path} not locked: peers check this process by pidfd");
             let _ = std::fs::remove_file(&path);

@@ -296,8 +296,14 @@ fn the_model_counts_the_gather_bytes_and_pipelines_blocks() {
 /// chunks of 4 make 3 pieces on two hosts).
 #[test]
 fn pieces_continue_the_same_ops() {
-    for sizes in [&[2u32, 2][..], &[3, 1], &[1, 2, 1]] {
-        let n: u32 = sizes.iter().sum();
+    // Under Miri one layout, a leader and a member (each plan is many instructions there).
+    let layouts: &[&[u32]] = if cfg!(miri) {
+        &[&[2, 2]]
+    } else {
+        &[&[2, 2], &[3, 1], &[1, 2, 1]]
+    };
+    for &sizes in layouts {
+        let n: u32 = if cfg!(miri) { 2 } else { sizes.iter().sum() };
         for rank in 0..n {
             let at = |count| {
                 let mut p = hier(sizes, count, DataType::I32);
