@@ -77,3 +77,85 @@ fn a_call_counts_as_stuck_only_when_long_and_its_peer_has_exited() {
     alive.kill().expect("kill");
     alive.wait().expect("reap");
 }
+
+/// The environment variable that makes [`watchdog_child`] act (it returns at once without).
+const WATCHDOG_CHILD_ENV: &str = "PROXY_LIBFABRIC_WATCHDOG_CHILD";
+
+/// The watchdog itself, end to end: a process whose registered call waits on a peer that has
+/// exited is ended by the watchdog thread after [`STUCK_LIMIT`], with [`STUCK_EXIT_STATUS`]
+/// and the error line naming the peer (the child: [`watchdog_child`], this test binary run
+/// again).
+#[test]
+fn the_watchdog_ends_a_process_stuck_on_an_exited_peer() {
+    let exe = std::env::current_exe().expect("this test binary");
+    let t0 = std::time::Instant::now();
+    let mut child = std::process::Command::new(exe)
+        .args([
+            "--ignored",
+            "--exact",
+            "exits::tests::watchdog_child",
+            "--nocapture",
+        ])
+        .env(WATCHDOG_CHILD_ENV, "1")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn the child");
+    // Bounded: 15 s in 10 ms steps, then killed.
+    let status = loop {
+        if let Some(s) = child.try_wait().expect("wait") {
+            break Some(s);
+        }
+        if t0.elapsed() > std::time::Duration::from_secs(15) {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    };
+    let mut err = String::new();
+    use std::io::Read as _;
+    let _ = child.stderr.take().map(|mut e| e.read_to_string(&mut err));
+    let took = t0.elapsed();
+    assert_eq!(
+        status.and_then(|s| s.code()),
+        Some(STUCK_EXIT_STATUS),
+        "the child was not ended by the watchdog ({took:?}); stderr: {err}"
+    );
+    assert!(
+        err.contains("a call into libfabric shm has spun for")
+            && err.contains("on the lock of rank 1")
+            && err.contains("whose process has exited holding it"),
+        "{err}"
+    );
+    assert!(
+        took >= STUCK_LIMIT,
+        "ended after {took:?}, before the limit"
+    );
+}
+
+/// The child of [`the_watchdog_ends_a_process_stuck_on_an_exited_peer`]: rank 1 is a process
+/// that has exited (reaped); a call to it is registered and never returns (it sleeps in 10 ms
+/// steps for at most 20 s, then this process ends with status 0, which the parent reads as a
+/// failure).
+#[test]
+#[ignore = "entry point of the watchdog test's child process"]
+fn watchdog_child() {
+    if std::env::var_os(WATCHDOG_CHILD_ENV).is_none() {
+        return;
+    }
+    let mut peer = std::process::Command::new("sleep")
+        .arg("30")
+        .spawn()
+        .expect("spawn");
+    let exit = PeerExit::open(peer.id()).expect("pidfd");
+    peer.kill().expect("kill");
+    peer.wait().expect("reap");
+    let s = Stuck::new("watchdog test".into(), vec![None, Some(exit)]);
+    s.enter(Some(1));
+    let t0 = std::time::Instant::now();
+    while t0.elapsed() < std::time::Duration::from_secs(20) {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    std::process::exit(0);
+}
