@@ -233,3 +233,26 @@ pub(crate) fn endpoint_name() -> String {
 
 #[cfg(test)]
 mod tests;
+
+/// Removes what the processes `pids` left in `/dev/shm` when they were killed (or closed with
+/// requests in flight): libfabric shm's regions (`<pid>:...`), the transport's named shm
+/// endpoints and their per-message files (`pxyshm_<pid>_...`), and the process's live mark
+/// (`pxyshm_<pid>_live`, `exits/mark.rs`). For a launcher or test harness that ended those
+/// processes; never call it for a process that still runs (its peers could no longer map its
+/// names). Returns how many names were removed; a name that cannot be removed is skipped.
+pub fn remove_shm_names_of(pids: &[u32]) -> usize {
+    let Ok(dir) = std::fs::read_dir("/dev/shm") else {
+        return 0;
+    };
+    let mut removed = 0;
+    for e in dir.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if pids.iter().any(|p| {
+            name.starts_with(&format!("{p}:")) || name.starts_with(&format!("pxyshm_{p}_"))
+        }) && std::fs::remove_file(e.path()).is_ok()
+        {
+            removed += 1;
+        }
+    }
+    removed
+}

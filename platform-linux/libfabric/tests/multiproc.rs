@@ -222,21 +222,9 @@ fn driver_2_processes_shm() {
 // ---------------------------------------------------------------------------------------------
 // a peer killed mid-transfer
 
-/// The shm provider names its regions `/dev/shm/<pid>:...` (the transport's own shm endpoints:
-/// `pxyshm_<pid>_...`, shm_cma.rs); a killed process (and a survivor
-/// that closed with requests in flight) leaves them behind. Removes those of our children.
+/// Removes what our killed children left in `/dev/shm` (the library's clean-up).
 fn remove_shm_regions(pids: &[u32]) {
-    let Ok(dir) = std::fs::read_dir("/dev/shm") else {
-        return;
-    };
-    for e in dir.flatten() {
-        let name = e.file_name().to_string_lossy().into_owned();
-        if pids.iter().any(|p| {
-            name.starts_with(&format!("{p}:")) || name.starts_with(&format!("pxyshm_{p}_"))
-        }) {
-            let _ = std::fs::remove_file(e.path());
-        }
-    }
+    proxy_libfabric::shm_cma::remove_shm_names_of(pids);
 }
 
 /// Kills `victim` once it is mid-transfer; the survivor's comm must fail (or time out) within

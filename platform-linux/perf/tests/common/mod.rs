@@ -40,19 +40,10 @@ pub fn argv(line: &str) -> Vec<&str> {
     line.split_whitespace().collect()
 }
 
-/// The shm provider names its regions `/dev/shm/<pid>:...` (the transport's own shm endpoints:
-/// `pxyshm_<pid>_...`, shm_cma.rs); a killed process (and a survivor
-/// that closed with requests in flight) leaves them behind. Removes those of `pids`.
+/// Removes what the killed processes `pids` left in `/dev/shm` (the library's clean-up,
+/// `proxy_libfabric::shm_cma::remove_shm_names_of`).
+#[cfg(feature = "libfabric")]
 pub fn remove_shm_regions(pids: &[i32]) {
-    let Ok(dir) = std::fs::read_dir("/dev/shm") else {
-        return;
-    };
-    for e in dir.flatten() {
-        let name = e.file_name().to_string_lossy().into_owned();
-        if pids.iter().any(|p| {
-            name.starts_with(&format!("{p}:")) || name.starts_with(&format!("pxyshm_{p}_"))
-        }) {
-            let _ = std::fs::remove_file(e.path());
-        }
-    }
+    let pids: Vec<u32> = pids.iter().filter_map(|&p| u32::try_from(p).ok()).collect();
+    proxy_libfabric::shm_cma::remove_shm_names_of(&pids);
 }
