@@ -17,7 +17,7 @@
 //! Below the chunk size each step of these is one entry each way, so on 2 ranks (a host of two
 //! processes) steps and entries move together and the fit could not tell α from o (it gave o
 //! 0 and left direct's many messages at more ranks unpriced); an entries pass therefore times
-//! direct and the ring again at 64..512 KiB with 4 KiB chunks ([`measure_entries`]), where one
+//! direct and the ring again at 64..512 KiB with 4 KiB chunks (`measure_entries`), where one
 //! step is many entries.
 //! The result goes to FILE ([`TuneFile`], written whole or not at all) and is printed with each
 //! measurement against the fitted model and the tuner's choices with the old and the new
