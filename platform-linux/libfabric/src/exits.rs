@@ -13,8 +13,8 @@
 //! the pid travels in the endpoint's name, [`crate::LibfabricTransport::local_name`]), and a
 //! send to a peer whose process has exited fails at once with an error naming it instead of
 //! being posted: per send post, one look at the peer's live mark ([`mark`]: a robust mutex its
-//! process holds, a compare-and-swap in user space) or, where that does not answer "runs",
-//! one `poll(2)` of the peer's pidfd; and a watchdog bounds the
+//! process holds, one atomic load of its lock word) or, where that does not answer "runs", one
+//! `poll(2)` of the peer's pidfd; and a watchdog (which asks the pidfds alone) bounds the
 //! case the check cannot see ([`Stuck`]). The pids are taken in this
 //! process's pid namespace, as shm's own cross-memory attach takes them (processes of one host
 //! that do not share a pid namespace are not told apart by pid). What this leaves open: a
@@ -80,11 +80,17 @@ impl PeerExit {
 
     /// `true` once the process has exited (a zombie counts: it holds no lock any more, and
     /// never will release one). While the peer's live mark is held, `false` from that alone
-    /// (a compare-and-swap in user space); else one non-blocking `poll(2)` of the pidfd.
+    /// (one atomic load); else one non-blocking `poll(2)` of the pidfd.
     pub(crate) fn exited(&self) -> bool {
         if self.mark.as_ref().is_some_and(mark::Mark::held) {
             return false;
         }
+        self.exited_by_pidfd()
+    }
+
+    /// `true` once the process has exited, by its pidfd alone (one non-blocking `poll(2)`):
+    /// the watchdog's answer, which no mark can hold back.
+    pub(crate) fn exited_by_pidfd(&self) -> bool {
         let mut p = libc::pollfd {
             fd: self.fd.as_raw_fd(),
             events: libc::POLLIN,
@@ -156,8 +162,16 @@ impl Stuck {
         self.since_ns.store(0, Ordering::Relaxed);
     }
 
+    /// `peer`'s watch when its pidfd says its process has exited (the watchdog's check).
+    fn exited_by_pidfd(&self, peer: u32) -> Option<&PeerExit> {
+        self.exits
+            .get(peer as usize)
+            .and_then(Option::as_ref)
+            .filter(|w| w.exited_by_pidfd())
+    }
+
     /// The watchdog's look: the exited peer a call has waited on for longer than
-    /// [`STUCK_LIMIT`], if any.
+    /// [`STUCK_LIMIT`], if any (by the pidfds alone).
     fn stuck(&self, now_ns: u64) -> Option<(u32, u32, Duration)> {
         let since = self.since_ns.load(Ordering::Acquire);
         if since == 0 || now_ns.saturating_sub(since) < STUCK_LIMIT.as_nanos() as u64 {
@@ -166,9 +180,10 @@ impl Stuck {
         let took = Duration::from_nanos(now_ns.saturating_sub(since));
         let peer = self.peer.load(Ordering::Relaxed);
         if peer != ANY_PEER {
-            return self.exited(peer).map(|w| (peer, w.pid(), took));
+            return self.exited_by_pidfd(peer).map(|w| (peer, w.pid(), took));
         }
-        (0..self.exits.len() as u32).find_map(|r| self.exited(r).map(|w| (r, w.pid(), took)))
+        (0..self.exits.len() as u32)
+            .find_map(|r| self.exited_by_pidfd(r).map(|w| (r, w.pid(), took)))
     }
 }
 

@@ -2,15 +2,19 @@
 //!
 //! The mark is a robust, process-shared `pthread_mutex_t` in a small file of its own in
 //! `/dev/shm` (`pxyshm_<pid>_live`, [`path_of`]), locked by a thread of the process that
-//! never lets go ([`mark_this_process`]). When a thread holding a robust mutex ends (and with
-//! it, when its process ends, however it ends: a `SIGKILL` too), the kernel marks the mutex
-//! owner-dead from the thread's robust list. So a peer that maps the file can ask "does the
-//! process still run?" with `pthread_mutex_trylock`: `EBUSY` means the holder runs, and that
-//! is a compare-and-swap in user space (glibc's robust trylock), where the pidfd's `poll(2)`
-//! is a system call on every send. Any other answer (the lock taken: not marked yet, or its
-//! holder gone, whose lock is then made consistent: a free lock from then on) is let go at
-//! once and the caller asks the pidfd ([`super::PeerExit`]), so the mark only ever speeds up
-//! the "still runs" answer and never decides "exited" alone.
+//! never lets go ([`mark_this_process`]). A robust mutex's lock word holds its holder's thread
+//! id, and when that thread ends (and with it, when its process ends, however it ends: a
+//! `SIGKILL` too) the kernel sets the word's owner-died bit from the thread's robust list. So a
+//! peer that maps the file read-only can ask "does the process still run?" with one atomic
+//! load of the word ([`Mark::held`]: a thread id and no owner-died bit), where the pidfd's
+//! `poll(2)` is a system call on every send. A prober never writes: two probers, or a prober
+//! and the process's own threads, cannot disturb each other's answer. Anything but "held" (not
+//! marked yet, the holder gone) sends the caller to the pidfd ([`super::PeerExit`]), which
+//! alone decides "exited"; and the watchdog asks the pidfd only (a robust list the kernel
+//! could not walk, as when the OOM reaper took the memory first, would leave the word "held").
+//! The word is glibc's `__lock`, the first field of the mutex on Linux; the holder checks at
+//! creation that it reads its own thread id there, and makes no mark otherwise. Peers map
+//! only a file of their own user, mode 0600.
 //!
 //! The file is removed at the process's normal exit (`atexit`); a killed process leaves it,
 //! 64 bytes, and the next process with that pid replaces it (a new file: mappings of the old
@@ -20,6 +24,7 @@
 use std::ffi::CString;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::OpenOptionsExt;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::OnceLock;
 use std::time::Duration;
 
@@ -31,45 +36,64 @@ pub(crate) fn path_of(pid: u32) -> String {
     format!("/dev/shm/pxyshm_{pid}_live")
 }
 
-/// A mapped mark (this process's, or a peer's).
+/// A mapped mark (this process's, read-write; or a peer's, read-only).
 #[derive(Debug)]
 pub(crate) struct Mark {
     mutex: *mut libc::pthread_mutex_t,
 }
 
-// SAFETY: the mutex lives in a shared mapping that this value owns until its drop, and a
-// process-shared pthread mutex is made for concurrent use from any thread of any process.
+/// The thread id bits of a robust futex word (`FUTEX_TID_MASK`, linux/futex.h).
+const FUTEX_TID_MASK: u32 = 0x3fff_ffff;
+/// Set by the kernel in a robust futex word whose holder ended (`FUTEX_OWNER_DIED`).
+const FUTEX_OWNER_DIED: u32 = 0x4000_0000;
+
+const _: () = assert!(std::mem::size_of::<libc::pthread_mutex_t>() <= MARK_BYTES);
+
+// SAFETY: the mutex lives in a shared mapping that this value owns until its drop; the owner's
+// uses are pthread calls (thread-safe), a peer's are atomic loads of the lock word.
 unsafe impl Send for Mark {}
-// SAFETY: as for Send: every use is a pthread call, which is thread-safe.
+// SAFETY: as for Send.
 unsafe impl Sync for Mark {}
 
 impl Mark {
     /// Maps the mark file at `path` (`create`: a new file with a new, unlocked robust
-    /// process-shared mutex, any old file at `path` removed first). `None` when the file
-    /// cannot be made, opened or mapped, or is too short.
+    /// process-shared mutex, any old file at `path` removed first, mapped read-write; else an
+    /// existing file, read-only). `None` when the file cannot be made, opened or mapped, is too
+    /// short, or (a peer's) is not this user's own with mode 0600.
     fn map(path: &str, create: bool) -> Option<Self> {
         if create {
             let _ = std::fs::remove_file(path);
         }
         let file = std::fs::OpenOptions::new()
             .read(true)
-            .write(true)
+            .write(create)
             .create_new(create)
             .mode(0o600)
             .open(path)
             .ok()?;
         if create {
             file.set_len(MARK_BYTES as u64).ok()?;
-        } else if file.metadata().ok()?.len() < MARK_BYTES as u64 {
-            return None;
+        } else {
+            use std::os::unix::fs::MetadataExt as _;
+            let m = file.metadata().ok()?;
+            // SAFETY: geteuid has no preconditions.
+            let me = unsafe { libc::geteuid() };
+            if m.len() < MARK_BYTES as u64 || m.uid() != me || m.mode() & 0o777 != 0o600 {
+                return None;
+            }
         }
+        let prot = if create {
+            libc::PROT_READ | libc::PROT_WRITE
+        } else {
+            libc::PROT_READ
+        };
         // SAFETY: a new shared mapping of MARK_BYTES of an open file at least that long; the
         // result is checked against MAP_FAILED.
         let p = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
                 MARK_BYTES,
-                libc::PROT_READ | libc::PROT_WRITE,
+                prot,
                 libc::MAP_SHARED,
                 file.as_raw_fd(),
                 0,
@@ -113,30 +137,20 @@ impl Mark {
         Self::map(&path_of(pid), false)
     }
 
-    /// `true` when the mark's holder runs (the lock is held by someone else). `false` means
-    /// "ask the pidfd": the lock was free (not marked yet) or its holder has ended; the lock,
-    /// if this call took it, is let go before returning.
+    /// `true` when the mark's holder runs: its lock word holds a thread id and no owner-died
+    /// bit. `false` means "ask the pidfd" (not locked yet, or its holder has ended). One
+    /// atomic load; never writes.
     pub(crate) fn held(&self) -> bool {
-        // SAFETY: the mutex lies in our live mapping and was initialised robust and
-        // process-shared by its process (a file of another kind reads as "not held" or as a
-        // lock we take and let go at once; a pthread call on it touches only the mapping).
-        match unsafe { libc::pthread_mutex_trylock(self.mutex) } {
-            libc::EBUSY => true,
-            ret @ (0 | libc::EOWNERDEAD) => {
-                // Let go at once; a dead holder's lock made consistent first, so that it is a
-                // free lock from now on (glibc leaves an unrecoverable one locked by the next
-                // thread that tries it, which would then read as held).
-                // SAFETY: this thread holds the lock it just took.
-                unsafe {
-                    if ret == libc::EOWNERDEAD {
-                        libc::pthread_mutex_consistent(self.mutex);
-                    }
-                    libc::pthread_mutex_unlock(self.mutex);
-                }
-                false
-            }
-            _ => false,
-        }
+        let w = self.word().load(Ordering::Acquire);
+        w & FUTEX_TID_MASK != 0 && w & FUTEX_OWNER_DIED == 0
+    }
+
+    /// The mutex's lock word (glibc's `__lock`, its first field).
+    fn word(&self) -> &AtomicU32 {
+        // SAFETY: the mapping is MARK_BYTES ≥ size_of::<pthread_mutex_t>() long, page-aligned,
+        // and lives as long as `self`; its first 4 bytes are the futex word, which other
+        // threads and processes (and the kernel) change only atomically.
+        unsafe { &*self.mutex.cast::<AtomicU32>() }
     }
 
     /// Locks the mutex for the calling thread (the holder). `false` on failure.
@@ -190,7 +204,11 @@ pub(crate) fn mark_this_process() -> bool {
         let spawned = std::thread::Builder::new()
             .name("shm-live-mark".into())
             .spawn(move || {
-                let locked = mark.lock();
+                // The lock word must read this thread's id (the layout `held` relies on).
+                // SAFETY: gettid has no preconditions.
+                let tid = unsafe { libc::gettid() } as u32;
+                let locked =
+                    mark.lock() && mark.word().load(Ordering::Acquire) & FUTEX_TID_MASK == tid;
                 let _ = tx.send(locked);
                 // Hold the lock (and the mapping) until the process ends.
                 loop {
@@ -218,8 +236,9 @@ mod tests {
     use super::*;
 
     /// A mark held by a thread reads held; once that thread ends (the kernel marks the robust
-    /// mutex owner-dead) it reads not held, every time after; a free mark reads not held and
-    /// stays free; a missing file maps to nothing.
+    /// mutex owner-dead) it reads not held, every time after, and to two probers at once (a
+    /// prober never takes the lock); a free mark reads not held; a missing file maps to
+    /// nothing, and so does a file of another mode.
     #[test]
     fn a_mark_reads_held_while_its_holder_runs() {
         struct Remove(String);
@@ -231,27 +250,37 @@ mod tests {
         let path = format!("/dev/shm/pxyshm_test_{}_live", std::process::id());
         let _remove = Remove(path.clone());
         let mark = Mark::map(&path, true).expect("make a mark");
-        let peer = Mark::map(&path, false).expect("map it as a peer");
+        let peer = std::sync::Arc::new(Mark::map(&path, false).expect("map it as a peer"));
         assert!(!peer.held(), "nobody holds it yet");
-        assert!(!peer.held(), "the probe let go of it");
         let (locked_tx, locked_rx) = std::sync::mpsc::channel();
         let (end_tx, end_rx) = std::sync::mpsc::channel::<()>();
         let holder = std::thread::spawn(move || {
             assert!(mark.lock());
+            // SAFETY: gettid has no preconditions.
+            let tid = unsafe { libc::gettid() } as u32;
+            assert_eq!(mark.word().load(Ordering::Acquire) & FUTEX_TID_MASK, tid);
             locked_tx.send(()).unwrap();
             let _ = end_rx.recv();
             // Ends holding the lock.
             std::mem::forget(mark);
         });
         locked_rx.recv().unwrap();
-        for _ in 0..3 {
-            assert!(peer.held(), "its holder runs");
-        }
+        assert!(peer.held(), "its holder runs");
         end_tx.send(()).unwrap();
         holder.join().unwrap();
-        for _ in 0..3 {
-            assert!(!peer.held(), "its holder has ended");
+        let probers: Vec<_> = (0..2)
+            .map(|_| {
+                let p = std::sync::Arc::clone(&peer);
+                std::thread::spawn(move || (0..100_000).all(|_| !p.held()))
+            })
+            .collect();
+        for p in probers {
+            assert!(p.join().unwrap(), "a dead holder read as held");
         }
+        let mut perm = std::fs::metadata(&path).unwrap().permissions();
+        std::os::unix::fs::PermissionsExt::set_mode(&mut perm, 0o644);
+        std::fs::set_permissions(&path, perm).unwrap();
+        assert!(Mark::map(&path, false).is_none(), "mode 0644 is not a mark");
         std::fs::remove_file(&path).unwrap();
         assert!(Mark::map(&path, false).is_none(), "no file, no mark");
         assert!(Mark::of_peer(u32::MAX).is_none());
