@@ -274,20 +274,7 @@ pub(crate) fn measure_in_host(world: &mut World, args: &Args) -> Result<Vec<Samp
         let a = world.args().clone();
         // The least of PASSES sweeps (each size's two sides): the machine's other work only
         // ever adds time.
-        let mut best: Vec<Option<(u64, f64)>> = vec![None; sizes.len()];
-        for _ in 0..PASSES {
-            for (b, &size) in best.iter_mut().zip(&sizes) {
-                let row = world.row(size)?;
-                if crate::report::total_wrong(std::slice::from_ref(&row)) != 0 {
-                    return Err(format!("{} {size} B: wrong values", algorithm.name()));
-                }
-                let t = row.oop.time_us.min(row.ip.time_us);
-                if b.is_none_or(|(_, old)| t < old) {
-                    *b = Some((row.size, t));
-                }
-            }
-        }
-        for (bytes, time_us) in best.into_iter().flatten() {
+        for (bytes, time_us) in least_of_passes(world, &sizes, algorithm.name())? {
             let Some(terms) = terms_of(&a, algorithm, bytes) else {
                 continue;
             };
@@ -302,6 +289,33 @@ pub(crate) fn measure_in_host(world: &mut World, args: &Args) -> Result<Vec<Samp
     }
     samples.extend(measure_entries(world)?);
     Ok(samples)
+}
+
+/// Each of `sizes` timed on `world`'s current collective, the least of [`PASSES`] sweeps
+/// (passes outer: the machine's other work falls on every size alike, and only ever adds
+/// time): `(bytes, µs)` per size, the lesser of out of place and in place.
+///
+/// # Errors
+/// A message naming `what` and the size when a run fails or a value arrived wrong.
+fn least_of_passes(
+    world: &mut World,
+    sizes: &[u64],
+    what: &str,
+) -> Result<Vec<(u64, f64)>, String> {
+    let mut best: Vec<Option<(u64, f64)>> = vec![None; sizes.len()];
+    for _ in 0..PASSES {
+        for (b, &size) in best.iter_mut().zip(sizes) {
+            let row = world.row(size)?;
+            if crate::report::total_wrong(std::slice::from_ref(&row)) != 0 {
+                return Err(format!("{what} {size} B: wrong values"));
+            }
+            let t = row.oop.time_us.min(row.ip.time_us);
+            if b.is_none_or(|(_, old)| t < old) {
+                *b = Some((row.size, t));
+            }
+        }
+    }
+    Ok(best.into_iter().flatten().collect())
 }
 
 /// The chunk of the entries pass, bytes: small, so that a step is many entries.
@@ -340,24 +354,8 @@ pub(crate) fn measure_entries(world: &mut World) -> Result<Vec<Sample>, String> 
                 AlgoArg::from_str(algorithm.name(), false)?,
             );
             let a = world.args().clone();
-            for &size in &sizes {
-                let mut best: Option<(u64, f64)> = None;
-                for _ in 0..PASSES {
-                    let row = world.row(size)?;
-                    if crate::report::total_wrong(std::slice::from_ref(&row)) != 0 {
-                        return Err(format!(
-                            "{} {size} B, chunk {ENTRY_CHUNK} B: wrong values",
-                            algorithm.name()
-                        ));
-                    }
-                    let t = row.oop.time_us.min(row.ip.time_us);
-                    if best.is_none_or(|(_, old)| t < old) {
-                        best = Some((row.size, t));
-                    }
-                }
-                let Some((bytes, time_us)) = best else {
-                    continue;
-                };
+            let what = format!("{}, chunk {ENTRY_CHUNK} B,", algorithm.name());
+            for (bytes, time_us) in least_of_passes(world, &sizes, &what)? {
                 if let Some(terms) = terms_of(&a, algorithm, bytes) {
                     samples.push(Sample {
                         algorithm,

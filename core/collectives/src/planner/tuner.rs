@@ -305,11 +305,7 @@ pub fn cost(
 /// the slowest of them.
 pub fn hierarchical_cost(p: &PlanParams) -> u64 {
     let parts = u64::from(p.streams.saturating_mul(p.blocks).max(1));
-    let h = if p.hosts.is_none() {
-        p.nranks
-    } else {
-        p.hosts.sizes().len() as u32
-    };
+    let h = hosts_of(p);
     let mut piece = *p;
     piece.count = p.count.div_ceil(parts);
     let pieces = crate::planner::hier_pieces(piece.count, p.chunk_elems(), h);
@@ -323,16 +319,21 @@ pub fn hierarchical_cost(p: &PlanParams) -> u64 {
         .saturating_add(slowest.saturating_mul(k - 1))
 }
 
+/// The hierarchical all-reduce's hosts for `p`: the map's, or every rank its own host.
+fn hosts_of(p: &PlanParams) -> u32 {
+    if p.hosts.is_none() {
+        p.nranks
+    } else {
+        p.hosts.sizes().len() as u32
+    }
+}
+
 /// The three phases of [`hierarchical_cost`] for `p`'s vector in nanoseconds: gather, leaders'
 /// all-reduce, broadcast.
 fn hierarchical_phases(p: &PlanParams, split: bool) -> [u64; 3] {
     let b = p.bytes();
     let s = p.hosts.sizes().iter().copied().max().unwrap_or(1);
-    let h = if p.hosts.is_none() {
-        p.nranks
-    } else {
-        p.hosts.sizes().len() as u32
-    };
+    let h = hosts_of(p);
     let chunk = u128::from(p.chunk_bytes.max(1));
     let ent = u128::from(b).div_ceil(chunk).max(1);
     let m = u128::from(s.saturating_sub(1));
