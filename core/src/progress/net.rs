@@ -145,6 +145,10 @@ pub trait Transport: Send {
 
     /// Tests one request. `Done` and `Cancelled` release the request id.
     ///
+    /// Reports what the transport knows; it need not move the transport's progress (a
+    /// manual-progress transport reads its completion queue in [`Transport::poll`] only, once
+    /// per round). A caller that tests outside the progress half's rounds polls between tests.
+    ///
     /// # Errors
     /// The request failed (truncation, peer gone, provider error); the request id is released.
     fn test(&mut self, request: RequestId) -> Result<TestOutcome, NetError>;

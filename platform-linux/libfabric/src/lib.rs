@@ -25,8 +25,9 @@
 //!   `tcp;ofi_rxm` lacks `FI_DIRECTED_RECV`. `FI_ORDER_SAS` keeps equal tags in post order.
 //! * **Progress** is manual: the hints ask for `FI_PROGRESS_MANUAL` data and control progress,
 //!   the granted models are read back into [`ProviderAttrs`] and logged at open (a provider
-//!   that grants automatic data progress is logged at WARN); [`Transport::poll`] and
-//!   [`Transport::test`] read the CQ. A post answered `-FI_EAGAIN` (or shm's `-FI_ENOMEM`) reads
+//!   that grants automatic data progress is logged at WARN); [`Transport::poll`] reads the CQ
+//!   (the progress half calls it once per round), [`Transport::test`] reports what the last
+//!   read found and reads nothing itself. A post answered `-FI_EAGAIN` (or shm's `-FI_ENOMEM`) reads
 //!   the CQ once and returns `Ok(None)`: back-pressure, the caller retries. Send posts to a peer
 //!   that keeps answering `-FI_EAGAIN` for 50 ms are spaced (up to 10 ms apart) by the transport
 //!   itself (`backoff.rs`: on `tcp;ofi_rxm` each post to a vanished peer starts a refused

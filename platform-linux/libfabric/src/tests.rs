@@ -465,6 +465,7 @@ fn truncation(provider: &str) {
     let mut sent = None;
     while start.elapsed() < Duration::from_secs(5) && sent.is_none() {
         let _ = ts[1].poll();
+        let _ = ts[0].poll();
         match ts[0].test(s) {
             Ok(TestOutcome::Pending) => std::thread::yield_now(),
             other => sent = Some(other),

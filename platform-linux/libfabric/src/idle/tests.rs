@@ -13,10 +13,11 @@ fn with_fd() -> Options {
     }
 }
 
-/// Tests `id` on `t` alone until it finishes (bounded: 10 s).
+/// Polls `t` alone and tests `id` until it finishes (bounded: 10 s).
 fn finish(t: &mut LibfabricTransport, id: RequestId) -> TestOutcome {
     let start = Instant::now();
     loop {
+        t.poll().expect("poll");
         match t.test(id) {
             Ok(TestOutcome::Pending) => {
                 assert!(start.elapsed() < Duration::from_secs(10), "request stuck");
@@ -75,6 +76,7 @@ fn tcp_idle_wait_sleeps_until_a_message_arrives() {
             }
             Armed::Ready => {
                 ready += 1;
+                b.poll().expect("poll");
                 assert!(matches!(b.test(r), Ok(TestOutcome::Pending)));
             }
             Armed::Unavailable => panic!("unavailable while open"),
