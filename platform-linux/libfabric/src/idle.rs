@@ -88,8 +88,10 @@ impl CqIdleWait {
 }
 
 impl IdleWait for CqIdleWait {
-    /// `fi_trywait` on the CQ: `Armed` on 0, `Ready` on `-FI_EAGAIN` (completions queued),
-    /// `Unavailable` once the transport closed or on any other answer.
+    /// `fi_trywait` on the CQ: `Armed` on 0; on `-FI_EAGAIN` the provider's progress is run
+    /// once (a CQ read of zero entries: no completion taken) and `fi_trywait` asked again,
+    /// `Ready` when it still answers `-FI_EAGAIN` (completions queued); `Unavailable` once the
+    /// transport closed or on any other answer.
     fn arm(&self) -> Armed {
         let g = self.lock();
         let Some(r) = g.as_ref() else {
@@ -97,7 +99,23 @@ impl IdleWait for CqIdleWait {
         };
         // SAFETY: the objects are open (the close detaches first, under this lock) and only
         // the driving thread uses them now (`idle_wait`'s contract).
-        let ret = unsafe { fi::fi_trywait_cq(r.fabric, r.cq) };
+        let mut ret = unsafe { fi::fi_trywait_cq(r.fabric, r.cq) };
+        if ret == -(fi::FI_EAGAIN as i32) {
+            // The provider has work of its own (on tcp: a socket holds a peer's message that
+            // no posted receive wants yet, say the next collective's, sent by a peer that is
+            // ahead). Only a CQ read moves it (manual progress), and the comm reads its CQ
+            // only while it has ops: without this read `fi_trywait` answered -FI_EAGAIN on
+            // every arm until this rank's own device triggered, and the driver ticked in a
+            // busy loop instead of sleeping (millions of arms per second; an 8 B all-reduce of
+            // 4 processes on 2 CPUs in worker mode with `--wait sleep` took 0.7–2.5 ms, now
+            // 0.3). A read of zero entries runs the provider's progress and takes no
+            // completion: whatever it queued stays for the transport's next read.
+            let mut none = core::mem::MaybeUninit::<fi::fi_cq_tagged_entry>::uninit();
+            // SAFETY: as above; a read of zero entries writes nothing into `none`.
+            unsafe { fi::fi_cq_read(r.cq, none.as_mut_ptr().cast(), 0) };
+            // SAFETY: as above.
+            ret = unsafe { fi::fi_trywait_cq(r.fabric, r.cq) };
+        }
         match ret {
             0 => Armed::Armed,
             r if r == -(fi::FI_EAGAIN as i32) => Armed::Ready,

@@ -138,3 +138,57 @@ fn tcp_idle_wait_kick_ends_one_sleep() {
         t.close().unwrap();
     }
 }
+
+/// tcp: a peer's message that no posted receive wants yet (the next collective's, from a peer
+/// that is ahead) leaves the provider work that only a CQ read moves. `arm` runs that progress
+/// itself and arms, instead of answering `Ready` at every call while the driver has nothing to
+/// read (it did: the driver then ticked in a busy loop until its own work began). The message
+/// is not lost: the receive posted afterwards gets it.
+#[test]
+fn tcp_idle_wait_arms_with_an_unexpected_message_queued() {
+    let mut ts = pair("tcp", with_fd());
+    // SAFETY: only this thread uses ts[1] and its waiter, one call at a time.
+    let idle = unsafe { ts[1].idle_wait() }.expect("tcp has a CQ descriptor");
+    // A first exchange sets the connection up.
+    let mut first = [0u8; 8];
+    let r = recv(&mut ts, 1, 0, first.as_mut_ptr(), 8, 1);
+    let s = send(&mut ts, 0, 1, b"connect!", 1);
+    assert!(matches!(wait(&mut ts, 0, s), Ok(TestOutcome::Done { .. })));
+    assert!(matches!(wait(&mut ts, 1, r), Ok(TestOutcome::Done { .. })));
+    assert_eq!(idle.arm(), Armed::Armed, "nothing queued yet");
+
+    // Rank 0 sends tag 2; rank 1 posts nothing and reads no CQ.
+    let [mut a, mut b] = ts;
+    let msg = *b"early!!!";
+    let start = Instant::now();
+    let id = loop {
+        // SAFETY: `msg` outlives the request (it is finished below).
+        match unsafe { a.isend(1, msg.as_ptr(), 8, 2) } {
+            Ok(Some(p)) => break p.request,
+            Ok(None) => assert!(start.elapsed() < Duration::from_secs(10), "isend stuck"),
+            Err(e) => panic!("isend: {e}"),
+        }
+    };
+    assert!(matches!(finish(&mut a, id), TestOutcome::Done { .. }));
+    // Let the bytes reach rank 1's socket.
+    std::thread::sleep(Duration::from_millis(20));
+    let answers: Vec<Armed> = (0..3).map(|_| idle.arm()).collect();
+    assert!(
+        answers.contains(&Armed::Armed),
+        "arm never armed with an unexpected message queued: {answers:?}"
+    );
+
+    let mut buf = [0u8; 8];
+    let r = loop {
+        // SAFETY: `buf` outlives the request (it is finished below).
+        match unsafe { b.irecv(0, buf.as_mut_ptr(), 8, 2) } {
+            Ok(Some(p)) => break p.request,
+            Ok(None) => assert!(start.elapsed() < Duration::from_secs(10), "irecv stuck"),
+            Err(e) => panic!("irecv: {e}"),
+        }
+    };
+    assert!(matches!(finish(&mut b, r), TestOutcome::Done { .. }));
+    assert_eq!(&buf, b"early!!!");
+    a.close().unwrap();
+    b.close().unwrap();
+}
