@@ -23,7 +23,7 @@ echo "# $(date -u +%H:%M:%S) UTC, load $(cut -d' ' -f1-3 /proc/loadavg), $ROUNDS
 pp() { # label args...
     local l=$1; shift
     echo -e "$l\t$(timeout 120 "$PP" all-reduce --ranks 4 -b 8 -e 8 -w 200 "$@" 2>&1 |
-        grep -v '^#' | awk '{print $6, $10}')" >> "$out"
+        awk '/^ +[0-9]/{print $6, $10}')" >> "$out"
 }
 mpi() { # label iters net-flags...
     local l=$1 n=$2; shift 2
