@@ -12,7 +12,7 @@
 # --provider tcp`; the map of hosts comes from the bootstrap.
 #
 # First the calibration: `proxy-perf --tune` run by every rank across the two namespaces (it
-# times exchanges over the shaped link and fits its α and β, then fits the in-host constants
+# times exchanges over the shaped link and fits its α, β and per-message o, then fits the in-host constants
 # among host 0's ranks over the same transport; sizes HIER_TUNE_SIZES, default 8 B .. 8 MiB). HIER_TUNE=hand writes the
 # old hand-made file instead (the in-process defaults inside a host, the tbf rate and ~30 µs per
 # step between hosts), HIER_TUNE=FILE uses a file of your own. Then for each algorithm in

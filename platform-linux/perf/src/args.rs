@@ -548,7 +548,9 @@ pub struct Args {
     /// constants as JSON to FILE (then `NEURON_RT_PROXY_TUNE_FILE=FILE`; see
     /// docs/runtime-authors.md). When the ranks span hosts (processes whose bootstrap sees two
     /// hosts or more, or `--hosts`) it also times send-recv exchanges over the link between
-    /// hosts and writes the link's α and β as the file's inter-host constants.
+    /// hosts and, on three ranks or more, direct all-to-alls up to 64 KiB (many messages over
+    /// the link at once), and writes the link's α, β and per-message o as the file's
+    /// inter-host constants.
     #[arg(long, value_name = "FILE")]
     pub tune: Option<std::path::PathBuf>,
     /// Cost against the number of ranks instead of the size sweep: the collective at `-b`

@@ -34,10 +34,15 @@
 //! link carries one message each way, between the last rank of one host and the leader of the
 //! next) at every size of the sweep, the least of [`PASSES`] sweeps, the slowest rank's time
 //! (the crossing message). The model's time of one such exchange is
-//! `α + 2⌈b / chunk⌉ o + b β`; with `o` taken from the in-host fit, `α` and `β` of the link are
-//! fitted by the same non-negative least squares on the relative errors
-//! ([`link::fit_link`]), `γ` is the host's (a reduction never crosses the link), and the four
-//! go to FILE's `inter_host_cost_model`. Then host 0's processes alone make a bootstrap and a
+//! `α + 2⌈b / chunk⌉ o + b β`. On three ranks or more the direct all-to-all over every rank is
+//! timed too, at the sizes up to [`link::ALL_TO_ALL_MAX_BYTES`]: every rank sends its `n − 1`
+//! messages at once, the other hosts' ranks' across the link together, as a flat direct
+//! all-reduce does (`α + 2(n − 1)⌈b / (n chunk)⌉ o + (n − 1) b / n β`), which tells the link's
+//! cost per message from its cost per step (one message each way tells nothing of how the
+//! link takes several at once). `α`, `o` and `β` of the link are then fitted by the same
+//! non-negative least squares on the relative errors ([`link::fit_link`]); with two ranks `o`
+//! is the in-host fit's and only `α` and `β` are fitted. `γ` is the host's (a reduction never
+//! crosses the link), and the four go to FILE's `inter_host_cost_model`. Then host 0's processes alone make a bootstrap and a
 //! comm of their own (root on a loopback port rank 0 chose and told the others over the big
 //! bootstrap) and run the in-host fit on it; the other hosts' processes end (their CPUs are
 //! not host 0's on real hosts, but they would share them in a namespace test). Host 0 with
@@ -481,12 +486,21 @@ pub(crate) fn report(
             let lm = link::fit_link(&l.samples, &m)
                 .ok_or("the exchanges between hosts cannot tell α and β apart")?;
             let lrms = link::link_rms(&l.samples, &lm);
+            let per_message = l
+                .samples
+                .iter()
+                .any(|s| s.exchange == link::Exchange::AllToAll);
             let _ = writeln!(
                 out,
-                "#\n# between hosts {} (ranks per host), {}: send-recv shift, {} ranks, one \
-                 message each way per link\n# {:>18} {:>10} {:>12} {:>12} {:>7}",
+                "#\n# between hosts {} (ranks per host), {}: send-recv shift (one message each \
+                 way per link){}, {} ranks\n# {:>18} {:>10} {:>12} {:>12} {:>7}",
                 link::hosts_text(&l.hosts),
                 l.transport,
+                if per_message {
+                    " and direct all-to-all (every rank's messages at once)"
+                } else {
+                    ""
+                },
                 args_all.ranks,
                 "exchange",
                 "bytes",
@@ -499,7 +513,7 @@ pub(crate) fn report(
                 let _ = writeln!(
                     out,
                     "  {:>18} {:>10} {:>12.2} {:>12.2} {:>6.0}%",
-                    "send-recv",
+                    s.exchange.name(),
                     s.bytes,
                     s.time_ns / 1000.0,
                     model / 1000.0,
@@ -509,12 +523,13 @@ pub(crate) fn report(
             let old_inter = args_all.tuning.inter_host_model(args_all.link);
             let _ = writeln!(
                 out,
-                "#\n# fitted between hosts: α {} ns/step, β {} ps/B sent (o {} ns/entry and γ {} \
-                 ps/B the host's); {} exchanges, rms relative error {:.0} % (the old constants: \
-                 {:.0} %)",
+                "#\n# fitted between hosts: α {} ns/step, β {} ps/B sent, o {} ns/entry ({}), γ \
+                 {} ps/B (the host's); {} exchanges, rms relative error {:.0} % (the old \
+                 constants: {:.0} %)",
                 lm.step_ns,
                 lm.byte_ps,
                 lm.entry_ns,
+                if per_message { "fitted" } else { "the host's" },
                 lm.reduce_ps,
                 l.samples.len(),
                 lrms * 100.0,
@@ -532,9 +547,10 @@ pub(crate) fn report(
                 );
             }
             tune.measured_on.push_str(&format!(
-                "; between hosts {} over {}: send-recv, {} ranks, {}..{} B",
+                "; between hosts {} over {}: send-recv{}, {} ranks, {}..{} B",
                 link::hosts_text(&l.hosts),
                 l.transport,
+                if per_message { " and all-to-all" } else { "" },
                 args_all.ranks,
                 args.min_bytes,
                 args.max_bytes

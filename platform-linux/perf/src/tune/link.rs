@@ -1,5 +1,6 @@
 //! The link between hosts (`--tune` when the ranks span hosts): timed exchanges over it and
-//! the fit of its `α` and `β` ([`fit_link`]); see the parent module's "Between hosts".
+//! the fit of its `α`, `β` and, with three ranks or more, its per-message `o`
+//! ([`fit_link`]); see the parent module's "Between hosts".
 
 use proxy_collectives::planner::tuner::{self, CostModel, Terms};
 use proxy_collectives::planner::{Algorithm, Collective, HostMap};
@@ -9,23 +10,61 @@ use clap::ValueEnum;
 use crate::args::{AlgoArg, Args, CollArg};
 use crate::run::World;
 
+/// The largest per-rank size at which the all-to-all exchange is timed: it is there for the
+/// per-message cost, which small messages show; larger ones would only repeat what the
+/// shift's bytes tell.
+pub const ALL_TO_ALL_MAX_BYTES: u64 = 64 << 10;
+
+/// Which exchange a [`LinkSample`] timed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Exchange {
+    /// The send-recv shift: one message each way per link (its `α` and `β`).
+    Shift,
+    /// The direct all-to-all over every rank: each rank's `n − 1` messages at once, the
+    /// other hosts' ranks' across the link together, as a flat direct all-reduce sends them
+    /// (the link's cost per message under concurrent messages, `o`).
+    AllToAll,
+}
+
+impl Exchange {
+    /// The name the report prints.
+    pub fn name(self) -> &'static str {
+        match self {
+            Exchange::Shift => "send-recv",
+            Exchange::AllToAll => "all-to-all",
+        }
+    }
+}
+
 /// One timed exchange over the link.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct LinkSample {
-    /// Bytes each rank sent.
+    /// The exchange timed.
+    pub exchange: Exchange,
+    /// Bytes in each rank's buffer (the shift's message; the all-to-all's `n` blocks).
     pub bytes: u64,
-    /// The model's terms of the exchange (one step, one message each way: the send-recv
-    /// shift's, [`tuner::terms`]).
+    /// The model's terms of the exchange ([`tuner::terms`] of the send-recv shift or the
+    /// all-to-all, direct: one step).
     pub terms: Terms,
     /// The slowest rank's time, ns.
     pub time_ns: f64,
 }
 
-/// The model's terms of one exchange of `bytes` with FIFO entries of at most `chunk` bytes
-/// (`split`: over streams or blocks).
-pub fn exchange_terms(bytes: u64, nranks: u32, chunk: u64, split: bool) -> Option<Terms> {
+/// The model's terms of one `exchange` of `bytes` per rank on `nranks` ranks with FIFO
+/// entries of at most `chunk` bytes (`split`: over streams or blocks).
+pub fn exchange_terms(
+    exchange: Exchange,
+    bytes: u64,
+    nranks: u32,
+    chunk: u64,
+    split: bool,
+) -> Option<Terms> {
+    let collective = match exchange {
+        Exchange::Shift => Collective::SendRecv,
+        Exchange::AllToAll => Collective::AllToAll,
+    };
     tuner::terms(
-        Collective::SendRecv,
+        collective,
         Algorithm::Direct,
         bytes,
         nranks.max(2),
@@ -34,29 +73,53 @@ pub fn exchange_terms(bytes: u64, nranks: u32, chunk: u64, split: bool) -> Optio
     )
 }
 
-/// The link's constants: `α` (ns per step) and `β` (ps per byte) that minimise
-/// `Σ ((α · steps + o · entries + β · sent − t) / t)²` over `samples` with neither below zero,
-/// where `o` is `host.entry_ns` (a FIFO entry costs the proxy and the device the same whatever
-/// the link); `o` and `γ` are `host`'s. `None` without two samples of different sizes.
+/// The link's constants. With all-to-all samples among `samples` (three ranks or more): `α` (ns
+/// per step), `o` (ns per FIFO entry) and `β` (ps per byte) that minimise
+/// `Σ ((α · steps + o · entries + β · sent − t) / t)²` with none below zero; the shift's one
+/// message each way and the all-to-all's `n − 1` tell `α` from `o`. With shift samples alone
+/// `o` is `host.entry_ns` (a FIFO entry costs the proxy and the device the same whatever the
+/// link) and only `α` and `β` are fitted. `γ` is `host`'s (a reduction never crosses the
+/// link). `None` without two shift samples of different sizes.
 pub fn fit_link(samples: &[LinkSample], host: &CostModel) -> Option<CostModel> {
-    let sizes = || samples.iter().map(|s| s.bytes);
-    let distinct = sizes().min() != sizes().max();
-    if !distinct {
+    let shift_sizes = || {
+        samples
+            .iter()
+            .filter(|s| s.exchange == Exchange::Shift)
+            .map(|s| s.bytes)
+    };
+    if shift_sizes().min() == shift_sizes().max() {
         return None;
     }
-    let rows: Vec<[f64; 2]> = samples
-        .iter()
-        .map(|s| [s.terms.steps as f64, s.terms.sent as f64])
-        .collect();
-    let y: Vec<f64> = samples
-        .iter()
-        .map(|s| s.time_ns - s.terms.entries as f64 * host.entry_ns as f64)
-        .collect();
     let t: Vec<f64> = samples.iter().map(|s| s.time_ns).collect();
-    let [alpha, beta] = super::nnls_relative(&rows, &y, &t)?;
+    let per_message = samples.iter().any(|s| s.exchange == Exchange::AllToAll);
+    let (alpha, entry_ns, beta) = if per_message {
+        let rows: Vec<[f64; 3]> = samples
+            .iter()
+            .map(|s| {
+                [
+                    s.terms.steps as f64,
+                    s.terms.entries as f64,
+                    s.terms.sent as f64,
+                ]
+            })
+            .collect();
+        let [alpha, o, beta] = super::nnls_relative(&rows, &t, &t)?;
+        (alpha, o.max(0.0).round() as u64, beta)
+    } else {
+        let rows: Vec<[f64; 2]> = samples
+            .iter()
+            .map(|s| [s.terms.steps as f64, s.terms.sent as f64])
+            .collect();
+        let y: Vec<f64> = samples
+            .iter()
+            .map(|s| s.time_ns - s.terms.entries as f64 * host.entry_ns as f64)
+            .collect();
+        let [alpha, beta] = super::nnls_relative(&rows, &y, &t)?;
+        (alpha, host.entry_ns, beta)
+    };
     Some(CostModel {
         step_ns: alpha.max(0.0).round() as u64,
-        entry_ns: host.entry_ns,
+        entry_ns,
         byte_ps: (beta * 1000.0).max(0.0).round() as u64,
         reduce_ps: host.reduce_ps,
     })
@@ -85,20 +148,55 @@ pub fn exchange_args(args: &Args) -> Result<Args, String> {
     Ok(a)
 }
 
-/// Times the exchange at every size of `args`' sweep, the least of `passes` sweeps, on
-/// `world` (set up with [`exchange_args`]; every process of the run calls it, the rows are
-/// collective).
+/// Times the send-recv shift at every size of `args`' sweep and, on three ranks or more, the
+/// direct all-to-all at the sweep's sizes up to [`ALL_TO_ALL_MAX_BYTES`] (at least one
+/// element per block), each the least of `passes` sweeps, on `world` (set up with
+/// [`exchange_args`]; every process of the run calls it, the rows are collective). The world
+/// is left on the shift.
 ///
 /// # Errors
 /// A message when a run fails or a value arrived wrong.
 pub fn measure(world: &mut World, args: &Args, passes: usize) -> Result<Vec<LinkSample>, String> {
-    let sizes = args.sizes();
+    let split = args.streams.saturating_mul(args.blocks) > 1;
+    let mut samples = timed(world, args, Exchange::Shift, &args.sizes(), passes, split)?;
+    if args.ranks >= 3 {
+        let least = u64::from(args.ranks) * args.dtype.size() as u64;
+        let sizes: Vec<u64> = args
+            .sizes()
+            .into_iter()
+            .filter(|&b| (least..=ALL_TO_ALL_MAX_BYTES).contains(&b))
+            .collect();
+        if !sizes.is_empty() {
+            world.set_collective(
+                CollArg::AllToAll,
+                AlgoArg::from_str(Algorithm::Direct.name(), false)?,
+            );
+            let all = timed(world, args, Exchange::AllToAll, &sizes, passes, split);
+            world.set_collective(args.collective, args.algo);
+            samples.extend(all?);
+        }
+    }
+    Ok(samples)
+}
+
+/// [`measure`]'s sweeps of one exchange: the least time of `passes` sweeps per size.
+fn timed(
+    world: &mut World,
+    args: &Args,
+    exchange: Exchange,
+    sizes: &[u64],
+    passes: usize,
+    split: bool,
+) -> Result<Vec<LinkSample>, String> {
     let mut best: Vec<Option<(u64, f64)>> = vec![None; sizes.len()];
     for _ in 0..passes {
-        for (b, &size) in best.iter_mut().zip(&sizes) {
+        for (b, &size) in best.iter_mut().zip(sizes) {
             let row = world.row(size)?;
             if crate::report::total_wrong(std::slice::from_ref(&row)) != 0 {
-                return Err(format!("send-recv {size} B between hosts: wrong values"));
+                return Err(format!(
+                    "{} {size} B between hosts: wrong values",
+                    exchange.name()
+                ));
             }
             let t = row.oop.time_us.min(row.ip.time_us);
             if b.is_none_or(|(_, old)| t < old) {
@@ -106,14 +204,14 @@ pub fn measure(world: &mut World, args: &Args, passes: usize) -> Result<Vec<Link
             }
         }
     }
-    let split = args.streams.saturating_mul(args.blocks) > 1;
     Ok(best
         .into_iter()
         .flatten()
         .filter_map(|(bytes, time_us)| {
             Some(LinkSample {
+                exchange,
                 bytes,
-                terms: exchange_terms(bytes, args.ranks, args.chunk, split)?,
+                terms: exchange_terms(exchange, bytes, args.ranks, args.chunk, split)?,
                 time_ns: time_us * 1000.0,
             })
         })

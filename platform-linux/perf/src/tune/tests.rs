@@ -188,8 +188,10 @@ fn the_link_fit_recovers_alpha_and_beta() {
         (0..11)
             .map(|i| {
                 let bytes = 8u64 << (2 * i); // 8 B .. 8 MiB
-                let terms = link::exchange_terms(bytes, 4, 512 << 10, false).unwrap();
+                let terms = link::exchange_terms(link::Exchange::Shift, bytes, 4, 512 << 10, false)
+                    .unwrap();
                 link::LinkSample {
+                    exchange: link::Exchange::Shift,
                     bytes,
                     terms,
                     time_ns: terms.time_ns(&link) as f64 * noise(i),
@@ -229,9 +231,11 @@ fn the_link_fit_clamps_alpha_at_zero() {
     let samples: Vec<link::LinkSample> = [8u64, 4 << 10, 256 << 10]
         .into_iter()
         .map(|bytes| {
-            let terms = link::exchange_terms(bytes, 2, 512 << 10, false).unwrap();
+            let terms =
+                link::exchange_terms(link::Exchange::Shift, bytes, 2, 512 << 10, false).unwrap();
             // 2 entries at 10 µs would be 20 µs; the link did it in 5 µs + 1 ns/B.
             link::LinkSample {
+                exchange: link::Exchange::Shift,
                 bytes,
                 terms,
                 time_ns: 5_000.0 + bytes as f64,
@@ -241,4 +245,53 @@ fn the_link_fit_clamps_alpha_at_zero() {
     let m = link::fit_link(&samples, &host).unwrap();
     assert_eq!(m.step_ns, 0, "{m:?}");
     assert!(m.byte_ps > 0, "{m:?}");
+}
+
+/// With the all-to-all's exchanges beside the shift's (four ranks), the link fit gives back a
+/// per-message cost of its own (the shift alone would leave the host's): α, o and β of a
+/// link whose messages cost more than the host's entries, exactly; with two ranks no
+/// all-to-all is timed, and o stays the host's.
+#[test]
+fn the_link_fit_tells_the_per_message_cost_from_the_all_to_all() {
+    let host = CostModel {
+        step_ns: 2_000,
+        entry_ns: 900,
+        byte_ps: 35,
+        reduce_ps: 30,
+    };
+    let link = CostModel {
+        step_ns: 40_000,
+        entry_ns: 12_000,
+        byte_ps: 8_000,
+        reduce_ps: host.reduce_ps,
+    };
+    let sample = |exchange, bytes| {
+        let terms = link::exchange_terms(exchange, bytes, 4, 512 << 10, false).unwrap();
+        link::LinkSample {
+            exchange,
+            bytes,
+            terms,
+            time_ns: terms.time_ns(&link) as f64,
+        }
+    };
+    let mut samples: Vec<link::LinkSample> = (0..11)
+        .map(|i| sample(link::Exchange::Shift, 8u64 << (2 * i)))
+        .collect();
+    // 8 B .. 8 MiB shifts, then 32 B .. 32 KiB all-to-alls (blocks of 8 B .. 8 KiB).
+    samples.extend((0..6).map(|i| sample(link::Exchange::AllToAll, 32u64 << (2 * i))));
+    let a2a = samples.last().unwrap().terms;
+    assert_eq!((a2a.steps, a2a.entries, a2a.sent), (1, 6, 3 * 8192));
+    let m = link::fit_link(&samples, &host).unwrap();
+    assert_eq!(m, link);
+    assert!(link::link_rms(&samples, &m) < 1e-3);
+
+    // The shift alone: the host's o, α absorbs what it cannot tell apart.
+    let shift_only: Vec<link::LinkSample> = samples
+        .iter()
+        .filter(|s| s.exchange == link::Exchange::Shift)
+        .copied()
+        .collect();
+    let m = link::fit_link(&shift_only, &host).unwrap();
+    assert_eq!(m.entry_ns, host.entry_ns);
+    assert!(m.step_ns > link.step_ns, "{m:?}");
 }
