@@ -172,7 +172,8 @@ fn ranks_sweep_table_and_plot() {
 }
 
 /// `--tune` with `--hosts` (pretend hosts in process): the exchanges between them are timed
-/// and fitted too, and the file holds the link's constants and their fit.
+/// and fitted too (the shift at every size, the all-to-all at the sizes of at least one
+/// element per block), and the file holds the link's constants and their fit.
 #[test]
 fn tune_across_hosts_writes_the_links_constants() {
     let file =
@@ -187,17 +188,25 @@ fn tune_across_hosts_writes_the_links_constants() {
         .filter(|l| l.trim_start().starts_with("send-recv ") && l.trim_end().ends_with('%'))
         .count();
     assert_eq!(links, 4, "{out}");
+    let all_to_all = out
+        .lines()
+        .filter(|l| l.trim_start().starts_with("all-to-all ") && l.trim_end().ends_with('%'))
+        .count();
+    // 64, 512 and 4096 B (8 B is less than one 4-byte element per rank's block).
+    assert_eq!(all_to_all, 3, "{out}");
     assert!(out.contains("# fitted between hosts: α "), "{out}");
+    assert!(out.contains("ns/entry (fitted)"), "{out}");
     assert!(out.contains("choice across hosts 2,2 at"), "{out}");
     let t = TuneFile::read(&file).unwrap();
     // In process the in-host fit runs on --ranks (4 algorithms × 4 sizes).
     assert_eq!(t.samples, 16, "{t:?}");
-    assert_eq!(t.inter_host_samples, Some(4), "{t:?}");
+    assert_eq!(t.inter_host_samples, Some(7), "{t:?}");
     let inter = t.inter_host_cost_model.expect("the link's constants");
-    // o and γ of the link are the host's.
-    assert_eq!(
-        (inter.entry_ns, inter.reduce_ps),
-        (t.cost_model.entry_ns, t.cost_model.reduce_ps)
+    // γ of the link is the host's (o is the link's own, fitted).
+    assert_eq!(inter.reduce_ps, t.cost_model.reduce_ps);
+    assert!(
+        t.measured_on.contains("send-recv and all-to-all, 4 ranks"),
+        "{t:?}"
     );
     assert!(t.measured_on.contains("between hosts 2,2"), "{t:?}");
     std::fs::remove_file(&file).unwrap();
@@ -249,6 +258,7 @@ fn tune_with_ranks_as_processes() {
     );
     assert!(t.measured_on.contains(", 2 ranks,"), "{t:?}");
     assert!(t.measured_on.contains("between hosts 2,2"), "{t:?}");
-    assert_eq!(t.inter_host_samples, Some(3), "{t:?}");
+    // The shift at 8, 64 and 512 B, the all-to-all at 64 and 512 B.
+    assert_eq!(t.inter_host_samples, Some(5), "{t:?}");
     std::fs::remove_file(&file).unwrap();
 }
