@@ -1,9 +1,10 @@
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use proxy_core::driver::idle::{Armed, IdleWait};
-use proxy_core::progress::net::{RequestId, TestOutcome, Transport};
+use proxy_core::progress::net::{NetError, Posted, RequestId, TestOutcome, Transport};
 
-use crate::tests::{pair, recv, send, wait};
+use crate::tests::{pair, recv, send, wait, Pair};
 use crate::*;
 
 fn with_fd() -> Options {
@@ -29,37 +30,54 @@ fn finish(t: &mut LibfabricTransport, id: RequestId) -> TestOutcome {
     }
 }
 
-/// tcp: the CQ has a descriptor; a receiver with nothing queued arms it (`fi_trywait` answers
-/// 0) and sleeps until the peer's message makes it readable (a signalled wake, not a nap that
-/// ran out), then reads the message; after close the waiter is unavailable.
-#[test]
-fn tcp_idle_wait_sleeps_until_a_message_arrives() {
+/// Posts on `t` alone with `post` until it is taken (a post's back-pressure reads the CQ
+/// itself; bounded: 10 s).
+fn post_alone(
+    t: &mut LibfabricTransport,
+    what: &str,
+    mut post: impl FnMut(&mut LibfabricTransport) -> Result<Option<Posted>, NetError>,
+) -> RequestId {
+    let start = Instant::now();
+    loop {
+        match post(t) {
+            Ok(Some(p)) => return p.request,
+            Ok(None) => assert!(start.elapsed() < Duration::from_secs(10), "{what} stuck"),
+            Err(e) => panic!("{what}: {e}"),
+        }
+    }
+}
+
+/// A tcp pair with CQ descriptors, its connection set up by a first exchange (tcp answers
+/// -FI_EAGAIN until then), and rank 1's idle wait.
+fn connected_tcp_pair() -> (Pair, Arc<CqIdleWait>) {
     let mut ts = pair("tcp", with_fd());
     assert!(ts[0].has_cq_wait_fd() && ts[1].has_cq_wait_fd());
-    // SAFETY: only this thread uses ts[1] and its waiter, one call at a time.
+    // SAFETY: only the test's thread uses ts[1] and its waiter, one call at a time.
     let idle = unsafe { ts[1].idle_wait() }.expect("tcp has a CQ descriptor");
-    // A first exchange sets the connection up (tcp answers -FI_EAGAIN until then).
     let mut first = [0u8; 8];
     let r = recv(&mut ts, 1, 0, first.as_mut_ptr(), 8, 1);
     let s = send(&mut ts, 0, 1, b"connect!", 1);
     assert!(matches!(wait(&mut ts, 0, s), Ok(TestOutcome::Done { .. })));
     assert!(matches!(wait(&mut ts, 1, r), Ok(TestOutcome::Done { .. })));
+    (ts, idle)
+}
 
+/// tcp: the CQ has a descriptor; a receiver with nothing queued arms it (`fi_trywait` answers
+/// 0) and sleeps until the peer's message makes it readable (a signalled wake, not a nap that
+/// ran out), then reads the message; after close the waiter is unavailable.
+#[test]
+fn tcp_idle_wait_sleeps_until_a_message_arrives() {
+    let (mut ts, idle) = connected_tcp_pair();
     let mut buf = [0u8; 8];
     let r = recv(&mut ts, 1, 0, buf.as_mut_ptr(), 8, 2);
     let [mut a, mut b] = ts;
     let sender = std::thread::spawn(move || {
         std::thread::sleep(Duration::from_millis(50));
         let msg = *b"arrived!";
-        let start = Instant::now();
-        let id = loop {
-            // SAFETY: `msg` outlives the request (it is finished below).
-            match unsafe { a.isend(1, msg.as_ptr(), 8, 2) } {
-                Ok(Some(p)) => break p.request,
-                Ok(None) => assert!(start.elapsed() < Duration::from_secs(10)),
-                Err(e) => panic!("isend: {e}"),
-            }
-        };
+        // SAFETY: `msg` outlives the request (it is finished below).
+        let id = post_alone(&mut a, "isend", |t| unsafe {
+            t.isend(1, msg.as_ptr(), 8, 2)
+        });
         assert!(matches!(finish(&mut a, id), TestOutcome::Done { .. }));
         a
     });
@@ -146,29 +164,16 @@ fn tcp_idle_wait_kick_ends_one_sleep() {
 /// is not lost: the receive posted afterwards gets it.
 #[test]
 fn tcp_idle_wait_arms_with_an_unexpected_message_queued() {
-    let mut ts = pair("tcp", with_fd());
-    // SAFETY: only this thread uses ts[1] and its waiter, one call at a time.
-    let idle = unsafe { ts[1].idle_wait() }.expect("tcp has a CQ descriptor");
-    // A first exchange sets the connection up.
-    let mut first = [0u8; 8];
-    let r = recv(&mut ts, 1, 0, first.as_mut_ptr(), 8, 1);
-    let s = send(&mut ts, 0, 1, b"connect!", 1);
-    assert!(matches!(wait(&mut ts, 0, s), Ok(TestOutcome::Done { .. })));
-    assert!(matches!(wait(&mut ts, 1, r), Ok(TestOutcome::Done { .. })));
+    let (ts, idle) = connected_tcp_pair();
     assert_eq!(idle.arm(), Armed::Armed, "nothing queued yet");
 
     // Rank 0 sends tag 2; rank 1 posts nothing and reads no CQ.
     let [mut a, mut b] = ts;
     let msg = *b"early!!!";
-    let start = Instant::now();
-    let id = loop {
-        // SAFETY: `msg` outlives the request (it is finished below).
-        match unsafe { a.isend(1, msg.as_ptr(), 8, 2) } {
-            Ok(Some(p)) => break p.request,
-            Ok(None) => assert!(start.elapsed() < Duration::from_secs(10), "isend stuck"),
-            Err(e) => panic!("isend: {e}"),
-        }
-    };
+    // SAFETY: `msg` outlives the request (it is finished below).
+    let id = post_alone(&mut a, "isend", |t| unsafe {
+        t.isend(1, msg.as_ptr(), 8, 2)
+    });
     assert!(matches!(finish(&mut a, id), TestOutcome::Done { .. }));
     // Let the bytes reach rank 1's socket.
     std::thread::sleep(Duration::from_millis(20));
@@ -179,14 +184,9 @@ fn tcp_idle_wait_arms_with_an_unexpected_message_queued() {
     );
 
     let mut buf = [0u8; 8];
-    let r = loop {
-        // SAFETY: `buf` outlives the request (it is finished below).
-        match unsafe { b.irecv(0, buf.as_mut_ptr(), 8, 2) } {
-            Ok(Some(p)) => break p.request,
-            Ok(None) => assert!(start.elapsed() < Duration::from_secs(10), "irecv stuck"),
-            Err(e) => panic!("irecv: {e}"),
-        }
-    };
+    let dst = buf.as_mut_ptr();
+    // SAFETY: `buf` outlives the request (it is finished below) and is not touched before.
+    let r = post_alone(&mut b, "irecv", |t| unsafe { t.irecv(0, dst, 8, 2) });
     assert!(matches!(finish(&mut b, r), TestOutcome::Done { .. }));
     assert_eq!(&buf, b"early!!!");
     a.close().unwrap();

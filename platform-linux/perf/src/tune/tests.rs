@@ -167,17 +167,20 @@ fn host_maps_from_host_identities() {
     assert_eq!(host_map_of(&[]), None);
 }
 
+/// The in-host constants of the link fit's tests.
+const LINK_TESTS_HOST: CostModel = CostModel {
+    step_ns: 2_000,
+    entry_ns: 900,
+    byte_ps: 35,
+    reduce_ps: 30,
+};
+
 /// Exchanges over a link of known α and β, timed exactly by the model (with the host's o):
 /// the link fit gives them back; with ±5 % noise it lands near them; one size only cannot
 /// tell α from β.
 #[test]
 fn the_link_fit_recovers_alpha_and_beta() {
-    let host = CostModel {
-        step_ns: 2_000,
-        entry_ns: 900,
-        byte_ps: 35,
-        reduce_ps: 30,
-    };
+    let host = LINK_TESTS_HOST;
     let link = CostModel {
         step_ns: 45_000,
         entry_ns: host.entry_ns,
@@ -223,10 +226,8 @@ fn the_link_fit_recovers_alpha_and_beta() {
 #[test]
 fn the_link_fit_clamps_alpha_at_zero() {
     let host = CostModel {
-        step_ns: 2_000,
         entry_ns: 10_000,
-        byte_ps: 35,
-        reduce_ps: 30,
+        ..LINK_TESTS_HOST
     };
     let samples: Vec<link::LinkSample> = [8u64, 4 << 10, 256 << 10]
         .into_iter()
@@ -253,12 +254,7 @@ fn the_link_fit_clamps_alpha_at_zero() {
 /// all-to-all is timed, and o stays the host's.
 #[test]
 fn the_link_fit_tells_the_per_message_cost_from_the_all_to_all() {
-    let host = CostModel {
-        step_ns: 2_000,
-        entry_ns: 900,
-        byte_ps: 35,
-        reduce_ps: 30,
-    };
+    let host = LINK_TESTS_HOST;
     let link = CostModel {
         step_ns: 40_000,
         entry_ns: 12_000,
