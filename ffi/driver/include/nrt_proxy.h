@@ -509,8 +509,8 @@ typedef struct NrtProxyModeAdvice {
     uint32_t drive_mode;
     /**
      * 1 when the chosen mode's busy threads fit on the CPUs; 0 when the host is
-     * oversubscribed either way (the rule chose the mode with fewer threads: let waits sleep,
-     * e.g. `spin_us` 0).
+     * oversubscribed either way (the rule chose the mode with fewer threads: let no wait
+     * spin, `spin_us` 0; yield, or block with `NEURON_RT_PROXY_IDLE=block`).
      */
     uint32_t fits;
     /**

@@ -60,8 +60,8 @@ pub struct NrtProxyModeAdvice {
     /// `nrt_proxy_config_t::drive_mode`.
     pub drive_mode: u32,
     /// 1 when the chosen mode's busy threads fit on the CPUs; 0 when the host is
-    /// oversubscribed either way (the rule chose the mode with fewer threads: let waits sleep,
-    /// e.g. `spin_us` 0).
+    /// oversubscribed either way (the rule chose the mode with fewer threads: let no wait
+    /// spin, `spin_us` 0; yield, or block with `NEURON_RT_PROXY_IDLE=block`).
     pub fits: u32,
     /// Busy threads on this host in worker mode (every process of the job here).
     pub worker_threads: u32,

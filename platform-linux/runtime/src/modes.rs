@@ -18,9 +18,10 @@
 //! Then ([`advise`]):
 //! 1. worker mode when its busy threads fit on the CPUs (the seed's shape);
 //! 2. else caller mode when its busy threads fit;
-//! 3. else the mode with fewer busy threads (caller on a tie), and every wait sleeps instead
-//!    of spinning (a spinning waiter on an oversubscribed host takes the CPU from the thread
-//!    it waits for).
+//! 3. else the mode with fewer busy threads (caller on a tie), and no wait spins: a waiter
+//!    yields or blocks (a spinning waiter on an oversubscribed host takes the CPU from the
+//!    thread it waits for). Which of the two is the caller's choice (proxy-perf: `--wait`;
+//!    on the 2-CPU VM of BENCHMARKS.md yielding is the faster).
 
 use std::fmt;
 
@@ -238,7 +239,7 @@ pub struct ModeAdvice {
     /// Busy threads on the host in caller mode.
     pub caller_threads: usize,
     /// `true` when the chosen mode's threads fit on the CPUs; `false`: the host is
-    /// oversubscribed either way, and waits should sleep, not spin.
+    /// oversubscribed either way, and no wait should spin (yield or block instead).
     pub fits: bool,
     /// The inputs.
     pub inputs: ModeInputs,
@@ -271,7 +272,7 @@ pub fn advise(inputs: ModeInputs) -> ModeAdvice {
 impl fmt::Display for ModeAdvice {
     /// E.g. `caller (worker mode needs 12 busy threads on this host, caller mode 4; 4
     /// processes here (OMPI_COMM_WORLD_LOCAL_SIZE); 2 CPUs (affinity 2, no cgroup quota);
-    /// neither fits: fewer threads, waits sleep)`.
+    /// neither fits: fewer threads, no spinning)`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mode = match self.mode {
             DriveMode::Thread => "worker",
@@ -280,7 +281,7 @@ impl fmt::Display for ModeAdvice {
         let why = match (self.fits, self.mode) {
             (true, DriveMode::Thread) => "worker mode fits",
             (true, DriveMode::Caller) => "caller mode fits",
-            (false, _) => "neither fits: fewer threads, waits sleep",
+            (false, _) => "neither fits: fewer threads, no spinning",
         };
         write!(
             f,

@@ -38,13 +38,13 @@ fn caller_mode_when_only_its_threads_fit() {
 #[test]
 fn the_other_processes_on_the_host_count() {
     // The case: 4 rank processes on 2 CPUs, each 3 threads in worker mode and 1 in
-    // caller mode: 12 against 4, neither fits, caller has fewer, and waits sleep.
+    // caller mode: 12 against 4, neither fits, caller has fewer, and no wait spins.
     let a = advise(inputs(2, 4, 3, 1));
     assert_eq!((a.worker_threads, a.caller_threads), (12, 4));
     assert_eq!((a.mode, a.fits), (DriveMode::Caller, false));
     let text = a.to_string();
     assert!(text.starts_with("caller (worker mode needs 12"), "{text}");
-    assert!(text.contains("waits sleep"), "{text}");
+    assert!(text.contains("no spinning"), "{text}");
     // Alone on the host the same process fits in caller mode.
     assert!(advise(inputs(2, 1, 3, 1)).fits);
 }
