@@ -164,22 +164,18 @@ pub(crate) struct Conn {
     pub(crate) eof: bool,
     /// We shut down our sending side.
     pub(crate) shut: bool,
-    /// What one `read` lands in ([`READ_CHUNK`] bytes, zeroed once here: the dead-peer
-    /// watch reads every connection from the progress rounds, mostly to find nothing, and a
-    /// zeroed stack array per read was most of that check's cost).
-    chunk: ReadChunk,
 }
 
 /// Bytes one read of a connection takes at most.
 const READ_CHUNK: usize = 16 << 10;
 
-/// [`Conn`]'s read buffer; its `Debug` prints the length, not the bytes.
-struct ReadChunk(Box<[u8]>);
-
-impl std::fmt::Debug for ReadChunk {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "ReadChunk({} B)", self.0.len())
-    }
+thread_local! {
+    /// What one `read` of a connection lands in, per thread, zeroed once: the dead-peer watch
+    /// reads every connection from the progress rounds, mostly to find nothing, and a zeroed
+    /// 16 KiB stack array per read was most of that check's cost (one per connection instead
+    /// would hold 16 KiB per rank at a root).
+    static READ_BUF: std::cell::RefCell<Box<[u8]>> =
+        std::cell::RefCell::new(vec![0; READ_CHUNK].into_boxed_slice());
 }
 
 impl Conn {
@@ -203,7 +199,6 @@ impl Conn {
             preface_seen: false,
             eof: false,
             shut: false,
-            chunk: ReadChunk(vec![0; READ_CHUNK].into_boxed_slice()),
         })
     }
 
@@ -239,10 +234,15 @@ impl Conn {
 
     /// Reads what the socket holds now (up to a little more than one maximal frame buffered).
     pub(crate) fn fill(&mut self) -> io::Result<()> {
+        READ_BUF.with_borrow_mut(|chunk| self.fill_with(chunk))
+    }
+
+    /// [`Conn::fill`] through `chunk`.
+    fn fill_with(&mut self, chunk: &mut [u8]) -> io::Result<()> {
         while !self.eof && self.rbuf.len() <= MAX_FRAME as usize + 8 {
-            match self.stream.read(&mut self.chunk.0) {
+            match self.stream.read(chunk) {
                 Ok(0) => self.eof = true,
-                Ok(n) => self.rbuf.extend_from_slice(&self.chunk.0[..n]),
+                Ok(n) => self.rbuf.extend_from_slice(&chunk[..n]),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => return Err(e),

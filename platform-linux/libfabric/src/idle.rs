@@ -107,7 +107,7 @@ impl IdleWait for CqIdleWait {
             // only while it has ops: without this read `fi_trywait` answered -FI_EAGAIN on
             // every arm until this rank's own device triggered, and the driver ticked in a
             // busy loop instead of sleeping (millions of arms per second; an 8 B all-reduce of
-            // 4 processes on 2 CPUs in worker mode with `--wait sleep` took 0.7–2.5 ms, now
+            // 4 processes on 2 CPUs in worker mode with `--wait sleep` took 0.5–2.8 ms, now
             // 0.3). A read of zero entries runs the provider's progress and takes no
             // completion: whatever it queued stays for the transport's next read.
             let mut none = core::mem::MaybeUninit::<fi::fi_cq_tagged_entry>::uninit();

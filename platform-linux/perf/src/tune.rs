@@ -37,7 +37,8 @@
 //! `α + 2⌈b / chunk⌉ o + b β`. On three ranks or more the direct all-to-all over every rank is
 //! timed too, at the sizes up to [`link::ALL_TO_ALL_MAX_BYTES`]: every rank sends its `n − 1`
 //! messages at once, the other hosts' ranks' across the link together, as a flat direct
-//! all-reduce does (`α + 2(n − 1)⌈b / (n chunk)⌉ o + (n − 1) b / n β`), which tells the link's
+//! all-reduce sends its messages (the all-to-all's time is
+//! `α + 2(n − 1)⌈b / (n chunk)⌉ o + (n − 1) b / n β`), which tells the link's
 //! cost per message from its cost per step (one message each way tells nothing of how the
 //! link takes several at once). `α`, `o` and `β` of the link are then fitted by the same
 //! non-negative least squares on the relative errors ([`link::fit_link`]); with two ranks `o`

@@ -103,9 +103,26 @@ pub fn fit_link(samples: &[LinkSample], host: &CostModel) -> Option<CostModel> {
                 ]
             })
             .collect();
-        let [alpha, o, beta] = super::nnls_relative(&rows, &t, &t)?;
-        (alpha, o.max(0.0).round() as u64, beta)
+        match super::nnls_relative(&rows, &t, &t) {
+            Some([alpha, o, beta]) => (alpha, o.max(0.0).round() as u64, beta),
+            // No solution with o free: the shift's fit with the host's o.
+            None => return fit_link_with_host_o(samples, host),
+        }
     } else {
+        return fit_link_with_host_o(samples, host);
+    };
+    Some(CostModel {
+        step_ns: alpha.max(0.0).round() as u64,
+        entry_ns,
+        byte_ps: (beta * 1000.0).max(0.0).round() as u64,
+        reduce_ps: host.reduce_ps,
+    })
+}
+
+/// [`fit_link`] with `o` fixed at `host.entry_ns`: `α` and `β` alone.
+fn fit_link_with_host_o(samples: &[LinkSample], host: &CostModel) -> Option<CostModel> {
+    let t: Vec<f64> = samples.iter().map(|s| s.time_ns).collect();
+    let (alpha, entry_ns, beta) = {
         let rows: Vec<[f64; 2]> = samples
             .iter()
             .map(|s| [s.terms.steps as f64, s.terms.sent as f64])
