@@ -92,47 +92,32 @@ pub fn fit_link(samples: &[LinkSample], host: &CostModel) -> Option<CostModel> {
     }
     let t: Vec<f64> = samples.iter().map(|s| s.time_ns).collect();
     let per_message = samples.iter().any(|s| s.exchange == Exchange::AllToAll);
-    let (alpha, entry_ns, beta) = if per_message {
-        let rows: Vec<[f64; 3]> = samples
-            .iter()
-            .map(|s| {
-                [
-                    s.terms.steps as f64,
-                    s.terms.entries as f64,
-                    s.terms.sent as f64,
-                ]
-            })
-            .collect();
-        match super::nnls_relative(&rows, &t, &t) {
-            Some([alpha, o, beta]) => (alpha, o.max(0.0).round() as u64, beta),
-            // No solution with o free: the shift's fit with the host's o.
-            None => return fit_link_with_host_o(samples, host),
+    let rows: Vec<[f64; 3]> = samples
+        .iter()
+        .map(|s| {
+            [
+                s.terms.steps as f64,
+                s.terms.entries as f64,
+                s.terms.sent as f64,
+            ]
+        })
+        .collect();
+    // o free with the all-to-all's samples; else (or without a solution) the host's o.
+    let free = per_message
+        .then(|| super::nnls_relative(&rows, &t, &t))
+        .flatten()
+        .map(|[alpha, o, beta]| (alpha, o.max(0.0).round() as u64, beta));
+    let (alpha, entry_ns, beta) = match free {
+        Some(f) => f,
+        None => {
+            let rows: Vec<[f64; 2]> = rows.iter().map(|r| [r[0], r[2]]).collect();
+            let y: Vec<f64> = samples
+                .iter()
+                .map(|s| s.time_ns - s.terms.entries as f64 * host.entry_ns as f64)
+                .collect();
+            let [alpha, beta] = super::nnls_relative(&rows, &y, &t)?;
+            (alpha, host.entry_ns, beta)
         }
-    } else {
-        return fit_link_with_host_o(samples, host);
-    };
-    Some(CostModel {
-        step_ns: alpha.max(0.0).round() as u64,
-        entry_ns,
-        byte_ps: (beta * 1000.0).max(0.0).round() as u64,
-        reduce_ps: host.reduce_ps,
-    })
-}
-
-/// [`fit_link`] with `o` fixed at `host.entry_ns`: `α` and `β` alone.
-fn fit_link_with_host_o(samples: &[LinkSample], host: &CostModel) -> Option<CostModel> {
-    let t: Vec<f64> = samples.iter().map(|s| s.time_ns).collect();
-    let (alpha, entry_ns, beta) = {
-        let rows: Vec<[f64; 2]> = samples
-            .iter()
-            .map(|s| [s.terms.steps as f64, s.terms.sent as f64])
-            .collect();
-        let y: Vec<f64> = samples
-            .iter()
-            .map(|s| s.time_ns - s.terms.entries as f64 * host.entry_ns as f64)
-            .collect();
-        let [alpha, beta] = super::nnls_relative(&rows, &y, &t)?;
-        (alpha, host.entry_ns, beta)
     };
     Some(CostModel {
         step_ns: alpha.max(0.0).round() as u64,
