@@ -2,6 +2,7 @@
 //! it (`wrap_transport`), and the stalling transport of `stall-rank`.
 
 use super::*;
+use proxy_core::progress::net::Posted;
 
 /// `--inject`'s fault and target rank (default: the last rank).
 ///
@@ -74,8 +75,8 @@ pub(super) fn wrap_transport(
         )),
         FaultArg::StallRank => Box::new(StallTransport {
             inner: t,
-            polls: 0,
-            after: 8,
+            sends: 0,
+            after: 2,
             release: release.clone(),
             limit: stall_for,
             name: format!("stall({})", t_name),
@@ -97,16 +98,23 @@ impl proxy_core::progress::forward::TransportWrapper for StallTransport {
         &self.name
     }
 
-    fn poll(&mut self) -> Result<(), NetError> {
-        self.polls += 1;
-        if self.polls == self.after {
-            log::warn!("--inject stall-rank: the driving thread stops (blocked in poll)");
+    unsafe fn isend(
+        &mut self,
+        peer: u32,
+        buf: *const u8,
+        size: u64,
+        tag: u64,
+    ) -> Result<Option<Posted>, NetError> {
+        self.sends += 1;
+        if self.sends == self.after {
+            log::warn!("--inject stall-rank: the driving thread stops (blocked before a send)");
             let end = Instant::now() + self.limit;
             while !self.release.load(Ordering::Acquire) && Instant::now() < end {
                 std::thread::sleep(Duration::from_millis(1));
             }
             log::warn!("--inject stall-rank: the driving thread goes on");
         }
-        self.inner.poll()
+        // SAFETY: forwarded under this function's contract, which is the inner call's.
+        unsafe { self.inner.isend(peer, buf, size, tag) }
     }
 }

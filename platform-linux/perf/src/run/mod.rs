@@ -567,11 +567,13 @@ struct GroupRun<'a> {
     aborts: &'a [AbortHandle],
 }
 
-/// `--inject stall-rank`: after `after` polls, `poll` blocks the driving thread (sleeping 1 ms
-/// at a time) until `release` is set or `limit` has passed: the rank's driver stops.
+/// `--inject stall-rank`: its `after`-th send post blocks the driving thread (sleeping 1 ms at a
+/// time) until `release` is set or `limit` has passed: the rank's driver stops while its peer
+/// waits for that message (a stall at a poll could fall where no peer waits for the rank: the
+/// run then went on, late, with nothing timed out).
 struct StallTransport {
     inner: Box<dyn Transport>,
-    polls: u64,
+    sends: u64,
     after: u64,
     release: Arc<AtomicBool>,
     limit: Duration,
