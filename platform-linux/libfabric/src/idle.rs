@@ -28,11 +28,21 @@ use crate::*;
 /// go through this CQ) costs at most.
 pub const CQ_IDLE_MAX_NAP: Duration = Duration::from_millis(1);
 
+/// How many arms in a row may answer [`Armed::Ready`] before the waiter answers
+/// [`Armed::Unavailable`] instead (the driver yields) until an arm arms again: completions that
+/// stay queued across that many ticks that found nothing are read by nobody now (the comm reads
+/// its CQ only while it has ops; say a send completion that came after its op ended early, or an
+/// earlier lease's on a pooled set), and answering `Ready` for them made the driver tick in a
+/// busy loop until its next work began.
+pub const CQ_READY_RUN_MAX: u32 = 16;
+
 /// The objects a waiter uses, while the transport is open.
 struct Raw {
     fabric: *mut fi::fid_fabric,
     cq: *mut fi::fid_cq,
     fd: i32,
+    /// Arms in a row that found completions queued ([`CQ_READY_RUN_MAX`]).
+    ready_run: u32,
 }
 
 /// A transport's completion queue as an [`IdleWait`] (see the module docs); made by
@@ -90,11 +100,13 @@ impl CqIdleWait {
 impl IdleWait for CqIdleWait {
     /// `fi_trywait` on the CQ: `Armed` on 0; on `-FI_EAGAIN` the provider's progress is run
     /// once (a CQ read of zero entries: no completion taken) and `fi_trywait` asked again,
-    /// `Ready` when it still answers `-FI_EAGAIN` (completions queued); `Unavailable` once the
-    /// transport closed or on any other answer.
+    /// `Ready` when it still answers `-FI_EAGAIN` (completions queued), or `Unavailable` once
+    /// more than [`CQ_READY_RUN_MAX`] arms in a row found them (nobody reads them now: the
+    /// driver yields instead of ticking in a busy loop); `Unavailable` once the transport
+    /// closed or on any other answer.
     fn arm(&self) -> Armed {
-        let g = self.lock();
-        let Some(r) = g.as_ref() else {
+        let mut g = self.lock();
+        let Some(r) = g.as_mut() else {
             return Armed::Unavailable;
         };
         // SAFETY: the objects are open (the close detaches first, under this lock) and only
@@ -117,8 +129,18 @@ impl IdleWait for CqIdleWait {
             ret = unsafe { fi::fi_trywait_cq(r.fabric, r.cq) };
         }
         match ret {
-            0 => Armed::Armed,
-            r if r == -(fi::FI_EAGAIN as i32) => Armed::Ready,
+            0 => {
+                r.ready_run = 0;
+                Armed::Armed
+            }
+            e if e == -(fi::FI_EAGAIN as i32) => {
+                r.ready_run = r.ready_run.saturating_add(1);
+                if r.ready_run > CQ_READY_RUN_MAX {
+                    Armed::Unavailable
+                } else {
+                    Armed::Ready
+                }
+            }
             _ => Armed::Unavailable,
         }
     }
@@ -190,6 +212,7 @@ impl LibfabricTransport {
                     fabric: self.obj.fabric,
                     cq: self.obj.cq,
                     fd: self.obj.cq_fd,
+                    ready_run: 0,
                 })),
                 max_nap: CQ_IDLE_MAX_NAP,
                 // SAFETY: eventfd has no memory preconditions.

@@ -84,7 +84,7 @@ use proxy_bootstrap::PeerWatch;
 use proxy_core::progress::net::{MrHandle, NetError, Posted, RequestId, TestOutcome, Transport};
 
 use self::backoff::{PostEvent, PostPressure};
-pub use self::idle::{CqIdleWait, CQ_IDLE_MAX_NAP};
+pub use self::idle::{CqIdleWait, CQ_IDLE_MAX_NAP, CQ_READY_RUN_MAX};
 use self::info::{HintSizes, InfoList, Request};
 use self::mr::{FiRegistrar, MrCache, MrConfig, RegionId};
 pub use self::mr::{

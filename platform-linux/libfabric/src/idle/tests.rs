@@ -47,6 +47,24 @@ fn post_alone(
     }
 }
 
+/// `true` once `fd` polls readable, within `limit` (`poll(2)` in 10 ms slices; it consumes
+/// nothing).
+fn readable_within(fd: i32, limit: Duration) -> bool {
+    let start = Instant::now();
+    while start.elapsed() < limit {
+        let mut pfd = libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd.
+        if unsafe { libc::poll(&mut pfd, 1, 10) } > 0 && pfd.revents & libc::POLLIN != 0 {
+            return true;
+        }
+    }
+    false
+}
+
 /// A tcp pair with CQ descriptors, its connection set up by a first exchange (tcp answers
 /// -FI_EAGAIN until then), and rank 1's idle wait.
 fn connected_tcp_pair() -> (Pair, Arc<CqIdleWait>) {
@@ -183,8 +201,12 @@ fn tcp_idle_wait_arms_with_an_unexpected_message_queued() {
         t.isend(1, msg.as_ptr(), 8, 2)
     });
     assert!(matches!(finish(&mut a, id), TestOutcome::Done { .. }));
-    // Let the bytes reach rank 1's socket.
-    std::thread::sleep(Duration::from_millis(20));
+    // The bytes are in rank 1's socket once its CQ descriptor (the provider's wait set over
+    // the sockets) is readable: only then do the arms below test the bug.
+    assert!(
+        readable_within(b.obj.cq_fd, Duration::from_secs(5)),
+        "the message never reached rank 1's socket"
+    );
     let answers: Vec<Armed> = (0..3).map(|_| idle.arm()).collect();
     assert!(
         answers.contains(&Armed::Armed),
@@ -197,6 +219,47 @@ fn tcp_idle_wait_arms_with_an_unexpected_message_queued() {
     let r = post_alone(&mut b, "irecv", |t| unsafe { t.irecv(0, dst, 8, 2) });
     assert!(matches!(finish(&mut b, r), TestOutcome::Done { .. }));
     assert_eq!(&buf, b"early!!!");
+    a.close().unwrap();
+    b.close().unwrap();
+}
+
+/// tcp: a completion that stays in the CQ while nobody reads it (the comm reads its CQ only
+/// while it has ops) makes `arm` answer `Ready` at most [`CQ_READY_RUN_MAX`] times in a row,
+/// then `Unavailable` (the driver yields instead of ticking in a busy loop) until an arm arms
+/// again; the completion is not lost: the next poll finds it.
+#[test]
+fn tcp_idle_wait_stops_answering_ready_for_a_completion_nobody_reads() {
+    let (ts, idle) = connected_tcp_pair();
+    let [mut a, mut b] = ts;
+    let mut buf = [0u8; 8];
+    let dst = buf.as_mut_ptr();
+    // SAFETY: `buf` outlives the request (it is finished below) and is not touched before.
+    let r = post_alone(&mut b, "irecv", |t| unsafe { t.irecv(0, dst, 8, 3) });
+    let msg = *b"orphan!!";
+    // SAFETY: `msg` outlives the request (it is finished below).
+    let s = post_alone(&mut a, "isend", |t| unsafe {
+        t.isend(1, msg.as_ptr(), 8, 3)
+    });
+    assert!(matches!(finish(&mut a, s), TestOutcome::Done { .. }));
+    assert!(
+        readable_within(b.obj.cq_fd, Duration::from_secs(5)),
+        "the message never reached rank 1's socket"
+    );
+    // Rank 1 never polls: its arms' own progress lands the receive's completion in the CQ.
+    let answers: Vec<Armed> = (0..CQ_READY_RUN_MAX + 8).map(|_| idle.arm()).collect();
+    let ready = answers.iter().filter(|&&a| a == Armed::Ready).count() as u32;
+    assert!(
+        (1..=CQ_READY_RUN_MAX).contains(&ready),
+        "Ready at most {CQ_READY_RUN_MAX} times in a row: {answers:?}"
+    );
+    assert_eq!(
+        answers.last(),
+        Some(&Armed::Unavailable),
+        "then Unavailable: {answers:?}"
+    );
+    assert!(matches!(finish(&mut b, r), TestOutcome::Done { .. }));
+    assert_eq!(&buf, b"orphan!!");
+    assert_eq!(idle.arm(), Armed::Armed, "read: the next arm arms");
     a.close().unwrap();
     b.close().unwrap();
 }
