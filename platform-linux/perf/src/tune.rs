@@ -18,7 +18,7 @@
 //! processes) steps and entries move together and the fit could not tell α from o (it gave o
 //! 0 and left direct's many messages at more ranks unpriced); an entries pass therefore times
 //! direct and the ring again at 64..512 KiB with 4 KiB chunks (`measure_entries`), where one
-//! step is many entries.
+//! step is many entries: the sweep's sizes in that range, or 64 and 256 KiB when it has none.
 //! The result goes to FILE ([`TuneFile`], written whole or not at all) and is printed with each
 //! measurement against the fitted model and the tuner's choices with the old and the new
 //! constants.
@@ -327,32 +327,51 @@ fn least_of_passes(
 /// The chunk of the entries pass, bytes: small, so that a step is many entries.
 pub const ENTRY_CHUNK: u64 = 4 << 10;
 
-/// Which of the sweep's sizes the entries pass times: those that make 16 to 128 entries of
-/// [`ENTRY_CHUNK`] (64..512 KiB), where an entry's cost is not yet lost in the bytes'.
+/// The sizes of 16 to 128 entries of [`ENTRY_CHUNK`] (64..512 KiB), bytes: where an entry's
+/// cost is not yet lost in the bytes'.
+const ENTRY_PASS_RANGE: core::ops::RangeInclusive<u64> = 16 * ENTRY_CHUNK..=128 * ENTRY_CHUNK;
+
+/// The sizes the entries pass times when the sweep has none of its own (a sweep of small
+/// sizes only, say `-e 32K` for a tuner of small messages): 16 and 64 entries of
+/// [`ENTRY_CHUNK`].
+pub const ENTRY_PASS_DEFAULT_SIZES: [u64; 2] = [64 << 10, 256 << 10];
+
+/// Which sizes the entries pass times: the sweep's sizes in [`ENTRY_PASS_RANGE`], or
+/// [`ENTRY_PASS_DEFAULT_SIZES`] when the sweep has none (without the pass a 2-rank fit has no
+/// way to tell o from α, and gave o 0).
 pub fn entry_pass_sizes(sizes: &[u64]) -> Vec<u64> {
-    sizes
+    let own: Vec<u64> = sizes
         .iter()
         .copied()
-        .filter(|&b| (16 * ENTRY_CHUNK..=128 * ENTRY_CHUNK).contains(&b))
-        .collect()
+        .filter(|b| ENTRY_PASS_RANGE.contains(b))
+        .collect();
+    if own.is_empty() {
+        ENTRY_PASS_DEFAULT_SIZES.to_vec()
+    } else {
+        own
+    }
 }
 
 /// The entries pass of the calibration: direct and the ring at [`entry_pass_sizes`] with
-/// [`ENTRY_CHUNK`] (the least of [`PASSES`] sweeps). At the sweep's own chunk every step of a
-/// small all-reduce is one entry each way, so on 2 ranks steps and entries move together and
-/// the fit cannot tell α from o; here one step is many entries. Samples with their chunk;
-/// the world's chunk is restored after.
+/// chunks of [`ENTRY_CHUNK`] or the world's chunk when smaller (the least of [`PASSES`]
+/// sweeps). At the sweep's own chunk every step of a small all-reduce is one entry each way,
+/// so on 2 ranks steps and entries move together and the fit cannot tell α from o; here one
+/// step is many entries. Nothing to do when the chunk is already that small and the sweep
+/// has sizes of many entries itself. Samples with their chunk; the world's chunk is restored
+/// after.
 ///
 /// # Errors
 /// A message when a run fails or a value arrived wrong.
 pub(crate) fn measure_entries(world: &mut World) -> Result<Vec<Sample>, String> {
-    let sizes = entry_pass_sizes(&world.args().sizes());
+    let sweep = world.args().sizes();
     let chunk = world.args().chunk;
     let mut samples = Vec::new();
-    if sizes.is_empty() || chunk <= ENTRY_CHUNK {
+    if chunk <= ENTRY_CHUNK && sweep.iter().any(|b| ENTRY_PASS_RANGE.contains(b)) {
         return Ok(samples);
     }
-    world.set_chunk(ENTRY_CHUNK);
+    let sizes = entry_pass_sizes(&sweep);
+    let pass_chunk = chunk.min(ENTRY_CHUNK);
+    world.set_chunk(pass_chunk);
     let result = (|| {
         for algorithm in [Algorithm::Direct, Algorithm::Ring] {
             world.set_collective(
@@ -360,13 +379,13 @@ pub(crate) fn measure_entries(world: &mut World) -> Result<Vec<Sample>, String> 
                 AlgoArg::from_str(algorithm.name(), false)?,
             );
             let a = world.args().clone();
-            let what = format!("{}, chunk {ENTRY_CHUNK} B,", algorithm.name());
+            let what = format!("{}, chunk {pass_chunk} B,", algorithm.name());
             for (bytes, time_us) in least_of_passes(world, &sizes, &what)? {
                 if let Some(terms) = terms_of(&a, algorithm, bytes) {
                     samples.push(Sample {
                         algorithm,
                         bytes,
-                        chunk: ENTRY_CHUNK,
+                        chunk: pass_chunk,
                         terms,
                         time_ns: time_us * 1000.0,
                     });

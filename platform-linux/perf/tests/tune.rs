@@ -44,15 +44,22 @@ fn tune_writes_a_file_the_header_then_names() {
     a.push(f);
     let (code, out, err) = run(&a, &[("NEURON_RT_PROXY_TUNE_FILE", "")]);
     assert_eq!(code, 0, "{out}\n{err}");
-    // 4 algorithms × 4 sizes (8, 64, 512, 4096), each against the fitted model.
+    // 4 algorithms × 4 sizes (8, 64, 512, 4096), and the entries pass's direct and ring at
+    // 64 and 256 KiB in 4 KiB chunks (the sweep has no size of many entries), each against the
+    // fitted model.
     let rows = out
         .lines()
         .filter(|l| !l.starts_with('#') && l.trim_end().ends_with('%'))
         .count();
-    assert_eq!(rows, 16, "{out}");
+    assert_eq!(rows, 20, "{out}");
+    let entry_rows = out
+        .lines()
+        .filter(|l| l.contains("(chunk 4096)") && l.trim_end().ends_with('%'))
+        .count();
+    assert_eq!(entry_rows, 4, "{out}");
     assert!(out.contains("# fitted: α "), "{out}");
     let t = TuneFile::read(&file).unwrap();
-    assert_eq!(t.samples, 16);
+    assert_eq!(t.samples, 20);
     assert!(t.measured_on.contains("3 ranks"), "{t:?}");
     // One host: no inter-host constants, and the run says so.
     assert_eq!(t.inter_host_cost_model, None, "{t:?}");
@@ -198,8 +205,9 @@ fn tune_across_hosts_writes_the_links_constants() {
     assert!(out.contains("ns/entry (fitted)"), "{out}");
     assert!(out.contains("choice across hosts 2,2 at"), "{out}");
     let t = TuneFile::read(&file).unwrap();
-    // In process the in-host fit runs on --ranks (4 algorithms × 4 sizes).
-    assert_eq!(t.samples, 16, "{t:?}");
+    // In process the in-host fit runs on --ranks (4 algorithms × 4 sizes, and the entries
+    // pass's 2 × 2).
+    assert_eq!(t.samples, 20, "{t:?}");
     assert_eq!(t.inter_host_samples, Some(7), "{t:?}");
     let inter = t.inter_host_cost_model.expect("the link's constants");
     // γ of the link is the host's (o is the link's own, fitted).
@@ -232,7 +240,10 @@ fn tune_with_ranks_as_processes() {
     assert!(out.contains("# between hosts: not measured"), "{out}");
     let t = TuneFile::read(&file).unwrap();
     assert_eq!(t.inter_host_cost_model, None, "{t:?}");
-    assert_eq!(t.samples, 12, "{t:?}");
+    // 4 algorithms × 3 sizes, and the entries pass's 2 × 2: on 2 ranks only that pass tells
+    // the cost per entry from the cost per step (without it the fit gave o 0).
+    assert_eq!(t.samples, 16, "{t:?}");
+    assert!(t.cost_model.entry_ns > 0, "{t:?}");
 
     let (code, out, err) = run(&[&base[..], &["--hosts", "1,1"]].concat(), &env);
     assert_eq!(code, 0, "{out}\n{err}");

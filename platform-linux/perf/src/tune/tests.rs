@@ -91,6 +91,8 @@ fn the_entries_pass_tells_o_from_alpha_on_two_ranks() {
     let sweep = [8u64, 1 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20];
     let sizes = entry_pass_sizes(&sweep);
     assert_eq!(sizes, [64 << 10, 256 << 10]);
+    // A sweep of small sizes only still gets the pass, at its default sizes.
+    assert_eq!(entry_pass_sizes(&sweep[..3]), ENTRY_PASS_DEFAULT_SIZES);
     for algorithm in [Algorithm::Direct, Algorithm::Ring] {
         for &bytes in &sizes {
             let terms = tuner::terms(
