@@ -215,7 +215,8 @@ pub fn parse_on_off(s: &str) -> Result<bool, String> {
 pub enum FaultArg {
     /// The rank's device never triggers.
     StallDevice,
-    /// The rank's driving thread stops (blocked in its transport's poll until the run ends).
+    /// The rank's driving thread stops (blocked before its second send post, for twice the exec
+    /// timeout and a second, or until the run ends).
     StallRank,
     /// The rank's comm is aborted after its first execution is submitted.
     DropComm,
@@ -237,6 +238,16 @@ impl FaultArg {
         ("error-completion", FaultArg::ErrorCompletion),
         ("eagain-storm", FaultArg::EagainStorm),
     ];
+
+    /// `true` for the faults planted by wrapping the rank's transport (`stall-rank`,
+    /// `error-completion`, `eagain-storm`): only the in-process transport of `--transport mem`
+    /// without `--progress-lib` is wrapped.
+    pub fn wraps_transport(self) -> bool {
+        matches!(
+            self,
+            FaultArg::StallRank | FaultArg::ErrorCompletion | FaultArg::EagainStorm
+        )
+    }
 
     /// The fault's name on the command line.
     pub fn name(self) -> &'static str {
@@ -522,8 +533,10 @@ pub struct Args {
     /// the log naming it), `error-completion`
     /// (its transport reports an error completion: it ends NRT_NETWORK_PROXY_FAILURE, the peers
     /// NRT_TIMEOUT), `eagain-storm` (its transport answers "try again" in storms: the run
-    /// completes correctly). The run then reports every rank's final status and exits non-zero
-    /// naming the status when a rank failed. Use a short `NEURON_RT_EXEC_TIMEOUT`.
+    /// completes correctly). `stall-rank`, `error-completion` and `eagain-storm` wrap the
+    /// in-process transport: `--transport mem` without `--progress-lib` only. The run then
+    /// reports every rank's final status and exits non-zero naming the status when a rank
+    /// failed. Use a short `NEURON_RT_EXEC_TIMEOUT`.
     #[arg(long, value_name = "FAULT[:RANK]", value_parser = parse_inject)]
     pub inject: Option<Inject>,
     /// After the sweep, dump every proxy queue of this process (docs/design.md §6: one

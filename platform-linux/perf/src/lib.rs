@@ -125,6 +125,16 @@ fn run_inner(args: &Args) -> Result<i32, String> {
         // library's libfabric comm would run a bootstrap of its own.
         return Err("--progress-lib runs with --transport mem only".into());
     }
+    if let Some(i) = args.inject.filter(|i| i.fault.wraps_transport()) {
+        if args.transport != TransportArg::Mem || args.progress_lib.is_some() {
+            // Silently planting nothing would pass the run off as a fault test.
+            return Err(format!(
+                "--inject {} wraps the in-process transport: it needs --transport mem without \
+                 --progress-lib",
+                i.fault.name()
+            ));
+        }
+    }
     // --compare files are read now, so that a bad one fails before the sweep.
     let factor = Into::<proxy_collectives::planner::Collective>::into(args.collective)
         .busbw_factor(args.ranks);

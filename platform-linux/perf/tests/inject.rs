@@ -237,6 +237,20 @@ fn exit_rank_needs_processes_and_bad_faults_are_named() {
     let o = run("stall-device:5");
     assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stderr).contains("stall-device:5: not a rank"));
+    // The transport faults wrap the in-process transport: elsewhere they are refused, not
+    // silently left out.
+    let o = Command::new(BIN)
+        .args(argv(
+            "all-reduce --ranks 2 -b 8 -e 8 --transport libfabric --inject stall-rank",
+        ))
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("--inject stall-rank wraps the in-process"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     let o = run("melt");
     assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stderr).contains("unknown fault 'melt'"));
