@@ -251,6 +251,21 @@ fn exit_rank_needs_processes_and_bad_faults_are_named() {
         "{}",
         String::from_utf8_lossy(&o.stderr)
     );
+    // A stall that never began (a broadcast's last rank only receives) fails the run: it
+    // planted nothing.
+    let o = Command::new(BIN)
+        .args(argv(
+            "broadcast --ranks 2 -b 64 -e 64 -n 3 -w 1 --inject stall-rank",
+        ))
+        .env("NEURON_RT_EXEC_TIMEOUT", "1")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("rank 1 posted fewer than 2 sends"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     let o = run("melt");
     assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stderr).contains("unknown fault 'melt'"));

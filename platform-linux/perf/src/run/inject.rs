@@ -23,6 +23,29 @@ pub(super) fn inject_target(args: &Args) -> Result<Option<(FaultArg, u32)>, Stri
     Ok(Some((i.fault, rank)))
 }
 
+/// `stall-rank`'s switch, shared by the run and the stalling transport.
+#[derive(Debug, Default)]
+pub(super) struct StallSwitch {
+    /// Set by the run when it ends: the stalled driving thread goes on.
+    pub(super) release: AtomicBool,
+    /// Set by the transport when its stall began.
+    pub(super) fired: AtomicBool,
+}
+
+/// The run's error when `--inject stall-rank` targeted a rank of this process whose stall never
+/// began (it posted fewer than 2 sends: a broadcast's last rank, which only receives, a run of
+/// one execution), so that a run that planted nothing is not taken for a fault test.
+pub(super) fn stall_missed(args: &Args, local: &[u32], stall: &StallSwitch) -> Option<String> {
+    let (fault, rank) = inject_target(args).ok()??;
+    (fault == FaultArg::StallRank && local.contains(&rank) && !stall.fired.load(Ordering::Acquire))
+        .then(|| {
+            format!(
+            "--inject stall-rank: rank {rank} posted fewer than 2 sends, so its driving thread \
+             never stalled (nothing was planted; more iterations, or another rank)"
+        )
+        })
+}
+
 /// How long a `stall-rank` stall lasts: twice the no-progress limit and a second (every peer
 /// has timed out by then; the run also releases it when it ends), [`STALL_LIMIT`] without a
 /// limit.
@@ -43,7 +66,7 @@ pub(super) fn wrap_transport(
     target: Option<(FaultArg, u32)>,
     r: u32,
     t: Box<dyn Transport>,
-    release: &Arc<AtomicBool>,
+    stall: &Arc<StallSwitch>,
     stall_for: Duration,
 ) -> Box<dyn Transport> {
     let Some((fault, _)) = target.filter(|&(_, rank)| rank == r) else {
@@ -77,7 +100,7 @@ pub(super) fn wrap_transport(
             inner: t,
             sends: 0,
             after: 2,
-            release: release.clone(),
+            switch: stall.clone(),
             limit: stall_for,
             name: format!("stall({})", t_name),
         }),
@@ -105,16 +128,26 @@ impl proxy_core::progress::forward::TransportWrapper for StallTransport {
         size: u64,
         tag: u64,
     ) -> Result<Option<Posted>, NetError> {
-        self.sends += 1;
-        if self.sends == self.after {
-            log::warn!("--inject stall-rank: the driving thread stops (blocked before a send)");
-            let end = Instant::now() + self.limit;
-            while !self.release.load(Ordering::Acquire) && Instant::now() < end {
-                std::thread::sleep(Duration::from_millis(1));
-            }
-            log::warn!("--inject stall-rank: the driving thread goes on");
-        }
+        self.stall_if_due();
         // SAFETY: forwarded under this function's contract, which is the inner call's.
         unsafe { self.inner.isend(peer, buf, size, tag) }
+    }
+}
+
+impl StallTransport {
+    /// Counts a send post; the `after`-th blocks the driving thread until the run
+    /// releases it or the limit passed.
+    fn stall_if_due(&mut self) {
+        self.sends += 1;
+        if self.sends != self.after {
+            return;
+        }
+        self.switch.fired.store(true, Ordering::Release);
+        log::warn!("--inject stall-rank: the driving thread stops (blocked before a send)");
+        let end = Instant::now() + self.limit;
+        while !self.switch.release.load(Ordering::Acquire) && Instant::now() < end {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        log::warn!("--inject stall-rank: the driving thread goes on");
     }
 }

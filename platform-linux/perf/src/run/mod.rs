@@ -263,8 +263,8 @@ pub struct World {
     /// registered them (libfabric's registration cache does not watch the address space), and
     /// of a failed row (tasks may still use them).
     retired: Vec<Vec<RankMem>>,
-    /// `--inject stall-rank`: set to let the stalled driving thread go on.
-    stall_release: Arc<AtomicBool>,
+    /// `--inject stall-rank`'s switch: the run's end lets the stalled driving thread go on.
+    stall: Arc<StallSwitch>,
 }
 
 /// The driver and device modes of a run (`--driver`, `--device`), and the thread counts the rule
@@ -320,7 +320,7 @@ struct Assembly {
     cpus: Vec<Option<usize>>,
     modes: Modes,
     exec_timeout: Option<Duration>,
-    stall_release: Arc<AtomicBool>,
+    stall: Arc<StallSwitch>,
 }
 
 /// One measured mode's plans and placements (by local index).
@@ -378,7 +378,7 @@ impl World {
     /// # Errors
     /// `rank R ended NRT_...` for the first local rank whose status is not a success.
     pub fn finish(&mut self) -> Result<(), String> {
-        self.stall_release.store(true, Ordering::Release);
+        self.stall.release.store(true, Ordering::Release);
         let clock = MonotonicClock;
         let limit = self.exec_timeout.unwrap_or(Duration::from_secs(5)) + Duration::from_secs(2);
         let deadline = clock
@@ -408,6 +408,10 @@ impl World {
             }
         }
         let _ = out.flush();
+        if let Some(e) = stall_missed(&self.args, &self.local, &self.stall) {
+            // Before any rank's status: a run that planted nothing tested nothing.
+            return Err(e);
+        }
         match first {
             Some(e) => Err(e),
             None => Ok(()),
@@ -568,14 +572,15 @@ struct GroupRun<'a> {
 }
 
 /// `--inject stall-rank`: its `after`-th send post blocks the driving thread (sleeping 1 ms at a
-/// time) until `release` is set or `limit` has passed: the rank's driver stops while its peer
-/// waits for that message (a stall at a poll could fall where no peer waits for the rank: the
-/// run then went on, late, with nothing timed out).
+/// time) until the switch's `release` is set or `limit` has passed, and sets its `fired`: the
+/// rank's driver stops while a peer waits for that message (a stall at a poll, or before a
+/// receive, could fall where no peer waits for the rank: the run then went on, late, with
+/// nothing timed out).
 struct StallTransport {
     inner: Box<dyn Transport>,
     sends: u64,
     after: u64,
-    release: Arc<AtomicBool>,
+    switch: Arc<StallSwitch>,
     limit: Duration,
     name: String,
 }
@@ -586,7 +591,7 @@ const STALL_LIMIT: Duration = Duration::from_secs(120);
 impl Drop for World {
     /// Lets a stalled driving thread go before the engine leaves its slots.
     fn drop(&mut self) {
-        self.stall_release.store(true, Ordering::Release);
+        self.stall.release.store(true, Ordering::Release);
     }
 }
 

@@ -240,7 +240,7 @@ impl World {
             );
         }
         let target = inject_target(args)?;
-        let stall_release = Arc::new(AtomicBool::new(false));
+        let stall = Arc::new(StallSwitch::default());
         let stall_for = stall_limit(args)?;
         let (mut cfg, mut wait, _, modes) = run_config(args, n, 1)?;
         let lines = host_lines(n, args.streams, args.blocks);
@@ -329,7 +329,7 @@ impl World {
                         .endpoint(r)
                         .map_err(|e| format!("mem transport endpoint {r}: {e}"))?;
                     t.set_relax(std::thread::yield_now);
-                    let t = wrap_transport(target, r, Box::new(t), &stall_release, stall_for);
+                    let t = wrap_transport(target, r, Box::new(t), &stall, stall_for);
                     let mut c = Comm::new(
                         CommConfig::new(r, n, 1),
                         t,
@@ -362,7 +362,7 @@ impl World {
                 cpus,
                 modes,
                 exec_timeout: cfg.exec_timeout,
-                stall_release,
+                stall,
             },
         )
     }
@@ -492,7 +492,7 @@ impl World {
                 cpus: vec![cpus[rank as usize]],
                 modes,
                 exec_timeout: cfg.exec_timeout,
-                stall_release: Arc::new(AtomicBool::new(false)),
+                stall: Arc::new(StallSwitch::default()),
             },
         )
     }
@@ -560,7 +560,7 @@ impl World {
             preparations: 0,
             failed: None,
             retired: Vec::new(),
-            stall_release: a.stall_release,
+            stall: a.stall,
         })
     }
 }
