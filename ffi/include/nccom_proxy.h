@@ -1199,8 +1199,9 @@ NRT_STATUS nccom_comm_idle_available(struct nccom_comm_t *comm, uint32_t *availa
  * Arms the comm's idle wait (libfabric's `fi_trywait` on its completion queue) and writes the
  * outcome to `*armed`: `NCCOM_IDLE_ARMED` (nothing queued; the descriptor will signal the next
  * completion: `nccom_comm_idle_sleep` may block), `NCCOM_IDLE_READY` (completions are queued:
- * progress again, do not sleep), `NCCOM_IDLE_UNAVAILABLE` (no idle wait, or its transport
- * closed: yield instead). Call it from the thread that drives the comm, after a progress round
+ * progress again, do not sleep), `NCCOM_IDLE_UNAVAILABLE` (no idle wait, its transport
+ * closed, or completions stayed queued over 16 arms in a row that the comm does not read now,
+ * which passes: yield instead). Call it from the thread that drives the comm, after a progress round
  * that found nothing to do; sleeping without arming first can miss a completion already
  * queued (the descriptor never fires) and sleep out the whole timeout.
  *
@@ -1212,7 +1213,8 @@ NRT_STATUS nccom_comm_idle_available(struct nccom_comm_t *comm, uint32_t *availa
  *
  * Seed: none (ABI 1.4).
  */
-NRT_STATUS nccom_comm_idle_arm(struct nccom_comm_t *comm, uint32_t *armed);
+NRT_STATUS nccom_comm_idle_arm(struct nccom_comm_t *comm,
+                               uint32_t *armed);
 
 /**
  * Sleeps on the comm's armed idle wait until its descriptor signals, a

@@ -49,8 +49,9 @@ pub unsafe extern "C" fn nccom_comm_idle_available(
 /// Arms the comm's idle wait (libfabric's `fi_trywait` on its completion queue) and writes the
 /// outcome to `*armed`: `NCCOM_IDLE_ARMED` (nothing queued; the descriptor will signal the next
 /// completion: `nccom_comm_idle_sleep` may block), `NCCOM_IDLE_READY` (completions are queued:
-/// progress again, do not sleep), `NCCOM_IDLE_UNAVAILABLE` (no idle wait, or its transport
-/// closed: yield instead). Call it from the thread that drives the comm, after a progress round
+/// progress again, do not sleep), `NCCOM_IDLE_UNAVAILABLE` (no idle wait, its transport
+/// closed, or completions stayed queued over 16 arms in a row that the comm does not read now,
+/// which passes: yield instead). Call it from the thread that drives the comm, after a progress round
 /// that found nothing to do; sleeping without arming first can miss a completion already
 /// queued (the descriptor never fires) and sleep out the whole timeout.
 ///

@@ -38,6 +38,9 @@ impl LibfabricTransport {
             // entries of that format (fi_cq_read only writes them).
             let n = unsafe { fi::fi_cq_read(self.obj.cq, entries.as_mut_ptr().cast(), CQ_BATCH) };
             if n > 0 {
+                if let Some(w) = &self.idle {
+                    w.took_completions();
+                }
                 for e in &entries[..(n as usize).min(CQ_BATCH)] {
                     // SAFETY: fi_cq_read wrote its first `n` (≤ CQ_BATCH) entries.
                     let e = unsafe { e.assume_init_ref() };

@@ -16,6 +16,7 @@
 //! anything), after which the waiter answers [`Armed::Unavailable`]. A sleep holds the mutex,
 //! so a close waits for at most one nap.
 
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -29,8 +30,9 @@ use crate::*;
 pub const CQ_IDLE_MAX_NAP: Duration = Duration::from_millis(1);
 
 /// How many arms in a row may answer [`Armed::Ready`] before the waiter answers
-/// [`Armed::Unavailable`] instead (the driver yields) until an arm arms again: completions that
-/// stay queued across that many ticks that found nothing are read by nobody now (the comm reads
+/// [`Armed::Unavailable`] instead (the driver yields) until an arm arms again or the transport
+/// takes completions: completions that stay queued across that many ticks that found nothing
+/// and read nothing are read by nobody now (the comm reads
 /// its CQ only while it has ops; say a send completion that came after its op ended early, or an
 /// earlier lease's on a pooled set), and answering `Ready` for them made the driver tick in a
 /// busy loop until its next work began.
@@ -41,8 +43,6 @@ struct Raw {
     fabric: *mut fi::fid_fabric,
     cq: *mut fi::fid_cq,
     fd: i32,
-    /// Arms in a row that found completions queued ([`CQ_READY_RUN_MAX`]).
-    ready_run: u32,
 }
 
 /// A transport's completion queue as an [`IdleWait`] (see the module docs); made by
@@ -51,6 +51,9 @@ struct Raw {
 pub struct CqIdleWait {
     raw: Mutex<Option<Raw>>,
     max_nap: Duration,
+    /// Arms in a row that found completions queued since the transport last took some
+    /// ([`CQ_READY_RUN_MAX`]; only the driving thread touches it).
+    ready_run: AtomicU32,
     /// The kick's eventfd (non-blocking), or -1 when it could not be made (then a kick is a
     /// no-op and a sleep runs to its signal or its bound).
     kick_fd: i32,
@@ -91,6 +94,12 @@ impl CqIdleWait {
         *self.lock() = None;
     }
 
+    /// The transport took completions from the CQ: whatever `arm` found queued so far was
+    /// somebody's (the run of `Ready` answers starts again).
+    pub(crate) fn took_completions(&self) {
+        self.ready_run.store(0, Ordering::Relaxed);
+    }
+
     /// `false` once the transport closed.
     pub fn is_open(&self) -> bool {
         self.lock().is_some()
@@ -105,8 +114,8 @@ impl IdleWait for CqIdleWait {
     /// driver yields instead of ticking in a busy loop); `Unavailable` once the transport
     /// closed or on any other answer.
     fn arm(&self) -> Armed {
-        let mut g = self.lock();
-        let Some(r) = g.as_mut() else {
+        let g = self.lock();
+        let Some(r) = g.as_ref() else {
             return Armed::Unavailable;
         };
         // SAFETY: the objects are open (the close detaches first, under this lock) and only
@@ -130,12 +139,13 @@ impl IdleWait for CqIdleWait {
         }
         match ret {
             0 => {
-                r.ready_run = 0;
+                self.ready_run.store(0, Ordering::Relaxed);
                 Armed::Armed
             }
             e if e == -(fi::FI_EAGAIN as i32) => {
-                r.ready_run = r.ready_run.saturating_add(1);
-                if r.ready_run > CQ_READY_RUN_MAX {
+                let run = self.ready_run.load(Ordering::Relaxed).saturating_add(1);
+                self.ready_run.store(run, Ordering::Relaxed);
+                if run > CQ_READY_RUN_MAX {
                     Armed::Unavailable
                 } else {
                     Armed::Ready
@@ -212,8 +222,8 @@ impl LibfabricTransport {
                     fabric: self.obj.fabric,
                     cq: self.obj.cq,
                     fd: self.obj.cq_fd,
-                    ready_run: 0,
                 })),
+                ready_run: AtomicU32::new(0),
                 max_nap: CQ_IDLE_MAX_NAP,
                 // SAFETY: eventfd has no memory preconditions.
                 kick_fd: unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) },
