@@ -18,7 +18,7 @@
 //! processes) steps and entries move together and the fit could not tell α from o (it gave o
 //! 0 and left direct's many messages at more ranks unpriced); an entries pass therefore times
 //! direct and the ring again at 64..512 KiB with 4 KiB chunks (`measure_entries`), where one
-//! step is many entries: the sweep's sizes in that range, or 64 and 256 KiB when it has none.
+//! step is many entries: the sweep's sizes in that range, or 16 and 64 chunks when it has none.
 //! The result goes to FILE ([`TuneFile`], written whole or not at all) and is printed with each
 //! measurement against the fitted model and the tuner's choices with the old and the new
 //! constants.
@@ -331,24 +331,29 @@ pub const ENTRY_CHUNK: u64 = 4 << 10;
 /// cost is not yet lost in the bytes'.
 const ENTRY_PASS_RANGE: core::ops::RangeInclusive<u64> = 16 * ENTRY_CHUNK..=128 * ENTRY_CHUNK;
 
-/// The sizes the entries pass times when the sweep has none of its own (a sweep of small
-/// sizes only, say `-e 32K` for a tuner of small messages): 16 and 64 entries of
-/// [`ENTRY_CHUNK`].
-pub const ENTRY_PASS_DEFAULT_SIZES: [u64; 2] = [64 << 10, 256 << 10];
+/// The entries per step of the entries pass's own sizes, when the sweep has none in
+/// [`ENTRY_PASS_RANGE`] (a sweep of small sizes only, say `-e 32K` for a tuner of small
+/// messages): at 4 KiB chunks 64 and 256 KiB.
+pub const ENTRY_PASS_OWN_ENTRIES: [u64; 2] = [16, 64];
 
-/// Which sizes the entries pass times: the sweep's sizes in [`ENTRY_PASS_RANGE`], or
-/// [`ENTRY_PASS_DEFAULT_SIZES`] when the sweep has none (without the pass a 2-rank fit has no
-/// way to tell o from α, and gave o 0).
-pub fn entry_pass_sizes(sizes: &[u64]) -> Vec<u64> {
-    let own: Vec<u64> = sizes
+/// Which sizes the entries pass times at chunks of `chunk` bytes (the world's) for elements of
+/// `elem` bytes. Above [`ENTRY_CHUNK`]: the sweep's sizes in [`ENTRY_PASS_RANGE`], else
+/// [`ENTRY_PASS_OWN_ENTRIES`] entries of [`ENTRY_CHUNK`]. At or below it: none when the sweep
+/// has sizes in that range (its own steps are many entries already), else
+/// [`ENTRY_PASS_OWN_ENTRIES`] entries of the chunk (at least one element each; bounded, where
+/// 256 KiB in 2-byte chunks would be more entries than an op may have). Without the pass a
+/// 2-rank fit has no way to tell o from α, and gave o 0.
+pub fn entry_pass_sizes(sweep: &[u64], chunk: u64, elem: u64) -> Vec<u64> {
+    let own: Vec<u64> = sweep
         .iter()
         .copied()
         .filter(|b| ENTRY_PASS_RANGE.contains(b))
         .collect();
-    if own.is_empty() {
-        ENTRY_PASS_DEFAULT_SIZES.to_vec()
-    } else {
-        own
+    match (chunk > ENTRY_CHUNK, own.is_empty()) {
+        (true, false) => own,
+        (true, true) => ENTRY_PASS_OWN_ENTRIES.map(|k| k * ENTRY_CHUNK).to_vec(),
+        (false, false) => Vec::new(),
+        (false, true) => ENTRY_PASS_OWN_ENTRIES.map(|k| k * chunk.max(elem)).to_vec(),
     }
 }
 
@@ -356,20 +361,18 @@ pub fn entry_pass_sizes(sizes: &[u64]) -> Vec<u64> {
 /// chunks of [`ENTRY_CHUNK`] or the world's chunk when smaller (the least of [`PASSES`]
 /// sweeps). At the sweep's own chunk every step of a small all-reduce is one entry each way,
 /// so on 2 ranks steps and entries move together and the fit cannot tell α from o; here one
-/// step is many entries. Nothing to do when the chunk is already that small and the sweep
-/// has sizes of many entries itself. Samples with their chunk; the world's chunk is restored
-/// after.
+/// step is many entries. Samples with their chunk; the world's chunk is restored after.
 ///
 /// # Errors
 /// A message when a run fails or a value arrived wrong.
 pub(crate) fn measure_entries(world: &mut World) -> Result<Vec<Sample>, String> {
-    let sweep = world.args().sizes();
     let chunk = world.args().chunk;
+    let elem = world.args().dtype.size() as u64;
+    let sizes = entry_pass_sizes(&world.args().sizes(), chunk, elem);
     let mut samples = Vec::new();
-    if chunk <= ENTRY_CHUNK && sweep.iter().any(|b| ENTRY_PASS_RANGE.contains(b)) {
+    if sizes.is_empty() {
         return Ok(samples);
     }
-    let sizes = entry_pass_sizes(&sweep);
     let pass_chunk = chunk.min(ENTRY_CHUNK);
     world.set_chunk(pass_chunk);
     let result = (|| {

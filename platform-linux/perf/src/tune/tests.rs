@@ -89,10 +89,18 @@ fn the_entries_pass_tells_o_from_alpha_on_two_ranks() {
         .filter(|s| s.bytes <= 128 << 10)
         .collect();
     let sweep = [8u64, 1 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20];
-    let sizes = entry_pass_sizes(&sweep);
+    let sizes = entry_pass_sizes(&sweep, 512 << 10, 4);
     assert_eq!(sizes, [64 << 10, 256 << 10]);
-    // A sweep of small sizes only still gets the pass, at its default sizes.
-    assert_eq!(entry_pass_sizes(&sweep[..3]), ENTRY_PASS_DEFAULT_SIZES);
+    // A sweep of small sizes only still gets the pass: 16 and 64 chunks of 4 KiB.
+    assert_eq!(entry_pass_sizes(&sweep[..3], 512 << 10, 4), sizes);
+    // At a chunk of 4 KiB or less: nothing when the sweep's own steps are many entries, else
+    // 16 and 64 of its chunks (at least an element each: 2-byte elements in 1-byte chunks).
+    assert!(entry_pass_sizes(&sweep, 1 << 10, 4).is_empty());
+    assert_eq!(
+        entry_pass_sizes(&sweep[..3], 1 << 10, 4),
+        [16 << 10, 64 << 10]
+    );
+    assert_eq!(entry_pass_sizes(&sweep[..3], 1, 2), [32, 128]);
     for algorithm in [Algorithm::Direct, Algorithm::Ring] {
         for &bytes in &sizes {
             let terms = tuner::terms(
