@@ -215,8 +215,9 @@ pub fn parse_on_off(s: &str) -> Result<bool, String> {
 pub enum FaultArg {
     /// The rank's device never triggers.
     StallDevice,
-    /// The rank's driving thread stops (blocked before its second send post, for twice the
-    /// exec timeout and a second, or until the run ends; a rank with fewer sends fails the run).
+    /// The rank's driving thread stops (blocked before its second send post, for three times
+    /// the exec timeout and a second, or until the run ends; a rank with fewer sends fails the
+    /// run).
     StallRank,
     /// The rank's comm is aborted after its first execution is submitted.
     DropComm,

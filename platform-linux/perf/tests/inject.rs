@@ -15,6 +15,11 @@ const BIN: &str = env!("CARGO_BIN_EXE_proxy-perf");
 /// rank only) in mode `mode`: `thread` (workers and device threads), `caller` (caller-driven
 /// queues, polled devices) or `played` (workers that play the devices).
 fn start(fault: &str, mode: &str) -> Child {
+    start_on(fault, 1, mode)
+}
+
+/// As [`start`], with the fault on rank `target` (0 or 1).
+fn start_on(fault: &str, target: u32, mode: &str) -> Child {
     let (driver, device) = match mode {
         "caller" => ("caller", "polled"),
         "played" => ("thread", "polled"),
@@ -22,7 +27,7 @@ fn start(fault: &str, mode: &str) -> Child {
     };
     let line = format!(
         "all-reduce --ranks 2 -b 64 -e 64 -n 3 -w 1 --ranks-per-proxy 1
-         --driver {driver} --device {device} --inject {fault}:1"
+         --driver {driver} --device {device} --inject {fault}:{target}"
     );
     Command::new("timeout")
         .args(["60", BIN])
@@ -222,6 +227,56 @@ fn every_fault_ends_with_its_status_and_every_completion_reported_once() {
 /// `exit-rank` kills a process of a multi-process run: with the in-process transport it is
 /// refused (it would end the whole run's process), and an unknown fault or rank is a usage
 /// error naming it.
+/// A worker stuck inside a call ticks no more, so its tasks cannot time out: the producer
+/// waiting for rank 0's records (rank 0 is waited for first) reads the queue's heartbeat and
+/// ends its wait after the no-progress limit and a second, with the queue's dump written
+/// without its driver, long before the stall (three times the limit and a second) ends.
+/// Without the heartbeat the wait lasts the whole stall and ends with the task's timeout.
+#[test]
+fn a_worker_that_stops_ticking_ends_its_producers_wait() {
+    let (code, out, err) = finish(start_on("stall-rank", 0, "thread"));
+    let what = format!("exit {code}\n{out}\n{err}");
+    assert_eq!(code, 2, "{what}");
+    let line = err
+        .lines()
+        .find(|l| l.contains("the run failed: rank 0: the driving thread of proxy queue"))
+        .unwrap_or_else(|| panic!("no stuck-driver error: {what}"));
+    assert!(
+        line.contains("it is stuck inside a call; tasks ["),
+        "{what}"
+    );
+    // "began no tick for S s": at least the limit and a second.
+    let quiet: f64 = line
+        .split("began no tick for ")
+        .nth(1)
+        .and_then(|t| t.split(' ').next())
+        .and_then(|t| t.parse().ok())
+        .unwrap_or_else(|| panic!("no quiet time: {what}"));
+    assert!(quiet >= 2.0, "called stuck after {quiet} s only: {what}");
+    // The dump came first, written by the requester: the stuck driver answers nothing. Its
+    // header carries the heartbeat.
+    let dump = err
+        .lines()
+        .find(|l| l.contains("reason=not-answered"))
+        .unwrap_or_else(|| panic!("no dump without the driver: {what}"));
+    assert!(dump.contains(" driver=ticking "), "{what}");
+    let ticks: u32 = dump
+        .split(" ticks=")
+        .nth(1)
+        .and_then(|t| t.split(' ').next())
+        .and_then(|t| t.parse().ok())
+        .unwrap_or_else(|| panic!("no ticks= in the dump header: {what}"));
+    assert!(ticks > 0, "{what}");
+    // Every completion is still reported once (the run releases the stall and settles).
+    for (r, fin) in finals(&out).iter().enumerate() {
+        assert_eq!(
+            (fin.reported, fin.twice),
+            (fin.tasks, 0),
+            "rank {r}: {what}"
+        );
+    }
+}
+
 #[test]
 fn exit_rank_needs_processes_and_bad_faults_are_named() {
     let run = |inject: &str| {

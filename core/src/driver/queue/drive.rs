@@ -167,6 +167,9 @@ impl DriverState {
         let now_ns = self.clock.now_ns();
         self.woke_from = queue.activity.get();
         queue.activity.set(DriverActivity::Ticking);
+        // The heartbeat: only the token's holder writes it (a load and a store, no RMW).
+        let beat = queue.ticks.load(DiagOrdering::Relaxed).wrapping_add(1);
+        queue.ticks.store(beat, DiagOrdering::Relaxed);
         let mut drained = false;
         let hw = (queue.high_water.load(Ordering::Acquire) as usize).min(self.slots.len());
         // The safe point: invalidations first, before any task of this tick is stepped (so

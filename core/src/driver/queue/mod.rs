@@ -318,6 +318,10 @@ pub struct ProxyQueue {
     dump: DumpRequests,
     /// What the driving thread is doing (a diagnostic word for dumps).
     activity: ActivityWord,
+    /// The driving thread's heartbeat: ticks begun so far (wrapping), written only by the
+    /// drive token's holder, read by anyone ([`ProxyQueue::ticks`]). Diagnostic: it hands
+    /// nothing over.
+    ticks: DiagAtomicU32,
     /// Process-unique id, `queue=<id>` in dump lines.
     id: u32,
     /// The registry's group id of the queue (`u32::MAX`: none), for dump lines.

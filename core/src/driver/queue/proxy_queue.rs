@@ -70,6 +70,7 @@ impl ProxyQueue {
             stop: AtomicBool::new(false),
             dump: DumpRequests::new(),
             activity: ActivityWord::default(),
+            ticks: DiagAtomicU32::new(0),
             id: next_queue_id(),
             group: DiagAtomicU32::new(u32::MAX),
             exited: AtomicBool::new(false),
@@ -353,6 +354,17 @@ impl ProxyQueue {
         self.group.store(group, DiagOrdering::Relaxed);
     }
 
+    /// The driving thread's heartbeat: the number of ticks begun on this queue so far
+    /// (wrapping `u32`), by whichever thread drove it. A waiter compares two reads: while its
+    /// tasks are outstanding, a healthy driving thread ticks at least once per nap, so a count
+    /// that stays the same for longer than the tasks' no-progress limit means the driving
+    /// thread is stuck inside a call (it cannot time the tasks out either: their limit is
+    /// checked in a tick). Also `ticks=` in the dump header. A relaxed diagnostic read: it
+    /// orders nothing.
+    pub fn ticks(&self) -> u32 {
+        self.ticks.load(DiagOrdering::Relaxed)
+    }
+
     /// What the driving thread last said it does (parked, spinning, ticking...).
     pub fn driver_activity(&self) -> DriverActivity {
         if self.worker_exited() {
@@ -434,7 +446,7 @@ impl ProxyQueue {
             out,
             "{DUMP_PREFIX} queue={} group={} reason={} mode={} driver={} token={} token_waiters={} \
              dumps={requested}/{written} slots={} high_water={} stop={} exited={} idle={} \
-             idle_sleeps={}",
+             idle_sleeps={} ticks={}",
             self.id,
             Opt((group != u32::MAX).then_some(group)),
             reason.name(),
@@ -451,6 +463,7 @@ impl ProxyQueue {
             u8::from(self.worker_exited()),
             if self.idle.is_wired() { "wired" } else { "none" },
             self.idle.sleeps(),
+            self.ticks(),
         )
     }
 

@@ -618,14 +618,18 @@ impl Engine {
     /// returns its status. Stops waiting, with an error, as soon as a task of the execution has
     /// failed or `device_failed` answers `true` (the device will not reach the stages the
     /// remaining tasks wait for): the engine is then unusable and must be dropped (its drop ends
-    /// every task still in flight).
+    /// every task still in flight). Also stops when the rank's queue's driving thread has begun
+    /// no tick for the tasks' no-progress limit and a second (stuck inside a call: it cannot
+    /// time the tasks out; not bounded so when the limit is off).
     ///
     /// # Errors
-    /// A message naming the failed task and its status, or saying that the device failed.
+    /// A message naming the failed task and its status, saying that the device failed, or that
+    /// the driving thread is stuck (after writing the queue's dump).
     pub fn wait(&mut self, rank: u32, device_failed: &dyn Fn() -> bool) -> Result<(), String> {
         let poll = self.poll;
         let park = self.park_consumers;
-        self.ranks[rank as usize].wait(poll, park, device_failed)
+        let limit = self.timeout_ns;
+        self.ranks[rank as usize].wait(poll, park, limit, device_failed)
     }
 
     /// Executions a rank may have submitted and not yet waited for.

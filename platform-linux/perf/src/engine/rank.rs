@@ -289,7 +289,9 @@ impl EngineRank {
 
     /// Waits for the oldest execution in flight (see [`Engine::wait`]), polling the status
     /// ring with `poll`; with `park`, parking on the slot after the spins (the world's bells
-    /// are wired: nothing the rank waits for is left unrung).
+    /// are wired: nothing the rank waits for is left unrung). `limit_ns` is the tasks'
+    /// no-progress limit (`None`: none): when the queue's driving thread has not begun a tick
+    /// for that long and [`STUCK_GRACE`] more, the wait ends (see [`Heartbeat`]).
     ///
     /// # Errors
     /// As [`Engine::wait`].
@@ -297,6 +299,7 @@ impl EngineRank {
         &mut self,
         poll: WaitPolicy,
         park: bool,
+        limit_ns: Option<u64>,
         device_failed: &dyn Fn() -> bool,
     ) -> Result<(), String> {
         let poll = WaitPolicy {
@@ -310,8 +313,8 @@ impl EngineRank {
             ..poll
         };
         // After the first 2 ms: check the ring (and the device) every 100 µs nap, 100 ms per
-        // round; rounds go on while the device is fine (the tasks' own no-progress timeout
-        // bounds them).
+        // round; rounds go on while the device is fine and the driving thread ticks (the tasks'
+        // own no-progress timeout bounds them then; the heartbeat bounds a stuck driver).
         let slow = WaitPolicy {
             spins: 0,
             yields: 0,
@@ -323,6 +326,9 @@ impl EngineRank {
         };
         let r = &mut *self;
         let slot = &mut r.member.as_mut().ok_or("rank left")?.slot;
+        let queue = slot.queue().clone();
+        let mut heartbeat = Heartbeat::new(&queue);
+        let stuck_after = limit_ns.map(|l| std::time::Duration::from_nanos(l) + STUCK_GRACE);
         // The execution's task ids still missing (no allocation: at most two).
         let mut missing = [Some(p.ids[0]), (p.n == 2).then_some(p.ids[1])];
         while missing.iter().any(Option::is_some) {
@@ -368,6 +374,9 @@ impl EngineRank {
                                 "the device failed; tasks {:?} abandoned",
                                 missing.iter().flatten().collect::<Vec<_>>()
                             ));
+                        }
+                        if let Some(quiet) = stuck_after.and_then(|a| heartbeat.stuck(&queue, a)) {
+                            return Err(stuck(&queue, quiet, &missing));
                         }
                         policy = slow;
                     }
@@ -418,4 +427,68 @@ impl EngineRank {
         self.keep_returned(&p);
         Ok(())
     }
+}
+
+/// How long past the tasks' no-progress limit a driving thread may go without beginning a tick
+/// before a waiter calls it stuck: the tasks' own limit, checked in a tick, ends a healthy
+/// driver's tasks first.
+pub(super) const STUCK_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// The driving thread's heartbeat as a waiter sees it ([`ProxyQueue::ticks`]): the last tick
+/// count read and when it last changed. While a rank's tasks are outstanding a healthy
+/// driving thread ticks at least once per nap; one that stops (stuck inside a provider call,
+/// deadlocked) never times the tasks out either, so without this the producer's wait would
+/// have no end.
+pub(super) struct Heartbeat {
+    ticks: u32,
+    since: std::time::Instant,
+}
+
+impl Heartbeat {
+    /// Starts watching `queue` now.
+    pub(super) fn new(queue: &ProxyQueue) -> Self {
+        Self {
+            ticks: queue.ticks(),
+            since: std::time::Instant::now(),
+        }
+    }
+
+    /// `Some(quiet)` when `queue` has begun no tick for `quiet` ≥ `after` (since [`Heartbeat::new`]
+    /// or the last change this call saw); `None` while it ticks.
+    pub(super) fn stuck(
+        &mut self,
+        queue: &ProxyQueue,
+        after: std::time::Duration,
+    ) -> Option<std::time::Duration> {
+        let now = queue.ticks();
+        if now != self.ticks {
+            self.ticks = now;
+            self.since = std::time::Instant::now();
+            return None;
+        }
+        let quiet = self.since.elapsed();
+        (quiet >= after).then_some(quiet)
+    }
+}
+
+/// The error of a wait whose driving thread stopped ticking: asks for the queue's state dump
+/// first (not answered by a stuck driver within 100 ms, it is written from what any thread can
+/// read, `reason=not-answered`, naming the driver's last activity).
+fn stuck(queue: &ProxyQueue, quiet: std::time::Duration, missing: &[Option<u32>]) -> String {
+    let clock = MonotonicClock;
+    let waiter = Waiter {
+        park: &ThreadPark,
+        clock: &clock,
+        spin_ns: 0,
+    };
+    let _ = queue.dump_until(&waiter, clock.now_ns().saturating_add(100_000_000));
+    format!(
+        "the driving thread of proxy queue {} began no tick for {:.1} s (driver {}, {} ticks \
+         so far): it is stuck inside a call; tasks {:?} abandoned",
+        queue.id(),
+        quiet.as_secs_f64(),
+        queue.driver_activity().name(),
+        queue.ticks(),
+        missing.iter().flatten().collect::<Vec<_>>()
+    )
 }

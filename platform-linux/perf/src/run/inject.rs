@@ -46,16 +46,17 @@ pub(super) fn stall_missed(args: &Args, local: &[u32], stall: &StallSwitch) -> O
         })
 }
 
-/// How long a `stall-rank` stall lasts: twice the no-progress limit and a second (every peer
-/// has timed out by then; the run also releases it when it ends), [`STALL_LIMIT`] without a
-/// limit.
+/// How long a `stall-rank` stall lasts: three times the no-progress limit and a second (every
+/// peer has timed out by then, and a producer waiting on the stalled worker has called it
+/// stuck: no tick for the limit and a second, `engine::rank::Heartbeat`; the run also releases
+/// it when it ends), [`STALL_LIMIT`] without a limit.
 ///
 /// # Errors
 /// A bad `NEURON_RT_EXEC_TIMEOUT`.
 pub(super) fn stall_limit(_args: &Args) -> Result<Duration, String> {
     let cfg = Config::from_env().map_err(|e| e.to_string())?;
     Ok(cfg.exec_timeout.map_or(STALL_LIMIT, |t| {
-        (t * 2 + Duration::from_secs(1)).min(STALL_LIMIT)
+        (t * 3 + Duration::from_secs(1)).min(STALL_LIMIT)
     }))
 }
 
