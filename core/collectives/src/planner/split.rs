@@ -236,11 +236,12 @@ impl Mover {
 /// [`PlanError::TooManyTags`] when the parts' tags do not fit below 2^14.
 pub fn plan_blocks(params: &PlanParams) -> Result<BlockPlans, PlanError> {
     // Tags: a range of `t` per (stream, block), the same on every rank (partner ops must
-    // agree): the most tags any algorithm uses, ring all-reduce's 2(n − 1) steps or direct's
-    // distances 1..n. Checked before any planning (a refused split costs nothing).
-    let t = (2 * params.nranks.saturating_sub(1))
-        .max(params.nranks)
-        .max(1);
+    // agree): the most tags any algorithm uses, ring all-reduce's 2(n − 1) steps, direct's
+    // distances 1..n, or the hierarchical all-reduce's broadcast on one host of all n ranks
+    // (tags n..n + ⌈log2 n⌉, above 2(n − 1) for n of 2 and 3). Checked before any planning (a
+    // refused split costs nothing).
+    let n = params.nranks.max(1);
+    let t = (2 * (n - 1)).max(n + (u32::BITS - (n - 1).leading_zeros()));
     let parts_n = u64::from(params.streams) * u64::from(params.blocks);
     if (1..=4).contains(&params.streams)
         && params.blocks > 0

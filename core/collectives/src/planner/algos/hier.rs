@@ -15,8 +15,8 @@
 //! Tags: the gather uses the member's index in its host (`1..s`), the leaders' phase its own
 //! algorithm's tags (between leaders only: no pair of ranks meets in two phases but the
 //! leader and a member, in the gather and the broadcast), the broadcast the binomial tree's
-//! tags plus `s_max` (the largest host). All below `2(n − 1)`, the range the split gives a
-//! plan (`split`).
+//! tags plus `s_max` (the largest host). All below `max(2(n − 1), n + ⌈log2 n⌉)`, the range
+//! the split gives a plan (`split`; the second term is for one host of 2 or 3 ranks).
 
 use alloc::vec::Vec;
 

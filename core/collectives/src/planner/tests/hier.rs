@@ -330,3 +330,29 @@ fn pieces_continue_the_same_ops() {
         }
     }
 }
+
+/// One host of every rank (what a crowded host's tuner picks, `tuner::crowding`): small
+/// hosts too, whose broadcast tags (`n..n + ⌈log2 n⌉`) lie above `2(n − 1)` for 2 and 3
+/// ranks; whole and split over streams, bit-exact.
+#[test]
+fn one_host_of_every_rank_small_counts_whole_and_split() {
+    let max = if cfg!(miri) { 3 } else { 9 };
+    let mut seed = 900;
+    for n in 1..=max {
+        for (streams, blocks) in [(1, 1), (2, 2)] {
+            let mut p = hier(&[n], 6, DataType::I32);
+            p.chunk_bytes = 8; // 2 elements: 3 chunks, a part on every stream
+            p.streams = streams;
+            p.blocks = blocks;
+            // Every rank's tags fit its part's range (`plan_blocks` asserts it).
+            for r in 0..n {
+                let b = plan_blocks(&p.for_rank(r)).unwrap_or_else(|e| panic!("{n} ranks: {e:?}"));
+                assert_eq!(b.streams().len(), streams as usize, "{n} ranks");
+            }
+            p.streams = 1;
+            p.blocks = 1;
+            seed += 1;
+            check(p, seed);
+        }
+    }
+}
