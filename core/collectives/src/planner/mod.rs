@@ -162,6 +162,13 @@ pub struct PlanParams {
     /// [`Algorithm::Hierarchical`]. Default: [`tuner::DEFAULT_COST_MODEL`] (hosts as fast as
     /// the host).
     pub inter_host_model: tuner::CostModel,
+    /// The CPUs that one host's ranks make progress on at once: the host's CPUs (affinity
+    /// mask, cgroup quota) or the threads that drive its ranks' proxy queues, whichever is
+    /// fewer. With fewer than the host's ranks, the tuner bounds each algorithm's time below by
+    /// the host's total work over these CPUs, and considers [`Algorithm::Hierarchical`] on any
+    /// host map, one host included ([`tuner`], "Crowded hosts"). Default 0: unknown (every
+    /// rank progresses on a CPU of its own; the bound is off).
+    pub progress_cpus: u32,
 }
 
 /// Most hosts a [`HostMap`] describes.
@@ -298,6 +305,7 @@ impl PlanParams {
             },
             hosts: HostMap::NONE,
             inter_host_model: tuner::DEFAULT_COST_MODEL,
+            progress_cpus: 0,
         }
     }
 

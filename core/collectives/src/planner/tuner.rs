@@ -21,10 +21,23 @@
 //! each algorithm are the paper's (with the fold of the ranks above a power of two adding two
 //! steps, §4), and the ring's are NCCL's.
 //!
-//! The model ignores the CPUs the ranks share: with more ranks than CPUs (the in-process
-//! runs of proxy-perf) every rank's entries cost every other rank time too, which favours
-//! algorithms with fewer messages in all (recursive doubling over direct) more than the model
-//! says.
+//! # Crowded hosts
+//! The critical path assumes every rank progresses on a CPU of its own. When a host's ranks
+//! share fewer CPUs ([`PlanParams::progress_cpus`]: the host's CPUs or the threads that drive
+//! its ranks, whichever is fewer; the in-process runs of proxy-perf, rank processes
+//! oversubscribing a host), every rank's work delays the others, and the host cannot finish
+//! before its total work is done on those CPUs. For an all-reduce the time is then
+//!
+//! ```text
+//! T = max(critical path, Σ over the host's ranks of (entries · o + sent · β + reduced · γ) / cpus)
+//! ```
+//!
+//! (the work of the largest host; steps cost no CPU, they wait). Recursive doubling moves
+//! `n log2 n` messages in all where a reduce to one leader and a broadcast move `2 (n − 1)`, so
+//! on a crowded host [`Algorithm::Hierarchical`] becomes a candidate on any host map, one host
+//! included (gather into the leader, binomial broadcast; [`crowded_work`]). Measured in
+//! process on 2 CPUs, 8 B (BENCHMARKS.md, 2026-12-05): 8 ranks 16.5 → 12 µs, 16 ranks 42 → 26,
+//! 32 ranks 95 → 51. The other collectives keep the critical path alone.
 
 use alloc::format;
 use alloc::string::String;
@@ -370,6 +383,65 @@ fn hierarchical_phases(p: &PlanParams, split: bool) -> [u64; 3] {
     [gather, inter, bcast]
 }
 
+/// The CPUs the largest host's ranks progress on, when they are fewer than its ranks (all the
+/// ranks without a host map) and known ([`PlanParams::progress_cpus`] > 0): `Some(cpus)`
+/// turns the crowding bound on ("Crowded hosts" above). `None` otherwise.
+pub fn crowding(p: &PlanParams) -> Option<u32> {
+    (p.progress_cpus > 0 && largest_host(p) > p.progress_cpus).then_some(p.progress_cpus)
+}
+
+/// The ranks of `p`'s largest host (all the ranks without a map).
+fn largest_host(p: &PlanParams) -> u32 {
+    p.hosts.sizes().iter().copied().max().unwrap_or(p.nranks)
+}
+
+/// `t`'s work: its entries, bytes sent and bytes reduced (CPU time), without its steps
+/// (waiting).
+fn work(t: Terms) -> Terms {
+    Terms { steps: 0, ..t }
+}
+
+/// The work in nanoseconds, summed over the ranks of `p`'s largest host, of `algorithm` for
+/// `p`'s all-reduce under `model` (what the crowding bound divides by the CPUs): each rank's
+/// work of the flat algorithms; for [`Algorithm::Hierarchical`] the gather into the host's
+/// leader and its broadcast (`2 (s − 1)` messages each way on `s` ranks) under
+/// [`PlanParams::cost_model`], and the leader's part of the leaders' all-reduce under
+/// [`PlanParams::inter_host_model`]. `None` where [`terms`] has none. Saturates.
+pub fn crowded_work(p: &PlanParams, algorithm: Algorithm, model: &CostModel) -> Option<u64> {
+    let b = p.bytes();
+    let split = p.streams.saturating_mul(p.blocks) > 1;
+    let s = u64::from(largest_host(p));
+    if algorithm != Algorithm::Hierarchical {
+        let t = terms(p.collective, algorithm, b, p.nranks, p.chunk_bytes, split)?;
+        return Some(work(t).time_ns(model).saturating_mul(s));
+    }
+    let ent = u128::from(b)
+        .div_ceil(u128::from(p.chunk_bytes.max(1)))
+        .max(1);
+    let m = u128::from(s.saturating_sub(1));
+    let local = Terms {
+        steps: 0,
+        entries: 4 * m * ent,
+        sent: 2 * m * u128::from(b),
+        reduced: m * u128::from(b),
+    }
+    .time_ns(&p.cost_model);
+    let h = hosts_of(p);
+    let mut leaders = *p;
+    leaders.nranks = h;
+    leaders.cost_model = p.inter_host_model;
+    let inter = terms(
+        Collective::AllReduce,
+        crate::planner::algos_leaders(&leaders, h),
+        b,
+        h,
+        p.chunk_bytes,
+        split,
+    )
+    .map_or(0, |t| work(t).time_ns(&p.inter_host_model));
+    Some(local.saturating_add(inter))
+}
+
 /// The algorithm [`Algorithm::Auto`] resolves to for `p`: the cheapest of [`candidates`] by
 /// [`cost`] under `p.cost_model`, direct only at or below [`PlanParams::direct_threshold_bytes`]
 /// where a ring exists (the measured crossover where direct loses to ring), the first on a
@@ -377,14 +449,23 @@ fn hierarchical_phases(p: &PlanParams, split: bool) -> [u64; 3] {
 /// ([`crate::planner::HostMap::spans_hosts`]) the flat algorithms are costed under
 /// [`PlanParams::inter_host_model`] (their steps cross hosts) and [`Algorithm::Hierarchical`]
 /// is a candidate too ([`hierarchical_cost`]): it wins where the link between hosts is the
-/// slow one.
+/// slow one. On a crowded host ([`crowding`]) an all-reduce's times are bounded below by the
+/// host's work over its CPUs ([`crowded_work`]), and [`Algorithm::Hierarchical`] is a
+/// candidate on any host map, one host included.
 pub fn pick(p: &PlanParams) -> Algorithm {
     let bytes = p.bytes();
-    let spans = p.collective == Collective::AllReduce && p.hosts.spans_hosts();
+    let all_reduce = p.collective == Collective::AllReduce;
+    let spans = all_reduce && p.hosts.spans_hosts();
+    let crowd = crowding(p).filter(|_| all_reduce);
     let model = if spans {
         &p.inter_host_model
     } else {
         &p.cost_model
+    };
+    // The crowding bound on `t`, the critical path of `a` (unchanged when not crowded).
+    let bound = |a: Algorithm, t: u64, m: &CostModel| match crowd {
+        Some(cpus) => crowded_work(p, a, m).map_or(t, |w| t.max(w / u64::from(cpus))),
+        None => t,
     };
     let mut best = (u64::MAX, Algorithm::Ring);
     for &a in candidates(p.collective) {
@@ -403,12 +484,14 @@ pub fn pick(p: &PlanParams) -> Algorithm {
             p.streams.saturating_mul(p.blocks) > 1,
             model,
         ) {
+            let t = bound(a, t, model);
             if t < best.0 {
                 best = (t, a);
             }
         }
     }
-    if spans && hierarchical_cost(p) < best.0 {
+    let hier = spans || (crowd.is_some() && !p.hosts.is_none());
+    if hier && bound(Algorithm::Hierarchical, hierarchical_cost(p), model) < best.0 {
         return Algorithm::Hierarchical;
     }
     best.1

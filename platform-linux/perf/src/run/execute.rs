@@ -3,6 +3,7 @@
 //! (`World::measure`), and one table row per size (`World::row`).
 
 use super::*;
+use proxy_collectives::planner::HostMap;
 
 impl World {
     /// Rank 0's plan parameters of `size`, out of place (before the algorithm is resolved).
@@ -26,7 +27,10 @@ impl World {
         p.inter_host_model = a.tuning.inter_host_model(a.link);
         if let Some(h) = a.hosts {
             p.hosts = h.0;
+        } else if let Some(h) = self.one_host() {
+            p.hosts = h;
         }
+        p.progress_cpus = self.progress_cpus();
         p.op = a.op;
         p.root = a.root;
         p.chunk_bytes = a.chunk;
@@ -40,6 +44,30 @@ impl World {
             credits: a.credits,
         };
         p
+    }
+
+    /// The host map of a run whose ranks all share this host (`None` when they may not): in
+    /// process always; ranks as processes when the processes on this host (the mode rule's
+    /// count, from the launcher) times this process's ranks are all the ranks. Several hosts
+    /// come from `--hosts` or the bootstrap ([`World::args`]).
+    fn one_host(&self) -> Option<HostMap> {
+        let here =
+            u64::from(self.modes.advice.inputs.processes.count.max(1)) * self.local.len() as u64;
+        (self.peers.is_none() || here == u64::from(self.args.ranks))
+            .then(|| HostMap::new(&[self.args.ranks]))
+            .flatten()
+    }
+
+    /// The CPUs this host's ranks make progress on at once (the tuner's
+    /// [`PlanParams::progress_cpus`]): the mode rule's usable CPUs, or the busy threads of the
+    /// mode that runs on the whole host, whichever is fewer.
+    fn progress_cpus(&self) -> u32 {
+        let adv = &self.modes.advice;
+        let threads = match self.modes.driver {
+            DriverArg::Caller => adv.caller_threads,
+            DriverArg::Thread => adv.worker_threads,
+        };
+        u32::try_from(adv.inputs.cpus.usable.min(threads.max(1))).unwrap_or(u32::MAX)
     }
 
     /// The state-dump label of `size`'s collective: the planner's

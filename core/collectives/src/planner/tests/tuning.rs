@@ -147,3 +147,64 @@ fn each_link_kind_has_its_defaults_and_they_move_the_choice() {
     m.byte_ps += 1;
     assert!(!tuner::LinkKind::is_default(&m));
 }
+
+/// A crowded host ("Crowded hosts" in the tuner's docs): the host's total work over its CPUs
+/// bounds every all-reduce below, exactly as the docs' formula says, and the reduce to one
+/// leader and broadcast (hierarchical on one host: `2 (n − 1)` messages in all where recursive
+/// doubling moves `n log2 n`) wins the small sizes; ring keeps the large ones; nothing changes
+/// with the CPUs unknown or enough, or without a host map to build the hierarchy on.
+#[test]
+fn a_crowded_host_bounds_the_time_by_its_work_and_picks_the_hierarchy() {
+    use crate::planner::tuner::{crowded_work, crowding, MEMORY_COST_MODEL};
+    use crate::planner::HostMap;
+    let m = MEMORY_COST_MODEL;
+    // 8 ranks, 8 B (2 floats), one host, 2 CPUs.
+    let mut p = params(Collective::AllReduce, 8, 2, DataType::F32, Algorithm::Auto);
+    p.cost_model = m;
+    p.inter_host_model = m;
+    p.hosts = HostMap::new(&[8]).unwrap();
+    p.progress_cpus = 2;
+    assert_eq!(crowding(&p), Some(2));
+    // Recursive doubling, per rank: 3 steps, 6 entries, 24 B sent, 24 B reduced; its work
+    // (no steps) is 6 · 1000 ns + 48 B · 35 ps = 6001 ns, on each of the 8 ranks.
+    assert_eq!(
+        crowded_work(&p, Algorithm::RecursiveDoubling, &m),
+        Some(8 * 6001)
+    );
+    // The hierarchy on one host of 8: 4 · 7 entries, 2 · 7 · 8 B sent, 7 · 8 B reduced.
+    assert_eq!(
+        crowded_work(&p, Algorithm::Hierarchical, &m),
+        Some((28_000_000 + 112 * 35 + 56 * 35) / 1000)
+    );
+    assert_eq!(tuner::pick(&p), Algorithm::Hierarchical);
+    // Large: ring (its work is n · 4 (n − 1) entries of a segment: fewer bytes per rank).
+    let mut big = p;
+    big.count = 16 << 20;
+    assert_eq!(tuner::pick(&big), Algorithm::Ring);
+    // Enough CPUs, unknown CPUs, or no host map: the critical path alone (recursive doubling).
+    for (cpus, hosts) in [(8, p.hosts), (0, p.hosts), (2, HostMap::NONE)] {
+        let mut q = p;
+        q.progress_cpus = cpus;
+        q.hosts = hosts;
+        assert_eq!(
+            tuner::pick(&q),
+            Algorithm::RecursiveDoubling,
+            "{cpus} {hosts:?}"
+        );
+    }
+    assert_eq!(
+        crowding(&{
+            let mut q = p;
+            q.progress_cpus = 8;
+            q
+        }),
+        None
+    );
+    // Another collective keeps the critical path: an all-gather does not take the bound.
+    let mut ag = params(Collective::AllGather, 8, 16, DataType::F32, Algorithm::Auto);
+    ag.progress_cpus = 2;
+    ag.hosts = p.hosts;
+    let mut ag0 = ag;
+    ag0.progress_cpus = 0;
+    assert_eq!(tuner::pick(&ag), tuner::pick(&ag0));
+}
