@@ -89,16 +89,7 @@ pub fn run(args: &Args) -> Result<i32, String> {
         let mut world = World::new(&a)?;
         let row = world.row(size)?;
         let p = world.params_for(size);
-        let model = tuner::cost(
-            p.collective,
-            p.resolved_algorithm(),
-            p.bytes(),
-            n,
-            p.chunk_bytes,
-            p.streams.saturating_mul(p.blocks) > 1,
-            &p.cost_model,
-        )
-        .unwrap_or(0);
+        let model = tuner::modelled_ns(&p, p.resolved_algorithm()).unwrap_or(0);
         let r = RanksRow {
             ranks: n,
             algorithm: row.algorithm,

@@ -442,18 +442,14 @@ pub fn crowded_work(p: &PlanParams, algorithm: Algorithm, model: &CostModel) -> 
     Some(local.saturating_add(inter))
 }
 
-/// The algorithm [`Algorithm::Auto`] resolves to for `p`: the cheapest of [`candidates`] by
-/// [`cost`] under `p.cost_model`, direct only at or below [`PlanParams::direct_threshold_bytes`]
-/// where a ring exists (the measured crossover where direct loses to ring), the first on a
-/// tie. Send-recv is always direct. When an all-reduce's ranks span hosts
-/// ([`crate::planner::HostMap::spans_hosts`]) the flat algorithms are costed under
-/// [`PlanParams::inter_host_model`] (their steps cross hosts) and [`Algorithm::Hierarchical`]
-/// is a candidate too ([`hierarchical_cost`]): it wins where the link between hosts is the
-/// slow one. On a crowded host ([`crowding`]) an all-reduce's times are bounded below by the
-/// host's work over its CPUs ([`crowded_work`]), and [`Algorithm::Hierarchical`] is a
-/// candidate on any host map, one host included.
-pub fn pick(p: &PlanParams) -> Algorithm {
-    let bytes = p.bytes();
+/// The modelled time in nanoseconds that [`pick`] compares for `algorithm` on `p`: [`cost`]
+/// under [`PlanParams::inter_host_model`] when an all-reduce spans hosts, else under
+/// [`PlanParams::cost_model`]; [`hierarchical_cost`] for [`Algorithm::Hierarchical`] where it
+/// is a candidate (ranks spanning hosts, or a crowded host with a host map); on a crowded host
+/// ([`crowding`]) an all-reduce's time at least the host's work over its CPUs
+/// ([`crowded_work`]). `None` for [`Algorithm::Auto`], an algorithm `p`'s collective does not
+/// have, and the hierarchical all-reduce where it is not a candidate.
+pub fn modelled_ns(p: &PlanParams, algorithm: Algorithm) -> Option<u64> {
     let all_reduce = p.collective == Collective::AllReduce;
     let spans = all_reduce && p.hosts.spans_hosts();
     let crowd = crowding(p).filter(|_| all_reduce);
@@ -462,11 +458,40 @@ pub fn pick(p: &PlanParams) -> Algorithm {
     } else {
         &p.cost_model
     };
-    // The crowding bound on `t`, the critical path of `a` (unchanged when not crowded).
-    let bound = |a: Algorithm, t: u64, m: &CostModel| match crowd {
-        Some(cpus) => crowded_work(p, a, m).map_or(t, |w| t.max(w / u64::from(cpus))),
-        None => t,
+    let t = if algorithm == Algorithm::Hierarchical {
+        if !(all_reduce && (spans || (crowd.is_some() && !p.hosts.is_none()))) {
+            return None;
+        }
+        hierarchical_cost(p)
+    } else {
+        cost(
+            p.collective,
+            algorithm,
+            p.bytes(),
+            p.nranks,
+            p.chunk_bytes,
+            p.streams.saturating_mul(p.blocks) > 1,
+            model,
+        )?
     };
+    Some(match crowd {
+        Some(cpus) => crowded_work(p, algorithm, model).map_or(t, |w| t.max(w / u64::from(cpus))),
+        None => t,
+    })
+}
+
+/// The algorithm [`Algorithm::Auto`] resolves to for `p`: the cheapest of [`candidates`] by
+/// [`modelled_ns`], direct only at or below [`PlanParams::direct_threshold_bytes`] where a
+/// ring exists (the measured crossover where direct loses to ring), the first on a tie.
+/// Send-recv is always direct. When an all-reduce's ranks span hosts
+/// ([`crate::planner::HostMap::spans_hosts`]) the flat algorithms are costed under
+/// [`PlanParams::inter_host_model`] (their steps cross hosts) and [`Algorithm::Hierarchical`]
+/// is a candidate too ([`hierarchical_cost`]): it wins where the link between hosts is the
+/// slow one. On a crowded host ([`crowding`]) an all-reduce's times are bounded below by the
+/// host's work over its CPUs ([`crowded_work`]), and [`Algorithm::Hierarchical`] is a
+/// candidate on any host map, one host included.
+pub fn pick(p: &PlanParams) -> Algorithm {
+    let bytes = p.bytes();
     let mut best = (u64::MAX, Algorithm::Ring);
     for &a in candidates(p.collective) {
         if a == Algorithm::Direct
@@ -475,26 +500,16 @@ pub fn pick(p: &PlanParams) -> Algorithm {
         {
             continue;
         }
-        if let Some(t) = cost(
-            p.collective,
-            a,
-            bytes,
-            p.nranks,
-            p.chunk_bytes,
-            p.streams.saturating_mul(p.blocks) > 1,
-            model,
-        ) {
-            let t = bound(a, t, model);
+        if let Some(t) = modelled_ns(p, a) {
             if t < best.0 {
                 best = (t, a);
             }
         }
     }
-    let hier = spans || (crowd.is_some() && !p.hosts.is_none());
-    if hier && bound(Algorithm::Hierarchical, hierarchical_cost(p), model) < best.0 {
-        return Algorithm::Hierarchical;
+    match modelled_ns(p, Algorithm::Hierarchical) {
+        Some(t) if t < best.0 => Algorithm::Hierarchical,
+        _ => best.1,
     }
-    best.1
 }
 
 /// The environment variable that names the algorithm of `c` in place of the tuner's choice:
