@@ -30,6 +30,11 @@
 #include "nccom_proxy.h"
 
 /**
+ * The most CPUs `nrt_proxy_tuner_progress_cpus_set` takes.
+ */
+#define NRT_PROXY_MAX_PROGRESS_CPUS (1 << 20)
+
+/**
  * Major version of this library's C ABI: a library whose major differs from the header's is
  * incompatible (it is also the SONAME's number, `libnrt_proxy.so.1`).
  */
@@ -43,14 +48,15 @@
  * `nrt_proxy_submit_plan`, the host map `nrt_proxy_plan_create_hosts` and
  * `NRT_PROXY_ALGO_HIERARCHICAL`; 5: bells, `nrt_proxy_notify`, `nrt_proxy_host_device_attach`
  * and `nrt_proxy_config_t.worker_nap_us`, formerly `reserved`; 6: the tuner's kind of link,
- * `nrt_proxy_tuner_link_set` / `nrt_proxy_tuner_link_get`).
+ * `nrt_proxy_tuner_link_set` / `nrt_proxy_tuner_link_get`; 7: the tuner's crowded host,
+ * `nrt_proxy_tuner_progress_cpus_set` / `nrt_proxy_tuner_progress_cpus_get`).
  */
-#define NRT_PROXY_ABI_VERSION_MINOR 6
+#define NRT_PROXY_ABI_VERSION_MINOR 7
 
 /**
  * `(major << 16) | minor`, what `nrt_proxy_abi_version()` returns.
  */
-#define NRT_PROXY_ABI_VERSION 65542
+#define NRT_PROXY_ABI_VERSION 65543
 
 /**
  * The nap bound `worker_nap_us` suggests (µs): long enough that a worker whose wake-ups all
@@ -1990,6 +1996,39 @@ NRT_STATUS nrt_proxy_tuner_link_set(uint32_t link);
  * `link` NULL or writable.
  */
 NRT_STATUS nrt_proxy_tuner_link_get(uint32_t *link);
+
+/**
+ * Sets the CPUs one host's ranks make progress on at once (`PlanParams::progress_cpus`: the
+ * host's usable CPUs, or the threads that drive its ranks' queues, whichever is fewer;
+ * `nrt_proxy_mode_advice` gives both), for `NRT_PROXY_ALGO_AUTO` all-reduce plans made from
+ * now on. With fewer than a host's ranks the tuner bounds each algorithm's time by the host's
+ * work over these CPUs and may pick `NRT_PROXY_ALGO_HIERARCHICAL` for a plan with a host map
+ * (`nrt_proxy_plan_create_hosts`; a map of one host is enough): a reduce to one leader and a
+ * broadcast move `2 (n − 1)` messages where recursive doubling moves `n log2 n` (8 ranks in
+ * one process on 2 CPUs, 8 B: 16.5 → 12 µs; 32 ranks: 95 → 51). 0 turns the bound off (the
+ * default). Replaces what `NEURON_RT_PROXY_TUNER_PROGRESS_CPUS` gave; plans made before keep
+ * their algorithm. Any thread.
+ *
+ * Returns `NRT_SUCCESS`; `NRT_INVALID` for more than 2^20 CPUs, or a bad variable or
+ * calibration file (nothing changes).
+ *
+ * # Safety
+ * None beyond the C contract.
+ */
+NRT_STATUS nrt_proxy_tuner_progress_cpus_set(uint32_t cpus);
+
+/**
+ * Writes the CPUs the tuner assumes one host's ranks progress on into `*cpus` (set by
+ * `nrt_proxy_tuner_progress_cpus_set` or `NEURON_RT_PROXY_TUNER_PROGRESS_CPUS`; 0: unknown,
+ * the bound off). Any thread.
+ *
+ * Returns `NRT_SUCCESS`; `NRT_INVALID` for a NULL or misaligned `cpus`, or a bad variable or
+ * calibration file.
+ *
+ * # Safety
+ * `cpus` NULL or writable.
+ */
+NRT_STATUS nrt_proxy_tuner_progress_cpus_get(uint32_t *cpus);
 
 #ifdef __cplusplus
 }  // extern "C"

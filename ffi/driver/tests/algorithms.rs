@@ -123,6 +123,7 @@ fn the_kind_of_link_moves_the_tuners_choice() {
     if std::env::vars().any(|(k, _)| {
         k.starts_with("NEURON_RT_PROXY_ALGO_")
             || k == "NEURON_RT_PROXY_TUNER_LINK"
+            || k == "NEURON_RT_PROXY_TUNER_PROGRESS_CPUS"
             || k == "NEURON_RT_PROXY_TUNE_FILE"
     }) {
         eprintln!("skipped: the tuner's variables are set in the environment");
@@ -159,6 +160,52 @@ fn the_kind_of_link_moves_the_tuners_choice() {
     assert_eq!(resolved(&named), NRT_PROXY_ALGO_DIRECT);
     expect!(NRT_SUCCESS, nrt_proxy_tuner_link_set(NRT_PROXY_LINK_MEMORY));
     assert_eq!(resolved(&p), NRT_PROXY_ALGO_DIRECT);
+}
+
+/// A crowded host (ABI 1.7): with the CPUs the ranks progress on set below the host's ranks,
+/// an all-reduce over a host map of one host takes the hierarchy (a reduce to one leader and a
+/// broadcast) at 8 B on 8 ranks; without the CPUs, or without a map, the tuner's choice is as
+/// before. Refusals change nothing.
+#[test]
+fn a_crowded_host_moves_the_tuners_choice_to_the_hierarchy() {
+    let _s = serial();
+    if std::env::vars().any(|(k, _)| {
+        k.starts_with("NEURON_RT_PROXY_ALGO_")
+            || k == "NEURON_RT_PROXY_TUNER_LINK"
+            || k == "NEURON_RT_PROXY_TUNER_PROGRESS_CPUS"
+            || k == "NEURON_RT_PROXY_TUNE_FILE"
+    }) {
+        eprintln!("skipped: the tuner's variables are set in the environment");
+        return;
+    }
+    assert!(nrt_proxy_abi_version() >= 0x0001_0007);
+    let cpus = || {
+        let mut c = 99;
+        expect!(NRT_SUCCESS, nrt_proxy_tuner_progress_cpus_get(&mut c));
+        c
+    };
+    assert_eq!(cpus(), 0, "the default: unknown");
+    let mut p = params(NRT_PROXY_ALGO_AUTO);
+    p.nranks = 8;
+    p.count = 2;
+    let before = resolved_hosts(&p, &[8]);
+    assert_eq!(before, NRT_PROXY_ALGO_RECURSIVE_DOUBLING);
+    expect!(NRT_INVALID, nrt_proxy_tuner_progress_cpus_set(u32::MAX));
+    expect!(
+        NRT_INVALID,
+        nrt_proxy_tuner_progress_cpus_get(ptr::null_mut())
+    );
+    assert_eq!(cpus(), 0, "a refused set changes nothing");
+    expect!(NRT_SUCCESS, nrt_proxy_tuner_progress_cpus_set(2));
+    assert_eq!(cpus(), 2);
+    assert_eq!(resolved_hosts(&p, &[8]), NRT_PROXY_ALGO_HIERARCHICAL);
+    // Without a map there is no hierarchy to build: the bound alone keeps recursive doubling.
+    assert_eq!(resolved(&p), NRT_PROXY_ALGO_RECURSIVE_DOUBLING);
+    // As many CPUs as ranks: not crowded.
+    expect!(NRT_SUCCESS, nrt_proxy_tuner_progress_cpus_set(8));
+    assert_eq!(resolved_hosts(&p, &[8]), before);
+    expect!(NRT_SUCCESS, nrt_proxy_tuner_progress_cpus_set(0));
+    assert_eq!(resolved_hosts(&p, &[8]), before);
 }
 
 /// The dump lines (target `proxy_dump`) logged so far, captured by a logger installed at the
@@ -334,6 +381,16 @@ fn the_environment_gives_the_first_values_and_a_bad_one_is_refused() {
         "child_env_bad",
         &[("NEURON_RT_PROXY_ALGO_BROADCAST", "bruck")],
     );
+    run_child(
+        "child_env_progress_cpus",
+        &[("NEURON_RT_PROXY_TUNER_PROGRESS_CPUS", " 2 ")],
+    );
+    for bad in ["two", "-1", "2000000"] {
+        run_child(
+            "child_env_bad",
+            &[("NEURON_RT_PROXY_TUNER_PROGRESS_CPUS", bad)],
+        );
+    }
 }
 
 /// `NEURON_RT_PROXY_TUNE_FILE`: its constants choose `auto` plans; a bad file refuses every
@@ -489,6 +546,20 @@ fn child_env_table() {
         nrt_proxy_algorithm_set(NRT_PROXY_COLL_ALL_REDUCE, NRT_PROXY_ALGO_AUTO)
     );
     assert_eq!(resolved(&auto), NRT_PROXY_ALGO_DIRECT);
+}
+
+#[test]
+fn child_env_progress_cpus() {
+    if !child() {
+        return;
+    }
+    let mut c = 0;
+    expect!(NRT_SUCCESS, nrt_proxy_tuner_progress_cpus_get(&mut c));
+    assert_eq!(c, 2);
+    let mut p = params(NRT_PROXY_ALGO_AUTO);
+    p.nranks = 8;
+    p.count = 2;
+    assert_eq!(resolved_hosts(&p, &[8]), NRT_PROXY_ALGO_HIERARCHICAL);
 }
 
 #[test]
