@@ -258,8 +258,9 @@ pub fn run(args: &Args, file: &std::path::Path) -> Result<i32, String> {
             let mut world = World::new(&host_args)?;
             let samples = measure_in_host(&mut world, &host_args)?;
             let transport = world.transport_name().to_owned();
+            let cpus = world.progress_cpus();
             drop(world);
-            report(args, &host_args, file, &transport, samples, link)
+            report(args, &host_args, file, &transport, samples, link, cpus)
         }
         TransportArg::Libfabric => processes::across_processes(args, file),
     }
@@ -411,6 +412,7 @@ pub(crate) fn report(
     transport: &str,
     samples: Vec<Sample>,
     link: Option<link::Link>,
+    progress_cpus: u32,
 ) -> Result<i32, String> {
     let mut out = std::io::stdout().lock();
     let sizes = args.sizes();
@@ -474,9 +476,12 @@ pub(crate) fn report(
         p.chunk_bytes = args.chunk;
         p.cost_model = *model;
         p.inter_host_model = *inter;
-        if let Some(h) = hosts {
-            p.hosts = h;
-        }
+        // As the runs see it: the host map, else one host of the ranks, and the CPUs the
+        // host's ranks progress on (the crowding bound).
+        p.hosts = hosts
+            .or_else(|| HostMap::new(&[n]))
+            .unwrap_or(HostMap::NONE);
+        p.progress_cpus = progress_cpus;
         tuner::pick(&p).name()
     };
     for &size in &sizes {

@@ -61,7 +61,7 @@ impl World {
     /// The CPUs this host's ranks make progress on at once (the tuner's
     /// [`PlanParams::progress_cpus`]): the mode rule's usable CPUs, or the busy threads of the
     /// mode that runs on the whole host, whichever is fewer.
-    fn progress_cpus(&self) -> u32 {
+    pub fn progress_cpus(&self) -> u32 {
         let adv = &self.modes.advice;
         let threads = match self.modes.driver {
             DriverArg::Caller => adv.caller_threads,

@@ -52,11 +52,12 @@ pub(super) fn across_processes(args: &Args, file: &std::path::Path) -> Result<i3
             }
         };
         let transport = world.transport_name().to_owned();
+        let cpus = world.progress_cpus();
         drop(world);
         if !printer {
             return Ok(0);
         }
-        return report(args, args, file, &transport, samples, None);
+        return report(args, args, file, &transport, samples, None, cpus);
     };
     // The root of host 0's own bootstrap for its in-host fit: a free loopback port of rank 0's,
     // told to every process now (the big comm's bootstrap is the World's from here).
@@ -111,8 +112,17 @@ pub(super) fn across_processes(args: &Args, file: &std::path::Path) -> Result<i3
         let mut world = World::new(&host_args)?;
         let samples = measure_in_host(&mut world, &host_args)?;
         let transport = world.transport_name().to_owned();
+        let cpus = world.progress_cpus();
         drop(world);
-        return report(args, &host_args, file, &transport, samples, Some(link));
+        return report(
+            args,
+            &host_args,
+            file,
+            &transport,
+            samples,
+            Some(link),
+            cpus,
+        );
     }
     if rank >= local {
         return Ok(0);
@@ -136,9 +146,18 @@ pub(super) fn across_processes(args: &Args, file: &std::path::Path) -> Result<i3
         }
     };
     let transport = world.transport_name().to_owned();
+    let cpus = world.progress_cpus();
     drop(world);
     if !printer {
         return Ok(0);
     }
-    report(args, &host_args, file, &transport, samples, Some(link))
+    report(
+        args,
+        &host_args,
+        file,
+        &transport,
+        samples,
+        Some(link),
+        cpus,
+    )
 }
