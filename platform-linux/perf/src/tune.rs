@@ -426,6 +426,15 @@ pub(crate) fn report(
         args.tuner_line(),
         args.protocol_line()
     );
+    if progress_cpus > 0 && args.ranks > progress_cpus {
+        let _ = writeln!(
+            out,
+            "# note: {} ranks progress on {progress_cpus} CPUs here: the fit folds their sharing \
+             into o, which the tuner's crowding bound counts again; calibrate with no more \
+             ranks than CPUs",
+            args.ranks
+        );
+    }
     let x = fit(&samples).ok_or("the measurements cannot tell the constants apart")?;
     let m = model_of(x);
     let rms = rms_relative_error(&samples, &m);
