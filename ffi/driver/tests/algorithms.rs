@@ -56,6 +56,21 @@ fn resolved(p: &NrtProxyPlanParams) -> u32 {
     a
 }
 
+/// `true` (and a note) when a variable the tuner reads is set in the environment: the
+/// table's first values are then not the defaults a test expects.
+fn tuner_env_set() -> bool {
+    let set = std::env::vars().any(|(k, _)| {
+        k.starts_with("NEURON_RT_PROXY_ALGO_")
+            || k == "NEURON_RT_PROXY_TUNER_LINK"
+            || k == "NEURON_RT_PROXY_TUNER_PROGRESS_CPUS"
+            || k == "NEURON_RT_PROXY_TUNE_FILE"
+    });
+    if set {
+        eprintln!("skipped: the tuner's variables are set in the environment");
+    }
+    set
+}
+
 fn get(c: u32) -> u32 {
     let mut a = 99;
     expect!(NRT_SUCCESS, nrt_proxy_algorithm_get(c, &mut a));
@@ -120,13 +135,7 @@ fn set_get_clear_and_refusals() {
 #[test]
 fn the_kind_of_link_moves_the_tuners_choice() {
     let _s = serial();
-    if std::env::vars().any(|(k, _)| {
-        k.starts_with("NEURON_RT_PROXY_ALGO_")
-            || k == "NEURON_RT_PROXY_TUNER_LINK"
-            || k == "NEURON_RT_PROXY_TUNER_PROGRESS_CPUS"
-            || k == "NEURON_RT_PROXY_TUNE_FILE"
-    }) {
-        eprintln!("skipped: the tuner's variables are set in the environment");
+    if tuner_env_set() {
         return;
     }
     assert!(nrt_proxy_abi_version() >= 0x0001_0006);
@@ -169,13 +178,7 @@ fn the_kind_of_link_moves_the_tuners_choice() {
 #[test]
 fn a_crowded_host_moves_the_tuners_choice_to_the_hierarchy() {
     let _s = serial();
-    if std::env::vars().any(|(k, _)| {
-        k.starts_with("NEURON_RT_PROXY_ALGO_")
-            || k == "NEURON_RT_PROXY_TUNER_LINK"
-            || k == "NEURON_RT_PROXY_TUNER_PROGRESS_CPUS"
-            || k == "NEURON_RT_PROXY_TUNE_FILE"
-    }) {
-        eprintln!("skipped: the tuner's variables are set in the environment");
+    if tuner_env_set() {
         return;
     }
     assert!(nrt_proxy_abi_version() >= 0x0001_0007);

@@ -227,6 +227,11 @@ fn every_fault_ends_with_its_status_and_every_completion_reported_once() {
 /// `exit-rank` kills a process of a multi-process run: with the in-process transport it is
 /// refused (it would end the whole run's process), and an unknown fault or rank is a usage
 /// error naming it.
+/// The word of `line` right after `key`, parsed.
+fn word_after<T: std::str::FromStr>(line: &str, key: &str) -> Option<T> {
+    line.split(key).nth(1)?.split(' ').next()?.parse().ok()
+}
+
 /// A worker stuck inside a call ticks no more, so its tasks cannot time out: the producer
 /// waiting for rank 0's records (rank 0 is waited for first) reads the queue's heartbeat and
 /// ends its wait after the no-progress limit and a second, with the queue's dump written
@@ -246,12 +251,8 @@ fn a_worker_that_stops_ticking_ends_its_producers_wait() {
         "{what}"
     );
     // "began no tick for S s": at least the limit and a second.
-    let quiet: f64 = line
-        .split("began no tick for ")
-        .nth(1)
-        .and_then(|t| t.split(' ').next())
-        .and_then(|t| t.parse().ok())
-        .unwrap_or_else(|| panic!("no quiet time: {what}"));
+    let quiet: f64 =
+        word_after(line, "began no tick for ").unwrap_or_else(|| panic!("no quiet time: {what}"));
     assert!(quiet >= 2.0, "called stuck after {quiet} s only: {what}");
     // The dump came first, written by the requester: the stuck driver answers nothing. Its
     // header carries the heartbeat.
@@ -260,11 +261,7 @@ fn a_worker_that_stops_ticking_ends_its_producers_wait() {
         .find(|l| l.contains("reason=not-answered"))
         .unwrap_or_else(|| panic!("no dump without the driver: {what}"));
     assert!(dump.contains(" driver=ticking "), "{what}");
-    let ticks: u32 = dump
-        .split(" ticks=")
-        .nth(1)
-        .and_then(|t| t.split(' ').next())
-        .and_then(|t| t.parse().ok())
+    let ticks: u32 = word_after(dump, " ticks=")
         .unwrap_or_else(|| panic!("no ticks= in the dump header: {what}"));
     assert!(ticks > 0, "{what}");
     // Every completion is still reported once (the run releases the stall and settles).

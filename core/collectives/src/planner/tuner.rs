@@ -346,7 +346,6 @@ fn hosts_of(p: &PlanParams) -> u32 {
 fn hierarchical_phases(p: &PlanParams, split: bool) -> [u64; 3] {
     let b = p.bytes();
     let s = p.hosts.sizes().iter().copied().max().unwrap_or(1);
-    let h = hosts_of(p);
     let chunk = u128::from(p.chunk_bytes.max(1));
     let ent = u128::from(b).div_ceil(chunk).max(1);
     let m = u128::from(s.saturating_sub(1));
@@ -357,19 +356,7 @@ fn hierarchical_phases(p: &PlanParams, split: bool) -> [u64; 3] {
         reduced: m * u128::from(b),
     }
     .time_ns(&p.cost_model);
-    let mut leaders = *p;
-    leaders.nranks = h;
-    leaders.cost_model = p.inter_host_model;
-    let inter = cost(
-        Collective::AllReduce,
-        crate::planner::algos_leaders(&leaders, h),
-        b,
-        h,
-        p.chunk_bytes,
-        split,
-        &p.inter_host_model,
-    )
-    .unwrap_or(0);
+    let inter = leaders_terms(p, split).map_or(0, |t| t.time_ns(&p.inter_host_model));
     let bcast = cost(
         Collective::Broadcast,
         Algorithm::Binomial,
@@ -426,19 +413,7 @@ pub fn crowded_work(p: &PlanParams, algorithm: Algorithm, model: &CostModel) -> 
         reduced: m * u128::from(b),
     }
     .time_ns(&p.cost_model);
-    let h = hosts_of(p);
-    let mut leaders = *p;
-    leaders.nranks = h;
-    leaders.cost_model = p.inter_host_model;
-    let inter = terms(
-        Collective::AllReduce,
-        crate::planner::algos_leaders(&leaders, h),
-        b,
-        h,
-        p.chunk_bytes,
-        split,
-    )
-    .map_or(0, |t| work(t).time_ns(&p.inter_host_model));
+    let inter = leaders_terms(p, split).map_or(0, |t| work(t).time_ns(&p.inter_host_model));
     Some(local.saturating_add(inter))
 }
 
@@ -478,6 +453,24 @@ pub fn modelled_ns(p: &PlanParams, algorithm: Algorithm) -> Option<u64> {
         Some(cpus) => crowded_work(p, algorithm, model).map_or(t, |w| t.max(w / u64::from(cpus))),
         None => t,
     })
+}
+
+/// The terms of the hierarchy's middle phase on `p`'s vector: the leaders' all-reduce, one
+/// rank per host, with the flat algorithm the tuner gives them under
+/// [`PlanParams::inter_host_model`] (all zero for one host).
+fn leaders_terms(p: &PlanParams, split: bool) -> Option<Terms> {
+    let h = hosts_of(p);
+    let mut leaders = *p;
+    leaders.nranks = h;
+    leaders.cost_model = p.inter_host_model;
+    terms(
+        Collective::AllReduce,
+        crate::planner::algos_leaders(&leaders, h),
+        p.bytes(),
+        h,
+        p.chunk_bytes,
+        split,
+    )
 }
 
 /// The algorithm [`Algorithm::Auto`] resolves to for `p`: the cheapest of [`candidates`] by
