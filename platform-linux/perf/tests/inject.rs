@@ -276,51 +276,42 @@ fn a_worker_that_stops_ticking_ends_its_producers_wait() {
 
 #[test]
 fn exit_rank_needs_processes_and_bad_faults_are_named() {
-    let run = |inject: &str| {
-        Command::new(BIN)
-            .args(argv("all-reduce --ranks 2 -b 8 -e 8 --inject"))
-            .arg(inject)
+    // Each line exits 2 naming why; a 1 s no-progress limit bounds the one that runs.
+    let refused = |line: &str, why: &str| {
+        let o = Command::new(BIN)
+            .args(argv(line))
+            .env("NEURON_RT_EXEC_TIMEOUT", "1")
             .output()
-            .unwrap()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{line}: {err}");
+        assert!(err.contains(why), "{line}: {err}");
     };
-    let o = run("exit-rank");
-    assert_eq!(o.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&o.stderr).contains("exit-rank needs --transport libfabric"));
-    let o = run("stall-device:5");
-    assert_eq!(o.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&o.stderr).contains("stall-device:5: not a rank"));
+    let all_reduce = "all-reduce --ranks 2 -b 8 -e 8";
+    refused(
+        &format!("{all_reduce} --inject exit-rank"),
+        "exit-rank needs --transport libfabric",
+    );
+    refused(
+        &format!("{all_reduce} --inject stall-device:5"),
+        "stall-device:5: not a rank",
+    );
     // The transport faults wrap the in-process transport: elsewhere they are refused, not
     // silently left out.
-    let o = Command::new(BIN)
-        .args(argv(
-            "all-reduce --ranks 2 -b 8 -e 8 --transport libfabric --inject stall-rank",
-        ))
-        .output()
-        .unwrap();
-    assert_eq!(o.status.code(), Some(2));
-    assert!(
-        String::from_utf8_lossy(&o.stderr).contains("--inject stall-rank wraps the in-process"),
-        "{}",
-        String::from_utf8_lossy(&o.stderr)
+    refused(
+        &format!("{all_reduce} --transport libfabric --inject stall-rank"),
+        "--inject stall-rank wraps the in-process",
     );
     // A stall that never began (a broadcast's last rank only receives) fails the run: it
     // planted nothing.
-    let o = Command::new(BIN)
-        .args(argv(
-            "broadcast --ranks 2 -b 64 -e 64 -n 3 -w 1 --inject stall-rank",
-        ))
-        .env("NEURON_RT_EXEC_TIMEOUT", "1")
-        .output()
-        .unwrap();
-    assert_eq!(o.status.code(), Some(2));
-    assert!(
-        String::from_utf8_lossy(&o.stderr).contains("rank 1 posted fewer than 2 sends"),
-        "{}",
-        String::from_utf8_lossy(&o.stderr)
+    refused(
+        "broadcast --ranks 2 -b 64 -e 64 -n 3 -w 1 --inject stall-rank",
+        "rank 1 posted fewer than 2 sends",
     );
-    let o = run("melt");
-    assert_eq!(o.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&o.stderr).contains("unknown fault 'melt'"));
+    refused(
+        &format!("{all_reduce} --inject melt"),
+        "unknown fault 'melt'",
+    );
 }
 
 /// `exit-rank`: rank 1's process exits once its first execution is submitted; rank 0 (the

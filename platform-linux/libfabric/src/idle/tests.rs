@@ -67,6 +67,19 @@ fn readable_within(fd: i32, limit: Duration) -> bool {
 
 /// A tcp pair with CQ descriptors, its connection set up by a first exchange (tcp answers
 /// -FI_EAGAIN until then), and rank 1's idle wait.
+/// Rank 0 (`a`) sends the 8 bytes `msg` with `tag` to rank 1 and finishes the send; returns
+/// once they are in rank 1's socket: `b`'s CQ descriptor (the provider's wait set over the
+/// sockets) polls readable within 5 s.
+fn send_until_readable(a: &mut LibfabricTransport, b: &LibfabricTransport, msg: [u8; 8], tag: u64) {
+    // SAFETY: `msg` outlives the request (it is finished before the return).
+    let id = post_alone(a, "isend", |t| unsafe { t.isend(1, msg.as_ptr(), 8, tag) });
+    assert!(matches!(finish(a, id), TestOutcome::Done { .. }));
+    assert!(
+        readable_within(b.obj.cq_fd, Duration::from_secs(5)),
+        "the message never reached rank 1's socket"
+    );
+}
+
 fn connected_tcp_pair() -> (Pair, Arc<CqIdleWait>) {
     let mut ts = pair("tcp", with_fd());
     assert!(ts[0].has_cq_wait_fd() && ts[1].has_cq_wait_fd());
@@ -195,18 +208,8 @@ fn tcp_idle_wait_arms_with_an_unexpected_message_queued() {
 
     // Rank 0 sends tag 2; rank 1 posts nothing and reads no CQ.
     let [mut a, mut b] = ts;
-    let msg = *b"early!!!";
-    // SAFETY: `msg` outlives the request (it is finished below).
-    let id = post_alone(&mut a, "isend", |t| unsafe {
-        t.isend(1, msg.as_ptr(), 8, 2)
-    });
-    assert!(matches!(finish(&mut a, id), TestOutcome::Done { .. }));
-    // The bytes are in rank 1's socket once its CQ descriptor (the provider's wait set over
-    // the sockets) is readable: only then do the arms below test the bug.
-    assert!(
-        readable_within(b.obj.cq_fd, Duration::from_secs(5)),
-        "the message never reached rank 1's socket"
-    );
+    // Only once the bytes are in rank 1's socket do the arms below test the bug.
+    send_until_readable(&mut a, &b, *b"early!!!", 2);
     let answers: Vec<Armed> = (0..3).map(|_| idle.arm()).collect();
     assert!(
         answers.contains(&Armed::Armed),
@@ -235,16 +238,7 @@ fn tcp_idle_wait_stops_answering_ready_for_a_completion_nobody_reads() {
     let dst = buf.as_mut_ptr();
     // SAFETY: `buf` outlives the request (it is finished below) and is not touched before.
     let r = post_alone(&mut b, "irecv", |t| unsafe { t.irecv(0, dst, 8, 3) });
-    let msg = *b"orphan!!";
-    // SAFETY: `msg` outlives the request (it is finished below).
-    let s = post_alone(&mut a, "isend", |t| unsafe {
-        t.isend(1, msg.as_ptr(), 8, 3)
-    });
-    assert!(matches!(finish(&mut a, s), TestOutcome::Done { .. }));
-    assert!(
-        readable_within(b.obj.cq_fd, Duration::from_secs(5)),
-        "the message never reached rank 1's socket"
-    );
+    send_until_readable(&mut a, &b, *b"orphan!!", 3);
     // Rank 1 never polls: its arms' own progress lands the receive's completion in the CQ.
     let answers: Vec<Armed> = (0..CQ_READY_RUN_MAX + 8).map(|_| idle.arm()).collect();
     let ready = answers.iter().filter(|&&a| a == Armed::Ready).count() as u32;
