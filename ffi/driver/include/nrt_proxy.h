@@ -2005,9 +2005,11 @@ NRT_STATUS nrt_proxy_tuner_link_get(uint32_t *link);
  * work over these CPUs and may pick `NRT_PROXY_ALGO_HIERARCHICAL` for a plan with a host map
  * (`nrt_proxy_plan_create_hosts`; a map of one host is enough): a reduce to one leader and a
  * broadcast move `2 (n − 1)` messages where recursive doubling moves `n log2 n` (8 ranks in
- * one process on 2 CPUs, 8 B: 16.5 → 12 µs; 32 ranks: 95 → 51). 0 turns the bound off (the
+ * one process on 2 CPUs, 8 B: 17–19 → 13–14 µs; 32 ranks: 98 → 55). 0 turns the bound off (the
  * default). Replaces what `NEURON_RT_PROXY_TUNER_PROGRESS_CPUS` gave; plans made before keep
- * their algorithm. Any thread.
+ * their algorithm. Any thread. Give every process of a job the same value (agree on it, e.g.
+ * the fewest any host has), as every rank must plan with the same parameters: two values can
+ * resolve `NRT_PROXY_ALGO_AUTO` to two algorithms, whose ops never match.
  *
  * Returns `NRT_SUCCESS`; `NRT_INVALID` for more than 2^20 CPUs, or a bad variable or
  * calibration file (nothing changes).

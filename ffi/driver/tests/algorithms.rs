@@ -188,6 +188,15 @@ fn a_crowded_host_moves_the_tuners_choice_to_the_hierarchy() {
         c
     };
     assert_eq!(cpus(), 0, "the default: unknown");
+    // Back to unknown however the test ends (the table is the process's).
+    struct Reset;
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            // SAFETY: a plain value argument.
+            unsafe { nrt_proxy_tuner_progress_cpus_set(0) };
+        }
+    }
+    let _reset = Reset;
     let mut p = params(NRT_PROXY_ALGO_AUTO);
     p.nranks = 8;
     p.count = 2;
@@ -202,7 +211,7 @@ fn a_crowded_host_moves_the_tuners_choice_to_the_hierarchy() {
     expect!(NRT_SUCCESS, nrt_proxy_tuner_progress_cpus_set(2));
     assert_eq!(cpus(), 2);
     assert_eq!(resolved_hosts(&p, &[8]), NRT_PROXY_ALGO_HIERARCHICAL);
-    // Without a map there is no hierarchy to build: the bound alone keeps recursive doubling.
+    // Without a map every rank is its own host: nothing is crowded, nothing to build on.
     assert_eq!(resolved(&p), NRT_PROXY_ALGO_RECURSIVE_DOUBLING);
     // As many CPUs as ranks: not crowded.
     expect!(NRT_SUCCESS, nrt_proxy_tuner_progress_cpus_set(8));

@@ -89,7 +89,9 @@ pub fn run(args: &Args) -> Result<i32, String> {
         let mut world = World::new(&a)?;
         let row = world.row(size)?;
         let p = world.params_for(size);
-        let model = tuner::modelled_ns(&p, p.resolved_algorithm()).unwrap_or(0);
+        // A hierarchy asked for where the tuner would not offer it: its own cost.
+        let model = tuner::modelled_ns(&p, p.resolved_algorithm())
+            .unwrap_or_else(|| tuner::hierarchical_cost(&p));
         let r = RanksRow {
             ranks: n,
             algorithm: row.algorithm,

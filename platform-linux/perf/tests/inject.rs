@@ -224,9 +224,6 @@ fn every_fault_ends_with_its_status_and_every_completion_reported_once() {
     let _ = Duration::ZERO;
 }
 
-/// `exit-rank` kills a process of a multi-process run: with the in-process transport it is
-/// refused (it would end the whole run's process), and an unknown fault or rank is a usage
-/// error naming it.
 /// The word of `line` right after `key`, parsed.
 fn word_after<T: std::str::FromStr>(line: &str, key: &str) -> Option<T> {
     line.split(key).nth(1)?.split(' ').next()?.parse().ok()
@@ -274,6 +271,9 @@ fn a_worker_that_stops_ticking_ends_its_producers_wait() {
     }
 }
 
+/// `exit-rank` kills a process of a multi-process run: with the in-process transport it is
+/// refused (it would end the whole run's process), and an unknown fault or rank is a usage
+/// error naming it.
 #[test]
 fn exit_rank_needs_processes_and_bad_faults_are_named() {
     // Each line exits 2 naming why; a 1 s no-progress limit bounds the one that runs.

@@ -78,7 +78,7 @@ mod tests;
 pub mod tuner;
 
 pub use plan::plan;
-pub use split::{plan_blocks, BlockPlan, BlockPlans};
+pub use split::{plan_blocks, tags_per_part, BlockPlan, BlockPlans};
 
 use alloc::collections::BTreeMap;
 use alloc::vec::Vec;
@@ -166,8 +166,9 @@ pub struct PlanParams {
     /// mask, cgroup quota) or the threads that drive its ranks' proxy queues, whichever is
     /// fewer. With fewer than the host's ranks, the tuner bounds each algorithm's time below by
     /// the host's total work over these CPUs, and considers [`Algorithm::Hierarchical`] on any
-    /// host map, one host included ([`tuner`], "Crowded hosts"). Default 0: unknown (every
-    /// rank progresses on a CPU of its own; the bound is off).
+    /// host map, one host included ([`tuner`], "Crowded hosts"; without a map every rank is
+    /// its own host and nothing is crowded). The same on every rank, like every parameter.
+    /// Default 0: unknown (every rank progresses on a CPU of its own; the bound is off).
     pub progress_cpus: u32,
 }
 

@@ -18,7 +18,7 @@
 //! reduction that crosses rank blocks is cut at each block boundary), its scratch placed after
 //! the scratch of the streams before it (the blocks of one stream run one after the other and
 //! share one area, the largest of theirs), its op tags moved to a range of its own (`tag +
-//! (s·B + b − 1)·T`, `T = max(2(n − 1), n)`, the most tags any algorithm uses, the same on
+//! (s·B + b − 1)·T`, `T` = [`tags_per_part`], the most tags any algorithm uses, the same on
 //! every rank) and its host words after those of
 //! the parts before it ([`BlockPlan::word_base`]).
 //!
@@ -226,6 +226,17 @@ impl Mover {
     }
 }
 
+/// The tags one (stream, block) part of a plan on `nranks` ranks may use, `0..T`: the most any
+/// algorithm uses, ring all-reduce's `2(n − 1)` steps, direct's distances `1..n`, or the
+/// hierarchical all-reduce's broadcast on one host of all `n` ranks (tags `n..n + ⌈log2 n⌉`,
+/// above `2(n − 1)` for 2 and 3 ranks). At least 1; saturates at `u32::MAX` (a rank count
+/// that large is refused by the planner anyway).
+pub fn tags_per_part(nranks: u32) -> u32 {
+    let n = u64::from(nranks.max(1));
+    let log = u64::from(u64::BITS - (n - 1).leading_zeros());
+    u32::try_from((2 * (n - 1)).max(n + log)).unwrap_or(u32::MAX)
+}
+
 /// Plans one rank's collective as `streams × blocks` parts (module docs): every non-empty
 /// (stream, block) with its own host words, op tags and scratch, locations in the whole
 /// buffers. With `streams = blocks = 1` the one part is [`plan`]'s plan (block 1, stream 0).
@@ -236,12 +247,8 @@ impl Mover {
 /// [`PlanError::TooManyTags`] when the parts' tags do not fit below 2^14.
 pub fn plan_blocks(params: &PlanParams) -> Result<BlockPlans, PlanError> {
     // Tags: a range of `t` per (stream, block), the same on every rank (partner ops must
-    // agree): the most tags any algorithm uses, ring all-reduce's 2(n − 1) steps, direct's
-    // distances 1..n, or the hierarchical all-reduce's broadcast on one host of all n ranks
-    // (tags n..n + ⌈log2 n⌉, above 2(n − 1) for n of 2 and 3). Checked before any planning (a
-    // refused split costs nothing).
-    let n = params.nranks.max(1);
-    let t = (2 * (n - 1)).max(n + (u32::BITS - (n - 1).leading_zeros()));
+    // agree). Checked before any planning (a refused split costs nothing).
+    let t = tags_per_part(params.nranks);
     let parts_n = u64::from(params.streams) * u64::from(params.blocks);
     if (1..=4).contains(&params.streams)
         && params.blocks > 0

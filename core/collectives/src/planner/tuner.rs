@@ -29,15 +29,18 @@
 //! before its total work is done on those CPUs. For an all-reduce the time is then
 //!
 //! ```text
-//! T = max(critical path, Σ over the host's ranks of (entries · o + sent · β + reduced · γ) / cpus)
+//! T = max(critical path, s · (entries · o + sent · β + reduced · γ) / cpus)
 //! ```
 //!
-//! (the work of the largest host; steps cost no CPU, they wait). Recursive doubling moves
+//! with the terms of one rank's critical path and `s` the largest host's ranks (its total
+//! work, an over-count where ranks sit out a fold; steps cost no CPU, they wait), or for the
+//! hierarchy the gather and broadcast of the host and its leader's part of the leaders'
+//! phase. Recursive doubling moves
 //! `n log2 n` messages in all where a reduce to one leader and a broadcast move `2 (n − 1)`, so
 //! on a crowded host [`Algorithm::Hierarchical`] becomes a candidate on any host map, one host
 //! included (gather into the leader, binomial broadcast; [`crowded_work`]). Measured in
-//! process on 2 CPUs, 8 B (BENCHMARKS.md, 2026-12-05): 8 ranks 16.5 → 12 µs, 16 ranks 42 → 26,
-//! 32 ranks 95 → 51. The other collectives keep the critical path alone.
+//! process on 2 CPUs, 8 B (BENCHMARKS.md, 2026-12-05): 8 ranks 17–19 → 13–14 µs, 16 ranks
+//! 44 → 27–28, 32 ranks 98 → 55. The other collectives keep the critical path alone.
 
 use alloc::format;
 use alloc::string::String;
@@ -370,16 +373,17 @@ fn hierarchical_phases(p: &PlanParams, split: bool) -> [u64; 3] {
     [gather, inter, bcast]
 }
 
-/// The CPUs the largest host's ranks progress on, when they are fewer than its ranks (all the
-/// ranks without a host map) and known ([`PlanParams::progress_cpus`] > 0): `Some(cpus)`
-/// turns the crowding bound on ("Crowded hosts" above). `None` otherwise.
+/// The CPUs the largest host's ranks progress on, when they are fewer than its ranks and
+/// known ([`PlanParams::progress_cpus`] > 0): `Some(cpus)` turns the crowding bound on
+/// ("Crowded hosts" above). `None` otherwise, and without a host map (every rank its own
+/// host, [`crate::planner::HostMap::NONE`]).
 pub fn crowding(p: &PlanParams) -> Option<u32> {
     (p.progress_cpus > 0 && largest_host(p) > p.progress_cpus).then_some(p.progress_cpus)
 }
 
-/// The ranks of `p`'s largest host (all the ranks without a map).
+/// The ranks of `p`'s largest host (1 without a map: every rank its own host).
 fn largest_host(p: &PlanParams) -> u32 {
-    p.hosts.sizes().iter().copied().max().unwrap_or(p.nranks)
+    p.hosts.sizes().iter().copied().max().unwrap_or(1)
 }
 
 /// `t`'s work: its entries, bytes sent and bytes reduced (CPU time), without its steps

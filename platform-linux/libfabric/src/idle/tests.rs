@@ -65,8 +65,6 @@ fn readable_within(fd: i32, limit: Duration) -> bool {
     false
 }
 
-/// A tcp pair with CQ descriptors, its connection set up by a first exchange (tcp answers
-/// -FI_EAGAIN until then), and rank 1's idle wait.
 /// Rank 0 (`a`) sends the 8 bytes `msg` with `tag` to rank 1 and finishes the send; returns
 /// once they are in rank 1's socket: `b`'s CQ descriptor (the provider's wait set over the
 /// sockets) polls readable within 5 s.
@@ -80,6 +78,8 @@ fn send_until_readable(a: &mut LibfabricTransport, b: &LibfabricTransport, msg: 
     );
 }
 
+/// A tcp pair with CQ descriptors, its connection set up by a first exchange (tcp answers
+/// -FI_EAGAIN until then), and rank 1's idle wait.
 fn connected_tcp_pair() -> (Pair, Arc<CqIdleWait>) {
     let mut ts = pair("tcp", with_fd());
     assert!(ts[0].has_cq_wait_fd() && ts[1].has_cq_wait_fd());

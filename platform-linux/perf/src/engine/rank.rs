@@ -326,8 +326,9 @@ impl EngineRank {
         };
         let r = &mut *self;
         let slot = &mut r.member.as_mut().ok_or("rank left")?.slot;
-        let queue = slot.queue().clone();
-        let mut heartbeat = Heartbeat::new(&queue);
+        // The driving thread's heartbeat, watched from the first slow round on (the fast path
+        // pays nothing for it).
+        let mut heartbeat: Option<(Arc<ProxyQueue>, Heartbeat)> = None;
         let stuck_after = limit_ns.map(|l| std::time::Duration::from_nanos(l) + STUCK_GRACE);
         // The execution's task ids still missing (no allocation: at most two).
         let mut missing = [Some(p.ids[0]), (p.n == 2).then_some(p.ids[1])];
@@ -375,8 +376,15 @@ impl EngineRank {
                                 missing.iter().flatten().collect::<Vec<_>>()
                             ));
                         }
-                        if let Some(quiet) = stuck_after.and_then(|a| heartbeat.stuck(&queue, a)) {
-                            return Err(stuck(&queue, quiet, &missing));
+                        if let Some(after) = stuck_after {
+                            let (queue, beat) = heartbeat.get_or_insert_with(|| {
+                                let q = slot.queue().clone();
+                                let b = Heartbeat::new(&q);
+                                (q, b)
+                            });
+                            if let Some(quiet) = beat.stuck(queue, after) {
+                                return Err(stuck(queue, quiet, &missing));
+                            }
                         }
                         policy = slow;
                     }

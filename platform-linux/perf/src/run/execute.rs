@@ -47,27 +47,19 @@ impl World {
     }
 
     /// The host map of a run whose ranks all share this host (`None` when they may not): in
-    /// process always; ranks as processes when the processes on this host (the mode rule's
-    /// count, from the launcher) times this process's ranks are all the ranks. Several hosts
-    /// come from `--hosts` or the bootstrap ([`World::args`]).
+    /// process always; ranks as processes when the bootstrap saw one host identity. Several
+    /// hosts come from `--hosts` or the bootstrap ([`World::args`]).
     fn one_host(&self) -> Option<HostMap> {
-        let here =
-            u64::from(self.modes.advice.inputs.processes.count.max(1)) * self.local.len() as u64;
-        (self.peers.is_none() || here == u64::from(self.args.ranks))
+        self.tuner_host
+            .one_host
             .then(|| HostMap::new(&[self.args.ranks]))
             .flatten()
     }
 
     /// The CPUs this host's ranks make progress on at once (the tuner's
-    /// [`PlanParams::progress_cpus`]): the mode rule's usable CPUs, or the busy threads of the
-    /// mode that runs on the whole host, whichever is fewer.
+    /// [`PlanParams::progress_cpus`], the same on every process; [`setup::TunerHost`]).
     pub fn progress_cpus(&self) -> u32 {
-        let adv = &self.modes.advice;
-        let threads = match self.modes.driver {
-            DriverArg::Caller => adv.caller_threads,
-            DriverArg::Thread => adv.worker_threads,
-        };
-        u32::try_from(adv.inputs.cpus.usable.min(threads.max(1))).unwrap_or(u32::MAX)
+        self.tuner_host.progress_cpus
     }
 
     /// The state-dump label of `size`'s collective: the planner's

@@ -56,7 +56,9 @@ pub(super) fn stall_missed(args: &Args, local: &[u32], stall: &StallSwitch) -> O
 pub(super) fn stall_limit(_args: &Args) -> Result<Duration, String> {
     let cfg = Config::from_env().map_err(|e| e.to_string())?;
     Ok(cfg.exec_timeout.map_or(STALL_LIMIT, |t| {
-        (t * 3 + Duration::from_secs(1)).min(STALL_LIMIT)
+        t.saturating_mul(3)
+            .saturating_add(Duration::from_secs(1))
+            .min(STALL_LIMIT)
     }))
 }
 

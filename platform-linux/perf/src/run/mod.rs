@@ -229,6 +229,8 @@ impl FixedWords {
 /// Vectors indexed "by local index" hold one entry per rank of [`World::local`] order.
 pub struct World {
     args: Args,
+    /// What the tuner is told about the ranks' host (the same on every process).
+    tuner_host: setup::TunerHost,
     /// (worker spin, device/producer spins) in use, for the header.
     spin: (std::time::Duration, u32),
     collective: Collective,

@@ -477,7 +477,9 @@ impl World {
             }
         }
         let cpus = rank_cpus(n, args.pin);
-        Self::assemble(
+        // Every rank on one host: every process's host identity the same.
+        let one_host = peers.lock().hosts().windows(2).all(|w| w[0] == w[1]);
+        let mut world = Self::assemble(
             args,
             Assembly {
                 local: vec![rank],
@@ -494,7 +496,43 @@ impl World {
                 exec_timeout: cfg.exec_timeout,
                 stall: Arc::new(StallSwitch::default()),
             },
-        )
+        )?;
+        world.agree_on_tuner_host(one_host)?;
+        Ok(world)
+    }
+
+    /// Ranks as processes: the tuner's host inputs the same on every process (every rank plans
+    /// with the same parameters, or `auto` could resolve to different algorithms on different
+    /// ranks): one host when the bootstrap saw one host identity, and the fewest progress CPUs
+    /// any process counted. Collective: every process calls it, at the end of its join.
+    ///
+    /// # Errors
+    /// A message when the all-gather between processes fails or a process sent malformed data.
+    fn agree_on_tuner_host(&mut self, one_host: bool) -> Result<(), String> {
+        let Some(peers) = &self.peers else {
+            return Ok(());
+        };
+        let all = peers
+            .lock()
+            .all_gather(&self.tuner_host.progress_cpus.to_le_bytes())
+            .map_err(|e| format!("sharing the tuner's progress CPUs of the processes: {e}"))?;
+        let mut fewest = u32::MAX;
+        for (p, b) in all.iter().enumerate() {
+            let c = <[u8; 4]>::try_from(b.as_slice())
+                .map(u32::from_le_bytes)
+                .map_err(|_| {
+                    format!(
+                        "process {p} sent malformed progress CPUs ({} bytes)",
+                        b.len()
+                    )
+                })?;
+            fewest = fewest.min(c);
+        }
+        self.tuner_host = TunerHost {
+            one_host,
+            progress_cpus: fewest,
+        };
+        Ok(())
     }
 
     /// The rest of the set-up, shared by [`World::new`] and [`World::join`]: a device per local
@@ -538,9 +576,11 @@ impl World {
                 );
             }
         }
+        let tuner_host = TunerHost::local(a.peers.is_none(), &a.modes, &a.engine, a.local.len());
         Ok(Self {
             args: args.clone(),
             collective: args.collective.into(),
+            tuner_host,
             spin: a.spin,
             local: a.local,
             peers: a.peers,
@@ -562,6 +602,33 @@ impl World {
             retired: Vec::new(),
             stall: a.stall,
         })
+    }
+}
+
+/// What the tuner is told about the ranks' host ([`World::params`]): whether every rank is on
+/// this host (then the plans get a map of one host), and the CPUs the host's ranks progress on
+/// at once (`PlanParams::progress_cpus`). The same on every process of a run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct TunerHost {
+    pub(super) one_host: bool,
+    pub(super) progress_cpus: u32,
+}
+
+impl TunerHost {
+    /// This process's view: every rank on this host when the ranks are this process's own
+    /// (`in_process`); the CPUs are the mode rule's usable CPUs or the threads that drive the
+    /// host's proxy queues (this process's queues, `local` ranks at the engine's ranks per
+    /// proxy, times the processes on the host), whichever is fewer.
+    fn local(in_process: bool, modes: &Modes, engine: &Engine, local: usize) -> Self {
+        let adv = &modes.advice;
+        let queues = local
+            .div_ceil(engine.ranks_per_proxy().max(1) as usize)
+            .max(1);
+        let threads = queues.saturating_mul(adv.inputs.processes.count.max(1) as usize);
+        Self {
+            one_host: in_process,
+            progress_cpus: u32::try_from(adv.inputs.cpus.usable.min(threads)).unwrap_or(u32::MAX),
+        }
     }
 }
 

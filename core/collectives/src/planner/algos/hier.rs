@@ -196,6 +196,8 @@ pub(in crate::planner) fn leaders_algorithm(p: &PlanParams, h_n: u32) -> Algorit
     q.rank = 0;
     q.hosts = HostMap::NONE;
     q.cost_model = p.inter_host_model;
+    // One leader per host: the leaders do not share a host's CPUs.
+    q.progress_cpus = 0;
     tuner::pick(&q)
 }
 

@@ -6,7 +6,8 @@
 use super::{check, params};
 use crate::planner::tuner::{self, CostModel, DEFAULT_COST_MODEL};
 use crate::planner::{
-    plan, plan_blocks, Algorithm, Collective, DataType, HostMap, PlanError, PlanParams, RedOp,
+    plan, plan_blocks, tags_per_part, Algorithm, Collective, DataType, HostMap, PlanError,
+    PlanParams, RedOp,
 };
 
 fn layouts() -> &'static [&'static [u32]] {
@@ -124,7 +125,7 @@ fn every_type_and_op_and_split() {
     }
 }
 
-/// Tags stay below `2(n − 1)`; a member has one op in the gather and one in the broadcast;
+/// Tags stay below [`tags_per_part`]; a member has one op in the gather and one in the broadcast;
 /// the host map must hold `nranks` ranks.
 #[test]
 fn tags_ops_and_the_host_maps_checks() {
@@ -133,7 +134,7 @@ fn tags_ops_and_the_host_maps_checks() {
         for r in 0..n {
             let p = hier(sizes, 9, DataType::F32).for_rank(r);
             let pl = plan(&p).unwrap();
-            let t = (2 * (n - 1)).max(n).max(1);
+            let t = tags_per_part(n);
             assert!(
                 pl.ops.iter().all(|o| o.tag < t),
                 "{sizes:?} rank {r}: {:?}",
@@ -333,24 +334,31 @@ fn pieces_continue_the_same_ops() {
 
 /// One host of every rank (what a crowded host's tuner picks, `tuner::crowding`): small
 /// hosts too, whose broadcast tags (`n..n + ⌈log2 n⌉`) lie above `2(n − 1)` for 2 and 3
-/// ranks; whole and split over streams, bit-exact.
+/// ranks; whole and split over streams and blocks, every part's tags in its own range, and
+/// bit-exact through the simulation.
 #[test]
 fn one_host_of_every_rank_small_counts_whole_and_split() {
     let max = if cfg!(miri) { 3 } else { 9 };
     let mut seed = 900;
     for n in 1..=max {
+        let t = tags_per_part(n);
         for (streams, blocks) in [(1, 1), (2, 2)] {
             let mut p = hier(&[n], 6, DataType::I32);
             p.chunk_bytes = 8; // 2 elements: 3 chunks, a part on every stream
             p.streams = streams;
             p.blocks = blocks;
-            // Every rank's tags fit its part's range (`plan_blocks` asserts it).
             for r in 0..n {
                 let b = plan_blocks(&p.for_rank(r)).unwrap_or_else(|e| panic!("{n} ranks: {e:?}"));
                 assert_eq!(b.streams().len(), streams as usize, "{n} ranks");
+                for (i, part) in b.blocks.iter().enumerate() {
+                    let k = (part.stream * blocks + part.block - 1) * t;
+                    assert!(
+                        part.plan.ops.iter().all(|o| (k..k + t).contains(&o.tag)),
+                        "{n} ranks, rank {r}, part {i}: tags outside {k}..{}",
+                        k + t
+                    );
+                }
             }
-            p.streams = 1;
-            p.blocks = 1;
             seed += 1;
             check(p, seed);
         }
