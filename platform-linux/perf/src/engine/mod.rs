@@ -692,6 +692,9 @@ impl Drop for Engine {
         let w = self.waiter();
         for r in &mut self.ranks {
             if let Some(m) = r.member.take() {
+                // Unbounded on purpose, also after a stuck-driver verdict (rank.rs `stuck`):
+                // the buffers the tasks use are freed after this, and a worker that resumed
+                // later would write into them.
                 let _ = self.registry.leave(m, &w);
             }
         }
