@@ -338,9 +338,10 @@ fn pieces_continue_the_same_ops() {
 /// bit-exact through the simulation.
 #[test]
 fn one_host_of_every_rank_small_counts_whole_and_split() {
-    let max = if cfg!(miri) { 3 } else { 9 };
+    // Under Miri (slow interpreter) 3 ranks only: the broadcast's tags above 2(n − 1).
+    let ns = if cfg!(miri) { 3..=3 } else { 1..=9 };
     let mut seed = 900;
-    for n in 1..=max {
+    for n in ns {
         let t = tags_per_part(n);
         for (streams, blocks) in [(1, 1), (2, 2)] {
             let mut p = hier(&[n], 6, DataType::I32);
