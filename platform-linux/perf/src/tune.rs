@@ -257,10 +257,7 @@ pub fn run(args: &Args, file: &std::path::Path) -> Result<i32, String> {
             host_args.hosts = None;
             let mut world = World::new(&host_args)?;
             let samples = measure_in_host(&mut world, &host_args)?;
-            let transport = world.transport_name().to_owned();
-            let cpus = world.progress_cpus();
-            drop(world);
-            report(args, &host_args, file, &transport, samples, link, cpus)
+            report(args, &host_args, file, InHost::of(world, samples), link)
         }
         TransportArg::Libfabric => processes::across_processes(args, file),
     }
@@ -402,18 +399,41 @@ pub(crate) fn measure_entries(world: &mut World) -> Result<Vec<Sample>, String> 
     result.map(|()| samples)
 }
 
-/// The in-host fit of `samples` (measured on `args`' ranks over `transport`), then the link's
-/// (when `link` holds its exchanges); prints both and the tuner's choices, and writes FILE.
-/// `args_all`: the run's arguments (all ranks).
+/// The in-host measurement [`report`] fits: its samples, and what it ran on.
+pub(crate) struct InHost {
+    samples: Vec<Sample>,
+    /// The transport, for the header.
+    transport: String,
+    /// The CPUs the world's ranks progressed on ([`World::progress_cpus`]).
+    progress_cpus: u32,
+}
+
+impl InHost {
+    /// `samples` measured on `world`, which ends here (its comms closed before the report).
+    pub(crate) fn of(world: World, samples: Vec<Sample>) -> Self {
+        Self {
+            samples,
+            transport: world.transport_name().to_owned(),
+            progress_cpus: world.progress_cpus(),
+        }
+    }
+}
+
+/// The in-host fit of `in_host` (measured on `args`' ranks), then the link's (when `link`
+/// holds its exchanges); prints both and the tuner's choices, and writes FILE. `args_all`: the
+/// run's arguments (all ranks).
 pub(crate) fn report(
     args_all: &Args,
     args: &Args,
     file: &std::path::Path,
-    transport: &str,
-    samples: Vec<Sample>,
+    in_host: InHost,
     link: Option<link::Link>,
-    progress_cpus: u32,
 ) -> Result<i32, String> {
+    let InHost {
+        samples,
+        transport,
+        progress_cpus,
+    } = in_host;
     let mut out = std::io::stdout().lock();
     let sizes = args.sizes();
     let _ = writeln!(

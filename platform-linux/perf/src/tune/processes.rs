@@ -3,7 +3,7 @@
 //! between hosts".
 
 #[cfg(feature = "libfabric")]
-use super::{link, measure_in_host, report, PASSES};
+use super::{link, measure_in_host, report, InHost, PASSES};
 use crate::args::Args;
 #[cfg(feature = "libfabric")]
 use crate::args::TransportArg;
@@ -51,13 +51,11 @@ pub(super) fn across_processes(args: &Args, file: &std::path::Path) -> Result<i3
                 return Err(e);
             }
         };
-        let transport = world.transport_name().to_owned();
-        let cpus = world.progress_cpus();
-        drop(world);
+        let in_host = InHost::of(world, samples);
         if !printer {
             return Ok(0);
         }
-        return report(args, args, file, &transport, samples, None, cpus);
+        return report(args, args, file, in_host, None);
     };
     // The root of host 0's own bootstrap for its in-host fit: a free loopback port of rank 0's,
     // told to every process now (the big comm's bootstrap is the World's from here).
@@ -111,18 +109,8 @@ pub(super) fn across_processes(args: &Args, file: &std::path::Path) -> Result<i3
         host_args.ranks = 2;
         let mut world = World::new(&host_args)?;
         let samples = measure_in_host(&mut world, &host_args)?;
-        let transport = world.transport_name().to_owned();
-        let cpus = world.progress_cpus();
-        drop(world);
-        return report(
-            args,
-            &host_args,
-            file,
-            &transport,
-            samples,
-            Some(link),
-            cpus,
-        );
+        let in_host = InHost::of(world, samples);
+        return report(args, &host_args, file, in_host, Some(link));
     }
     if rank >= local {
         return Ok(0);
@@ -145,19 +133,9 @@ pub(super) fn across_processes(args: &Args, file: &std::path::Path) -> Result<i3
             return Err(e);
         }
     };
-    let transport = world.transport_name().to_owned();
-    let cpus = world.progress_cpus();
-    drop(world);
+    let in_host = InHost::of(world, samples);
     if !printer {
         return Ok(0);
     }
-    report(
-        args,
-        &host_args,
-        file,
-        &transport,
-        samples,
-        Some(link),
-        cpus,
-    )
+    report(args, &host_args, file, in_host, Some(link))
 }
