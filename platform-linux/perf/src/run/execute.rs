@@ -222,15 +222,14 @@ impl World {
         let n = self.local.len();
         let threads = n.div_ceil(per);
         let start = std::sync::Barrier::new(threads);
-        // When the group threads fit on the CPUs, each gets its own: two spinning drivers left
-        // to the scheduler can share one CPU for a while, and then every hand-off between them
-        // waits out a spin budget or a time slice (measured: 8 B executions at 170 µs instead
-        // of 10).
-        // Counted over every process of the run on this host; a thread's CPU follows its first
-        // global rank, so the processes' threads spread too.
+        // Every group thread is pinned (`setup::caller_cpu`): when they fit on the CPUs each
+        // gets its own (two spinning drivers left to the scheduler can share one CPU for a
+        // while, and then every hand-off between them waits out a spin budget or a time slice:
+        // measured, 8 B executions at 170 µs instead of 10); when they do not, every CPU
+        // carries the same number. Counted over every process of the run on this host; a
+        // thread's place follows its first global rank, so the processes' threads spread too.
         let cpus = core_affinity::get_core_ids().unwrap_or_default();
         let host_threads = self.modes.advice.caller_threads;
-        let pin = host_threads > 1 && host_threads <= cpus.len();
         let fixed = &self.fixed;
         let local = &self.local;
         let aborts = self.engine.abort_handles();
@@ -255,7 +254,8 @@ impl World {
                     };
                     let start = &start;
                     let name = format!("rank-{}", local[g * per]);
-                    let cpu = pin.then(|| cpus[(local[g * per] as usize / per) % cpus.len()]);
+                    let cpu = caller_cpu(local[g * per] as usize / per, host_threads, cpus.len())
+                        .map(|c| cpus[c]);
                     std::thread::Builder::new()
                         .name(name)
                         .spawn_scoped(sc, move || {

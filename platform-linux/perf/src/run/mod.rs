@@ -296,11 +296,36 @@ impl Modes {
             DeviceArg::Polled => "polled",
         };
         let why = if self.by_rule { "rule" } else { "flags; rule" };
+        let pinned = match self.driver {
+            DriverArg::Caller => format!("; {}", self.caller_pinning()),
+            DriverArg::Thread => String::new(),
+        };
         format!(
-            "driver {}, device {dev} ({why}: {})",
+            "driver {}, device {dev} ({why}: {}){pinned}",
             name(self.driver),
             self.advice
         )
+    }
+
+    /// How caller mode pins its driving threads ([`caller_cpu`], over the CPUs of the
+    /// affinity mask), for the header: `caller threads not pinned`, `... pinned, one CPU
+    /// each`, or `... pinned, N per CPU in blocks of consecutive ranks`.
+    pub fn caller_pinning(&self) -> String {
+        let (threads, cpus) = (self.advice.caller_threads, self.advice.inputs.cpus.affinity);
+        if caller_cpu(0, threads, cpus).is_none() {
+            "caller threads not pinned".into()
+        } else if threads <= cpus {
+            "caller threads pinned, one CPU each".into()
+        } else {
+            format!(
+                "caller threads pinned, {} per CPU in blocks of consecutive ranks",
+                if threads % cpus == 0 {
+                    (threads / cpus).to_string()
+                } else {
+                    format!("{}-{}", threads / cpus, threads.div_ceil(cpus))
+                }
+            )
+        }
     }
 }
 
@@ -610,5 +635,6 @@ use self::device::*;
 use self::inject::*;
 use self::setup::*;
 pub use self::setup::{
-    default_modes, oversubscribed, oversubscribed_procs, rank_cpus, wait_policy_from_env,
+    caller_cpu, default_modes, oversubscribed, oversubscribed_procs, rank_cpus,
+    wait_policy_from_env,
 };
