@@ -385,7 +385,11 @@ pub struct ProxyOp {
     pub peak_outstanding: u32,
     /// Most receives this (recv) op had posted beyond its host index at once since built.
     pub max_recv_ahead: u32,
-    _pad_counters: u32,
+    /// Where the op's protocol record last was in its comm's records (an index into
+    /// [`crate::progress::comm::Comm::op_peaks`]): a hint, checked against the record's key
+    /// before use (a record filed later may have moved it), so that folding the op's counters
+    /// finds it without a search. Set when `start` files the op's block.
+    pub peak_slot: u32,
     /// Send entries this op counted complete before the transport finished them, since built.
     pub early_send_completions: u64,
     /// Receives this op posted beyond its host index, since built.

