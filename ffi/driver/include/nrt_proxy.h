@@ -1422,6 +1422,13 @@ NRT_STATUS nrt_proxy_try_pop(struct nrt_proxy_comm_t *comm, struct nrt_proxy_tas
  * `NRT_QUEUE_EMPTY` when no task is outstanding; `NRT_INVALID_HANDLE`; `NRT_INVALID` for a
  * NULL `record`; `NRT_CLOSED` for a comm that is not joined (and has no leftover records).
  *
+ * With a worker thread, a timeout of at least 1 s (and twice `worker_nap_us`) in which the
+ * worker began no tick means the worker is stuck inside a call (a device callback, a
+ * transport call), which no task's own limit can end: the call then also writes the queue's
+ * state dump to the log and makes `nrt_proxy_comm_last_error` say so ("... began no tick
+ * ... stuck inside a call ..."). A plain timeout (the worker ticks; the tasks wait for the
+ * device or a peer) sets no last error.
+ *
  * # Safety
  * `record` NULL or writable.
  */
@@ -1446,9 +1453,9 @@ NRT_STATUS nrt_proxy_tick(struct nrt_proxy_comm_t *comm, uint32_t *tick);
  * record of task `task_id` is there, at most `timeout_ms`, and returns it; records of other
  * tasks met meanwhile stay for the next pops, in order.
  *
- * Returns `NRT_SUCCESS` with `*record` filled; `NRT_TIMEOUT`; `NRT_QUEUE_EMPTY` when no task
- * is outstanding; `NRT_INVALID_HANDLE`; `NRT_INVALID` for a NULL `record`; `NRT_CLOSED` when
- * not joined.
+ * Returns `NRT_SUCCESS` with `*record` filled; `NRT_TIMEOUT` (a stuck worker is told apart
+ * as in `nrt_proxy_wait`); `NRT_QUEUE_EMPTY` when no task is outstanding;
+ * `NRT_INVALID_HANDLE`; `NRT_INVALID` for a NULL `record`; `NRT_CLOSED` when not joined.
  *
  * # Safety
  * `record` NULL or writable.

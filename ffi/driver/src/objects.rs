@@ -4,12 +4,13 @@
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
 
 use proxy_bootstrap::SharedBootstrap;
 use proxy_core::base::abort::AbortHandle;
 use proxy_core::base::status::NrtStatus;
 use proxy_core::base::time::{Clock, MonotonicClock};
-use proxy_core::driver::queue::TaskBox;
+use proxy_core::driver::queue::{DriveMode, ProxyQueue, TaskBox};
 use proxy_core::driver::record::TaskRecord;
 use proxy_core::driver::registry::Membership;
 use proxy_core::driver::task::{BarrierChannel, BarrierTicket, SharedMemBarrier};
@@ -179,6 +180,15 @@ impl CommEntry {
     /// The next record a waiting call hands out: one a leave collected (`leftover` picks it),
     /// else the one `wait` waits for on the comm's slot (with the comm's waiter); noted.
     ///
+    /// A wait on a worker-driven queue watches the worker's heartbeat
+    /// ([`proxy_core::driver::queue::ProxyQueue::ticks`]): while a task is outstanding a healthy
+    /// worker begins a tick at least once per nap, and one that began none for the whole of a
+    /// wait that timed out (at least [`STUCK_AFTER`] and twice the instance's worker nap) is
+    /// stuck inside a call (a device callback, a transport call), which no task's own time
+    /// limit can end (they are checked in a tick). That timeout then writes the queue's state
+    /// dump and is refused with that cause (the comm's last error, logged), instead of timing
+    /// out like a wait for a slow peer.
+    ///
     /// # Errors
     /// `NRT_QUEUE_EMPTY` when no task is outstanding; `NRT_CLOSED` when the comm is not joined;
     /// `wait`'s error (`NRT_TIMEOUT`: nothing lost).
@@ -192,12 +202,26 @@ impl CommEntry {
             return Ok(self.note(r));
         }
         let waiter = self.waiter();
+        let nap = self.inst.cfg.worker_nap.unwrap_or_default();
         let m = self.member(what)?;
         if m.slot.outstanding() == 0 {
             return Err(NrtStatus::QueueEmpty);
         }
-        let r = wait(m, &waiter)?;
-        Ok(self.note(r))
+        let queue = m.slot.queue().clone();
+        let beat = (queue.mode() == DriveMode::Thread).then(|| (queue.ticks(), Instant::now()));
+        match wait(m, &waiter) {
+            Ok(r) => Ok(self.note(r)),
+            Err(NrtStatus::Timeout) => {
+                if let Some((ticks, since)) = beat {
+                    let waited = since.elapsed();
+                    if queue.ticks() == ticks && waited >= STUCK_AFTER.max(nap * 2) {
+                        stuck(what, &queue, waited);
+                    }
+                }
+                Err(NrtStatus::Timeout)
+            }
+            Err(e) => Err(e),
+        }
     }
 
     /// Moves tasks that came back (`NRT_PROXY_TASK_KEEP`) from the slot to `kept`.
@@ -233,4 +257,35 @@ impl CommEntry {
             rej.status
         })
     }
+}
+
+/// The shortest wait without a tick of its worker that [`CommEntry::wait_record`] calls stuck
+/// (longer than any nap of a healthy worker's idle wait: the network descriptor's is 1 ms).
+pub(crate) const STUCK_AFTER: Duration = Duration::from_secs(1);
+
+/// A wait on `queue` timed out after `waited` in which its worker began no tick: writes the
+/// queue's state dump (a stuck worker does not answer within 100 ms: the dump is then written
+/// from what any thread can read, `reason=not-answered`) and refuses the call with the cause,
+/// which becomes the comm's last error.
+fn stuck(what: &str, queue: &ProxyQueue, waited: Duration) {
+    let clock = MonotonicClock;
+    let waiter = Waiter {
+        park: &proxy_core::driver::wake::ThreadPark,
+        clock: &clock,
+        spin_ns: 0,
+    };
+    let _ = queue.dump_until(&waiter, clock.now_ns().saturating_add(100_000_000));
+    proxy_abi::refusal::refuse(
+        what,
+        "stuck worker",
+        format_args!(
+            "timed out after {} ms in which the worker of proxy queue {} began no tick \
+             (driver {}, {} ticks so far): it is stuck inside a call (a device callback, a \
+             transport call), not waiting for a peer; the queue's state dump is in the log",
+            waited.as_millis(),
+            queue.id(),
+            queue.driver_activity().name(),
+            queue.ticks()
+        ),
+    );
 }

@@ -9,7 +9,7 @@ use std::ffi::{c_char, c_void, CStr, CString};
 use std::path::Path;
 use std::process::Command;
 use std::ptr;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Mutex;
 
 use nrt_proxy::*;
@@ -83,6 +83,14 @@ macro_rules! expect {
 /// A comm of rank 0 of a fresh 2-rank group (rank 1 is never created: enough for tasks that
 /// skip, wait for a trigger, or are refused).
 fn comm0(inst: *mut NrtProxy) -> (*mut NrtProxyGroup, *mut NrtProxyComm) {
+    comm0_with(inst, &CALLBACKS)
+}
+
+/// [`comm0`] with the device callbacks `cb`.
+fn comm0_with(
+    inst: *mut NrtProxy,
+    cb: &'static NccomDeviceCallbacks,
+) -> (*mut NrtProxyGroup, *mut NrtProxyComm) {
     let mut g = ptr::null_mut();
     expect!(NRT_SUCCESS, nrt_proxy_group_create(inst, 2, &mut g));
     let mut cc = std::mem::MaybeUninit::<NrtProxyCommConfig>::uninit();
@@ -92,7 +100,7 @@ fn comm0(inst: *mut NrtProxy) -> (*mut NrtProxyGroup, *mut NrtProxyComm) {
     cc.nranks = 2;
     cc.comm_id = 9;
     cc.group = g;
-    cc.callbacks = &CALLBACKS;
+    cc.callbacks = cb;
     let mut c = ptr::null_mut();
     expect!(NRT_SUCCESS, nrt_proxy_comm_create(inst, &cc, &mut c));
     (g, c)
@@ -476,7 +484,7 @@ fn a_full_ring_keeps_the_task_with_the_caller() {
 }
 
 fn last_error(c: *mut NrtProxyComm) -> String {
-    let mut buf = [0 as c_char; 128];
+    let mut buf = [0 as c_char; 512];
     expect!(
         NRT_SUCCESS,
         nrt_proxy_comm_last_error(c, buf.as_mut_ptr(), buf.len())
@@ -562,6 +570,91 @@ fn abort_timeout_health_and_last_error() {
     expect!(
         NRT_SUCCESS,
         nrt_proxy_comm_invalidate_range(c, BUF.as_ptr().cast::<c_void>(), 64)
+    );
+    teardown(g, c, inst);
+}
+
+/// While set, [`blocking_load`] holds the calling thread (the worker, inside a tick).
+static HOLD: AtomicBool = AtomicBool::new(false);
+/// Set by [`blocking_load`] once it holds its caller.
+static HELD: AtomicBool = AtomicBool::new(false);
+
+/// A host-index read that blocks while [`HOLD`] is set: a device callback stuck in a call.
+unsafe extern "C" fn blocking_load(addr: *mut NccomHostWord) -> u32 {
+    let t0 = std::time::Instant::now();
+    while HOLD.load(Ordering::Acquire) && t0.elapsed() < std::time::Duration::from_secs(30) {
+        HELD.store(true, Ordering::Release);
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    // SAFETY: the library calls it with a word it validated (non-null, aligned).
+    unsafe { AtomicU32::from_ptr(addr) }.load(Ordering::Acquire)
+}
+
+static BLOCKING_CALLBACKS: NccomDeviceCallbacks = NccomDeviceCallbacks {
+    nec_inc_semaphore: Some(inc),
+    nec_load_host_index: Some(blocking_load),
+    nec_store_host_index: None,
+};
+
+/// `nrt_proxy_wait` times out either way when its task does not end, but says why from the
+/// worker's heartbeat: a worker that ticks (the task waits for a device trigger) is a plain
+/// timeout; one that began no tick in the whole wait (held inside a device callback) is
+/// stuck, which the comm's last error says, with the queue's dump in the log.
+#[test]
+fn a_wait_on_a_stuck_worker_says_it_is_stuck() {
+    let _s = serial();
+    let lib = lib_cstring();
+    let inst = init(&config(NRT_PROXY_DRIVE_THREAD), &lib);
+    let (g, c) = comm0_with(inst, &BLOCKING_CALLBACKS);
+    expect!(NRT_SUCCESS, nrt_proxy_comm_join(c));
+    let (ops, src) = valid_fifos();
+    let blocks = [block(&ops, &src)];
+    // A healthy worker: the task waits for a trigger nobody writes (limit 1.5 s).
+    let trig = [word_ptr(6)];
+    WORDS[6].store(0xFFFF_FFFF, Ordering::Release);
+    let mut t = net_task(1, &blocks, NRT_PROXY_TASK_WAIT_FOR_DEVICE);
+    t.trigger_words = trig.as_ptr();
+    t.n_trigger_words = 1;
+    t.timeout_ms = 1500;
+    expect!(NRT_SUCCESS, nrt_proxy_submit_network(c, &t));
+    let mut rec = NrtProxyTaskRecord::default();
+    expect!(NRT_TIMEOUT, nrt_proxy_wait(c, 1100, &mut rec));
+    let e = last_error(c);
+    assert!(!e.contains("stuck"), "a ticking worker called stuck: {e}");
+    expect!(NRT_SUCCESS, nrt_proxy_wait(c, 30_000, &mut rec));
+    assert_eq!(
+        (rec.task_id, status(rec.progress_status)),
+        (1, status(NRT_TIMEOUT))
+    );
+    // A stuck worker: the send's host-index read holds it inside its tick.
+    HELD.store(false, Ordering::Release);
+    HOLD.store(true, Ordering::Release);
+    let mut t = net_task(2, &blocks, 0);
+    t.timeout_ms = 100;
+    expect!(NRT_SUCCESS, nrt_proxy_submit_network(c, &t));
+    let t0 = std::time::Instant::now();
+    while !HELD.load(Ordering::Acquire) {
+        assert!(
+            t0.elapsed() < std::time::Duration::from_secs(10),
+            "the worker never called the device's host-index read"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    expect!(NRT_TIMEOUT, nrt_proxy_wait(c, 1100, &mut rec));
+    let e = last_error(c);
+    assert!(
+        e.starts_with("nrt_proxy_wait: timed out after ")
+            && e.contains("began no tick")
+            && e.contains("stuck inside a call")
+            && e.ends_with("(NRT_TIMEOUT)"),
+        "{e}"
+    );
+    // Released, the worker goes on: the task's own limit (checked in a tick) ends it.
+    HOLD.store(false, Ordering::Release);
+    expect!(NRT_SUCCESS, nrt_proxy_wait(c, 30_000, &mut rec));
+    assert_eq!(
+        (rec.task_id, status(rec.progress_status)),
+        (2, status(NRT_TIMEOUT))
     );
     teardown(g, c, inst);
 }
