@@ -483,6 +483,20 @@ fn a_full_ring_keeps_the_task_with_the_caller() {
     teardown(g, c, inst);
 }
 
+/// Submits network task `id` of the valid block waiting for a trigger word nobody writes,
+/// with the limit `timeout_ms` (the library copies the task).
+fn submit_untriggered(c: *mut NrtProxyComm, id: u32, timeout_ms: u64) {
+    let (ops, src) = valid_fifos();
+    let blocks = [block(&ops, &src)];
+    let trig = [word_ptr(6)];
+    WORDS[6].store(0xFFFF_FFFF, Ordering::Release);
+    let mut t = net_task(id, &blocks, NRT_PROXY_TASK_WAIT_FOR_DEVICE);
+    t.trigger_words = trig.as_ptr();
+    t.n_trigger_words = 1;
+    t.timeout_ms = timeout_ms;
+    expect!(NRT_SUCCESS, nrt_proxy_submit_network(c, &t));
+}
+
 fn last_error(c: *mut NrtProxyComm) -> String {
     let mut buf = [0 as c_char; 512];
     expect!(
@@ -515,15 +529,7 @@ fn abort_timeout_health_and_last_error() {
         nrt_proxy_comm_last_error(c, ptr::null_mut(), 8)
     );
     // A task that waits for a trigger word nobody writes, with a 20 ms limit: NRT_TIMEOUT.
-    let (ops, src) = valid_fifos();
-    let blocks = [block(&ops, &src)];
-    let trig = [word_ptr(6)];
-    WORDS[6].store(0xFFFF_FFFF, Ordering::Release);
-    let mut t = net_task(1, &blocks, NRT_PROXY_TASK_WAIT_FOR_DEVICE);
-    t.trigger_words = trig.as_ptr();
-    t.n_trigger_words = 1;
-    t.timeout_ms = 20;
-    expect!(NRT_SUCCESS, nrt_proxy_submit_network(c, &t));
+    submit_untriggered(c, 1, 20);
     let mut rec = NrtProxyTaskRecord::default();
     expect!(NRT_SUCCESS, nrt_proxy_wait(c, 30_000, &mut rec));
     assert_eq!(
@@ -543,9 +549,7 @@ fn abort_timeout_health_and_last_error() {
     );
     assert_eq!(small[4], 0);
     // A task without limit, aborted from another thread: NRT_CLOSED.
-    t.task_id = 2;
-    t.timeout_ms = NRT_PROXY_TIMEOUT_NONE;
-    expect!(NRT_SUCCESS, nrt_proxy_submit_network(c, &t));
+    submit_untriggered(c, 2, NRT_PROXY_TIMEOUT_NONE);
     let ch = c as usize;
     std::thread::spawn(move || {
         let c: *mut NrtProxyComm = ptr::without_provenance_mut(ch);
@@ -607,16 +611,8 @@ fn a_wait_on_a_stuck_worker_says_it_is_stuck() {
     let inst = init(&config(NRT_PROXY_DRIVE_THREAD), &lib);
     let (g, c) = comm0_with(inst, &BLOCKING_CALLBACKS);
     expect!(NRT_SUCCESS, nrt_proxy_comm_join(c));
-    let (ops, src) = valid_fifos();
-    let blocks = [block(&ops, &src)];
     // A healthy worker: the task waits for a trigger nobody writes (limit 1.5 s).
-    let trig = [word_ptr(6)];
-    WORDS[6].store(0xFFFF_FFFF, Ordering::Release);
-    let mut t = net_task(1, &blocks, NRT_PROXY_TASK_WAIT_FOR_DEVICE);
-    t.trigger_words = trig.as_ptr();
-    t.n_trigger_words = 1;
-    t.timeout_ms = 1500;
-    expect!(NRT_SUCCESS, nrt_proxy_submit_network(c, &t));
+    submit_untriggered(c, 1, 1500);
     let mut rec = NrtProxyTaskRecord::default();
     expect!(NRT_TIMEOUT, nrt_proxy_wait(c, 1100, &mut rec));
     let e = last_error(c);
@@ -629,6 +625,8 @@ fn a_wait_on_a_stuck_worker_says_it_is_stuck() {
     // A stuck worker: the send's host-index read holds it inside its tick.
     HELD.store(false, Ordering::Release);
     HOLD.store(true, Ordering::Release);
+    let (ops, src) = valid_fifos();
+    let blocks = [block(&ops, &src)];
     let mut t = net_task(2, &blocks, 0);
     t.timeout_ms = 100;
     expect!(NRT_SUCCESS, nrt_proxy_submit_network(c, &t));
