@@ -222,7 +222,7 @@ impl World {
         let n = self.local.len();
         let threads = n.div_ceil(per);
         let start = std::sync::Barrier::new(threads);
-        // Every group thread is pinned (`setup::caller_cpu`): when they fit on the CPUs each
+        // Every group thread is pinned (`pinning::caller_cpu`): when they fit on the CPUs each
         // gets its own (two spinning drivers left to the scheduler can share one CPU for a
         // while, and then every hand-off between them waits out a spin budget or a time slice:
         // measured, 8 B executions at 170 µs instead of 10); when they do not, every CPU

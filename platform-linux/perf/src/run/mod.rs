@@ -628,13 +628,12 @@ mod execute;
 #[cfg(feature = "libfabric")]
 mod idle;
 mod inject;
+mod pinning;
 mod setup;
 pub use setup::host_map_of;
 
 use self::device::*;
 use self::inject::*;
+pub use self::pinning::{caller_cpu, rank_cpus};
 use self::setup::*;
-pub use self::setup::{
-    caller_cpu, default_modes, oversubscribed, oversubscribed_procs, rank_cpus,
-    wait_policy_from_env,
-};
+pub use self::setup::{default_modes, oversubscribed, oversubscribed_procs, wait_policy_from_env};
