@@ -23,7 +23,8 @@ pub fn rank_cpus(n: u32, pin: bool) -> Vec<Option<usize>> {
 /// are 0, 0, 1, 1), so every CPU carries the same number of threads. Left to the scheduler, 4
 /// spinning rank processes on 2 CPUs sometimes sit 3 on one CPU, and a collective then waits
 /// out that CPU's time slices: measured on 2 CPUs, 8 B all-reduces of 4 processes over tcp
-/// took 32–49 µs unpinned from row to row, 31–35 µs pinned (BENCHMARKS.md). Blocks rather
+/// took from 32 to 49 µs unpinned, varying row to row, and 31–36 µs pinned (BENCHMARKS.md,
+/// two sittings). Blocks rather
 /// than round robin: consecutive ranks are the partners of recursive doubling's first step
 /// and of a host's first reduce, and hand off on one CPU (shm: 7.7–8.2 µs in blocks,
 /// 8.6–10.3 round robin).
