@@ -263,29 +263,18 @@ impl CommEntry {
 /// (longer than any nap of a healthy worker's idle wait: the network descriptor's is 1 ms).
 pub(crate) const STUCK_AFTER: Duration = Duration::from_secs(1);
 
-/// A wait on `queue` timed out after `waited` in which its worker began no tick: writes the
-/// queue's state dump (a stuck worker does not answer within 100 ms: the dump is then written
-/// from what any thread can read, `reason=not-answered`) and refuses the call with the cause,
-/// which becomes the comm's last error.
+/// A wait on `queue` timed out after `waited` in which its worker began no tick: the queue's
+/// dump and verdict ([`proxy_runtime::dump::stuck_driver`]), refused with that cause, which
+/// becomes the comm's last error.
 fn stuck(what: &str, queue: &ProxyQueue, waited: Duration) {
-    let clock = MonotonicClock;
-    let waiter = Waiter {
-        park: &proxy_core::driver::wake::ThreadPark,
-        clock: &clock,
-        spin_ns: 0,
-    };
-    let _ = queue.dump_until(&waiter, clock.now_ns().saturating_add(100_000_000));
     proxy_abi::refusal::refuse(
         what,
         "stuck worker",
         format_args!(
-            "timed out after {} ms in which the worker of proxy queue {} began no tick \
-             (driver {}, {} ticks so far): it is stuck inside a call (a device callback, a \
-             transport call), not waiting for a peer; the queue's state dump is in the log",
+            "timed out after {} ms: {} (a device callback, a transport call), not waiting \
+             for a peer; the queue's state dump is in the log",
             waited.as_millis(),
-            queue.id(),
-            queue.driver_activity().name(),
-            queue.ticks()
+            proxy_runtime::dump::stuck_driver(queue, waited)
         ),
     );
 }

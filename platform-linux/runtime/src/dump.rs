@@ -16,6 +16,7 @@ use std::time::Duration;
 use proxy_core::base::dump_lines::{DUMP_PREFIX, DUMP_TARGET};
 use proxy_core::base::time::{Clock, MonotonicClock};
 use proxy_core::driver::dump::DumpOutcome;
+use proxy_core::driver::queue::ProxyQueue;
 use proxy_core::driver::registry::Registry;
 use proxy_core::driver::registry::Spawner;
 use signal_hook::iterator::{Handle, Signals};
@@ -47,6 +48,33 @@ pub fn dump_all<S: Spawner>(registry: &Registry<S>, wait: Duration) -> Vec<(u32,
     );
     log::error!(target: DUMP_TARGET, "{DUMP_PREFIX} {}", rule_inputs_line());
     out
+}
+
+/// How long [`stuck_driver`] waits for a driving thread to answer its dump request (a stuck
+/// one never does).
+pub const STUCK_DUMP_WAIT: Duration = Duration::from_millis(100);
+
+/// The verdict on a proxy queue whose driving thread began no tick (`ProxyQueue::ticks`
+/// unchanged) for `quiet` while its tasks were outstanding: first writes the queue's state
+/// dump (a stuck driver does not answer within [`STUCK_DUMP_WAIT`], so the dump is written from
+/// what any thread can read, `reason=not-answered`), then returns `the driving thread of proxy
+/// queue Q began no tick for S s (driver A, N ticks so far): it is stuck inside a call`, for
+/// the waiter's error (proxy-perf's wait for a rank's records, the C library's
+/// `nrt_proxy_wait`). A task's own no-progress limit is checked in a tick, so this is the one
+/// report such a stall gets.
+pub fn stuck_driver(queue: &ProxyQueue, quiet: Duration) -> String {
+    let deadline = MonotonicClock
+        .now_ns()
+        .saturating_add(u64::try_from(STUCK_DUMP_WAIT.as_nanos()).unwrap_or(u64::MAX));
+    let _ = queue.dump_until(&waiter(Duration::ZERO), deadline);
+    format!(
+        "the driving thread of proxy queue {} began no tick for {:.1} s (driver {}, {} ticks \
+         so far): it is stuck inside a call",
+        queue.id(),
+        quiet.as_secs_f64(),
+        queue.driver_activity().name(),
+        queue.ticks()
+    )
 }
 
 /// The mode rule's host inputs (`crate::modes`), as the state dump prints them after its

@@ -479,24 +479,12 @@ impl Heartbeat {
     }
 }
 
-/// The error of a wait whose driving thread stopped ticking: asks for the queue's state dump
-/// first (not answered by a stuck driver within 100 ms, it is written from what any thread can
-/// read, `reason=not-answered`, naming the driver's last activity).
+/// The error of a wait whose driving thread stopped ticking: the queue's dump and verdict
+/// ([`proxy_runtime::dump::stuck_driver`]) and the tasks given up on.
 fn stuck(queue: &ProxyQueue, quiet: std::time::Duration, missing: &[Option<u32>]) -> String {
-    let clock = MonotonicClock;
-    let waiter = Waiter {
-        park: &ThreadPark,
-        clock: &clock,
-        spin_ns: 0,
-    };
-    let _ = queue.dump_until(&waiter, clock.now_ns().saturating_add(100_000_000));
     format!(
-        "the driving thread of proxy queue {} began no tick for {:.1} s (driver {}, {} ticks \
-         so far): it is stuck inside a call; tasks {:?} abandoned",
-        queue.id(),
-        quiet.as_secs_f64(),
-        queue.driver_activity().name(),
-        queue.ticks(),
+        "{}; tasks {:?} abandoned",
+        proxy_runtime::dump::stuck_driver(queue, quiet),
         missing.iter().flatten().collect::<Vec<_>>()
     )
 }
