@@ -207,12 +207,16 @@ impl CommEntry {
         if m.slot.outstanding() == 0 {
             return Err(NrtStatus::QueueEmpty);
         }
-        let queue = m.slot.queue().clone();
-        let beat = (queue.mode() == DriveMode::Thread).then(|| (queue.ticks(), Instant::now()));
+        // Caller mode drives in the wait itself: only a worker's heartbeat is watched (no
+        // queue handle kept otherwise).
+        let beat = (m.slot.queue().mode() == DriveMode::Thread).then(|| {
+            let queue = m.slot.queue().clone();
+            (queue.ticks(), Instant::now(), queue)
+        });
         match wait(m, &waiter) {
             Ok(r) => Ok(self.note(r)),
             Err(NrtStatus::Timeout) => {
-                if let Some((ticks, since)) = beat {
+                if let Some((ticks, since, queue)) = beat {
                     let waited = since.elapsed();
                     if queue.ticks() == ticks && waited >= STUCK_AFTER.max(nap * 2) {
                         stuck(what, &queue, waited);
