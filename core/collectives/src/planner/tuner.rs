@@ -25,22 +25,27 @@
 //! The critical path assumes every rank progresses on a CPU of its own. When a host's ranks
 //! share fewer CPUs ([`PlanParams::progress_cpus`]: the host's CPUs or the threads that drive
 //! its ranks, whichever is fewer; the in-process runs of proxy-perf, rank processes
-//! oversubscribing a host), every rank's work delays the others, and the host cannot finish
+//! oversubscribing a host), the ranks that share a CPU take turns on it, and a rank that waits
+//! for a step does not leave its CPU idle: it polls its transport and yields, CPU time its
+//! neighbours lose. Its steps are work then, as its messages are, and the host cannot finish
 //! before its total work is done on those CPUs. For an all-reduce the time is then
 //!
 //! ```text
-//! T = max(critical path, s · (entries · o + sent · β + reduced · γ) / cpus)
+//! T = max(critical path, s · (steps · α + entries · o + sent · β + reduced · γ) / cpus)
 //! ```
 //!
 //! with the terms of one rank's critical path and `s` the largest host's ranks (its total
-//! work, an over-count where ranks sit out a fold; steps cost no CPU, they wait), or for the
-//! hierarchy the gather and broadcast of the host and its leader's part of the leaders'
-//! phase. Recursive doubling moves
-//! `n log2 n` messages in all where a reduce to one leader and a broadcast move `2 (n − 1)`, so
-//! on a crowded host [`Algorithm::Hierarchical`] becomes a candidate on any host map, one host
-//! included (gather into the leader, binomial broadcast; [`crowded_work`]). Measured in
-//! process on 2 CPUs, 8 B (BENCHMARKS.md, 2026-12-05): 8 ranks 17–19 → 13–14 µs, 16 ranks
-//! 44 → 27–28, 32 ranks 98 → 55. The other collectives keep the critical path alone.
+//! work, an over-count where ranks sit out a fold): for the flat algorithms the critical path
+//! times `s / cpus`. For the hierarchy the bound is the host's gather and broadcast (each rank
+//! waits one step in them) and its leader's part of the leaders' phase. Recursive doubling
+//! moves `n log2 n` messages in `log2 n` steps on every rank where a reduce to one leader and
+//! a broadcast move `2 (n − 1)` with one wait per rank, so on a crowded host
+//! [`Algorithm::Hierarchical`] becomes a candidate on any host map, one host included (gather
+//! into the leader, binomial broadcast; [`crowded_work`]). Measured on 2 CPUs, 8 B
+//! (BENCHMARKS.md, 2026-12-05): in process, 8 ranks 17–19 → 13–14 µs, 16 ranks 44 → 27–28,
+//! 32 ranks 98 → 55; 4 rank processes over tcp, recursive doubling 35 µs, the ring's 6 steps
+//! 103 (nearly twice the work of its messages alone), the hierarchy 32. The other collectives keep
+//! the critical path alone.
 
 use alloc::format;
 use alloc::string::String;
@@ -386,16 +391,11 @@ fn largest_host(p: &PlanParams) -> u32 {
     p.hosts.sizes().iter().copied().max().unwrap_or(1)
 }
 
-/// `t`'s work: its entries, bytes sent and bytes reduced (CPU time), without its steps
-/// (waiting).
-fn work(t: Terms) -> Terms {
-    Terms { steps: 0, ..t }
-}
-
 /// The work in nanoseconds, summed over the ranks of `p`'s largest host, of `algorithm` for
-/// `p`'s all-reduce under `model` (what the crowding bound divides by the CPUs): each rank's
-/// work of the flat algorithms; for [`Algorithm::Hierarchical`] the gather into the host's
-/// leader and its broadcast (`2 (s − 1)` messages each way on `s` ranks) under
+/// `p`'s all-reduce under `model` (what the crowding bound divides by the CPUs; a rank's
+/// steps count, its waiting polls): each rank's critical path for the flat algorithms; for
+/// [`Algorithm::Hierarchical`] the gather into the host's leader and its broadcast (`2 (s −
+/// 1)` messages each way on `s` ranks, one step's wait per rank) under
 /// [`PlanParams::cost_model`], and the leader's part of the leaders' all-reduce under
 /// [`PlanParams::inter_host_model`]. `None` where [`terms`] has none. Saturates.
 pub fn crowded_work(p: &PlanParams, algorithm: Algorithm, model: &CostModel) -> Option<u64> {
@@ -404,20 +404,20 @@ pub fn crowded_work(p: &PlanParams, algorithm: Algorithm, model: &CostModel) -> 
     let s = u64::from(largest_host(p));
     if algorithm != Algorithm::Hierarchical {
         let t = terms(p.collective, algorithm, b, p.nranks, p.chunk_bytes, split)?;
-        return Some(work(t).time_ns(model).saturating_mul(s));
+        return Some(t.time_ns(model).saturating_mul(s));
     }
     let ent = u128::from(b)
         .div_ceil(u128::from(p.chunk_bytes.max(1)))
         .max(1);
     let m = u128::from(s.saturating_sub(1));
     let local = Terms {
-        steps: 0,
+        steps: if m > 0 { m + 1 } else { 0 },
         entries: 4 * m * ent,
         sent: 2 * m * u128::from(b),
         reduced: m * u128::from(b),
     }
     .time_ns(&p.cost_model);
-    let inter = leaders_terms(p, split).map_or(0, |t| work(t).time_ns(&p.inter_host_model));
+    let inter = leaders_terms(p, split).map_or(0, |t| t.time_ns(&p.inter_host_model));
     Some(local.saturating_add(inter))
 }
 

@@ -26,6 +26,7 @@ fn samples(m: &CostModel, ranks: u32, noise: impl Fn(usize) -> f64) -> Vec<Sampl
                 chunk: 512 << 10,
                 terms,
                 time_ns: t,
+                crowd: 0.0,
             });
         }
     }
@@ -118,10 +119,36 @@ fn the_entries_pass_tells_o_from_alpha_on_two_ranks() {
                 chunk: ENTRY_CHUNK,
                 terms,
                 time_ns: terms.time_ns(&M) as f64,
+                crowd: 0.0,
             });
         }
     }
     assert_eq!(model_of(fit(&s).unwrap()), M);
+}
+
+/// On a crowded host (4 ranks on 2 CPUs) each time is the critical path times the crowding,
+/// as the tuner costs it: the fit of such times gives the constants back (a fit that ignored
+/// the crowding gave each constant twice over, and the tuner's crowding counted it again).
+#[test]
+fn a_crowded_hosts_times_give_back_their_constants() {
+    let crowded: Vec<Sample> = samples(&M, 4, |_| 1.0)
+        .into_iter()
+        .map(|s| Sample {
+            crowd: 2.0,
+            time_ns: s.time_ns * 2.0,
+            ..s
+        })
+        .collect();
+    let got = model_of(fit(&crowded).unwrap());
+    assert_eq!(got, M);
+    assert!(rms_relative_error(&crowded, &got) < 1e-3);
+    let uncrowded: Vec<Sample> = crowded
+        .iter()
+        .map(|s| Sample { crowd: 0.0, ..*s })
+        .collect();
+    let doubled = model_of(fit(&uncrowded).unwrap());
+    assert_eq!(doubled.step_ns, 2 * M.step_ns);
+    assert_eq!(doubled.entry_ns, 2 * M.entry_ns);
 }
 
 #[test]

@@ -92,12 +92,12 @@ fn no_variable_is_the_default() {
     assert_ne!(t.model(LinkKind::Network), t.model(LinkKind::Memory));
     assert_eq!(
         t.describe(LinkKind::Network),
-        "cost model default for network links (α 13000 ns/step, o 16700 ns/entry, β 1100 ps/B \
+        "cost model default for network links (α 4300 ns/step, o 2400 ns/entry, β 310 ps/B \
          sent, γ 35 ps/B reduced; no NEURON_RT_PROXY_TUNE_FILE)"
     );
     assert!(t
         .describe(LinkKind::SharedMemory)
-        .starts_with("cost model default for shared-memory links (α 900 ns/step"));
+        .starts_with("cost model default for shared-memory links (α 1000 ns/step"));
 }
 
 #[test]

@@ -100,8 +100,8 @@ fn labels_name_the_resolved_algorithm_and_why() {
 fn each_link_kind_has_its_defaults_and_they_move_the_choice() {
     use tuner::LinkKind;
     // 4 ranks, 8 B: in memory direct's one step of 3 messages ties recursive doubling's 2 steps
-    // of 1 message (8 µs each, direct first on the tie); over a network a message costs more
-    // than a step and recursive doubling wins.
+    // of 1 message (8 µs each, direct first on the tie); over a network or shared memory a
+    // message costs more against a step (o/α 0.56 against 0.5) and recursive doubling wins.
     let pick = |k: LinkKind, n: u32, count: u64| {
         let mut p = params(
             Collective::AllReduce,
@@ -148,8 +148,8 @@ fn each_link_kind_has_its_defaults_and_they_move_the_choice() {
     assert!(!tuner::LinkKind::is_default(&m));
 }
 
-/// A crowded host ("Crowded hosts" in the tuner's docs): the host's total work over its CPUs
-/// bounds every all-reduce below, exactly as the docs' formula says, and the reduce to one
+/// A crowded host ("Crowded hosts" in the tuner's docs): the host's total work (its ranks'
+/// waiting steps included) over its CPUs bounds every all-reduce below, exactly as the docs' formula says, and the reduce to one
 /// leader and broadcast (hierarchical on one host: `2 (n − 1)` messages in all where recursive
 /// doubling moves `n log2 n`) wins the small sizes; ring keeps the large ones; nothing changes
 /// with the CPUs unknown or enough, or without a host map to build the hierarchy on.
@@ -166,15 +166,17 @@ fn a_crowded_host_bounds_the_time_by_its_work_and_picks_the_hierarchy() {
     p.progress_cpus = 2;
     assert_eq!(crowding(&p), Some(2));
     // Recursive doubling, per rank: 3 steps, 6 entries, 24 B sent, 24 B reduced; its work
-    // (no steps) is 6 · 1000 ns + 48 B · 35 ps = 6001 ns, on each of the 8 ranks.
+    // (its steps' waiting polls included) is 3 · 2000 ns + 6 · 1000 ns + 48 B · 35 ps =
+    // 12001 ns, on each of the 8 ranks.
     assert_eq!(
         crowded_work(&p, Algorithm::RecursiveDoubling, &m),
-        Some(8 * 6001)
+        Some(8 * 12001)
     );
-    // The hierarchy on one host of 8: 4 · 7 entries, 2 · 7 · 8 B sent, 7 · 8 B reduced.
+    // The hierarchy on one host of 8: one step's wait per rank, 4 · 7 entries, 2 · 7 · 8 B
+    // sent, 7 · 8 B reduced.
     assert_eq!(
         crowded_work(&p, Algorithm::Hierarchical, &m),
-        Some((28_000_000 + 112 * 35 + 56 * 35) / 1000)
+        Some((16_000_000 + 28_000_000 + 112 * 35 + 56 * 35) / 1000)
     );
     assert_eq!(tuner::pick(&p), Algorithm::Hierarchical);
     // Large: ring (its work is n · 4 (n − 1) entries of a segment: fewer bytes per rank).

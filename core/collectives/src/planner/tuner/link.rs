@@ -41,25 +41,28 @@ pub const MEMORY_COST_MODEL: CostModel = CostModel {
 };
 
 /// [`LinkKind::SharedMemory`]'s constants: `proxy-perf --tune` over libfabric `shm` (CMA for
-/// large messages), 4 rank processes on 2 CPUs, 8 B – 1 MiB (fit α 868 ns, o 3095 ns, β 479
-/// ps/B, rms error 20 %). The fit's γ was 0 (the reductions hide behind the copies there); the
-/// reduction runs on the same CPUs as in memory, so γ is [`MEMORY_COST_MODEL`]'s.
+/// large messages), 4 rank processes pinned two to a CPU on 2 CPUs, 8 B – 1 MiB, each time
+/// modelled with the crowding it ran under (the critical path times 2; fit α 1028 ns, o 559
+/// ns, β 126 ps/B, γ 31 ps/B, rms error 14 %, 2026-12-05). γ is [`MEMORY_COST_MODEL`]'s: the
+/// reduction runs on the same CPUs as in memory.
 pub const SHARED_MEMORY_COST_MODEL: CostModel = CostModel {
-    step_ns: 900,
-    entry_ns: 3_100,
-    byte_ps: 480,
+    step_ns: 1_000,
+    entry_ns: 560,
+    byte_ps: 130,
     reduce_ps: 35,
 };
 
 /// [`LinkKind::Network`]'s constants: `proxy-perf --tune` over libfabric `tcp;ofi_rxm` on
-/// loopback, 4 rank processes on 2 CPUs, 8 B – 1 MiB (fit α 12.9 µs, o 16.7 µs, β 1117 ps/B,
-/// rms error 21 %). A message costs more than a step here: each is a `sendmsg` and a `recvmsg`
-/// plus the polls that find it. γ as in [`SHARED_MEMORY_COST_MODEL`]. A real NIC has a
-/// smaller `o` and (at 100 Gb/s) a `β` of 80 ps/B: calibrate there.
+/// loopback, 4 rank processes pinned two to a CPU on 2 CPUs, 8 B – 1 MiB, each time modelled
+/// with the crowding it ran under (the critical path times 2; fit α 4.35 µs, o 2.39 µs, β 307
+/// ps/B, γ 49 ps/B, rms error 14 %, 2026-12-05). A message costs about half a step here: each
+/// is a `sendmsg` and a `recvmsg` plus the polls that find it. γ as in
+/// [`SHARED_MEMORY_COST_MODEL`]. A real NIC has a smaller `o` and (at 100 Gb/s) a `β` of 80
+/// ps/B: calibrate there.
 pub const NETWORK_COST_MODEL: CostModel = CostModel {
-    step_ns: 13_000,
-    entry_ns: 16_700,
-    byte_ps: 1_100,
+    step_ns: 4_300,
+    entry_ns: 2_400,
+    byte_ps: 310,
     reduce_ps: 35,
 };
 
