@@ -261,6 +261,7 @@ fn sweep(args: &Args, world: &mut run::World) -> Result<i32, String> {
             transport: world.transport_name(),
             progress_half: world.progress_half(),
             ranks_per_proxy: rpp,
+            hosts: &world.hosts_line(),
         },
     ));
     let sizes = args.sizes();

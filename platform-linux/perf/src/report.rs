@@ -22,6 +22,8 @@ pub struct HeaderInfo<'a> {
     pub progress_half: &'a str,
     /// Ranks per network proxy.
     pub ranks_per_proxy: u32,
+    /// The hosts and CPUs the tuner is told of (`World::hosts_line`).
+    pub hosts: &'a str,
 }
 
 /// The header: what ran, then the two column-title lines.
@@ -56,6 +58,7 @@ pub fn header(args: &Args, info: &HeaderInfo<'_>) -> String {
     let _ = writeln!(s, "#  progress half: {}", info.progress_half);
     let _ = writeln!(s, "#  protocol: {}", args.protocol_line());
     let _ = writeln!(s, "#  tuner: {}", args.tuner_line());
+    let _ = writeln!(s, "#  hosts: {}", info.hosts);
     let _ = writeln!(
         s,
         "#  minBytes {} maxBytes {} step: {} warmup iters: {} iters: {} check iters: {} type {} op {} root {} algo {} chunk {}",

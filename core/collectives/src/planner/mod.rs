@@ -70,6 +70,7 @@ mod algos;
 mod builder;
 mod collective;
 pub mod data;
+mod hosts;
 pub mod kernels;
 mod plan;
 mod split;
@@ -88,6 +89,7 @@ use proxy_core::base::desc::{NetDestAddr, NetOpInfo, NetSrcAddr, MAX_ENTRIES_PER
 pub use proxy_core::driver::task::CollectiveLabel;
 
 pub use collective::{Algorithm, Collective};
+pub use hosts::{HostMap, MAX_HOSTS};
 
 /// The flat algorithm the leaders of a hierarchical all-reduce run (`algos::hier`).
 pub(crate) fn algos_leaders(p: &PlanParams, h_n: u32) -> Algorithm {
@@ -170,81 +172,12 @@ pub struct PlanParams {
     /// its own host and nothing is crowded). The same on every rank, like every parameter.
     /// Default 0: unknown (every rank progresses on a CPU of its own; the bound is off).
     pub progress_cpus: u32,
-}
-
-/// Most hosts a [`HostMap`] describes.
-pub const MAX_HOSTS: usize = 64;
-
-/// Which ranks share a host: host `h` holds the `sizes[h]` ranks after those of hosts
-/// `0..h` (contiguous ranks per host, the sizes may differ), as a bootstrap that starts ranks
-/// host by host numbers them. Copy, fixed size (the plan parameters are `Copy`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct HostMap {
-    hosts: u32,
-    sizes: [u32; MAX_HOSTS],
-}
-
-impl HostMap {
-    /// No host map (every rank its own host).
-    pub const NONE: HostMap = HostMap {
-        hosts: 0,
-        sizes: [0; MAX_HOSTS],
-    };
-
-    /// A map of `sizes.len()` hosts, host `h` with `sizes[h]` ranks; `None` when there are no
-    /// hosts, more than [`MAX_HOSTS`], or a host without ranks.
-    pub fn new(sizes: &[u32]) -> Option<Self> {
-        if sizes.is_empty() || sizes.len() > MAX_HOSTS || sizes.contains(&0) {
-            return None;
-        }
-        let mut m = Self::NONE;
-        m.hosts = sizes.len() as u32;
-        m.sizes[..sizes.len()].copy_from_slice(sizes);
-        Some(m)
-    }
-
-    /// The ranks of each host (empty for [`HostMap::NONE`]).
-    pub fn sizes(&self) -> &[u32] {
-        &self.sizes[..self.hosts as usize]
-    }
-
-    /// `true` for [`HostMap::NONE`].
-    pub fn is_none(&self) -> bool {
-        self.hosts == 0
-    }
-
-    /// Ranks the map holds.
-    pub fn ranks(&self) -> u64 {
-        self.sizes().iter().map(|&s| u64::from(s)).sum()
-    }
-
-    /// `(host, first rank of the host, ranks of the host)` of `rank`; with no map the rank is
-    /// its own host. `None` past the map's ranks.
-    pub fn host_of(&self, rank: u32) -> Option<(u32, u32, u32)> {
-        if self.is_none() {
-            return Some((rank, rank, 1));
-        }
-        let mut first = 0u32;
-        for (h, &s) in self.sizes().iter().enumerate() {
-            if rank < first + s {
-                return Some((h as u32, first, s));
-            }
-            first += s;
-        }
-        None
-    }
-
-    /// `true` when ranks span two or more hosts and some host holds two or more: where
-    /// [`Algorithm::Hierarchical`] differs from a flat algorithm.
-    pub fn spans_hosts(&self) -> bool {
-        self.hosts >= 2 && self.sizes().iter().any(|&s| s >= 2)
-    }
-}
-
-impl Default for HostMap {
-    fn default() -> Self {
-        Self::NONE
-    }
+    /// Which of one host's ranks share a CPU, as groups of consecutive ranks (a launcher that
+    /// pins the threads driving them in blocks says so; proxy-perf's caller mode does):
+    /// [`Algorithm::Hierarchical`] on one crowded host then gathers and broadcasts inside each
+    /// group and all-reduces among the groups' leaders ([`PlanParams::groups`]), so most
+    /// messages stay between ranks of one CPU. Default [`HostMap::NONE`]: unknown.
+    pub cpu_groups: HostMap,
 }
 
 /// The `nec.h` protocol options of a plan (docs/design.md §5, "The two early flags"); all off
@@ -307,6 +240,7 @@ impl PlanParams {
             hosts: HostMap::NONE,
             inter_host_model: tuner::DEFAULT_COST_MODEL,
             progress_cpus: 0,
+            cpu_groups: HostMap::NONE,
         }
     }
 

@@ -41,7 +41,9 @@
 //! moves `n log2 n` messages in `log2 n` steps on every rank where a reduce to one leader and
 //! a broadcast move `2 (n − 1)` with one wait per rank, so on a crowded host
 //! [`Algorithm::Hierarchical`] becomes a candidate on any host map, one host included (gather
-//! into the leader, binomial broadcast; [`crowded_work`]). Measured on 2 CPUs, 8 B
+//! into the leader, binomial broadcast; [`crowded_work`]); where the host's ranks' CPUs are
+//! known ([`PlanParams::cpu_groups`]) it gathers and broadcasts inside each CPU's ranks and
+//! only the groups' leaders cross between CPUs ([`PlanParams::groups`]). Measured on 2 CPUs, 8 B
 //! (BENCHMARKS.md, 2026-12-05): in process, 8 ranks 17–19 → 13–14 µs, 16 ranks 44 → 27–28,
 //! 32 ranks 98 → 55; 4 rank processes over tcp, recursive doubling 35 µs, the ring's 6 steps
 //! 103 (nearly twice the work of its messages alone), the hierarchy 32. The other collectives keep
@@ -315,11 +317,12 @@ pub fn cost(
 }
 
 /// The modelled time in nanoseconds of [`Algorithm::Hierarchical`] for `p` (an all-reduce
-/// whose [`PlanParams::hosts`] spans hosts), from three phases: the largest host's gather to
-/// its leader (one step; its members' vectors cross the host's link into the leader and are
-/// reduced there) and binomial broadcast under [`PlanParams::cost_model`], and the leaders'
-/// all-reduce under [`PlanParams::inter_host_model`] (the cheapest flat algorithm for one rank
-/// per host). The vector runs through the phases in `k` pieces: the plan's parts (streams ×
+/// whose [`PlanParams::hosts`] spans hosts, or one crowded host), from three phases on its
+/// groups ([`PlanParams::groups`]: the hosts, or the CPU groups of one host): the largest
+/// group's gather to its leader (one step; its members' vectors cross the host's link into
+/// the leader and are reduced there) and binomial broadcast under [`PlanParams::cost_model`],
+/// and the leaders' all-reduce under [`PlanParams::leaders_model`] (the cheapest flat
+/// algorithm for one rank per group). The vector runs through the phases in `k` pieces: the plan's parts (streams ×
 /// blocks, [`crate::planner::plan_blocks`]) times the pieces the hierarchical all-reduce cuts
 /// each part into ([`crate::planner::hier_pieces`]). They pipeline (a piece's gather runs
 /// while the one before it crosses the link): the phases of one piece, plus `k − 1` times
@@ -340,12 +343,14 @@ pub fn hierarchical_cost(p: &PlanParams) -> u64 {
         .saturating_add(slowest.saturating_mul(k - 1))
 }
 
-/// The hierarchical all-reduce's hosts for `p`: the map's, or every rank its own host.
+/// The hierarchical all-reduce's groups for `p` ([`PlanParams::groups`]), or every rank its
+/// own group without a map.
 fn hosts_of(p: &PlanParams) -> u32 {
-    if p.hosts.is_none() {
+    let g = p.groups();
+    if g.is_none() {
         p.nranks
     } else {
-        p.hosts.sizes().len() as u32
+        g.sizes().len() as u32
     }
 }
 
@@ -353,7 +358,7 @@ fn hosts_of(p: &PlanParams) -> u32 {
 /// all-reduce, broadcast.
 fn hierarchical_phases(p: &PlanParams, split: bool) -> [u64; 3] {
     let b = p.bytes();
-    let s = p.hosts.sizes().iter().copied().max().unwrap_or(1);
+    let s = p.groups().sizes().iter().copied().max().unwrap_or(1);
     let chunk = u128::from(p.chunk_bytes.max(1));
     let ent = u128::from(b).div_ceil(chunk).max(1);
     let m = u128::from(s.saturating_sub(1));
@@ -364,7 +369,7 @@ fn hierarchical_phases(p: &PlanParams, split: bool) -> [u64; 3] {
         reduced: m * u128::from(b),
     }
     .time_ns(&p.cost_model);
-    let inter = leaders_terms(p, split).map_or(0, |t| t.time_ns(&p.inter_host_model));
+    let inter = leaders_terms(p, split).map_or(0, |t| t.time_ns(&p.leaders_model()));
     let bcast = cost(
         Collective::Broadcast,
         Algorithm::Binomial,
@@ -394,10 +399,10 @@ fn largest_host(p: &PlanParams) -> u32 {
 /// The work in nanoseconds, summed over the ranks of `p`'s largest host, of `algorithm` for
 /// `p`'s all-reduce under `model` (what the crowding bound divides by the CPUs; a rank's
 /// steps count, its waiting polls): each rank's critical path for the flat algorithms; for
-/// [`Algorithm::Hierarchical`] the gather into the host's leader and its broadcast (`2 (s −
-/// 1)` messages each way on `s` ranks, one step's wait per rank) under
-/// [`PlanParams::cost_model`], and the leader's part of the leaders' all-reduce under
-/// [`PlanParams::inter_host_model`]. `None` where [`terms`] has none. Saturates.
+/// [`Algorithm::Hierarchical`] the gathers into the host's leaders and their broadcasts (`2
+/// (s − g)` messages each way on `s` ranks in `g` groups, one step's wait per rank) under
+/// [`PlanParams::cost_model`], and its `g` leaders' parts of the leaders' all-reduce under
+/// [`PlanParams::leaders_model`]. `None` where [`terms`] has none. Saturates.
 pub fn crowded_work(p: &PlanParams, algorithm: Algorithm, model: &CostModel) -> Option<u64> {
     let b = p.bytes();
     let split = p.streams.saturating_mul(p.blocks) > 1;
@@ -409,16 +414,22 @@ pub fn crowded_work(p: &PlanParams, algorithm: Algorithm, model: &CostModel) -> 
     let ent = u128::from(b)
         .div_ceil(u128::from(p.chunk_bytes.max(1)))
         .max(1);
-    let m = u128::from(s.saturating_sub(1));
+    // The host's groups: one per host, or its ranks' CPU groups ([`PlanParams::groups`]).
+    let groups = if p.groups() == p.hosts {
+        1
+    } else {
+        p.groups().sizes().len() as u64
+    };
+    let m = u128::from(s.saturating_sub(groups));
     let local = Terms {
-        steps: if m > 0 { m + 1 } else { 0 },
+        steps: if m > 0 { u128::from(s) } else { 0 },
         entries: 4 * m * ent,
         sent: 2 * m * u128::from(b),
         reduced: m * u128::from(b),
     }
     .time_ns(&p.cost_model);
-    let inter = leaders_terms(p, split).map_or(0, |t| t.time_ns(&p.inter_host_model));
-    Some(local.saturating_add(inter))
+    let inter = leaders_terms(p, split).map_or(0, |t| t.time_ns(&p.leaders_model()));
+    Some(local.saturating_add(inter.saturating_mul(groups)))
 }
 
 /// The modelled time in nanoseconds that [`pick`] compares for `algorithm` on `p`: [`cost`]
@@ -460,13 +471,13 @@ pub fn modelled_ns(p: &PlanParams, algorithm: Algorithm) -> Option<u64> {
 }
 
 /// The terms of the hierarchy's middle phase on `p`'s vector: the leaders' all-reduce, one
-/// rank per host, with the flat algorithm the tuner gives them under
-/// [`PlanParams::inter_host_model`] (all zero for one host).
+/// rank per group, with the flat algorithm the tuner gives them under
+/// [`PlanParams::leaders_model`] (all zero for one group).
 fn leaders_terms(p: &PlanParams, split: bool) -> Option<Terms> {
     let h = hosts_of(p);
     let mut leaders = *p;
     leaders.nranks = h;
-    leaders.cost_model = p.inter_host_model;
+    leaders.cost_model = p.leaders_model();
     terms(
         Collective::AllReduce,
         crate::planner::algos_leaders(&leaders, h),

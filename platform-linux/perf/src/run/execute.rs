@@ -6,6 +6,38 @@ use super::*;
 use proxy_collectives::planner::HostMap;
 
 impl World {
+    /// The header's `hosts:` line: the host map the plans get, the CPUs its ranks progress
+    /// on, and the groups the hierarchical all-reduce works in ([`PlanParams::groups`]), e.g.
+    /// `one host of 4 ranks progressing on 2 CPUs (crowded); the hierarchy in CPU groups 2,2`.
+    pub fn hosts_line(&self) -> String {
+        let p = self.params(8, 0, false);
+        let list = |m: &HostMap| {
+            m.sizes()
+                .iter()
+                .map(u32::to_string)
+                .collect::<Vec<_>>()
+                .join(",")
+        };
+        let hosts = match p.hosts.sizes().len() {
+            0 => "hosts unknown (every rank its own)".to_owned(),
+            1 => format!("one host of {} ranks", p.nranks),
+            h => format!("{h} hosts of {} ranks", list(&p.hosts)),
+        };
+        let cpus = match p.progress_cpus {
+            0 => " (progress CPUs unknown)".to_owned(),
+            c if proxy_collectives::planner::tuner::crowding(&p).is_some() => {
+                format!(" progressing on {c} CPUs (crowded)")
+            }
+            c => format!(" progressing on {c} CPUs"),
+        };
+        let groups = if p.groups() == p.hosts {
+            String::new()
+        } else {
+            format!("; the hierarchy in CPU groups {}", list(&p.groups()))
+        };
+        format!("{hosts}{cpus}{groups}")
+    }
+
     /// Rank 0's plan parameters of `size`, out of place (before the algorithm is resolved).
     pub fn params_for(&self, size: u64) -> PlanParams {
         self.params(size, 0, false)
@@ -31,6 +63,7 @@ impl World {
             p.hosts = h;
         }
         p.progress_cpus = self.progress_cpus();
+        p.cpu_groups = self.tuner_host.cpu_groups;
         p.op = a.op;
         p.root = a.root;
         p.chunk_bytes = a.chunk;

@@ -1,5 +1,8 @@
 //! Where the tool's threads run: rank device threads with `--pin` ([`rank_cpus`]) and the
-//! caller-mode driving threads, always ([`caller_cpu`]).
+//! caller-mode driving threads, always ([`caller_cpu`]), and which ranks that makes share a
+//! CPU ([`caller_groups`]).
+
+use proxy_collectives::planner::HostMap;
 
 /// With `pin`, rank `r`'s device and proxy thread share CPU `r mod ncpus` (the pairs that hand
 /// off most often then switch on one core instead of waiting for a remote one to be scheduled).
@@ -40,9 +43,43 @@ pub fn caller_cpu(t: usize, threads: usize, cpus: usize) -> Option<usize> {
     })
 }
 
+/// The groups of consecutive ranks whose caller-mode driving threads share a CPU
+/// ([`caller_cpu`]; the planner's `PlanParams::cpu_groups`): `ranks` ranks of one host, `per`
+/// to a driving thread (rank `r` on thread `r / per`), `threads` threads on `cpus` CPUs.
+/// `None` when the threads are not pinned or every rank is on one CPU.
+pub fn caller_groups(ranks: u32, per: u32, threads: usize, cpus: usize) -> Option<HostMap> {
+    let mut sizes: Vec<u32> = Vec::new();
+    let mut last = None;
+    for r in 0..ranks {
+        let cpu = caller_cpu((r / per.max(1)) as usize, threads, cpus)?;
+        match sizes.last_mut() {
+            Some(s) if last == Some(cpu) => *s += 1,
+            _ => sizes.push(1),
+        }
+        last = Some(cpu);
+    }
+    (sizes.len() >= 2).then(|| HostMap::new(&sizes)).flatten()
+}
+
 #[cfg(test)]
 mod tests {
-    use super::caller_cpu;
+    use super::{caller_cpu, caller_groups};
+    use proxy_collectives::planner::HostMap;
+
+    #[test]
+    fn ranks_that_share_a_cpu_form_consecutive_groups() {
+        let g = |sizes: &[u32]| HostMap::new(sizes);
+        // 4 rank processes on 2 CPUs: 0, 1 | 2, 3.
+        assert_eq!(caller_groups(4, 1, 4, 2), g(&[2, 2]));
+        // 8 ranks, 4 to a thread, 2 threads on 2 CPUs: a thread's ranks share its CPU.
+        assert_eq!(caller_groups(8, 4, 2, 2), g(&[4, 4]));
+        // 5 on 2: blocks of 3 and 2; 6 threads on 4 CPUs: 2, 1, 2, 1.
+        assert_eq!(caller_groups(5, 1, 5, 2), g(&[3, 2]));
+        assert_eq!(caller_groups(6, 1, 6, 4), g(&[2, 1, 2, 1]));
+        // Not pinned (one thread or one CPU): no groups.
+        assert_eq!(caller_groups(4, 4, 1, 2), None);
+        assert_eq!(caller_groups(4, 1, 4, 1), None);
+    }
 
     #[test]
     fn caller_threads_take_a_cpu_each_or_share_them_in_equal_blocks() {

@@ -4,6 +4,7 @@
 //! multi-process run (`World::join`), both through `World::assemble`.
 
 use super::*;
+use proxy_collectives::planner::HostMap;
 
 pub(super) fn available_cpus() -> usize {
     proxy_runtime::modes::host_cpus().usable
@@ -531,7 +532,9 @@ impl World {
         self.tuner_host = TunerHost {
             one_host,
             progress_cpus: fewest,
-        };
+            cpu_groups: HostMap::NONE,
+        }
+        .with_cpu_groups(&self.modes, &self.engine, self.args.ranks);
         Ok(())
     }
 
@@ -576,7 +579,7 @@ impl World {
                 );
             }
         }
-        let tuner_host = TunerHost::local(a.peers.is_none(), &a.modes, &a.engine, a.local.len());
+        let tuner_host = TunerHost::local(a.peers.is_none(), &a.modes, &a.engine, a.local.len(), n);
         Ok(Self {
             args: args.clone(),
             collective: args.collective.into(),
@@ -612,6 +615,9 @@ impl World {
 pub(super) struct TunerHost {
     pub(super) one_host: bool,
     pub(super) progress_cpus: u32,
+    /// Which ranks share a CPU (`PlanParams::cpu_groups`): in caller mode with every rank on
+    /// this host, the groups its pinning makes ([`super::pinning::caller_groups`]), else none.
+    pub(super) cpu_groups: HostMap,
 }
 
 impl TunerHost {
@@ -619,7 +625,7 @@ impl TunerHost {
     /// (`in_process`); the CPUs are the mode rule's usable CPUs or the threads that drive the
     /// host's proxy queues (this process's queues, `local` ranks at the engine's ranks per
     /// proxy, times the processes on the host), whichever is fewer.
-    fn local(in_process: bool, modes: &Modes, engine: &Engine, local: usize) -> Self {
+    fn local(in_process: bool, modes: &Modes, engine: &Engine, local: usize, ranks: u32) -> Self {
         let adv = &modes.advice;
         let queues = local
             .div_ceil(engine.ranks_per_proxy().max(1) as usize)
@@ -628,7 +634,29 @@ impl TunerHost {
         Self {
             one_host: in_process,
             progress_cpus: u32::try_from(adv.inputs.cpus.usable.min(threads)).unwrap_or(u32::MAX),
+            cpu_groups: HostMap::NONE,
         }
+        .with_cpu_groups(modes, engine, ranks)
+    }
+
+    /// `self` with its CPU groups: the caller-mode pinning's over the `ranks` ranks of the run
+    /// (`adv.caller_threads` driving threads on the affinity mask's CPUs) when every rank is
+    /// on this host; none in worker mode or across hosts. Computed from what every process of
+    /// a run sees alike, so every rank plans alike.
+    pub(super) fn with_cpu_groups(mut self, modes: &Modes, engine: &Engine, ranks: u32) -> Self {
+        let adv = &modes.advice;
+        self.cpu_groups = if self.one_host && modes.driver == DriverArg::Caller {
+            super::pinning::caller_groups(
+                ranks,
+                engine.ranks_per_proxy().max(1),
+                adv.caller_threads,
+                adv.inputs.cpus.affinity,
+            )
+            .unwrap_or(HostMap::NONE)
+        } else {
+            HostMap::NONE
+        };
+        self
     }
 }
 

@@ -1,5 +1,6 @@
 //! The hierarchical all-reduce ([`Algorithm::Hierarchical`]), composed of three phases on the
-//! host map ([`crate::planner::HostMap`]): each host's members send their vectors to the
+//! groups of [`PlanParams::groups`] (the host map, or on one crowded host the ranks that share
+//! a CPU; "host" below is a group): each host's members send their vectors to the
 //! host's first rank (the leader), which folds them into its output in rank order; the leaders
 //! all-reduce their outputs in place with the flat algorithm the tuner picks for them under
 //! the inter-host constants (ring, direct, recursive doubling or Rabenseifner, planned on the
@@ -27,7 +28,7 @@ impl Gen {
     /// The hierarchical all-reduce (module docs): the vector cut into [`hier_pieces`] pieces,
     /// each run through the three phases in turn over the same ops.
     pub(super) fn hierarchical_all_reduce(&mut self) {
-        let hosts = self.p.hosts;
+        let hosts = self.p.groups();
         let h_n = if hosts.is_none() {
             self.n as u32
         } else {
@@ -57,7 +58,7 @@ impl Gen {
     /// The three phases on the current piece (`self.p.count` elements from the builder's
     /// base), over the ops of the pieces before it; `algo`: the leaders' all-reduce.
     fn hierarchical_piece(&mut self, algo: Algorithm) {
-        let hosts = self.p.hosts;
+        let hosts = self.p.groups();
         let r = self.r as u32;
         let (host, first, size) = hosts.host_of(r).unwrap_or((r, r, 1));
         // The leaders (first rank of each host); without a map every rank leads itself.
@@ -186,8 +187,9 @@ impl Gen {
     }
 }
 
-/// The flat all-reduce the leaders run: the tuner's pick for `h_n` ranks under the
-/// inter-host constants (the same on every leader: it depends on the parameters only).
+/// The flat all-reduce the leaders run: the tuner's pick for `h_n` ranks under the leaders'
+/// constants ([`PlanParams::leaders_model`]: between hosts, or the host's for the groups of
+/// one host; the same on every leader: it depends on the parameters only).
 pub(in crate::planner) fn leaders_algorithm(p: &PlanParams, h_n: u32) -> Algorithm {
     let mut q = *p;
     q.collective = Collective::AllReduce;
@@ -195,8 +197,8 @@ pub(in crate::planner) fn leaders_algorithm(p: &PlanParams, h_n: u32) -> Algorit
     q.nranks = h_n;
     q.rank = 0;
     q.hosts = HostMap::NONE;
-    q.cost_model = p.inter_host_model;
-    // One leader per host: the leaders do not share a host's CPUs.
+    q.cost_model = p.leaders_model();
+    // One leader per host or CPU: the leaders do not share a CPU.
     q.progress_cpus = 0;
     tuner::pick(&q)
 }

@@ -365,3 +365,79 @@ fn one_host_of_every_rank_small_counts_whole_and_split() {
         }
     }
 }
+
+/// One crowded host whose ranks' CPUs are known ([`PlanParams::cpu_groups`]): the hierarchy
+/// works in the CPU groups (one leader per group, the leaders' all-reduce between them), bit
+/// exact; the groups are used only on one crowded host covering every rank; the tuner costs
+/// the groups' leaders under the host's constants, not the link between hosts.
+#[test]
+fn one_crowded_host_works_in_its_cpu_groups() {
+    let groups: &[&[u32]] = if cfg!(miri) {
+        &[&[2, 2]]
+    } else {
+        &[&[2, 2], &[3, 2], &[1, 2, 1, 3], &[4, 4]]
+    };
+    let mut seed = 900;
+    for &g in groups {
+        let n: u32 = g.iter().sum();
+        for count in [1u64, 9] {
+            let mut p = hier(&[n], count, DataType::I32);
+            p.progress_cpus = g.len() as u32;
+            p.cpu_groups = HostMap::new(g).unwrap();
+            assert_eq!(p.groups(), p.cpu_groups, "{g:?}");
+            p.chunk_bytes = 8;
+            seed += 1;
+            check(p, seed);
+            // Messages cross between groups only between their leaders (the first rank of
+            // each group), and some do: the leaders' phase ran between the groups.
+            let map = p.cpu_groups;
+            let mut crossing = 0;
+            for r in 0..n {
+                let (group, first, _) = map.host_of(r).unwrap();
+                for o in plan(&p.for_rank(r)).unwrap().ops {
+                    for peer in [o.send_peer, o.recv_peer] {
+                        let Ok(peer) = u32::try_from(peer) else {
+                            continue;
+                        };
+                        let (pg, pfirst, _) = map.host_of(peer).unwrap();
+                        if pg != group {
+                            assert!(r == first && peer == pfirst, "{g:?}: {r} meets {peer}");
+                            crossing += 1;
+                        }
+                    }
+                }
+            }
+            assert!(crossing > 0, "{g:?}");
+        }
+    }
+    let mut p = hier(&[4], 2, DataType::F32);
+    p.cpu_groups = HostMap::new(&[2, 2]).unwrap();
+    // Not crowded (CPUs unknown or enough), groups not covering the ranks, or hosts that
+    // span: the host map.
+    for (cpus, groups, hosts) in [
+        (0, &[2u32, 2][..], &[4u32][..]),
+        (4, &[2, 2], &[4]),
+        (2, &[2, 1], &[4]),
+        (2, &[2, 2], &[2, 2]),
+    ] {
+        let mut q = p;
+        q.progress_cpus = cpus;
+        q.cpu_groups = HostMap::new(groups).unwrap();
+        q.hosts = HostMap::new(hosts).unwrap();
+        assert_eq!(q.groups(), q.hosts, "{cpus} {groups:?} {hosts:?}");
+    }
+    // The leaders' constants: the host's when the groups are one host's.
+    p.progress_cpus = 2;
+    p.inter_host_model = CostModel {
+        step_ns: 1_000_000,
+        ..DEFAULT_COST_MODEL
+    };
+    assert_eq!(p.leaders_model(), p.cost_model);
+    let one_leader = {
+        let mut q = p;
+        q.cpu_groups = HostMap::NONE;
+        tuner::hierarchical_cost(&q)
+    };
+    assert!(tuner::hierarchical_cost(&p) < 1_000_000, "{p:?}");
+    assert!(one_leader < 1_000_000);
+}
