@@ -49,14 +49,15 @@
  * `NRT_PROXY_ALGO_HIERARCHICAL`; 5: bells, `nrt_proxy_notify`, `nrt_proxy_host_device_attach`
  * and `nrt_proxy_config_t.worker_nap_us`, formerly `reserved`; 6: the tuner's kind of link,
  * `nrt_proxy_tuner_link_set` / `nrt_proxy_tuner_link_get`; 7: the tuner's crowded host,
- * `nrt_proxy_tuner_progress_cpus_set` / `nrt_proxy_tuner_progress_cpus_get`).
+ * `nrt_proxy_tuner_progress_cpus_set` / `nrt_proxy_tuner_progress_cpus_get`; 8: its ranks in
+ * CPU blocks, `nrt_proxy_tuner_cpu_blocks_set` / `nrt_proxy_tuner_cpu_blocks_get`).
  */
-#define NRT_PROXY_ABI_VERSION_MINOR 7
+#define NRT_PROXY_ABI_VERSION_MINOR 8
 
 /**
  * `(major << 16) | minor`, what `nrt_proxy_abi_version()` returns.
  */
-#define NRT_PROXY_ABI_VERSION 65543
+#define NRT_PROXY_ABI_VERSION 65544
 
 /**
  * The nap bound `worker_nap_us` suggests (µs): long enough that a worker whose wake-ups all
@@ -2038,6 +2039,39 @@ NRT_STATUS nrt_proxy_tuner_progress_cpus_set(uint32_t cpus);
  * `cpus` NULL or writable.
  */
 NRT_STATUS nrt_proxy_tuner_progress_cpus_get(uint32_t *cpus);
+
+/**
+ * Says whether the threads that drive one host's ranks are pinned in consecutive blocks over
+ * its progress CPUs (`on` 1) or not known to be (`on` 0, the default): with 1, rank `t` of a
+ * host's `T` ranks on CPU `⌊t · C / T⌋` (`C` the CPUs of `nrt_proxy_tuner_progress_cpus_set`;
+ * 4 ranks on 2 CPUs: 0, 0, 1, 1). `NRT_PROXY_ALGO_HIERARCHICAL` plans of one crowded host
+ * (`nrt_proxy_plan_create_hosts` with one host, more ranks than progress CPUs) then gather
+ * and broadcast inside each CPU's ranks and all-reduce among the CPUs' leaders only, and the
+ * tuner costs them so (measured on 2 CPUs, 4 tcp processes, 8 B: 28–31 µs against 32–34 with
+ * one leader). Replaces what `NEURON_RT_PROXY_TUNER_CPU_BLOCKS` gave; plans made before keep
+ * theirs. Any thread. Give every process of a job the same value, as every rank must plan with
+ * the same parameters.
+ *
+ * Returns `NRT_SUCCESS`; `NRT_INVALID` for `on` other than 0 or 1, or a bad variable or
+ * calibration file (nothing changes).
+ *
+ * # Safety
+ * None beyond the C contract.
+ */
+NRT_STATUS nrt_proxy_tuner_cpu_blocks_set(uint32_t on);
+
+/**
+ * Writes 1 into `*on` when the tuner takes one host's ranks to be pinned in consecutive
+ * blocks over its progress CPUs (`nrt_proxy_tuner_cpu_blocks_set`,
+ * `NEURON_RT_PROXY_TUNER_CPU_BLOCKS`), else 0. Any thread.
+ *
+ * Returns `NRT_SUCCESS`; `NRT_INVALID` for a NULL or misaligned `on`, or a bad variable or
+ * calibration file.
+ *
+ * # Safety
+ * `on` NULL or writable.
+ */
+NRT_STATUS nrt_proxy_tuner_cpu_blocks_get(uint32_t *on);
 
 #ifdef __cplusplus
 }  // extern "C"

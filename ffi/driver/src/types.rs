@@ -19,10 +19,11 @@ pub const NRT_PROXY_ABI_VERSION_MAJOR: u32 = 1;
 /// `NRT_PROXY_ALGO_HIERARCHICAL`; 5: bells, `nrt_proxy_notify`, `nrt_proxy_host_device_attach`
 /// and `nrt_proxy_config_t.worker_nap_us`, formerly `reserved`; 6: the tuner's kind of link,
 /// `nrt_proxy_tuner_link_set` / `nrt_proxy_tuner_link_get`; 7: the tuner's crowded host,
-/// `nrt_proxy_tuner_progress_cpus_set` / `nrt_proxy_tuner_progress_cpus_get`).
-pub const NRT_PROXY_ABI_VERSION_MINOR: u32 = 7;
+/// `nrt_proxy_tuner_progress_cpus_set` / `nrt_proxy_tuner_progress_cpus_get`; 8: its ranks in
+/// CPU blocks, `nrt_proxy_tuner_cpu_blocks_set` / `nrt_proxy_tuner_cpu_blocks_get`).
+pub const NRT_PROXY_ABI_VERSION_MINOR: u32 = 8;
 /// `(major << 16) | minor`, what `nrt_proxy_abi_version()` returns.
-pub const NRT_PROXY_ABI_VERSION: u32 = 0x0001_0007;
+pub const NRT_PROXY_ABI_VERSION: u32 = 0x0001_0008;
 
 /// The nap bound `worker_nap_us` suggests (µs): long enough that a worker whose wake-ups all
 /// ring costs a few hundred wake-ups a second when a ring is missed, short enough that a

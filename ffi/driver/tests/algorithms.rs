@@ -63,6 +63,7 @@ fn tuner_env_set() -> bool {
         k.starts_with("NEURON_RT_PROXY_ALGO_")
             || k == "NEURON_RT_PROXY_TUNER_LINK"
             || k == "NEURON_RT_PROXY_TUNER_PROGRESS_CPUS"
+            || k == "NEURON_RT_PROXY_TUNER_CPU_BLOCKS"
             || k == "NEURON_RT_PROXY_TUNE_FILE"
     });
     if set {
@@ -218,6 +219,67 @@ fn a_crowded_host_moves_the_tuners_choice_to_the_hierarchy() {
     assert_eq!(resolved_hosts(&p, &[8]), before);
     expect!(NRT_SUCCESS, nrt_proxy_tuner_progress_cpus_set(0));
     assert_eq!(resolved_hosts(&p, &[8]), before);
+}
+
+/// Ranks in CPU blocks (ABI 1.8): on a crowded host whose ranks' threads are pinned in
+/// consecutive blocks, the hierarchy of a one-host plan works in the blocks: the leader of 4
+/// ranks on 2 CPUs gathers one member (scratch for 1 member's vector) where with one leader it
+/// gathers 3. Off, or not crowded: one leader. Refusals change nothing.
+#[test]
+fn ranks_in_cpu_blocks_make_the_hierarchys_groups() {
+    let _s = serial();
+    if tuner_env_set() {
+        return;
+    }
+    assert!(nrt_proxy_abi_version() >= 0x0001_0008);
+    let on = || {
+        let mut c = 99;
+        expect!(NRT_SUCCESS, nrt_proxy_tuner_cpu_blocks_get(&mut c));
+        c
+    };
+    assert_eq!(on(), 0, "the default: not known");
+    struct Reset;
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            // SAFETY: plain value arguments.
+            unsafe {
+                nrt_proxy_tuner_cpu_blocks_set(0);
+                nrt_proxy_tuner_progress_cpus_set(0);
+            }
+        }
+    }
+    let _reset = Reset;
+    let mut p = params(NRT_PROXY_ALGO_HIERARCHICAL);
+    p.nranks = 4;
+    p.rank = 0;
+    p.count = 2;
+    let scratch = |p: &NrtProxyPlanParams| {
+        let mut plan = ptr::null_mut();
+        expect!(
+            NRT_SUCCESS,
+            nrt_proxy_plan_create_hosts(p, [4u32].as_ptr(), 1, &mut plan)
+        );
+        let s = layout(plan).scratch_bytes;
+        expect!(NRT_SUCCESS, nrt_proxy_plan_destroy(plan));
+        s
+    };
+    let one_leader = scratch(&p);
+    assert_eq!(one_leader, 3 * 8, "3 members' 8 B vectors");
+    expect!(NRT_INVALID, nrt_proxy_tuner_cpu_blocks_set(2));
+    expect!(NRT_INVALID, nrt_proxy_tuner_cpu_blocks_get(ptr::null_mut()));
+    assert_eq!(on(), 0, "a refused set changes nothing");
+    expect!(NRT_SUCCESS, nrt_proxy_tuner_cpu_blocks_set(1));
+    assert_eq!(on(), 1);
+    // Not crowded (CPUs unknown): one leader still.
+    assert_eq!(scratch(&p), one_leader);
+    expect!(NRT_SUCCESS, nrt_proxy_tuner_progress_cpus_set(2));
+    assert_eq!(
+        scratch(&p),
+        8,
+        "one member's vector, and the leaders' exchange"
+    );
+    expect!(NRT_SUCCESS, nrt_proxy_tuner_cpu_blocks_set(0));
+    assert_eq!(scratch(&p), one_leader);
 }
 
 /// The dump lines (target `proxy_dump`) logged so far, captured by a logger installed at the

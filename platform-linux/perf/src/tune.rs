@@ -430,6 +430,8 @@ pub(crate) struct InHost {
     transport: String,
     /// The CPUs the world's ranks progressed on ([`World::progress_cpus`]).
     progress_cpus: u32,
+    /// Which of its ranks shared a CPU ([`World::cpu_groups`]).
+    cpu_groups: HostMap,
 }
 
 impl InHost {
@@ -439,6 +441,7 @@ impl InHost {
             samples,
             transport: world.transport_name().to_owned(),
             progress_cpus: world.progress_cpus(),
+            cpu_groups: world.cpu_groups(),
         }
     }
 }
@@ -457,6 +460,7 @@ pub(crate) fn report(
         mut samples,
         transport,
         progress_cpus,
+        cpu_groups,
     } = in_host;
     let mut out = std::io::stdout().lock();
     let sizes = args.sizes();
@@ -539,6 +543,7 @@ pub(crate) fn report(
             .or_else(|| HostMap::new(&[n]))
             .unwrap_or(HostMap::NONE);
         p.progress_cpus = progress_cpus;
+        p.cpu_groups = cpu_groups;
         tuner::pick(&p).name()
     };
     for &size in &sizes {

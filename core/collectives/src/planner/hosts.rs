@@ -72,6 +72,24 @@ impl HostMap {
     }
 }
 
+impl HostMap {
+    /// The groups of `ranks` ranks whose driving threads are pinned in consecutive blocks over
+    /// `cpus` CPUs, rank `t` on CPU `⌊t · cpus / ranks⌋` (4 on 2: 2, 2; 5 on 2: 3, 2; 6 on 4:
+    /// 2, 1, 2, 1), as [`PlanParams::cpu_groups`] takes them; `None` unless the ranks
+    /// outnumber the CPUs and there are 2 CPUs or more (and at most [`MAX_HOSTS`]).
+    pub fn cpu_blocks(ranks: u32, cpus: u32) -> Option<HostMap> {
+        if cpus < 2 || ranks <= cpus || cpus as usize > MAX_HOSTS {
+            return None;
+        }
+        let mut m = HostMap::NONE;
+        m.hosts = cpus;
+        for t in 0..u64::from(ranks) {
+            m.sizes[(t * u64::from(cpus) / u64::from(ranks)) as usize] += 1;
+        }
+        Some(m)
+    }
+}
+
 impl Default for HostMap {
     fn default() -> Self {
         Self::NONE
@@ -84,7 +102,7 @@ impl PlanParams {
     /// hosts; on one crowded host ([`tuner::crowding`]) whose ranks' CPUs are known
     /// ([`PlanParams::cpu_groups`], two groups or more, covering every rank) those groups, so
     /// that a message between CPUs is one between leaders (measured on 2 CPUs, 4 tcp processes
-    /// at 8 B: 27–29 µs in two groups of 2, 31–32 with one leader; BENCHMARKS.md); else the
+    /// at 8 B: 28–31 µs in two groups of 2, 32–34 with one leader; BENCHMARKS.md); else the
     /// host map.
     pub fn groups(&self) -> HostMap {
         let g = &self.cpu_groups;

@@ -63,7 +63,7 @@ impl World {
             p.hosts = h;
         }
         p.progress_cpus = self.progress_cpus();
-        p.cpu_groups = self.tuner_host.cpu_groups;
+        p.cpu_groups = self.cpu_groups();
         p.op = a.op;
         p.root = a.root;
         p.chunk_bytes = a.chunk;
@@ -87,6 +87,12 @@ impl World {
             .one_host
             .then(|| HostMap::new(&[self.args.ranks]))
             .flatten()
+    }
+
+    /// Which of this host's ranks share a CPU ([`PlanParams::cpu_groups`]; the same on every
+    /// process, [`setup::TunerHost`]).
+    pub fn cpu_groups(&self) -> HostMap {
+        self.tuner_host.cpu_groups
     }
 
     /// The CPUs this host's ranks make progress on at once (the tuner's

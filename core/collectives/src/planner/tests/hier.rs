@@ -441,3 +441,25 @@ fn one_crowded_host_works_in_its_cpu_groups() {
     assert!(tuner::hierarchical_cost(&p) < 1_000_000, "{p:?}");
     assert!(one_leader < 1_000_000);
 }
+
+/// Ranks pinned in consecutive blocks over fewer CPUs ([`HostMap::cpu_blocks`]): every CPU
+/// holds `⌊T/C⌋` or `⌈T/C⌉` ranks, in order; nothing when the ranks fit or on one CPU.
+#[test]
+fn cpu_blocks_of_ranks_over_fewer_cpus() {
+    let m = |s: &[u32]| HostMap::new(s);
+    assert_eq!(HostMap::cpu_blocks(4, 2), m(&[2, 2]));
+    assert_eq!(HostMap::cpu_blocks(5, 2), m(&[3, 2]));
+    assert_eq!(HostMap::cpu_blocks(6, 4), m(&[2, 1, 2, 1]));
+    assert_eq!(HostMap::cpu_blocks(2, 2), None);
+    assert_eq!(HostMap::cpu_blocks(8, 1), None);
+    assert_eq!(HostMap::cpu_blocks(200, 65), None);
+    for ranks in 3..40u32 {
+        for cpus in 2..ranks.min(9) {
+            let b = HostMap::cpu_blocks(ranks, cpus).unwrap();
+            assert_eq!(b.ranks(), u64::from(ranks));
+            assert_eq!(b.sizes().len(), cpus as usize);
+            let (lo, hi) = (ranks / cpus, ranks.div_ceil(cpus));
+            assert!(b.sizes().iter().all(|&k| k == lo || k == hi), "{b:?}");
+        }
+    }
+}
