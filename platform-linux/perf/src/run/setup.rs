@@ -504,8 +504,10 @@ impl World {
 
     /// Ranks as processes: the tuner's host inputs the same on every process (every rank plans
     /// with the same parameters, or `auto` could resolve to different algorithms on different
-    /// ranks): one host when the bootstrap saw one host identity, and the fewest progress CPUs
-    /// any process counted. Collective: every process calls it, at the end of its join.
+    /// ranks): one host when the bootstrap saw one host identity, the fewest progress CPUs any
+    /// process counted, and the CPU groups of the pinning when every process computed the same
+    /// ones (none otherwise: processes whose affinity masks differ). Collective: every process
+    /// calls it, at the end of its join.
     ///
     /// # Errors
     /// A message when the all-gather between processes fails or a process sent malformed data.
@@ -513,28 +515,44 @@ impl World {
         let Some(peers) = &self.peers else {
             return Ok(());
         };
+        let mine = TunerHost {
+            one_host,
+            cpu_groups: HostMap::NONE,
+            ..self.tuner_host
+        }
+        .with_cpu_groups(&self.modes, &self.engine, self.args.ranks);
+        // Progress CPUs, then the groups' sizes, each a little-endian u32.
+        let mut payload = mine.progress_cpus.to_le_bytes().to_vec();
+        for s in mine.cpu_groups.sizes() {
+            payload.extend(s.to_le_bytes());
+        }
         let all = peers
             .lock()
-            .all_gather(&self.tuner_host.progress_cpus.to_le_bytes())
+            .all_gather(&payload)
             .map_err(|e| format!("sharing the tuner's progress CPUs of the processes: {e}"))?;
         let mut fewest = u32::MAX;
+        let mut groups = None;
+        let mut same = true;
         for (p, b) in all.iter().enumerate() {
-            let c = <[u8; 4]>::try_from(b.as_slice())
-                .map(u32::from_le_bytes)
-                .map_err(|_| {
-                    format!(
-                        "process {p} sent malformed progress CPUs ({} bytes)",
-                        b.len()
-                    )
-                })?;
-            fewest = fewest.min(c);
+            if b.len() < 4 || b.len() % 4 != 0 {
+                return Err(format!(
+                    "process {p} sent malformed progress CPUs ({} bytes)",
+                    b.len()
+                ));
+            }
+            let words: Vec<u32> = b
+                .chunks_exact(4)
+                .map(|w| u32::from_le_bytes([w[0], w[1], w[2], w[3]]))
+                .collect();
+            fewest = fewest.min(words[0]);
+            let g = HostMap::new(&words[1..]).unwrap_or(HostMap::NONE);
+            same &= *groups.get_or_insert(g) == g;
         }
         self.tuner_host = TunerHost {
             one_host,
             progress_cpus: fewest,
-            cpu_groups: HostMap::NONE,
-        }
-        .with_cpu_groups(&self.modes, &self.engine, self.args.ranks);
+            cpu_groups: groups.filter(|_| same).unwrap_or(HostMap::NONE),
+        };
         Ok(())
     }
 
@@ -641,8 +659,9 @@ impl TunerHost {
 
     /// `self` with its CPU groups: the caller-mode pinning's over the `ranks` ranks of the run
     /// (`adv.caller_threads` driving threads on the affinity mask's CPUs) when every rank is
-    /// on this host; none in worker mode or across hosts. Computed from what every process of
-    /// a run sees alike, so every rank plans alike.
+    /// on this host; none in worker mode or across hosts. Ranks as processes keep them only
+    /// when every process computed the same (`World::agree_on_tuner_host`), so that every rank
+    /// plans alike.
     pub(super) fn with_cpu_groups(mut self, modes: &Modes, engine: &Engine, ranks: u32) -> Self {
         let adv = &modes.advice;
         self.cpu_groups = if self.one_host && modes.driver == DriverArg::Caller {
