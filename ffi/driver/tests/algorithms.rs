@@ -172,6 +172,28 @@ fn the_kind_of_link_moves_the_tuners_choice() {
     assert_eq!(resolved(&p), NRT_PROXY_ALGO_DIRECT);
 }
 
+/// One of the tuner's process-wide values through its `_get` call.
+fn tuner_value(get: unsafe extern "C" fn(*mut u32) -> NRT_STATUS) -> u32 {
+    let mut v = 99;
+    // SAFETY: `v` is writable.
+    assert_eq!(unsafe { get(&mut v) }, NRT_SUCCESS);
+    v
+}
+
+/// Puts the tuner's crowded-host values back to their defaults (unknown CPUs, no CPU blocks)
+/// however a test ends: the table is the process's.
+struct ResetCrowding;
+
+impl Drop for ResetCrowding {
+    fn drop(&mut self) {
+        // SAFETY: plain value arguments.
+        unsafe {
+            nrt_proxy_tuner_cpu_blocks_set(0);
+            nrt_proxy_tuner_progress_cpus_set(0);
+        }
+    }
+}
+
 /// A crowded host (ABI 1.7): with the CPUs the ranks progress on set below the host's ranks,
 /// an all-reduce over a host map of one host takes the hierarchy (a reduce to one leader and a
 /// broadcast) at 8 B on 8 ranks; without the CPUs, or without a map, the tuner's choice is as
@@ -183,21 +205,9 @@ fn a_crowded_host_moves_the_tuners_choice_to_the_hierarchy() {
         return;
     }
     assert!(nrt_proxy_abi_version() >= 0x0001_0007);
-    let cpus = || {
-        let mut c = 99;
-        expect!(NRT_SUCCESS, nrt_proxy_tuner_progress_cpus_get(&mut c));
-        c
-    };
+    let cpus = || tuner_value(nrt_proxy_tuner_progress_cpus_get);
     assert_eq!(cpus(), 0, "the default: unknown");
-    // Back to unknown however the test ends (the table is the process's).
-    struct Reset;
-    impl Drop for Reset {
-        fn drop(&mut self) {
-            // SAFETY: a plain value argument.
-            unsafe { nrt_proxy_tuner_progress_cpus_set(0) };
-        }
-    }
-    let _reset = Reset;
+    let _reset = ResetCrowding;
     let mut p = params(NRT_PROXY_ALGO_AUTO);
     p.nranks = 8;
     p.count = 2;
@@ -232,23 +242,9 @@ fn ranks_in_cpu_blocks_make_the_hierarchys_groups() {
         return;
     }
     assert!(nrt_proxy_abi_version() >= 0x0001_0008);
-    let on = || {
-        let mut c = 99;
-        expect!(NRT_SUCCESS, nrt_proxy_tuner_cpu_blocks_get(&mut c));
-        c
-    };
+    let on = || tuner_value(nrt_proxy_tuner_cpu_blocks_get);
     assert_eq!(on(), 0, "the default: not known");
-    struct Reset;
-    impl Drop for Reset {
-        fn drop(&mut self) {
-            // SAFETY: plain value arguments.
-            unsafe {
-                nrt_proxy_tuner_cpu_blocks_set(0);
-                nrt_proxy_tuner_progress_cpus_set(0);
-            }
-        }
-    }
-    let _reset = Reset;
+    let _reset = ResetCrowding;
     let mut p = params(NRT_PROXY_ALGO_HIERARCHICAL);
     p.nranks = 4;
     p.rank = 0;

@@ -66,13 +66,11 @@ impl HostMap {
     }
 
     /// `true` when ranks span two or more hosts and some host holds two or more: where
-    /// [`Algorithm::Hierarchical`] differs from a flat algorithm.
+    /// [`crate::planner::Algorithm::Hierarchical`] differs from a flat algorithm.
     pub fn spans_hosts(&self) -> bool {
         self.hosts >= 2 && self.sizes().iter().any(|&s| s >= 2)
     }
-}
 
-impl HostMap {
     /// The groups of `ranks` ranks whose driving threads are pinned in consecutive blocks over
     /// `cpus` CPUs, rank `t` on CPU `⌊t · cpus / ranks⌋` (4 on 2: 2, 2; 5 on 2: 3, 2; 6 on 4:
     /// 2, 1, 2, 1), as [`PlanParams::cpu_groups`] takes them; `None` unless the ranks

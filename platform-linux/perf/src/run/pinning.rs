@@ -46,7 +46,9 @@ pub fn caller_cpu(t: usize, threads: usize, cpus: usize) -> Option<usize> {
 /// The groups of consecutive ranks whose caller-mode driving threads share a CPU
 /// ([`caller_cpu`]; the planner's `PlanParams::cpu_groups`): `ranks` ranks of one host, `per`
 /// to a driving thread (rank `r` on thread `r / per`), `threads` threads on `cpus` CPUs.
-/// `None` when the threads are not pinned or every rank is on one CPU.
+/// `None` when the threads are not pinned or every rank is on one CPU. With one rank per
+/// thread and more threads than CPUs these are the planner's `HostMap::cpu_blocks`; taken from
+/// [`caller_cpu`] itself, they are the pinning's also with several ranks per thread.
 pub fn caller_groups(ranks: u32, per: u32, threads: usize, cpus: usize) -> Option<HostMap> {
     let mut sizes: Vec<u32> = Vec::new();
     let mut last = None;

@@ -410,6 +410,17 @@ fn one_crowded_host_works_in_its_cpu_groups() {
             assert!(crossing > 0, "{g:?}");
         }
     }
+    // Split over streams and blocks: every part keeps the groups.
+    if !cfg!(miri) {
+        let mut p = hier(&[5], 200, DataType::I32);
+        p.progress_cpus = 2;
+        p.cpu_groups = HostMap::new(&[3, 2]).unwrap();
+        p.chunk_bytes = 32;
+        p.streams = 2;
+        p.blocks = 2;
+        assert_eq!(plan_blocks(&p).unwrap().blocks.len(), 4);
+        check(p, 78);
+    }
     let mut p = hier(&[4], 2, DataType::F32);
     p.cpu_groups = HostMap::new(&[2, 2]).unwrap();
     // Not crowded (CPUs unknown or enough), groups not covering the ranks, or hosts that
