@@ -181,9 +181,9 @@ fn choose_in(t: &Table, p: &mut PlanParams) -> CollectiveLabel {
     p.cost_model = t.tuning.model(t.link);
     p.inter_host_model = t.tuning.inter_host_model(t.link);
     p.progress_cpus = t.progress_cpus;
-    // One host's ranks in CPU blocks (the hierarchy's groups on a crowded host).
+    // The ranks in CPU blocks (the hierarchy's groups on one crowded host, `groups()`).
     p.cpu_groups = HostMap::cpu_blocks(p.nranks, t.progress_cpus)
-        .filter(|_| t.cpu_blocks && p.hosts.sizes().len() == 1)
+        .filter(|_| t.cpu_blocks)
         .unwrap_or(HostMap::NONE);
     match t.algos[index(p.collective)] {
         Some((a, why)) if p.algorithm == Algorithm::Auto => {

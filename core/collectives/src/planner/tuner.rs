@@ -415,10 +415,11 @@ pub fn crowded_work(p: &PlanParams, algorithm: Algorithm, model: &CostModel) -> 
         .div_ceil(u128::from(p.chunk_bytes.max(1)))
         .max(1);
     // The host's groups: one per host, or its ranks' CPU groups ([`PlanParams::groups`]).
-    let groups = if p.groups() == p.hosts {
+    let g = p.groups();
+    let groups = if g == p.hosts {
         1
     } else {
-        p.groups().sizes().len() as u64
+        g.sizes().len() as u64
     };
     let m = u128::from(s.saturating_sub(groups));
     let local = Terms {
