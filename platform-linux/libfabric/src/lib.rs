@@ -26,7 +26,10 @@
 //! * **Progress** is manual: the hints ask for `FI_PROGRESS_MANUAL` data and control progress,
 //!   the granted models are read back into [`ProviderAttrs`] and logged at open (a provider
 //!   that grants automatic data progress is logged at WARN); [`Transport::poll`] reads the CQ
-//!   (the progress half calls it once per round), [`Transport::test`] reports what the last
+//!   (the progress half calls it once per round) while a request is in flight, and only every
+//!   [`IDLE_READ_EVERY`]-th call when none is (the rounds in which the comm waits for its
+//!   device's handshakes and entries: on tcp each read is a `poll(2)` of the sockets);
+//!   [`Transport::test`] reports what the last
 //!   read found and reads nothing itself. A post answered `-FI_EAGAIN` (or shm's `-FI_ENOMEM`) reads
 //!   the CQ once and returns `Ok(None)`: back-pressure, the caller retries. Send posts to a peer
 //!   that keeps answering `-FI_EAGAIN` for 50 ms are spaced (up to 10 ms apart) by the transport
@@ -96,6 +99,13 @@ use self::pool::PoolKey;
 pub use self::pool::{pool_stats, PoolStats};
 pub use self::quarantine::{quarantine_stats, QuarantineStats};
 use self::requests::{Kind, Requests, State};
+
+/// With no request in flight, [`Transport::poll`] reads the CQ at every this-many-th call in a
+/// row (16): often enough for what the provider does for its peers without a request of ours
+/// (tcp accepting a connection, a full socket taking the rest of an inject send), rarely enough
+/// that the rounds a comm spends waiting for its device cost no `poll(2)` (4 tcp processes,
+/// 8 B all-reduce: 27 → 22–25 µs, BENCHMARKS.md).
+pub const IDLE_READ_EVERY: u32 = 16;
 
 /// Completions read per `fi_cq_read` call.
 const CQ_BATCH: usize = 16;
@@ -255,6 +265,10 @@ pub struct LibfabricTransport {
     inject_max: usize,
     /// Sends that went out with `fi_tinject`.
     injected: u64,
+    /// Progress calls that read the CQ ([`LibfabricTransport::cq_reads`]).
+    cq_reads: u64,
+    /// [`Transport::poll`] calls in a row with nothing in flight ([`IDLE_READ_EVERY`]).
+    idle_polls: u32,
     /// Tags must fit in these bits.
     tag_mask: u64,
     /// Register memory for posts.
@@ -422,6 +436,14 @@ impl LibfabricTransport {
     /// Number of sends that went out with `fi_tinject` (payload copied, done at once).
     pub fn injected_sends(&self) -> u64 {
         self.injected
+    }
+
+    /// Number of progress calls that read the CQ (`fi_cq_read`, one or more batches each):
+    /// [`Transport::poll`] reads it at every call while a request is in flight and at every
+    /// [`IDLE_READ_EVERY`]-th call in a row without one; a post that met back-pressure, close
+    /// and drain always read it.
+    pub fn cq_reads(&self) -> u64 {
+        self.cq_reads
     }
 
     /// This lease's generation (`pool.rs`): carried in the top 16 bits of the tags on the wire

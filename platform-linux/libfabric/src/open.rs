@@ -160,6 +160,8 @@ impl LibfabricTransport {
             max_msg,
             inject_max,
             injected: 0,
+            cq_reads: 0,
+            idle_polls: 0,
             tag_mask,
             register,
             mr_cfg: MrConfig {

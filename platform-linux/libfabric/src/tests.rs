@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use proxy_core::progress::net::{make_tag, NetError, RequestId, TestOutcome, Transport};
 use proxy_core::NrtStatus;
 
-use super::{LibfabricTransport, Options};
+use super::{LibfabricTransport, Options, IDLE_READ_EVERY};
 
 pub(crate) const TCP: &str = "tcp;ofi_rxm";
 const SHM: &str = "shm";
@@ -928,6 +928,73 @@ fn max_inject_size_zero_sends_everything_through_the_cq() {
     assert_eq!(&dst, b"8 bytes!");
     assert_eq!(ts[0].injected_sends(), 0);
     close(&mut ts);
+}
+
+/// `poll` reads the CQ at every call while a request is in flight, at every
+/// `IDLE_READ_EVERY`-th call without one; a rank that posts its receives after the messages
+/// came gets every one of them.
+fn cq_is_read_only_while_a_request_is_in_flight(provider: &str) {
+    let mut ts = pair(provider, Options::default());
+    let idle_polls = |t: &mut LibfabricTransport, n: u32| {
+        let before = t.cq_reads();
+        for _ in 0..n {
+            t.poll().expect("poll");
+        }
+        t.cq_reads() - before
+    };
+    // A fresh transport: nothing in flight, one read per IDLE_READ_EVERY polls.
+    assert_eq!(
+        idle_polls(&mut ts[1], 4 * IDLE_READ_EVERY),
+        4,
+        "{provider}: idle reads"
+    );
+    // Rank 0 sends two messages (one injected, one larger than the inject size) before rank 1
+    // posts anything.
+    let small = pattern(91, 8);
+    let large = pattern(92, ts[0].inject_size() + 1);
+    let (t1, t2) = (make_tag(4, 0, 0, 3, 1), make_tag(4, 0, 0, 3, 2));
+    let s1 = send(&mut ts, 0, 1, &small, t1);
+    let s2 = send(&mut ts, 0, 1, &large, t2);
+    let mut got_small = vec![0u8; small.len()];
+    let mut got_large = vec![0u8; large.len()];
+    // Rank 1 still idle while they wait in the provider.
+    assert!(
+        idle_polls(&mut ts[1], 2 * IDLE_READ_EVERY) <= 2,
+        "{provider}: messages waiting, no receive posted: idle reads only"
+    );
+    let r1 = recv(&mut ts, 1, 0, got_small.as_mut_ptr(), small.len(), t1);
+    // Posted: the next poll reads (and finds the message).
+    assert_eq!(ts[1].in_flight(), 1, "{provider}: the receive is in flight");
+    assert_eq!(idle_polls(&mut ts[1], 1), 1, "{provider}: a receive posted");
+    let r2 = recv(&mut ts, 1, 0, got_large.as_mut_ptr(), large.len(), t2);
+    let n = |v: &Vec<u8>| TestOutcome::Done {
+        size: v.len() as u64,
+    };
+    assert_eq!(wait(&mut ts, 1, r1), Ok(n(&small)), "{provider}: receive 1");
+    assert_eq!(wait(&mut ts, 1, r2), Ok(n(&large)), "{provider}: receive 2");
+    assert_eq!(ts[0].test(s1), Ok(n(&small)), "{provider}: send 1");
+    assert_eq!(wait(&mut ts, 0, s2), Ok(n(&large)), "{provider}: send 2");
+    assert!(
+        got_small == small && got_large == large,
+        "{provider}: data differ"
+    );
+    // Done: idle again.
+    assert_eq!(
+        idle_polls(&mut ts[1], 2 * IDLE_READ_EVERY),
+        2,
+        "{provider}: idle again"
+    );
+    close(&mut ts);
+}
+
+#[test]
+fn tcp_cq_is_read_only_while_a_request_is_in_flight() {
+    cq_is_read_only_while_a_request_is_in_flight(TCP);
+}
+
+#[test]
+fn shm_cq_is_read_only_while_a_request_is_in_flight() {
+    cq_is_read_only_while_a_request_is_in_flight(SHM);
 }
 
 /// An anonymous private mapping of `len` bytes; `at` maps it at exactly that address
