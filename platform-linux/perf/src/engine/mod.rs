@@ -8,8 +8,9 @@
 //! memory per host, the host leaders over the bootstrap) when the ranks are processes
 //! ([`EngineBarrier::Bootstrap`], [`HostBarrier`]).
 
+use crossbeam_utils::CachePadded;
 use std::ffi::c_void;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use proxy_collectives::planner::Fifos;
@@ -41,12 +42,34 @@ use proxy_emulator::WaitPolicy;
 use proxy_runtime::loader::LoadedComm;
 use proxy_runtime::{Config, LinuxRegistry};
 
-/// `start` calls made through [`counting_seam`] in this process.
-static SEAM_STARTS: AtomicU64 = AtomicU64::new(0);
+/// Shards of the seam-start counter.
+const SEAM_SHARDS: usize = 16;
 
-/// `start` calls made through [`counting_seam`] so far in this process.
+/// `start` calls made through [`counting_seam`] in this process, one shard per driving thread
+/// (round-robin past [`SEAM_SHARDS`] threads), each on its own cache line: every rank's thread
+/// counts at every execution, and one shared counter moved its line between the CPUs at each
+/// (1.3 % of an 8-rank in-process 8 B all-reduce's profile).
+static SEAM_STARTS: [CachePadded<AtomicU64>; SEAM_SHARDS] =
+    [const { CachePadded::new(AtomicU64::new(0)) }; SEAM_SHARDS];
+
+/// The next thread's shard.
+static NEXT_SEAM_SHARD: AtomicUsize = AtomicUsize::new(0);
+
+thread_local! {
+    /// This thread's shard of [`SEAM_STARTS`].
+    static SEAM_SHARD: usize = NEXT_SEAM_SHARD.fetch_add(1, Ordering::Relaxed) % SEAM_SHARDS;
+}
+
+/// Counts one `start` on this thread's shard.
+fn count_seam_start() {
+    let shard = SEAM_SHARD.with(|s| *s);
+    SEAM_STARTS[shard].fetch_add(1, Ordering::Relaxed);
+}
+
+/// `start` calls made through [`counting_seam`] so far in this process (the sum of the
+/// shards: exact once the counting threads' calls happened before, as the runs read it).
 pub fn seam_starts() -> u64 {
-    SEAM_STARTS.load(Ordering::Relaxed)
+    SEAM_STARTS.iter().map(|c| c.load(Ordering::Relaxed)).sum()
 }
 
 /// `neuronStartNetworkProxy` of the in-process seam, counted.
@@ -64,7 +87,7 @@ unsafe extern "C" fn counting_start(
     dst: *const NetDestAddr,
     n_dst: usize,
 ) -> u32 {
-    SEAM_STARTS.fetch_add(1, Ordering::Relaxed);
+    count_seam_start();
     // SAFETY: forwarded under this function's contract.
     unsafe { in_process_start(comm, stream, bb, ops, n_ops, src, n_src, dst, n_dst) }
 }
@@ -104,7 +127,7 @@ unsafe extern "C" fn counting_loaded_start(
         // Unreachable: the table is handed out only after the cell is set.
         return NrtStatus::Failure.code();
     };
-    SEAM_STARTS.fetch_add(1, Ordering::Relaxed);
+    count_seam_start();
     // SAFETY: forwarded under this function's contract to the library's own entry point.
     unsafe { start(comm, stream, bb, ops, n_ops, src, n_src, dst, n_dst) }
 }
