@@ -104,7 +104,7 @@ use self::requests::{Kind, Requests, State};
 /// row (16): often enough for what the provider does for its peers without a request of ours
 /// (tcp accepting a connection, a full socket taking the rest of an inject send), rarely enough
 /// that the rounds a comm spends waiting for its device cost no `poll(2)` (4 tcp processes,
-/// 8 B all-reduce: 27 → 22–25 µs, BENCHMARKS.md).
+/// 8 B all-reduce: 25.6–26.4 → 22.2–24.7 µs, BENCHMARKS.md).
 pub const IDLE_READ_EVERY: u32 = 16;
 
 /// Completions read per `fi_cq_read` call.
