@@ -101,10 +101,13 @@ pub use self::quarantine::{quarantine_stats, QuarantineStats};
 use self::requests::{Kind, Requests, State};
 
 /// With no request in flight, [`Transport::poll`] reads the CQ at every this-many-th call in a
-/// row (16): often enough for what the provider does for its peers without a request of ours
-/// (tcp accepting a connection, a full socket taking the rest of an inject send), rarely enough
-/// that the rounds a comm spends waiting for its device cost no `poll(2)` (4 tcp processes,
-/// 8 B all-reduce: 25.6–26.4 → 22.2–24.7 µs, BENCHMARKS.md).
+/// row (16). The comm polls every round while a stream has a block, also while its ops wait for
+/// the device's handshakes and entries (most rounds of a small collective), and on tcp each
+/// read is a `poll(2)` of the sockets (4 tcp processes, 8 B all-reduce: 25.6–26.4 → 22.2–24.7
+/// µs, BENCHMARKS.md). A message that arrives meanwhile waits in the provider until its receive
+/// is posted, which reads at every poll again; what the provider does for a peer without a
+/// request of ours (tcp accepting a connection, a full socket taking the rest of an inject
+/// send) waits at most this many polls.
 pub const IDLE_READ_EVERY: u32 = 16;
 
 /// Completions read per `fi_cq_read` call.

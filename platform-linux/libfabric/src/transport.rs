@@ -14,14 +14,7 @@ impl Transport for LibfabricTransport {
 
     fn poll(&mut self) -> Result<(), NetError> {
         self.check_open()?;
-        // Nothing in flight: read only every IDLE_READ_EVERY-th poll. The comm polls every
-        // round while a stream has a block, also while its ops wait for the device's
-        // handshakes and entries (most rounds of a small collective; on tcp each read is a
-        // `poll(2)` of the sockets, on shm a pass over its queues under their locks). A
-        // message that arrives meanwhile waits in the provider until the receive is posted,
-        // which reads at every poll again; what the provider does for the peers without a
-        // request of ours (tcp accepting a connection, writing the rest of an inject send into
-        // a full socket) waits at most that many polls.
+        // Nothing in flight: only every IDLE_READ_EVERY-th poll reads (why: its docs).
         if self.reqs.in_flight() > 0 {
             self.idle_polls = 0;
             self.progress()?;

@@ -8,10 +8,11 @@
 //! memory per host, the host leaders over the bootstrap) when the ranks are processes
 //! ([`EngineBarrier::Bootstrap`], [`HostBarrier`]).
 
-use crossbeam_utils::CachePadded;
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+
+use crossbeam_utils::CachePadded;
 
 use proxy_collectives::planner::Fifos;
 use proxy_core::base::desc::{NetDestAddr, NetOpInfo, NetSrcAddr};
