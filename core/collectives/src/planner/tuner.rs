@@ -43,8 +43,8 @@
 //! [`Algorithm::Hierarchical`] becomes a candidate on any host map, one host included (gather
 //! into the leader, binomial broadcast; [`crowded_work`]); where the host's ranks' CPUs are
 //! known ([`PlanParams::cpu_groups`]) it gathers and broadcasts inside each CPU's ranks and
-//! only the groups' leaders cross between CPUs ([`PlanParams::groups`]). Measured on 2 CPUs, 8 B
-//! (BENCHMARKS.md, 2026-12-05): in process, 8 ranks 17–19 → 13–14 µs, 16 ranks 44 → 27–28,
+//! only the groups' leaders cross between CPUs ([`PlanParams::groups`]). Measured on 2 CPUs,
+//! 8 B (BENCHMARKS.md, 2026-12-05): in process, 8 ranks 17–19 → 13–14 µs, 16 ranks 44 → 27–28,
 //! 32 ranks 98 → 55; 4 rank processes over tcp, recursive doubling 35 µs, the ring's 6 steps
 //! 103 (nearly twice the work of its messages alone), the hierarchy 32. The other collectives
 //! keep the critical path alone.
@@ -324,9 +324,9 @@ pub fn cost(
 /// and the leaders' all-reduce under [`PlanParams::leaders_model`] (the cheapest flat
 /// algorithm for one rank per group). The vector runs through the phases in `k` pieces: the
 /// plan's parts (streams × blocks, [`crate::planner::plan_blocks`]) times the pieces the
-/// hierarchical all-reduce cuts each part into ([`crate::planner::hier_pieces`]). They pipeline (a piece's gather runs
-/// while the one before it crosses the link): the phases of one piece, plus `k − 1` times
-/// the slowest of them.
+/// hierarchical all-reduce cuts each part into ([`crate::planner::hier_pieces`]). They
+/// pipeline (a piece's gather runs while the one before it crosses the link): the phases of
+/// one piece, plus `k − 1` times the slowest of them.
 pub fn hierarchical_cost(p: &PlanParams) -> u64 {
     let parts = u64::from(p.streams.saturating_mul(p.blocks).max(1));
     let h = hosts_of(p);
