@@ -516,7 +516,7 @@ pub struct Args {
     #[arg(long, value_name = "FILE", requires = "plot")]
     pub compare: Vec<std::path::PathBuf>,
     /// After the sweep, print what one collective cost this process per size (voluntary and
-    /// involuntary context switches, CPU time), then every rank's protocol counters as a footer
+    /// involuntary context switches, CPU time, ticks of its proxy queues), then every rank's protocol counters as a footer
     /// table (starts, block switches, early send completions, receives posted ahead and the
     /// most ahead, index wraps, peak outstanding send / receive requests; cumulative over the
     /// whole sweep).

@@ -208,18 +208,21 @@ pub fn footer(rows: &[Row]) -> String {
 
 /// `--stats`: what one collective cost this process, per size (out of place): voluntary and
 /// involuntary context switches (a thread blocked; the scheduler took a CPU) and CPU time
-/// over all its threads, from `getrusage` around the timed iterations.
+/// over all its threads, from `getrusage` around the timed iterations; and the ticks its
+/// proxy queues began (passes over their tasks, all queues together).
 pub fn cost_footer(rows: &[Row]) -> String {
     let mut s = String::from(
         "# Cost per collective of this process (out of place; size B: voluntary + involuntary \
-         context switches, CPU µs):\n",
+         context switches, CPU µs, proxy queue ticks):\n",
     );
     for r in rows {
         let (v, i) = r.oop.cost.switches_per(u64::from(r.oop.iters));
-        let cpu = r.oop.cost.cpu.as_secs_f64() * 1e6 / f64::from(r.oop.iters.max(1));
+        let n = f64::from(r.oop.iters.max(1));
+        let cpu = r.oop.cost.cpu.as_secs_f64() * 1e6 / n;
+        let ticks = r.oop.ticks as f64 / n;
         let _ = writeln!(
             s,
-            "#   {:>12}: {v:.1} + {i:.1} switches, {cpu:.1} µs CPU",
+            "#   {:>12}: {v:.1} + {i:.1} switches, {cpu:.1} µs CPU, {ticks:.1} ticks",
             r.size
         );
     }
@@ -309,6 +312,7 @@ fn measure_json(m: &Measure) -> serde_json::Value {
         "voluntary_switches": m.cost.voluntary,
         "involuntary_switches": m.cost.involuntary,
         "cpu_us": m.cost.cpu.as_secs_f64() * 1e6,
+        "timed_ticks": m.ticks,
     })
 }
 

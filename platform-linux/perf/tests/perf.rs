@@ -169,6 +169,7 @@ fn json(path: &std::path::Path) -> serde_json::Value {
 #[test]
 fn loop_recycles_ops_instead_of_filing_again() {
     let dir = std::env::temp_dir();
+    let mut ticks = Vec::new();
     for (looped, name) in [(true, "loop"), (false, "exec")] {
         let path = dir.join(format!("proxy-perf-{}-{name}.json", std::process::id()));
         let p = path.to_str().unwrap();
@@ -233,7 +234,37 @@ fn loop_recycles_ops_instead_of_filing_again() {
             assert!(per > 0);
             assert_eq!(m["timed_recv_bytes"].as_u64().unwrap(), 20 * per, "{m}");
             assert_eq!(m["wrong"].as_u64(), Some(0), "{m}");
+            ticks.push(m["timed_ticks"].as_u64().unwrap());
         }
+        // `--stats`: ticks per collective, and the same count in the JSON.
+        let cost = out
+            .lines()
+            .find(|l| l.ends_with(" ticks"))
+            .unwrap_or_else(|| panic!("no cost line with ticks:\n{out}"));
+        let per: f64 = cost
+            .split_whitespace()
+            .rev()
+            .nth(1)
+            .unwrap()
+            .parse()
+            .unwrap();
+        let oop = v["rows"][0]["out_of_place"]["timed_ticks"]
+            .as_u64()
+            .unwrap();
+        assert!(
+            (per - oop as f64 / 20.0).abs() < 0.06,
+            "{cost} vs {oop} ticks / 20"
+        );
+    }
+    // Ticks are passes of the two ranks' queues over their tasks: an execution's tasks are
+    // stepped at least twice on each queue (the first step files the blocks, a later one ends
+    // the task), so 20 executions take at least 80; the looped run at least one per queue.
+    let (looped, exec) = (&ticks[..2], &ticks[2..]);
+    for (l, e) in looped.iter().zip(exec) {
+        assert!(
+            *l >= 2 && *e >= 80,
+            "ticks looped {looped:?}, executions {exec:?}"
+        );
     }
 }
 

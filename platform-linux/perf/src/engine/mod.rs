@@ -73,6 +73,16 @@ pub fn seam_starts() -> u64 {
     SEAM_STARTS.iter().map(|c| c.load(Ordering::Relaxed)).sum()
 }
 
+/// Ticks begun on all queues between two reads of [`Engine::queue_ticks`] (exact while fewer
+/// than 2^32 pass on one queue between them).
+pub fn ticks_between(earlier: &[u32], later: &[u32]) -> u64 {
+    earlier
+        .iter()
+        .zip(later)
+        .map(|(a, b)| u64::from(b.wrapping_sub(*a)))
+        .sum()
+}
+
 /// `neuronStartNetworkProxy` of the in-process seam, counted.
 ///
 /// # Safety
@@ -690,6 +700,21 @@ impl Engine {
                 EngineComm::Loaded { .. } => None,
             })
             .sum()
+    }
+
+    /// Ticks begun so far on each proxy queue that serves this engine's ranks
+    /// ([`ProxyQueue::ticks`], wrapping), one entry per queue in the order of the ranks: the
+    /// same engine answers in the same order, so [`ticks_between`] can pair two reads.
+    pub fn queue_ticks(&self) -> Vec<u32> {
+        let mut seen: Vec<*const ProxyQueue> = Vec::new();
+        let mut ticks = Vec::new();
+        for (q, _) in self.ranks.iter().filter_map(|r| r.queue_slot()) {
+            if !seen.contains(&Arc::as_ptr(&q)) {
+                seen.push(Arc::as_ptr(&q));
+                ticks.push(q.ticks());
+            }
+        }
+        ticks
     }
 
     /// After a run (or its failure): lets every rank's outstanding tasks end by themselves

@@ -488,9 +488,11 @@ impl World {
                 )
             })
             .collect();
+        let ticks0 = self.engine.queue_ticks();
         let cost0 = crate::cost::ProcCost::now();
         let elapsed = self.timed(&prep, iters)?;
         let cost = crate::cost::ProcCost::now().since(&cost0);
+        let ticks = crate::engine::ticks_between(&ticks0, &self.engine.queue_ticks());
         let timed_starts = seam_starts() - starts0;
         let (mut execs, mut bytes) = (0, 0);
         for (d, (e0, b0)) in self.devices.iter().zip(stats0) {
@@ -563,6 +565,7 @@ impl World {
             filed_blocks,
             pool_ops: pool,
             cost,
+            ticks,
         })
     }
 

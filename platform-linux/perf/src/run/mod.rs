@@ -88,6 +88,9 @@ pub struct Measure {
     /// What the timed iterations cost this process (every thread of it): context switches
     /// and CPU time (`getrusage`; with ranks as processes, this process's only).
     pub cost: crate::cost::ProcCost,
+    /// Ticks begun on this process's proxy queues during the timed iterations, all queues
+    /// together (a tick is one pass over a queue's tasks, by its worker or a caller).
+    pub ticks: u64,
 }
 
 /// One rank's protocol counters after a run (`--stats`, `--json`).
