@@ -318,7 +318,8 @@ pub struct MrCacheStats {
     pub quarantined: u64,
 }
 
-/// What [`MrCache::invalidate`] did.
+/// What an invalidation did
+/// ([`LibfabricTransport::invalidate_range`](crate::LibfabricTransport::invalidate_range)).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Invalidated {
     /// Regions closed now.

@@ -1,5 +1,6 @@
-//! A libfabric-backed [`Comm`] for one process, built from a [`Bootstrap`]: open the endpoint,
-//! all-gather the endpoint names, connect, create the comm with the bootstrap's comm id.
+//! A libfabric-backed [`Comm`] for one process, built from a
+//! [`Bootstrap`](proxy_bootstrap::Bootstrap): open the endpoint, all-gather the endpoint names,
+//! connect, create the comm with the bootstrap's comm id.
 //!
 //! ```text
 //!  open_with(rank, nranks) ─► all-gather {ok, provider, name | error} ─► connect(names)
