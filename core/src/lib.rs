@@ -11,13 +11,14 @@
 //!   records, trigger words, the wake protocol, SPSC rings and the registry; the threads that
 //!   drive a queue live in the platform crates (`proxy-runtime` on Linux);
 //! * the shared pieces: [`seam`] (the three entry points as a table of `extern "C"` function
-//!   pointers), [`status`] (`NRT_*` codes), [`time`] (the clock trait) and [`sync`] (the one
-//!   facade over atomics, `Arc`, `UnsafeCell` and locks).
+//!   pointers), [`status`](base::status) (`NRT_*` codes), [`time`](base::time) (the clock
+//!   trait) and [`sync`](base::sync) (the one facade over atomics, `Arc`, `UnsafeCell` and
+//!   locks).
 //!
 //! The crate never names a thread, a clock, a file or a socket: the platform hands those in
-//! through small traits. Every cross-thread handoff is written against [`sync`], which switches
-//! to loom's types under `--cfg loom`. docs/architecture.md draws the crates, the state
-//! machines and the threads.
+//! through small traits. Every cross-thread handoff is written against [`sync`](base::sync),
+//! which switches to loom's types under `--cfg loom`. docs/architecture.md draws the crates, the
+//! state machines and the threads.
 //!
 //! Seed: "Proxy & Progress Engine (and the libnrt Bridge)", all units.
 #![no_std]

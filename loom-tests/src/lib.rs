@@ -9,7 +9,7 @@
 //! Layout: `tests/*.rs` hold the models (compiled only under `--cfg loom`); [`harness`] holds the
 //! model bodies, over proxy-core's real types. The plants are in proxy-core itself
 //! (`proxy_core::plant`, compiled in under `--cfg loom`): a plant's test runs the very body of
-//! the real run, in a child process with that plant selected ([`assert_loom_catches`]). Under
+//! the real run, in a child process with that plant selected (`assert_loom_catches`). Under
 //! plain `cargo test` the crate runs the bodies once on real threads as a smoke test.
 //!
 //! | model | file | handoff | plants (`proxy_core::plant::Plant`) |
@@ -84,10 +84,10 @@ fn with_loom_log<R>(run: impl FnOnce() -> R) -> R {
 pub const BRANCH_LIMIT: &str = "exceeded maximum number of branches";
 
 /// The preemption bound of a model that takes `LOOM_MAX_PREEMPTIONS` as is (no cap of its own):
-/// [`builder`] caps the variable at this, i.e. not at all.
+/// `builder` caps the variable at this, i.e. not at all.
 pub const ENV_BOUND: usize = usize::MAX;
 
-/// Environment variable that marks the child process [`assert_loom_catches`] runs a planted
+/// Environment variable that marks the child process `assert_loom_catches` runs a planted
 /// model in, and names its plant (`proxy_core::plant::Plant::name`).
 pub const PLANT_ENV: &str = "LOOM_TESTS_PLANT";
 

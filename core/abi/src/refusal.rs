@@ -1,6 +1,6 @@
 //! Refused calls (feature `std`): every refusal is counted, remembered for the calling thread
 //! (so a comm's `last_error` can carry its cause), and logged at ERROR under a rate limit: the
-//! first [`FULL_LINES`] refusals of one kind (call and reason) in full, the next one with a note
+//! first `FULL_LINES` refusals of one kind (call and reason) in full, the next one with a note
 //! that more are counted, then at most one line per [`SUMMARY_INTERVAL`] with the count of those
 //! not logged and the latest one's text; [`flush`] logs what is still counted (a library's fini
 //! calls it). Two threads

@@ -5,7 +5,7 @@
 //! the CPU (another thread on this core may be the one that answers), then naps that start at
 //! `nap_ns` and double up to `max_nap_ns` (nothing is coming soon: give the core away). A wait
 //! that sees progress calls [`Backoff::reset`] and spins again. The platform says how to yield
-//! and nap ([`Pause`]; on std [`StdPause`], `yield_now` and `sleep`; a waiter another thread
+//! and nap ([`Pause`]; on std `StdPause`, `yield_now` and `sleep`; a waiter another thread
 //! unparks naps on its parker, `driver::wake::ParkPause`), so the policy also runs on bare metal.
 //!
 //! ```text

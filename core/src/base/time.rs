@@ -1,6 +1,6 @@
 //! Time, handed in by the platform: `core` never reads a clock itself.
 
-/// A monotonic clock in nanoseconds (any epoch). std platforms use [`MonotonicClock`]
+/// A monotonic clock in nanoseconds (any epoch). std platforms use `MonotonicClock`
 /// (feature `std`); deterministic tests use [`ManualClock`].
 pub trait Clock: Send + Sync {
     /// Nanoseconds since an arbitrary fixed point; never decreases.

@@ -25,7 +25,8 @@
 //! single spaces, no spaces inside a value; the lines of a task carry `slot=` and `task=`, the
 //! lines of its comm `comm=` (and `stream=`, `op=`), so `grep 'queue=3 slot=0 task=12'` picks one
 //! task. A dump ends with `proxy-dump queue=<id> end lines=<n>`. Written to the `log` facade at
-//! error level with target [`DUMP_TARGET`], one record per line.
+//! error level with target [`DUMP_TARGET`](crate::base::dump_lines::DUMP_TARGET), one record per
+//! line.
 //!
 //! Seed: none (the seed has no dump); docs/design.md §6.
 

@@ -12,7 +12,7 @@
 //! and ticks), when the calling thread is the token's holder (a drive hook), or when the queue's
 //! worker is gone (`SlotHandle::invalidate_until`).
 //!
-//! The cell's state machine (one word, changed only by [`InvalCell::transition`]):
+//! The cell's state machine (one word, changed only by `InvalCell::transition`):
 //! ```text
 //!         (1) post: owner wrote the request (release)
 //!   IDLE ───────────────────────────────────────────► POSTED

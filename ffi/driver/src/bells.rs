@@ -13,16 +13,18 @@
 //! The in-memory transport lives in the progress half, behind the C ABI, and rings nothing when
 //! a message arrives; the library rings for it: a rank's message is sent, and a rank's barrier
 //! arrival made, inside a step of its queue's driver, and a step that moved makes the driver
-//! ring the slot's bell ([`ProxyQueue::slot_bell`]), which rings the group's other queues. The
-//! group's in-process barrier has bells of its own for its arrivals and for the leader's
-//! increments of the other ranks' barrier-done semaphores. A comm between processes has no group: nothing rings its network completions
-//! (that is why the worker naps only when the runtime says so, `worker_nap_us`).
+//! ring the slot's bell
+//! ([`ProxyQueue::slot_bell`](proxy_core::driver::queue::ProxyQueue::slot_bell)), which rings
+//! the group's other queues. The group's in-process barrier has bells of its own for its
+//! arrivals and for the leader's increments of the other ranks' barrier-done semaphores. A comm
+//! between processes has no group: nothing rings its network completions (that is why the
+//! worker naps only when the runtime says so, `worker_nap_us`).
 //!
 //! A bell is a hint: every rung thread re-checks its own condition, every sleep a bell ends is
 //! bounded (the worker's nap: `worker_nap_us`; the host device's: the same, or
-//! [`BELLED_NAP`]), and both sleep / wake handshakes are `driver::wake::WaitCell`'s (the
-//! queue's for its worker, one per comm for its host device thread; loom models 2 and 3), so
-//! the library adds no handshake of its own.
+//! [`BELLED_NAP`](crate::bells::BELLED_NAP)), and both sleep / wake handshakes are
+//! `driver::wake::WaitCell`'s (the queue's for its worker, one per comm for its host device
+//! thread; loom models 2 and 3), so the library adds no handshake of its own.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

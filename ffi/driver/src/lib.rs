@@ -19,7 +19,7 @@
 //! # The C contract
 //! * **Handles** (`nrt_proxy_t`, `nrt_proxy_group_t`, `nrt_proxy_comm_t`, `nrt_proxy_plan_t`)
 //!   are opaque, generation-checked and carry the instance id of the loaded copy of the library
-//!   (`proxy_abi::handles`, tagged with [`instance_id`]): NULL, destroyed, never-created
+//!   (`proxy_abi::handles`, tagged with `instance_id`): NULL, destroyed, never-created
 //!   and other copies' handles answer `NRT_INVALID_HANDLE` and are never dereferenced.
 //! * **Threads**: see the README's table. One thread at a time per comm (a concurrent call on
 //!   the same comm answers `NRT_FAILURE`), except `nrt_proxy_comm_abort` (any thread, any time).

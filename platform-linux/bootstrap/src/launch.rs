@@ -1,7 +1,7 @@
 //! A local launcher: one process per rank on this machine, bootstrapped on a loopback root
-//! address. Each child gets `PROXY_RANK`, `PROXY_NRANKS` (the first pair of
-//! [`LAUNCHER_VARS`](super::LAUNCHER_VARS)) and `NEURON_RT_ROOT_COMM_ID`; its stdout and stderr
-//! are captured line by line (and can be echoed with a `[rank r]` prefix).
+//! address. Each child gets `PROXY_RANK`, `PROXY_NRANKS` (the first pair of [`LAUNCHER_VARS`])
+//! and `NEURON_RT_ROOT_COMM_ID`; its stdout and stderr are captured line by line (and can be
+//! echoed with a `[rank r]` prefix).
 //!
 //! Every wait is bounded: [`LocalLaunch::wait_all`] kills the children still running at its
 //! deadline, and dropping a `LocalLaunch` kills and reaps whatever is left (only the children

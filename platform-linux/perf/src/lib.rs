@@ -13,7 +13,7 @@
 //! checked runs into poisoned outputs, out of place and in place.
 //!
 //! `--transport libfabric` (feature `libfabric`) makes the ranks processes: without launcher
-//! variables the tool starts one copy of itself per rank on this machine ([`launch`]: bootstrap
+//! variables the tool starts one copy of itself per rank on this machine (`launch`: bootstrap
 //! on 127.0.0.1, `FI_TCP_IFACE=lo`) and forwards rank 0's output; with them (a copy started by
 //! that launcher, `mpirun`, `srun`, ...) it joins the launch as one rank. `--progress-lib PATH`
 //! loads the progress half with `dlopen` ([`proxy_runtime::loader`]).

@@ -245,7 +245,7 @@ fn terms_of(args: &Args, algorithm: Algorithm, bytes: u64) -> Option<Terms> {
 /// Runs the calibration (`--tune FILE`); returns the exit status. In process
 /// (`--transport mem`): the in-host fit on `--ranks`, and with `--hosts` the exchanges between
 /// the pretend hosts first. `--transport libfabric`: without launcher variables one process
-/// per rank is launched on this machine ([`crate::launch`]); the processes of a launch measure
+/// per rank is launched on this machine (`crate::launch`); the processes of a launch measure
 /// the link when the bootstrap's host map (or `--hosts`) spans hosts, then fit the in-host
 /// constants over their own comm (host 0's processes only, when there are hosts), and the
 /// process of rank 0 writes FILE.
@@ -353,12 +353,12 @@ pub const ENTRY_CHUNK: u64 = 4 << 10;
 const ENTRY_PASS_RANGE: core::ops::RangeInclusive<u64> = 16 * ENTRY_CHUNK..=128 * ENTRY_CHUNK;
 
 /// The entries per step of the entries pass's own sizes, when the sweep has none in
-/// [`ENTRY_PASS_RANGE`] (a sweep of small sizes only, say `-e 32K` for a tuner of small
+/// `ENTRY_PASS_RANGE` (a sweep of small sizes only, say `-e 32K` for a tuner of small
 /// messages): at 4 KiB chunks 64 and 256 KiB.
 pub const ENTRY_PASS_OWN_ENTRIES: [u64; 2] = [16, 64];
 
 /// Which sizes the entries pass times at chunks of `chunk` bytes (the world's) for elements of
-/// `elem` bytes. Above [`ENTRY_CHUNK`]: the sweep's sizes in [`ENTRY_PASS_RANGE`], else
+/// `elem` bytes. Above [`ENTRY_CHUNK`]: the sweep's sizes in `ENTRY_PASS_RANGE`, else
 /// [`ENTRY_PASS_OWN_ENTRIES`] entries of [`ENTRY_CHUNK`]. At or below it: none when the sweep
 /// has sizes in that range (its own steps are many entries already), else
 /// [`ENTRY_PASS_OWN_ENTRIES`] entries of the chunk (at least one element each; bounded, where

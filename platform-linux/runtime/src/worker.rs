@@ -1,6 +1,7 @@
 //! Worker threads: one `proxy-<tid>` thread per proxy queue, running the driver loop; the
-//! std implementations of core's [`Park`] / [`Unpark`] / [`Clock`]; the [`Spawner`] the
-//! registry starts workers with.
+//! std implementations of core's [`Park`](proxy_core::driver::wake::Park) /
+//! [`Unpark`](proxy_core::driver::wake::Unpark) / [`Clock`]; the [`Spawner`] the registry starts
+//! workers with.
 //!
 //! The loop (docs/design.md §4): tick; then
 //! * [`Tick::Park`] (nothing active, nothing submitted): park until a submission, join, leave

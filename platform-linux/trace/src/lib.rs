@@ -1,10 +1,10 @@
 //! The Linux side of the engine's event trace (`proxy_core::base::trace`, issue 28): the
 //! process's [`Tracer`] ([`tracer`]: the platform clock, a thread id per OS thread with the
 //! thread's name kept for the timeline), draining it into a [`Trace`], and the one writer of
-//! the timeline as Chrome Trace Event / Perfetto JSON ([`chrome`], [`write`]) and of the per-op
-//! latency breakdown in text ([`breakdown`]). `proxy-perf --trace` and the C libraries
-//! (`libnrt_proxy.so`'s `nrt_proxy_trace_*` and `NEURON_RT_PROXY_TRACE`) both write through
-//! it; docs/tracing.md walks through a trace.
+//! the timeline as Chrome Trace Event / Perfetto JSON ([`chrome`], [`write`](fn@write)) and of
+//! the per-op latency breakdown in text ([`breakdown`]). `proxy-perf --trace` and the C
+//! libraries (`libnrt_proxy.so`'s `nrt_proxy_trace_*` and `NEURON_RT_PROXY_TRACE`) both write
+//! through it; docs/tracing.md walks through a trace.
 //!
 //! **One timeline from several copies of the core.** Each shared library links its own copy
 //! of the core and so has its own tracer; the driver library merges the progress library's

@@ -126,8 +126,7 @@ impl SlotHandle {
     /// the token (the worker, or another caller) it keeps calling `hook` between polls of the
     /// status ring, yielding when the hook did nothing, and never parks: the hook's device may be
     /// what the driver waits for. Idle driving (no tick and no hook made progress) spins for the
-    /// waiter's budget, then yields between ticks
-    /// ([`Park::yield_now`](crate::driver::wake::Park::yield_now)). A wait with no device to
+    /// waiter's budget, then yields between ticks ([`Park::yield_now`]). A wait with no device to
     /// run (`hook` `None`, or [`SlotHandle::wait_record_until`]) parks instead, woken by a
     /// record push or the token's release.
     ///

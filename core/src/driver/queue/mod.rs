@@ -7,7 +7,7 @@
 //! submits tasks, collects final records, and leaves with [`SlotHandle::leave`]. No mutex on
 //! the hot path: a submission is a ring push plus one wake-word swap.
 //!
-//! Slot state machine (one word per slot, [`SlotState`]; the edges are [`SlotEdge`], so an
+//! Slot state machine (one word per slot, [`SlotState`]; the edges are `SlotEdge`, so an
 //! edge that is not drawn here cannot be asked for):
 //! ```text
 //!  FREE ──(1) join: CAS──► ACTIVE ──(2) leave──► CLOSING ──(3) worker closes its tasks──► CLOSED

@@ -330,8 +330,9 @@ struct Kept {
 }
 
 /// One rank of a [`Engine`]: its comm, its slot of its group's proxy queue, its barrier
-/// endpoint, its executions in flight. In caller mode ([`DriveMode::Caller`]) each rank is
-/// run by its own thread ([`Engine::ranks_mut`]), which submits, drives and waits.
+/// endpoint, its executions in flight. In caller mode
+/// ([`DriveMode::Caller`](proxy_core::driver::queue::DriveMode::Caller)) each rank is run by its
+/// own thread ([`Engine::ranks_mut`]), which submits, drives and waits.
 pub struct EngineRank {
     /// Boxed (in-process) or a library handle: the network tasks carry its address.
     comm: EngineComm,

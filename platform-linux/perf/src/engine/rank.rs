@@ -44,7 +44,8 @@ impl EngineRank {
     /// execution of that set and shape ([`proxy_core::driver::task::ProxyTask::rearm`], nothing
     /// allocated), or builds
     /// them from `build()` when there are none. Either way the tasks come back when they end
-    /// ([`SlotHandle::submit_returning`]) and are kept for the next execution of the set.
+    /// ([`SlotHandle::submit_returning`](proxy_core::driver::queue::SlotHandle::submit_returning))
+    /// and are kept for the next execution of the set.
     ///
     /// # Errors
     /// A message when `build` fails, a task cannot be built or re-armed, or the slot refuses
@@ -291,7 +292,7 @@ impl EngineRank {
     /// ring with `poll`; with `park`, parking on the slot after the spins (the world's bells
     /// are wired: nothing the rank waits for is left unrung). `limit_ns` is the tasks'
     /// no-progress limit (`None`: none): when the queue's driving thread has not begun a tick
-    /// for that long and [`STUCK_GRACE`] more, the wait ends (see [`Heartbeat`]).
+    /// for that long and `STUCK_GRACE` more, the wait ends (see `Heartbeat`).
     ///
     /// # Errors
     /// As [`Engine::wait`].

@@ -90,13 +90,13 @@ impl World {
     }
 
     /// Which of this host's ranks share a CPU ([`PlanParams::cpu_groups`]; the same on every
-    /// process, [`setup::TunerHost`]).
+    /// process, `setup::TunerHost`).
     pub fn cpu_groups(&self) -> HostMap {
         self.tuner_host.cpu_groups
     }
 
     /// The CPUs this host's ranks make progress on at once (the tuner's
-    /// [`PlanParams::progress_cpus`], the same on every process; [`setup::TunerHost`]).
+    /// [`PlanParams::progress_cpus`], the same on every process; `setup::TunerHost`).
     pub fn progress_cpus(&self) -> u32 {
         self.tuner_host.progress_cpus
     }

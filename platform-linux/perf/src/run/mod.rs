@@ -3,7 +3,7 @@
 //!
 //! A [`World`] runs the *local* ranks of the comm: every rank with the in-process transport
 //! ([`World::new`]), or the one rank of this process when ranks are processes over libfabric
-//! ([`World::join`]); then the processes combine their wrong counts and timings with a
+//! (`World::join`); then the processes combine their wrong counts and timings with a
 //! bootstrap all-gather after each measurement, so every process reports the same row.
 
 use std::io::Write as _;
@@ -229,7 +229,7 @@ impl FixedWords {
 
 /// Everything of one run.
 ///
-/// Vectors indexed "by local index" hold one entry per rank of [`World::local`] order.
+/// Vectors indexed "by local index" hold one entry per rank of [`World::local_ranks`] order.
 pub struct World {
     args: Args,
     /// What the tuner is told about the ranks' host (the same on every process).
