@@ -752,3 +752,16 @@ impl Drop for Engine {
 }
 
 mod rank;
+
+#[cfg(test)]
+mod tests {
+    use super::ticks_between;
+
+    /// Each queue's count is differenced on its own, across a wrap of its `u32`.
+    #[test]
+    fn ticks_between_pairs_queues_and_survives_a_wrap() {
+        assert_eq!(ticks_between(&[u32::MAX - 1, 5], &[1, 9]), 3 + 4);
+        assert_eq!(ticks_between(&[7], &[7]), 0);
+        assert_eq!(ticks_between(&[], &[]), 0);
+    }
+}
