@@ -707,15 +707,13 @@ impl Engine {
     /// ([`ProxyQueue::ticks`], wrapping), one entry per queue in the order of the ranks: the
     /// same engine answers in the same order, so [`ticks_between`] can pair two reads.
     pub fn queue_ticks(&self) -> Vec<u32> {
-        let mut seen: Vec<*const ProxyQueue> = Vec::new();
-        let mut ticks = Vec::new();
+        let mut queues: Vec<Arc<ProxyQueue>> = Vec::new();
         for (q, _) in self.ranks.iter().filter_map(|r| r.queue_slot()) {
-            if !seen.contains(&Arc::as_ptr(&q)) {
-                seen.push(Arc::as_ptr(&q));
-                ticks.push(q.ticks());
+            if !queues.iter().any(|k| Arc::ptr_eq(k, &q)) {
+                queues.push(q);
             }
         }
-        ticks
+        queues.iter().map(|q| q.ticks()).collect()
     }
 
     /// After a run (or its failure): lets every rank's outstanding tasks end by themselves
