@@ -418,6 +418,48 @@ fn an_abort_after_a_peer_died_names_the_lost_peer_to_every_survivor() {
     }
 }
 
+/// A root whose process ends at once after a loss its connections did not show (the shm
+/// watchdog's case: its driving thread spins on the dead peer's lock and never watches again)
+/// first reports it from another thread: the other leaf names the dead rank, not the root.
+#[test]
+fn a_loss_reported_before_an_abrupt_end_names_the_lost_rank_not_the_root() {
+    let out = run_ranks(3, &[0, 1, 2], Duration::from_secs(10), |c| {
+        let mut b = Bootstrap::init(&c).unwrap();
+        b.barrier().unwrap();
+        let shared = SharedBootstrap::new(b);
+        let mut w = PeerWatch::new(&shared).with_interval(Duration::ZERO);
+        match c.rank {
+            0 => {
+                let reporter = PeerWatch::new(&shared);
+                let told = thread::spawn(move || {
+                    reporter.report_lost(2, "rank 2's process exited", Duration::from_secs(1))
+                })
+                .join()
+                .unwrap();
+                assert!(told, "the bootstrap was free");
+                // Sticky: the watch sees the loss, naming rank 2.
+                assert_eq!(w.check().unwrap_err().lost_rank(), Some(2));
+                // The process ends without closing (`_exit`).
+                crash(&mut shared.lock());
+                None
+            }
+            // The rank reported lost sees its root go away.
+            2 => Some((2, watch_until_failed(&mut w, Duration::from_secs(8)))),
+            _ => Some((c.rank, watch_until_failed(&mut w, Duration::from_secs(8)))),
+        }
+    });
+    let out: Vec<_> = out.into_iter().flatten().collect();
+    assert_eq!(out.len(), 2);
+    for (rank, e) in out {
+        let lost = if rank == 2 { 0 } else { 2 };
+        assert_eq!(e.lost_rank(), Some(lost), "rank {rank}: {e}");
+        assert!(
+            e.to_string().contains("rank 2's process exited") || rank == 2,
+            "{e}"
+        );
+    }
+}
+
 /// A rank whose run failed with every peer alive: each peer learns who aborted, with what
 /// status and why, and no one waits for a timeout.
 #[test]

@@ -69,6 +69,26 @@ impl Bootstrap {
         self.fail(err)
     }
 
+    /// Reports `peer` lost on this rank's own word, for a loss the connections did not show
+    /// (yet): the last act of a process about to end without reaching its watch again (the
+    /// libfabric shm watchdog, whose process spins on the lock a dead peer's process held). A
+    /// root tells every other leaf (`Lost{peer}`, written without blocking), so each reports
+    /// `peer` lost instead of the root. A leaf has no one to tell: the root sees the leaf's own
+    /// connection close and reports it.
+    ///
+    /// Returns the failure recorded: [`BootstrapError::PeerLost`] naming `peer`, or the earlier
+    /// sticky failure, or [`BootstrapError::Closed`] (nothing is sent then).
+    pub fn report_lost(&mut self, peer: u32, reason: &str) -> BootstrapError {
+        if let Err(e) = self.check("report a lost peer") {
+            return e;
+        }
+        self.fail(BootstrapError::PeerLost {
+            rank: self.rank,
+            peer,
+            message: reason.to_owned(),
+        })
+    }
+
     /// Moves the connections' bytes once and reports a lost peer (non-blocking): what a
     /// [`PeerWatch`] calls. Unlike [`Bootstrap::check_alive`], a root that closed cleanly
     /// (`Bye`) and a closed bootstrap are not failures: there is just nothing left to watch.
@@ -127,6 +147,29 @@ impl PeerWatch {
     /// The bootstrap this watch keeps open.
     pub fn bootstrap(&self) -> &SharedBootstrap {
         &self.boot
+    }
+
+    /// [`Bootstrap::report_lost`] from a thread other than the watching one: the bootstrap is
+    /// taken with `try_lock`, retried every millisecond for at most `within` (a thread blocked
+    /// in a bootstrap collective may hold it). `false` when it stayed busy (nothing was sent).
+    pub fn report_lost(&self, peer: u32, reason: &str, within: Duration) -> bool {
+        let until = Instant::now() + within;
+        loop {
+            match self.boot.inner.try_lock() {
+                Ok(mut b) => {
+                    b.report_lost(peer, reason);
+                    return true;
+                }
+                Err(TryLockError::Poisoned(p)) => {
+                    p.into_inner().report_lost(peer, reason);
+                    return true;
+                }
+                Err(TryLockError::WouldBlock) if Instant::now() < until => {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                Err(TryLockError::WouldBlock) => return false,
+            }
+        }
     }
 
     /// Checks made so far (the bootstrap was free), and checks skipped (it was busy).

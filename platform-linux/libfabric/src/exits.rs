@@ -28,7 +28,10 @@
 //! [`STUCK_LIMIT`] while its peer's process (any peer's, for a CQ read) has exited writes an
 //! error naming the peer and ends the process with status [`STUCK_EXIT_STATUS`]: the one way
 //! out of the provider's spin (a fixed provider, with a robust lock, would need none). It never
-//! fires while the peers live.
+//! fires while the peers live. Before it ends the process it reports the peer lost on the
+//! comm's bootstrap ([`LAST_WORDS_LIMIT`]): the thread that would have seen the loss is the one
+//! spinning, and a root that ended without a word would be named lost by the other ranks
+//! instead of the dead peer.
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -120,7 +123,26 @@ pub(crate) struct Stuck {
     since_ns: AtomicU64,
     /// The peer of the call in progress ([`ANY_PEER`] for a CQ read).
     peer: AtomicU32,
+    /// Told the exited peer and the message before the watchdog ends the process
+    /// ([`Stuck::set_last_words`]).
+    last_words: OnceLock<LastWords>,
 }
+
+/// What a transport says before the watchdog ends its process: `(peer, message)`.
+pub(crate) struct LastWords(pub(crate) Box<LastWordsFn>);
+
+/// The function of [`LastWords`]: `(peer, message)`.
+pub(crate) type LastWordsFn = dyn Fn(u32, &str) + Send + Sync;
+
+impl std::fmt::Debug for LastWords {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("LastWords")
+    }
+}
+
+/// How long the watchdog's last words may wait for the bootstrap (held by a thread in a
+/// bootstrap collective) before the process ends without them.
+pub const LAST_WORDS_LIMIT: Duration = Duration::from_millis(200);
 
 impl Stuck {
     /// Watches `exits` (indexed by rank) for the transport `who`, and starts the process's
@@ -131,12 +153,21 @@ impl Stuck {
             exits,
             since_ns: AtomicU64::new(0),
             peer: AtomicU32::new(ANY_PEER),
+            last_words: OnceLock::new(),
         });
         watchdog()
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .push(Arc::downgrade(&s));
         s
+    }
+
+    /// What the watchdog runs, with the exited peer and its message, before it ends the
+    /// process: the transport reports the peer lost on the bootstrap, so the other ranks name
+    /// it rather than this process (docs/design.md §9, "Liveness"). Set once; a second call
+    /// is ignored.
+    pub(crate) fn set_last_words(&self, words: LastWords) {
+        let _ = self.last_words.set(words);
     }
 
     /// `peer`'s watch when its process has exited (`None` while it runs, and for self and
@@ -209,6 +240,9 @@ fn watchdog() -> &'static Mutex<Vec<Weak<Stuck>>> {
                         );
                         log::error!("{msg}");
                         eprintln!("error: {msg}");
+                        if let Some(words) = s.last_words.get() {
+                            (words.0)(peer, &msg);
+                        }
                         // SAFETY: ends the process at once, without exit handlers (one of which
                         // could take the same lock): nothing of this process runs afterwards.
                         unsafe { libc::_exit(STUCK_EXIT_STATUS) };

@@ -376,9 +376,25 @@ impl LibfabricTransport {
     /// "Liveness"): after each [`Transport::poll`] the transport runs [`PeerWatch::check`]
     /// (rate-limited, never blocking), and a lost peer fails the poll, so the comm fails with
     /// `NRT_NETWORK_PROXY_FAILURE` naming the rank. The watch keeps the bootstrap open as long
-    /// as the transport lives.
+    /// as the transport lives. Over shm, the process's watchdog (`exits.rs`) reports on it the
+    /// peer whose dead lock ends this process, before it does.
     pub fn set_peer_watch(&mut self, watch: PeerWatch) {
         self.watch = Some(watch);
+        self.give_watchdog_last_words();
+    }
+
+    /// Over shm, once both the watch and the watchdog's view exist: the watchdog's last words
+    /// report the dead peer on the bootstrap ([`PeerWatch::report_lost`]).
+    fn give_watchdog_last_words(&self) {
+        let (Some(watch), Some(stuck)) = (&self.watch, &self.stuck) else {
+            return;
+        };
+        let reporter = PeerWatch::new(watch.bootstrap());
+        stuck.set_last_words(exits::LastWords(Box::new(move |peer, message| {
+            if !reporter.report_lost(peer, message, exits::LAST_WORDS_LIMIT) {
+                log::error!("rank {peer} lost: the bootstrap stayed busy, the peers not told");
+            }
+        })));
     }
 
     /// The dead-peer check of [`LibfabricTransport::set_peer_watch`], as a transport failure.

@@ -373,6 +373,7 @@ impl LibfabricTransport {
                 );
             }
             self.stuck = Some(exits::Stuck::new(format!("{} rank {me}", self.name), exits));
+            self.give_watchdog_last_words();
         }
         Ok(())
     }

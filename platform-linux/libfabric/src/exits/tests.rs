@@ -43,6 +43,7 @@ fn a_call_counts_as_stuck_only_when_long_and_its_peer_has_exited() {
         exits: vec![None, PeerExit::open(alive.id()), PeerExit::open(dead.id())],
         since_ns: AtomicU64::new(0),
         peer: AtomicU32::new(ANY_PEER),
+        last_words: OnceLock::new(),
     };
     dead.kill().expect("kill");
     dead.wait().expect("reap");
@@ -83,7 +84,7 @@ const WATCHDOG_CHILD_ENV: &str = "PROXY_LIBFABRIC_WATCHDOG_CHILD";
 
 /// The watchdog itself, end to end: a process whose registered call waits on a peer that has
 /// exited is ended by the watchdog thread after [`STUCK_LIMIT`], with [`STUCK_EXIT_STATUS`]
-/// and the error line naming the peer (the child: [`watchdog_child`], this test binary run
+/// and the error line naming the peer, after the transport's last words (the child: [`watchdog_child`], this test binary run
 /// again).
 #[test]
 fn the_watchdog_ends_a_process_stuck_on_an_exited_peer() {
@@ -128,6 +129,8 @@ fn the_watchdog_ends_a_process_stuck_on_an_exited_peer() {
             && err.contains("whose process has exited holding it"),
         "{err}"
     );
+    // Before it ended the process, the watchdog ran the transport's last words.
+    assert!(err.contains("last words: rank 1 lost: "), "{err}");
     assert!(
         took >= STUCK_LIMIT,
         "ended after {took:?}, before the limit"
@@ -152,6 +155,10 @@ fn watchdog_child() {
     peer.kill().expect("kill");
     peer.wait().expect("reap");
     let s = Stuck::new("watchdog test".into(), vec![None, Some(exit)]);
+    // What a transport with a bootstrap says: here, a line the parent reads.
+    s.set_last_words(LastWords(Box::new(|peer, msg| {
+        eprintln!("last words: rank {peer} lost: {}", msg.len());
+    })));
     s.enter(Some(1));
     let t0 = std::time::Instant::now();
     while t0.elapsed() < std::time::Duration::from_secs(20) {
