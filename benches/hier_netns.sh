@@ -15,7 +15,8 @@
 # times exchanges over the shaped link and fits its α, β and per-message o, then fits the in-host constants
 # among host 0's ranks over the same transport; sizes HIER_TUNE_SIZES, default 8 B .. 8 MiB). HIER_TUNE=hand writes the
 # old hand-made file instead (the in-process defaults inside a host, the tbf rate and ~30 µs per
-# step between hosts), HIER_TUNE=FILE uses a file of your own. Then for each algorithm in
+# step between hosts), HIER_TUNE=FILE uses a file of your own, HIER_TUNE=none none (the tuner's
+# defaults, within and between hosts). Then for each algorithm in
 # HIER_ALGOS (default: hierarchical recursive-doubling ring auto) one run over HIER_SIZES
 # (default 8 B .. 8 MiB, ×4), HIER_ROUNDS rounds (default 3) interleaved; the tuner's (`auto`)
 # runs get the calibration file. The summary takes the median over the rounds, puts the times
@@ -87,7 +88,7 @@ ROOT="10.98.0.1:$PORT"
 launch() { # name, proxy-perf args... -> $TMP/<name>.<rank>.out/.err; every rank's status
   local name=$1 r h env_tune=()
   shift
-  [ "$name" = auto ] && env_tune=(NEURON_RT_PROXY_TUNE_FILE="$TMP/tune.json")
+  [ "$name" = auto ] && [ -f "$TMP/tune.json" ] && env_tune=(NEURON_RT_PROXY_TUNE_FILE="$TMP/tune.json")
   PIDS=()
   for ((r = 0; r < NRANKS; r++)); do
     h=$((r / PER_HOST))
@@ -132,6 +133,7 @@ hand)
 }
 EOF
   ;;
+none) echo "# no calibration file: the tuner's defaults" ;;
 *) cp "$HIER_TUNE" "$TMP/tune.json" ;;
 esac
 

@@ -23,7 +23,7 @@
 //! describes the fits (`inter_host_samples` and `inter_host_rms_relative_error` only when the
 //! link was measured). Without the variable the planner's defaults for the kind of link the
 //! transport's messages take apply (`LinkKind::default_cost_model`: memory, shared memory or
-//! network). A file that cannot be read or parsed, or holds an absurd
+//! network; between hosts `LinkKind::default_inter_host_model`). A file that cannot be read or parsed, or holds an absurd
 //! constant, is an error that names the file and what is wrong (never a silent fall-back to
 //! the defaults); writing goes to a temporary file renamed over the old one, so a failed write
 //! leaves the old file whole.
@@ -239,17 +239,18 @@ impl Tuning {
         }
     }
 
-    /// The constants between hosts ([`TuneFile::inter_host_model`]; `link`'s defaults without a
-    /// file).
+    /// The constants between hosts ([`TuneFile::inter_host_model`]; `link`'s defaults between
+    /// hosts without a file, [`LinkKind::default_inter_host_model`]).
     pub fn inter_host_model(&self, link: LinkKind) -> CostModel {
         match self {
-            Tuning::Default => link.default_cost_model(),
+            Tuning::Default => link.default_inter_host_model(),
             Tuning::File(_, f) => f.inter_host_model(),
         }
     }
 
-    /// One line for a header: `cost model default for network links (α 13000 ns/step, ...; no
-    /// NEURON_RT_PROXY_TUNE_FILE)` or `cost model from FILE (...; fit of N samples, rms error E
+    /// One line for a header: `cost model default for network links (α 4300 ns/step, ...;
+    /// between hosts α 15000 ns/step, ...; no NEURON_RT_PROXY_TUNE_FILE)` (the constants between
+    /// hosts where they differ) or `cost model from FILE (...; fit of N samples, rms error E
     /// %)`.
     pub fn describe(&self, link: LinkKind) -> String {
         let m = self.model(link);
@@ -258,10 +259,22 @@ impl Tuning {
             m.step_ns, m.entry_ns, m.byte_ps, m.reduce_ps
         );
         match self {
-            Tuning::Default => format!(
-                "cost model default for {} links ({consts}; no {TUNE_FILE_ENV})",
-                link.name()
-            ),
+            Tuning::Default => {
+                let i = link.default_inter_host_model();
+                let inter = if i == m {
+                    String::new()
+                } else {
+                    format!(
+                        "; between hosts α {} ns/step, o {} ns/entry, β {} ps/B sent, γ {} ps/B \
+                         reduced",
+                        i.step_ns, i.entry_ns, i.byte_ps, i.reduce_ps
+                    )
+                };
+                format!(
+                    "cost model default for {} links ({consts}{inter}; no {TUNE_FILE_ENV})",
+                    link.name()
+                )
+            }
             Tuning::File(p, f) => {
                 let fit = match (f.inter_host_samples, f.inter_host_rms_relative_error) {
                     (Some(n), Some(e)) => {

@@ -162,7 +162,8 @@ pub struct PlanParams {
     /// The cost model's constants of a link between hosts ([`tuner`]): what the flat
     /// algorithms pay when ranks span hosts, and the leaders' phase of
     /// [`Algorithm::Hierarchical`]. Default: [`tuner::DEFAULT_COST_MODEL`] (hosts as fast as
-    /// the host).
+    /// the host); proxy-perf and the C library set their link kind's
+    /// [`tuner::LinkKind::default_inter_host_model`] without a calibration file.
     pub inter_host_model: tuner::CostModel,
     /// The CPUs that one host's ranks make progress on at once: the host's CPUs (affinity
     /// mask, cgroup quota) or the threads that drive its ranks' proxy queues, whichever is

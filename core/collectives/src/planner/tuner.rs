@@ -55,7 +55,10 @@ use alloc::string::String;
 use super::{Algorithm, Collective, PlanParams};
 
 mod link;
-pub use link::{LinkKind, MEMORY_COST_MODEL, NETWORK_COST_MODEL, SHARED_MEMORY_COST_MODEL};
+pub use link::{
+    LinkKind, BETWEEN_HOSTS_COST_MODEL, MEMORY_COST_MODEL, NETWORK_COST_MODEL,
+    SHARED_MEMORY_COST_MODEL,
+};
 
 /// The constants of the cost model ([`cost`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -87,17 +87,19 @@ fn no_variable_is_the_default() {
     // Without a file each kind of link has its own defaults, within and between hosts.
     for k in LinkKind::ALL {
         assert_eq!(t.model(k), k.default_cost_model());
-        assert_eq!(t.inter_host_model(k), k.default_cost_model());
+        assert_eq!(t.inter_host_model(k), k.default_inter_host_model());
     }
     assert_ne!(t.model(LinkKind::Network), t.model(LinkKind::Memory));
     assert_eq!(
         t.describe(LinkKind::Network),
         "cost model default for network links (α 4300 ns/step, o 2400 ns/entry, β 310 ps/B \
+         sent, γ 35 ps/B reduced; between hosts α 15000 ns/step, o 4700 ns/entry, β 800 ps/B \
          sent, γ 35 ps/B reduced; no NEURON_RT_PROXY_TUNE_FILE)"
     );
     assert!(t
         .describe(LinkKind::SharedMemory)
         .starts_with("cost model default for shared-memory links (α 1000 ns/step"));
+    assert!(!t.describe(LinkKind::SharedMemory).contains("between hosts"));
 }
 
 #[test]

@@ -239,6 +239,46 @@ fn the_tuner_picks_it_when_the_link_between_hosts_is_slow() {
     );
 }
 
+/// Uncalibrated over a network (libfabric tcp between hosts): the default constants between
+/// hosts ([`tuner::LinkKind::default_inter_host_model`]) make the hierarchy the choice from 8 B
+/// to 128 KiB and at 8 MiB on two hosts of two ranks, as it measured fastest between two
+/// namespaces (BENCHMARKS.md, "Two hosts"); at 512 KiB Rabenseifner and at 2 MiB the ring (the
+/// model does not see that a host's ranks share its link, which costs them there). With the
+/// host's own constants between hosts, the old default, the tuner stayed flat at every size.
+/// The label says `tuner` (no file) either way.
+#[test]
+fn uncalibrated_over_a_network_the_hierarchy_wins_between_hosts() {
+    use tuner::LinkKind;
+    let net = LinkKind::Network;
+    assert_eq!(
+        net.default_inter_host_model(),
+        tuner::BETWEEN_HOSTS_COST_MODEL
+    );
+    for k in [LinkKind::Memory, LinkKind::SharedMemory] {
+        assert_eq!(k.default_inter_host_model(), k.default_cost_model());
+    }
+    assert!(LinkKind::is_default(&tuner::BETWEEN_HOSTS_COST_MODEL));
+    let mut picks = alloc::vec::Vec::new();
+    for shift in (0..=20).step_by(2) {
+        // 8 B .. 8 MiB of f32.
+        let count = (8u64 << shift) / 4;
+        let mut p = hier(&[2, 2], count, DataType::F32);
+        p.algorithm = Algorithm::Auto;
+        p.cost_model = net.default_cost_model();
+        p.inter_host_model = net.default_inter_host_model();
+        picks.push(tuner::pick(&p));
+        assert_eq!(p.label().why, "tuner");
+        p.inter_host_model = net.default_cost_model();
+        assert_ne!(
+            tuner::pick(&p),
+            Algorithm::Hierarchical,
+            "{count} f32, old default"
+        );
+    }
+    use Algorithm::{Hierarchical as H, Rabenseifner as Rab, Ring};
+    assert_eq!(picks, [H, H, H, H, H, H, H, H, Rab, Ring, H]);
+}
+
 /// The model's phases: the members' vectors cross the host's link in the gather as in the
 /// broadcast (one 2-rank host: `b` bytes each, so raising the in-host β by `x` raises the cost
 /// by `2·b·x`), and split into blocks the parts pipeline through the phases: with the link

@@ -66,6 +66,22 @@ pub const NETWORK_COST_MODEL: CostModel = CostModel {
     reduce_ps: 35,
 };
 
+/// The network between hosts when no calibration file gives its constants: what the flat
+/// all-reduces pay when ranks span hosts, and the leaders of the hierarchical one
+/// ([`LinkKind::default_inter_host_model`]). α and o are the ones `proxy-perf --tune` fitted
+/// between two hosts in network namespaces over libfabric `tcp;ofi_rxm` (a veth pair; α 15.4 µs,
+/// o 4.7 µs against 4.1 and 1.9 inside a host, 2026-12-05): the messages leave the loopback
+/// path for a device and its queues, which cost more. β is a 10 Gbit/s link's (800 ps/B), the
+/// common Ethernet between the hosts of a socket provider (the namespaces' link was shaped to
+/// 1 Gbit/s and fitted 7578 ps/B); a faster fabric has a smaller β and o: calibrate there. γ as
+/// in [`NETWORK_COST_MODEL`] (the reduction runs on the host's CPUs).
+pub const BETWEEN_HOSTS_COST_MODEL: CostModel = CostModel {
+    step_ns: 15_000,
+    entry_ns: 4_700,
+    byte_ps: 800,
+    reduce_ps: 35,
+};
+
 impl LinkKind {
     /// Every kind, in declaration order.
     pub const ALL: [LinkKind; 3] = [LinkKind::Memory, LinkKind::SharedMemory, LinkKind::Network];
@@ -103,9 +119,24 @@ impl LinkKind {
         }
     }
 
-    /// `true` when `m` is one of the kinds' defaults (the tuner then runs uncalibrated,
-    /// [`super::why`]).
+    /// The tuner's constants for the link between hosts when ranks span hosts over this kind
+    /// and no calibration file gives them: [`BETWEEN_HOSTS_COST_MODEL`] for a network (without
+    /// it the uncalibrated tuner took the link between hosts as cheap as the host's own path and
+    /// never chose the hierarchy, which was the fastest at every size between two namespaces,
+    /// BENCHMARKS.md "Two hosts"); the kind's own constants otherwise (memory and shared
+    /// memory do not cross hosts: a host map over them is a test's or the CPU groups').
+    pub const fn default_inter_host_model(self) -> CostModel {
+        match self {
+            LinkKind::Network => BETWEEN_HOSTS_COST_MODEL,
+            k => k.default_cost_model(),
+        }
+    }
+
+    /// `true` when `m` is one of the kinds' defaults, within or between hosts (the tuner then
+    /// runs uncalibrated, [`super::why`]).
     pub fn is_default(m: &CostModel) -> bool {
-        LinkKind::ALL.iter().any(|k| k.default_cost_model() == *m)
+        LinkKind::ALL
+            .iter()
+            .any(|k| k.default_cost_model() == *m || k.default_inter_host_model() == *m)
     }
 }
