@@ -88,7 +88,9 @@ ROOT="10.98.0.1:$PORT"
 launch() { # name, proxy-perf args... -> $TMP/<name>.<rank>.out/.err; every rank's status
   local name=$1 r h env_tune=()
   shift
-  [ "$name" = auto ] && [ -f "$TMP/tune.json" ] && env_tune=(NEURON_RT_PROXY_TUNE_FILE="$TMP/tune.json")
+  if [ "$name" = auto ] && [ -f "$TMP/tune.json" ]; then
+    env_tune=(NEURON_RT_PROXY_TUNE_FILE="$TMP/tune.json")
+  fi
   PIDS=()
   for ((r = 0; r < NRANKS; r++)); do
     h=$((r / PER_HOST))

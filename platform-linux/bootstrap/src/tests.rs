@@ -277,13 +277,16 @@ fn a_lost_peer_fails_the_barrier_of_every_rank() {
     }
 }
 
-/// A crash of `rank` in a test: its connections go away without `Bye`.
+/// A crash of `rank` in a test: its connections go away without `Bye`. A connection the peer
+/// has already closed (`ENOTCONN`) is gone already.
 fn crash(b: &mut Bootstrap) {
     match &b.role {
-        Role::Leaf { conn, .. } => conn.stream.shutdown(Shutdown::Both).unwrap(),
+        Role::Leaf { conn, .. } => {
+            let _ = conn.stream.shutdown(Shutdown::Both);
+        }
         Role::Root { peers } => {
             for p in peers.iter().flatten() {
-                p.conn.stream.shutdown(Shutdown::Both).unwrap();
+                let _ = p.conn.stream.shutdown(Shutdown::Both);
             }
         }
     }
@@ -443,8 +446,7 @@ fn a_loss_reported_before_an_abrupt_end_names_the_lost_rank_not_the_root() {
                 crash(&mut shared.lock());
                 None
             }
-            // The rank reported lost sees its root go away.
-            2 => Some((2, watch_until_failed(&mut w, Duration::from_secs(8)))),
+            // Rank 1 is told of rank 2; rank 2, reported lost, sees its root go away.
             _ => Some((c.rank, watch_until_failed(&mut w, Duration::from_secs(8)))),
         }
     });

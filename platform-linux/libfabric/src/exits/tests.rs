@@ -84,8 +84,8 @@ const WATCHDOG_CHILD_ENV: &str = "PROXY_LIBFABRIC_WATCHDOG_CHILD";
 
 /// The watchdog itself, end to end: a process whose registered call waits on a peer that has
 /// exited is ended by the watchdog thread after [`STUCK_LIMIT`], with [`STUCK_EXIT_STATUS`]
-/// and the error line naming the peer, after the transport's last words (the child: [`watchdog_child`], this test binary run
-/// again).
+/// and the error line naming the peer, after the transport's last words (the child:
+/// [`watchdog_child`], this test binary run again).
 #[test]
 fn the_watchdog_ends_a_process_stuck_on_an_exited_peer() {
     let exe = std::env::current_exe().expect("this test binary");
