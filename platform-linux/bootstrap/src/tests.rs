@@ -433,7 +433,7 @@ fn a_loss_reported_before_an_abrupt_end_names_the_lost_rank_not_the_root() {
         let mut w = PeerWatch::new(&shared).with_interval(Duration::ZERO);
         match c.rank {
             0 => {
-                let reporter = PeerWatch::new(&shared);
+                let reporter = shared.clone();
                 let told = thread::spawn(move || {
                     reporter.report_lost(2, "rank 2's process exited", Duration::from_secs(1))
                 })

@@ -107,6 +107,31 @@ impl Bootstrap {
     }
 }
 
+impl SharedBootstrap {
+    /// [`Bootstrap::report_lost`] from a thread other than the watching one: the bootstrap is
+    /// taken with `try_lock`, retried every millisecond for at most `within` (a thread blocked
+    /// in a bootstrap collective may hold it). `false` when it stayed busy (nothing was sent).
+    pub fn report_lost(&self, peer: u32, reason: &str, within: Duration) -> bool {
+        let until = Instant::now() + within;
+        loop {
+            match self.inner.try_lock() {
+                Ok(mut b) => {
+                    b.report_lost(peer, reason);
+                    return true;
+                }
+                Err(TryLockError::Poisoned(p)) => {
+                    p.into_inner().report_lost(peer, reason);
+                    return true;
+                }
+                Err(TryLockError::WouldBlock) if Instant::now() < until => {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                Err(TryLockError::WouldBlock) => return false,
+            }
+        }
+    }
+}
+
 /// The dead-peer check of one comm over a [`SharedBootstrap`]: [`PeerWatch::check`] is cheap
 /// enough to call from every progress round (a clock read when not due) and never blocks.
 ///
@@ -147,29 +172,6 @@ impl PeerWatch {
     /// The bootstrap this watch keeps open.
     pub fn bootstrap(&self) -> &SharedBootstrap {
         &self.boot
-    }
-
-    /// [`Bootstrap::report_lost`] from a thread other than the watching one: the bootstrap is
-    /// taken with `try_lock`, retried every millisecond for at most `within` (a thread blocked
-    /// in a bootstrap collective may hold it). `false` when it stayed busy (nothing was sent).
-    pub fn report_lost(&self, peer: u32, reason: &str, within: Duration) -> bool {
-        let until = Instant::now() + within;
-        loop {
-            match self.boot.inner.try_lock() {
-                Ok(mut b) => {
-                    b.report_lost(peer, reason);
-                    return true;
-                }
-                Err(TryLockError::Poisoned(p)) => {
-                    p.into_inner().report_lost(peer, reason);
-                    return true;
-                }
-                Err(TryLockError::WouldBlock) if Instant::now() < until => {
-                    std::thread::sleep(Duration::from_millis(1));
-                }
-                Err(TryLockError::WouldBlock) => return false,
-            }
-        }
     }
 
     /// Checks made so far (the bootstrap was free), and checks skipped (it was busy).

@@ -384,12 +384,12 @@ impl LibfabricTransport {
     }
 
     /// Over shm, once both the watch and the watchdog's view exist: the watchdog's last words
-    /// report the dead peer on the bootstrap ([`PeerWatch::report_lost`]).
+    /// report the dead peer on the bootstrap ([`proxy_bootstrap::SharedBootstrap::report_lost`]).
     fn give_watchdog_last_words(&self) {
         let (Some(watch), Some(stuck)) = (&self.watch, &self.stuck) else {
             return;
         };
-        let reporter = PeerWatch::new(watch.bootstrap());
+        let reporter = watch.bootstrap().clone();
         stuck.set_last_words(exits::LastWords(Box::new(move |peer, message| {
             if !reporter.report_lost(peer, message, exits::LAST_WORDS_LIMIT) {
                 log::error!("rank {peer} lost: the bootstrap stayed busy, the peers not told");
