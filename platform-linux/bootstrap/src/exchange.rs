@@ -163,4 +163,48 @@ impl Bootstrap {
         self.gather_seq = seq;
         Ok(result)
     }
+
+    /// All-gather of a set-up step's outcome: every rank contributes its result (a payload or
+    /// its error message) and learns whether every other rank succeeded, so that a step that
+    /// fails on one rank fails on every rank at once, naming it, instead of leaving the others
+    /// to time out at the next step. Every rank must call it, as [`Bootstrap::all_gather`].
+    ///
+    /// Returns every rank's payload (this rank's too, or empty when `mine` is an error), or
+    /// the lowest other rank that failed and its message ([`StepFailed`]).
+    ///
+    /// # Errors
+    /// As [`Bootstrap::all_gather`].
+    pub fn all_gather_outcome(
+        &mut self,
+        mine: Result<&[u8], &str>,
+    ) -> Result<Result<Vec<Vec<u8>>, StepFailed>, BootstrapError> {
+        const OK: u8 = 1;
+        const FAILED: u8 = 0;
+        let blob = match mine {
+            Ok(p) => [&[OK][..], p].concat(),
+            Err(m) => [&[FAILED][..], m.as_bytes()].concat(),
+        };
+        let blobs = self.all_gather(&blob)?;
+        for (r, b) in blobs.iter().enumerate() {
+            if b.first() != Some(&OK) && r as u32 != self.rank {
+                return Ok(Err(StepFailed {
+                    rank: r as u32,
+                    message: String::from_utf8_lossy(b.get(1..).unwrap_or_default()).into_owned(),
+                }));
+            }
+        }
+        Ok(Ok(blobs
+            .into_iter()
+            .map(|mut b| if b.is_empty() { b } else { b.split_off(1) })
+            .collect()))
+    }
+}
+
+/// Another rank's failed set-up step ([`Bootstrap::all_gather_outcome`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StepFailed {
+    /// The failed rank (the lowest, when several failed).
+    pub rank: u32,
+    /// Its error message.
+    pub message: String,
 }

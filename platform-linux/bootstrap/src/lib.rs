@@ -83,6 +83,7 @@ pub use self::config::{host_identity, parse_root, BootstrapConfig};
 use self::conn::{poll_backoff, Conn};
 pub use self::conn::{KEEPALIVE_IDLE, PEER_TIMEOUT};
 pub use self::error::BootstrapError;
+pub use self::exchange::StepFailed;
 pub use self::group::GroupId;
 use self::group::GroupState;
 pub use self::host_barrier::{

@@ -26,7 +26,7 @@ use proxy_core::progress::device::DeviceCallbacks;
 use proxy_core::progress::net::NetError;
 use proxy_core::NrtStatus;
 
-use proxy_bootstrap::{BootstrapError, PeerWatch, SharedBootstrap};
+use proxy_bootstrap::{BootstrapError, PeerWatch, SharedBootstrap, StepFailed};
 
 use crate::{CqIdleWait, LibfabricTransport, Options};
 
@@ -108,28 +108,12 @@ impl From<BootstrapError> for SetupError {
     }
 }
 
-const OK: u8 = 1;
-const FAILED: u8 = 0;
-
-/// A step's outcome as an all-gather blob: `OK` + payload, or `FAILED` + message.
-fn blob(r: Result<&[u8], &str>) -> Vec<u8> {
-    match r {
-        Ok(p) => [&[OK][..], p].concat(),
-        Err(m) => [&[FAILED][..], m.as_bytes()].concat(),
-    }
-}
-
-/// Checks every rank's outcome; returns the payloads by rank.
-fn outcomes(me: u32, blobs: Vec<Vec<u8>>) -> Result<Vec<Vec<u8>>, SetupError> {
-    for (r, b) in blobs.iter().enumerate() {
-        if b.first() != Some(&OK) && r as u32 != me {
-            return Err(SetupError::Peer {
-                rank: r as u32,
-                message: String::from_utf8_lossy(b.get(1..).unwrap_or_default()).into_owned(),
-            });
-        }
-    }
-    Ok(blobs.into_iter().map(|mut b| b.split_off(1)).collect())
+/// Another rank's failed step as this rank's set-up error.
+fn peer_failed(r: Result<Vec<Vec<u8>>, StepFailed>) -> Result<Vec<Vec<u8>>, SetupError> {
+    r.map_err(|f| SetupError::Peer {
+        rank: f.rank,
+        message: f.message,
+    })
 }
 
 /// Opens a libfabric endpoint for this process's rank, exchanges endpoint names through `boot`,
@@ -209,18 +193,18 @@ unsafe fn open(
 
     // 1. Open, and all-gather {provider, name} or the error.
     let opened = LibfabricTransport::open_with(rank, nranks, &opts);
-    let mine = match &opened {
-        Ok(t) => {
+    let record = opened
+        .as_ref()
+        .map(|t| {
             let prov = t.provider().as_bytes();
             let mut p = Vec::with_capacity(2 + prov.len() + t.local_name().len());
             p.extend_from_slice(&(prov.len() as u16).to_le_bytes());
             p.extend_from_slice(prov);
             p.extend_from_slice(&t.local_name());
-            blob(Ok(&p))
-        }
-        Err(e) => blob(Err(&e.to_string())),
-    };
-    let all = outcomes(rank, boot.all_gather(&mine)?);
+            p
+        })
+        .map_err(ToString::to_string);
+    let all = peer_failed(boot.all_gather_outcome(record.as_deref().map_err(String::as_str))?);
     let mut transport = opened.map_err(SetupError::Transport)?;
     let all = all?;
     let mut names = Vec::with_capacity(all.len());
@@ -251,11 +235,10 @@ unsafe fn open(
 
     // 2. Connect, and all-gather the outcome.
     let connected = transport.connect(&names);
-    let mine = match &connected {
-        Ok(()) => blob(Ok(&[])),
-        Err(e) => blob(Err(&e.to_string())),
-    };
-    let all = outcomes(rank, boot.all_gather(&mine)?);
+    let message = connected.as_ref().map_err(ToString::to_string);
+    let all = peer_failed(
+        boot.all_gather_outcome(message.as_ref().map(|()| &[][..]).map_err(String::as_str))?,
+    );
     connected.map_err(SetupError::Transport)?;
     all?;
     transport.set_peer_watch(PeerWatch::new(shared));

@@ -43,6 +43,16 @@ pub enum TransportArg {
     /// libfabric (EFA on AWS; shm and tcp here): one process per rank (needs a binary built
     /// with the `libfabric` feature).
     Libfabric,
+    /// The engine's own shared-memory transport (`proxy-shm`): one process per rank, all on
+    /// this host (launched like `libfabric`, same binary).
+    Shm,
+}
+
+impl TransportArg {
+    /// Whether the ranks are processes (launched, or joined through launcher variables).
+    pub fn is_processes(self) -> bool {
+        self != Self::Mem
+    }
 }
 
 /// The libfabric provider, as named on the command line.

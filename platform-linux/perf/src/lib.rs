@@ -120,7 +120,7 @@ fn run_inner(args: &Args) -> Result<i32, String> {
     if args.provider.is_some() && args.transport != TransportArg::Libfabric {
         return Err("--provider needs --transport libfabric".into());
     }
-    if args.transport == TransportArg::Libfabric && args.progress_lib.is_some() {
+    if args.transport.is_processes() && args.progress_lib.is_some() {
         // The processes share one bootstrap for their barrier tasks and results; a loaded
         // library's libfabric comm would run a bootstrap of its own.
         return Err("--progress-lib runs with --transport mem only".into());
@@ -147,7 +147,7 @@ fn run_inner(args: &Args) -> Result<i32, String> {
                 "--trace records the checked executions: give -c 1 or more, or --trace-all".into(),
             );
         }
-        if args.transport == TransportArg::Libfabric && !trace::per_rank(t) {
+        if args.transport.is_processes() && !trace::per_rank(t) {
             return Err(format!(
                 "--trace {}: the ranks are processes, give a per-rank pattern with %r",
                 t.display()
@@ -174,7 +174,7 @@ fn run_inner(args: &Args) -> Result<i32, String> {
             let result = finish(args, &mut world, result);
             finish_trace(args, &world, result)
         }
-        TransportArg::Libfabric => libfabric(args),
+        TransportArg::Libfabric | TransportArg::Shm => libfabric(args),
     }
 }
 

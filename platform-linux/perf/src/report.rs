@@ -118,6 +118,7 @@ pub fn transport_name(t: TransportArg) -> &'static str {
     match t {
         TransportArg::Mem => "mem",
         TransportArg::Libfabric => "libfabric",
+        TransportArg::Shm => "shm",
     }
 }
 

@@ -281,7 +281,7 @@ pub fn run(args: &Args, file: &std::path::Path) -> Result<i32, String> {
             let samples = measure_in_host(&mut world, &host_args)?;
             report(args, &host_args, file, InHost::of(world, samples), link)
         }
-        TransportArg::Libfabric => processes::across_processes(args, file),
+        TransportArg::Libfabric | TransportArg::Shm => processes::across_processes(args, file),
     }
 }
 

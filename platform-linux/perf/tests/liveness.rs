@@ -158,12 +158,11 @@ fn data_row(l: &str) -> bool {
 
 /// Kills rank `victim` of 3 mid-run; every survivor must end its task
 /// `NRT_NETWORK_PROXY_FAILURE` naming the victim, well before the exec timeout.
-fn killed_rank(victim: u32) {
+fn killed_rank(transport: &str, victim: u32) {
     let start = Instant::now();
-    let mut run = Run::start(&argv(
-        "all-reduce --transport libfabric --provider shm --ranks 3 -b 256K -e 256K -n 1000000
-         -w 0 -c 0",
-    ));
+    let mut v = argv("all-reduce --ranks 3 -b 256K -e 256K -n 1000000 -w 0 -c 0");
+    v.extend(argv(transport));
+    let mut run = Run::start(&v);
     let ranks = rank_processes(run.pid(), 3, start + Duration::from_secs(60));
     // The table's header is printed once every rank is set up (before the first collective).
     let header = run.wait_line(start + Duration::from_secs(60), |l| {
@@ -229,15 +228,26 @@ fn killed_rank(victim: u32) {
     }
 }
 
+const LIBFABRIC_SHM: &str = "--transport libfabric --provider shm";
+/// The engine's own shared memory (`proxy-shm`): no lock a dead peer could hold, so only the
+/// bootstrap watch is at work.
+const OWN_SHM: &str = "--transport shm";
+
 #[test]
 fn a_killed_leaf_fails_every_survivor_naming_it() {
     // A leaf: the root sees it lost and tells the other leaf (`Lost`).
-    killed_rank(2);
+    killed_rank(LIBFABRIC_SHM, 2);
 }
 
 #[test]
 fn a_killed_root_fails_every_survivor_naming_it() {
-    killed_rank(0);
+    killed_rank(LIBFABRIC_SHM, 0);
+}
+
+#[test]
+fn over_own_shm_a_killed_leaf_or_root_fails_every_survivor_naming_it() {
+    killed_rank(OWN_SHM, 2);
+    killed_rank(OWN_SHM, 0);
 }
 
 /// A rank stopped for longer than the bootstrap's TCP_USER_TIMEOUT (its kernel still answers)

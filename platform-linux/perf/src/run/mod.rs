@@ -632,6 +632,8 @@ mod execute;
 mod idle;
 mod inject;
 mod pinning;
+#[cfg(feature = "libfabric")]
+mod process_comm;
 mod setup;
 pub use setup::host_map_of;
 

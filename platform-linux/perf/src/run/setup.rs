@@ -382,9 +382,6 @@ impl World {
         boot: proxy_bootstrap::Bootstrap,
         provider: Option<String>,
     ) -> Result<Self, String> {
-        use proxy_libfabric::net_setup::{open_libfabric_comm_with_idle, LibfabricCommConfig};
-        use proxy_libfabric::Options;
-
         let (rank, n) = (boot.rank(), boot.nranks());
         // The host map from the bootstrap (every rank's host identity) unless --hosts gave one.
         let mut joined = args.clone();
@@ -410,53 +407,11 @@ impl World {
                 .map_err(|e| format!("host memory: {e}"))?,
         );
         let block = super::idle::blocks_when_idle(args, &modes);
-        let lf = LibfabricCommConfig {
-            transport: Options {
-                provider,
-                cq_wait_fd: block,
-                ..Options::default()
-            },
-            ..LibfabricCommConfig::default()
-        };
-        // SAFETY: the idle wait goes only into the comm's proxy queue (below), whose drive
-        // token holder alone calls it, between its ticks.
-        let (mut comm, cq_idle) = unsafe {
-            open_libfabric_comm_with_idle(
-                &peers,
-                &lf,
-                Arc::new(HostMemCallbacks::new(mem.clone())),
-                Arc::new(proxy_core::base::time::MonotonicClock),
-            )
-        }
-        .map_err(|e| e.to_string())?;
-        // SAFETY: the tool owns every buffer and word it hands to `start`, and keeps them alive
-        // until the executions that use them are complete (buffers of finished rows are
-        // retired, not freed, until the comm is gone).
-        unsafe { comm.trust_all_addresses() };
-        let prov = comm
-            .transport()
-            .name()
-            .strip_prefix("libfabric/")
-            .unwrap_or(comm.transport().name());
-        // shm: how its large messages move (CMA, or mmap when CMA is unavailable), as the
-        // transport detected it at open.
-        let transport = match proxy_libfabric::shm_cma::shm_large_messages() {
-            Some(shm) if prov == "shm" => {
-                format!(
-                    "libfabric (provider shm; large messages: {})",
-                    shm.describe()
-                )
-            }
-            _ => format!("libfabric (provider {prov})"),
-        };
-        // The tuner's default constants follow the provider the comm opened.
-        joined.link = proxy_collectives::planner::tuner::LinkKind::of_provider(prov);
+        let opened = super::process_comm::open(args, &peers, &mem, block, provider)?;
+        let (comm, cq_idle, transport) = (opened.comm, opened.cq_idle, opened.transport);
+        // The tuner's default constants follow the link the comm opened.
+        joined.link = opened.link;
         let args = &joined;
-        let transport = match (&cq_idle, block) {
-            (Some(_), _) => format!("{transport}; idle: blocks on the CQ descriptor"),
-            (None, true) => format!("{transport}; idle: yields (no CQ descriptor)"),
-            (None, false) => transport,
-        };
         let engine = Engine::with_comms(
             vec![EngineComm::InProcess {
                 rank,

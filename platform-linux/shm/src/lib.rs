@@ -1,0 +1,36 @@
+//! The proxy engine's own shared-memory transport between the processes of one host.
+//!
+//! libfabric's shm provider costs 3× Open MPI's shared memory per small message on this kind
+//! of host, and its sends can spin forever on a lock a dead peer held (BENCHMARKS.md, and
+//! docs/design/09-decisions.md "Our own shared-memory transport"). This crate is the
+//! replacement, on the in-memory transport's contract and handoff state machine, across
+//! processes:
+//!
+//! * [`segment`]: one file per rank in `/dev/shm`, mapped by every rank of the comm, unlinked
+//!   once all have mapped it;
+//! * [`mailbox`]: one single-producer single-consumer ring per (sender, receiver) pair in the
+//!   receiver's segment; small messages travel inline;
+//! * [`handoff`]: the state word of a large send, in the sender's segment; the receiver reads
+//!   the sender's buffer with one `process_vm_readv` (cross-memory attach);
+//! * [`ShmTransport`]: the [`proxy_core::progress::net::Transport`] over them;
+//! * [`open_shm_comm`]: the set-up over a [`proxy_bootstrap::Bootstrap`].
+//!
+//! Every word a peer process can write is read once and checked: a peer that breaks the
+//! protocol fails the comm, naming it; it cannot make this process touch memory outside its
+//! own buffers.
+//!
+//! Seed: none (the seed's ranks share one process); the role of `ncclNet` (§1) between the
+//! processes of one host.
+
+pub mod handoff;
+pub mod mailbox;
+pub mod segment;
+mod setup;
+mod slab;
+mod transport;
+
+#[cfg(test)]
+mod tests;
+
+pub use setup::{open_shm_comm, ShmSetupError};
+pub use transport::{ShmTransport, MAX_MSG_SIZE, MAX_REQUESTS};
