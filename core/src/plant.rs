@@ -239,6 +239,15 @@ plants! {
     /// (`tests/leave_timeout.rs`) reaches that interleaving: "the worker's CLOSING => CLOSED
     /// edge failed".
     WorkerClosedAssumed = 37,
+    /// `proxy-shm ring.rs: publish` (the sender's end of a shared-memory mailbox) stores the
+    /// tail `Relaxed` instead of `Release`: the receiving process may read the slot before the
+    /// sender's writes to it. Loom model 19 (`tests/shm.rs`): "Causality violation".
+    ShmTailRelaxed = 38,
+    /// `proxy-shm handoff.rs: transition` takes a claim or a withdrawal of a large send by a
+    /// load and a store instead of one compare-and-swap: the receiver can claim a send its
+    /// sender has just withdrawn and read a buffer the sender already took back. Loom model 19
+    /// (`tests/shm.rs`): "read a withdrawn send".
+    ShmClaimByLoadStore = 39,
 }
 
 /// "No plant" in the selector's storage.

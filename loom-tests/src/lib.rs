@@ -26,6 +26,7 @@
 //! | 10 | `tests/abort.rs` | a comm's abort word: two racing requests vs the driving thread stepping its task | `AbortFirstByLoadStore` |
 //! | 11 | `tests/leave_timeout.rs` | a timed-out bounded leave whose handle is dropped vs the worker closing the slot; the slot's reuse | `SlotDropLeavingFreesClosing`, `WorkerClosedAssumed` |
 //! | 12 | `tests/dump.rs` | a queue's dump request word vs the driving thread serving it; a parked worker woken for a dump | `DumpServedReadAfterDump` |
+//! | 19 | `tests/shm.rs` | `proxy-shm` between processes: the mailbox ring's indices; a large send's word, withdrawal vs claim | `ShmTailRelaxed`, `ShmClaimByLoadStore` |
 //!
 //! The two protocol plants (`NetworkSkipsTriggerGate`, `SendRecvIgnoresIndexWrap`) are caught by
 //! proxy-core's own tests (`cargo test -p proxy-core --features plants`); model 5 catches the

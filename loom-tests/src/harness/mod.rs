@@ -22,6 +22,7 @@ pub mod invalidate;
 pub mod oneshot;
 pub mod poller;
 pub mod registry;
+pub mod shm;
 pub mod trace;
 pub mod trigger;
 

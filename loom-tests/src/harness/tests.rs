@@ -25,3 +25,11 @@ fn nap_model_body_runs_on_real_threads() {
         driver::worker_naps_until_rung();
     }
 }
+
+#[test]
+fn shm_model_bodies_run_on_real_threads() {
+    for _ in 0..100 {
+        shm::shm_ring();
+        shm::shm_withdraw_vs_claim();
+    }
+}

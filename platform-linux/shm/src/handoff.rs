@@ -22,6 +22,9 @@
 //! and state), so exactly one of them happens. (2) and (5) are release stores by the receiver
 //! that took (1). The final states are read by the sender's `test`, which then frees the word.
 //!
+//! A receiver that finds the word withdrawn, or already armed for a later send (another
+//! generation), drops the message: it does not count.
+//!
 //! The receiver's process can write anything into the word. The sender never trusts it beyond
 //! a value: a word with another generation or an unknown state is reported as a corrupt peer,
 //! and the sender's buffer is never touched by the word's value (the receiver reads it through
@@ -31,7 +34,11 @@
 //! machine as the in-memory transport's (`proxy_core::progress::mem_transport::handoff`),
 //! across processes.
 
-use std::fmt;
+use core::fmt;
+
+#[cfg(loom)]
+use loom::sync::atomic::{AtomicU64, Ordering};
+#[cfg(not(loom))]
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// The state of one large send, the low half of its word.
@@ -143,6 +150,18 @@ pub fn transition(word: &AtomicU64, generation: u32, edge: Edge) -> Result<(), R
     let (from, to) = edge.ends();
     let (old, new) = (pack(generation, from), pack(generation, to));
     let r = match edge {
+        // PLANT: ShmClaimByLoadStore reads, then stores: both sides can leave PENDING.
+        Edge::Claim | Edge::Reject | Edge::Withdraw
+            if crate::plant!(ShmClaimByLoadStore, true, false) =>
+        {
+            let seen = word.load(Ordering::Acquire);
+            if seen == old {
+                word.store(new, Ordering::Release);
+                Ok(())
+            } else {
+                Err(unpack(seen))
+            }
+        }
         Edge::Claim | Edge::Reject | Edge::Withdraw => word
             .compare_exchange(old, new, Ordering::AcqRel, Ordering::Acquire)
             .map(|_| ())

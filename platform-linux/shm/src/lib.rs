@@ -22,15 +22,51 @@
 //! Seed: none (the seed's ranks share one process); the role of `ncclNet` (§1) between the
 //! processes of one host.
 
+/// A planted line (proxy-core's `plant.rs`): `plant!(Name, buggy, correct)` is `buggy` while
+/// plant `Name` is selected, `correct` otherwise; only the correct code without `--cfg loom`
+/// or the `plants` feature.
+#[cfg(any(loom, feature = "plants"))]
+#[macro_export]
+#[doc(hidden)]
+macro_rules! plant {
+    ($plant:ident, $buggy:expr, $correct:expr $(,)?) => {
+        if proxy_core::plant::active(proxy_core::plant::Plant::$plant) {
+            $buggy
+        } else {
+            $correct
+        }
+    };
+}
+/// A planted line, in a build without plants: only the correct code.
+#[cfg(not(any(loom, feature = "plants")))]
+#[macro_export]
+#[doc(hidden)]
+macro_rules! plant {
+    ($plant:ident, $buggy:expr, $correct:expr $(,)?) => {
+        $correct
+    };
+}
+
 pub mod handoff;
+pub mod ring;
+
+// The parts over real shared memory and the bootstrap (not under loom, which checks the two
+// protocols above).
+#[cfg(all(feature = "comm", not(loom)))]
 pub mod mailbox;
+#[cfg(all(feature = "comm", not(loom)))]
 pub mod segment;
+#[cfg(all(feature = "comm", not(loom)))]
 mod setup;
+#[cfg(all(feature = "comm", not(loom)))]
 mod slab;
+#[cfg(all(feature = "comm", not(loom)))]
 mod transport;
 
-#[cfg(test)]
+#[cfg(all(test, feature = "comm", not(loom)))]
 mod tests;
 
+#[cfg(all(feature = "comm", not(loom)))]
 pub use setup::{open_shm_comm, ShmSetupError};
+#[cfg(all(feature = "comm", not(loom)))]
 pub use transport::{ShmTransport, MAX_MSG_SIZE, MAX_REQUESTS};

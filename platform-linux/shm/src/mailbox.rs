@@ -7,9 +7,7 @@
 //!  slots       slot i % MAILBOX_SLOTS holds message i: a header line, then inline bytes
 //! ```
 //!
-//! Each end keeps its own index privately and only *reads* the other's word, so a peer that
-//! writes nonsense into the shared words cannot move our index: it can only make its own
-//! mailbox look full, empty or corrupt. Every value read from shared memory is read once
+//! The index protocol is ring.rs (loom-checked). Every value read from shared memory is read once
 //! (volatile) and checked before use: a count of messages above the ring's size, an unknown
 //! kind, an inline size above [`INLINE_MAX`] or a send word out of range is a [`Corrupt`]
 //! error naming the peer, never an out-of-bounds access.
@@ -17,9 +15,10 @@
 //! Seed: none; the shape is the in-memory transport's mailbox (`proxy_core::base::ring`) across
 //! processes, as Open MPI's vader fast boxes and NCCL's SHM transport do.
 
-use std::fmt;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
+
+use crate::ring;
+pub use crate::ring::Corrupt;
 
 use crate::segment::{Segment, INLINE_MAX, LINE, MAILBOX_SLOTS, SEND_WORDS, SLOT_BYTES};
 
@@ -64,17 +63,6 @@ pub struct Header {
     pub body: Body,
 }
 
-/// A mailbox whose shared words or slot header make no sense: the peer that writes it is
-/// broken (or not this library); the transport fails the comm naming it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Corrupt(pub String);
-
-impl fmt::Display for Corrupt {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
 /// The sending end: in the sender's process, over the receiver's segment.
 #[derive(Debug)]
 pub struct Outbox {
@@ -103,15 +91,11 @@ impl Outbox {
     /// If an inline payload's length differs from `header.size` or is above [`INLINE_MAX`]
     /// (the transport's bug: it checks before).
     pub fn push(&mut self, header: &Header, payload: &[u8]) -> Result<bool, Corrupt> {
-        let head = self.seg.word32(self.at + LINE).load(Ordering::Acquire);
-        let used = self.tail.wrapping_sub(head);
-        if used as usize > MAILBOX_SLOTS {
-            return Err(Corrupt(format!(
-                "its head {head} is past our tail {}",
-                self.tail
-            )));
-        }
-        if used as usize == MAILBOX_SLOTS {
+        if !ring::room(
+            self.seg.word32(self.at + LINE),
+            self.tail,
+            MAILBOX_SLOTS as u32,
+        )? {
             return Ok(false);
         }
         let slot = self.slot(self.tail);
@@ -143,7 +127,7 @@ impl Outbox {
             }
         }
         self.tail = self.tail.wrapping_add(1);
-        self.seg.word32(self.at).store(self.tail, Ordering::Release);
+        ring::publish(self.seg.word32(self.at), self.tail);
         Ok(true)
     }
 
@@ -178,14 +162,7 @@ impl Inbox {
     /// The sender's tail word claims more messages than the ring holds, or the header is
     /// malformed (unknown kind, inline size above [`INLINE_MAX`], send word out of range).
     pub fn peek(&self) -> Result<Option<Header>, Corrupt> {
-        let tail = self.seg.word32(self.at).load(Ordering::Acquire);
-        let avail = tail.wrapping_sub(self.head);
-        if avail as usize > MAILBOX_SLOTS {
-            return Err(Corrupt(format!(
-                "its tail {tail} is {avail} messages past our head {}",
-                self.head
-            )));
-        }
+        let avail = ring::available(self.seg.word32(self.at), self.head, MAILBOX_SLOTS as u32)?;
         if avail == 0 {
             return Ok(None);
         }
@@ -255,9 +232,7 @@ impl Inbox {
     /// message.
     pub fn pop(&mut self) {
         self.head = self.head.wrapping_add(1);
-        self.seg
-            .word32(self.at + LINE)
-            .store(self.head, Ordering::Release);
+        ring::release(self.seg.word32(self.at + LINE), self.head);
     }
 
     fn slot(&self) -> *mut u8 {
