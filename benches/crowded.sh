@@ -1,6 +1,7 @@
 #!/bin/bash
 # Issue 25: 8 B all-reduce with 4 rank processes on this host (2 CPUs here), every case of the
-# barrier's place (--barrier) and of the idle wait (--wait), and the defaults, interleaved with
+# barrier's place (--barrier) and of the idle wait (--wait), and the defaults, over libfabric shm
+# and tcp and over the engine's own shared memory (`own-shm`: --transport shm), interleaved with
 # Open MPI, ROUNDS
 # rounds (default 6); prints the median of each case (µs) and its ratio to Open MPI.
 #
@@ -35,6 +36,8 @@ for _ in $(seq 1 "$ROUNDS"); do
     pp shm-end --transport libfabric --provider shm -n 3000 --barrier end
     pp shm-launch --transport libfabric --provider shm -n 3000 --barrier launch
     pp shm-loop --transport libfabric --provider shm -n 3000 --loop
+    pp own-shm --transport shm -n 3000
+    pp own-shm-loop --transport shm -n 3000 --loop
     mpi ompi-vader 3000 --mca pml ob1 --mca btl self,vader
     pp tcp-default --transport libfabric --provider tcp -n 1000
     pp tcp-poll-end --transport libfabric --provider tcp -n 1000 --wait poll --barrier end
@@ -57,8 +60,8 @@ for line in open(sys.argv[1]):
             d.setdefault(k, []).append(float(x))
         except ValueError:
             pass
-ref = {"shm": st.median(d.get("ompi-vader", [float("nan")])),
-       "tcp": st.median(d.get("ompi-ofi-tcp", [float("nan")]))}
+vader = st.median(d.get("ompi-vader", [float("nan")]))
+ref = {"shm": vader, "own": vader, "tcp": st.median(d.get("ompi-ofi-tcp", [float("nan")]))}
 for k, v in d.items():
     m = st.median(v)
     r = "" if k.startswith("ompi") else f"  {m / ref[k[:3]]:.2f}x Open MPI"

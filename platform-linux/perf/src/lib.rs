@@ -192,17 +192,18 @@ fn finish(args: &Args, world: &mut run::World, result: Result<i32, String>) -> R
 }
 
 #[cfg(not(feature = "libfabric"))]
-fn libfabric(_args: &Args) -> Result<i32, String> {
-    Err(
-        "--transport libfabric: this proxy-perf was not built with libfabric \
-         (rebuild with `--features libfabric`, which needs libfabric-dev >= 1.17); \
-         use --transport mem"
-            .into(),
-    )
+fn libfabric(args: &Args) -> Result<i32, String> {
+    // The launcher and the join of ranks as processes are built with the feature (for shm
+    // too, whose transport needs no libfabric: not split out yet).
+    Err(format!(
+        "--transport {}: ranks as processes need a proxy-perf built with `--features \
+         libfabric` (which needs libfabric-dev >= 1.17); use --transport mem",
+        report::transport_name(args.transport)
+    ))
 }
 
-/// `--transport libfabric`: joins an external launch when launcher variables are set, else
-/// launches one process per rank on this machine.
+/// `--transport libfabric` or `shm` (ranks as processes): joins an external launch when
+/// launcher variables are set, else launches one process per rank on this machine.
 #[cfg(feature = "libfabric")]
 fn libfabric(args: &Args) -> Result<i32, String> {
     use proxy_bootstrap::LAUNCHER_VARS;

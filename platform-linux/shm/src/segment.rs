@@ -26,17 +26,18 @@ use std::sync::{Mutex, PoisonError};
 
 /// Bytes per cache line: the unit of the layout (no two writers share one).
 pub const LINE: usize = 64;
+/// Largest message in bytes carried inline in a slot (copied at `isend`): 4 KiB, a page, so
+/// that the chunks of the collectives' pipelines (powers of two) stay inline up to it; larger
+/// messages are read by the receiver straight out of the sender's buffer (cross-memory attach).
+pub const INLINE_MAX: usize = 4096;
 /// Bytes of one mailbox slot: a [`LINE`] of header and up to [`INLINE_MAX`] payload bytes.
-pub const SLOT_BYTES: usize = 4096;
-/// Largest message in bytes carried inline in a slot (copied at `isend`); larger messages are
-/// read by the receiver straight out of the sender's buffer (cross-memory attach).
-pub const INLINE_MAX: usize = SLOT_BYTES - LINE;
+pub const SLOT_BYTES: usize = LINE + INLINE_MAX;
 /// Slots per (sender, receiver) mailbox: messages posted to one peer and not yet drained by it.
 pub const MAILBOX_SLOTS: usize = 16;
 /// Large sends one rank keeps in flight at most (one state word each).
 pub const SEND_WORDS: usize = 1024;
 /// Largest rank count of one comm: the segments grow as `nranks` mailboxes each, and the host
-/// holds `nranks²` of them (64 ranks: 4 MiB per rank, 256 MiB on the host).
+/// holds `nranks²` of them (64 ranks: 4.1 MiB per rank, 260 MiB on the host).
 pub const MAX_RANKS: u32 = 64;
 
 /// The segment's magic word ("PXSHMSEG", little-endian).
