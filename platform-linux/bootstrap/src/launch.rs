@@ -138,7 +138,9 @@ impl LocalLaunch {
     }
 
     /// Spawns `cmd` as `rank`, adding the rank, size and root variables (and removing the other
-    /// launchers' rank variables, so that an outer `mpirun` cannot confuse the child).
+    /// launchers' rank variables, so that an outer `mpirun` cannot confuse the child). The
+    /// child is killed (`SIGKILL`, `PR_SET_PDEATHSIG`) when the thread that called this ends:
+    /// spawn from the thread that waits for the ranks.
     ///
     /// # Errors
     /// `rank` out of range or already spawned (`InvalidInput`), or the spawn failed.
@@ -159,6 +161,24 @@ impl LocalLaunch {
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
+        // A launcher killed (SIGKILL, so no clean-up of its own) takes its ranks with it, as
+        // mpirun's do, instead of leaving them running a sweep nobody reads. The signal comes
+        // when the thread that spawned them ends: the launcher spawns and waits on one thread.
+        let launcher = std::process::id();
+        // SAFETY: runs in the forked child before exec; prctl and getppid are
+        // async-signal-safe and change only the child.
+        unsafe {
+            cmd.pre_exec(move || {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) == -1 {
+                    return Err(io::Error::last_os_error());
+                }
+                // The launcher may have died before the prctl: then nobody would signal us.
+                if libc::getppid() as u32 != launcher {
+                    return Err(io::Error::other("the launcher exited"));
+                }
+                Ok(())
+            });
+        }
         if rank == 0 {
             if let Some(l) = &self.reserved {
                 let fd = l.as_raw_fd();

@@ -17,7 +17,17 @@
 //!
 //! Every word a peer process can write is read once and checked: a peer that breaks the
 //! protocol fails the comm, naming it; it cannot make this process touch memory outside its
-//! own buffers.
+//! own buffers, loop without bound in a `poll`, or grow its lists without bound. What is
+//! trusted, and why:
+//!
+//! * Payload bytes are copied with plain `memcpy` between our memory and a slot that the
+//!   protocol has handed to one side. A peer that writes into a slot it does not own races
+//!   with that copy: outside Rust's model (another process), as in every shared-memory
+//!   transport written in C; the bytes are `u8`, so it can change only the values received.
+//! * Peers are processes of the same user that may read our memory anyway (cross-memory
+//!   attach needs ptrace rights; `PR_SET_PTRACER_ANY` is set for the process's life, as
+//!   libfabric's shm provider does). A peer that truncates its file before unlinking it could
+//!   make our next touch of that mapping fault (`SIGBUS`); sealed memfds would close that.
 //!
 //! Seed: none (the seed's ranks share one process); the role of `ncclNet` (§1) between the
 //! processes of one host.
@@ -69,4 +79,4 @@ mod tests;
 #[cfg(all(feature = "comm", not(loom)))]
 pub use setup::{open_shm_comm, ShmSetupError};
 #[cfg(all(feature = "comm", not(loom)))]
-pub use transport::{ShmTransport, MAX_MSG_SIZE, MAX_REQUESTS};
+pub use transport::{ShmTransport, DROP_READ_LIMIT, MAX_MSG_SIZE, MAX_REQUESTS, MAX_UNEXPECTED};

@@ -33,7 +33,9 @@ pub const INLINE_MAX: usize = 4096;
 /// Bytes of one mailbox slot: a [`LINE`] of header and up to [`INLINE_MAX`] payload bytes.
 pub const SLOT_BYTES: usize = LINE + INLINE_MAX;
 /// Slots per (sender, receiver) mailbox: messages posted to one peer and not yet drained by it.
+/// A power of two: the ring's indices wrap at 2^32, which it divides.
 pub const MAILBOX_SLOTS: usize = 16;
+const _: () = assert!(MAILBOX_SLOTS.is_power_of_two());
 /// Large sends one rank keeps in flight at most (one state word each).
 pub const SEND_WORDS: usize = 1024;
 /// Largest rank count of one comm: the segments grow as `nranks` mailboxes each, and the host
@@ -141,8 +143,17 @@ impl Segment {
     /// The file cannot be opened or mapped, has another size, or its header differs (another
     /// version of this library, another comm, a file that is not a segment).
     pub fn open(path: &Path, layout: Layout, owner: Owner) -> io::Result<Self> {
-        let f = OpenOptions::new().read(true).write(true).open(path)?;
-        let have = f.metadata()?.len();
+        // Not through a symbolic link; a regular file only.
+        let f = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(path)?;
+        let meta = f.metadata()?;
+        if !meta.file_type().is_file() {
+            return Err(bad(format!("{} is not a regular file", path.display())));
+        }
+        let have = meta.len();
         if have != layout.bytes() as u64 {
             return Err(bad(format!(
                 "{} is {have} bytes, expected {} for {} ranks",
@@ -152,6 +163,10 @@ impl Segment {
             )));
         }
         let seg = Self::map(&f, layout)?;
+        // The magic first, with acquire: the owner stored it last, with release.
+        if seg.word64(0).load(Ordering::Acquire) != MAGIC {
+            return Err(bad(format!("{} is not a segment", path.display())));
+        }
         let header = [
             (seg.word32(8).load(Ordering::Relaxed), VERSION, "version"),
             (
@@ -177,9 +192,6 @@ impl Segment {
                 "send words",
             ),
         ];
-        if seg.word64(0).load(Ordering::Acquire) != MAGIC {
-            return Err(bad(format!("{} is not a segment", path.display())));
-        }
         for (have, want, what) in header {
             if have != want {
                 return Err(bad(format!(

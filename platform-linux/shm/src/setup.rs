@@ -124,7 +124,7 @@ pub fn open_shm_comm(
     let pid = std::process::id();
 
     // 1. Our segment; all-gather {pid, address, path} or the error.
-    let path = PathBuf::from(format!("/dev/shm/proxy-shm.{pid}.{comm_id}.{rank}"));
+    let path = segment_path(pid, comm_id, rank);
     let created = Segment::create(&path, layout, Owner { rank, pid }).map_err(|e| {
         format!(
             "creating {} ({} bytes): {e}",
@@ -136,14 +136,13 @@ pub fn open_shm_comm(
         let mut p = Vec::new();
         p.extend_from_slice(&pid.to_le_bytes());
         p.extend_from_slice(&(seg.base() as u64).to_le_bytes());
-        p.extend_from_slice(path.as_os_str().as_encoded_bytes());
         p
     });
     let all = boot.all_gather_outcome(record.as_deref().map_err(|e| e.as_str()))??;
     let own = Arc::new(created.map_err(ShmSetupError::Local)?);
 
     // 2. Map every peer's segment and read its magic through the kernel.
-    let mapped = map_peers(rank, layout, &own, &all);
+    let mapped = map_peers(rank, comm_id, layout, &own, &all);
     let message = mapped.as_ref().map(|_| ()).map_err(String::clone);
     boot.all_gather_outcome(message.as_ref().map(|()| &[][..]).map_err(String::as_str))??;
     let (segments, pids) = mapped.map_err(ShmSetupError::Local)?;
@@ -168,29 +167,35 @@ pub fn open_shm_comm(
 /// every rank's pid; each peer's magic read across processes, so a kernel that refuses
 /// cross-memory attach is found here, not at the first large message.
 #[allow(clippy::type_complexity)]
-fn map_peers(
+pub(crate) fn map_peers(
     rank: u32,
+    comm_id: u32,
     layout: Layout,
     own: &Arc<Segment>,
     all: &[Vec<u8>],
 ) -> Result<(Vec<Arc<Segment>>, Vec<u32>), String> {
     let mut segments = Vec::with_capacity(all.len());
-    let mut pids = Vec::with_capacity(all.len());
+    let mut pids: Vec<u32> = Vec::with_capacity(all.len());
     for (r, rec) in all.iter().enumerate() {
         let r = r as u32;
-        let (Some(pid), Some(base), Some(path)) = (
+        let (Some(pid), Some(base), 12) = (
             rec.get(..4)
                 .and_then(|b| b.try_into().ok())
                 .map(u32::from_le_bytes),
             rec.get(4..12)
                 .and_then(|b| b.try_into().ok())
                 .map(u64::from_le_bytes),
-            rec.get(12..)
-                .map(|b| PathBuf::from(String::from_utf8_lossy(b).into_owned())),
+            rec.len(),
         ) else {
             return Err(format!("rank {r}: a malformed segment record"));
         };
+        // One process per rank: a record naming another rank's process (ours, say) would
+        // point that rank's large messages at memory it chose.
+        if pids.contains(&pid) || (r != rank && pid == std::process::id()) {
+            return Err(format!("rank {r} gave pid {pid}, which another rank has"));
+        }
         pids.push(pid);
+        let path = segment_path(pid, comm_id, r);
         if r == rank {
             segments.push(own.clone());
             continue;
@@ -217,8 +222,14 @@ fn map_peers(
     Ok((segments, pids))
 }
 
+/// The file of rank `rank`'s segment in the comm `comm_id`, owned by process `pid`: computed
+/// by every rank alike, never taken from a peer.
+fn segment_path(pid: u32, comm_id: u32, rank: u32) -> PathBuf {
+    PathBuf::from(format!("/dev/shm/proxy-shm.{pid}.{comm_id}.{rank}"))
+}
+
 /// Lets any process of this user read ours under Yama's ptrace scope 1 (`PR_SET_PTRACER`), as
-/// libfabric's shm provider does; nothing to do without Yama.
+/// libfabric's shm provider does (for the life of the process); nothing to do without Yama.
 fn allow_peer_reads() {
     // SAFETY: plain prctl with integer arguments; it changes only who may attach to us.
     let rc = unsafe { libc::prctl(libc::PR_SET_PTRACER, libc::PR_SET_PTRACER_ANY, 0, 0, 0) };

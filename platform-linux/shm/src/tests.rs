@@ -269,3 +269,70 @@ fn a_segment_of_another_layout_or_owner_is_refused() {
         "the creator's drop removes a file it did not unlink"
     );
 }
+
+/// A large message whose sender withdrew it after it arrived unexpected leaves the receiver's
+/// list at the next sweep (no receive could take it, and its word will be armed again).
+#[test]
+fn a_withdrawn_unexpected_large_message_is_swept() {
+    let mut t = endpoints(2);
+    let data = pattern(8192, 1);
+    let s = send(&mut t[0], 1, &data, 3).unwrap();
+    t[1].poll().unwrap();
+    assert_eq!(t[1].in_flight(), (0, 1));
+    t[0].cancel(s).unwrap();
+    assert_eq!(t[0].test(s).unwrap(), TestOutcome::Cancelled);
+    for _ in 0..256 {
+        t[1].poll().unwrap();
+    }
+    assert_eq!(t[1].in_flight(), (0, 0), "swept");
+    // A live one stays.
+    let s = send(&mut t[0], 1, &data, 4).unwrap();
+    for _ in 0..256 {
+        t[1].poll().unwrap();
+    }
+    assert_eq!(t[1].in_flight(), (0, 1));
+    let mut got = vec![0u8; 8192];
+    let r = recv(&mut t[1], 0, &mut got, 4);
+    assert_eq!(t[1].test(r).unwrap(), TestOutcome::Done { size: 8192 });
+    assert_eq!(t[0].test(s).unwrap(), TestOutcome::Done { size: 8192 });
+    assert_eq!(got, data);
+}
+
+/// Dropping an endpoint while a receiver reads one of its buffers waits for the read to end
+/// (the caller frees its buffers after the drop).
+#[test]
+fn dropping_an_endpoint_waits_for_a_read_in_progress() {
+    let mut t = endpoints(2);
+    let data = pattern(8192, 2);
+    send(&mut t[0], 1, &data, 0).unwrap();
+    let seg = t[0].segment(0);
+    let word = seg.send_word(0);
+    let generation = word.load(Ordering::Acquire) >> 32;
+    // A receiver mid-read: COPYING (2) of this generation.
+    word.store((generation << 32) | 2, Ordering::Release);
+    let a = t.remove(0);
+    let dropper = std::thread::spawn(move || drop(a));
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    assert!(!dropper.is_finished(), "the drop must wait for the read");
+    word.store((generation << 32) | 3, Ordering::Release);
+    dropper.join().unwrap();
+}
+
+/// A set-up record that names a process another rank has (ours) is refused.
+#[test]
+fn a_record_naming_another_ranks_process_is_refused() {
+    let pid = std::process::id();
+    let layout = Layout { nranks: 2 };
+    let path = std::path::PathBuf::from(format!("/dev/shm/proxy-shm-test.{pid}.records"));
+    let own = Arc::new(Segment::create(&path, layout, Owner { rank: 0, pid }).unwrap());
+    let rec = |p: u32| {
+        let mut v = p.to_le_bytes().to_vec();
+        v.extend_from_slice(&(own.base() as u64).to_le_bytes());
+        v
+    };
+    let e = crate::setup::map_peers(0, 1, layout, &own, &[rec(pid), rec(pid)]).unwrap_err();
+    assert!(e.contains("another rank has"), "{e}");
+    let e = crate::setup::map_peers(0, 1, layout, &own, &[rec(pid), rec(pid)[..5].to_vec()])
+        .unwrap_err();
+    assert!(e.contains("malformed"), "{e}");
+}

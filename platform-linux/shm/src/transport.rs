@@ -2,7 +2,8 @@
 //!
 //! * **Small messages** (at most [`INLINE_MAX`] bytes) are copied into the receiver's mailbox
 //!   at `isend`, which answers `payload_copied` and completes the send at once (the buffer is
-//!   free; libfabric's inject has the same meaning).
+//!   free; libfabric's inject has the same meaning). Such a send cannot be withdrawn: its
+//!   `cancel` does nothing and its `test` reports `Done`, as the trait allows.
 //! * **Large messages** stay in the sender's buffer. The mailbox carries its address and a
 //!   state word in the sender's segment (handoff.rs); the receiver, once a receive matches,
 //!   claims the word, reads the bytes with one `process_vm_readv` (cross-memory attach: one
@@ -31,7 +32,7 @@ use proxy_core::progress::net::{NetError, Posted, RequestId, TestOutcome, Transp
 
 use crate::handoff::{self, Edge, SendState};
 use crate::mailbox::{Body, Corrupt, Header, Inbox, Outbox};
-use crate::segment::{Segment, INLINE_MAX, SEND_WORDS};
+use crate::segment::{Segment, INLINE_MAX, MAILBOX_SLOTS, SEND_WORDS};
 use crate::slab::Slab;
 
 /// Largest message in bytes ([`Transport::max_msg_size`]): 4 GiB − 1.
@@ -42,6 +43,14 @@ pub const MAX_REQUESTS: usize = 1 << 20;
 const KEEP_EMPTY_TAGS: usize = 1024;
 /// Inline copies of unexpected messages kept for reuse.
 const SPARE_BUFFERS: usize = 256;
+/// Messages that may wait for their receives at once; past it the comm fails, naming the
+/// sender (a peer that floods us must not exhaust our memory).
+pub const MAX_UNEXPECTED: usize = 1 << 20;
+/// `poll` sweeps the lists every this many calls: empty per-tag queues beyond
+/// [`KEEP_EMPTY_TAGS`], and large messages whose sender has withdrawn them.
+const SWEEP_INTERVAL: u32 = 256;
+/// How long dropping an endpoint waits at most for a peer's read of one of its buffers.
+pub const DROP_READ_LIMIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// A message that arrived before its receive.
 enum Arrived {
@@ -106,10 +115,16 @@ pub struct ShmTransport {
     unexpected: Vec<BTreeMap<u64, VecDeque<Arrived>>>,
     slab: Slab<Request>,
     /// Free send words of our segment, and the generation each last carried.
-    free_words: Vec<u32>,
+    /// FIFO: a word is armed again only after every other free one, so its generation moves
+    /// once per `SEND_WORDS` sends (a stale message about it finds another generation).
+    free_words: VecDeque<u32>,
     generations: Vec<u32>,
     spare: Vec<Vec<u8>>,
+    /// Messages in `unexpected`.
+    unexpected_len: usize,
     watch: Option<PeerWatch>,
+    /// `poll` calls since the last sweep of the lists.
+    polls_since_sweep: u32,
     /// Sticky: the first failure of the transport as a whole.
     failed: Option<NetError>,
     closed: bool,
@@ -157,10 +172,12 @@ impl ShmTransport {
             posted: (0..n).map(|_| BTreeMap::new()).collect(),
             unexpected: (0..n).map(|_| BTreeMap::new()).collect(),
             slab: Slab::default(),
-            free_words: (0..SEND_WORDS as u32).rev().collect(),
+            free_words: (0..SEND_WORDS as u32).collect(),
             generations: vec![0; SEND_WORDS],
             spare: Vec::new(),
+            unexpected_len: 0,
             watch: None,
+            polls_since_sweep: 0,
             failed: None,
             closed: false,
         })
@@ -205,8 +222,7 @@ impl ShmTransport {
             format!("{}: rank {peer} broke the protocol: {what}", self.name),
         );
         log::error!("{e}");
-        self.failed = Some(e.clone());
-        e
+        self.failed.get_or_insert(e).clone()
     }
 
     fn check_args(&self, peer: u32, buf: *const u8, size: u64) -> Result<(), NetError> {
@@ -237,9 +253,10 @@ impl ShmTransport {
         Ok(())
     }
 
-    /// Drains mailbox `peer → self`: every message meets its posted receive or waits.
+    /// Drains mailbox `peer → self`, at most one ring's worth of messages (a peer that keeps
+    /// publishing cannot keep `poll` here): every message meets its posted receive or waits.
     fn drain(&mut self, peer: u32) -> Result<(), NetError> {
-        loop {
+        for _ in 0..MAILBOX_SLOTS {
             let header = match self.inboxes[peer as usize].peek() {
                 Ok(Some(h)) => h,
                 Ok(None) => return Ok(()),
@@ -248,6 +265,7 @@ impl ShmTransport {
             self.arrive(peer, header)?;
             self.inboxes[peer as usize].pop();
         }
+        Ok(())
     }
 
     /// One message from `peer`, still in its slot.
@@ -308,11 +326,17 @@ impl ShmTransport {
                 generation,
             },
         };
-        let lists = &mut self.unexpected[p];
-        if lists.len() > KEEP_EMPTY_TAGS {
-            lists.retain(|_, q| !q.is_empty());
+        if self.unexpected_len >= MAX_UNEXPECTED {
+            return Err(self.fail(
+                peer,
+                &format!("{MAX_UNEXPECTED} messages wait for receives nobody posted"),
+            ));
         }
-        lists.entry(h.tag).or_default().push_back(arrived);
+        self.unexpected_len += 1;
+        self.unexpected[p]
+            .entry(h.tag)
+            .or_default()
+            .push_back(arrived);
         Ok(())
     }
 
@@ -373,9 +397,37 @@ impl ShmTransport {
         Ok(Some(state))
     }
 
+    /// Drops the empty per-tag queues of a peer's lists once there are more than
+    /// [`KEEP_EMPTY_TAGS`], and the unexpected large messages their senders have withdrawn
+    /// (their word left PENDING of their generation: no receive may take them any more).
+    fn sweep(&mut self) {
+        for (p, lists) in self.unexpected.iter_mut().enumerate() {
+            let seg = &self.segments[p];
+            let before: usize = lists.values().map(VecDeque::len).sum();
+            for q in lists.values_mut() {
+                q.retain(|a| match *a {
+                    Arrived::Inline(_) => true,
+                    Arrived::Lent {
+                        word, generation, ..
+                    } => handoff::read(seg.send_word(word), generation) == Ok(SendState::Pending),
+                });
+            }
+            let after: usize = lists.values().map(VecDeque::len).sum();
+            self.unexpected_len -= before - after;
+            if lists.len() > KEEP_EMPTY_TAGS {
+                lists.retain(|_, q| !q.is_empty());
+            }
+        }
+        for lists in &mut self.posted {
+            if lists.len() > KEEP_EMPTY_TAGS {
+                lists.retain(|_, q| !q.is_empty());
+            }
+        }
+    }
+
     /// Allocates a send word: (index, generation), or `None` when all are in use.
     fn take_word(&mut self) -> Option<(u32, u32)> {
-        let w = self.free_words.pop()?;
+        let w = self.free_words.pop_front()?;
         let g = &mut self.generations[w as usize];
         *g = g.wrapping_add(1).max(1);
         Some((w, *g))
@@ -444,6 +496,11 @@ impl Transport for ShmTransport {
         for peer in 0..self.nranks {
             self.drain(peer)?;
         }
+        self.polls_since_sweep += 1;
+        if self.polls_since_sweep >= SWEEP_INTERVAL {
+            self.polls_since_sweep = 0;
+            self.sweep();
+        }
         if let Some(w) = self.watch.as_mut() {
             if let Err(e) = w.check() {
                 let message = match e.lost_rank() {
@@ -451,8 +508,7 @@ impl Transport for ShmTransport {
                     None => format!("{}: the bootstrap failed: {e}", self.name),
                 };
                 let e = NetError::failure(e.lost_rank(), message);
-                self.failed = Some(e.clone());
-                return Err(e);
+                return Err(self.failed.get_or_insert(e).clone());
             }
         }
         Ok(())
@@ -514,11 +570,11 @@ impl Transport for ShmTransport {
                 payload_copied: false,
             })),
             Ok(false) => {
-                self.free_words.push(word);
+                self.free_words.push_back(word);
                 Ok(None)
             }
             Err(Corrupt(what)) => {
-                self.free_words.push(word);
+                self.free_words.push_back(word);
                 Err(self.fail(peer, &format!("mailbox: {what}")))
             }
         }
@@ -541,6 +597,7 @@ impl Transport for ShmTransport {
             .get_mut(&tag)
             .and_then(VecDeque::pop_front)
         {
+            self.unexpected_len -= 1;
             let state = match arrived {
                 Arrived::Inline(v) => {
                     let state = if v.len() as u64 == size {
@@ -586,11 +643,7 @@ impl Transport for ShmTransport {
             len: size,
             state: RecvState::Posted,
         });
-        let lists = &mut self.posted[p];
-        if lists.len() > KEEP_EMPTY_TAGS {
-            lists.retain(|_, q| !q.is_empty());
-        }
-        lists
+        self.posted[p]
             .entry(tag)
             .or_default()
             .push_back(Slab::<Request>::index_of(request));
@@ -634,7 +687,11 @@ impl Transport for ShmTransport {
                 }
             },
             Some(Request::Recv { state, .. }) => match state {
-                RecvState::Posted => return Ok(TestOutcome::Pending),
+                // The comm failed: a receive still posted will never be matched.
+                RecvState::Posted => match &self.failed {
+                    Some(e) => Err(e.clone()),
+                    None => return Ok(TestOutcome::Pending),
+                },
                 RecvState::Done(n) => Ok(TestOutcome::Done { size: *n }),
                 RecvState::Failed(e) => Err(e.clone()),
                 RecvState::Cancelled => Ok(TestOutcome::Cancelled),
@@ -642,7 +699,7 @@ impl Transport for ShmTransport {
             None => unreachable!("looked up"),
         };
         if let Some(Request::SendLent { word, .. }) = self.slab.remove(index) {
-            self.free_words.push(word);
+            self.free_words.push_back(word);
         }
         outcome
     }
@@ -694,21 +751,51 @@ impl Transport for ShmTransport {
 }
 
 impl Drop for ShmTransport {
+    /// Withdraws every large send still unclaimed, then waits for the reads a receiver has
+    /// already begun (COPYING), so that the caller may free its buffers once the endpoint is
+    /// gone: a receiver never gets bytes of a buffer its owner took back. The wait ends early
+    /// when the reader's process is gone and is bounded by [`DROP_READ_LIMIT`] (logged).
     fn drop(&mut self) {
-        // Withdraw every large send still unclaimed, so no receiver reads a buffer after its
-        // owner freed it (one being read finishes: the kernel checks that read).
-        let lent: Vec<(u32, u32)> = self
+        let lent: Vec<(u32, u32, u32)> = self
             .slab
             .iter()
             .filter_map(|r| match r {
                 Request::SendLent {
-                    word, generation, ..
-                } => Some((*word, *generation)),
+                    peer,
+                    word,
+                    generation,
+                    ..
+                } => Some((*peer, *word, *generation)),
                 _ => None,
             })
             .collect();
-        for (word, generation) in lent {
+        for &(_, word, generation) in &lent {
             let _ = handoff::transition(self.own().send_word(word), generation, Edge::Withdraw);
         }
+        let start = std::time::Instant::now();
+        for (peer, word, generation) in lent {
+            let w = self.own().send_word(word);
+            while handoff::read(w, generation) == Ok(SendState::Copying) {
+                if !process_alive(self.pids[peer as usize]) {
+                    break;
+                }
+                if start.elapsed() > DROP_READ_LIMIT {
+                    log::error!(
+                        "{}: rank {peer} still reads a buffer of ours after {DROP_READ_LIMIT:?}; \
+                         the endpoint closes anyway",
+                        self.name
+                    );
+                    return;
+                }
+                std::thread::yield_now();
+            }
+        }
     }
+}
+
+/// Whether process `pid` still exists (`kill(pid, 0)`; a process we may not signal exists).
+fn process_alive(pid: u32) -> bool {
+    // SAFETY: signal 0 sends nothing; it only checks that the process exists.
+    let rc = unsafe { libc::kill(pid as libc::pid_t, 0) };
+    rc == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
 }
