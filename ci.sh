@@ -203,6 +203,7 @@ clippy() {
   # The planted bugs compiled in (feature `plants`), as the plant tests build them.
   cargo clippy -p proxy-core --all-targets --features plants -- -D warnings
   cargo clippy -p proxy-emulator --all-targets --features plants -- -D warnings
+  cargo clippy -p proxy-shm --all-targets --features plants -- -D warnings
 }
 
 # Rustdoc over the workspace with the clippy step's features, warnings denied: every intra-doc
