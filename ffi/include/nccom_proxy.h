@@ -75,14 +75,15 @@ typedef volatile uint32_t nccom_host_word_t;
  * trace: `nccom_trace_start`, `nccom_trace_stop`, `nccom_trace_collect`
  * (`nccom_trace_record_t`, `nccom_trace_counts_t`, the `NCCOM_TRACE_*` classes); 1.4 added the
  * idle wait: the comm flag `NCCOM_COMM_IDLE_WAIT`, `nccom_comm_idle_available`,
- * `nccom_comm_idle_arm`, `nccom_comm_idle_sleep`, `nccom_comm_idle_kick` (`NCCOM_IDLE_*`).
+ * `nccom_comm_idle_arm`, `nccom_comm_idle_sleep`, `nccom_comm_idle_kick` (`NCCOM_IDLE_*`);
+ * 1.5 added the transport kind `NCCOM_TRANSPORT_SHM`.
  */
-#define NCCOM_PROXY_ABI_VERSION_MINOR 4
+#define NCCOM_PROXY_ABI_VERSION_MINOR 5
 
 /**
  * `(major << 16) | minor`, what `nccom_abi_version()` returns.
  */
-#define NCCOM_PROXY_ABI_VERSION 65540
+#define NCCOM_PROXY_ABI_VERSION 65541
 
 /**
  * Mark of a FIFO entry that is neither the last of its op nor of the execution.
@@ -131,6 +132,17 @@ typedef volatile uint32_t nccom_host_word_t;
  * free a buffer and reuse its addresses for another one while the comm lives.
  */
 #define NCCOM_TRANSPORT_LIBFABRIC 2
+
+/**
+ * Transport kind (ABI 1.5): the engine's own shared memory between the processes of one host
+ * (a segment per rank in `/dev/shm`, small messages inline, large ones read by cross-memory
+ * attach; no lock in shared memory, so a dead peer hangs nobody). Bootstrapped like
+ * libfabric: `nccom_transport_desc_t.libfabric`'s `root_addr` and `bootstrap_timeout_ms`;
+ * its `provider` must be NULL. Creation is collective (every rank calls `nccom_comm_create`,
+ * every rank on this host; each call blocks until every rank has mapped every segment). In
+ * every build of the library; one older than 1.5 answers `NRT_INVALID`.
+ */
+#define NCCOM_TRANSPORT_SHM 3
 
 /**
  * Comm flag: check every buffer and host-word address given to `neuronStartNetworkProxy`
@@ -415,8 +427,9 @@ typedef struct nccom_device_callbacks_t {
 } nccom_device_callbacks_t;
 
 /**
- * The libfabric part of a transport descriptor (`nccom_libfabric_desc_t`). All zero for other
- * kinds.
+ * The libfabric part of a transport descriptor (`nccom_libfabric_desc_t`), also the bootstrap
+ * of `NCCOM_TRANSPORT_SHM` (`root_addr`, `bootstrap_timeout_ms`; `provider` NULL). All zero
+ * for other kinds.
  */
 typedef struct nccom_libfabric_desc_t {
     /**
@@ -441,7 +454,7 @@ typedef struct nccom_libfabric_desc_t {
  */
 typedef struct nccom_transport_desc_t {
     /**
-     * `NCCOM_TRANSPORT_MEM` or `NCCOM_TRANSPORT_LIBFABRIC`.
+     * `NCCOM_TRANSPORT_MEM`, `NCCOM_TRANSPORT_LIBFABRIC` or `NCCOM_TRANSPORT_SHM` (ABI 1.5).
      */
     uint32_t kind;
     /**
@@ -454,7 +467,8 @@ typedef struct nccom_transport_desc_t {
      */
     struct nccom_mem_group_t *mem_group;
     /**
-     * `NCCOM_TRANSPORT_LIBFABRIC`: provider and bootstrap root.
+     * `NCCOM_TRANSPORT_LIBFABRIC`: provider and bootstrap root; `NCCOM_TRANSPORT_SHM`: the
+     * bootstrap root.
      */
     struct nccom_libfabric_desc_t libfabric;
 } nccom_transport_desc_t;
@@ -1026,7 +1040,8 @@ NRT_STATUS nccom_mem_group_destroy(struct nccom_mem_group_t *group);
  * every rank of the comm calls this with the same `nranks`, `comm_id`, provider and root
  * address; rank 0 listens on the root address, and each call blocks until every rank is
  * connected (at most the bootstrap timeout: `bootstrap_timeout_ms`, else
- * `NEURON_RT_BOOTSTRAP_TIMEOUT`, else 120 s).
+ * `NEURON_RT_BOOTSTRAP_TIMEOUT`, else 120 s). `NCCOM_TRANSPORT_SHM` (ABI 1.5, every build) is
+ * collective the same way, over the same bootstrap fields, every rank on this host.
  *
  * Returns `NRT_SUCCESS`; `NRT_INVALID` for a NULL `config` / `out`, unknown flags, rank >=
  * nranks, nranks out of range, comm id >= 2^15, an unknown transport kind, libfabric in a
@@ -1035,7 +1050,9 @@ NRT_STATUS nccom_mem_group_destroy(struct nccom_mem_group_t *group);
  * `nec_inc_semaphore`; `NRT_INVALID_HANDLE` for a bad `mem_group`; `NRT_UNINITIALIZED` when
  * no `nec_inc_semaphore` can be found; `NRT_RESOURCE` when too many comms are live;
  * libfabric: `NRT_TIMEOUT` when a rank did not arrive in time, `NRT_NETWORK_PROXY_FAILURE`
- * when a rank's endpoint could not be opened or connected (every rank reports it).
+ * when a rank's endpoint could not be opened or connected (every rank reports it); shm:
+ * `NRT_INVALID` when the ranks span hosts, `NRT_NETWORK_PROXY_FAILURE` when a rank cannot
+ * create or map a segment or read a peer's memory (every rank reports it).
  *
  * # Safety
  * `config` must be NULL or point to a readable `nccom_comm_config_t` (its `callbacks` NULL or

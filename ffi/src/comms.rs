@@ -140,13 +140,19 @@ fn validate_config(what: &str, cfg: &NccomCommConfig) -> Result<(), NrtStatus> {
             if !t.mem_group.is_null() {
                 return bad("NCCOM_TRANSPORT_LIBFABRIC with a non-NULL mem_group".into());
             }
-            #[cfg(feature = "libfabric")]
             // SAFETY: the C contract of `nccom_comm_config_t`: its strings are NULL or
             // NUL-terminated.
-            unsafe {
-                libfabric::validate(what, cfg)?
-            };
-            Ok(())
+            unsafe { crate::bootstrap::validate(what, cfg) }
+        }
+        NCCOM_TRANSPORT_SHM => {
+            if !t.mem_group.is_null() {
+                return bad("NCCOM_TRANSPORT_SHM with a non-NULL mem_group".into());
+            }
+            if !lf.provider.is_null() {
+                return bad("NCCOM_TRANSPORT_SHM with a libfabric provider".into());
+            }
+            // SAFETY: as above.
+            unsafe { crate::bootstrap::validate(what, cfg) }
         }
         NCCOM_TRANSPORT_LIBFABRIC => bad(
             "this build of libnccom_proxy has no libfabric transport (build proxy-ffi with \
@@ -166,7 +172,8 @@ fn validate_config(what: &str, cfg: &NccomCommConfig) -> Result<(), NrtStatus> {
 /// every rank of the comm calls this with the same `nranks`, `comm_id`, provider and root
 /// address; rank 0 listens on the root address, and each call blocks until every rank is
 /// connected (at most the bootstrap timeout: `bootstrap_timeout_ms`, else
-/// `NEURON_RT_BOOTSTRAP_TIMEOUT`, else 120 s).
+/// `NEURON_RT_BOOTSTRAP_TIMEOUT`, else 120 s). `NCCOM_TRANSPORT_SHM` (ABI 1.5, every build) is
+/// collective the same way, over the same bootstrap fields, every rank on this host.
 ///
 /// Returns `NRT_SUCCESS`; `NRT_INVALID` for a NULL `config` / `out`, unknown flags, rank >=
 /// nranks, nranks out of range, comm id >= 2^15, an unknown transport kind, libfabric in a
@@ -175,7 +182,9 @@ fn validate_config(what: &str, cfg: &NccomCommConfig) -> Result<(), NrtStatus> {
 /// `nec_inc_semaphore`; `NRT_INVALID_HANDLE` for a bad `mem_group`; `NRT_UNINITIALIZED` when
 /// no `nec_inc_semaphore` can be found; `NRT_RESOURCE` when too many comms are live;
 /// libfabric: `NRT_TIMEOUT` when a rank did not arrive in time, `NRT_NETWORK_PROXY_FAILURE`
-/// when a rank's endpoint could not be opened or connected (every rank reports it).
+/// when a rank's endpoint could not be opened or connected (every rank reports it); shm:
+/// `NRT_INVALID` when the ranks span hosts, `NRT_NETWORK_PROXY_FAILURE` when a rank cannot
+/// create or map a segment or read a peer's memory (every rank reports it).
 ///
 /// # Safety
 /// `config` must be NULL or point to a readable `nccom_comm_config_t` (its `callbacks` NULL or
@@ -202,6 +211,11 @@ pub unsafe extern "C" fn nccom_comm_create(
         };
         let dev = device::resolve(own)?;
         let clock = Arc::new(MonotonicClock);
+        if cfg.transport.kind == NCCOM_TRANSPORT_SHM {
+            // SAFETY: the C contract of `nccom_comm_config_t` (strings NULL or NUL-terminated).
+            let comm = unsafe { crate::shm::create(WHAT, &cfg, Arc::new(dev), clock) }?;
+            return register_comm(WHAT, &cfg, comm, None, out);
+        }
         #[cfg(feature = "libfabric")]
         if cfg.transport.kind == NCCOM_TRANSPORT_LIBFABRIC {
             // SAFETY: the C contract of `nccom_comm_config_t` (strings NULL or NUL-terminated).

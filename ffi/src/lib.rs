@@ -53,9 +53,11 @@
 #![warn(missing_docs)]
 #![allow(non_snake_case)]
 
+mod bootstrap;
 mod device;
 #[cfg(feature = "libfabric")]
 mod libfabric;
+mod shm;
 
 // One file per concept, declared in the order of the header's functions (cbindgen reads the
 // modules in this order; blank lines keep rustfmt from sorting them).

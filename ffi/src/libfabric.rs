@@ -1,6 +1,6 @@
 //! `NCCOM_TRANSPORT_LIBFABRIC` (feature `libfabric`): a comm over libfabric, built by the
-//! bootstrap of `proxy-bootstrap` (rank 0 listens on the root address, every rank
-//! connects; endpoint names are all-gathered) and `open_libfabric_comm`.
+//! bootstrap of `proxy-bootstrap` (`bootstrap.rs`: rank 0 listens on the root address, every
+//! rank connects; endpoint names are all-gathered) and `open_libfabric_comm`.
 //!
 //! Creation is collective: every rank of the comm calls `nccom_comm_create` with the same
 //! `nranks`, `comm_id`, provider and root address, and each call blocks until every rank is
@@ -15,7 +15,6 @@ use std::time::Duration;
 
 use proxy_abi::boundary::c_string;
 use proxy_abi::{NccomCommConfig, NCCOM_COMM_IDLE_WAIT};
-use proxy_bootstrap::{Bootstrap, BootstrapConfig, SharedBootstrap};
 use proxy_core::base::status::NrtStatus;
 use proxy_core::base::time::Clock;
 use proxy_core::progress::comm::Comm;
@@ -23,24 +22,10 @@ use proxy_core::progress::device::DeviceCallbacks;
 use proxy_libfabric::net_setup::{open_libfabric_comm_with_idle, LibfabricCommConfig};
 use proxy_libfabric::{CqIdleWait, Options};
 
-/// Checks the libfabric fields of a config before anything is created.
-///
-/// # Safety
-/// `cfg.transport.libfabric`'s strings must be NULL or NUL-terminated (the C contract of
-/// `nccom_comm_config_t`).
-pub unsafe fn validate(what: &str, cfg: &NccomCommConfig) -> Result<(), NrtStatus> {
-    let lf = &cfg.transport.libfabric;
-    // SAFETY: the caller's contract.
-    unsafe {
-        c_string(what, "transport.libfabric.provider", lf.provider)?;
-        c_string(what, "transport.libfabric.root_addr", lf.root_addr)?;
-    }
-    Ok(())
-}
+use crate::bootstrap;
 
-/// Bootstraps this rank (`cfg.rank` of `cfg.nranks` at the root address of the config, else
-/// `NEURON_RT_ROOT_COMM_ID`) and opens the libfabric comm (comm id `cfg.comm_id`, which every
-/// rank must give alike: a rank whose id differs from the root's fails); with
+/// Opens this rank's libfabric comm over its bootstrap (`bootstrap::join`: rank `cfg.rank` of
+/// `cfg.nranks` at the root address of the config, comm id `cfg.comm_id`); with
 /// `NCCOM_COMM_IDLE_WAIT` in `cfg.flags`, its CQ with a wait descriptor, and its idle wait
 /// (`None` when the provider has no descriptor: shm).
 ///
@@ -50,7 +35,7 @@ pub unsafe fn validate(what: &str, cfg: &NccomCommConfig) -> Result<(), NrtStatu
 /// with a log line naming the cause.
 ///
 /// # Safety
-/// As [`validate`].
+/// As `bootstrap::validate`.
 pub unsafe fn create(
     what: &str,
     cfg: &NccomCommConfig,
@@ -59,31 +44,9 @@ pub unsafe fn create(
 ) -> Result<(Comm, Option<Arc<CqIdleWait>>), NrtStatus> {
     let lf = &cfg.transport.libfabric;
     // SAFETY: the caller's contract.
-    let (provider, root) = unsafe {
-        (
-            c_string(what, "transport.libfabric.provider", lf.provider)?,
-            c_string(what, "transport.libfabric.root_addr", lf.root_addr)?,
-        )
-    };
-    let fail = |e: &dyn std::fmt::Display, s: NrtStatus| {
-        log::error!("{what}: rank {} of {}: {e}", cfg.rank, cfg.nranks);
-        s
-    };
-    let mut bc = BootstrapConfig::from_env(Some(cfg.rank), Some(cfg.nranks), root.as_deref())
-        .map_err(|e| fail(&e, e.status()))?;
-    if lf.bootstrap_timeout_ms != 0 {
-        bc.timeout = Duration::from_millis(lf.bootstrap_timeout_ms);
-    }
-    bc.comm_id = Some(cfg.comm_id);
-    let boot = Bootstrap::init(&bc).map_err(|e| fail(&e, e.status()))?;
-    if boot.comm_id() != cfg.comm_id {
-        let e = format!(
-            "comm id {} differs from the root's {} (every rank must give the same comm_id)",
-            cfg.comm_id,
-            boot.comm_id()
-        );
-        return Err(fail(&e, NrtStatus::Invalid));
-    }
+    let provider = unsafe { c_string(what, "transport.libfabric.provider", lf.provider)? };
+    // SAFETY: the caller's contract.
+    let boot = unsafe { bootstrap::join(what, cfg) }?;
     let lc = LibfabricCommConfig {
         transport: Options {
             provider,
@@ -93,11 +56,8 @@ pub unsafe fn create(
         comm_id: Some(cfg.comm_id),
         drain_limit: (cfg.drain_limit_ns != 0).then(|| Duration::from_nanos(cfg.drain_limit_ns)),
     };
-    // The comm's transport keeps the only other handle: the connections live as long as the
-    // comm, and close (with `Bye`) when it is destroyed.
-    let boot = SharedBootstrap::new(boot);
     // SAFETY: the idle wait is armed and slept on only through `with_comm` (`idle.rs`): the
     // comm's handle slot is held busy meanwhile, so no other call drives the transport.
     unsafe { open_libfabric_comm_with_idle(&boot, &lc, device, clock) }
-        .map_err(|e| fail(&e, e.status()))
+        .map_err(|e| bootstrap::fail(what, cfg, &e, e.status()))
 }

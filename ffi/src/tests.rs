@@ -162,6 +162,13 @@ fn bad_configs_are_rejected_and_leave_the_rank_free() {
         Err(NRT_INVALID),
         "libfabric kind with a mem group"
     );
+    cfg = config(0, 2, g);
+    cfg.transport.kind = NCCOM_TRANSPORT_SHM;
+    assert_eq!(create(&cfg), Err(NRT_INVALID), "shm kind with a mem group");
+    cfg.transport.mem_group = ptr::null_mut();
+    let provider = c"shm";
+    cfg.transport.libfabric.provider = provider.as_ptr();
+    assert_eq!(create(&cfg), Err(NRT_INVALID), "shm kind with a provider");
     cfg = config(0, 2, ptr::without_provenance_mut(0x1234));
     assert_eq!(create(&cfg), Err(NRT_INVALID_HANDLE), "bad group");
     let empty = NccomDeviceCallbacks::default();

@@ -1,4 +1,5 @@
-//! `NCCOM_TRANSPORT_LIBFABRIC` through the C ABI (feature `libfabric`): two processes, each
+//! `NCCOM_TRANSPORT_LIBFABRIC` (and `NCCOM_TRANSPORT_SHM`) through the C ABI (feature
+//! `libfabric`): two processes, each
 //! `dlopen`s the `libnccom_proxy.so` cargo built for this test (with the feature), creates its
 //! comm with `nccom_comm_create` over `tcp;ofi_rxm` on the loopback interface (bootstrap root
 //! on 127.0.0.1), plays the device itself and exchanges entries of 1 B, 4 KiB + 1, 1 MiB and
@@ -23,7 +24,7 @@ use std::time::{Duration, Instant};
 
 use proxy_abi::{
     NccomCommConfig, NccomDeviceCallbacks, NccomHostWord, NccomLibfabricDesc, NccomTransportDesc,
-    NCCOM_HOST_WORD_READY, NCCOM_TRANSPORT_LIBFABRIC, NRT_INVALID,
+    NCCOM_HOST_WORD_READY, NCCOM_TRANSPORT_LIBFABRIC, NCCOM_TRANSPORT_SHM, NRT_INVALID,
 };
 use proxy_bootstrap::launch::{free_loopback_root, LocalLaunch, OutStream};
 use proxy_runtime::loader::{
@@ -31,7 +32,8 @@ use proxy_runtime::loader::{
 };
 
 const CHILD_ENV: &str = "FFI_LIBFABRIC_CHILD";
-/// `lost`: the dead-peer scenario ([`child_lost`]); anything else: the exchange.
+/// `lost`: the dead-peer scenario ([`child_lost`]); `own-shm`: the exchange over
+/// `NCCOM_TRANSPORT_SHM`; anything else: the exchange over libfabric tcp.
 const SCENARIO_ENV: &str = "FFI_LIBFABRIC_SCENARIO";
 const SIZES: [usize; 4] = [1, 4097, 1 << 20, 0];
 
@@ -92,6 +94,12 @@ fn child(rank: u32) {
     let seam = lib.seam();
     let provider = CString::new("tcp;ofi_rxm").unwrap();
     let root = CString::new(std::env::var("NEURON_RT_ROOT_COMM_ID").expect("root")).unwrap();
+    let mut config = libfabric_config(rank, 2, &provider, &root, 30_000);
+    if std::env::var(SCENARIO_ENV).as_deref() == Ok("own-shm") {
+        // The engine's own shared memory: the same bootstrap fields, no provider.
+        config.transport.kind = NCCOM_TRANSPORT_SHM;
+        config.transport.libfabric.provider = ptr::null();
+    }
     // Host words: [send idx, send hs, send cpl, recv idx, recv hs, recv cpl].
     let words: Vec<AtomicU32> = (0..6).map(|_| AtomicU32::new(0)).collect();
     let src: Vec<Vec<u8>> = SIZES
@@ -103,8 +111,7 @@ fn child(rank: u32) {
     let t0 = Instant::now();
     // SAFETY: every buffer and word lives until the comm is destroyed (below, before they are
     // dropped); the words are accessed only atomically.
-    let comm = unsafe { lib.create_comm(&libfabric_config(rank, 2, &provider, &root, 30_000)) }
-        .expect("nccom_comm_create over libfabric");
+    let comm = unsafe { lib.create_comm(&config) }.expect("nccom_comm_create between processes");
     eprintln!("rank {rank}: comm created in {:?}", t0.elapsed());
     let n = SIZES.len() as u32;
     let pair = common::send_recv_pair(peer as i32, peer as i32, 3, &words, &src, &mut dst, 1);
@@ -225,6 +232,18 @@ fn child_lost(rank: u32) {
 
 #[test]
 fn two_processes_exchange_through_the_c_abi_over_tcp() {
+    exchange("tcp");
+}
+
+/// The same exchange over `NCCOM_TRANSPORT_SHM` (ABI 1.5): 1 B and 0 B inline, 4 KiB + 1 and
+/// 1 MiB read across processes.
+#[test]
+fn two_processes_exchange_through_the_c_abi_over_own_shm() {
+    exchange("own-shm");
+}
+
+/// Two child processes run [`child`] with `scenario`; both must print their byte count.
+fn exchange(scenario: &str) {
     let start = Instant::now();
     let mut l = LocalLaunch::new(2, free_loopback_root().expect("root"), true);
     for r in 0..2 {
@@ -238,6 +257,7 @@ fn two_processes_exchange_through_the_c_abi_over_tcp() {
             "-q",
         ])
         .env(CHILD_ENV, "1")
+        .env(SCENARIO_ENV, scenario)
         // tcp on the loopback interface only.
         .env("FI_TCP_IFACE", "lo")
         .env_remove("FI_PROVIDER");
@@ -257,7 +277,10 @@ fn two_processes_exchange_through_the_c_abi_over_tcp() {
         let want = format!("RESULT status=ok bytes={}", SIZES.iter().sum::<usize>());
         assert!(out.contains(&want), "rank {}: {out:?}", e.rank);
     }
-    eprintln!("2 processes over the C ABI in {:?}", start.elapsed());
+    eprintln!(
+        "2 processes over the C ABI ({scenario}) in {:?}",
+        start.elapsed()
+    );
 }
 
 #[test]

@@ -45,10 +45,11 @@ pub const NCCOM_PROXY_ABI_VERSION_MAJOR: u32 = 1;
 /// trace: `nccom_trace_start`, `nccom_trace_stop`, `nccom_trace_collect`
 /// (`nccom_trace_record_t`, `nccom_trace_counts_t`, the `NCCOM_TRACE_*` classes); 1.4 added the
 /// idle wait: the comm flag `NCCOM_COMM_IDLE_WAIT`, `nccom_comm_idle_available`,
-/// `nccom_comm_idle_arm`, `nccom_comm_idle_sleep`, `nccom_comm_idle_kick` (`NCCOM_IDLE_*`).
-pub const NCCOM_PROXY_ABI_VERSION_MINOR: u32 = 4;
+/// `nccom_comm_idle_arm`, `nccom_comm_idle_sleep`, `nccom_comm_idle_kick` (`NCCOM_IDLE_*`);
+/// 1.5 added the transport kind `NCCOM_TRANSPORT_SHM`.
+pub const NCCOM_PROXY_ABI_VERSION_MINOR: u32 = 5;
 /// `(major << 16) | minor`, what `nccom_abi_version()` returns.
-pub const NCCOM_PROXY_ABI_VERSION: u32 = 0x0001_0004;
+pub const NCCOM_PROXY_ABI_VERSION: u32 = 0x0001_0005;
 
 const _: () = assert!(
     NCCOM_PROXY_ABI_VERSION
@@ -219,6 +220,14 @@ pub const NCCOM_TRANSPORT_MEM: u32 = 1;
 /// be registered with the provider and stays registered until the comm is destroyed: do not
 /// free a buffer and reuse its addresses for another one while the comm lives.
 pub const NCCOM_TRANSPORT_LIBFABRIC: u32 = 2;
+/// Transport kind (ABI 1.5): the engine's own shared memory between the processes of one host
+/// (a segment per rank in `/dev/shm`, small messages inline, large ones read by cross-memory
+/// attach; no lock in shared memory, so a dead peer hangs nobody). Bootstrapped like
+/// libfabric: `nccom_transport_desc_t.libfabric`'s `root_addr` and `bootstrap_timeout_ms`;
+/// its `provider` must be NULL. Creation is collective (every rank calls `nccom_comm_create`,
+/// every rank on this host; each call blocks until every rank has mapped every segment). In
+/// every build of the library; one older than 1.5 answers `NRT_INVALID`.
+pub const NCCOM_TRANSPORT_SHM: u32 = 3;
 
 /// Comm flag: check every buffer and host-word address given to `neuronStartNetworkProxy`
 /// against ranges registered with `nccom_comm_register_memory` (an address outside them is
@@ -234,8 +243,9 @@ pub const NCCOM_COMM_CHECK_ADDRESSES: u32 = 1;
 /// with `NRT_INVALID` (check `nccom_abi_version()` first).
 pub const NCCOM_COMM_IDLE_WAIT: u32 = 2;
 
-/// The libfabric part of a transport descriptor (`nccom_libfabric_desc_t`). All zero for other
-/// kinds.
+/// The libfabric part of a transport descriptor (`nccom_libfabric_desc_t`), also the bootstrap
+/// of `NCCOM_TRANSPORT_SHM` (`root_addr`, `bootstrap_timeout_ms`; `provider` NULL). All zero
+/// for other kinds.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct NccomLibfabricDesc {
@@ -254,14 +264,15 @@ pub struct NccomLibfabricDesc {
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct NccomTransportDesc {
-    /// `NCCOM_TRANSPORT_MEM` or `NCCOM_TRANSPORT_LIBFABRIC`.
+    /// `NCCOM_TRANSPORT_MEM`, `NCCOM_TRANSPORT_LIBFABRIC` or `NCCOM_TRANSPORT_SHM` (ABI 1.5).
     pub kind: u32,
     /// Reserved, must be zero.
     pub reserved: u32,
     /// `NCCOM_TRANSPORT_MEM`: the group (from `nccom_mem_group_create`) whose rank `rank` this
     /// comm takes; the group's nranks must equal the comm's.
     pub mem_group: *mut NccomMemGroup,
-    /// `NCCOM_TRANSPORT_LIBFABRIC`: provider and bootstrap root.
+    /// `NCCOM_TRANSPORT_LIBFABRIC`: provider and bootstrap root; `NCCOM_TRANSPORT_SHM`: the
+    /// bootstrap root.
     pub libfabric: NccomLibfabricDesc,
 }
 

@@ -77,6 +77,6 @@ mod transport;
 mod tests;
 
 #[cfg(all(feature = "comm", not(loom)))]
-pub use setup::{open_shm_comm, ShmSetupError};
+pub use setup::{open_shm_comm, ShmCommConfig, ShmSetupError};
 #[cfg(all(feature = "comm", not(loom)))]
 pub use transport::{ShmTransport, DROP_READ_LIMIT, MAX_MSG_SIZE, MAX_REQUESTS, MAX_UNEXPECTED};

@@ -77,6 +77,13 @@ impl From<BootstrapError> for ShmSetupError {
     }
 }
 
+/// How to build the comm.
+#[derive(Clone, Debug, Default)]
+pub struct ShmCommConfig {
+    /// `stop`'s drain limit instead of the default (1 s).
+    pub drain_limit: Option<std::time::Duration>,
+}
+
 impl From<StepFailed> for ShmSetupError {
     fn from(f: StepFailed) -> Self {
         Self::Peer {
@@ -104,6 +111,7 @@ impl From<StepFailed> for ShmSetupError {
 /// * [`ShmSetupError::Comm`]: the comm id or size is out of range.
 pub fn open_shm_comm(
     shared: &SharedBootstrap,
+    cfg: &ShmCommConfig,
     device: Arc<dyn DeviceCallbacks>,
     clock: Arc<dyn Clock>,
 ) -> Result<Comm, ShmSetupError> {
@@ -155,7 +163,10 @@ pub fn open_shm_comm(
     let mut transport =
         ShmTransport::new(rank, segments, pids).map_err(|e| ShmSetupError::Local(e.to_string()))?;
     transport.set_peer_watch(PeerWatch::new(shared));
-    let config = CommConfig::new(rank, nranks, comm_id);
+    let mut config = CommConfig::new(rank, nranks, comm_id);
+    if let Some(d) = cfg.drain_limit {
+        config.drain_limit_ns = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+    }
     log::info!("rank {rank}/{nranks}: shm comm {comm_id} mapped {nranks} segments");
     let mut comm =
         Comm::new(config, Box::new(transport), device, clock).map_err(ShmSetupError::Comm)?;

@@ -439,7 +439,10 @@ fn mismatch(peer: u32, size: u64, len: u64) -> NetError {
     let what = if size > len { "truncation: " } else { "" };
     NetError::failure(
         Some(peer),
-        format!("shm transport: {what}a message of {size} bytes from rank {peer} met a receive of {len}"),
+        format!(
+            "shm transport: {what}a message of {size} bytes from rank {peer} met a receive \
+             of {len}"
+        ),
     )
 }
 
@@ -673,7 +676,10 @@ impl Transport for ShmTransport {
                 Ok(SendState::Cancelled) => Ok(TestOutcome::Cancelled),
                 Ok(SendState::Rejected) => Err(NetError::failure(
                     Some(peer),
-                    format!("shm transport: rank {peer} has a receive of another size than this send of {size} bytes"),
+                    format!(
+                        "shm transport: rank {peer} has a receive of another size than this \
+                         send of {size} bytes"
+                    ),
                 )),
                 Ok(SendState::Failed) => Err(NetError::failure(
                     Some(peer),

@@ -39,7 +39,9 @@ pub(super) fn open(
     let device = Arc::new(HostMemCallbacks::new(mem.clone()));
     let clock = Arc::new(proxy_core::base::time::MonotonicClock);
     let (mut comm, cq_idle, transport, link) = if args.transport == TransportArg::Shm {
-        let comm = proxy_shm::open_shm_comm(peers, device, clock).map_err(|e| e.to_string())?;
+        let sc = proxy_shm::ShmCommConfig::default();
+        let comm =
+            proxy_shm::open_shm_comm(peers, &sc, device, clock).map_err(|e| e.to_string())?;
         let transport = "proxy-shm (own shared memory; large messages: CMA)".to_owned();
         (comm, None, transport, LinkKind::SharedMemory)
     } else {
