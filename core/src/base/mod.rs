@@ -17,6 +17,7 @@ pub mod desc;
 pub mod dump_lines;
 pub mod host_word;
 pub mod ring;
+pub mod slab;
 pub mod state;
 pub mod status;
 pub mod sync;

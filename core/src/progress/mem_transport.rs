@@ -84,6 +84,7 @@ use core::fmt;
 
 use crate::base::bell::BellSlot;
 use crate::base::ring::{self, Consumer, Producer};
+use crate::base::slab::Slab;
 use crate::base::sync::{fence, spin_loop, Arc, AtomicBool, Ordering, PlainArc, UnsafeCell};
 use crate::progress::net::{NetError, Posted, RequestId, TestOutcome, Transport, MAX_NRANKS};
 use arrivals::Arrivals;
@@ -378,82 +379,6 @@ impl Request {
     }
 }
 
-/// One slot of the request slab.
-struct Entry {
-    /// Bumped each time the slot is released, so a stale id is recognised (never 0).
-    generation: u32,
-    req: Option<Request>,
-}
-
-/// Request ids: `generation << 32 | index` into `entries`.
-#[derive(Default)]
-struct Slab {
-    entries: Vec<Entry>,
-    /// Indices of free entries.
-    free: Vec<u32>,
-    /// Occupied entries.
-    live: usize,
-}
-
-impl Slab {
-    fn is_full(&self) -> bool {
-        self.live >= MAX_REQUESTS
-    }
-
-    /// Stores `req`; the caller has checked `!is_full()`. Returns (index, id).
-    fn insert(&mut self, req: Request) -> (u32, RequestId) {
-        let index = match self.free.pop() {
-            Some(i) => i,
-            None => {
-                self.entries.push(Entry {
-                    generation: 1,
-                    req: None,
-                });
-                // Fits: at most MAX_REQUESTS (< u32::MAX) entries ever exist.
-                (self.entries.len() - 1) as u32
-            }
-        };
-        let entry = &mut self.entries[index as usize];
-        entry.req = Some(req);
-        self.live += 1;
-        (
-            index,
-            (u64::from(entry.generation) << 32) | u64::from(index),
-        )
-    }
-
-    /// The index of live request `id`, or `None` for an unknown or released id.
-    fn lookup(&self, id: RequestId) -> Option<u32> {
-        let index = id as u32;
-        let entry = self.entries.get(index as usize)?;
-        (u64::from(entry.generation) == id >> 32 && entry.req.is_some()).then_some(index)
-    }
-
-    fn get_mut(&mut self, index: u32) -> Option<&mut Request> {
-        self.entries.get_mut(index as usize)?.req.as_mut()
-    }
-
-    /// Releases entry `index` and hands back its request (the caller may keep a send's
-    /// descriptor for reuse).
-    fn remove(&mut self, index: u32) -> Option<Request> {
-        let entry = &mut self.entries[index as usize];
-        let req = entry.req.take();
-        if req.is_some() {
-            entry.generation = entry.generation.wrapping_add(1).max(1);
-            self.free.push(index);
-            self.live -= 1;
-        }
-        req
-    }
-
-    fn iter_mut(&mut self) -> impl Iterator<Item = (u32, &mut Request)> {
-        self.entries
-            .iter_mut()
-            .enumerate()
-            .filter_map(|(i, e)| e.req.as_mut().map(|r| (i as u32, r)))
-    }
-}
-
 /// One rank's endpoint of a [`MemFabric`]; implements [`Transport`].
 ///
 /// `Send`, not `Sync`: one thread at a time drives it (docs/design.md §8).
@@ -480,7 +405,7 @@ pub struct MemTransport {
     unexpected: Vec<BTreeMap<u64, VecDeque<Msg>>>,
     /// Messages in `unexpected`.
     unexpected_len: usize,
-    slab: Slab,
+    slab: Slab<Request>,
     /// Descriptors of finished sends, kept for reuse by the next `isend` (so a steady state of
     /// sends allocates no descriptor and, for eager sends, no payload copy buffer).
     spare: Vec<Msg>,

@@ -215,6 +215,27 @@ impl PeerWatch {
     }
 }
 
+impl PeerWatch {
+    /// [`PeerWatch::check`] as a transport's failure: `NRT_NETWORK_PROXY_FAILURE` naming the
+    /// lost rank, the message led by the transport's name (`transport`), for the transports
+    /// that run a watch from their `poll` (libfabric, `proxy-shm`).
+    ///
+    /// # Errors
+    /// As [`PeerWatch::check`], converted.
+    pub fn check_transport(
+        &mut self,
+        transport: &str,
+    ) -> Result<(), proxy_core::progress::net::NetError> {
+        self.check().map_err(|e| {
+            let message = match e.lost_rank() {
+                Some(r) => format!("{transport}: rank {r} lost (bootstrap): {e}"),
+                None => format!("{transport}: the bootstrap failed: {e}"),
+            };
+            proxy_core::progress::net::NetError::failure(e.lost_rank(), message)
+        })
+    }
+}
+
 /// `CLOCK_MONOTONIC_COARSE` in nanoseconds, `u64::MAX` if the clock cannot be read: the
 /// watch's clock (and the libfabric shm watchdog's). It is read at every transport progress
 /// call, where a full `clock_gettime` was 1 % of a crowded 8 B all-reduce's profile; its

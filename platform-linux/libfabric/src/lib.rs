@@ -405,15 +405,8 @@ impl LibfabricTransport {
         let Some(w) = self.watch.as_mut() else {
             return Ok(());
         };
-        w.check().map_err(|e| {
-            let message = match e.lost_rank() {
-                Some(r) => format!("{}: rank {r} lost (bootstrap): {e}", self.name),
-                None => format!("{}: the bootstrap failed: {e}", self.name),
-            };
-            let e = NetError::failure(e.lost_rank(), message);
-            self.watch_failed = Some(e.clone());
-            e
-        })
+        w.check_transport(&self.name)
+            .inspect_err(|e| self.watch_failed = Some(e.clone()))
     }
 
     /// The provider name (`"tcp;ofi_rxm"`).

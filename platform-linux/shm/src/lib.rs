@@ -69,8 +69,6 @@ pub mod segment;
 #[cfg(all(feature = "comm", not(loom)))]
 mod setup;
 #[cfg(all(feature = "comm", not(loom)))]
-mod slab;
-#[cfg(all(feature = "comm", not(loom)))]
 mod transport;
 
 #[cfg(all(test, feature = "comm", not(loom)))]

@@ -28,12 +28,12 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
 use proxy_bootstrap::PeerWatch;
+use proxy_core::base::slab::Slab;
 use proxy_core::progress::net::{NetError, Posted, RequestId, TestOutcome, Transport};
 
 use crate::handoff::{self, Edge, SendState};
 use crate::mailbox::{Body, Corrupt, Header, Inbox, Outbox};
 use crate::segment::{Segment, INLINE_MAX, MAILBOX_SLOTS, SEND_WORDS};
-use crate::slab::Slab;
 
 mod lent;
 pub(crate) use lent::cma_read;
@@ -474,12 +474,7 @@ impl Transport for ShmTransport {
             self.sweep();
         }
         if let Some(w) = self.watch.as_mut() {
-            if let Err(e) = w.check() {
-                let message = match e.lost_rank() {
-                    Some(r) => format!("{}: rank {r} lost (bootstrap): {e}", self.name),
-                    None => format!("{}: the bootstrap failed: {e}", self.name),
-                };
-                let e = NetError::failure(e.lost_rank(), message);
+            if let Err(e) = w.check_transport(&self.name) {
                 return Err(self.failed.get_or_insert(e).clone());
             }
         }
@@ -511,7 +506,7 @@ impl Transport for ShmTransport {
             };
             return match self.outboxes[peer as usize].push(&header, payload) {
                 Ok(true) => Ok(Some(Posted {
-                    request: self.slab.insert(Request::SendInline { size }),
+                    request: self.slab.insert(Request::SendInline { size }).1,
                     payload_copied: true,
                 })),
                 Ok(false) => Ok(None),
@@ -533,12 +528,15 @@ impl Transport for ShmTransport {
         };
         match self.outboxes[peer as usize].push(&header, &[]) {
             Ok(true) => Ok(Some(Posted {
-                request: self.slab.insert(Request::SendLent {
-                    peer,
-                    size,
-                    word,
-                    generation,
-                }),
+                request: self
+                    .slab
+                    .insert(Request::SendLent {
+                        peer,
+                        size,
+                        word,
+                        generation,
+                    })
+                    .1,
                 payload_copied: false,
             })),
             Ok(false) => {
@@ -596,7 +594,7 @@ impl Transport for ShmTransport {
                     None => continue,
                 },
             };
-            let request = self.slab.insert(Request::Recv {
+            let (_, request) = self.slab.insert(Request::Recv {
                 peer,
                 tag,
                 buf,
@@ -608,17 +606,14 @@ impl Transport for ShmTransport {
                 payload_copied: false,
             }));
         }
-        let request = self.slab.insert(Request::Recv {
+        let (index, request) = self.slab.insert(Request::Recv {
             peer,
             tag,
             buf,
             len: size,
             state: RecvState::Posted,
         });
-        self.posted[p]
-            .entry(tag)
-            .or_default()
-            .push_back(Slab::<Request>::index_of(request));
+        self.posted[p].entry(tag).or_default().push_back(index);
         Ok(Some(Posted {
             request,
             payload_copied: false,

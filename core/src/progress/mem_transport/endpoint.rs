@@ -36,7 +36,7 @@ impl MemTransport {
 
     /// Requests posted and not yet released by `test` (sends and receives).
     pub fn outstanding(&self) -> usize {
-        self.slab.live
+        self.slab.live()
     }
 
     /// Messages waiting in the unexpected list (arrived before their receive was posted).
@@ -409,7 +409,7 @@ impl Transport for MemTransport {
         let len = self.check_post(peer, buf.is_null(), size)?;
         // Back-pressure before any copy or allocation. We are the mailbox's only producer, so
         // a free slot seen here is still free at the push below.
-        if self.slab.is_full() || self.tx[peer as usize].free_slots() == 0 {
+        if self.slab.live() >= MAX_REQUESTS || self.tx[peer as usize].free_slots() == 0 {
             return Ok(None);
         }
         let eager = len <= EAGER_MAX;
@@ -454,7 +454,7 @@ impl Transport for MemTransport {
         tag: u64,
     ) -> Result<Option<Posted>, NetError> {
         let len = self.check_post(peer, buf.is_null(), size)?;
-        if self.slab.is_full() {
+        if self.slab.live() >= MAX_REQUESTS {
             return Ok(None);
         }
         // Whatever `peer` sent before this receive goes ahead of it (posting order).
@@ -613,7 +613,7 @@ impl fmt::Debug for MemTransport {
         f.debug_struct("MemTransport")
             .field("rank", &self.rank)
             .field("nranks", &self.nranks)
-            .field("outstanding", &self.slab.live)
+            .field("outstanding", &self.slab.live())
             .field("unexpected", &self.unexpected_len)
             .field("closed", &self.closed)
             .finish()
