@@ -2,7 +2,7 @@
 //! [`Bootstrap`](proxy_bootstrap::Bootstrap):
 //!
 //! ```text
-//!  create own segment ─► all-gather {pid, address, file | error}
+//!  create own segment ─► all-gather {pid, address | error}
 //!    ─► map every peer's segment, check its header, read its magic across processes (CMA)
 //!    ─► all-gather {mapped | error} ─► unlink own file ─► set_peer_watch ─► Comm::new
 //! ```
@@ -131,7 +131,7 @@ pub fn open_shm_comm(
     let layout = Layout { nranks };
     let pid = std::process::id();
 
-    // 1. Our segment; all-gather {pid, address, path} or the error.
+    // 1. Our segment; all-gather {pid, address} or the error (the paths follow from the pids).
     let path = segment_path(pid, comm_id, rank);
     let created = Segment::create(&path, layout, Owner { rank, pid }).map_err(|e| {
         format!(
