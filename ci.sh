@@ -198,6 +198,9 @@ FEATURES=(--features proxy-perf/libfabric,proxy-ffi/libfabric,proxy-driver-ffi/l
 
 clippy() {
   cargo clippy --workspace --all-targets "${FEATURES[@]}" -- -D warnings
+  # proxy-perf without libfabric (ranks as processes over own shm, libfabric refused): the
+  # build a user without libfabric-dev gets.
+  cargo clippy -p proxy-perf --all-targets -- -D warnings
   RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom \
     cargo clippy -p proxy-core -p proxy-abi -p loom-tests --all-targets --release -- -D warnings
   # The planted bugs compiled in (feature `plants`), as the plant tests build them.

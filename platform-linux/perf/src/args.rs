@@ -44,7 +44,7 @@ pub enum TransportArg {
     /// with the `libfabric` feature).
     Libfabric,
     /// The engine's own shared-memory transport (`proxy-shm`): one process per rank, all on
-    /// this host (launched like `libfabric`, same binary).
+    /// this host (launched like `libfabric`; every build, no libfabric needed).
     Shm,
 }
 
@@ -540,8 +540,8 @@ pub struct Args {
     /// rules at work: `stall-device` (its device never triggers: every rank ends NRT_TIMEOUT),
     /// `stall-rank` (its driving thread stops: the peers end NRT_TIMEOUT), `drop-comm` (its comm
     /// is aborted mid-run: it ends NRT_CLOSED, the peers NRT_TIMEOUT), `exit-rank` (its process
-    /// exits mid-run, `--transport libfabric` only: the peers end NRT_NETWORK_PROXY_FAILURE,
-    /// the log naming it), `error-completion`
+    /// exits mid-run, ranks as processes only (`--transport libfabric` or `shm`): the peers end
+    /// NRT_NETWORK_PROXY_FAILURE, the log naming it), `error-completion`
     /// (its transport reports an error completion: it ends NRT_NETWORK_PROXY_FAILURE, the peers
     /// NRT_TIMEOUT), `eagain-storm` (its transport answers "try again" in storms: the run
     /// completes correctly). `stall-rank`, `error-completion` and `eagain-storm` wrap the
@@ -566,8 +566,8 @@ pub struct Args {
     pub algo_from_env: bool,
     /// Calibrate the tuner instead of the sweep: time all-reduce with direct, recursive
     /// doubling, Rabenseifner and ring at every size of `-b`..`-e` on `--ranks` ranks (in
-    /// process; with `--transport libfabric` over the processes' comm), fit the cost model's
-    /// constants (α per step, o per FIFO entry, β per byte sent, γ per byte reduced) by least
+    /// process; with `--transport libfabric` or `shm` over the processes' comm), fit the cost
+    /// model's constants (α per step, o per FIFO entry, β per byte sent, γ per byte reduced) by least
     /// squares on the relative errors, print the fit and write the
     /// constants as JSON to FILE (then `NEURON_RT_PROXY_TUNE_FILE=FILE`; see
     /// docs/runtime-authors.md). When the ranks span hosts (processes whose bootstrap sees two

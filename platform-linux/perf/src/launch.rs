@@ -1,7 +1,7 @@
-//! `proxy-perf --transport libfabric` without a launcher: start one copy of this executable per
-//! rank on this machine, with the same arguments, through the bootstrap's [`LocalLaunch`]
-//! (root on 127.0.0.1, a free port; `FI_TCP_IFACE=lo`, so tcp stays on the loopback
-//! interface), forward rank 0's stdout (the table) to ours and every rank's stderr to ours with
+//! `proxy-perf --transport libfabric` or `shm` without a launcher: start one copy of this
+//! executable per rank on this machine, with the same arguments, through the bootstrap's
+//! [`LocalLaunch`] (root on 127.0.0.1, a free port; `FI_TCP_IFACE=lo`, so tcp stays on the
+//! loopback interface), forward rank 0's stdout (the table) to ours and every rank's stderr to ours with
 //! a `[rank r]` prefix, and exit with the worst child status.
 //!
 //! Every wait is bounded: once a child has failed, the others get

@@ -12,7 +12,8 @@
 //! (one execution each, or with `--loop` one execution looping over the block), then `-c`
 //! checked runs into poisoned outputs, out of place and in place.
 //!
-//! `--transport libfabric` (feature `libfabric`) makes the ranks processes: without launcher
+//! `--transport libfabric` (feature `libfabric`) and `--transport shm` (the engine's own shared
+//! memory, every build) make the ranks processes: without launcher
 //! variables the tool starts one copy of itself per rank on this machine (`launch`: bootstrap
 //! on 127.0.0.1, `FI_TCP_IFACE=lo`) and forwards rank 0's output; with them (a copy started by
 //! that launcher, `mpirun`, `srun`, ...) it joins the launch as one rank. `--progress-lib PATH`
@@ -22,7 +23,6 @@ pub mod args;
 pub mod compare;
 pub mod cost;
 pub mod engine;
-#[cfg(feature = "libfabric")]
 pub mod launch;
 pub mod plot;
 pub mod ranks_sweep;
@@ -174,7 +174,7 @@ fn run_inner(args: &Args) -> Result<i32, String> {
             let result = finish(args, &mut world, result);
             finish_trace(args, &world, result)
         }
-        TransportArg::Libfabric | TransportArg::Shm => libfabric(args),
+        TransportArg::Libfabric | TransportArg::Shm => processes(args),
     }
 }
 
@@ -191,22 +191,33 @@ fn finish(args: &Args, world: &mut run::World, result: Result<i32, String>) -> R
     result
 }
 
-#[cfg(not(feature = "libfabric"))]
-fn libfabric(args: &Args) -> Result<i32, String> {
-    // The launcher and the join of ranks as processes are built with the feature (for shm
-    // too, whose transport needs no libfabric: not split out yet).
-    Err(format!(
-        "--transport {}: ranks as processes need a proxy-perf built with `--features \
-         libfabric` (which needs libfabric-dev >= 1.17); use --transport mem",
-        report::transport_name(args.transport)
-    ))
+/// `Ok` unless `args` asks for `--transport libfabric` from a build without the `libfabric`
+/// feature.
+///
+/// # Errors
+/// A message naming the feature, and the transports that need no libfabric (`shm`, `mem`).
+pub fn libfabric_built(args: &Args) -> Result<(), String> {
+    if cfg!(feature = "libfabric") || args.transport != TransportArg::Libfabric {
+        return Ok(());
+    }
+    Err(NO_LIBFABRIC.into())
 }
+
+/// The refusal of `--transport libfabric` by a build without the `libfabric` feature.
+pub const NO_LIBFABRIC: &str = "--transport libfabric: this proxy-perf was not built with \
+     libfabric (build it with `--features libfabric`, which needs libfabric-dev >= 1.17); \
+     --transport shm (ranks as processes over the engine's own shared memory) and mem need no \
+     libfabric";
 
 /// `--transport libfabric` or `shm` (ranks as processes): joins an external launch when
 /// launcher variables are set, else launches one process per rank on this machine.
-#[cfg(feature = "libfabric")]
-fn libfabric(args: &Args) -> Result<i32, String> {
+///
+/// # Errors
+/// `--transport libfabric` from a build without the `libfabric` feature, refused before any
+/// process starts ([`libfabric_built`]); `shm` needs no libfabric and runs in every build.
+fn processes(args: &Args) -> Result<i32, String> {
     use proxy_bootstrap::LAUNCHER_VARS;
+    libfabric_built(args)?;
     if LAUNCHER_VARS
         .iter()
         .any(|(rank_var, _)| std::env::var_os(rank_var).is_some())
@@ -218,8 +229,8 @@ fn libfabric(args: &Args) -> Result<i32, String> {
 }
 
 /// One rank of a multi-process run: bootstrap (rank, size and root from the launcher
-/// variables and `NEURON_RT_ROOT_COMM_ID`), the libfabric comm, the sweep; only rank 0 prints.
-#[cfg(feature = "libfabric")]
+/// variables and `NEURON_RT_ROOT_COMM_ID`), the comm over libfabric or own shm, the sweep;
+/// only rank 0 prints.
 fn join(args: &Args) -> Result<i32, String> {
     use proxy_bootstrap::{Bootstrap, BootstrapConfig};
     let cfg = BootstrapConfig::from_env(None, None, None).map_err(|e| e.to_string())?;

@@ -33,8 +33,8 @@
 //! processes, uncrowded: α 3.6 µs, o 2.0 µs).
 //!
 //! # Ranks as processes, and between hosts
-//! With `--transport libfabric` (a launch's processes; without launcher variables one process
-//! per rank is launched here) the in-host fit runs over the processes' own comm, the path a
+//! With `--transport libfabric` or `shm` (a launch's processes; without launcher variables one
+//! process per rank is launched here) the in-host fit runs over the processes' own comm, the path a
 //! host's ranks take in such a run, switching algorithms on one comm
 //! ([`World::set_collective`]). When the ranks span hosts (the bootstrap sees two hosts or more
 //! with each host's ranks contiguous, or `--hosts`) the link between them is measured first

@@ -290,7 +290,7 @@ fn exit_rank_needs_processes_and_bad_faults_are_named() {
     let all_reduce = "all-reduce --ranks 2 -b 8 -e 8";
     refused(
         &format!("{all_reduce} --inject exit-rank"),
-        "exit-rank needs --transport libfabric",
+        "exit-rank needs ranks as processes (--transport libfabric or shm)",
     );
     refused(
         &format!("{all_reduce} --inject stall-device:5"),

@@ -1,5 +1,6 @@
 //! Dead-peer detection end to end (docs/design.md §9, "Liveness"): `proxy-perf` with ranks as
-//! processes over libfabric shm on this machine (bootstrap on 127.0.0.1).
+//! processes over libfabric shm (with the `libfabric` feature) and over the engine's own shared
+//! memory (every build) on this machine (bootstrap on 127.0.0.1).
 //!
 //! * A rank killed (SIGKILL) mid-collective: every surviving rank's task ends
 //!   `NRT_NETWORK_PROXY_FAILURE` and its log names the dead rank; the exec timeout is set far
@@ -9,8 +10,6 @@
 //!   (SIGCONT): slow but alive, so the run completes with every byte checked.
 //!
 //! Every wait is bounded by a deadline that fails the test (the process group is killed then).
-
-#![cfg(feature = "libfabric")]
 
 mod common;
 use common::{argv, remove_shm_regions};
@@ -146,12 +145,14 @@ fn rank_processes(launcher: i32, n: usize, deadline: Instant) -> Vec<(i32, u32)>
 }
 
 /// The state letter of `/proc/<pid>/stat` (`T` = stopped).
+#[cfg(feature = "libfabric")]
 fn proc_state(pid: i32) -> Option<char> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // The state follows the command name's closing parenthesis.
     stat.rsplit_once(')')?.1.trim_start().chars().next()
 }
 
+#[cfg(feature = "libfabric")]
 fn data_row(l: &str) -> bool {
     !l.starts_with('#') && l.split_whitespace().count() >= 13
 }
@@ -228,17 +229,20 @@ fn killed_rank(transport: &str, victim: u32) {
     }
 }
 
+#[cfg(feature = "libfabric")]
 const LIBFABRIC_SHM: &str = "--transport libfabric --provider shm";
 /// The engine's own shared memory (`proxy-shm`): no lock a dead peer could hold, so only the
 /// bootstrap watch is at work.
 const OWN_SHM: &str = "--transport shm";
 
+#[cfg(feature = "libfabric")]
 #[test]
 fn a_killed_leaf_fails_every_survivor_naming_it() {
     // A leaf: the root sees it lost and tells the other leaf (`Lost`).
     killed_rank(LIBFABRIC_SHM, 2);
 }
 
+#[cfg(feature = "libfabric")]
 #[test]
 fn a_killed_root_fails_every_survivor_naming_it() {
     killed_rank(LIBFABRIC_SHM, 0);
@@ -252,6 +256,7 @@ fn over_own_shm_a_killed_leaf_or_root_fails_every_survivor_naming_it() {
 
 /// A rank stopped for longer than the bootstrap's TCP_USER_TIMEOUT (its kernel still answers)
 /// and resumed: the run completes, every byte checked.
+#[cfg(feature = "libfabric")]
 #[test]
 fn a_stopped_and_resumed_rank_does_not_fail() {
     let stop_for = proxy_bootstrap::PEER_TIMEOUT + Duration::from_millis(500);

@@ -628,11 +628,9 @@ impl Drop for World {
 mod calibrate;
 mod device;
 mod execute;
-#[cfg(feature = "libfabric")]
 mod idle;
 mod inject;
 mod pinning;
-#[cfg(feature = "libfabric")]
 mod process_comm;
 mod setup;
 pub use setup::host_map_of;

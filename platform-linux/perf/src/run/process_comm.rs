@@ -1,13 +1,13 @@
 //! The comm of one process of a multi-process run, over the transport `--transport` names:
-//! libfabric (`--provider`), or the engine's own shared memory (`proxy-shm`).
+//! libfabric (`--provider`; built with the `libfabric` feature), or the engine's own shared
+//! memory (`proxy-shm`, every build).
 
 use std::sync::Arc;
 
 use proxy_bootstrap::SharedBootstrap;
 use proxy_collectives::planner::tuner::LinkKind;
+use proxy_core::driver::idle::IdleWait;
 use proxy_core::progress::comm::Comm;
-use proxy_libfabric::net_setup::{open_libfabric_comm_with_idle, LibfabricCommConfig};
-use proxy_libfabric::{CqIdleWait, Options};
 use proxy_runtime::hostmem::{HostMem, HostMemCallbacks};
 
 use crate::args::{Args, TransportArg};
@@ -16,7 +16,7 @@ use crate::args::{Args, TransportArg};
 pub(super) struct ProcessComm {
     pub comm: Comm,
     /// The comm's idle wait on the completion queue's descriptor (libfabric tcp, when asked).
-    pub cq_idle: Option<Arc<CqIdleWait>>,
+    pub cq_idle: Option<Arc<dyn IdleWait>>,
     /// For the header: the transport, how its large messages move, how it idles.
     pub transport: String,
     /// The tuner's default constants for it.
@@ -45,30 +45,7 @@ pub(super) fn open(
         let transport = "proxy-shm (own shared memory; large messages: CMA)".to_owned();
         (comm, None, transport, LinkKind::SharedMemory)
     } else {
-        let lf = LibfabricCommConfig {
-            transport: Options {
-                provider,
-                cq_wait_fd: block,
-                ..Options::default()
-            },
-            ..LibfabricCommConfig::default()
-        };
-        // SAFETY: the idle wait goes only into the comm's proxy queue (World::join), whose
-        // drive token holder alone calls it, between its ticks.
-        let (comm, cq_idle) = unsafe { open_libfabric_comm_with_idle(peers, &lf, device, clock) }
-            .map_err(|e| e.to_string())?;
-        let name = comm.transport().name();
-        let prov = name.strip_prefix("libfabric/").unwrap_or(name).to_owned();
-        // shm: how its large messages move (CMA, or mmap when CMA is unavailable), as the
-        // transport detected it at open.
-        let transport = match proxy_libfabric::shm_cma::shm_large_messages() {
-            Some(shm) if prov == "shm" => format!(
-                "libfabric (provider shm; large messages: {})",
-                shm.describe()
-            ),
-            _ => format!("libfabric (provider {prov})"),
-        };
-        (comm, cq_idle, transport, LinkKind::of_provider(&prov))
+        open_libfabric(peers, device, clock, block, provider)?
     };
     // SAFETY: the tool owns every buffer and word it hands to `start`, and keeps them alive
     // until the executions that use them are complete (buffers of finished rows are retired,
@@ -85,4 +62,60 @@ pub(super) fn open(
         transport,
         link,
     })
+}
+
+/// What [`open`] takes from a libfabric comm: the comm, its idle wait, the header's transport
+/// text, the tuner's link kind.
+type Opened = (Comm, Option<Arc<dyn IdleWait>>, String, LinkKind);
+
+/// The comm over libfabric (`provider`, or `FI_PROVIDER` / the automatic choice); `block`: an
+/// idle wait on the CQ descriptor where the provider has one.
+#[cfg(feature = "libfabric")]
+fn open_libfabric(
+    peers: &SharedBootstrap,
+    device: Arc<HostMemCallbacks>,
+    clock: Arc<proxy_core::base::time::MonotonicClock>,
+    block: bool,
+    provider: Option<String>,
+) -> Result<Opened, String> {
+    use proxy_libfabric::net_setup::{open_libfabric_comm_with_idle, LibfabricCommConfig};
+    use proxy_libfabric::Options;
+    let lf = LibfabricCommConfig {
+        transport: Options {
+            provider,
+            cq_wait_fd: block,
+            ..Options::default()
+        },
+        ..LibfabricCommConfig::default()
+    };
+    // SAFETY: the idle wait goes only into the comm's proxy queue (World::join), whose
+    // drive token holder alone calls it, between its ticks.
+    let (comm, cq_idle) = unsafe { open_libfabric_comm_with_idle(peers, &lf, device, clock) }
+        .map_err(|e| e.to_string())?;
+    let name = comm.transport().name();
+    let prov = name.strip_prefix("libfabric/").unwrap_or(name).to_owned();
+    // shm: how its large messages move (CMA, or mmap when CMA is unavailable), as the
+    // transport detected it at open.
+    let transport = match proxy_libfabric::shm_cma::shm_large_messages() {
+        Some(shm) if prov == "shm" => format!(
+            "libfabric (provider shm; large messages: {})",
+            shm.describe()
+        ),
+        _ => format!("libfabric (provider {prov})"),
+    };
+    let cq_idle = cq_idle.map(|c| c as Arc<dyn IdleWait>);
+    Ok((comm, cq_idle, transport, LinkKind::of_provider(&prov)))
+}
+
+/// Without the `libfabric` feature: refused, with [`crate::NO_LIBFABRIC`] (which
+/// `crate::libfabric_built` answers earlier, before any process starts).
+#[cfg(not(feature = "libfabric"))]
+fn open_libfabric(
+    _peers: &SharedBootstrap,
+    _device: Arc<HostMemCallbacks>,
+    _clock: Arc<proxy_core::base::time::MonotonicClock>,
+    _block: bool,
+    _provider: Option<String>,
+) -> Result<Opened, String> {
+    Err(crate::NO_LIBFABRIC.into())
 }

@@ -237,7 +237,7 @@ impl World {
         let n = args.ranks;
         if args.inject.is_some_and(|i| i.fault == FaultArg::ExitRank) {
             return Err(
-                "--inject exit-rank needs --transport libfabric (ranks as processes)".into(),
+                "--inject exit-rank needs ranks as processes (--transport libfabric or shm)".into(),
             );
         }
         let target = inject_target(args)?;
@@ -376,7 +376,6 @@ impl World {
     ///
     /// # Errors
     /// A message when the comm (on any rank), a thread or the engine cannot be set up.
-    #[cfg(feature = "libfabric")]
     pub fn join(
         args: &Args,
         boot: proxy_bootstrap::Bootstrap,

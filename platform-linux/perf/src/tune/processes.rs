@@ -1,23 +1,19 @@
-//! `--tune` with ranks as processes (`--transport libfabric`): the link between hosts, then the
-//! in-host fit among host 0's processes; see the parent module's "Ranks as processes, and
+//! `--tune` with ranks as processes (`--transport libfabric` or `shm`): the link between hosts,
+//! then the in-host fit among host 0's processes; see the parent module's "Ranks as processes, and
 //! between hosts".
 
-#[cfg(feature = "libfabric")]
 use super::{link, measure_in_host, report, InHost, PASSES};
 use crate::args::Args;
-#[cfg(feature = "libfabric")]
 use crate::args::TransportArg;
-#[cfg(feature = "libfabric")]
 use crate::run::World;
 
-#[cfg(not(feature = "libfabric"))]
-pub(super) fn across_processes(_args: &Args, _file: &std::path::Path) -> Result<i32, String> {
-    Err("--tune --transport libfabric: this proxy-perf was not built with libfabric".into())
-}
-
 /// `--tune` with ranks as processes: see [`run`].
-#[cfg(feature = "libfabric")]
+///
+/// # Errors
+/// `--transport libfabric` from a build without the `libfabric` feature
+/// ([`crate::libfabric_built`]); a set-up or measurement failure on any rank.
 pub(super) fn across_processes(args: &Args, file: &std::path::Path) -> Result<i32, String> {
+    crate::libfabric_built(args)?;
     use proxy_bootstrap::{Bootstrap, BootstrapConfig, LAUNCHER_VARS};
     if !LAUNCHER_VARS
         .iter()
