@@ -48,6 +48,13 @@
 //! 32 ranks 98 → 55; 4 rank processes over tcp, recursive doubling 35 µs, the ring's 6 steps
 //! 103 (nearly twice the work of its messages alone), the hierarchy 32. The other collectives
 //! keep the critical path alone.
+//!
+//! # Between hosts
+//! When an all-reduce's ranks span hosts, the flat algorithms' terms are costed under the
+//! constants of the link between hosts ([`PlanParams::inter_host_model`]), and the bytes their
+//! crossing steps send take as long as the host's ranks that cross at once make them: a
+//! host's `s` ranks share its link ([`shared_link_bytes`]; NCCL likewise costs a node's
+//! bandwidth, not a rank's). In the hierarchy only the leaders cross.
 
 use alloc::format;
 use alloc::string::String;
@@ -437,7 +444,8 @@ pub fn crowded_work(p: &PlanParams, algorithm: Algorithm, model: &CostModel) -> 
 }
 
 /// The modelled time in nanoseconds that [`pick`] compares for `algorithm` on `p`: [`cost`]
-/// under [`PlanParams::inter_host_model`] when an all-reduce spans hosts, else under
+/// under [`PlanParams::inter_host_model`] when an all-reduce spans hosts (plus the bytes of
+/// [`shared_link_bytes`] at its β), else under
 /// [`PlanParams::cost_model`]; [`hierarchical_cost`] for [`Algorithm::Hierarchical`] where it
 /// is a candidate (ranks spanning hosts, or a crowded host with a host map); on a crowded host
 /// ([`crowding`]) an all-reduce's time at least the host's work over its CPUs
@@ -458,7 +466,7 @@ pub fn modelled_ns(p: &PlanParams, algorithm: Algorithm) -> Option<u64> {
         }
         hierarchical_cost(p)
     } else {
-        cost(
+        let t = cost(
             p.collective,
             algorithm,
             p.bytes(),
@@ -466,12 +474,65 @@ pub fn modelled_ns(p: &PlanParams, algorithm: Algorithm) -> Option<u64> {
             p.chunk_bytes,
             p.streams.saturating_mul(p.blocks) > 1,
             model,
-        )?
+        )?;
+        if spans {
+            let shared = Terms {
+                sent: shared_link_bytes(p, algorithm),
+                ..Terms::default()
+            };
+            t.saturating_add(shared.time_ns(model))
+        } else {
+            t
+        }
     };
     Some(match crowd {
         Some(cpus) => crowded_work(p, algorithm, model).map_or(t, |w| t.max(w / u64::from(cpus))),
         None => t,
     })
+}
+
+/// The bytes a host's link carries for `p`'s all-reduce under the flat `algorithm` beyond what
+/// one rank's critical path counts ([`terms`] costs each rank's sends as if the rank had the
+/// link to itself): in the steps where a rank's partner is on another host, every rank of the
+/// host crosses at once, so the largest host's `s` ranks share its link and the step's bytes
+/// take `s` times as long. With hosts of `s` consecutive ranks, the steps of recursive doubling
+/// and Rabenseifner's halving and doubling at distances `≥ s` cross (the first `⌊log2 s⌋`
+/// distances stay inside a host); direct sends `n − s` of its `n − 1` messages across. The ring
+/// crosses once per host and step: nothing shared. 0 on one host, and for the other
+/// collectives (only the all-reduce is costed across hosts). Measured between two namespaces of
+/// two ranks each (BENCHMARKS.md, "Two hosts"): both ranks of a host crossing at once take
+/// twice the time of one, which the model without this term missed at 512 KiB and 2 MiB.
+///
+/// Exact, and charged, only where every host has the same power-of-two number of ranks and
+/// their count is a power of two too. Elsewhere the fold of the ranks above a power of two
+/// renumbers the partners, and which steps cross, and with how many ranks of a host, follows
+/// from the map (two hosts of three: none crosses with two ranks at once); 0 there, the model
+/// as it was.
+pub fn shared_link_bytes(p: &PlanParams, algorithm: Algorithm) -> u128 {
+    let host = largest_host(p);
+    let sizes = p.hosts.sizes();
+    let even = sizes.iter().all(|&x| x == host)
+        && host.is_power_of_two()
+        && p.nranks.is_power_of_two()
+        && u64::from(p.nranks) == p.hosts.ranks();
+    if p.collective != Collective::AllReduce || !p.hosts.spans_hosts() || host < 2 || !even {
+        return 0;
+    }
+    let (s, n) = (u128::from(host), u128::from(p.nranks.max(1)));
+    let b = u128::from(p.bytes());
+    let (l, _) = log2_fold(u64::from(p.nranks.max(1)));
+    let (in_host, _) = log2_fold(u64::from(host));
+    // Steps at distance ≥ s: the crossing ones.
+    let cross_steps = u128::from(l.saturating_sub(in_host));
+    let crossing = match algorithm {
+        Algorithm::RecursiveDoubling => cross_steps * b,
+        // Halving from distance p/2 down moves b/2, b/4, ...: the crossing steps come first;
+        // the doubling crosses the same distances back.
+        Algorithm::Rabenseifner => 2 * (b - (b >> cross_steps.min(127))),
+        Algorithm::Direct => n.saturating_sub(s) * b,
+        _ => 0,
+    };
+    (s - 1) * crossing
 }
 
 /// The terms of the hierarchy's middle phase on `p`'s vector: the leaders' all-reduce, one
