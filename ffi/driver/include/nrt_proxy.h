@@ -50,14 +50,16 @@
  * and `nrt_proxy_config_t.worker_nap_us`, formerly `reserved`; 6: the tuner's kind of link,
  * `nrt_proxy_tuner_link_set` / `nrt_proxy_tuner_link_get`; 7: the tuner's crowded host,
  * `nrt_proxy_tuner_progress_cpus_set` / `nrt_proxy_tuner_progress_cpus_get`; 8: its ranks in
- * CPU blocks, `nrt_proxy_tuner_cpu_blocks_set` / `nrt_proxy_tuner_cpu_blocks_get`).
+ * CPU blocks, `nrt_proxy_tuner_cpu_blocks_set` / `nrt_proxy_tuner_cpu_blocks_get`; 9: comms
+ * between processes over the engine's own shared memory, `provider`
+ * [`NRT_PROXY_PROVIDER_OWN_SHM`]).
  */
-#define NRT_PROXY_ABI_VERSION_MINOR 8
+#define NRT_PROXY_ABI_VERSION_MINOR 9
 
 /**
  * `(major << 16) | minor`, what `nrt_proxy_abi_version()` returns.
  */
-#define NRT_PROXY_ABI_VERSION 65544
+#define NRT_PROXY_ABI_VERSION 65545
 
 /**
  * The nap bound `worker_nap_us` suggests (µs): long enough that a worker whose wake-ups all
@@ -584,7 +586,9 @@ typedef struct nrt_proxy_comm_config_t {
      */
     struct nrt_proxy_group_t *group;
     /**
-     * libfabric provider name (NULL: the progress half's default).
+     * libfabric provider name (NULL: the progress half's default), or
+     * [`NRT_PROXY_PROVIDER_OWN_SHM`] (`"proxy-shm"`): the engine's own shared memory between
+     * the processes of one host, not libfabric.
      */
     const char *provider;
     /**
@@ -1254,16 +1258,20 @@ NRT_STATUS nrt_proxy_comm_config_init(struct nrt_proxy_comm_config_t *config);
  * * `config->group` set: a rank of this process's group (in-memory transport; the group's
  *   in-process barrier; rank 0 is the barrier leader). `nranks` must be the group's.
  * * `config->group` NULL: a rank of a comm between processes over libfabric (`provider`,
- *   `root_addr`; collective and blocking, as `nccom_comm_create`). With `barrier_root_addr`,
- *   the driver then bootstraps its own barrier channel (collective too; every rank gives the
- *   same address); every rank is its own barrier leader.
+ *   `root_addr`; collective and blocking, as `nccom_comm_create`), or, with `provider`
+ *   [`NRT_PROXY_PROVIDER_OWN_SHM`] (`"proxy-shm"`), over the engine's own shared memory
+ *   between the processes of one host (`NCCOM_TRANSPORT_SHM`: needs a progress half of C ABI
+ *   1.5, built with or without libfabric; bootstrapped from `root_addr` likewise). With
+ *   `barrier_root_addr`, the driver then bootstraps its own barrier channel (collective too;
+ *   every rank gives the same address); every rank is its own barrier leader.
  *
  * The comm is not yet on a proxy queue: `nrt_proxy_comm_join` puts it there. It may also be
  * driven through the trampolines without joining (`nrt_proxy_comm_nccom`).
  *
  * Returns `NRT_SUCCESS`; `NRT_INVALID_HANDLE` for a bad instance or group; `NRT_INVALID` for a
  * NULL `config` / `out`, a wrong `struct_size`, a group of another instance or size, strings
- * with a group, and whatever `nccom_comm_create` refuses (its status is returned: rank out of
+ * with a group, a `provider` that is not UTF-8, `"proxy-shm"` over a progress half older than
+ * C ABI 1.5, and whatever `nccom_comm_create` refuses (its status is returned: rank out of
  * range, a rank taken twice, libfabric missing from the progress half, ...); the bootstraps'
  * `NRT_TIMEOUT` / `NRT_NETWORK_PROXY_FAILURE`; `NRT_RESOURCE` when too many comms are live.
  *
@@ -2078,6 +2086,15 @@ NRT_STATUS nrt_proxy_tuner_cpu_blocks_get(uint32_t *on);
 #endif  // __cplusplus
 
 #endif  /* NRT_PROXY_H */
+
+/**
+ * `provider` of nrt_proxy_comm_config_t (ABI 1.9) for a comm between processes over the
+ * engine's own shared memory instead of libfabric: every rank on this host, bootstrapped from
+ * `root_addr`, large messages by cross-memory attach; the progress half must be of C ABI 1.5
+ * or later (NCCOM_TRANSPORT_SHM). The Rust constant NRT_PROXY_PROVIDER_OWN_SHM (a string,
+ * which cbindgen does not emit), checked equal by tests/header.rs.
+ */
+#define NRT_PROXY_PROVIDER_OWN_SHM "proxy-shm"
 
 /* The status record is the engine's 24-byte TaskRecord: checked here and in the Rust crate. */
 #ifdef __cplusplus

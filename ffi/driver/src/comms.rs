@@ -27,6 +27,9 @@ use crate::handles::{instance_of, with_comm, with_live_retrying, COMMS, GROUPS};
 use crate::objects::{aborts, deadline_after, CommEntry};
 use crate::types::*;
 
+/// The progress half's C ABI version that first offers `NCCOM_TRANSPORT_SHM` (1.5).
+const OWN_SHM_PROGRESS_ABI: u32 = 0x1_0005;
+
 /// How long `nrt_proxy_comm_destroy` waits for a joined comm to leave its queue.
 const DESTROY_LEAVE_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -97,16 +100,20 @@ fn process_barrier(
 /// * `config->group` set: a rank of this process's group (in-memory transport; the group's
 ///   in-process barrier; rank 0 is the barrier leader). `nranks` must be the group's.
 /// * `config->group` NULL: a rank of a comm between processes over libfabric (`provider`,
-///   `root_addr`; collective and blocking, as `nccom_comm_create`). With `barrier_root_addr`,
-///   the driver then bootstraps its own barrier channel (collective too; every rank gives the
-///   same address); every rank is its own barrier leader.
+///   `root_addr`; collective and blocking, as `nccom_comm_create`), or, with `provider`
+///   [`NRT_PROXY_PROVIDER_OWN_SHM`] (`"proxy-shm"`), over the engine's own shared memory
+///   between the processes of one host (`NCCOM_TRANSPORT_SHM`: needs a progress half of C ABI
+///   1.5, built with or without libfabric; bootstrapped from `root_addr` likewise). With
+///   `barrier_root_addr`, the driver then bootstraps its own barrier channel (collective too;
+///   every rank gives the same address); every rank is its own barrier leader.
 ///
 /// The comm is not yet on a proxy queue: `nrt_proxy_comm_join` puts it there. It may also be
 /// driven through the trampolines without joining (`nrt_proxy_comm_nccom`).
 ///
 /// Returns `NRT_SUCCESS`; `NRT_INVALID_HANDLE` for a bad instance or group; `NRT_INVALID` for a
 /// NULL `config` / `out`, a wrong `struct_size`, a group of another instance or size, strings
-/// with a group, and whatever `nccom_comm_create` refuses (its status is returned: rank out of
+/// with a group, a `provider` that is not UTF-8, `"proxy-shm"` over a progress half older than
+/// C ABI 1.5, and whatever `nccom_comm_create` refuses (its status is returned: rank out of
 /// range, a rank taken twice, libfabric missing from the progress half, ...); the bootstraps'
 /// `NRT_TIMEOUT` / `NRT_NETWORK_PROXY_FAILURE`; `NRT_RESOURCE` when too many comms are live.
 ///
@@ -162,14 +169,40 @@ pub unsafe extern "C" fn nrt_proxy_comm_create(
         let bells = Arc::new(CommBells::default());
         let leader;
         if c.group.is_null() {
-            nc.transport.kind = NCCOM_TRANSPORT_LIBFABRIC;
+            // SAFETY: the C contract: strings NULL or NUL-terminated.
+            let provider = unsafe { c_string(WHAT, "provider", c.provider) }?;
+            let own_shm = provider.as_deref() == Some(NRT_PROXY_PROVIDER_OWN_SHM);
             nc.transport.libfabric = NccomLibfabricDesc {
                 provider: c.provider,
                 root_addr: c.root_addr,
                 bootstrap_timeout_ms: c.bootstrap_timeout_ms,
             };
+            if own_shm {
+                // The engine's own shared memory (NCCOM_TRANSPORT_SHM, progress half ABI 1.5):
+                // bootstrapped from the same root and timeout, no provider.
+                let v = inst.lib.abi_version();
+                if v < OWN_SHM_PROGRESS_ABI {
+                    return bad(
+                        WHAT,
+                        format_args!(
+                            "provider \"{NRT_PROXY_PROVIDER_OWN_SHM}\" needs a progress half of \
+                             C ABI 1.5 or later (NCCOM_TRANSPORT_SHM); the loaded one is {v:#x}"
+                        ),
+                    );
+                }
+                nc.transport.kind = NCCOM_TRANSPORT_SHM;
+                nc.transport.libfabric.provider = ptr::null();
+            } else {
+                nc.transport.kind = NCCOM_TRANSPORT_LIBFABRIC;
+            }
             leader = true;
-            if inst.idle_block {
+            if inst.idle_block && own_shm {
+                log::info!(
+                    "{WHAT}: rank {}: NEURON_RT_PROXY_IDLE=block, but a comm over the own shared \
+                     memory has no completion descriptor to sleep on: its driver yields",
+                    c.rank
+                );
+            } else if inst.idle_block {
                 let t = inst.lib.init();
                 if t.comm_idle_arm.is_some() && t.comm_idle_available.is_some() {
                     nc.flags |= NCCOM_COMM_IDLE_WAIT;

@@ -20,10 +20,12 @@ pub const NRT_PROXY_ABI_VERSION_MAJOR: u32 = 1;
 /// and `nrt_proxy_config_t.worker_nap_us`, formerly `reserved`; 6: the tuner's kind of link,
 /// `nrt_proxy_tuner_link_set` / `nrt_proxy_tuner_link_get`; 7: the tuner's crowded host,
 /// `nrt_proxy_tuner_progress_cpus_set` / `nrt_proxy_tuner_progress_cpus_get`; 8: its ranks in
-/// CPU blocks, `nrt_proxy_tuner_cpu_blocks_set` / `nrt_proxy_tuner_cpu_blocks_get`).
-pub const NRT_PROXY_ABI_VERSION_MINOR: u32 = 8;
+/// CPU blocks, `nrt_proxy_tuner_cpu_blocks_set` / `nrt_proxy_tuner_cpu_blocks_get`; 9: comms
+/// between processes over the engine's own shared memory, `provider`
+/// [`NRT_PROXY_PROVIDER_OWN_SHM`]).
+pub const NRT_PROXY_ABI_VERSION_MINOR: u32 = 9;
 /// `(major << 16) | minor`, what `nrt_proxy_abi_version()` returns.
-pub const NRT_PROXY_ABI_VERSION: u32 = 0x0001_0008;
+pub const NRT_PROXY_ABI_VERSION: u32 = 0x0001_0009;
 
 /// The nap bound `worker_nap_us` suggests (µs): long enough that a worker whose wake-ups all
 /// ring costs a few hundred wake-ups a second when a ring is missed, short enough that a
@@ -86,6 +88,13 @@ pub const NRT_PROXY_DRIVE_THREAD: u32 = 0;
 /// `drive_mode`: no thread; the comms' threads drive their queue (`nrt_proxy_tick`,
 /// `nrt_proxy_drive_until`, and the waits, which drive while the queue's drive token is free).
 pub const NRT_PROXY_DRIVE_CALLER: u32 = 1;
+
+/// `provider` of `nrt_proxy_comm_config_t` (ABI 1.9) for a comm between processes over the
+/// engine's own shared memory instead of libfabric: every rank on this host, bootstrapped from
+/// `root_addr` as a libfabric comm is, large messages by cross-memory attach
+/// (`process_vm_readv`), no lock in shared memory; the progress half must be of C ABI 1.5 or
+/// later (`NCCOM_TRANSPORT_SHM`), with or without libfabric.
+pub const NRT_PROXY_PROVIDER_OWN_SHM: &str = "proxy-shm";
 
 /// `global_rank` of `nrt_proxy_comm_config_t`: the same as `rank`.
 pub const NRT_PROXY_RANK_SAME: u32 = u32::MAX;
@@ -203,7 +212,9 @@ pub struct NrtProxyCommConfig {
     pub flags: u32,
     /// The group of this process's ranks, or NULL (ranks in other processes).
     pub group: *mut NrtProxyGroup,
-    /// libfabric provider name (NULL: the progress half's default).
+    /// libfabric provider name (NULL: the progress half's default), or
+    /// [`NRT_PROXY_PROVIDER_OWN_SHM`] (`"proxy-shm"`): the engine's own shared memory between
+    /// the processes of one host, not libfabric.
     pub provider: *const c_char,
     /// The progress half's bootstrap root `host:port` (NULL: `NEURON_RT_ROOT_COMM_ID`).
     pub root_addr: *const c_char,

@@ -362,6 +362,37 @@ fn c_runtime_exchanges_between_two_processes_over_libfabric_tcp() {
     }
 }
 
+/// The same two processes over the engine's own shared memory (`provider`
+/// `NRT_PROXY_PROVIDER_OWN_SHM`, ABI 1.9) instead of libfabric tcp: every byte and record
+/// checked, thread and caller mode; the progress half's log says the comm is proxy-shm's (its
+/// set-up line), not libfabric's.
+#[cfg(feature = "libfabric")]
+#[test]
+fn c_runtime_exchanges_between_two_processes_over_own_shm() {
+    let exe = compile("tcp_exchange", "tcp_exchange_shm", &["-pthread", "-ldl"]);
+    for mode in ["thread", "caller"] {
+        let outs = tcp_pair(
+            mode,
+            &[
+                ("TCP_EXCHANGE_OWN_SHM", "1"),
+                ("NEURON_RT_LOG_LEVEL", "info"),
+            ],
+            || Command::new(&exe),
+        );
+        for (rank, (_, err)) in outs.iter().enumerate() {
+            // proxy-shm's set-up line (`rank R/2: shm comm C mapped 2 segments`).
+            assert!(
+                err.contains(&format!("rank {rank}/2: shm comm ")) && err.contains("mapped 2"),
+                "{mode} rank {rank}: no sign of the own shared-memory transport:\n{err}"
+            );
+            assert!(
+                !err.contains("libfabric/tcp"),
+                "{mode} rank {rank}: a libfabric comm:\n{err}"
+            );
+        }
+    }
+}
+
 /// The same two processes with `NEURON_RT_PROXY_IDLE=block`, thread and caller mode: the
 /// exchange is as exact; each rank's proxy queue has the comm's idle wait wired and its driver
 /// slept on the CQ descriptor at least once (the dump's `idle=wired idle_sleeps=N`, N >= 1);

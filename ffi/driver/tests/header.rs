@@ -43,6 +43,18 @@ fn committed_header_is_fresh() {
     }
 }
 
+/// The header's `NRT_PROXY_PROVIDER_OWN_SHM` (written in cbindgen.toml's trailer: cbindgen emits
+/// no string constant) is the library's.
+#[test]
+fn the_own_shm_provider_name_is_the_librarys() {
+    let header = std::fs::read_to_string(dir().join("include/nrt_proxy.h")).expect("header");
+    let define = format!(
+        "#define NRT_PROXY_PROVIDER_OWN_SHM \"{}\"",
+        nrt_proxy::NRT_PROXY_PROVIDER_OWN_SHM
+    );
+    assert!(header.contains(&define), "the header lacks `{define}`");
+}
+
 /// Compiles a translation unit that includes the header (and uses every type) as C11 with `cc`
 /// and as C++17 with `c++`.
 #[test]

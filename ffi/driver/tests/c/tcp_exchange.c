@@ -15,7 +15,10 @@
  * `idle=wired idle_sleeps=N`, checked by the test), and after the leave calls the progress
  * half's idle entry points itself (found with dlsym in the loaded library): the comm has a
  * descriptor, arms, a kick ends a sleep at once, and bad arguments get their statuses.
- * (the progress half must be built with --features libfabric). Exit status 0 = ok.
+ * (the progress half must be built with --features libfabric). With TCP_EXCHANGE_OWN_SHM=1
+ * the comm runs over the engine's own shared memory instead (`provider`
+ * NRT_PROXY_PROVIDER_OWN_SHM, libnrt_proxy ABI 1.9), the rest unchanged (not with
+ * NEURON_RT_PROXY_IDLE=block, whose checks expect tcp's CQ descriptor). Exit status 0 = ok.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -186,7 +189,9 @@ int main(int argc, char **argv) {
     cc.rank = rank;
     cc.nranks = 2;
     cc.comm_id = COMM_ID;
-    cc.provider = "tcp;ofi_rxm";
+    /* TCP_EXCHANGE_OWN_SHM=1: the engine's own shared memory instead of libfabric tcp. */
+    const char *own = getenv("TCP_EXCHANGE_OWN_SHM");
+    cc.provider = own && strcmp(own, "1") == 0 ? NRT_PROXY_PROVIDER_OWN_SHM : "tcp;ofi_rxm";
     cc.root_addr = argv[3];
     cc.barrier_root_addr = argv[4];
     cc.bootstrap_timeout_ms = 30000;
@@ -311,8 +316,8 @@ int main(int argc, char **argv) {
     EXPECT_OK(nrt_proxy_fini(inst));
     free(src_buf);
     free(dst_buf);
-    printf("tcp_exchange: ok: rank %u, %s mode, %u executions x %u bytes each way over libfabric "
-           "tcp\n",
-           rank, caller ? "caller" : "thread", EXECUTIONS, TOTAL);
+    printf("tcp_exchange: ok: rank %u, %s mode, %u executions x %u bytes each way over %s\n",
+           rank, caller ? "caller" : "thread", EXECUTIONS, TOTAL,
+           own && strcmp(own, "1") == 0 ? "own shm" : "libfabric tcp");
     return 0;
 }
