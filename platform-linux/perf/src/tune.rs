@@ -47,7 +47,9 @@
 //! timed too, at the sizes up to [`link::ALL_TO_ALL_MAX_BYTES`]: every rank sends its `n − 1`
 //! messages at once, the other hosts' ranks' across the link together, as a flat direct
 //! all-reduce sends its messages (the all-to-all's time is
-//! `α + 2(n − 1)⌈b / (n chunk)⌉ o + (n − 1) b / n β`), which tells the link's
+//! `α + 2(n − 1)⌈b / (n chunk)⌉ o + (n − 1) b / n β`, its bytes with those the host's other
+//! ranks send across at once, [`tuner::shared_crossing_bytes`], as the tuner charges a flat
+//! all-reduce's), which tells the link's
 //! cost per message from its cost per step (one message each way tells nothing of how the
 //! link takes several at once). `α`, `o` and `β` of the link are then fitted by the same
 //! non-negative least squares on the relative errors ([`link::fit_link`]); with two ranks `o`
@@ -266,7 +268,7 @@ pub fn run(args: &Args, file: &std::path::Path) -> Result<i32, String> {
                 Some(h) if h.0.sizes().len() >= 2 => {
                     let a = link::exchange_args(args)?;
                     let mut world = World::new(&a)?;
-                    let samples = link::measure(&mut world, &a, PASSES)?;
+                    let samples = link::measure(&mut world, &a, &h.0, PASSES)?;
                     Some(link::Link {
                         hosts: h.0,
                         transport: world.transport_name().to_owned(),

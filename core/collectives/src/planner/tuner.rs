@@ -59,7 +59,7 @@
 use alloc::format;
 use alloc::string::String;
 
-use super::{Algorithm, Collective, PlanParams};
+use super::{Algorithm, Collective, HostMap, PlanParams};
 
 mod link;
 pub use link::{
@@ -493,43 +493,61 @@ pub fn modelled_ns(p: &PlanParams, algorithm: Algorithm) -> Option<u64> {
 
 /// The bytes a host's link carries for `p`'s all-reduce under the flat `algorithm` beyond what
 /// one rank's critical path counts ([`terms`] costs each rank's sends as if the rank had the
-/// link to itself): in the steps where a rank's partner is on another host, every rank of the
-/// host crosses at once, so the largest host's `s` ranks share its link and the step's bytes
-/// take `s` times as long. With hosts of `s` consecutive ranks, the steps of recursive doubling
-/// and Rabenseifner's halving and doubling at distances `≥ s` cross (the first `⌊log2 s⌋`
-/// distances stay inside a host); direct sends `n − s` of its `n − 1` messages across. The ring
-/// crosses once per host and step: nothing shared. 0 on one host, and for the other
-/// collectives (only the all-reduce is costed across hosts). Measured between two namespaces of
-/// two ranks each (BENCHMARKS.md, "Two hosts"): both ranks of a host crossing at once take
-/// twice the time of one, which the model without this term missed at 512 KiB and 2 MiB.
+/// link to itself): [`shared_crossing_bytes`] of `p`'s collective, vector, ranks and host map.
+/// Measured between two namespaces of two ranks each (BENCHMARKS.md, "Two hosts"): both ranks
+/// of a host crossing at once take twice the time of one, which the model without this term
+/// missed at 512 KiB and 2 MiB.
+pub fn shared_link_bytes(p: &PlanParams, algorithm: Algorithm) -> u128 {
+    shared_crossing_bytes(p.collective, algorithm, p.bytes(), p.nranks, &p.hosts)
+}
+
+/// The bytes beyond one rank's critical path that a host's link carries for `collective` of
+/// `bytes` per rank (the all-reduce's vector, the all-to-all's whole buffer of `nranks`
+/// blocks) under `algorithm` on `nranks` ranks laid out as `hosts`: in the steps where a rank's
+/// partner is on another host, every rank of the host crosses at once, so the largest host's
+/// `s` ranks share its link and the step's bytes take `s` times as long. With hosts of `s`
+/// consecutive ranks, the all-reduce's steps of recursive doubling and Rabenseifner's halving
+/// and doubling at distances `≥ s` cross (the first `⌊log2 s⌋` distances stay inside a host);
+/// its direct sends `n − s` of its `n − 1` messages across, the direct all-to-all `n − s` of
+/// its `n − 1` blocks (what `proxy-perf --tune` times to fit the link's cost per message). The
+/// ring crosses once per host and step: nothing shared. 0 on one host, and for the other
+/// collectives and algorithms.
 ///
 /// Exact, and charged, only where every host has the same power-of-two number of ranks and
 /// their count is a power of two too. Elsewhere the fold of the ranks above a power of two
 /// renumbers the partners, and which steps cross, and with how many ranks of a host, follows
 /// from the map (two hosts of three: none crosses with two ranks at once); 0 there, the model
 /// as it was.
-pub fn shared_link_bytes(p: &PlanParams, algorithm: Algorithm) -> u128 {
-    let host = largest_host(p);
-    let sizes = p.hosts.sizes();
+pub fn shared_crossing_bytes(
+    collective: Collective,
+    algorithm: Algorithm,
+    bytes: u64,
+    nranks: u32,
+    hosts: &HostMap,
+) -> u128 {
+    let sizes = hosts.sizes();
+    let host = sizes.iter().copied().max().unwrap_or(1);
     let even = sizes.iter().all(|&x| x == host)
         && host.is_power_of_two()
-        && p.nranks.is_power_of_two()
-        && u64::from(p.nranks) == p.hosts.ranks();
-    if p.collective != Collective::AllReduce || !p.hosts.spans_hosts() || host < 2 || !even {
+        && nranks.is_power_of_two()
+        && u64::from(nranks) == hosts.ranks();
+    if !hosts.spans_hosts() || host < 2 || !even {
         return 0;
     }
-    let (s, n) = (u128::from(host), u128::from(p.nranks.max(1)));
-    let b = u128::from(p.bytes());
-    let (l, _) = log2_fold(u64::from(p.nranks.max(1)));
+    let (s, n) = (u128::from(host), u128::from(nranks.max(1)));
+    let b = u128::from(bytes);
+    let (l, _) = log2_fold(u64::from(nranks.max(1)));
     let (in_host, _) = log2_fold(u64::from(host));
     // Steps at distance ≥ s: the crossing ones.
     let cross_steps = u128::from(l.saturating_sub(in_host));
-    let crossing = match algorithm {
-        Algorithm::RecursiveDoubling => cross_steps * b,
+    let crossing = match (collective, algorithm) {
+        (Collective::AllReduce, Algorithm::RecursiveDoubling) => cross_steps * b,
         // Halving from distance p/2 down moves b/2, b/4, ...: the crossing steps come first;
         // the doubling crosses the same distances back.
-        Algorithm::Rabenseifner => 2 * (b - (b >> cross_steps.min(127))),
-        Algorithm::Direct => n.saturating_sub(s) * b,
+        (Collective::AllReduce, Algorithm::Rabenseifner) => 2 * (b - (b >> cross_steps.min(127))),
+        (Collective::AllReduce, Algorithm::Direct) => n.saturating_sub(s) * b,
+        // Blocks of b / n, as `terms` counts them.
+        (Collective::AllToAll, Algorithm::Direct) => n.saturating_sub(s) * (b / n),
         _ => 0,
     };
     (s - 1) * crossing

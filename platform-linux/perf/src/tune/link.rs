@@ -50,12 +50,17 @@ pub struct LinkSample {
     pub time_ns: f64,
 }
 
-/// The model's terms of one `exchange` of `bytes` per rank on `nranks` ranks with FIFO
-/// entries of at most `chunk` bytes (`split`: over streams or blocks).
+/// The model's terms of one `exchange` of `bytes` per rank on `nranks` ranks laid out as
+/// `hosts` with FIFO entries of at most `chunk` bytes (`split`: over streams or blocks). The
+/// all-to-all's bytes include those its host's ranks send across at once
+/// ([`tuner::shared_crossing_bytes`]), as the tuner charges a flat all-reduce's: fitted
+/// without them, the link's `o` would take in the sharing and the tuner count it twice. The
+/// shift sends one message each way per link: nothing shared.
 pub fn exchange_terms(
     exchange: Exchange,
     bytes: u64,
     nranks: u32,
+    hosts: &HostMap,
     chunk: u64,
     split: bool,
 ) -> Option<Terms> {
@@ -63,14 +68,10 @@ pub fn exchange_terms(
         Exchange::Shift => Collective::SendRecv,
         Exchange::AllToAll => Collective::AllToAll,
     };
-    tuner::terms(
-        collective,
-        Algorithm::Direct,
-        bytes,
-        nranks.max(2),
-        chunk,
-        split,
-    )
+    let nranks = nranks.max(2);
+    let mut t = tuner::terms(collective, Algorithm::Direct, bytes, nranks, chunk, split)?;
+    t.sent += tuner::shared_crossing_bytes(collective, Algorithm::Direct, bytes, nranks, hosts);
+    Some(t)
 }
 
 /// The link's constants. With all-to-all samples among `samples` (three ranks or more): `α` (ns
@@ -153,14 +154,21 @@ pub fn exchange_args(args: &Args) -> Result<Args, String> {
 /// Times the send-recv shift at every size of `args`' sweep and, on three ranks or more, the
 /// direct all-to-all at the sweep's sizes up to [`ALL_TO_ALL_MAX_BYTES`] (at least one
 /// element per block), each the least of `passes` sweeps, on `world` (set up with
-/// [`exchange_args`]; every process of the run calls it, the rows are collective). The world
-/// is left on the shift.
+/// [`exchange_args`]; every process of the run calls it, the rows are collective), whose ranks
+/// `hosts` lays out (the all-to-all's shared bytes, [`exchange_terms`]). The world is left on
+/// the shift.
 ///
 /// # Errors
 /// A message when a run fails or a value arrived wrong.
-pub fn measure(world: &mut World, args: &Args, passes: usize) -> Result<Vec<LinkSample>, String> {
+pub fn measure(
+    world: &mut World,
+    args: &Args,
+    hosts: &HostMap,
+    passes: usize,
+) -> Result<Vec<LinkSample>, String> {
     let split = args.streams.saturating_mul(args.blocks) > 1;
-    let mut samples = timed(world, args, Exchange::Shift, &args.sizes(), passes, split)?;
+    let shift = Exchange::Shift;
+    let mut samples = timed(world, args, hosts, shift, &args.sizes(), passes, split)?;
     if args.ranks >= 3 {
         let least = u64::from(args.ranks) * args.dtype.size() as u64;
         let sizes: Vec<u64> = args
@@ -173,7 +181,15 @@ pub fn measure(world: &mut World, args: &Args, passes: usize) -> Result<Vec<Link
                 CollArg::AllToAll,
                 AlgoArg::from_str(Algorithm::Direct.name(), false)?,
             );
-            let all = timed(world, args, Exchange::AllToAll, &sizes, passes, split);
+            let all = timed(
+                world,
+                args,
+                hosts,
+                Exchange::AllToAll,
+                &sizes,
+                passes,
+                split,
+            );
             world.set_collective(args.collective, args.algo);
             samples.extend(all?);
         }
@@ -185,6 +201,7 @@ pub fn measure(world: &mut World, args: &Args, passes: usize) -> Result<Vec<Link
 fn timed(
     world: &mut World,
     args: &Args,
+    hosts: &HostMap,
     exchange: Exchange,
     sizes: &[u64],
     passes: usize,
@@ -213,7 +230,7 @@ fn timed(
             Some(LinkSample {
                 exchange,
                 bytes,
-                terms: exchange_terms(exchange, bytes, args.ranks, args.chunk, split)?,
+                terms: exchange_terms(exchange, bytes, args.ranks, hosts, args.chunk, split)?,
                 time_ns: time_us * 1000.0,
             })
         })

@@ -74,7 +74,7 @@ pub(super) fn across_processes(args: &Args, file: &std::path::Path) -> Result<i3
     let a = link::exchange_args(args)?;
     let mut world = World::join(&a, boot, provider.clone())?;
     let wargs = world.args().clone();
-    let link = match link::measure(&mut world, &wargs, PASSES) {
+    let link = match link::measure(&mut world, &wargs, &hosts, PASSES) {
         Ok(samples) => link::Link {
             hosts,
             transport: world.transport_name().to_owned(),

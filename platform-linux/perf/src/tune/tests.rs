@@ -228,8 +228,10 @@ fn the_link_fit_recovers_alpha_and_beta() {
         (0..11)
             .map(|i| {
                 let bytes = 8u64 << (2 * i); // 8 B .. 8 MiB
-                let terms = link::exchange_terms(link::Exchange::Shift, bytes, 4, 512 << 10, false)
-                    .unwrap();
+                let hosts = HostMap::new(&[2, 2]).unwrap();
+                let shift = link::Exchange::Shift;
+                let terms =
+                    link::exchange_terms(shift, bytes, 4, &hosts, 512 << 10, false).unwrap();
                 link::LinkSample {
                     exchange: link::Exchange::Shift,
                     bytes,
@@ -269,8 +271,9 @@ fn the_link_fit_clamps_alpha_at_zero() {
     let samples: Vec<link::LinkSample> = [8u64, 4 << 10, 256 << 10]
         .into_iter()
         .map(|bytes| {
-            let terms =
-                link::exchange_terms(link::Exchange::Shift, bytes, 2, 512 << 10, false).unwrap();
+            let hosts = HostMap::new(&[1, 1]).unwrap();
+            let shift = link::Exchange::Shift;
+            let terms = link::exchange_terms(shift, bytes, 2, &hosts, 512 << 10, false).unwrap();
             // 2 entries at 10 µs would be 20 µs; the link did it in 5 µs + 1 ns/B.
             link::LinkSample {
                 exchange: link::Exchange::Shift,
@@ -285,10 +288,11 @@ fn the_link_fit_clamps_alpha_at_zero() {
     assert!(m.byte_ps > 0, "{m:?}");
 }
 
-/// With the all-to-all's exchanges beside the shift's (four ranks), the link fit gives back a
-/// per-message cost of its own (the shift alone would leave the host's): α, o and β of a
-/// link whose messages cost more than the host's entries, exactly; with two ranks no
-/// all-to-all is timed, and o stays the host's.
+/// With the all-to-all's exchanges beside the shift's (four ranks on two hosts), the link fit
+/// gives back a per-message cost of its own (the shift alone would leave the host's): α, o and
+/// β of a link whose messages cost more than the host's entries, exactly; with two ranks no
+/// all-to-all is timed, and o stays the host's. The all-to-all's bytes count the two ranks of
+/// a host crossing at once (one block more each), as the tuner counts a flat all-reduce's.
 #[test]
 fn the_link_fit_tells_the_per_message_cost_from_the_all_to_all() {
     let host = LINK_TESTS_HOST;
@@ -299,7 +303,8 @@ fn the_link_fit_tells_the_per_message_cost_from_the_all_to_all() {
         reduce_ps: host.reduce_ps,
     };
     let sample = |exchange, bytes| {
-        let terms = link::exchange_terms(exchange, bytes, 4, 512 << 10, false).unwrap();
+        let hosts = HostMap::new(&[2, 2]).unwrap();
+        let terms = link::exchange_terms(exchange, bytes, 4, &hosts, 512 << 10, false).unwrap();
         link::LinkSample {
             exchange,
             bytes,
@@ -313,7 +318,8 @@ fn the_link_fit_tells_the_per_message_cost_from_the_all_to_all() {
     // 8 B .. 8 MiB shifts, then 32 B .. 32 KiB all-to-alls (blocks of 8 B .. 8 KiB).
     samples.extend((0..6).map(|i| sample(link::Exchange::AllToAll, 32u64 << (2 * i))));
     let a2a = samples.last().unwrap().terms;
-    assert_eq!((a2a.steps, a2a.entries, a2a.sent), (1, 6, 3 * 8192));
+    // Three blocks of 8 KiB, two of them across, with the host's other rank's two.
+    assert_eq!((a2a.steps, a2a.entries, a2a.sent), (1, 6, (3 + 2) * 8192));
     let m = link::fit_link(&samples, &host).unwrap();
     assert_eq!(m, link);
     assert!(link::link_rms(&samples, &m) < 1e-3);

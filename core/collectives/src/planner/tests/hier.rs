@@ -287,9 +287,9 @@ fn uncalibrated_over_a_network_the_hierarchy_wins_between_hosts() {
 /// vector each way, `b` more; direct sends 2 of its 3 messages across, `2b` more; the ring
 /// crosses once per host and step, nothing more. Two hosts of four: recursive doubling's one
 /// crossing step with 4 ranks, `3b`; four hosts of two, `2b` and `1.5b`. One host, one rank
-/// per host, other collectives: 0; and where the map is not even powers of two (two hosts of
-/// three, whose fold leaves no step with two ranks of a host crossing; hosts of 6 and 2),
-/// nothing is charged.
+/// per host, other collectives (the direct all-to-all aside: `n − s` blocks across): 0; and
+/// where the map is not even powers of two (two hosts of three, whose fold leaves no step with
+/// two ranks of a host crossing; hosts of 6 and 2), nothing is charged.
 #[test]
 fn ranks_of_a_host_share_its_link_in_the_flat_all_reduces() {
     use Algorithm::{Direct, Rabenseifner as Rab, RecursiveDoubling as Rd, Ring};
@@ -318,6 +318,18 @@ fn ranks_of_a_host_share_its_link_in_the_flat_all_reduces() {
     let mut ag = hier(&[2, 2], count, DataType::F32);
     ag.collective = Collective::AllGather;
     assert_eq!(shared(&ag, Rd), 0);
+    // The direct all-to-all (the exchange `--tune` times for the link's o): blocks of `count`
+    // (b each), two of each rank's three across, with the other rank of its host; Bruck not
+    // charged.
+    let mut a2a = hier(&[2, 2], count, DataType::F32);
+    a2a.collective = Collective::AllToAll;
+    assert_eq!(
+        [Direct, Algorithm::Bruck].map(|a| shared(&a2a, a)),
+        [2 * b, 0]
+    );
+    let mut a2a8 = hier(&[4, 4], count, DataType::F32);
+    a2a8.collective = Collective::AllToAll;
+    assert_eq!(shared(&a2a8, Direct), 3 * 4 * b);
     // And it is in the time the tuner compares: β × the shared bytes on top of the terms.
     let t = |p: &PlanParams, a| tuner::modelled_ns(p, a).unwrap();
     let flat_ns = tuner::cost(
