@@ -32,7 +32,8 @@ pub fn driver_library() -> PathBuf {
 
 /// The progress half: `$NCCOM_PROXY_LIB`, else the `libnccom_proxy.so` of this target
 /// directory (built by `cargo build -p proxy-ffi`, or any workspace build), else one built now
-/// with `cargo build -p proxy-ffi` into a target directory of its own.
+/// with `cargo build -p proxy-ffi` into a target directory of its own, under this build's
+/// (`CARGO_TARGET_TMPDIR`: a `CARGO_TARGET_DIR` elsewhere is honoured).
 pub fn progress_library() -> PathBuf {
     static LIB: OnceLock<PathBuf> = OnceLock::new();
     LIB.get_or_init(|| {
@@ -43,7 +44,7 @@ pub fn progress_library() -> PathBuf {
             return p;
         }
         let root = manifest_dir().join("../..");
-        let target = root.join("target/driver-ffi-tests");
+        let target = Path::new(env!("CARGO_TARGET_TMPDIR")).join("driver-ffi-tests");
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
         let st = Command::new(cargo)
             .current_dir(&root)
