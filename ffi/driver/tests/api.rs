@@ -227,14 +227,7 @@ fn bad_configs_and_libraries_are_refused() {
         nrt_proxy_init(&bad(&|c| c.progress_lib = missing.as_ptr()), &mut inst)
     );
     // A progress half of ABI major 2.
-    let fake = Path::new(env!("CARGO_TARGET_TMPDIR")).join("libfake_progress_v2.so");
-    let o = Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
-        .args(["-shared", "-fPIC", "-Wall", "-Wextra", "-Werror", "-o"])
-        .arg(&fake)
-        .arg(common::manifest_dir().join("tests/c/fake_progress_v2.c"))
-        .output()
-        .expect("run cc (install gcc)");
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let fake = common::fake_progress("libfake_progress_v2.so", &[]);
     let fake = CString::new(fake.to_str().expect("utf-8")).expect("no NUL");
     expect!(
         NRT_INVALID,

@@ -191,14 +191,7 @@ fn bad_input_args() -> [std::path::PathBuf; 3] {
         let tmp = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"));
         let copy = tmp.join("bad-input-copy-libnrt_proxy.so");
         std::fs::copy(common::driver_library(), &copy).expect("copy libnrt_proxy.so");
-        let fake = tmp.join("bad-input-libfake_progress_v2.so");
-        let o = Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
-            .args(["-shared", "-fPIC", "-Wall", "-Wextra", "-Werror", "-o"])
-            .arg(&fake)
-            .arg(common::manifest_dir().join("tests/c/fake_progress_v2.c"))
-            .output()
-            .expect("run cc (install gcc)");
-        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let fake = common::fake_progress("bad-input-libfake_progress_v2.so", &[]);
         [progress_library(), copy, fake]
     })
     .clone()

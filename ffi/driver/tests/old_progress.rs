@@ -9,8 +9,6 @@
 mod common;
 
 use std::ffi::CString;
-use std::path::Path;
-use std::process::Command;
 use std::ptr;
 
 use nrt_proxy::*;
@@ -18,16 +16,7 @@ use proxy_abi::*;
 
 #[test]
 fn own_shm_over_a_progress_half_of_abi_1_4_is_refused_naming_both_versions() {
-    let fake = Path::new(env!("CARGO_TARGET_TMPDIR")).join("libfake_progress_v1_4.so");
-    let o = Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
-        .args(["-shared", "-fPIC", "-Wall", "-Wextra", "-Werror"])
-        .arg("-DFAKE_ABI=0x00010004u")
-        .arg("-o")
-        .arg(&fake)
-        .arg(common::manifest_dir().join("tests/c/fake_progress_v2.c"))
-        .output()
-        .expect("run cc (install gcc)");
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let fake = common::fake_progress("libfake_progress_v1_4.so", &["-DFAKE_ABI=0x00010004u"]);
     let fake = CString::new(fake.to_str().expect("utf-8")).expect("no NUL");
 
     let mut c = std::mem::MaybeUninit::<NrtProxyConfig>::uninit();

@@ -58,6 +58,23 @@ pub fn progress_library() -> PathBuf {
     .clone()
 }
 
+/// Compiles the stub progress half `tests/c/fake_progress_v2.c` (warnings are errors) with
+/// `$CC` into the scratch directory as the shared library `<out>`; `defines` go to the compiler
+/// (`-DFAKE_ABI=0x00010004u`: a stub of ABI 1.4 instead of 2.0).
+pub fn fake_progress(out: &str, defines: &[&str]) -> PathBuf {
+    let lib = Path::new(env!("CARGO_TARGET_TMPDIR")).join(out);
+    let o = Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
+        .args(["-shared", "-fPIC", "-Wall", "-Wextra", "-Werror"])
+        .args(defines)
+        .arg("-o")
+        .arg(&lib)
+        .arg(manifest_dir().join("tests/c/fake_progress_v2.c"))
+        .output()
+        .expect("run cc (install gcc)");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    lib
+}
+
 /// A directory laid out as an installation of `libnrt_proxy.so`: the link name and the SONAME
 /// (`libnrt_proxy.so.1`), both links to the library under test.
 pub fn installed_lib_dir() -> PathBuf {
