@@ -18,12 +18,19 @@
  * (the progress half must be built with --features libfabric). With TCP_EXCHANGE_OWN_SHM=1
  * the comm runs over the engine's own shared memory instead (`provider`
  * NRT_PROXY_PROVIDER_OWN_SHM, libnrt_proxy ABI 1.9), the rest unchanged (not with
- * NEURON_RT_PROXY_IDLE=block, whose checks expect tcp's CQ descriptor). Exit status 0 = ok.
+ * NEURON_RT_PROXY_IDLE=block, whose checks expect tcp's CQ descriptor). With
+ * TCP_EXCHANGE_KILL_PEER=1 rank 1 kills itself (SIGKILL) in the second execution once its tasks
+ * are submitted and its device has posted both ops (its sends and receives in flight), and
+ * rank 0 must see its network task, or when its bytes had crossed its barrier task, end with
+ * a failure status (not hang, not crash), stop its device, leave, destroy and finish: it then
+ * prints `tcp_exchange: peer lost: ...`. Exit status
+ * 0 = ok.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <pthread.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -65,6 +72,11 @@ enum { W_SEND_IDX, W_SEND_HS, W_SEND_CPL, W_RECV_IDX, W_RECV_HS, W_RECV_CPL, W_N
 static nccom_host_word_t words[W_COUNT] __attribute__((aligned(64)));
 static uint8_t *src_buf, *dst_buf;
 static uint32_t go_exec, dev_done;
+/* TCP_EXCHANGE_KILL_PEER=1: rank 1 dies in execution KILL_EXEC; `abandon` stops rank 0's
+ * device, whose words will not move again; `dev_posted` counts the device's posted ops. */
+#define KILL_EXEC 1u
+static int kill_peer;
+static uint32_t abandon, dev_posted;
 
 static uint32_t load(nccom_host_word_t *w) { return __atomic_load_n(w, __ATOMIC_ACQUIRE); }
 static void store(nccom_host_word_t *w, uint32_t v) { __atomic_store_n(w, v, __ATOMIC_RELEASE); }
@@ -82,7 +94,9 @@ static void *device_main(void *arg) {
     for (uint32_t exec = 0; exec < EXECUTIONS; exec++) {
         unsigned long it = 0;
         while (__atomic_load_n(&go_exec, __ATOMIC_ACQUIRE) <= exec)
-            if (++it > MAX_ITERS)
+            if (__atomic_load_n(&abandon, __ATOMIC_ACQUIRE))
+                return NULL;
+            else if (++it > MAX_ITERS)
                 FAIL("device: no go");
             else
                 sched_yield();
@@ -93,6 +107,8 @@ static void *device_main(void *arg) {
         store(&words[W_NET_TRIGGER], 1);
         bool posted[2] = {false, false};
         for (it = 0;; it++) {
+            if (__atomic_load_n(&abandon, __ATOMIC_ACQUIRE))
+                return NULL;
             if (it > MAX_ITERS)
                 FAIL("device: execution %u did not finish", exec);
             for (int k = 0; k < 2; k++) {
@@ -100,7 +116,15 @@ static void *device_main(void *arg) {
                 if (!posted[k] && load(&words[hs]) == exec + 1) {
                     store(&words[idx], N_ENTRIES);
                     posted[k] = true;
+                    __atomic_fetch_add(&dev_posted, 1, __ATOMIC_RELEASE);
                 }
+            }
+            if (kill_peer && rank == 1 && exec == KILL_EXEC && posted[0] && posted[1]) {
+                /* The dying rank's device goes no further (no barrier trigger: the peer's
+                 * barrier of this execution cannot pass), its main thread kills the process. */
+                for (unsigned long k = 0; k < MAX_ITERS; k++)
+                    sched_yield();
+                FAIL("device: execution %u: the process was not killed", exec);
             }
             if (load(&words[W_SEND_CPL]) == (exec + 1) * N_ENTRIES &&
                 load(&words[W_RECV_CPL]) == (exec + 1) * N_ENTRIES)
@@ -109,7 +133,9 @@ static void *device_main(void *arg) {
         }
         store(&words[W_BAR_TRIGGER], 1);
         for (it = 0; load(&words[W_BAR_DONE]) != exec + 1; it++)
-            if (it > MAX_ITERS)
+            if (__atomic_load_n(&abandon, __ATOMIC_ACQUIRE))
+                return NULL;
+            else if (it > MAX_ITERS)
                 FAIL("device: no barrier-done in execution %u", exec);
             else
                 sched_yield();
@@ -169,6 +195,43 @@ static void check_idle_entries(const char *lib, nrt_proxy_comm_t *comm) {
            available, armed, woken);
 }
 
+/* Rank 0 of TCP_EXCHANGE_KILL_PEER=1, in the execution its peer dies in: a task of the
+ * execution must end with a failure status within WAIT_MS (the comm's dead-peer check sees the
+ * death); then the device is stopped and everything torn down, each call answering a status
+ * (the leave may report what the failed tasks left), and the program ends without a crash. */
+static void peer_lost(nrt_proxy_comm_t *comm, nrt_proxy_t *inst, pthread_t dev, int caller,
+                      uint32_t exec) {
+    nrt_proxy_task_record_t rec;
+    memset(&rec, 0, sizeof rec);
+    /* The network task may still have completed (its bytes crossed before the peer died);
+     * then the barrier task, which needs the peer's (its device never triggers it), must
+     * fail. */
+    for (uint32_t k = 0; k < 2; k++) {
+        NRT_STATUS s = caller ? nrt_proxy_drive_until(comm, (k ? 20 : 10) + exec, WAIT_MS, &rec)
+                              : nrt_proxy_wait(comm, WAIT_MS, &rec);
+        if (s != NRT_SUCCESS)
+            FAIL("execution %u after the peer died: the wait answered %s", exec,
+                 nrt_get_status_as_str(s));
+        if (rec.progress_status != NRT_SUCCESS)
+            break;
+        if (k == 1)
+            FAIL("execution %u: both tasks ended NRT_SUCCESS though the peer died", exec);
+    }
+    __atomic_store_n(&abandon, 1, __ATOMIC_RELEASE);
+    if (pthread_join(dev, NULL) != 0)
+        FAIL("pthread_join");
+    NRT_STATUS health = NRT_SUCCESS;
+    EXPECT_OK(nrt_proxy_comm_get_async_error(comm, &health));
+    NRT_STATUS left = nrt_proxy_comm_leave(comm, WAIT_MS);
+    EXPECT_OK(nrt_proxy_comm_destroy(comm));
+    EXPECT_OK(nrt_proxy_fini(inst));
+    printf("tcp_exchange: peer lost: rank %u, %s mode, task %u ended %s, async error %s, "
+           "leave %s\n",
+           rank, caller ? "caller" : "thread", rec.task_id,
+           nrt_get_status_as_str(rec.progress_status), nrt_get_status_as_str(health),
+           nrt_get_status_as_str(left));
+}
+
 int main(int argc, char **argv) {
     if (argc != 5 && argc != 6) {
         fprintf(stderr, "usage: %s LIB RANK ROOT BARRIER_ROOT [thread|caller]\n", argv[0]);
@@ -191,6 +254,8 @@ int main(int argc, char **argv) {
     cc.comm_id = COMM_ID;
     /* TCP_EXCHANGE_OWN_SHM=1: the engine's own shared memory instead of libfabric tcp. */
     const char *own = getenv("TCP_EXCHANGE_OWN_SHM");
+    const char *kill_env = getenv("TCP_EXCHANGE_KILL_PEER");
+    kill_peer = kill_env && strcmp(kill_env, "1") == 0;
     cc.provider = own && strcmp(own, "1") == 0 ? NRT_PROXY_PROVIDER_OWN_SHM : "tcp;ofi_rxm";
     cc.root_addr = argv[3];
     cc.barrier_root_addr = argv[4];
@@ -278,7 +343,30 @@ int main(int argc, char **argv) {
             EXPECT_OK(nrt_proxy_resubmit(comm, 20 + exec - 1, 20 + exec));
         }
         __atomic_store_n(&go_exec, exec + 1, __ATOMIC_RELEASE);
+        if (kill_peer && exec == KILL_EXEC && rank == 1) {
+            /* Both ops posted by the device (sends and receives in flight), then die. In
+             * caller mode this thread drives the queue meanwhile, 1 ms at a time. */
+            for (unsigned long it = 0;
+                 __atomic_load_n(&dev_posted, __ATOMIC_ACQUIRE) < 2 * KILL_EXEC + 2; it++) {
+                if (it > MAX_ITERS)
+                    FAIL("execution %u: the device did not post", exec);
+                if (!caller) {
+                    sched_yield();
+                    continue;
+                }
+                nrt_proxy_task_record_t r;
+                NRT_STATUS s = nrt_proxy_drive_until(comm, 10 + exec, 1, &r);
+                if (s != NRT_SUCCESS && s != NRT_TIMEOUT)
+                    FAIL("execution %u: driving before the kill: %s", exec,
+                         nrt_get_status_as_str(s));
+            }
+            raise(SIGKILL);
+        }
         nrt_proxy_task_record_t rec;
+        if (kill_peer && exec == KILL_EXEC) {
+            peer_lost(comm, inst, dev, caller, exec);
+            return 0;
+        }
         if (caller)
             EXPECT_OK(nrt_proxy_drive_until(comm, 10 + exec, WAIT_MS, &rec));
         else
