@@ -389,7 +389,9 @@ fn c_runtime_exchanges_between_two_processes_over_own_shm() {
 }
 
 /// A peer killed mid-collective through the driver library: rank 1 SIGKILLs itself in the
-/// second execution with its sends and receives posted (`TCP_EXCHANGE_KILL_PEER=1`), over
+/// second execution with its sends and receives posted (`TCP_EXCHANGE_KILL_PEER=1`; 4 entries
+/// of 4 MiB, 16 MiB each way, so large messages are in flight: rendezvous on tcp, cross-memory
+/// reads on own shm), over
 /// libfabric tcp and over the engine's own shared memory, thread and caller mode, three times
 /// each. Rank 0 must end its wait with a failed network task (not hang: bounded by the
 /// program's 60 s wait and `TCP_PAIR_LIMIT`; not crash: exit 0 after leaving, destroying and
@@ -405,6 +407,7 @@ fn c_runtime_survives_a_peer_killed_mid_collective() {
                 let env = [
                     ("TCP_EXCHANGE_KILL_PEER", "1"),
                     ("TCP_EXCHANGE_OWN_SHM", own_shm),
+                    ("TCP_EXCHANGE_ENTRY_BYTES", "4194304"),
                 ];
                 let outs = run_pair(&progress_library(), mode, &env, || Command::new(&exe));
                 let what = format!("own shm {own_shm}, {mode}, round {round}");

@@ -19,6 +19,7 @@
  * the comm runs over the engine's own shared memory instead (`provider`
  * NRT_PROXY_PROVIDER_OWN_SHM, libnrt_proxy ABI 1.9), the rest unchanged (not with
  * NEURON_RT_PROXY_IDLE=block, whose checks expect tcp's CQ descriptor). With
+ * TCP_EXCHANGE_ENTRY_BYTES=B each of the 4 entries is B bytes (default 32 KiB). With
  * TCP_EXCHANGE_KILL_PEER=1 rank 1 kills itself (SIGKILL) in the second execution once its tasks
  * are submitted and its device has posted both ops (its sends and receives in flight), and
  * rank 0 must see its network task, or when its bytes had crossed its barrier task, end with
@@ -41,8 +42,12 @@
 #include "nrt_proxy.h"
 
 #define N_ENTRIES 4u
-#define ENTRY_SIZE (32u * 1024u)
-#define TOTAL (N_ENTRIES * ENTRY_SIZE)
+/* Bytes per FIFO entry: 32 KiB, or TCP_EXCHANGE_ENTRY_BYTES (at most 16 MiB). */
+#define DEFAULT_ENTRY_SIZE (32u * 1024u)
+#define MAX_ENTRY_SIZE (16u * 1024u * 1024u)
+static uint32_t entry_size = DEFAULT_ENTRY_SIZE;
+#define ENTRY_SIZE entry_size
+#define TOTAL (N_ENTRIES * entry_size)
 #define EXECUTIONS 2u
 #define STREAM 1u
 #define BB 2u
@@ -256,6 +261,14 @@ int main(int argc, char **argv) {
     const char *own = getenv("TCP_EXCHANGE_OWN_SHM");
     const char *kill_env = getenv("TCP_EXCHANGE_KILL_PEER");
     kill_peer = kill_env && strcmp(kill_env, "1") == 0;
+    const char *entry_env = getenv("TCP_EXCHANGE_ENTRY_BYTES");
+    if (entry_env) {
+        char *end = NULL;
+        unsigned long v = strtoul(entry_env, &end, 10);
+        if (!end || *end || v == 0 || v > MAX_ENTRY_SIZE)
+            FAIL("TCP_EXCHANGE_ENTRY_BYTES=%s: not 1..%u", entry_env, MAX_ENTRY_SIZE);
+        entry_size = (uint32_t)v;
+    }
     cc.provider = own && strcmp(own, "1") == 0 ? NRT_PROXY_PROVIDER_OWN_SHM : "tcp;ofi_rxm";
     cc.root_addr = argv[3];
     cc.barrier_root_addr = argv[4];
