@@ -112,8 +112,9 @@ fn process_barrier(
 ///
 /// Returns `NRT_SUCCESS`; `NRT_INVALID_HANDLE` for a bad instance or group; `NRT_INVALID` for a
 /// NULL `config` / `out`, a wrong `struct_size`, a group of another instance or size, strings
-/// with a group, a `provider` that is not UTF-8, `"proxy-shm"` over a progress half older than
-/// C ABI 1.5, and whatever `nccom_comm_create` refuses (its status is returned: rank out of
+/// with a group, a `provider` that is not UTF-8 or misspells `"proxy-shm"` (`"proxy_shm"`,
+/// `"PROXY-SHM"`, `"proxyshm"`: refused naming the right one, not asked of libfabric),
+/// `"proxy-shm"` over a progress half older than C ABI 1.5, and whatever `nccom_comm_create` refuses (its status is returned: rank out of
 /// range, a rank taken twice, libfabric missing from the progress half, ...); the bootstraps'
 /// `NRT_TIMEOUT` / `NRT_NETWORK_PROXY_FAILURE`; `NRT_RESOURCE` when too many comms are live.
 ///
@@ -172,6 +173,18 @@ pub unsafe extern "C" fn nrt_proxy_comm_create(
             // SAFETY: the C contract: strings NULL or NUL-terminated.
             let provider = unsafe { c_string(WHAT, "provider", c.provider) }?;
             let own_shm = provider.as_deref() == Some(NRT_PROXY_PROVIDER_OWN_SHM);
+            if let Some(p) = provider
+                .as_deref()
+                .filter(|p| !own_shm && misspells_own_shm(p))
+            {
+                return bad(
+                    WHAT,
+                    format_args!(
+                        "provider \"{p}\" is no libfabric provider; the engine's own shared \
+                         memory is \"{NRT_PROXY_PROVIDER_OWN_SHM}\" (NRT_PROXY_PROVIDER_OWN_SHM)"
+                    ),
+                );
+            }
             nc.transport.libfabric = NccomLibfabricDesc {
                 provider: c.provider,
                 root_addr: c.root_addr,
@@ -522,4 +535,15 @@ pub unsafe extern "C" fn nrt_proxy_comm_leave(
     entry!(WHAT = "nrt_proxy_comm_leave", {
         with_comm(WHAT, comm, |e| leave(WHAT, comm.addr(), e, timeout_ms))
     })
+}
+
+/// `true` when `provider` is [`NRT_PROXY_PROVIDER_OWN_SHM`] spelled another way (case, `_`,
+/// `-` or none between the words): a libfabric provider of that name does not exist, and its
+/// `fi_getinfo` refusal would not say which name was meant.
+fn misspells_own_shm(provider: &str) -> bool {
+    let letters = provider
+        .chars()
+        .filter(char::is_ascii_alphanumeric)
+        .map(|c| c.to_ascii_lowercase());
+    letters.eq("proxyshm".chars())
 }

@@ -967,3 +967,37 @@ fn the_mode_advice_weighs_the_host_and_refuses_bad_input() {
     expect!(NRT_INVALID, nrt_proxy_mode_advice(&c, 0, 1, &mut a));
     assert_eq!(a, before);
 }
+
+#[test]
+fn a_misspelled_own_shm_provider_is_refused_naming_proxy_shm() {
+    let _g = serial();
+    let lib = lib_cstring();
+    let inst = init(&config(NRT_PROXY_DRIVE_CALLER), &lib);
+    let root = c"127.0.0.1:1";
+    for wrong in ["proxy_shm", "PROXY-SHM", "proxyshm", "Proxy Shm"] {
+        let mut cc = std::mem::MaybeUninit::<NrtProxyCommConfig>::uninit();
+        expect!(NRT_SUCCESS, nrt_proxy_comm_config_init(cc.as_mut_ptr()));
+        // SAFETY: initialized above.
+        let mut cc = unsafe { cc.assume_init() };
+        let provider = CString::new(wrong).expect("no NUL");
+        cc.nranks = 2;
+        cc.rank = 0;
+        cc.comm_id = 5;
+        cc.provider = provider.as_ptr();
+        cc.root_addr = root.as_ptr();
+        cc.bootstrap_timeout_ms = 100;
+        cc.callbacks = &CALLBACKS;
+        let mut comm = ptr::null_mut();
+        // Refused before any bootstrap (nothing listens at the root: a bootstrap would time
+        // out with NRT_TIMEOUT instead).
+        expect!(NRT_INVALID, nrt_proxy_comm_create(inst, &cc, &mut comm));
+        assert!(comm.is_null());
+        let why = proxy_abi::refusal::take_last().expect("the refusal's text");
+        for part in [wrong, "\"proxy-shm\"", "NRT_PROXY_PROVIDER_OWN_SHM"] {
+            assert!(why.contains(part), "{why:?} lacks {part:?}");
+        }
+    }
+    assert_eq!(live(), (0, 0, 1), "no comm was made");
+    expect!(NRT_SUCCESS, nrt_proxy_fini(inst));
+    assert_eq!(live(), (0, 0, 0));
+}
