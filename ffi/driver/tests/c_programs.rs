@@ -360,8 +360,7 @@ fn c_runtime_exchanges_between_two_processes_over_libfabric_tcp() {
 /// The same two processes over the engine's own shared memory (`provider`
 /// `NRT_PROXY_PROVIDER_OWN_SHM`, ABI 1.9) instead of libfabric tcp: every byte and record
 /// checked, thread and caller mode; the progress half's log says the comm is proxy-shm's (its
-/// set-up line), not libfabric's.
-#[cfg(feature = "libfabric")]
+/// set-up line), not libfabric's. Runs in a build without libfabric too.
 #[test]
 fn c_runtime_exchanges_between_two_processes_over_own_shm() {
     let exe = compile("tcp_exchange", "tcp_exchange_shm", &["-pthread", "-ldl"]);
@@ -391,17 +390,22 @@ fn c_runtime_exchanges_between_two_processes_over_own_shm() {
 /// A peer killed mid-collective through the driver library: rank 1 SIGKILLs itself in the
 /// second execution with its sends and receives posted (`TCP_EXCHANGE_KILL_PEER=1`; 4 entries
 /// of 4 MiB, 16 MiB each way, so large messages are in flight: rendezvous on tcp, cross-memory
-/// reads on own shm), over libfabric tcp and over the engine's own shared memory, thread and
-/// caller mode, three times each. Rank 0 must end its wait with a failed network task, or a
+/// reads on own shm), over libfabric tcp (in a build with libfabric) and over the engine's own
+/// shared memory, thread and caller mode, three times each. Rank 0 must end its wait with a failed network task, or a
 /// failed barrier task where the bytes had crossed (not hang: bounded by the program's 60 s
 /// wait and `TCP_PAIR_LIMIT`; not crash: exit 0 after leaving, destroying and finishing, saying
 /// `peer lost`); rank 1 must die by the signal, not fail earlier.
-#[cfg(feature = "libfabric")]
 #[test]
 fn c_runtime_survives_a_peer_killed_mid_collective() {
     use std::os::unix::process::ExitStatusExt;
     let exe = compile("tcp_exchange", "tcp_exchange_kill", &["-pthread", "-ldl"]);
-    for own_shm in ["0", "1"] {
+    // Over libfabric tcp too when the progress half has libfabric.
+    let kinds: &[&str] = if cfg!(feature = "libfabric") {
+        &["0", "1"]
+    } else {
+        &["1"]
+    };
+    for &own_shm in kinds {
         for mode in ["thread", "caller"] {
             for round in 0..3 {
                 let env = [
@@ -530,13 +534,11 @@ fn c_runtime_exchanges_over_libfabric_tcp_under_valgrind() {
 /// is added to its environment) on two fresh loopback ports, checks both succeed and returns
 /// each rank's (stdout, stderr). Each process's output goes to a file (no pipe can fill); both
 /// are killed if they have not ended within `TCP_PAIR_LIMIT`.
-#[cfg(feature = "libfabric")]
 fn tcp_pair(mode: &str, env: &[(&str, &str)], cmd: impl Fn() -> Command) -> Vec<(String, String)> {
     tcp_pair_with(&progress_library(), mode, env, cmd)
 }
 
 /// [`tcp_pair`] over the progress half `lib`.
-#[cfg(feature = "libfabric")]
 fn tcp_pair_with(
     lib: &std::path::Path,
     mode: &str,
@@ -556,13 +558,11 @@ fn tcp_pair_with(
 }
 
 /// Far above a valgrind run's ~15 s; the programs' own waits end within 2 minutes.
-#[cfg(feature = "libfabric")]
 const TCP_PAIR_LIMIT: std::time::Duration = std::time::Duration::from_secs(180);
 
 /// Runs the pair of [`tcp_pair_with`] and returns each rank's exit status, stdout and stderr,
 /// unchecked; panics naming the rank that was still running after `TCP_PAIR_LIMIT` (both are
 /// killed then).
-#[cfg(feature = "libfabric")]
 fn run_pair(
     lib: &std::path::Path,
     mode: &str,
@@ -570,13 +570,15 @@ fn run_pair(
     cmd: impl Fn() -> Command,
 ) -> Vec<(std::process::ExitStatus, String, String)> {
     use std::time::{Duration, Instant};
+    // Over the own shared memory the progress half needs no libfabric; over tcp it does.
+    let own_shm = env.contains(&("TCP_EXCHANGE_OWN_SHM", "1"));
     let nm = Command::new("nm")
         .args(["-D", "--undefined-only"])
         .arg(lib)
         .output()
         .expect("run nm (binutils)");
     assert!(
-        String::from_utf8_lossy(&nm.stdout).contains(" fi_getinfo"),
+        own_shm || String::from_utf8_lossy(&nm.stdout).contains(" fi_getinfo"),
         "{} was built without libfabric: build it with `cargo build -p proxy-ffi --features \
          libfabric` (or test with --features proxy-ffi/libfabric,proxy-driver-ffi/libfabric)",
         lib.display()
