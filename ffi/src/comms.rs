@@ -181,8 +181,10 @@ fn validate_config(what: &str, cfg: &NccomCommConfig) -> Result<(), NrtStatus> {
 /// a group whose nranks differs or whose rank was taken, a callbacks table without
 /// `nec_inc_semaphore`; `NRT_INVALID_HANDLE` for a bad `mem_group`; `NRT_UNINITIALIZED` when
 /// no `nec_inc_semaphore` can be found; `NRT_RESOURCE` when too many comms are live;
-/// libfabric: `NRT_TIMEOUT` when a rank did not arrive in time, `NRT_NETWORK_PROXY_FAILURE`
-/// when a rank's endpoint could not be opened or connected (every rank reports it); shm:
+/// libfabric: `NRT_TIMEOUT` when a rank did not arrive in time; when a rank's endpoint could
+/// not be opened or connected, that rank its own status (`NRT_INVALID` for a provider that is
+/// not offered, the message listing those that are; `NRT_NETWORK_PROXY_FAILURE` for one that
+/// refused) and every other rank `NRT_NETWORK_PROXY_FAILURE` naming it; shm:
 /// `NRT_INVALID` when the ranks span hosts, `NRT_NETWORK_PROXY_FAILURE` when a rank cannot
 /// create or map a segment or read a peer's memory (every rank reports it).
 ///
