@@ -9,6 +9,8 @@
 #   PREFIX/lib/cmake/nrt_proxy/nrt_proxyConfig.cmake, ...Version.cmake
 #                                   (find_package(nrt_proxy): nrt_proxy::nrt_proxy and
 #                                    nrt_proxy::nccom_proxy, imported targets)
+#   PREFIX/share/nrt_proxy/examples/ (the C all-reduce on host devices, the C++17 RAII
+#                                   exchange and their CMakeLists.txt: ffi/driver/examples)
 #
 # M.m is each library's C ABI version (the headers' *_ABI_VERSION_MAJOR / _MINOR). Both
 # libraries go to one lib/ directory: libnrt_proxy.so finds its progress half there by itself
@@ -57,8 +59,11 @@ abi() {
 }
 
 LIB="$PREFIX/lib"
-install -d "$PREFIX/include" "$LIB/pkgconfig" "$LIB/cmake/nrt_proxy"
+EXAMPLES="$PREFIX/share/nrt_proxy/examples"
+install -d "$PREFIX/include" "$LIB/pkgconfig" "$LIB/cmake/nrt_proxy" "$EXAMPLES"
 install -m 0644 ffi/include/nccom_proxy.h ffi/driver/include/nrt_proxy.h "$PREFIX/include/"
+install -m 0644 ffi/driver/examples/allreduce.c ffi/driver/examples/raii_exchange.cpp \
+  ffi/driver/examples/CMakeLists.txt "$EXAMPLES/"
 
 # install_lib NAME HEADER MACRO: the versioned file, the SONAME link and the link-time link.
 install_lib() {
@@ -68,8 +73,10 @@ install_lib() {
   install -m 0755 "$REL/lib$name.so" "$LIB/lib$name.so.$major.$minor.0"
   ln -sfn "lib$name.so.$major.$minor.0" "$LIB/lib$name.so.$major"
   ln -sfn "lib$name.so.$major" "$LIB/lib$name.so"
-  sed -e "s|@PREFIX@|$PREFIX|g" -e "s|@LIBDIR@|$LIB|g" -e "s|@VERSION@|$major.$minor.0|g" \
-    "$(dirname "$header")/../$name.pc.in" >"$LIB/pkgconfig/$name.pc"
+  # The template's comment lines (how to fill it in) stay out of the installed file.
+  sed -e '/^#/d' -e "s|@PREFIX@|$PREFIX|g" -e "s|@LIBDIR@|$LIB|g" \
+    -e "s|@VERSION@|$major.$minor.0|g" "$(dirname "$header")/../$name.pc.in" \
+    >"$LIB/pkgconfig/$name.pc"
   echo "$major.$minor.0"
 }
 NCCOM_VERSION=$(install_lib nccom_proxy ffi/include/nccom_proxy.h NCCOM_PROXY)
@@ -123,4 +130,4 @@ endif()
 EOF
 
 echo "installed under $PREFIX: libnrt_proxy $NRT_VERSION, libnccom_proxy $NCCOM_VERSION" \
-  "(headers, pkg-config files, CMake package nrt_proxy)"
+  "(headers, pkg-config files, CMake package nrt_proxy, examples in share/nrt_proxy/examples)"

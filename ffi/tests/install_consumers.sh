@@ -6,9 +6,11 @@
 #     devices (no device code), 2 and 4 ranks, caller and thread mode; and
 #     ffi/driver/tests/c/ring_allreduce.c, a 4-rank ring all-reduce with its own device, every
 #     word checked, in worker-thread and caller-driven mode;
-#   * C++17 with CMake (find_package(nrt_proxy)): ffi/driver/examples/raii_exchange.cpp, a
-#     2-rank send-recv with every word checked, and the C example again.
-# The prefix also must hold the versioned files, the SONAME links and both package files.
+#   * C++17 with CMake (find_package(nrt_proxy)): the installed copy of the examples
+#     (PREFIX/share/nrt_proxy/examples), raii_exchange.cpp, a 2-rank send-recv with every word
+#     checked, and the C example again.
+# The prefix also must hold the versioned files, the SONAME links and both package files (no
+# template comment left in them, the version the headers' C ABI version).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 for tool in cc c++ pkg-config cmake; do
@@ -23,8 +25,18 @@ fail() { echo "install: FAILED: $*"; exit 1; }
 for f in include/nrt_proxy.h include/nccom_proxy.h lib/libnrt_proxy.so.1 lib/libnrt_proxy.so \
   lib/libnccom_proxy.so.1 lib/libnccom_proxy.so lib/pkgconfig/nrt_proxy.pc \
   lib/pkgconfig/nccom_proxy.pc lib/cmake/nrt_proxy/nrt_proxyConfig.cmake \
-  lib/cmake/nrt_proxy/nrt_proxyConfigVersion.cmake; do
+  lib/cmake/nrt_proxy/nrt_proxyConfigVersion.cmake share/nrt_proxy/examples/allreduce.c \
+  share/nrt_proxy/examples/raii_exchange.cpp share/nrt_proxy/examples/CMakeLists.txt; do
   [ -e "$PREFIX/$f" ] || fail "$f is not installed"
+done
+for l in nrt_proxy:ffi/driver/include/nrt_proxy.h:NRT_PROXY nccom_proxy:ffi/include/nccom_proxy.h:NCCOM_PROXY; do
+  IFS=: read -r name header macro <<<"$l"
+  major=$(sed -n "s/^#define ${macro}_ABI_VERSION_MAJOR \([0-9]*\).*/\1/p" "$header")
+  minor=$(sed -n "s/^#define ${macro}_ABI_VERSION_MINOR \([0-9]*\).*/\1/p" "$header")
+  got=$(PKG_CONFIG_PATH="$PREFIX/lib/pkgconfig" pkg-config --modversion "$name")
+  [ "$got" = "$major.$minor.0" ] || fail "$name.pc says version '$got', the header $major.$minor"
+  [ -e "$PREFIX/lib/lib$name.so.$major.$minor.0" ] || fail "lib$name.so.$major.$minor.0 missing"
+  ! grep -q '^#' "$PREFIX/lib/pkgconfig/$name.pc" || fail "$name.pc keeps the template's comments"
 done
 for l in nrt_proxy nccom_proxy; do
   soname=$(objdump -p "$PREFIX/lib/lib$l.so" | awk '/SONAME/ { print $2 }')
@@ -72,7 +84,8 @@ done
 echo "install: both C consumers under ASan (leaks at exit) and UBSan, caller and thread mode: passed"
 
 # C++17, CMake.
-cmake -S ffi/driver/examples -B "$TMP/build" -DCMAKE_PREFIX_PATH="$PREFIX" >"$TMP/cmake.log" ||
+cmake -S "$PREFIX/share/nrt_proxy/examples" -B "$TMP/build" -DCMAKE_PREFIX_PATH="$PREFIX" \
+  >"$TMP/cmake.log" ||
   { cat "$TMP/cmake.log"; fail "cmake configure against the prefix"; }
 cmake --build "$TMP/build" >>"$TMP/cmake.log" 2>&1 ||
   { cat "$TMP/cmake.log"; fail "cmake build"; }
