@@ -170,8 +170,9 @@ pub unsafe extern "C" fn nrt_proxy_init(
         });
         let handle = insert_live(WHAT, "instance", &INSTANCES, inst.clone())?;
         log::info!(
-            "libnrt_proxy {} (C ABI {NRT_PROXY_ABI_VERSION:#x}, instance id {:#x}): progress \
-             half {} (C ABI {:#x}); configuration {:?}; idle: {}",
+            "libnrt_proxy {NRT_PROXY_ABI_VERSION_MAJOR}.{NRT_PROXY_ABI_VERSION_MINOR}.0 (C ABI \
+             {NRT_PROXY_ABI_VERSION:#x}, crate {}, instance id {:#x}): progress half {} (C ABI \
+             {:#x}); configuration {:?}; idle: {}",
             env!("CARGO_PKG_VERSION"),
             instance_id().id,
             lib.path().display(),
