@@ -29,7 +29,8 @@ for f in include/nrt_proxy.h include/nccom_proxy.h lib/libnrt_proxy.so.1 lib/lib
   share/nrt_proxy/examples/raii_exchange.cpp share/nrt_proxy/examples/CMakeLists.txt; do
   [ -e "$PREFIX/$f" ] || fail "$f is not installed"
 done
-for l in nrt_proxy:ffi/driver/include/nrt_proxy.h:NRT_PROXY nccom_proxy:ffi/include/nccom_proxy.h:NCCOM_PROXY; do
+for l in nrt_proxy:ffi/driver/include/nrt_proxy.h:NRT_PROXY \
+  nccom_proxy:ffi/include/nccom_proxy.h:NCCOM_PROXY; do
   IFS=: read -r name header macro <<<"$l"
   major=$(sed -n "s/^#define ${macro}_ABI_VERSION_MAJOR \([0-9]*\).*/\1/p" "$header")
   minor=$(sed -n "s/^#define ${macro}_ABI_VERSION_MINOR \([0-9]*\).*/\1/p" "$header")

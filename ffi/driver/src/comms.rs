@@ -114,8 +114,9 @@ fn process_barrier(
 /// NULL `config` / `out`, a wrong `struct_size`, a group of another instance or size, strings
 /// with a group, a `provider` that is not UTF-8 or misspells `"proxy-shm"` (`"proxy_shm"`,
 /// `"PROXY-SHM"`, `"proxyshm"`: refused naming the right one, not asked of libfabric),
-/// `"proxy-shm"` over a progress half older than C ABI 1.5, and whatever `nccom_comm_create` refuses (its status is returned: rank out of
-/// range, a rank taken twice, libfabric missing from the progress half, ...); the bootstraps'
+/// `"proxy-shm"` over a progress half older than C ABI 1.5, and whatever `nccom_comm_create`
+/// refuses (its status is returned: rank out of range, a rank taken twice, libfabric missing
+/// from the progress half, ...); the bootstraps'
 /// `NRT_TIMEOUT` / `NRT_NETWORK_PROXY_FAILURE`; `NRT_RESOURCE` when too many comms are live.
 ///
 /// # Safety

@@ -391,10 +391,11 @@ fn c_runtime_exchanges_between_two_processes_over_own_shm() {
 /// second execution with its sends and receives posted (`TCP_EXCHANGE_KILL_PEER=1`; 4 entries
 /// of 4 MiB, 16 MiB each way, so large messages are in flight: rendezvous on tcp, cross-memory
 /// reads on own shm), over libfabric tcp (in a build with libfabric) and over the engine's own
-/// shared memory, thread and caller mode, three times each. Rank 0 must end its wait with a failed network task, or a
-/// failed barrier task where the bytes had crossed (not hang: bounded by the program's 60 s
-/// wait and `TCP_PAIR_LIMIT`; not crash: exit 0 after leaving, destroying and finishing, saying
-/// `peer lost`); rank 1 must die by the signal, not fail earlier.
+/// shared memory, thread and caller mode, three times each. Rank 0 must end its wait with a
+/// failed network task, or a failed barrier task where the bytes had crossed (not hang:
+/// bounded by the program's 60 s wait and `TCP_PAIR_LIMIT`; not crash: exit 0 after leaving,
+/// destroying and finishing, saying `peer lost`); rank 1 must die by the signal, not fail
+/// earlier.
 #[test]
 fn c_runtime_survives_a_peer_killed_mid_collective() {
     use std::os::unix::process::ExitStatusExt;
