@@ -546,8 +546,10 @@ pub struct Args {
     /// NRT_TIMEOUT), `eagain-storm` (its transport answers "try again" in storms: the run
     /// completes correctly). `stall-rank`, `error-completion` and `eagain-storm` wrap the
     /// in-process transport: `--transport mem` without `--progress-lib` only. The run then
-    /// reports every rank's final status and exits non-zero naming the status when a rank
-    /// failed. Use a short `NEURON_RT_EXEC_TIMEOUT`.
+    /// reports every rank's final status and exits non-zero when a rank failed, naming the
+    /// failure the others follow from (the lowest rank whose status is not NRT_TIMEOUT, else
+    /// the lowest failed rank) and then the other failed ranks. Use a short
+    /// `NEURON_RT_EXEC_TIMEOUT`.
     #[arg(long, value_name = "FAULT[:RANK]", value_parser = parse_inject)]
     pub inject: Option<Inject>,
     /// After the sweep, dump every proxy queue of this process (docs/design.md §6: one

@@ -190,12 +190,16 @@ fn every_fault_ends_with_its_status_and_every_completion_reported_once() {
             assert_eq!((cols[8], cols[12]), ("0", "0"), "no byte wrong: {what}");
         } else {
             assert_eq!(code, 2, "a failed rank fails the run: {what}");
-            // The lowest rank that failed names the exit.
-            let named = if f[0].status != "NRT_SUCCESS" {
-                format!("rank 0 ended {}", f[0].status)
-            } else {
-                format!("rank 1 ended {target}")
-            };
+            // The exit names the cause: the lowest failed rank whose status is not a timeout
+            // (what its peers' timeouts follow from), else the lowest failed rank.
+            let failed: Vec<usize> = (0..2).filter(|&r| f[r].status != "NRT_SUCCESS").collect();
+            let cause = failed
+                .iter()
+                .copied()
+                .find(|&r| f[r].status != "NRT_TIMEOUT")
+                .or(failed.first().copied())
+                .expect("a failed rank");
+            let named = format!("rank {cause} ended {}", f[cause].status);
             assert!(
                 err.contains(&format!("proxy-perf: error: {named}")),
                 "the exit names the status: {what}"

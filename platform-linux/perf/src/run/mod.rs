@@ -403,10 +403,11 @@ impl World {
     /// no-progress limit and 2 s more), leaves every slot, prints every local rank's final
     /// status (`# rank R: final status NRT_... at execution E (tasks T, reported T, twice 0)`, E the
     /// execution of the first failure, else the last one completed) and answers the
-    /// first failure.
+    /// failure that explains the others (`failure_cause`).
     ///
     /// # Errors
-    /// `rank R ended NRT_...` for the first local rank whose status is not a success.
+    /// `rank R ended NRT_...` naming the cause, then the other failed ranks (`also: rank Q
+    /// NRT_TIMEOUT, ...`).
     pub fn finish(&mut self) -> Result<(), String> {
         self.stall.release.store(true, Ordering::Release);
         let clock = MonotonicClock;
@@ -418,7 +419,7 @@ impl World {
             d.abort();
         }
         let stats = self.engine.settle_and_leave(deadline);
-        let mut first = None;
+        let mut failed = Vec::new();
         let mut out = std::io::stdout().lock();
         for (rank, s) in &stats {
             let execution = s
@@ -433,8 +434,8 @@ impl World {
                 s.reported,
                 s.twice
             );
-            if s.status() != NrtStatus::Success && first.is_none() {
-                first = Some(format!("rank {rank} ended {}", s.status().as_str()));
+            if s.status() != NrtStatus::Success {
+                failed.push((*rank, s.status()));
             }
         }
         let _ = out.flush();
@@ -442,7 +443,7 @@ impl World {
             // Before any rank's status: a run that planted nothing tested nothing.
             return Err(e);
         }
-        match first {
+        match failure_cause(&failed) {
             Some(e) => Err(e),
             None => Ok(()),
         }
@@ -640,3 +641,64 @@ use self::inject::*;
 pub use self::pinning::{caller_cpu, rank_cpus};
 use self::setup::*;
 pub use self::setup::{default_modes, oversubscribed, oversubscribed_procs, wait_policy_from_env};
+
+/// The exit message of a run whose ranks `failed` (rank, status; in rank order): the rank that
+/// explains the others first, `rank R ended NRT_...`, then `(also: rank Q NRT_..., ...)`. The
+/// cause is the lowest rank whose status is not `NRT_TIMEOUT` (a timeout is what a rank sees
+/// when a peer failed or stopped: a peer's error completion, closed comm or lost process ends
+/// its own rank otherwise), else the lowest rank. `None` when no rank failed.
+pub(crate) fn failure_cause(failed: &[(u32, NrtStatus)]) -> Option<String> {
+    let cause = failed
+        .iter()
+        .find(|(_, s)| *s != NrtStatus::Timeout)
+        .or_else(|| failed.first())?;
+    let mut msg = format!("rank {} ended {}", cause.0, cause.1.as_str());
+    let others: Vec<String> = failed
+        .iter()
+        .filter(|f| f.0 != cause.0)
+        .map(|(r, s)| format!("rank {r} {}", s.as_str()))
+        .collect();
+    if !others.is_empty() {
+        msg.push_str(&format!(" (also: {})", others.join(", ")));
+    }
+    Some(msg)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::failure_cause;
+    use proxy_core::base::status::NrtStatus::{Closed, NetworkProxyFailure, Timeout};
+
+    #[test]
+    fn the_exit_names_the_failure_the_timeouts_follow() {
+        assert_eq!(failure_cause(&[]), None);
+        // An error completion at rank 3: its peers time out; rank 3 is named first.
+        let f = [
+            (0, Timeout),
+            (1, Timeout),
+            (2, Timeout),
+            (3, NetworkProxyFailure),
+        ];
+        assert_eq!(
+            failure_cause(&f).as_deref(),
+            Some(
+                "rank 3 ended NRT_NETWORK_PROXY_FAILURE (also: rank 0 NRT_TIMEOUT, rank 1 \
+                 NRT_TIMEOUT, rank 2 NRT_TIMEOUT)"
+            )
+        );
+        // Only timeouts (a stalled device): the lowest rank.
+        assert_eq!(
+            failure_cause(&[(2, Timeout), (5, Timeout)]).as_deref(),
+            Some("rank 2 ended NRT_TIMEOUT (also: rank 5 NRT_TIMEOUT)")
+        );
+        // Two causes: the lowest of them, the other listed.
+        assert_eq!(
+            failure_cause(&[(1, Closed), (4, NetworkProxyFailure)]).as_deref(),
+            Some("rank 1 ended NRT_CLOSED (also: rank 4 NRT_NETWORK_PROXY_FAILURE)")
+        );
+        assert_eq!(
+            failure_cause(&[(7, Closed)]).as_deref(),
+            Some("rank 7 ended NRT_CLOSED")
+        );
+    }
+}
