@@ -525,10 +525,17 @@ fn killed_peer_soak(provider: &str) {
         let dq = quarantined[i] - quarantined[i - 1];
         assert!(dq <= 1, "{provider}: cycle {i} quarantined {dq} teardowns");
         let j = reference(kills[i]);
-        assert_eq!(
-            fds[i], fds[j],
-            "{provider}: fds after cycle {i} (killed: {}), after cycle {j}: {r:?}",
-            kills[i]
+        // A kill that lands after the cycle's last transfer fails nothing in flight: the cycle
+        // quarantines nothing and ends as an unkilled one (over tcp the pooled endpoint keeps
+        // its connection to the peer, one fd more, closed by the next lease). Seen once in 50
+        // kills (cycle 39 of 200): compared then with the unkilled reference.
+        let clean_kill = kills[i] && dq == 0 && fds[i] == fds[reference(false)];
+        assert!(
+            fds[i] == fds[j] || clean_kill,
+            "{provider}: fds after cycle {i} (killed: {}): {}, after cycle {j}: {}; {r:?}",
+            kills[i],
+            fds[i],
+            fds[j]
         );
         assert_eq!(
             objects[i],
