@@ -478,13 +478,26 @@ pub(crate) fn report(
     );
     if progress_cpus > 0 && args.ranks > progress_cpus {
         let crowd = f64::from(args.ranks) / f64::from(progress_cpus);
+        let split = args.streams.saturating_mul(args.blocks) > 1;
         for s in &mut samples {
             s.crowd = crowd;
+            // The work, as the tuner's crowding bound costs it (`tuner::work_terms`: the
+            // ring's overlapped reductions count).
+            if let Some(t) = tuner::work_terms(
+                Collective::AllReduce,
+                s.algorithm,
+                s.bytes,
+                args.ranks,
+                s.chunk,
+                split,
+            ) {
+                s.terms = t;
+            }
         }
         let _ = writeln!(
             out,
             "# note: {} ranks progress on {progress_cpus} CPUs here: each time is modelled as \
-             the tuner costs it on this host, the critical path times {crowd:.2} (the ranks \
+             the tuner costs it on this host, the work of one rank times {crowd:.2} (the ranks \
              sharing a CPU take turns, their waiting polls included)",
             args.ranks
         );

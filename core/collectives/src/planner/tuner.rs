@@ -36,7 +36,8 @@
 //!
 //! with the terms of one rank's critical path and `s` the largest host's ranks (its total
 //! work, an over-count where ranks sit out a fold): for the flat algorithms the critical path
-//! times `s / cpus`. For the hierarchy the bound is the host's gather and broadcast (each rank
+//! times `s / cpus`, with the reductions the ring overlaps with its transfers counted too
+//! ([`work_terms`]: overlap needs a free CPU). For the hierarchy the bound is the host's gather and broadcast (each rank
 //! waits one step in them) and its leader's part of the leaders' phase. Recursive doubling
 //! moves `n log2 n` messages in `log2 n` steps on every rank where a reduce to one leader and
 //! a broadcast move `2 (n − 1)` with one wait per rank, so on a crowded host
@@ -406,9 +407,36 @@ fn largest_host(p: &PlanParams) -> u32 {
     p.hosts.sizes().iter().copied().max().unwrap_or(1)
 }
 
+/// The terms of one rank's work for `algorithm` on `c` (the arguments as [`terms`]'s): its
+/// critical path, plus the reductions the critical path counts as overlapped with the
+/// transfers (the ring's chunk pipeline reduces a segment while the next one moves). Overlap
+/// needs a CPU that is free while the transfers run; on a crowded host there is none, and
+/// the reductions are work like the rest. Measured on 2 CPUs, in process (BENCHMARKS.md,
+/// "The ring's reductions are work on a crowded host"): 8 ranks, 16 MiB, the ring 23.2 ms
+/// against the hierarchy's 15.2, which the critical path alone ranked the other way.
+/// `None` where [`terms`] has none.
+pub fn work_terms(
+    c: Collective,
+    algorithm: Algorithm,
+    bytes: u64,
+    nranks: u32,
+    chunk: u64,
+    split: bool,
+) -> Option<Terms> {
+    let mut t = terms(c, algorithm, bytes, nranks, chunk, split)?;
+    let n = u128::from(nranks.max(1));
+    let b = u128::from(bytes);
+    t.reduced += match (c, algorithm) {
+        (Collective::AllReduce, Algorithm::Ring) => (n - 1) * b.div_ceil(n),
+        (Collective::ReduceScatter, Algorithm::Ring) => (n - 1) * (b / n),
+        _ => 0,
+    };
+    Some(t)
+}
+
 /// The work in nanoseconds, summed over the ranks of `p`'s largest host, of `algorithm` for
 /// `p`'s all-reduce under `model` (what the crowding bound divides by the CPUs; a rank's
-/// steps count, its waiting polls): each rank's critical path for the flat algorithms; for
+/// steps count, its waiting polls): each rank's [`work_terms`] for the flat algorithms; for
 /// [`Algorithm::Hierarchical`] the gathers into the host's leaders and their broadcasts (`2
 /// (s − g)` messages each way on `s` ranks in `g` groups, one step's wait per rank) under
 /// [`PlanParams::cost_model`], and its `g` leaders' parts of the leaders' all-reduce under
@@ -418,7 +446,7 @@ pub fn crowded_work(p: &PlanParams, algorithm: Algorithm, model: &CostModel) -> 
     let split = p.streams.saturating_mul(p.blocks) > 1;
     let s = u64::from(largest_host(p));
     if algorithm != Algorithm::Hierarchical {
-        let t = terms(p.collective, algorithm, b, p.nranks, p.chunk_bytes, split)?;
+        let t = work_terms(p.collective, algorithm, b, p.nranks, p.chunk_bytes, split)?;
         return Some(t.time_ns(model).saturating_mul(s));
     }
     let ent = u128::from(b)

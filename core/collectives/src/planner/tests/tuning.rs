@@ -179,10 +179,12 @@ fn a_crowded_host_bounds_the_time_by_its_work_and_picks_the_hierarchy() {
         Some((16_000_000 + 28_000_000 + 112 * 35 + 56 * 35) / 1000)
     );
     assert_eq!(tuner::pick(&p), Algorithm::Hierarchical);
-    // Large: ring (its work is n · 4 (n − 1) entries of a segment: fewer bytes per rank).
+    // Large: Rabenseifner. Its work is the ring's bytes (1.75 b sent, 0.875 b reduced per
+    // rank: the ring's reductions count on a crowded host) in fewer steps and entries
+    // (measured in process, 8 ranks, 16 MiB: 22.2 ms against the ring's 23.2).
     let mut big = p;
     big.count = 16 << 20;
-    assert_eq!(tuner::pick(&big), Algorithm::Ring);
+    assert_eq!(tuner::pick(&big), Algorithm::Rabenseifner);
     // Enough CPUs, unknown CPUs, or no host map: the critical path alone (recursive doubling).
     for (cpus, hosts) in [(8, p.hosts), (0, p.hosts), (2, HostMap::NONE)] {
         let mut q = p;
@@ -209,4 +211,57 @@ fn a_crowded_host_bounds_the_time_by_its_work_and_picks_the_hierarchy() {
     let mut ag0 = ag;
     ag0.progress_cpus = 0;
     assert_eq!(tuner::pick(&ag), tuner::pick(&ag0));
+}
+
+/// On a crowded host the ring's reductions, which its chunk pipeline overlaps with the
+/// transfers on free CPUs, are work ([`tuner::work_terms`]): 8 ranks in two CPU groups of 4
+/// on 2 CPUs, 16 MiB, take the hierarchy (measured 15.2 ms against the ring's 23.2), which
+/// the critical path alone ranked below the ring.
+#[test]
+fn a_crowded_hosts_ring_reductions_are_work() {
+    use crate::planner::tuner::{crowded_work, terms, work_terms, MEMORY_COST_MODEL};
+    use crate::planner::HostMap;
+    let m = MEMORY_COST_MODEL;
+    let (n, b, chunk) = (8u32, 16u64 << 20, 1u64 << 20);
+    let cp = terms(Collective::AllReduce, Algorithm::Ring, b, n, chunk, false).unwrap();
+    let w = work_terms(Collective::AllReduce, Algorithm::Ring, b, n, chunk, false).unwrap();
+    assert_eq!(cp.reduced, 0);
+    assert_eq!(w.reduced, 7 * (2 << 20));
+    assert_eq!(
+        (w.steps, w.entries, w.sent),
+        (cp.steps, cp.entries, cp.sent)
+    );
+    // Only the ring overlaps: recursive doubling's terms are its critical path's.
+    let rd = Algorithm::RecursiveDoubling;
+    assert_eq!(
+        work_terms(Collective::AllReduce, rd, b, n, chunk, false),
+        terms(Collective::AllReduce, rd, b, n, chunk, false)
+    );
+    let mut p = params(
+        Collective::AllReduce,
+        8,
+        4 << 20,
+        DataType::F32,
+        Algorithm::Auto,
+    );
+    p.cost_model = m;
+    p.inter_host_model = m;
+    p.hosts = HostMap::new(&[8]).unwrap();
+    p.cpu_groups = HostMap::new(&[4, 4]).unwrap();
+    p.progress_cpus = 2;
+    let ring = crowded_work(&p, Algorithm::Ring, &m).unwrap();
+    let t = terms(
+        Collective::AllReduce,
+        Algorithm::Ring,
+        p.bytes(),
+        8,
+        p.chunk_bytes,
+        false,
+    );
+    let critical = t.unwrap().time_ns(&m);
+    assert!(ring > 8 * critical, "{ring} {critical}");
+    assert_eq!(tuner::pick(&p), Algorithm::Hierarchical);
+    // Not crowded (a CPU per rank): the ring's critical path, and the ring.
+    p.progress_cpus = 8;
+    assert_eq!(tuner::pick(&p), Algorithm::Ring);
 }
