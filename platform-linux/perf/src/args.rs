@@ -548,7 +548,8 @@ pub struct Args {
     /// in-process transport: `--transport mem` without `--progress-lib` only. The run then
     /// reports every rank's final status and exits non-zero when a rank failed, naming the
     /// failure the others follow from (the lowest rank whose status is not NRT_TIMEOUT, else
-    /// the lowest failed rank) and then the other failed ranks. Use a short
+    /// the lowest failed rank; a `stall-rank` stall itself, as the stalled thread's ranks end
+    /// only when the run releases it) and then the other failed ranks. Use a short
     /// `NEURON_RT_EXEC_TIMEOUT`.
     #[arg(long, value_name = "FAULT[:RANK]", value_parser = parse_inject)]
     pub inject: Option<Inject>,

@@ -199,7 +199,12 @@ fn every_fault_ends_with_its_status_and_every_completion_reported_once() {
                 .find(|&r| f[r].status != "NRT_TIMEOUT")
                 .or(failed.first().copied())
                 .expect("a failed rank");
-            let named = format!("rank {cause} ended {}", f[cause].status);
+            // A planted stall is named itself: the statuses follow from it.
+            let named = if fault == "stall-rank" {
+                "rank 1: its driving thread stalled (--inject stall-rank)".to_string()
+            } else {
+                format!("rank {cause} ended {}", f[cause].status)
+            };
             assert!(
                 err.contains(&format!("proxy-perf: error: {named}")),
                 "the exit names the status: {what}"

@@ -46,6 +46,14 @@ pub(super) fn stall_missed(args: &Args, local: &[u32], stall: &StallSwitch) -> O
         })
 }
 
+/// The rank of this process whose driving thread `--inject stall-rank` stalled, once the
+/// stall began; `None` for another fault, a rank of another process, or a stall not begun.
+pub(super) fn stalled_rank(args: &Args, local: &[u32], stall: &StallSwitch) -> Option<u32> {
+    let (fault, rank) = inject_target(args).ok()??;
+    (fault == FaultArg::StallRank && local.contains(&rank) && stall.fired.load(Ordering::Acquire))
+        .then_some(rank)
+}
+
 /// How long a `stall-rank` stall lasts: three times the no-progress limit and a second (every
 /// peer has timed out by then, and a producer waiting on the stalled worker has called it
 /// stuck: no tick for the limit and a second, `engine::rank::Heartbeat`; the run also releases

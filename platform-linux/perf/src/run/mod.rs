@@ -403,7 +403,7 @@ impl World {
     /// no-progress limit and 2 s more), leaves every slot, prints every local rank's final
     /// status (`# rank R: final status NRT_... at execution E (tasks T, reported T, twice 0)`, E the
     /// execution of the first failure, else the last one completed) and answers the
-    /// failure that explains the others (`failure_cause`).
+    /// failure that explains the others (`failure_cause`; a planted stall, `stall_cause`).
     ///
     /// # Errors
     /// `rank R ended NRT_...` naming the cause, then the other failed ranks (`also: rank Q
@@ -443,7 +443,14 @@ impl World {
             // Before any rank's status: a run that planted nothing tested nothing.
             return Err(e);
         }
-        match failure_cause(&failed) {
+        // A stall planted here explains every status: its peers time out, and its own rank's
+        // tasks end when the run releases the thread (NRT_CLOSED when the run's end left the
+        // slots first), which `failure_cause` would name as the cause.
+        let cause = match stalled_rank(&self.args, &self.local, &self.stall) {
+            Some(rank) => stall_cause(rank, &failed),
+            None => failure_cause(&failed),
+        };
+        match cause {
             Some(e) => Err(e),
             None => Ok(()),
         }
@@ -664,9 +671,27 @@ pub(crate) fn failure_cause(failed: &[(u32, NrtStatus)]) -> Option<String> {
     Some(msg)
 }
 
+/// The exit message of a `--inject stall-rank` run whose driving thread of `rank` stalled and
+/// whose ranks `failed` (rank, status; in rank order): `rank R: its driving thread stalled
+/// (--inject stall-rank)`, then every failed rank's status (`also: rank Q NRT_..., ...`).
+/// `None` when no rank failed (a stall shorter than the no-progress limit).
+pub(crate) fn stall_cause(rank: u32, failed: &[(u32, NrtStatus)]) -> Option<String> {
+    if failed.is_empty() {
+        return None;
+    }
+    let all: Vec<String> = failed
+        .iter()
+        .map(|(r, s)| format!("rank {r} {}", s.as_str()))
+        .collect();
+    Some(format!(
+        "rank {rank}: its driving thread stalled (--inject stall-rank) (also: {})",
+        all.join(", ")
+    ))
+}
+
 #[cfg(test)]
 mod tests {
-    use super::failure_cause;
+    use super::{failure_cause, stall_cause};
     use proxy_core::base::status::NrtStatus::{Closed, NetworkProxyFailure, Timeout};
 
     #[test]
@@ -700,5 +725,20 @@ mod tests {
             failure_cause(&[(7, Closed)]).as_deref(),
             Some("rank 7 ended NRT_CLOSED")
         );
+    }
+
+    #[test]
+    fn a_planted_stall_is_named_before_the_statuses_it_caused() {
+        // Rank 5's thread (ranks 4-7) stalled: its rank 4 ended NRT_CLOSED when the run
+        // released it, which is not the cause.
+        let f = [(0, Timeout), (4, Closed), (5, Timeout)];
+        assert_eq!(
+            stall_cause(5, &f).as_deref(),
+            Some(
+                "rank 5: its driving thread stalled (--inject stall-rank) (also: rank 0 \
+                 NRT_TIMEOUT, rank 4 NRT_CLOSED, rank 5 NRT_TIMEOUT)"
+            )
+        );
+        assert_eq!(stall_cause(5, &[]), None);
     }
 }
