@@ -380,7 +380,7 @@ fn hierarchical_phases(p: &PlanParams, split: bool) -> [u64; 3] {
         reduced: m * u128::from(b),
     }
     .time_ns(&p.cost_model);
-    let inter = leaders_terms(p, split).map_or(0, |t| t.time_ns(&p.leaders_model()));
+    let inter = leaders_terms(p, split, false).map_or(0, |t| t.time_ns(&p.leaders_model()));
     let bcast = cost(
         Collective::Broadcast,
         Algorithm::Binomial,
@@ -467,7 +467,8 @@ pub fn crowded_work(p: &PlanParams, algorithm: Algorithm, model: &CostModel) -> 
         reduced: m * u128::from(b),
     }
     .time_ns(&p.cost_model);
-    let inter = leaders_terms(p, split).map_or(0, |t| t.time_ns(&p.leaders_model()));
+    // The leaders' part is work too: with their ring's reductions (`work_terms`).
+    let inter = leaders_terms(p, split, true).map_or(0, |t| t.time_ns(&p.leaders_model()));
     Some(local.saturating_add(inter.saturating_mul(groups)))
 }
 
@@ -583,13 +584,15 @@ pub fn shared_crossing_bytes(
 
 /// The terms of the hierarchy's middle phase on `p`'s vector: the leaders' all-reduce, one
 /// rank per group, with the flat algorithm the tuner gives them under
-/// [`PlanParams::leaders_model`] (all zero for one group).
-fn leaders_terms(p: &PlanParams, split: bool) -> Option<Terms> {
+/// [`PlanParams::leaders_model`] (all zero for one group); `work`: a leader's work
+/// ([`work_terms`], for the crowding bound), else its critical path.
+fn leaders_terms(p: &PlanParams, split: bool, work: bool) -> Option<Terms> {
     let h = hosts_of(p);
     let mut leaders = *p;
     leaders.nranks = h;
     leaders.cost_model = p.leaders_model();
-    terms(
+    let of = if work { work_terms } else { terms };
+    of(
         Collective::AllReduce,
         crate::planner::algos_leaders(&leaders, h),
         p.bytes(),
