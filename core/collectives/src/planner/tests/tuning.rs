@@ -261,6 +261,30 @@ fn a_crowded_hosts_ring_reductions_are_work() {
     let critical = t.unwrap().time_ns(&m);
     assert!(ring > 8 * critical, "{ring} {critical}");
     assert_eq!(tuner::pick(&p), Algorithm::Hierarchical);
+    // The hierarchy's bound: its members' gathers and broadcasts (6 members: 4 · 6 entries,
+    // 2 · 6 vectors sent, 6 reduced, one step's wait per rank) and both leaders' work in
+    // their all-reduce, their ring's reductions included.
+    let mut lp = p;
+    lp.nranks = 2;
+    lp.cost_model = p.leaders_model();
+    let leaders = crate::planner::algos_leaders(&lp, 2);
+    let c = p.chunk_bytes;
+    let lw = work_terms(Collective::AllReduce, leaders, b, 2, c, false).unwrap();
+    let lt = terms(Collective::AllReduce, leaders, b, 2, c, false).unwrap();
+    if leaders == Algorithm::Ring {
+        assert_eq!(lw.reduced, lt.reduced + (1 << 23));
+    }
+    let ent = u128::from(b.div_ceil(c));
+    let local = tuner::Terms {
+        steps: 8,
+        entries: 4 * 6 * ent,
+        sent: 2 * 6 * u128::from(b),
+        reduced: 6 * u128::from(b),
+    };
+    assert_eq!(
+        crowded_work(&p, Algorithm::Hierarchical, &m),
+        Some(local.time_ns(&m) + 2 * lw.time_ns(&m))
+    );
     // Not crowded (a CPU per rank): the ring's critical path, and the ring.
     p.progress_cpus = 8;
     assert_eq!(tuner::pick(&p), Algorithm::Ring);
