@@ -37,8 +37,9 @@
 //! with the terms of one rank's critical path and `s` the largest host's ranks (its total
 //! work, an over-count where ranks sit out a fold): for the flat algorithms the critical path
 //! times `s / cpus`, with the reductions the ring overlaps with its transfers counted too
-//! ([`work_terms`]: overlap needs a free CPU). For the hierarchy the bound is the host's gather and broadcast (each rank
-//! waits one step in them) and its leader's part of the leaders' phase. Recursive doubling
+//! ([`work_terms`]: overlap needs a free CPU). For the hierarchy the bound is the host's
+//! gather and broadcast (each rank waits one step in them) and its leader's part of the
+//! leaders' phase. Recursive doubling
 //! moves `n log2 n` messages in `log2 n` steps on every rank where a reduce to one leader and
 //! a broadcast move `2 (n − 1)` with one wait per rank, so on a crowded host
 //! [`Algorithm::Hierarchical`] becomes a candidate on any host map, one host included (gather

@@ -36,22 +36,25 @@ pub(super) struct StallSwitch {
 /// began (it posted fewer than 2 sends: a broadcast's last rank, which only receives, a run of
 /// one execution), so that a run that planted nothing is not taken for a fault test.
 pub(super) fn stall_missed(args: &Args, local: &[u32], stall: &StallSwitch) -> Option<String> {
-    let (fault, rank) = inject_target(args).ok()??;
-    (fault == FaultArg::StallRank && local.contains(&rank) && !stall.fired.load(Ordering::Acquire))
-        .then(|| {
-            format!(
+    let rank = local_stall_target(args, local)?;
+    (!stall.fired.load(Ordering::Acquire)).then(|| {
+        format!(
             "--inject stall-rank: rank {rank} posted fewer than 2 sends, so its driving thread \
              never stalled (nothing was planted; more iterations, or another rank)"
         )
-        })
+    })
 }
 
 /// The rank of this process whose driving thread `--inject stall-rank` stalled, once the
 /// stall began; `None` for another fault, a rank of another process, or a stall not begun.
 pub(super) fn stalled_rank(args: &Args, local: &[u32], stall: &StallSwitch) -> Option<u32> {
+    local_stall_target(args, local).filter(|_| stall.fired.load(Ordering::Acquire))
+}
+
+/// The rank `--inject stall-rank` targets, when it is one of this process's ranks `local`.
+fn local_stall_target(args: &Args, local: &[u32]) -> Option<u32> {
     let (fault, rank) = inject_target(args).ok()??;
-    (fault == FaultArg::StallRank && local.contains(&rank) && stall.fired.load(Ordering::Acquire))
-        .then_some(rank)
+    (fault == FaultArg::StallRank && local.contains(&rank)).then_some(rank)
 }
 
 /// How long a `stall-rank` stall lasts: three times the no-progress limit and a second (every
