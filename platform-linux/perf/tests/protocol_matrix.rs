@@ -231,6 +231,9 @@ impl Cell {
         .map(|s| s.to_string())
         .collect();
         v.extend(self.mode.iter().map(|s| s.to_string()));
+        // The algorithm `planned` models: on a crowded host (more rank processes than CPUs)
+        // the tuner may pick another (the hierarchy), whose credits are other.
+        v.extend(["--algo".to_string(), self.algorithm().to_string()]);
         if self.looped {
             v.push("--loop".into());
         }
@@ -411,8 +414,19 @@ fn check(cell: &Cell, r: &Ran) {
 /// What the planner gives `rank` in the cell (out of place and in place): the most
 /// `ending_recv_credits` of any op (the planner lowers `--early-recv` per op to what its
 /// program can promise), and the most send entries of any op.
-fn planned(cell: &Cell, rank: u32) -> (u32, u32) {
-    use proxy_collectives::planner::{plan_blocks, DataType, NecOptions, PlanParams};
+impl Cell {
+    /// The algorithm every rank runs (`--algo`): the tuner's pick without a host map (what
+    /// [`planned`] plans with), so that the counters do not follow the tuner's view of the
+    /// host the cell runs on.
+    fn algorithm(&self) -> &'static str {
+        proxy_collectives::planner::tuner::pick(&params(self, 0, false)).name()
+    }
+}
+
+/// The plan parameters of `cell` for `rank` (`in_place` or not), without a host map, the
+/// algorithm `auto`.
+fn params(cell: &Cell, rank: u32, in_place: bool) -> proxy_collectives::planner::PlanParams {
+    use proxy_collectives::planner::{DataType, NecOptions, PlanParams};
     let coll = match cell.collective {
         "all-reduce" => Collective::AllReduce,
         "all-gather" => Collective::AllGather,
@@ -429,21 +443,26 @@ fn planned(cell: &Cell, rank: u32) -> (u32, u32) {
         }
         _ => elems,
     };
+    let mut p = PlanParams::new(coll, count, DataType::F32, rank, cell.ranks);
+    p.chunk_bytes = cell.chunk();
+    p.in_place = in_place;
+    p.streams = cell.streams;
+    p.blocks = cell.blocks;
+    p.nec = NecOptions {
+        early_recv: cell.early_recv,
+        early_send: cell.early_send,
+        idx_wrap: cell.idx_wrap,
+        credits: cell.credits,
+    };
+    p
+}
+
+fn planned(cell: &Cell, rank: u32) -> (u32, u32) {
+    use proxy_collectives::planner::plan_blocks;
     [false, true]
         .into_iter()
         .map(|in_place| {
-            let mut p = PlanParams::new(coll, count, DataType::F32, rank, cell.ranks);
-            p.chunk_bytes = cell.chunk();
-            p.in_place = in_place;
-            p.streams = cell.streams;
-            p.blocks = cell.blocks;
-            p.nec = NecOptions {
-                early_recv: cell.early_recv,
-                early_send: cell.early_send,
-                idx_wrap: cell.idx_wrap,
-                credits: cell.credits,
-            };
-            let plans = plan_blocks(&p).expect("plan");
+            let plans = plan_blocks(&params(cell, rank, in_place)).expect("plan");
             let ops = || plans.blocks.iter().flat_map(|b| b.plan.ops.iter());
             (
                 ops().map(|o| o.ending_recv_credits).max().unwrap_or(0),
